@@ -1,0 +1,180 @@
+"""The ``kvplan`` command line: a thin layer over collectors, sql and models.
+
+Every error a user can act on (bad file, unreachable URL, bad config key, locked database)
+ends the command with its message and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from collectors.config import ConfigError, Settings, load_settings
+from collectors.parse import KINDS, PayloadError
+from collectors.store import ConflictError
+from sql.db import Database, DatabaseError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="kvplan: measure KV-cache reuse on vLLM/LMCache and decide: buy GPUs or reuse.")
+err = Console(stderr=True)
+out = Console()
+
+USER_ERRORS = (PayloadError, ConfigError, DatabaseError, ConflictError, FileNotFoundError, ValueError)
+
+DbOpt = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
+
+
+def parse_time(value: str, what: str) -> datetime:
+    """ISO 8601; a time without zone is UTC."""
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{what}: {value!r} is not an ISO 8601 time (e.g. 2026-11-30T10:00:00Z)") from None
+    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+
+
+def settings(config: Path | None, db: Path | None) -> Settings:
+    return load_settings(config, db=db)
+
+
+def open_db(s: Settings, migrate: bool = True) -> Database:
+    db = Database(s.db, lock_timeout_s=s.lock_timeout_s)
+    if migrate:
+        db.migrate()
+    return db
+
+
+def fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+@app.command("import-metrics")
+def import_metrics(
+    files: Annotated[list[Path], typer.Argument(help="Saved /metrics payloads (one vLLM or LMCache server each).")],
+    deployment: Annotated[str, typer.Option(help="Deployment the scrapes belong to.")],
+    at: Annotated[str, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone).")],
+    target: Annotated[Optional[str], typer.Option(help="Target name (default: each file's name without extension).")] = None,
+    kind: Annotated[Optional[str], typer.Option(help=f"Force the kind: {', '.join(KINDS)}.")] = None,
+    db: DbOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Import saved /metrics texts as scrapes taken at --at (air-gapped clusters: curl now, import later).
+
+    Importing the same file for the same time again changes nothing."""
+    from collectors.scrape import import_file
+
+    ts = parse_time(at, "--at")
+    if target and len(files) > 1:
+        fail("--target names one target; with several files each file's name is its target")
+    try:
+        database = open_db(settings(config, db))
+        for f in files:
+            r = import_file(database, deployment, f, ts, target=target, kind=kind)
+            out.print(f"{f}: {r.status} ({r.samples} samples) as target {r.target!r} at {r.ts.isoformat()}Z")
+    except USER_ERRORS as e:
+        fail(str(e))
+
+
+@app.command()
+def scrape(
+    urls: Annotated[list[str], typer.Argument(help="/metrics URLs of vLLM or LMCache servers.")],
+    deployment: Annotated[str, typer.Option(help="Deployment the scrapes belong to.")],
+    db: DbOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Scrape /metrics URLs once and store the result (a failed scrape is recorded as a gap)."""
+    from collectors.scrape import Target, default_target_name, scrape_target
+
+    try:
+        s = settings(config, db)
+        database = open_db(s)
+        failed = 0
+        for url in urls:
+            r = scrape_target(database, deployment, Target(default_target_name(url), url),
+                              timeout_s=s.scrape_timeout_s)
+            if r.status == "failed-recorded":
+                failed += 1
+                last = database.fetch("scrape_log", deployment=deployment, limit=50)
+                msg = next((x["error"] for x in last if x["target"] == r.target and not x["ok"]), "failed")
+                err.print(f"[red]{url}[/red]: {msg}", highlight=False, soft_wrap=True)
+            else:
+                out.print(f"{url}: {r.status} ({r.samples} samples) as target {r.target!r}")
+    except USER_ERRORS as e:
+        fail(str(e))
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def stats(
+    deployment: Annotated[str, typer.Option(help="Deployment name.")],
+    from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
+    to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
+    model: Annotated[Optional[str], typer.Option(help="Only this model_name.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    db: DbOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Hit rates, cached tokens and TTFT p50/p99 of a deployment over a window (exact: sums of
+    counter increases between scrapes inside the window, then ratios)."""
+    from app.service import stats as window
+
+    t0, t1 = parse_time(from_, "--from"), parse_time(to, "--to")
+    if t1 <= t0:
+        fail(f"--to ({to}) must be after --from ({from_})")
+    try:
+        database = open_db(settings(config, db))
+        known = {d["deployment"] for d in database.fetch("deployments")}
+        if deployment not in known:
+            fail(f"no deployment {deployment!r} in {database.path} (known: {', '.join(sorted(known)) or 'none'})")
+        st = window(database, deployment, t0, t1, model)
+    except USER_ERRORS as e:
+        fail(str(e))
+    d = st.to_dict()
+    d.update(deployment=deployment, model=model, window_from=t0.isoformat(), window_to=t1.isoformat())
+    if as_json:
+        sys.stdout.write(json.dumps(d, indent=2, sort_keys=True, default=str) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{deployment} {t0.isoformat()} .. {t1.isoformat()}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k in ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "lmcache_lookup_hit_rate",
+              "cached_prompt_tokens", "prompt_tokens", "requests", "ttft_p50_s", "ttft_p99_s"):
+        v = d[k]
+        table.add_row(k, "not reported" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)))
+    out.print(table)
+
+
+@app.command()
+def dashboard(
+    db: DbOpt = None, config: ConfigOpt = None,
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8501,
+    headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
+) -> None:
+    """Open the Streamlit dashboard on the DuckDB file."""
+    import os
+    import subprocess
+
+    s = settings(config, db)
+    env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()))
+    if config:
+        env["KVPLAN_CONFIG"] = str(config.resolve())
+    script = Path(__file__).with_name("streamlit_app.py")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
+           "--server.headless", "true" if headless else "false", "--browser.gatherUsageStats", "false"]
+    raise typer.Exit(subprocess.call(cmd, env=env))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

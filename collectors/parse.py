@@ -1,0 +1,269 @@
+"""Turn one /metrics payload (Prometheus text exposition) into typed samples.
+
+Parsing is prometheus_client's (``text_fd_to_metric_families``, or the OpenMetrics parser
+when the server says so). This module adds what the parser does not check and what kvplan
+needs to stay exact:
+
+* every error names the source (file or URL) and, where the parser stopped, the line;
+* counters and histograms must hold finite values, histograms must end in ``+Inf`` with
+  ``_count`` equal to it, and the same series may appear only once;
+* ``X_created`` samples (process start of a counter or histogram series, exposed by
+  prometheus_client as a separate gauge family) are attached to their series as
+  ``created`` and never stored as values: they are how a restart is recognised;
+* the payload kind (vLLM, LMCache multi-process, LMCache in-process) is read off the
+  family names.
+
+Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
+:class:`PayloadError` back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.openmetrics.parser import (
+    text_fd_to_metric_families as _openmetrics_families,
+)
+from prometheus_client.parser import text_fd_to_metric_families as _text_families
+
+KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
+
+# Content types a /metrics endpoint may answer with. Anything else (text/html from a
+# login page or a proxy, application/json from an API) is not metrics.
+_TEXT_TYPES = ("text/plain",)
+_OPENMETRICS_TYPES = ("application/openmetrics-text",)
+
+
+class PayloadError(ValueError):
+    """A payload kvplan refuses to store. ``str()`` names the source and the line."""
+
+    def __init__(self, source: str, message: str, line: int | None = None):
+        self.source = source
+        self.line = line
+        self.message = message
+        where = f"{source}:{line}" if line is not None else source
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one series in one payload.
+
+    ``name`` is the sample name as exposed (``vllm:prefix_cache_hits_total``,
+    ``vllm:time_to_first_token_seconds_bucket``); ``family`` is the family it belongs to
+    (``vllm:prefix_cache_hits``); ``labels`` excludes ``model_name``, ``engine`` and
+    ``le``, which have their own fields because every query filters or groups on them.
+    """
+
+    name: str
+    family: str
+    type: str
+    value: float
+    model_name: str | None = None
+    engine: str | None = None
+    le: float | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    created: float | None = None
+
+    @property
+    def key(self) -> tuple:
+        """What identifies the series inside one target."""
+        return (self.name, self.model_name, self.engine, self.le, self.labels)
+
+
+@dataclass
+class Payload:
+    """A parsed, validated payload of one target."""
+
+    source: str
+    kind: str
+    samples: list[Sample]
+    families: dict[str, str] = field(default_factory=dict)  # family -> type
+    warnings: list[str] = field(default_factory=list)
+
+    def values(self, name: str) -> list[Sample]:
+        return [s for s in self.samples if s.name == name]
+
+
+class _CountingLines:
+    """Feeds lines to the parser while remembering which one it is reading, so a
+    parser error can be reported with its line number."""
+
+    def __init__(self, text: str):
+        self._lines = text.splitlines(keepends=True)
+        self.lineno = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for i, line in enumerate(self._lines, start=1):
+            self.lineno = i
+            yield line
+
+
+def detect_kind(families: dict[str, str]) -> str | None:
+    """vLLM if any ``vllm:`` family is present (an in-process LMCache registers its
+    ``lmcache:`` families inside vLLM), else LMCache multi-process (``lmcache_mp_``),
+    else LMCache in-process alone (``lmcache:``)."""
+    names = families.keys()
+    if any(n.startswith("vllm:") for n in names):
+        return "vllm"
+    if any(n.startswith("lmcache_mp_") for n in names):
+        return "lmcache_mp"
+    if any(n.startswith("lmcache:") for n in names):
+        return "lmcache_inproc"
+    return None
+
+
+def check_content_type(source: str, content_type: str | None) -> str:
+    """Return ``'text'`` or ``'openmetrics'`` for a response's Content-Type, or raise."""
+    if not content_type:
+        return "text"
+    base = content_type.split(";")[0].strip().lower()
+    if base in _TEXT_TYPES:
+        return "text"
+    if base in _OPENMETRICS_TYPES:
+        return "openmetrics"
+    raise PayloadError(
+        source,
+        f"Content-Type {content_type!r} is not Prometheus metrics "
+        "(expected text/plain or application/openmetrics-text): is this the /metrics URL?",
+    )
+
+
+def _split_labels(labels: dict[str, str]) -> tuple[str | None, str | None, float | None, tuple]:
+    model = labels.get("model_name")
+    engine = labels.get("engine")
+    le_raw = labels.get("le")
+    le = float(le_raw) if le_raw is not None else None
+    rest = tuple(sorted((k, v) for k, v in labels.items() if k not in ("model_name", "engine", "le")))
+    return model, engine, le, rest
+
+
+def _find_line(text: str, sample_name: str, labels: dict[str, str]) -> list[int]:
+    """Line numbers of exposition lines for this sample (used to point at duplicates)."""
+    hits = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.startswith(sample_name):
+            continue
+        rest = line[len(sample_name):]
+        if rest[:1] not in ("{", " ", "\t"):
+            continue
+        if all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            hits.append(i)
+    return hits
+
+
+def parse_payload(text: str, source: str, *, content_type: str | None = None,
+                  kind: str | None = None) -> Payload:
+    """Parse and validate one payload. ``kind`` forces the payload kind; otherwise it is
+    detected from the family names. Raises :class:`PayloadError`."""
+    if kind is not None and kind not in KINDS:
+        raise PayloadError(source, f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+    fmt = check_content_type(source, content_type)
+    if not text.strip():
+        raise PayloadError(source, "empty body: no metrics at all")
+    head = text.lstrip()[:200].lower()
+    if head.startswith("<!doctype") or head.startswith("<html") or "<html" in head:
+        raise PayloadError(source, "this is an HTML page, not Prometheus metrics: "
+                                   "is this the /metrics URL (not a login page or proxy)?", line=1)
+    if head.startswith("{") or head.startswith("["):
+        raise PayloadError(source, "this looks like JSON, not Prometheus text exposition", line=1)
+
+    lines = _CountingLines(text)
+    parser = _openmetrics_families if fmt == "openmetrics" else _text_families
+    raw_families = []
+    try:
+        for fam in parser(lines):
+            raw_families.append(fam)
+    except (ValueError, IndexError, KeyError) as e:
+        bad = text.splitlines()[lines.lineno - 1] if lines.lineno else ""
+        raise PayloadError(source, f"cannot parse {bad[:120]!r}: {e}", line=lines.lineno or None) from None
+
+    # prometheus_client exposes X_created as its own gauge family in the text format and
+    # as a sample of the family in OpenMetrics; either way it is the series' start time.
+    kept = {f.name: f.type for f in raw_families if not f.name.endswith("_created")}
+    families: dict[str, str] = dict(kept)
+    created: dict[tuple, float] = {}  # (base family, labels without le) -> created
+    plain: list[tuple[str, str, object]] = []  # (family, type, sample)
+    for fam in raw_families:
+        for s in fam.samples:
+            base = s.name[: -len("_created")] if s.name.endswith("_created") else None
+            if base is not None and kept.get(base) in ("counter", "histogram", "summary"):
+                created[(base, tuple(sorted(s.labels.items())))] = s.value
+                continue
+            plain.append((fam.name, fam.type, s))
+            if fam.name.endswith("_created"):
+                families[fam.name] = fam.type
+
+    detected = detect_kind(families)
+    if kind is None:
+        if detected is None:
+            raise PayloadError(source, "no vLLM (vllm:*) or LMCache (lmcache_mp_*, lmcache:*) metrics "
+                                       "in this payload; pass --kind to force one")
+        kind = detected
+
+    samples: list[Sample] = []
+    seen: dict[tuple, Sample] = {}
+    warnings: list[str] = []
+    for fam_name, fam_type, s in plain:
+        model, engine, le, rest = _split_labels(s.labels)
+        value = float(s.value)
+        if not math.isfinite(value):
+            if fam_type in ("counter", "histogram", "summary"):
+                lines_at = _find_line(text, s.name, s.labels)
+                raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} is {s.value}: a {fam_type} "
+                                           "must be a finite number", line=lines_at[0] if lines_at else None)
+            warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value}; not stored")
+            continue
+        base = fam_name
+        labels_no_le = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+        sample = Sample(
+            name=s.name, family=fam_name, type=fam_type, value=value, model_name=model,
+            engine=engine, le=le, labels=rest, created=created.get((base, labels_no_le)),
+        )
+        if sample.key in seen:
+            where = _find_line(text, s.name, s.labels)
+            at = f" (lines {', '.join(map(str, where))})" if len(where) > 1 else ""
+            raise PayloadError(source, f"duplicate series {s.name}{_fmt_labels(s.labels)}{at}",
+                               line=where[-1] if where else None)
+        seen[sample.key] = sample
+        samples.append(sample)
+
+    _check_histograms(source, samples)
+    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=warnings)
+
+
+def _fmt_labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _check_histograms(source: str, samples: list[Sample]) -> None:
+    """Each histogram series needs a ``+Inf`` bucket equal to its ``_count`` and
+    non-decreasing cumulative buckets; a payload cut off mid-histogram fails here."""
+    buckets: dict[tuple, list[Sample]] = {}
+    counts: dict[tuple, float] = {}
+    for s in samples:
+        if s.type != "histogram":
+            continue
+        ident = (s.family, s.model_name, s.engine, s.labels)
+        if s.name.endswith("_bucket"):
+            buckets.setdefault(ident, []).append(s)
+        elif s.name.endswith("_count"):
+            counts[ident] = s.value
+    for ident, bs in buckets.items():
+        family = ident[0]
+        bs = sorted(bs, key=lambda b: b.le)
+        label = f"{family} (model_name={ident[1]}, engine={ident[2]})"
+        if not math.isinf(bs[-1].le):
+            raise PayloadError(source, f"histogram {label} has no le=\"+Inf\" bucket: payload truncated?")
+        for a, b in zip(bs, bs[1:]):
+            if b.value < a.value:
+                raise PayloadError(source, f"histogram {label}: bucket le={b.le} ({b.value}) is below "
+                                           f"le={a.le} ({a.value}); buckets must be cumulative")
+        if ident in counts and counts[ident] != bs[-1].value:
+            raise PayloadError(source, f"histogram {label}: _count {counts[ident]} != +Inf bucket {bs[-1].value}")
+        if ident not in counts:
+            raise PayloadError(source, f"histogram {label} has buckets but no _count: payload truncated?")

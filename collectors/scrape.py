@@ -1,0 +1,103 @@
+"""Get payloads in: scrape a live /metrics URL, or import a saved one.
+
+Like Prometheus, a failed scrape (down, slow, not metrics) is recorded as a failed scrape
+of that target at that time: the gap shows, and the next scrape goes ahead. Nothing from a
+rejected payload is stored.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from collectors.parse import PayloadError, parse_payload
+from collectors.store import StoreResult, payload_sha256, store_failure, store_payload
+from sql.db import Database
+
+
+@dataclass(frozen=True)
+class Target:
+    """One /metrics endpoint of a deployment."""
+
+    name: str
+    url: str
+    kind: str | None = None  # forced kind; None = detect from content
+
+
+class ScrapeError(RuntimeError):
+    """A scrape that failed; the message names the URL."""
+
+
+def redact_url(url: str) -> str:
+    """A URL without user:password, safe for logs and the database."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host += f":{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def default_target_name(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or url)
+
+
+def fetch(url: str, *, timeout_s: float = 10.0, client: httpx.Client | None = None,
+          headers: dict | None = None) -> tuple[str, str | None, float]:
+    """GET a /metrics URL. Returns (body, content type, seconds). Raises ScrapeError."""
+    safe = redact_url(url)
+    t0 = time.monotonic()
+    own = client is None
+    client = client or httpx.Client(timeout=timeout_s, follow_redirects=True)
+    try:
+        r = client.get(url, headers=headers or {}, timeout=timeout_s)
+    except httpx.TimeoutException:
+        raise ScrapeError(f"{safe}: no answer within {timeout_s:g}s (timeout)") from None
+    except httpx.HTTPError as e:
+        raise ScrapeError(f"{safe}: {type(e).__name__}: {e}") from None
+    finally:
+        if own:
+            client.close()
+    elapsed = time.monotonic() - t0
+    if r.status_code != 200:
+        raise ScrapeError(f"{safe}: HTTP {r.status_code} {r.reason_phrase}")
+    return r.text, r.headers.get("content-type"), elapsed
+
+
+def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: float = 10.0,
+                  client: httpx.Client | None = None, at: datetime | None = None) -> StoreResult:
+    """Scrape one target and store the result (a payload, or a recorded failure)."""
+    ts = at or datetime.now(timezone.utc)
+    safe = redact_url(target.url)
+    t0 = time.monotonic()
+    try:
+        body, ctype, elapsed = fetch(target.url, timeout_s=timeout_s, client=client)
+        payload = parse_payload(body, safe, content_type=ctype, kind=target.kind)
+    except (ScrapeError, PayloadError) as e:
+        return store_failure(db, deployment=deployment, target=target.name, kind=target.kind or "unknown",
+                             ts=ts, error=str(e), source="scrape", url=safe,
+                             duration_s=time.monotonic() - t0)
+    return store_payload(db, deployment=deployment, target=target.name, ts=ts, payload=payload,
+                         sha256=payload_sha256(body), source="scrape", url=safe, duration_s=elapsed)
+
+
+def import_file(db: Database, deployment: str, path: Path, at: datetime, *, target: str | None = None,
+                kind: str | None = None) -> StoreResult:
+    """Import a saved /metrics text as a scrape of ``target`` (default: the file's stem) at
+    ``at``. Raises PayloadError naming the file and line; stores nothing then."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise PayloadError(str(path), f"not UTF-8 text (byte {e.start}): not a /metrics payload") from None
+    except OSError as e:
+        raise PayloadError(str(path), e.strerror or str(e)) from None
+    payload = parse_payload(text, str(path), kind=kind)
+    return store_payload(db, deployment=deployment, target=target or path.stem, ts=at, payload=payload,
+                         sha256=payload_sha256(text), source="import")

@@ -1,0 +1,209 @@
+"""Metric math over one window: token-weighted hit rates and TTFT quantiles.
+
+Inputs are per-series increases over the window (see ``sql`` macro ``increments``: the sum
+of increases between the scrapes inside the window, Prometheus's reset rule, no
+extrapolation). Rules that keep the numbers exact:
+
+* sum the increases first, then divide: a hit rate is (sum of hit tokens) / (sum of
+  queried tokens) over the window, never an average of per-interval ratios;
+* a quantile is Prometheus's ``histogram_quantile`` on the summed bucket increases, and is
+  reported with the bucket it lies in: it cannot be more precise than that bucket;
+* a metric the deployment does not report is ``None``, never 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Increase:
+    """Increase of one series over the window."""
+
+    name: str
+    increase: float
+    family: str = ""
+    model_name: str | None = None
+    engine: str | None = None
+    le: float | None = None
+    labels: str = "{}"
+    target: str = ""
+    pairs: int = 0
+    resets: int = 0
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """A histogram quantile and the bucket bounds it lies between.
+
+    ``value`` follows Prometheus: linear interpolation inside the bucket; when the rank
+    falls in the ``+Inf`` bucket, the highest finite bound (and ``in_inf`` is set: the true
+    value is above ``lower`` with no upper bound)."""
+
+    q: float
+    value: float | None
+    lower: float | None
+    upper: float | None
+    in_inf: bool = False
+    observations: float = 0.0
+
+
+def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> Quantile:
+    """Prometheus's ``histogram_quantile`` (promql/quantile.go, bucketQuantile) on
+    cumulative (upper bound, count) pairs."""
+    merged: dict[float, float] = defaultdict(float)
+    for le, count in buckets:
+        merged[le] += count  # coalesce equal bounds, as Prometheus does
+    bs = sorted(merged.items())
+    if not bs or not math.isinf(bs[-1][0]) or len(bs) < 2:
+        return Quantile(q, None, None, None)
+    # ensureMonotonic: a bucket count below its predecessor is raised to it
+    fixed, top = [], 0.0
+    for le, c in bs:
+        top = max(top, c)
+        fixed.append((le, top))
+    bs = fixed
+    total = bs[-1][1]
+    if total == 0 or math.isnan(q):
+        return Quantile(q, None, None, None, observations=total)
+    if q < 0:
+        return Quantile(q, -math.inf, None, None, observations=total)
+    if q > 1:
+        return Quantile(q, math.inf, None, None, observations=total)
+    rank = q * total
+    # sort.Search over all but the +Inf bucket: the first bucket holding the rank
+    b = next((i for i in range(len(bs) - 1) if bs[i][1] >= rank), len(bs) - 1)
+    if b == len(bs) - 1:
+        return Quantile(q, bs[-2][0], bs[-2][0], None, in_inf=True, observations=total)
+    if b == 0 and bs[0][0] <= 0:
+        return Quantile(q, bs[0][0], None, bs[0][0], observations=total)
+    start = bs[b - 1][0] if b > 0 else 0.0
+    end, count = bs[b][0], bs[b][1]
+    if b > 0:
+        count -= bs[b - 1][1]
+        rank -= bs[b - 1][1]
+    return Quantile(q, start + (end - start) * (rank / count), start, end, observations=total)
+
+
+def total(rows: Iterable[Increase], name: str) -> float | None:
+    """Sum of the increases of every series with this sample name, or None if absent."""
+    vals = [r.increase for r in rows if r.name == name]
+    return sum(vals) if vals else None
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    """num / den, None when either is missing or nothing was queried."""
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def histogram_buckets(rows: Iterable[Increase], family: str) -> list[tuple[float, float]]:
+    return [(r.le, r.increase) for r in rows if r.name == f"{family}_bucket" and r.le is not None]
+
+
+def label_total(rows: Iterable[Increase], name: str, key: str) -> dict[str, float]:
+    """Sum of increases of ``name`` split by one label in ``labels`` (e.g. ``source``)."""
+    out: dict[str, float] = defaultdict(float)
+    for r in rows:
+        if r.name == name:
+            out[json.loads(r.labels).get(key, "")] += r.increase
+    return dict(out)
+
+
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+@dataclass
+class WindowStats:
+    """What one window of one deployment says. ``None`` = not reported by these servers."""
+
+    prefix_cache_hit_rate: float | None
+    external_prefix_cache_hit_rate: float | None
+    cached_prompt_tokens: float | None
+    prompt_tokens: float | None
+    requests: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    ttft_p50: Quantile | None = None
+    ttft_p99: Quantile | None = None
+    lmcache_lookup_hit_rate: float | None = None
+    lmcache_l1_hit_rate: float | None = None
+    lmcache_l2_hit_rate: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+    external_prefix_cache_hits: float | None = None
+    external_prefix_cache_queries: float | None = None
+    prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
+    cached_tokens_by_tier: dict[str, float] = field(default_factory=dict)
+    generation_tokens: float | None = None
+    prefill_seconds_sum: float | None = None
+    prefill_requests: float | None = None
+    prefill_computed_tokens: float | None = None
+    estimated_flops: float | None = None
+    counter_resets: int = 0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("ttft_p50", "ttft_p99"):
+            q = d.pop(k)
+            if q is not None:
+                d[f"{k}_bucket"] = {"lower_s": q["lower"], "upper_s": q["upper"], "in_inf": q["in_inf"]}
+            else:
+                d[f"{k}_bucket"] = None
+        return d
+
+
+def window_stats(rows: list[Increase]) -> WindowStats:
+    """Every headline number of a window, from its per-series increases."""
+    hits = total(rows, "vllm:prefix_cache_hits_total")
+    queries = total(rows, "vllm:prefix_cache_queries_total")
+    ext_hits = total(rows, "vllm:external_prefix_cache_hits_total")
+    ext_queries = total(rows, "vllm:external_prefix_cache_queries_total")
+    cached = total(rows, "vllm:prompt_tokens_cached_total")
+    by_source = label_total(rows, "vllm:prompt_tokens_by_source_total", "source")
+    by_tier = label_total(rows, "vllm:prompt_tokens_cached_by_source_total", "source")
+    if cached is None and by_source:
+        cached = by_source.get("local_cache_hit", 0.0) + by_source.get("external_kv_transfer", 0.0)
+    buckets = histogram_buckets(rows, TTFT)
+    p50 = bucket_quantile(0.5, buckets) if buckets else None
+    p99 = bucket_quantile(0.99, buckets) if buckets else None
+
+    # LMCache: multi-process server (lmcache_mp_*), else in-process (lmcache:* inside vLLM)
+    lm_req = total(rows, "lmcache_mp_lookup_requested_tokens_total")
+    lm_hit = total(rows, "lmcache_mp_lookup_hit_tokens_total")
+    lm_l1 = total(rows, "lmcache_mp_lookup_hit_l1_tokens_total")
+    lm_l2 = total(rows, "lmcache_mp_lookup_hit_l2_tokens_total")
+    if lm_req is None:
+        lm_req = total(rows, "lmcache:num_requested_tokens_total")
+        lm_hit = total(rows, "lmcache:num_hit_tokens_total")
+    return WindowStats(
+        prefix_cache_hit_rate=ratio(hits, queries),
+        external_prefix_cache_hit_rate=ratio(ext_hits, ext_queries),
+        cached_prompt_tokens=cached,
+        prompt_tokens=total(rows, "vllm:prompt_tokens_total"),
+        requests=total(rows, f"{TTFT}_count"),
+        ttft_p50_s=p50.value if p50 else None,
+        ttft_p99_s=p99.value if p99 else None,
+        ttft_p50=p50,
+        ttft_p99=p99,
+        lmcache_lookup_hit_rate=ratio(lm_hit, lm_req),
+        lmcache_l1_hit_rate=ratio(lm_l1, lm_req),
+        lmcache_l2_hit_rate=ratio(lm_l2, lm_req),
+        prefix_cache_hits=hits,
+        prefix_cache_queries=queries,
+        external_prefix_cache_hits=ext_hits,
+        external_prefix_cache_queries=ext_queries,
+        prompt_tokens_by_source=by_source,
+        cached_tokens_by_tier=by_tier,
+        generation_tokens=total(rows, "vllm:generation_tokens_total"),
+        prefill_seconds_sum=total(rows, "vllm:request_prefill_time_seconds_sum"),
+        prefill_requests=total(rows, "vllm:request_prefill_time_seconds_count"),
+        prefill_computed_tokens=total(rows, "vllm:request_prefill_kv_computed_tokens_sum"),
+        estimated_flops=total(rows, "vllm:estimated_flops_per_gpu_total"),
+        counter_resets=sum(r.resets for r in rows),
+    )

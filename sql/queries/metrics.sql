@@ -1,0 +1,87 @@
+-- name: window_increases
+-- Increase of every counter and histogram series of a deployment over [$t_from, $t_to],
+-- optionally only one model (see the increments() macro for the exact rule).
+SELECT se.name, se.family, se.model_name, se.engine, se.le, se.labels, t.name AS target,
+       sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets
+FROM increments($deployment, $t_from, $t_to, $model) i
+JOIN series se ON se.series_id = i.series_id
+JOIN targets t ON t.target_id = se.target_id
+GROUP BY ALL
+ORDER BY se.name, t.name, se.model_name, se.engine, se.le;
+
+-- name: bucketed_increases
+-- The same increases summed per time bucket of $step_s seconds (a pair is counted in the
+-- bucket of its later sample), per sample name and bucket bound, for charts over time.
+SELECT time_bucket(to_seconds(CAST($step_s AS BIGINT)), i.ts, CAST($t_from AS TIMESTAMP)) AS bucket,
+       se.name, se.le, sum(i.delta) AS increase
+FROM increments($deployment, $t_from, $t_to, $model) i
+JOIN series se ON se.series_id = i.series_id
+WHERE se.name IN (SELECT unnest($names))
+GROUP BY ALL
+ORDER BY bucket, se.name, se.le;
+
+-- name: window_gauges
+-- Gauges of a deployment over the window: last, mean and max per series.
+SELECT se.name, se.model_name, se.engine, se.labels, t.name AS target,
+       arg_max(sa.value, sa.ts) AS last, avg(sa.value) AS mean, max(sa.value) AS max, count(*) AS n
+FROM samples sa
+JOIN series se ON se.series_id = sa.series_id
+JOIN targets t ON t.target_id = se.target_id
+JOIN deployments d ON d.deployment_id = t.deployment_id
+WHERE d.name = $deployment AND sa.ts BETWEEN $t_from AND $t_to AND se.type = 'gauge'
+  AND ($model IS NULL OR se.model_name = $model)
+GROUP BY ALL
+ORDER BY se.name, t.name;
+
+-- name: deployments
+-- Every deployment with its targets and data range.
+SELECT d.name AS deployment, count(DISTINCT t.target_id) AS targets,
+       min(sc.ts) AS first_scrape, max(sc.ts) AS last_scrape,
+       count(sc.scrape_id) AS scrapes, count(sc.scrape_id) FILTER (WHERE NOT sc.ok) AS failed
+FROM deployments d
+LEFT JOIN targets t ON t.deployment_id = d.deployment_id
+LEFT JOIN scrapes sc ON sc.target_id = t.target_id
+GROUP BY d.name
+ORDER BY d.name;
+
+-- name: models
+-- model_name values seen in a deployment.
+SELECT DISTINCT se.model_name
+FROM series se JOIN targets t ON t.target_id = se.target_id
+JOIN deployments d ON d.deployment_id = t.deployment_id
+WHERE d.name = $deployment AND se.model_name IS NOT NULL
+ORDER BY 1;
+
+-- name: targets
+-- Targets of a deployment with their last scrape and error counts.
+SELECT t.name AS target, t.kind, t.url,
+       max(sc.ts) AS last_scrape,
+       count(sc.scrape_id) AS scrapes,
+       count(sc.scrape_id) FILTER (WHERE NOT sc.ok) AS failed,
+       arg_max(sc.error, sc.ts) AS last_error
+FROM targets t
+JOIN deployments d ON d.deployment_id = t.deployment_id
+LEFT JOIN scrapes sc ON sc.target_id = t.target_id
+WHERE d.name = $deployment
+GROUP BY ALL
+ORDER BY t.name;
+
+-- name: scrape_log
+-- Recent scrape attempts of a deployment, newest first.
+SELECT sc.ts, t.name AS target, sc.ok, sc.error, sc.duration_s, sc.source, sc.n_samples
+FROM scrapes sc
+JOIN targets t ON t.target_id = sc.target_id
+JOIN deployments d ON d.deployment_id = t.deployment_id
+WHERE d.name = $deployment
+ORDER BY sc.ts DESC
+LIMIT $limit;
+
+-- name: scrape_count_in_window
+-- Successful and failed scrapes per target inside a window (report provenance).
+SELECT t.name AS target, count(*) FILTER (WHERE sc.ok) AS ok, count(*) FILTER (WHERE NOT sc.ok) AS failed
+FROM scrapes sc
+JOIN targets t ON t.target_id = sc.target_id
+JOIN deployments d ON d.deployment_id = t.deployment_id
+WHERE d.name = $deployment AND sc.ts BETWEEN $t_from AND $t_to
+GROUP BY ALL
+ORDER BY 1;
