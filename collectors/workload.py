@@ -185,7 +185,7 @@ def text(seed: int, key: str, chars: int) -> str:
         return ""
     rng = random.Random(f"kvplan:{seed}:{key}")
     parts: list[str] = []
-    n = 0
+    n = -1  # length of " ".join(parts)
     while n < chars:
         w = rng.choice(VOCABULARY)
         parts.append(w)

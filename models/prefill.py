@@ -1,0 +1,457 @@
+"""GPU time the cache saved: prefill work that did not have to be redone, over one window.
+
+A cached prompt token is a token whose KV the server did not compute. What computing it
+would have cost is estimated independently in up to three ways, and their spread is reported:
+
+A. ``measured_time`` -- GPU-seconds per computed prompt token, from vLLM's own prefill timer
+   (``vllm:request_prefill_time_seconds_sum``) divided by the tokens actually computed
+   (``vllm:request_prefill_kv_computed_tokens_sum``). The timer runs per request, and requests
+   batched together prefill at the same time, so the *sum* of per-request times is not GPU
+   time. Correction (Little's law + Poisson occupancy):
+
+   * mean number of requests in prefill on one engine: ``L = prefill_seconds_sum /
+     (window_seconds * engines)`` (Little's law needs no distributional assumption);
+   * assume the count in prefill at a random instant is Poisson with that mean (requests
+     arrive independently; an M/G/inf occupancy). The engine is busy prefilling whenever at
+     least one request is, i.e. a fraction ``1 - exp(-L)`` of the window;
+   * busy prefill GPU-seconds = ``(1 - exp(-L)) * window_seconds * num_gpus``. It tends to
+     ``prefill_seconds_sum * tp`` when prefills rarely overlap (L << 1) and can never exceed
+     ``window_seconds * num_gpus`` (an engine cannot be more than fully busy).
+
+   Biases: with chunked prefill a step also carries decode tokens, so some decode time is
+   counted as prefill (over-estimate); fixed per-request overhead is spread over tokens
+   (over-estimate); early (cached) positions attend to fewer keys than late (computed) ones,
+   so a cached token is cheaper than an average computed one (over-estimate). GPU time spent
+   loading cached KV (``transfer_gpu_seconds_per_token``) is removed before dividing.
+
+B. ``compute_vllm_flops`` -- FLOPs per token from vLLM's own estimate
+   (``vllm:estimated_flops_per_gpu_total``, per GPU, times the tensor-parallel size, divided
+   by all tokens processed), converted to seconds at ``gpu_peak_flops * assumed_prefill_mfu``.
+   It averages prefill and decode tokens (decode tokens attend to the whole context, so this
+   leans high for long contexts).
+
+C. ``compute_params`` -- FLOPs per cached token = ``2 * model_params`` (one multiply-add per
+   active weight) plus, when ``num_layers`` and ``attention_width`` are given, the attention
+   term ``2 * num_layers * attention_width * c`` (``4 * L * d * i`` FLOPs at position ``i``,
+   averaged over the cached prefix positions ``0..c``, ``c`` = cached tokens per request).
+   Same conversion as B, so B and C share the MFU assumption; only A is independent of it.
+
+Central value = median of the available estimators. Band: ``[min * (1 - u), max * (1 + u)]``
+with the relative uncertainty ``u`` of ``relative_uncertainty`` (sampling noise, short-window
+coverage, single-estimator model error, added in quadrature). Monthly figures scale the window
+linearly to 30.44 days: the window is assumed representative of the month.
+
+A cache hit is not free: loading cached KV costs lookup and transfer time. This module reports
+that time (``hit_cost_gpu_seconds``) next to the gross saving; ``benefit`` subtracts it.
+
+What this module cannot know: whether the window's traffic mix is typical, how much of the
+transfer overlaps with compute (assumed none: conservative), decode interference.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any
+
+from models.pricebook import SECONDS_PER_MONTH
+
+FULL_COVERAGE_SECONDS = 86400.0
+"""A window of at least one day covers the daily traffic cycle: no coverage penalty."""
+COVERAGE_PENALTY_AT_ZERO = 0.5
+"""Relative error added for coverage, shrinking linearly from 50 % (empty window) to 0 (one
+day). Assumed by us: a one-hour window of a diurnal service can easily be off by half."""
+SINGLE_ESTIMATOR_MODEL_ERROR = 0.3
+"""Relative error added when only one estimator is available (no spread to look at)."""
+DEFAULT_PREFILL_MFU = 0.4
+"""Assumed model-FLOPs utilisation of prefill (compute-bound; 30-60 % is typical)."""
+
+
+@dataclass(frozen=True)
+class PrefillMeasurement:
+    """Counter increases over one window of one deployment (all engines summed).
+
+    ``None`` means "not reported by these servers", never zero."""
+
+    window_seconds: float
+    """Length of the window, seconds (> 0)."""
+    requests: float
+    """Requests finished in the window (increase of ``vllm:time_to_first_token_seconds_count``
+    or ``vllm:request_success_total``)."""
+    prompt_tokens: float
+    """Prompt tokens received (``vllm:prompt_tokens_total``), cached or not."""
+    cached_prompt_tokens: float
+    """Prompt tokens served from any cache tier: device, host, disk, remote
+    (``vllm:prompt_tokens_cached_total``)."""
+    num_gpus: int
+    """GPUs serving this traffic: engines x tensor-parallel size."""
+    computed_prompt_tokens: float | None = None
+    """Prompt tokens actually computed (``vllm:request_prefill_kv_computed_tokens_sum``);
+    ``None`` = prompt_tokens - cached_prompt_tokens."""
+    prefill_seconds_sum: float | None = None
+    """Sum of per-request prefill wall times, seconds
+    (``vllm:request_prefill_time_seconds_sum``). Needed by estimator A."""
+    prefill_count: float | None = None
+    """Requests observed by the prefill timer (``..._prefill_time_seconds_count``); used as
+    the sample size of the uncertainty. ``None`` = ``requests``."""
+    estimated_flops: float | None = None
+    """Sum over engine series of the increase of ``vllm:estimated_flops_per_gpu_total`` (each
+    series counts one GPU of its engine). Needed by estimator B."""
+    generation_tokens: float | None = None
+    """Output tokens generated (``vllm:generation_tokens_total``); estimator B divides FLOPs by
+    computed prompt + generated tokens. ``None`` = 0 (B then leans high)."""
+    mean_prompt_tokens: float | None = None
+    """Mean prompt length, tokens; ``None`` = prompt_tokens / requests."""
+    tensor_parallel_size: int = 1
+    """GPUs per engine (tensor parallel). ``num_gpus`` must be a multiple of it."""
+    model_params: float | None = None
+    """Parameters active per token (for a mixture-of-experts model: the active ones, e.g.
+    22e9 for Qwen3-235B-A22B). Needed by estimator C."""
+    num_layers: int | None = None
+    """Transformer layers; with ``attention_width`` adds the attention term to estimator C."""
+    attention_width: int | None = None
+    """Query heads x head dimension (e.g. 32 x 128 = 4096)."""
+    gpu_peak_flops: float | None = None
+    """Dense peak FLOP/s of one GPU at the model's compute dtype (no sparsity). Needed by B, C."""
+    assumed_prefill_mfu: float = DEFAULT_PREFILL_MFU
+    """Share of ``gpu_peak_flops`` prefill achieves (0-1]. Assumed, not measured."""
+    baseline_cached_prompt_tokens: float = 0.0
+    """Cached tokens the set-up being compared against would also have had (e.g. the per-rank
+    private caches before a shared LMCache pool). Only the difference is a saving; 0 = compare
+    with no cache at all."""
+    transferred_cached_tokens: float | None = None
+    """Cached tokens that had to be moved into GPU memory from host, disk or remote
+    (``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}``). ``None`` =
+    every incremental cached token (conservative)."""
+    transfer_gpu_seconds_per_token: float = 0.0
+    """GPU-seconds the GPU waits per transferred cached token (lookup + load). Assumed 0 unless
+    given; e.g. KV bytes per token / host-to-device bandwidth."""
+
+    def __post_init__(self) -> None:
+        _positive("window_seconds", self.window_seconds)
+        for name in ("requests", "prompt_tokens", "cached_prompt_tokens",
+                     "baseline_cached_prompt_tokens", "transfer_gpu_seconds_per_token"):
+            _non_negative(name, getattr(self, name))
+        for name in ("computed_prompt_tokens", "prefill_seconds_sum", "prefill_count",
+                     "estimated_flops", "generation_tokens", "mean_prompt_tokens",
+                     "transferred_cached_tokens"):
+            if getattr(self, name) is not None:
+                _non_negative(name, getattr(self, name))
+        for name in ("model_params", "gpu_peak_flops", "num_layers", "attention_width"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
+        if not isinstance(self.num_gpus, int) or self.num_gpus < 1:
+            raise ValueError(f"PrefillMeasurement.num_gpus: must be a whole number >= 1; "
+                             f"got {self.num_gpus!r}")
+        if not isinstance(self.tensor_parallel_size, int) or self.tensor_parallel_size < 1 \
+                or self.num_gpus % self.tensor_parallel_size:
+            raise ValueError("PrefillMeasurement.tensor_parallel_size: must be >= 1 and divide "
+                             f"num_gpus={self.num_gpus}; got {self.tensor_parallel_size!r}")
+        if not 0 < self.assumed_prefill_mfu <= 1:
+            raise ValueError("PrefillMeasurement.assumed_prefill_mfu: must be in (0, 1]; "
+                             f"got {self.assumed_prefill_mfu!r}")
+        if self.cached_prompt_tokens > self.prompt_tokens:
+            raise ValueError("PrefillMeasurement.cached_prompt_tokens: exceeds prompt_tokens "
+                             f"({self.cached_prompt_tokens} > {self.prompt_tokens})")
+        if self.baseline_cached_prompt_tokens > self.cached_prompt_tokens:
+            raise ValueError("PrefillMeasurement.baseline_cached_prompt_tokens: exceeds "
+                             "cached_prompt_tokens")
+
+    # ---- derived quantities -----------------------------------------------------------
+    @property
+    def engines(self) -> int:
+        """Serving engines (data-parallel replicas)."""
+        return self.num_gpus // self.tensor_parallel_size
+
+    @property
+    def computed_tokens(self) -> float:
+        """Prompt tokens computed (measured if reported, else prompt - cached)."""
+        if self.computed_prompt_tokens is not None:
+            return self.computed_prompt_tokens
+        return self.prompt_tokens - self.cached_prompt_tokens
+
+    @property
+    def saved_tokens(self) -> float:
+        """Cached tokens beyond the baseline's: the prefill the change being priced avoided."""
+        return self.cached_prompt_tokens - self.baseline_cached_prompt_tokens
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Token-weighted hit rate: cached / prompt tokens (``None`` with no prompts)."""
+        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+    @property
+    def baseline_hit_rate(self) -> float | None:
+        return self.baseline_cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens \
+            else None
+
+    @property
+    def mean_prompt(self) -> float | None:
+        if self.mean_prompt_tokens is not None:
+            return self.mean_prompt_tokens
+        return self.prompt_tokens / self.requests if self.requests else None
+
+    @property
+    def samples(self) -> float:
+        """Sample size behind the per-token cost (prefill observations, else requests)."""
+        return self.prefill_count if self.prefill_count is not None else self.requests
+
+    @property
+    def requests_per_second(self) -> float:
+        return self.requests / self.window_seconds
+
+    def hit_cost_gpu_seconds(self) -> float:
+        """GPU-seconds spent loading cached KV in the window (a hit is not free)."""
+        moved = self.transferred_cached_tokens
+        if moved is None:
+            moved = self.saved_tokens
+        return moved * self.transfer_gpu_seconds_per_token
+
+
+def _positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or math.isinf(value):
+        raise ValueError(f"PrefillMeasurement.{name}: must be a finite number > 0; got {value!r}")
+
+
+def _non_negative(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
+            or math.isinf(value):
+        raise ValueError(f"PrefillMeasurement.{name}: must be a finite number >= 0; "
+                         f"got {value!r}")
+
+
+@dataclass(frozen=True)
+class EstimatorResult:
+    """One way of pricing a cached token in GPU time."""
+
+    name: str
+    """``measured_time``, ``compute_vllm_flops`` or ``compute_params``."""
+    available: bool
+    """False when an input it needs is missing; ``note`` says which."""
+    gpu_seconds_per_token: float | None
+    """GPU-seconds one prompt token costs to compute."""
+    saved_gpu_seconds: float | None
+    """saved tokens x gpu_seconds_per_token, over the window."""
+    note: str
+    """How it was computed, or why it is unavailable."""
+
+
+def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
+    """Estimator A: vLLM's prefill timer, corrected for requests prefilling concurrently."""
+    name = "measured_time"
+    if m.prefill_seconds_sum is None:
+        return EstimatorResult(name, False, None, None,
+                               "vllm:request_prefill_time_seconds not reported")
+    if m.computed_tokens <= 0:
+        return EstimatorResult(name, False, None, None,
+                               "no prompt tokens computed in the window: cost per token unknown")
+    occupancy = m.prefill_seconds_sum / (m.window_seconds * m.engines)  # Little's law, L
+    busy_fraction = 1.0 - math.exp(-occupancy)                           # P(N >= 1), Poisson
+    busy_gpu_s = busy_fraction * m.window_seconds * m.num_gpus
+    compute_gpu_s = max(0.0, busy_gpu_s - m.hit_cost_gpu_seconds())
+    per_token = compute_gpu_s / m.computed_tokens
+    no_overlap = min(m.prefill_seconds_sum, m.window_seconds * m.engines) \
+        * m.tensor_parallel_size / m.computed_tokens
+    note = (f"mean requests in prefill per engine L={occupancy:.3g}, busy fraction "
+            f"1-exp(-L)={busy_fraction:.3g}; without the overlap correction it would be "
+            f"{no_overlap:.3g} GPU-s/token (upper bound)")
+    return EstimatorResult(name, True, per_token, per_token * m.saved_tokens, note)
+
+
+def _seconds_per_flop(m: PrefillMeasurement) -> float:
+    return 1.0 / (m.gpu_peak_flops * m.assumed_prefill_mfu)
+
+
+def estimate_compute_vllm_flops(m: PrefillMeasurement) -> EstimatorResult:
+    """Estimator B: vLLM's estimated FLOPs per token at an assumed MFU."""
+    name = "compute_vllm_flops"
+    if m.estimated_flops is None:
+        return EstimatorResult(name, False, None, None,
+                               "vllm:estimated_flops_per_gpu_total not reported")
+    if m.gpu_peak_flops is None:
+        return EstimatorResult(name, False, None, None, "gpu_peak_flops not given")
+    tokens = m.computed_tokens + (m.generation_tokens or 0.0)
+    if tokens <= 0 or m.estimated_flops <= 0:
+        return EstimatorResult(name, False, None, None, "no tokens/FLOPs counted in the window")
+    flops_per_token = m.estimated_flops * m.tensor_parallel_size / tokens
+    per_token = flops_per_token * _seconds_per_flop(m)
+    note = (f"{flops_per_token:.3g} FLOPs/token (vLLM estimate over computed prompt + "
+            f"generated tokens) at {m.assumed_prefill_mfu:.0%} of {m.gpu_peak_flops:.3g} FLOP/s")
+    if m.generation_tokens is None:
+        note += "; generation tokens not reported, counted as 0"
+    return EstimatorResult(name, True, per_token, per_token * m.saved_tokens, note)
+
+
+def estimate_compute_params(m: PrefillMeasurement) -> EstimatorResult:
+    """Estimator C: 2 x active params (+ attention over the cached prefix) at an assumed MFU."""
+    name = "compute_params"
+    if m.model_params is None:
+        return EstimatorResult(name, False, None, None, "model_params not given")
+    if m.gpu_peak_flops is None:
+        return EstimatorResult(name, False, None, None, "gpu_peak_flops not given")
+    flops_per_token = 2.0 * m.model_params
+    note = "2 x params"
+    if m.num_layers and m.attention_width and m.requests:
+        prefix = m.cached_prompt_tokens / m.requests
+        flops_per_token += 2.0 * m.num_layers * m.attention_width * prefix
+        note += f" + attention over a {prefix:.0f}-token cached prefix"
+    per_token = flops_per_token * _seconds_per_flop(m)
+    note = (f"{flops_per_token:.3g} FLOPs/token ({note}) at {m.assumed_prefill_mfu:.0%} of "
+            f"{m.gpu_peak_flops:.3g} FLOP/s")
+    return EstimatorResult(name, True, per_token, per_token * m.saved_tokens, note)
+
+
+def relative_uncertainty(samples: float, window_seconds: float, n_estimators: int) -> float:
+    """Relative half-width of the band around the estimators' range.
+
+    Three independent sources, added in quadrature:
+    * sampling: ``1 / sqrt(samples)`` (Poisson counting noise; 100 % with no samples);
+    * coverage: ``0.5 * (1 - window/1 day)`` for windows shorter than a day (the window may
+      miss the daily cycle; 0 from one day on);
+    * model: 0.3 when only one estimator is available (nothing to cross-check it with).
+    """
+    sampling = 1.0 / math.sqrt(samples) if samples >= 1 else 1.0
+    coverage = COVERAGE_PENALTY_AT_ZERO * max(0.0, 1.0 - window_seconds / FULL_COVERAGE_SECONDS)
+    model = SINGLE_ESTIMATOR_MODEL_ERROR if n_estimators == 1 else 0.0
+    return math.sqrt(sampling ** 2 + coverage ** 2 + model ** 2)
+
+
+@dataclass(frozen=True)
+class PrefillSavings:
+    """Prefill GPU time the cache saved in the window, and per month.
+
+    Values are ``None`` when no estimator could run (see ``estimators[*].note``)."""
+
+    estimators: tuple[EstimatorResult, ...]
+    """Every estimator, available or not."""
+    window_seconds: float
+    """Window the estimate comes from, seconds."""
+    requests: float
+    """Requests in the window."""
+    hit_rate: float | None
+    """cached / prompt tokens in the window."""
+    baseline_hit_rate: float | None
+    """Hit rate the compared-against set-up would have had (0 = no cache)."""
+    gpu_seconds_per_token: float | None
+    """Central GPU-seconds to compute one prompt token (median of estimators)."""
+    saved_gpu_seconds: float | None
+    """Central saved GPU-seconds in the window (median of estimators)."""
+    saved_gpu_seconds_low: float | None
+    """Lowest estimator x (1 - relative_uncertainty), floored at 0."""
+    saved_gpu_seconds_high: float | None
+    """Highest estimator x (1 + relative_uncertainty)."""
+    relative_uncertainty: float
+    """Band widening from sample size, window length and estimator count."""
+    gpu_hours_per_month: float | None
+    """Central saved GPU-hours per 30.44-day month at the window's traffic."""
+    gpu_hours_per_month_low: float | None
+    gpu_hours_per_month_high: float | None
+    hit_cost_gpu_seconds: float
+    """GPU-seconds spent loading cached KV in the window (subtracted in ``benefit``)."""
+    hit_cost_gpu_hours_per_month: float
+    """The same, per month."""
+    notes: tuple[str, ...] = ()
+    """Caveats produced while estimating."""
+
+    @property
+    def available(self) -> bool:
+        return self.saved_gpu_seconds is not None
+
+    @property
+    def prefill_tokens_per_gpu_second(self) -> float | None:
+        """Per-GPU prefill capacity, tokens/s (1 / central GPU-seconds per token)."""
+        if not self.gpu_seconds_per_token:
+            return None
+        return 1.0 / self.gpu_seconds_per_token
+
+
+def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
+    """Run every estimator on one window and combine them (see the module docstring)."""
+    to_month_hours = SECONDS_PER_MONTH / m.window_seconds / 3600.0
+    hit_cost = m.hit_cost_gpu_seconds()
+    notes: list[str] = []
+    if m.requests <= 0 or m.prompt_tokens <= 0:
+        results = tuple(EstimatorResult(n, False, None, None, "no traffic in the window")
+                        for n in ("measured_time", "compute_vllm_flops", "compute_params"))
+    else:
+        results = (estimate_measured_time(m), estimate_compute_vllm_flops(m),
+                   estimate_compute_params(m))
+    ok = [r for r in results if r.available]
+    u = relative_uncertainty(m.samples, m.window_seconds, len(ok))
+    if m.window_seconds < 3600:
+        notes.append(f"window is {m.window_seconds / 60:.0f} min, shorter than an hour: "
+                     "monthly figures are a long extrapolation")
+    if hit_cost == 0 and m.saved_tokens > 0:
+        notes.append("cost of a cache hit (lookup/transfer) not given: assumed 0")
+    if not ok:
+        notes.append("no estimator available: " + "; ".join(f"{r.name}: {r.note}" for r in results))
+        return PrefillSavings(results, m.window_seconds, m.requests, m.hit_rate,
+                              m.baseline_hit_rate, None, None, None, None, u, None, None, None,
+                              hit_cost, hit_cost * to_month_hours, tuple(notes))
+    saved = [r.saved_gpu_seconds for r in ok]
+    central = statistics.median(saved)
+    low = max(0.0, min(saved) * (1.0 - u))
+    high = max(saved) * (1.0 + u)
+    per_token = statistics.median(r.gpu_seconds_per_token for r in ok)
+    return PrefillSavings(
+        estimators=results, window_seconds=m.window_seconds, requests=m.requests,
+        hit_rate=m.hit_rate, baseline_hit_rate=m.baseline_hit_rate,
+        gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
+        saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=u,
+        gpu_hours_per_month=central * to_month_hours,
+        gpu_hours_per_month_low=low * to_month_hours,
+        gpu_hours_per_month_high=high * to_month_hours,
+        hit_cost_gpu_seconds=hit_cost, hit_cost_gpu_hours_per_month=hit_cost * to_month_hours,
+        notes=tuple(notes))
+
+
+def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
+    """The same window as if ``hit_rate`` of prompt tokens had been cached (what-if for the
+    sensitivity analysis). Prefill time and FLOPs are scaled with the computed tokens, i.e.
+    the per-token cost is held fixed; the baseline's hits are kept (clamped to the new rate)."""
+    if not 0.0 <= hit_rate <= 1.0:
+        raise ValueError(f"hit_rate: must be in [0, 1]; got {hit_rate!r}")
+    cached = m.prompt_tokens * hit_rate
+    computed_now = m.computed_tokens
+    computed_new = m.prompt_tokens - cached
+    scale = computed_new / computed_now if computed_now > 0 else 1.0
+    flops = m.estimated_flops
+    if flops is not None:
+        gen = m.generation_tokens or 0.0
+        flops = flops * (computed_new + gen) / (computed_now + gen) if computed_now + gen > 0 \
+            else flops
+    transferred = m.transferred_cached_tokens
+    if transferred is not None and m.cached_prompt_tokens > 0:
+        transferred = transferred * cached / m.cached_prompt_tokens
+    return replace(
+        m, cached_prompt_tokens=cached, computed_prompt_tokens=computed_new,
+        prefill_seconds_sum=None if m.prefill_seconds_sum is None else m.prefill_seconds_sum * scale,
+        estimated_flops=flops, transferred_cached_tokens=transferred,
+        baseline_cached_prompt_tokens=min(m.baseline_cached_prompt_tokens, cached))
+
+
+def measurement_from_stats(stats: Any, *, window_seconds: float, num_gpus: int,
+                           **assumptions: Any) -> PrefillMeasurement:
+    """Build a measurement from a ``models.metrics.WindowStats``-like object (duck-typed:
+    ``requests``, ``prompt_tokens``, ``cached_prompt_tokens``, ``prefill_*``,
+    ``estimated_flops``, ``generation_tokens``, ``prompt_tokens_by_source``). Counters the
+    servers did not report stay ``None``; missing prompt/cached/request counts become 0 (no
+    traffic seen). ``assumptions`` are passed through (model_params, gpu_peak_flops, ...)."""
+    by_source = getattr(stats, "prompt_tokens_by_source", None) or {}
+    transferred = by_source.get("external_kv_transfer")
+    kwargs: dict[str, Any] = dict(
+        window_seconds=window_seconds, num_gpus=num_gpus,
+        requests=getattr(stats, "requests", None) or 0.0,
+        prompt_tokens=getattr(stats, "prompt_tokens", None) or 0.0,
+        cached_prompt_tokens=getattr(stats, "cached_prompt_tokens", None) or 0.0,
+        computed_prompt_tokens=getattr(stats, "prefill_computed_tokens", None),
+        prefill_seconds_sum=getattr(stats, "prefill_seconds_sum", None),
+        prefill_count=getattr(stats, "prefill_requests", None),
+        estimated_flops=getattr(stats, "estimated_flops", None),
+        generation_tokens=getattr(stats, "generation_tokens", None),
+        transferred_cached_tokens=transferred,
+    )
+    kwargs.update(assumptions)
+    return PrefillMeasurement(**kwargs)

@@ -1,0 +1,201 @@
+"""What GPU time, cache memory and operations cost: the price book.
+
+Every price here is an input the user owns. The defaults are placeholders of the right order
+of magnitude (assumed by us, not published anywhere) so that a plan can run before anyone
+has typed their own prices in; the app shows them as editable and the report prints them.
+
+Two ways of paying for a GPU:
+
+* ``cloud``: you rent GPU-hours; one GPU-hour costs ``usd_per_gpu_hour``.
+* ``owned``: you bought the GPU. Its monthly cost is the capital annuity (the capex paid back
+  over ``amortisation_months`` at ``cost_of_capital_annual``, i.e. depreciation plus
+  interest) plus power and hosting. Dividing by the hours in a month gives an effective
+  $/GPU-hour, so both modes price a GPU-hour the same way downstream.
+
+A month is 30.44 days (365.25 / 12, rounded) everywhere in ``models``.
+
+What this module cannot know: discounts, reserved-instance terms, resale value of owned GPUs,
+whether spare host RAM really has another use. Set the numbers accordingly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
+
+DAYS_PER_MONTH = 30.44
+"""Length of the month every monthly figure uses (365.25 / 12 = 30.4375, rounded)."""
+HOURS_PER_MONTH = DAYS_PER_MONTH * 24.0
+"""730.56 hours: one GPU running for a whole month."""
+SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600.0
+"""2,630,016 seconds."""
+
+PRICING_MODES = ("cloud", "owned")
+
+
+class FieldSpec(NamedTuple):
+    """How to show, edit and validate one ``PriceBook`` field (rendered by the app)."""
+
+    name: str
+    unit: str
+    help: str
+    kind: str  # "str", "choice", "float" or "int"
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+
+
+def _f(default: Any, unit: str, help: str, kind: str = "float", minimum: float | None = 0.0,
+       maximum: float | None = None, choices: tuple[str, ...] = ()) -> Any:
+    """A dataclass field carrying its documentation (unit, help, bounds) as metadata."""
+    meta = {"unit": unit, "help": help, "kind": kind, "minimum": minimum, "maximum": maximum,
+            "choices": choices}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """Prices and cost assumptions for one deployment. Per-field docs: ``FIELDS``."""
+
+    gpu_type: str = _f("H100-80GB", "", "GPU model the prices refer to (a label only).",
+                       kind="str", minimum=None)
+    pricing_mode: str = _f("cloud", "", "'cloud' = rented by the hour (usd_per_gpu_hour); "
+                           "'owned' = bought (capex, amortisation, power and hosting).",
+                           kind="choice", minimum=None, choices=PRICING_MODES)
+    usd_per_gpu_hour: float = _f(2.50, "$/GPU-hour", "Cloud price of one GPU for one hour "
+                                 "(used when pricing_mode is 'cloud'). Default: assumed "
+                                 "on-demand H100 order of magnitude.")
+    capex_usd_per_gpu: float = _f(30000.0, "$/GPU", "Purchase price of one GPU including its "
+                                  "share of the server (used when pricing_mode is 'owned').")
+    amortisation_months: int = _f(36, "months", "Months over which the capex is paid back "
+                                  "(owned mode).", kind="int", minimum=1)
+    power_hosting_usd_per_gpu_month: float = _f(300.0, "$/GPU-month", "Power, cooling, rack "
+                                                "space and hosting per GPU per month (owned "
+                                                "mode).")
+    usd_per_gb_month_cpu_memory: float = _f(2.0, "$/GB-month", "Cost of host RAM given to the "
+                                            "KV cache tier. Set 0 if that RAM is idle anyway.")
+    usd_per_gb_month_ssd: float = _f(0.10, "$/GB-month", "Cost of local SSD / disk given to "
+                                     "the KV cache tier.")
+    cache_tier_gb_cpu: float = _f(0.0, "GB", "Host RAM dedicated to the KV cache across the "
+                                  "fleet (e.g. LMCache L1: 8 ranks x 50 GB = 400 GB).")
+    cache_tier_gb_ssd: float = _f(0.0, "GB", "Disk dedicated to the KV cache across the fleet "
+                                  "(e.g. LMCache L2 local disk).")
+    cache_service_node_usd_per_month: float = _f(0.0, "$/node-month", "Running cost of the "
+                                                 "cache service on one node (CPU cores, a "
+                                                 "remote store). 0 for vLLM's built-in "
+                                                 "prefix cache.")
+    ops_hours_per_month: float = _f(4.0, "hours/month", "Engineer time spent operating the "
+                                    "cache layer (upgrades, incidents, monitoring).")
+    usd_per_ops_hour: float = _f(100.0, "$/hour", "Loaded cost of one hour of that engineer "
+                                 "time.")
+    cost_of_capital_annual: float = _f(0.08, "1/year", "Annual cost of capital: the interest "
+                                       "part of an owned GPU's annuity, i.e. what buying later "
+                                       "is worth.", maximum=1.0)
+    gpus_per_node: int = _f(8, "GPUs/node", "GPUs in one server; one cache service runs per "
+                            "node.", kind="int", minimum=1)
+
+    def __post_init__(self) -> None:
+        for spec in FIELDS:
+            _check(spec, getattr(self, spec.name))
+
+    # ---- derived prices -------------------------------------------------------------
+    def capital_usd_per_gpu_month(self) -> float:
+        """Owned mode: monthly annuity that pays back the capex at the cost of capital.
+
+        annuity = capex * i / (1 - (1 + i) ** -n), i = cost_of_capital_annual / 12,
+        n = amortisation_months; with i = 0 it is capex / n (straight-line)."""
+        i = self.cost_of_capital_annual / 12.0
+        n = self.amortisation_months
+        if i == 0:
+            return self.capex_usd_per_gpu / n
+        return self.capex_usd_per_gpu * i / (1.0 - (1.0 + i) ** -n)
+
+    def usd_per_gpu_month(self) -> float:
+        """What one GPU costs for a whole month in the chosen pricing mode."""
+        if self.pricing_mode == "cloud":
+            return self.usd_per_gpu_hour * HOURS_PER_MONTH
+        return self.capital_usd_per_gpu_month() + self.power_hosting_usd_per_gpu_month
+
+    def effective_usd_per_gpu_hour(self) -> float:
+        """$/GPU-hour either way: the cloud price, or the owned monthly cost / 730.56 h."""
+        if self.pricing_mode == "cloud":
+            return self.usd_per_gpu_hour
+        return self.usd_per_gpu_month() / HOURS_PER_MONTH
+
+    def nodes_for(self, num_gpus: int) -> int:
+        """Nodes needed to hold ``num_gpus`` GPUs (one cache service each)."""
+        return math.ceil(num_gpus / self.gpus_per_node) if num_gpus > 0 else 0
+
+    def cache_overhead_usd_per_month(self, num_gpus: int) -> float:
+        """Fixed monthly cost of running the cache layer for a fleet of ``num_gpus``:
+        service per node + cache memory + disk + operations time. The per-hit GPU cost
+        (lookup/transfer) is not here: it depends on traffic and is added in ``benefit``."""
+        return (self.cache_service_node_usd_per_month * self.nodes_for(num_gpus)
+                + self.usd_per_gb_month_cpu_memory * self.cache_tier_gb_cpu
+                + self.usd_per_gb_month_ssd * self.cache_tier_gb_ssd
+                + self.ops_hours_per_month * self.usd_per_ops_hour)
+
+    # ---- persistence ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON-serialisable), one key per field."""
+        return {spec.name: getattr(self, spec.name) for spec in FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PriceBook":
+        """Build from a dict; missing keys take defaults. Raises ``ValueError`` naming the
+        offending field for unknown keys, wrong types or out-of-range values."""
+        known = {spec.name: spec for spec in FIELDS}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"PriceBook: unknown field {unknown[0]!r} "
+                             f"(known: {', '.join(known)})")
+        values = {name: _coerce(known[name], value) for name, value in data.items()}
+        return cls(**values)
+
+
+def _coerce(spec: FieldSpec, value: Any) -> Any:
+    """Accept what a form or a database hands back (an int where a float is expected, a
+    float with no fraction where an int is expected); reject everything else."""
+    if spec.kind in ("str", "choice"):
+        if not isinstance(value, str):
+            raise ValueError(f"PriceBook.{spec.name}: expected text, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"PriceBook.{spec.name}: expected a number ({spec.unit}), got {value!r}")
+    if spec.kind == "int":
+        if float(value) != int(value):
+            raise ValueError(f"PriceBook.{spec.name}: expected a whole number, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def _check(spec: FieldSpec, value: Any) -> None:
+    name = f"PriceBook.{spec.name}"
+    if spec.kind == "choice":
+        if value not in spec.choices:
+            raise ValueError(f"{name}: must be one of {', '.join(spec.choices)}; got {value!r}")
+        return
+    if spec.kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{name}: expected text, got {value!r}")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
+            or math.isinf(value):
+        raise ValueError(f"{name}: expected a finite number ({spec.unit}), got {value!r}")
+    if spec.kind == "int" and int(value) != value:
+        raise ValueError(f"{name}: expected a whole number, got {value!r}")
+    if spec.minimum is not None and value < spec.minimum:
+        raise ValueError(f"{name}: must be >= {spec.minimum:g} {spec.unit}; got {value!r}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise ValueError(f"{name}: must be <= {spec.maximum:g} {spec.unit}; got {value!r}")
+
+
+FIELDS: tuple[FieldSpec, ...] = tuple(
+    FieldSpec(name=f.name, unit=f.metadata["unit"], help=f.metadata["help"],
+              kind=f.metadata["kind"], default=f.default, minimum=f.metadata["minimum"],
+              maximum=f.metadata["maximum"], choices=f.metadata["choices"])
+    for f in fields(PriceBook)
+)
+"""One row per ``PriceBook`` field: name, unit, help, kind, default, bounds, choices."""

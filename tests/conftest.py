@@ -1,0 +1,31 @@
+"""Shared fixtures. Fast layer: `pytest -m "not stack and not browser and not prometheus"`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sql.db import Database
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PAYLOADS = FIXTURES / "payloads"
+
+pytest_plugins = ["tests.stack_fixtures"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch, tmp_path):
+    """No test sees the developer's KVPLAN_* settings or ./kvplan.toml."""
+    for k in list(os.environ):
+        if k.startswith("KVPLAN_") and k not in ("KVPLAN_STACK_VENV", "KVPLAN_STACK_HOME"):
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def db(tmp_path) -> Database:
+    d = Database(tmp_path / "kvplan.duckdb")
+    d.migrate()
+    return d

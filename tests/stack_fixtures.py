@@ -1,0 +1,61 @@
+"""Pytest plugin: the real local vLLM + LMCache + Prometheus stack, once per session.
+
+Enable with ``pytest_plugins = ["tests.stack_fixtures"]`` in tests/conftest.py.
+Tests that use ``local_stack`` should be marked ``@pytest.mark.stack``.
+
+``local_stack`` = 1 LMCache MP server + 2 vLLM servers with the LMCacheMPConnector
+(``vllm-0``, ``vllm-1``) + 1 vLLM server with vLLM's own prefix cache only
+(``vllm-plain-0``) + Prometheus scraping all of them every second. First use
+installs the stack venv and builds the tiny model (cached under ~/.cache/kvplan);
+startup then takes a few minutes on 2 cores.
+
+Environment:
+- ``KVPLAN_STACK_RUN_DIR=DIR``: use (and keep) the stack already running in DIR
+  (``python -m deploy.local.stack up --run-dir DIR --vllm 2 --plain 1``) instead
+  of starting one; handy while iterating on tests.
+- ``KVPLAN_STACK_KEEP_LOGS=DIR``: copy the run's logs there at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from deploy.local import stack as stk
+
+
+def _reuse(run_dir: str) -> stk.Stack:
+    rows = stk.status(run_dir)
+    sick = [r["name"] for r in rows if not r["healthy"]]
+    if sick:
+        pytest.fail(f"KVPLAN_STACK_RUN_DIR={run_dir}: not healthy: {', '.join(sick)}", pytrace=False)
+    return stk.Stack.load(run_dir)
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stk.Stack]:
+    reuse = os.environ.get("KVPLAN_STACK_RUN_DIR")
+    if reuse:
+        yield _reuse(reuse)
+        return
+    run_dir = tmp_path_factory.mktemp("local-stack")
+    try:
+        stk.ensure_installed()
+        stk.ensure_model()
+        stack = stk.up(run_dir, n_vllm=2, n_vllm_plain=1, lmcache=True, prometheus=True,
+                       scrape_interval="1s")
+    except stk.StackError as exc:
+        stk.down(run_dir)
+        # The message carries the last lines of the failing server's log.
+        pytest.fail(f"local stack failed to start:\n{exc}", pytrace=False)
+    try:
+        yield stack
+    finally:
+        stk.down(run_dir)
+        keep = os.environ.get("KVPLAN_STACK_KEEP_LOGS")
+        if keep:
+            shutil.copytree(Path(run_dir) / "logs", Path(keep) / "local-stack-logs", dirs_exist_ok=True)

@@ -1,0 +1,81 @@
+"""The kvplan CLI end to end on files: import, stats --json, and clean errors."""
+
+import json
+
+from typer.testing import CliRunner
+
+from app.cli import app
+from tests.payloads import vllm_text
+
+runner = CliRunner()
+
+
+def write(tmp_path, name, **v):
+    p = tmp_path / name
+    p.write_text(vllm_text({("m", "0"): {"created": 1.0e9, **v}}))
+    return p
+
+
+def test_import_then_stats_json(tmp_path):
+    a = write(tmp_path, "vllm-a.prom", hits=0, queries=0, ttft=[0, 0, 0])
+    b = write(tmp_path, "vllm-b.prom", hits=30, queries=40, ttft=[3, 4, 4])
+    db = str(tmp_path / "k.duckdb")
+    r = runner.invoke(app, ["import-metrics", "--deployment", "prod", "--at", "2026-11-30T10:00:00Z",
+                            str(a), "--target", "vllm", "--db", db])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["import-metrics", "--deployment", "prod", "--at", "2026-11-30T10:05:00Z",
+                            str(b), "--target", "vllm", "--db", db])
+    assert r.exit_code == 0 and "stored" in r.output
+    r = runner.invoke(app, ["stats", "--deployment", "prod", "--from", "2026-11-30T09:59:00Z",
+                            "--to", "2026-11-30T10:06:00", "--json", "--db", db])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    for k in ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "cached_prompt_tokens", "prompt_tokens",
+              "requests", "ttft_p50_s", "ttft_p99_s", "lmcache_lookup_hit_rate"):
+        assert k in d
+    assert d["prefix_cache_hit_rate"] == 0.75 and d["requests"] == 4
+    assert d["external_prefix_cache_hit_rate"] is None and d["lmcache_lookup_hit_rate"] is None
+    # p50: rank 2 of 4, all 3 first in (0, 0.1] -> 0.1 * 2/3
+    assert abs(d["ttft_p50_s"] - 0.1 * 2 / 3) < 1e-12
+
+
+def test_db_from_environment(tmp_path, monkeypatch):
+    a = write(tmp_path, "v.prom", hits=0, queries=0, ttft=[0, 0, 0])
+    monkeypatch.setenv("KVPLAN_DB", str(tmp_path / "env.duckdb"))
+    r = runner.invoke(app, ["import-metrics", "--deployment", "p", "--at", "2026-11-30T10:00:00Z", str(a)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "env.duckdb").exists()
+
+
+def test_bad_file_is_a_clean_error_naming_file_and_line(tmp_path):
+    bad = tmp_path / "bad.prom"
+    bad.write_text("# TYPE vllm:x_total counter\nvllm:x_total{engine=\"0\" 1\n")
+    r = runner.invoke(app, ["import-metrics", "--deployment", "p", "--at", "2026-11-30T10:00:00Z", str(bad),
+                            "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 2
+    assert f"{bad}:2: cannot parse" in r.output and "Traceback" not in r.output
+
+
+def test_missing_file_bad_time_and_unknown_deployment(tmp_path):
+    db = str(tmp_path / "k.duckdb")
+    r = runner.invoke(app, ["import-metrics", "--deployment", "p", "--at", "2026-11-30T10:00:00Z",
+                            str(tmp_path / "nope.prom"), "--db", db])
+    assert r.exit_code == 2 and "nope.prom" in r.output
+    r = runner.invoke(app, ["import-metrics", "--deployment", "p", "--at", "yesterday", "x", "--db", db])
+    assert r.exit_code == 2 and "not an ISO 8601 time" in r.output
+    r = runner.invoke(app, ["stats", "--deployment", "ghost", "--from", "2026-11-30T10:00:00Z",
+                            "--to", "2026-11-30T11:00:00Z", "--db", db])
+    assert r.exit_code == 2 and "no deployment 'ghost'" in r.output
+
+
+def test_scrape_of_a_dead_url_is_recorded_and_reported(tmp_path):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    db = str(tmp_path / "k.duckdb")
+    r = runner.invoke(app, ["scrape", "--deployment", "p", f"http://127.0.0.1:{port}/metrics", "--db", db])
+    assert r.exit_code == 1
+    assert f"http://127.0.0.1:{port}/metrics" in r.output and "ConnectError" in r.output

@@ -1,0 +1,71 @@
+"""Schema and named queries: every query runs against an empty schema (a renamed column
+breaks CI), migrations are recorded and idempotent."""
+
+from datetime import datetime
+
+import pytest
+
+from sql.db import Database, DatabaseError, migrations, queries
+
+PARAMS = {"deployment": "d", "t_from": datetime(2026, 1, 1), "t_to": datetime(2026, 1, 2), "model": None,
+          "step_s": 60, "names": ["x"], "limit": 10, "name": "d", "deployment_id": 1, "target_id": 1,
+          "kind": "vllm", "url": None, "ts": datetime(2026, 1, 1), "ok": True, "error": None,
+          "duration_s": None, "source": "import", "payload_sha256": None, "n_samples": 0, "warnings": None}
+
+
+def test_migrations_are_recorded_once(tmp_path):
+    db = Database(tmp_path / "a.duckdb")
+    assert db.migrate() == [m[1] for m in migrations()]
+    assert db.migrate() == []
+    assert db.schema_version() == migrations()[-1][0]
+
+
+@pytest.mark.parametrize("name", sorted(queries()))
+def test_every_named_query_runs_on_an_empty_schema(db, name):
+    q = queries()[name]
+    assert q.doc, f"{name} has no docstring comment"
+    with db.write() as con:
+        Database.run(con, name, **PARAMS).fetchall()
+
+
+def test_missing_parameter_is_named(db):
+    with db.read() as con, pytest.raises(TypeError, match="needs parameter.*t_from"):
+        Database.run(con, "window_increases", deployment="d")
+
+
+def test_missing_database_is_a_clear_error(tmp_path):
+    with pytest.raises(DatabaseError, match="no such database"):
+        Database(tmp_path / "nope.duckdb").fetch("deployments")
+
+
+def _hold_write_lock(path, seconds):
+    """Another process opening the file read-write and keeping it for ``seconds``."""
+    import subprocess
+    import sys
+
+    code = ("import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('locked', flush=True); "
+            "time.sleep(float(sys.argv[2])); c.close()")
+    p = subprocess.Popen([sys.executable, "-c", code, str(path), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def test_reader_waits_for_a_writer_process_then_reads(db):
+    import time
+
+    p = _hold_write_lock(db.path, 1.0)
+    t0 = time.monotonic()
+    assert db.fetch("deployments") == []
+    assert time.monotonic() - t0 >= 0.5  # it had to wait for the other process
+    p.wait()
+
+
+def test_lock_held_too_long_is_a_clear_error(db):
+    db.lock_timeout_s = 0.3
+    p = _hold_write_lock(db.path, 3.0)
+    try:
+        with pytest.raises(DatabaseError, match="still locked by another process after 0s"):
+            db.fetch("deployments")
+    finally:
+        p.kill()
+        p.wait()
