@@ -172,6 +172,10 @@ def dashboard(
     raise typer.Exit(subprocess.call(cmd, env=env))
 
 
+# Command groups live in their own modules and register themselves on ``app``.
+from app import cli_collect, cli_demo, cli_plan, cli_report  # noqa: E402,F401
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,3 @@
+"""kvplan CLI: report commands (registered on app.cli.app)."""
+
+from app.cli import app  # noqa: F401
