@@ -173,7 +173,7 @@ def dashboard(
 
 
 # Command groups live in their own modules and register themselves on ``app``.
-from app import cli_collect, cli_demo, cli_plan, cli_report  # noqa: E402,F401
+from app import cli_collect, cli_demo, cli_plan, cli_report, cli_workload  # noqa: E402,F401
 
 
 def main() -> None:

@@ -409,8 +409,10 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
 
 def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
     """The same window as if ``hit_rate`` of prompt tokens had been cached (what-if for the
-    sensitivity analysis). Prefill time and FLOPs are scaled with the computed tokens, i.e.
-    the per-token cost is held fixed; the baseline's hits are kept (clamped to the new rate)."""
+    sensitivity analysis). Prefill seconds and FLOPs are scaled with the computed tokens
+    (per-request seconds and FLOPs per computed token held fixed; estimator A's overlap
+    correction is then re-applied to the new load); the baseline's hits are kept, clamped to
+    the new rate."""
     if not 0.0 <= hit_rate <= 1.0:
         raise ValueError(f"hit_rate: must be in [0, 1]; got {hit_rate!r}")
     cached = m.prompt_tokens * hit_rate

@@ -7,10 +7,28 @@ import pytest
 
 from sql.db import Database, DatabaseError, migrations, queries
 
-PARAMS = {"deployment": "d", "t_from": datetime(2026, 1, 1), "t_to": datetime(2026, 1, 2), "model": None,
-          "step_s": 60, "names": ["x"], "limit": 10, "name": "d", "deployment_id": 1, "target_id": 1,
-          "kind": "vllm", "url": None, "ts": datetime(2026, 1, 1), "ok": True, "error": None,
-          "duration_s": None, "source": "import", "payload_sha256": None, "n_samples": 0, "warnings": None}
+SPECIAL = {"model": None, "step_s": 60, "names": ["x"], "limit": 10, "ok": True, "url": None,
+           "error": None, "warnings": None, "duration_s": None, "payload_sha256": None, "n_samples": 0,
+           "stopped_by": None}
+
+
+def sample_param(name: str):
+    """A value of the right type for a query parameter, by naming convention."""
+    import re as _re
+
+    if name in SPECIAL:
+        return SPECIAL[name]
+    if name in ("ts", "day") or name.startswith("t_") or _re.search(r"(_at|_from|_to|_ts|_day)$", name):
+        return datetime(2026, 1, 1)
+    if name.endswith("_id") or name.startswith("n_"):
+        return 1
+    return "x"
+
+
+def params_for(sql: str) -> dict:
+    import re as _re
+
+    return {n: sample_param(n) for n in set(_re.findall(r"\$([a-z_][a-z0-9_]*)", sql))}
 
 
 def test_migrations_are_recorded_once(tmp_path):
@@ -25,7 +43,7 @@ def test_every_named_query_runs_on_an_empty_schema(db, name):
     q = queries()[name]
     assert q.doc, f"{name} has no docstring comment"
     with db.write() as con:
-        Database.run(con, name, **PARAMS).fetchall()
+        Database.run(con, name, **params_for(q.sql)).fetchall()
 
 
 def test_missing_parameter_is_named(db):

@@ -1,0 +1,50 @@
+"""Store workload-driver runs (``collectors.workload``) in DuckDB as labelled runs, so
+runs can be compared side by side (unique sessions against a shared prefix, cache off
+against cache on) and each run's window can be matched with the server metrics."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from collectors.scrape import redact_url
+from collectors.workload import RunResult
+from sql.db import Database
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(tzinfo=None)
+
+
+def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None = None,
+             measured_on: str) -> int:
+    """Insert the run and its requests in one transaction; returns the run id."""
+    w = run.workload
+    with db.write() as con:
+        run_id = Database.run(
+            con, "insert_run", deployment=deployment, label=label or run.scenario, scenario=run.scenario,
+            routing=w.routing, started_at=_utc(run.started_at), ended_at=_utc(run.ended_at), model=run.model,
+            servers=json.dumps([redact_url(s) for s in run.servers]), workload=json.dumps(asdict(w)),
+            stopped_by=run.stopped_by, measured_on=measured_on).fetchone()[0]
+        rs = run.results
+        reqs = pa.table({  # noqa: F841 (read by DuckDB by name)
+            "run_id": pa.array([run_id] * len(rs), pa.int64()),
+            "user_idx": pa.array([r.user for r in rs], pa.int32()),
+            "turn": pa.array([r.turn for r in rs], pa.int32()),
+            "server": [redact_url(r.server) for r in rs],
+            "started_at": pa.array([_utc(r.started_at) for r in rs], pa.timestamp("us")),
+            "ttft_s": pa.array([r.ttft_s for r in rs], pa.float64()),
+            "total_s": pa.array([r.total_s for r in rs], pa.float64()),
+            "prompt_tokens": pa.array([r.prompt_tokens for r in rs], pa.int32()),
+            "output_tokens": pa.array([r.output_tokens for r in rs], pa.int32()),
+            "tokens_per_s": pa.array([r.tokens_per_s for r in rs], pa.float64()),
+            "decode_tokens_per_s": pa.array([r.decode_tokens_per_s for r in rs], pa.float64()),
+            "cached_tokens": pa.array([r.cached_tokens for r in rs], pa.int32()),
+            "ok": pa.array([r.ok for r in rs], pa.bool_()),
+            "error": pa.array([r.error for r in rs], pa.string()),
+        })
+        con.execute("INSERT INTO run_requests SELECT * FROM reqs")
+    return run_id
