@@ -1,24 +1,78 @@
 """kvplan's settings: one object, every field documented.
 
 Precedence, highest first: CLI flags (passed as overrides) > environment variables
-(``KVPLAN_*``, nested with ``__``: ``KVPLAN_PROMETHEUS__URL``) > the TOML file
-(``--config``, ``KVPLAN_CONFIG`` or ``./kvplan.toml``) > defaults.
+(``KVPLAN_*``, nested with ``__``: ``KVPLAN_PROMETHEUS__URL``) > secret files (a
+directory named by ``KVPLAN_SECRETS_DIR``, one file per field:
+``kvplan_prometheus__bearer_token``) > the TOML file (``--config``, ``KVPLAN_CONFIG`` or
+``./kvplan.toml``) > defaults.
 
-Secrets (Prometheus bearer token, basic-auth password) are read from the environment or a
-secrets file and are ``SecretStr``: they never print, and kvplan never writes them to
-DuckDB, logs or reports.
+Secrets (Prometheus bearer token, basic-auth password) are ``SecretStr``: they never print,
+kvplan never writes them to DuckDB, logs or reports, and the TOML file may not hold them
+(a config file gets copied, committed and pasted into tickets).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import (BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
+from pydantic_settings import (BaseSettings, NestedSecretsSettingsSource, PydanticBaseSettingsSource,
+                               SettingsConfigDict, TomlConfigSettingsSource)
 
 DEFAULT_CONFIG = Path("kvplan.toml")
+SECRET_KEYS = ("password", "bearer_token")
+
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# one PromQL label matcher: name op "value"
+_MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+
+
+def duration_s(text: str) -> float:
+    """A PromQL-style duration (``30s``, ``1m``, ``6h``, ``1d``) in seconds."""
+    m = _DURATION.match(text.strip())
+    if not m or int(m.group(1)) == 0:
+        raise ValueError(f"{text!r} is not a positive duration like 30s, 1m, 1h or 1d")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _check_duration(v: str) -> str:
+    duration_s(v)
+    return v
+
+
+def _check_url(v: str | None) -> str | None:
+    if v is None:
+        return v
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{v!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
+    return v
+
+
+def check_selector(v: str) -> str:
+    """Comma-separated PromQL label matchers (optionally in braces); returns them unbraced."""
+    body = v.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    pos = 0
+    while pos < len(body):
+        m = _MATCHER.match(body, pos)
+        if not m:
+            raise ValueError(f"{v!r} is not a list of label matchers like job=\"vllm\",namespace=~\"prod.*\" "
+                             f"(stopped at {body[pos:pos + 30]!r})")
+        pos = m.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise ValueError(f"{v!r}: expected ',' between matchers at {body[pos:pos + 30]!r}")
+            pos += 1
+    return body.strip()
 
 
 class TargetConfig(BaseModel):
@@ -29,16 +83,29 @@ class TargetConfig(BaseModel):
     kind: Literal["vllm", "lmcache_mp", "lmcache_inproc"] | None = Field(
         default=None, description="Force the payload kind; by default detected from the metric names.")
 
+    _url = field_validator("url")(_check_url)
+
 
 class DeploymentConfig(BaseModel):
     """A serving deployment: the vLLM and LMCache servers whose economics are modelled together."""
 
-    name: str = Field(description="Deployment name used in the database, CLI and dashboard.")
+    name: str = Field(min_length=1, description="Deployment name used in the database, CLI and dashboard.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Endpoints scraped directly.")
     prometheus_selector: str = Field(
-        default="", description="PromQL label selector picking this deployment's series in Prometheus, "
-                                "e.g. job=\"vllm\",namespace=\"prod\".")
+        default="", description="PromQL label matchers picking this deployment's series in Prometheus, "
+                                "e.g. job=\"vllm\",namespace=\"prod\". Empty: not ingested from Prometheus.")
     gpus: int | None = Field(default=None, description="GPUs currently serving this deployment (for capacity).")
+
+    _sel = field_validator("prometheus_selector")(check_selector)
+
+    @model_validator(mode="after")
+    def _unique_targets(self):
+        seen: set[str] = set()
+        for t in self.targets:
+            if t.name in seen:
+                raise ValueError(f"target name {t.name!r} appears twice in deployment {self.name!r}")
+            seen.add(t.name)
+        return self
 
 
 class PrometheusConfig(BaseModel):
@@ -46,43 +113,131 @@ class PrometheusConfig(BaseModel):
 
     url: str | None = Field(default=None, description="Base URL, e.g. http://prometheus:9090.")
     step: str = Field(default="1m", description="Resolution of ingested increases (PromQL duration).")
-    timeout_s: float = Field(default=30.0, description="Seconds before one Prometheus query is abandoned.")
+    chunk: str = Field(default="1h", description="Range fetched per query and written per transaction; "
+                                                 "a multiple of step.")
+    lookback: str = Field(default="10m", description="How far before a chunk to look for each series' previous "
+                                                     "sample; two samples further apart than this are a gap, "
+                                                     "not an increase.")
+    gap_after: str = Field(default="5m", description="A target silent for longer than this is recorded as a gap.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Seconds before one Prometheus query is abandoned.")
+    retries: int = Field(default=2, ge=0, description="Retries of a query that failed with a connection error "
+                                                      "or HTTP 429/5xx.")
+    concurrency: int = Field(default=4, ge=1, description="Queries in flight at once.")
     verify_tls: bool = Field(default=True, description="Verify the server's TLS certificate.")
     ca_file: str | None = Field(default=None, description="CA bundle for a private TLS certificate.")
     username: str | None = Field(default=None, description="Basic-auth user (password from the environment).")
-    password: SecretStr | None = Field(default=None, description="Basic-auth password: env KVPLAN_PROMETHEUS__PASSWORD only.")
-    bearer_token: SecretStr | None = Field(default=None, description="Bearer token: env KVPLAN_PROMETHEUS__BEARER_TOKEN only.")
+    password: SecretStr | None = Field(
+        default=None, description="Basic-auth password: env KVPLAN_PROMETHEUS__PASSWORD or a secret file only.")
+    bearer_token: SecretStr | None = Field(
+        default=None, description="Bearer token: env KVPLAN_PROMETHEUS__BEARER_TOKEN or a secret file only.")
+
+    _url = field_validator("url")(_check_url)
+    _durations = field_validator("step", "chunk", "lookback", "gap_after")(_check_duration)
+
+    @field_validator("step")
+    @classmethod
+    def _whole_seconds(cls, v: str) -> str:
+        if duration_s(v) < 1 or duration_s(v) != int(duration_s(v)):
+            raise ValueError(f"{v!r} must be whole seconds")
+        return v
+
+    @field_validator("chunk")
+    @classmethod
+    def _whole_steps(cls, v: str, info: ValidationInfo) -> str:
+        step = info.data.get("step")
+        if step and duration_s(v) % duration_s(step):
+            raise ValueError(f"{v!r} must be a multiple of step {step!r}")
+        return v
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_exists(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"{v!r}: no such file")
+        return v
+
+    @model_validator(mode="after")
+    def _user_with_password(self):
+        if self.password is not None and not self.username:
+            raise ValueError("password is set but username is not")
+        return self
+
+    def step_s(self) -> int:
+        return int(duration_s(self.step))
 
 
 class ScheduleConfig(BaseModel):
     """What the collector daemon runs when."""
 
-    scrape_interval_s: float = Field(default=15.0, description="Seconds between direct scrapes of every target.")
-    nightly_cron: str = Field(default="0 2 * * *", description="Cron expression (local time) of the nightly ingestion.")
+    scrape_interval_s: float = Field(default=15.0, gt=0, description="Seconds between direct scrapes of "
+                                                                      "every target.")
+    nightly_cron: str = Field(default="0 2 * * *", description="Cron expression (local time) of the nightly "
+                                                               "ingestion, rollups and report.")
+    timezone: str | None = Field(default=None, description="Time zone of nightly_cron (IANA name); default: "
+                                                           "the machine's.")
+    misfire_grace_s: float = Field(default=6 * 3600, gt=0, description="A nightly run missed by less than this "
+                                                                       "(daemon busy or down) still runs.")
+    catchup_days: int = Field(default=7, ge=1, description="On start, missed or failed nightly days up to this "
+                                                          "many back are run again.")
+    keep_scrape_runs_days: int = Field(default=14, ge=1, description="Scrape-round rows in collector_runs are "
+                                                                     "kept this many days.")
+
+    @field_validator("nightly_cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(v)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is not a 5-field cron expression (minute hour day month weekday): {e}") from None
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(v)
+        except Exception:
+            raise ValueError(f"{v!r} is not an IANA time zone such as Europe/Madrid or UTC") from None
+        return v
 
 
 class Settings(BaseSettings):
     """Everything kvplan can be configured with."""
 
     model_config = SettingsConfigDict(env_prefix="KVPLAN_", env_nested_delimiter="__",
-                                      secrets_dir=os.environ.get("KVPLAN_SECRETS_DIR") or None,
-                                      extra="forbid")
+                                      secrets_nested_delimiter="__", extra="forbid")
 
     db: Path = Field(default=Path("kvplan.duckdb"), description="DuckDB file kvplan reads and writes.")
-    scrape_timeout_s: float = Field(default=10.0, description="Seconds before a /metrics scrape is abandoned.")
-    lock_timeout_s: float = Field(default=30.0, description="Seconds to wait for the DuckDB file when another "
-                                                            "process holds it.")
+    scrape_timeout_s: float = Field(default=10.0, gt=0, description="Seconds before a /metrics scrape is abandoned.")
+    lock_timeout_s: float = Field(default=30.0, gt=0, description="Seconds to wait for the DuckDB file when another "
+                                                                  "process holds it.")
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Collector daemon schedule.")
+    prices: dict[str, Any] = Field(default_factory=dict, description="The [prices] table, passed through as a dict "
+                                                                     "to the cost models.")
 
-    _toml_file: Path | None = None
+    @model_validator(mode="after")
+    def _unique_deployments(self):
+        seen: set[str] = set()
+        for d in self.deployments:
+            if d.name in seen:
+                raise ValueError(f"deployment name {d.name!r} appears twice")
+            seen.add(d.name)
+        return self
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
                                    file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_PATH[0]) if _CONFIG_PATH[0] else None
-        sources = [init_settings, env_settings, file_secret_settings]
+        secrets = NestedSecretsSettingsSource(file_secret_settings)
+        sources = [init_settings, env_settings, secrets]
         if toml is not None:
             sources.append(toml)
         return tuple(sources)
@@ -98,24 +253,43 @@ class ConfigError(ValueError):
     """Invalid configuration; the message names the file and every bad key."""
 
 
+def _refuse_secrets_in_file(path: Path) -> None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    prom = data.get("prometheus")
+    bad = [f"prometheus.{k}" for k in SECRET_KEYS if isinstance(prom, dict) and k in prom]
+    if bad:
+        raise ConfigError(f"{path}: {', '.join(bad)}: secrets do not belong in the config file; set "
+                          + " / ".join(f"KVPLAN_PROMETHEUS__{k.split('.')[1].upper()}" for k in bad)
+                          + " or put them in files under KVPLAN_SECRETS_DIR")
+
+
+def _loc(err: dict) -> str:
+    # pydantic puts the failing validator's name in loc for model validators; drop it
+    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+
+
 def load_settings(config: Path | None = None, **overrides) -> Settings:
-    """Settings from (in order of precedence) ``overrides``, env, ``config`` TOML."""
+    """Settings from (in order of precedence) ``overrides``, env, secret files, ``config`` TOML."""
     path = config or (Path(os.environ["KVPLAN_CONFIG"]) if os.environ.get("KVPLAN_CONFIG") else None)
     if path is None and DEFAULT_CONFIG.exists():
         path = DEFAULT_CONFIG
     if path is not None and not path.exists():
         raise ConfigError(f"{path}: config file not found (from --config or KVPLAN_CONFIG)")
+    if path is not None:
+        _refuse_secrets_in_file(path)
+    secrets_dir = os.environ.get("KVPLAN_SECRETS_DIR") or None
+    if secrets_dir is not None and not Path(secrets_dir).is_dir():
+        raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
     _CONFIG_PATH[0] = path
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as e:
         where = str(path) if path else "environment"
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+        problems = "; ".join(f"{_loc(err) or '(top level)'}: {err['msg'].removeprefix('Value error, ')}"
+                             for err in e.errors())
         raise ConfigError(f"{where}: invalid configuration: {problems}") from None
-    except Exception as e:  # a TOML syntax error
-        if path is not None and type(e).__name__ == "TOMLDecodeError":
-            raise ConfigError(f"{path}: not valid TOML: {e}") from None
-        raise
     finally:
         _CONFIG_PATH[0] = None

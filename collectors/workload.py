@@ -412,6 +412,25 @@ def run(servers: Sequence[str], model: str, workload: Workload) -> RunResult:
     return asyncio.run(run_async(servers, model, workload))
 
 
+def complete(server: str, model: str, prompt: str, *, output_tokens: int = 16,
+             timeout_s: float = 300.0, user: int = 0, turn: int = 0) -> tuple[RequestResult, str]:
+    """Send one streaming completion (same request shape as the workloads); return it and its text.
+
+    Never raises for a failed request: the error is in the result.
+    """
+    w = Workload(users=1, turns=1, output_tokens=output_tokens, request_timeout_s=timeout_s,
+                 max_seconds=timeout_s)
+    base = normalize_base_url(server)
+
+    async def go() -> tuple[RequestResult, str]:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0),
+                                     trust_env=False) as client:
+            return await _one_request(client, base, model, prompt, w, user, turn,
+                                      time.monotonic() + timeout_s)
+
+    return asyncio.run(go())
+
+
 # ------------------------------------------------------------------------- CLI
 
 

@@ -77,9 +77,13 @@ class WaterfallRow(NamedTuple):
     """One bar of a waterfall chart: signed $/month and its band."""
 
     label: str
+    """Term name."""
     usd: float
+    """Signed $/month (overhead negative)."""
     low: float
+    """Value at the low end of the band."""
     high: float
+    """Value at the high end of the band."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,8 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
         raise ValueError(f"realisation: must be one of {', '.join(REALISATIONS)}; "
                          f"got {realisation!r}")
     if not 0.0 <= headroom_fill_fraction <= 1.0:
-        raise ValueError(f"headroom_fill_fraction: must be in [0, 1]; got {headroom_fill_fraction!r}")
+        raise ValueError("headroom_fill_fraction: must be in [0, 1]; "
+                         f"got {headroom_fill_fraction!r}")
     if realisation == "absorb_growth" and capacity is None:
         raise ValueError("realisation: 'absorb_growth' needs a capacity plan (growth schedule)")
     if num_gpus is None:

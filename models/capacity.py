@@ -87,7 +87,8 @@ class CapacityInputs:
         ]
         for name, ok in checks:
             if not ok:
-                raise ValueError(f"CapacityInputs.{name}: out of range; got {getattr(self, name)!r}")
+                raise ValueError(f"CapacityInputs.{name}: out of range; "
+                                 f"got {getattr(self, name)!r}")
 
     def service_seconds(self, hit_rate: float) -> float:
         """Prefill time of a mean request on one replica at this hit rate, seconds."""
@@ -162,7 +163,7 @@ def max_arrival_rate(servers: int, service_seconds: float, slo_seconds: float, q
     if service_seconds <= 0:
         return math.inf
     lo, hi = 0.0, servers / service_seconds
-    for _ in range(200):
+    for _ in range(80):  # 2**-80: far below any meaningful precision
         mid = (lo + hi) / 2.0
         if ttft_quantile(servers, mid, service_seconds, q) <= slo_seconds:
             lo = mid
@@ -189,9 +190,13 @@ class MonthRow:
     """GPUs needed at the load of one month (``None`` = SLO unreachable on this GPU)."""
 
     month: int
+    """Months from now (0 = today)."""
     requests_per_second: float
+    """Load that month."""
     gpus_needed_without_reuse: int | None
+    """GPUs meeting the SLO at the baseline hit rate."""
     gpus_needed_with_reuse: int | None
+    """GPUs meeting the SLO with reuse."""
 
 
 @dataclass(frozen=True)
@@ -267,7 +272,7 @@ def plan_capacity(inputs: CapacityInputs, pricebook: PriceBook) -> CapacityResul
     h_with, h_without = inputs.hit_rate, inputs.baseline_hit_rate
     s_with, s_without = inputs.service_seconds(h_with), inputs.service_seconds(h_without)
     replicas_now = inputs.current_gpus // inputs.gpus_per_replica
-    lam, q, slo = inputs.requests_per_second, inputs.slo_quantile, inputs.ttft_p99_slo_seconds
+    lam, q = inputs.requests_per_second, inputs.slo_quantile
 
     def ttft_now(s: float) -> float | None:
         if replicas_now < 1:
@@ -338,7 +343,7 @@ def hit_rate_that_lasts(inputs: CapacityInputs) -> float | None:
     if lasts(0.0):
         return 0.0
     lo, hi = 0.0, 1.0
-    for _ in range(60):
+    for _ in range(40):  # 1e-12
         mid = (lo + hi) / 2.0
         lo, hi = (lo, mid) if lasts(mid) else (mid, hi)
     return hi

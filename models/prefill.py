@@ -347,7 +347,9 @@ class PrefillSavings:
     gpu_hours_per_month: float | None
     """Central saved GPU-hours per 30.44-day month at the window's traffic."""
     gpu_hours_per_month_low: float | None
+    """Low end of the band, GPU-hours/month."""
     gpu_hours_per_month_high: float | None
+    """High end of the band, GPU-hours/month."""
     hit_cost_gpu_seconds: float
     """GPU-seconds spent loading cached KV in the window (subtracted in ``benefit``)."""
     hit_cost_gpu_hours_per_month: float
@@ -383,7 +385,8 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
     if m.window_seconds < 3600:
         notes.append(f"window is {m.window_seconds / 60:.0f} min, shorter than an hour: "
                      "monthly figures are a long extrapolation")
-    if hit_cost == 0 and m.saved_tokens > 0:
+    if m.transfer_gpu_seconds_per_token == 0 and m.saved_tokens > 0 \
+            and m.transferred_cached_tokens != 0:
         notes.append("cost of a cache hit (lookup/transfer) not given: assumed 0")
     if not ok:
         notes.append("no estimator available: " + "; ".join(f"{r.name}: {r.note}" for r in results))
@@ -429,7 +432,8 @@ def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
         transferred = transferred * cached / m.cached_prompt_tokens
     return replace(
         m, cached_prompt_tokens=cached, computed_prompt_tokens=computed_new,
-        prefill_seconds_sum=None if m.prefill_seconds_sum is None else m.prefill_seconds_sum * scale,
+        prefill_seconds_sum=(None if m.prefill_seconds_sum is None
+                             else m.prefill_seconds_sum * scale),
         estimated_flops=flops, transferred_cached_tokens=transferred,
         baseline_cached_prompt_tokens=min(m.baseline_cached_prompt_tokens, cached))
 

@@ -38,13 +38,21 @@ class FieldSpec(NamedTuple):
     """How to show, edit and validate one ``PriceBook`` field (rendered by the app)."""
 
     name: str
+    """Field name in PriceBook."""
     unit: str
+    """Unit shown next to the value."""
     help: str
-    kind: str  # "str", "choice", "float" or "int"
+    """One-sentence explanation."""
+    kind: str
+    """'str', 'choice', 'float' or 'int'."""
     default: Any
+    """Default value."""
     minimum: float | None = None
+    """Smallest allowed value (None: no bound)."""
     maximum: float | None = None
+    """Largest allowed value (None: no bound)."""
     choices: tuple[str, ...] = ()
+    """Allowed values of a 'choice' field."""
 
 
 def _f(default: Any, unit: str, help: str, kind: str = "float", minimum: float | None = 0.0,

@@ -235,3 +235,9 @@ def test_run_result_is_json_serialisable():
     res, _ = _run_fake(["http://a:1"], w)
     d = json.loads(res.to_json())
     assert d["workload"]["scenario"] == "shared_prefix" and len(d["results"]) == 1
+
+
+def test_complete_records_connection_error():
+    res, text = wl.complete("http://127.0.0.1:9/v1", "m", "hello", output_tokens=1, timeout_s=10)
+    assert not res.ok and res.error and text == ""
+    assert res.server == "http://127.0.0.1:9"

@@ -1,0 +1,502 @@
+"""Ingest a deployment's series from Prometheus (or Thanos/Mimir) as exact step increases.
+
+What is fetched: RAW samples, with range-vector instant queries
+``{__name__=~"<family names>", <selector>}[<chunk + lookback>]`` evaluated at the chunk
+end, one query per family. (A ``query_range`` would resample: it repeats or drops raw
+samples, and ``increase()``/``histogram_quantile()`` extrapolate or precompute; neither can
+be summed back into an exact window later.)
+
+What is stored, per chunk (t0, t1] of whole steps, in ONE transaction that first deletes
+what an earlier ingestion of the same range wrote (re-running a range never duplicates):
+
+* counters and histogram parts: per series and step, the sum of the increases between
+  consecutive raw samples (p, c) whose later sample c lies in the step (``prom_increments``),
+  with the rule of the ``increments()`` macro: a drop is a reset (the increase is the new
+  value); a series' ``_created`` time after p is a zero point (the process restarted);
+  samples further apart than ``lookback`` are a gap, not an increase. The sample before t0
+  (within ``lookback``) is fetched too, so the first pair of a chunk is not lost;
+* gauges: the last raw value inside each step, at the step end (``samples``);
+* gaps: Prometheus failing (the whole chunk) or a target with no sample for longer than
+  ``gap_after`` (``gaps``); never zeros;
+* a ledger row (``prom_chunks``).
+
+Targets: Prometheus ``job``/``instance`` -> a ``targets`` row named ``job/instance``;
+``model_name``, ``engine`` and ``le`` as in the scrape path, other labels in ``labels``.
+Credentials go to the HTTP session only: never to DuckDB, logs or error messages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from urllib3.util.retry import Retry
+
+from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
+from collectors.parse import detect_kind
+from collectors.scrape import redact_url
+from collectors.store import _ensure_target, series_id, utc_naive
+from sql.db import Database
+
+log = logging.getLogger("kvplan.prometheus")
+
+# What kvplan reads (models.metrics.window_stats, the prefill model, the Overview).
+COUNTERS = (
+    "vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:external_prefix_cache_hits",
+    "vllm:external_prefix_cache_queries", "vllm:prompt_tokens", "vllm:generation_tokens",
+    "vllm:prompt_tokens_cached", "vllm:prompt_tokens_by_source", "vllm:prompt_tokens_cached_by_source",
+    "vllm:request_success", "vllm:num_preemptions", "vllm:estimated_flops_per_gpu",
+    "lmcache_mp_lookup_requested_tokens", "lmcache_mp_lookup_hit_tokens", "lmcache_mp_lookup_hit_l1_tokens",
+    "lmcache_mp_lookup_hit_l2_tokens", "lmcache:num_requested_tokens", "lmcache:num_hit_tokens",
+)
+HISTOGRAMS = (
+    "vllm:time_to_first_token_seconds", "vllm:request_prefill_time_seconds",
+    "vllm:request_prefill_kv_computed_tokens", "vllm:request_queue_time_seconds",
+    "vllm:e2e_request_latency_seconds", "vllm:request_decode_time_seconds",
+)
+GAUGES = ("vllm:kv_cache_usage_perc", "lmcache_mp_l1_usage_ratio", "vllm:num_requests_running",
+          "vllm:num_requests_waiting")
+FAMILIES: dict[str, str] = {**{f: "counter" for f in COUNTERS}, **{f: "histogram" for f in HISTOGRAMS},
+                            **{f: "gauge" for f in GAUGES}}
+_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
+             "gauge": ("",)}
+_OWN_LABELS = ("__name__", "instance", "job", "model_name", "engine", "le")
+
+
+class PromError(RuntimeError):
+    """A Prometheus query that failed; the message names the URL and the query."""
+
+
+def family_query(family: str, selector: str, range_s: int) -> str:
+    names = "|".join(family + s for s in _SUFFIXES[FAMILIES[family]])
+    sel = f",{selector}" if selector else ""
+    return f'{{__name__=~"{names}"{sel}}}[{range_s}s]'
+
+
+def split_name(name: str) -> tuple[str, str, bool]:
+    """(family, type, is_created) of a sample name kvplan asked for."""
+    for fam, typ in FAMILIES.items():
+        for suffix in _SUFFIXES[typ]:
+            if name == fam + suffix:
+                return fam, typ, suffix == "_created"
+    raise KeyError(name)
+
+
+class PromClient:
+    """Range-vector instant queries with the configured auth and TLS. ``str()`` and every
+    error show the URL without credentials."""
+
+    def __init__(self, cfg: PrometheusConfig):
+        if not cfg.url:
+            raise PromError("no Prometheus URL configured (prometheus.url / KVPLAN_PROMETHEUS__URL)")
+        self.url = cfg.url.rstrip("/")
+        self.safe_url = redact_url(self.url)
+        self.timeout_s = cfg.timeout_s
+        session = requests.Session()
+        session.verify = cfg.ca_file if cfg.ca_file else cfg.verify_tls
+        headers = {}
+        if cfg.bearer_token is not None:
+            headers["Authorization"] = f"Bearer {cfg.bearer_token.get_secret_value()}"
+        auth = (cfg.username, cfg.password.get_secret_value() if cfg.password else "") if cfg.username else None
+        retry = Retry(total=cfg.retries, backoff_factor=0.5, status_forcelist=(429, 500, 502, 503, 504),
+                      allowed_methods=("GET", "POST"), raise_on_status=False)
+        self._api = PrometheusConnect(self.url, headers=headers, auth=auth, retry=retry, session=session,
+                                      timeout=cfg.timeout_s, method="POST")
+
+    def __repr__(self) -> str:
+        return f"PromClient({self.safe_url})"
+
+    def range_vector(self, query: str, at: float) -> list[dict]:
+        """The raw samples of a range-vector query evaluated at unix time ``at``."""
+        where = f"{self.safe_url}/api/v1/query {query!r} at {_iso(at)}"
+        try:
+            result = self._api.custom_query(query, params={"time": f"{at:.3f}"})
+        except requests.Timeout:
+            raise PromError(f"{where}: no answer within {self.timeout_s:g}s (timeout)") from None
+        except requests.RequestException as e:
+            raise PromError(f"{where}: {type(e).__name__}: {_short(e)}") from None
+        except PrometheusApiClientException as e:
+            raise PromError(f"{where}: {_short(e)}") from None
+        except (ValueError, KeyError, TypeError) as e:  # not JSON, or JSON without data.result
+            raise PromError(f"{where}: malformed response ({type(e).__name__}: {_short(e)})") from None
+        if not isinstance(result, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("metric"), dict) and isinstance(r.get("values"), list)
+                for r in result):
+            raise PromError(f"{where}: malformed response (expected a matrix of series with 'values')")
+        return result
+
+
+def _short(e: Exception, n: int = 300) -> str:
+    s = str(e)
+    return s if len(s) <= n else s[:n] + "..."
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+# -- the exact arithmetic (pure, on numpy arrays; times in integer milliseconds) ----------
+@dataclass
+class Raw:
+    """The raw samples of one series, sorted by time."""
+
+    name: str
+    labels: dict[str, str]
+    t: np.ndarray  # int64 ms
+    v: np.ndarray  # float64
+
+    @classmethod
+    def from_result(cls, r: dict) -> Raw:
+        vals = r["values"]
+        t = np.array([round(float(x[0]) * 1000) for x in vals], dtype=np.int64)
+        v = np.array([float(x[1]) for x in vals], dtype=np.float64)
+        order = np.argsort(t, kind="stable")
+        labels = {k: str(x) for k, x in r["metric"].items()}
+        return cls(labels.get("__name__", ""), labels, t[order], v[order])
+
+
+def step_increments(t, v, created, c0: int, c1: int, step: int, max_span: int):
+    """Per-step (step end, increase, pairs, resets) of one counter series over the pairs
+    whose later sample lies in (c0, c1]. ``created``: the series' _created time (ms) as of
+    each sample, NaN when unknown."""
+    cur = np.nonzero((t > c0) & (t <= c1) & np.isfinite(v))[0]
+    if cur.size == 0:
+        return _empty()
+    prev = cur - 1
+    has_p = prev >= 0
+    tp = np.where(has_p, t[np.maximum(prev, 0)], np.iinfo(np.int64).min).astype(np.float64)
+    vp = np.where(has_p, v[np.maximum(prev, 0)], np.nan)
+    tc, vc, cr = t[cur].astype(np.float64), v[cur], created[cur]
+    restart = np.isfinite(cr) & (cr > tp) & (cr <= tc)          # the process (re)started after p
+    start = np.where(restart, cr, tp)
+    keep = (has_p | restart) & (tc - start <= max_span)
+    with np.errstate(invalid="ignore"):
+        drop = has_p & (vc < vp)
+        delta = np.where(restart | drop, vc, vc - vp)
+        resets = np.where(restart, has_p & (vp > 0), drop)
+    ends = (t[cur] + step - 1) // step * step
+    return _per_step(ends[keep], delta[keep], resets[keep].astype(np.int64))
+
+
+def _per_step(ends, delta, resets):
+    if ends.size == 0:
+        return _empty()
+    uniq, inv = np.unique(ends, return_inverse=True)
+    return (uniq, np.bincount(inv, weights=delta), np.bincount(inv).astype(np.int64),
+            np.bincount(inv, weights=resets).astype(np.int64))
+
+
+def _empty():
+    e = np.array([], dtype=np.int64)
+    return e, np.array([], dtype=np.float64), e, e
+
+
+def step_gauges(t, v, c0: int, c1: int, step: int):
+    """(step end, last value inside the step) of one gauge series over (c0, c1]."""
+    cur = np.nonzero((t > c0) & (t <= c1) & np.isfinite(v))[0]
+    if cur.size == 0:
+        return np.array([], dtype=np.int64), np.array([], dtype=np.float64)
+    ends = (t[cur] + step - 1) // step * step
+    last = np.r_[ends[1:] != ends[:-1], True]
+    return ends[last], v[cur][last]
+
+
+def silent_stretches(times: np.ndarray, c0: int, c1: int, gap_after: int, known: bool) -> list[tuple[int, int]]:
+    """Stretches longer than ``gap_after`` without a sample of one target that END inside
+    (c0, c1] (a stretch belongs to the chunk holding its end, so it is recorded once and
+    whole: its start may lie up to ``lookback`` before c0). ``times``: the target's sample
+    times, sorted or not; ``known``: seen before this chunk, so silence from c0 counts."""
+    pts = np.unique(times)
+    if pts.size == 0:
+        return [(c0, c1)] if known else []
+    out = []
+    if pts[0] > c0 and known and pts[0] - c0 > gap_after:
+        out.append((c0, int(pts[0])))
+    for i in np.nonzero(np.diff(pts) > gap_after)[0]:
+        if pts[i + 1] > c0:
+            out.append((int(pts[i]), int(pts[i + 1])))
+    if c1 - pts[-1] > gap_after:
+        out.append((int(pts[-1]), c1))
+    return out
+
+
+# -- one chunk ---------------------------------------------------------------------------
+@dataclass
+class Chunk:
+    """What one chunk (t0, t1] produced, before it is written."""
+
+    t0: int
+    t1: int
+    series: list[Raw] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def n_raw(self) -> int:
+        return sum(int(((s.t > self.t0) & (s.t <= self.t1)).sum()) for s in self.series)
+
+
+def fetch_chunk(client: PromClient, selector: str, t0: int, t1: int, lookback: int,
+                pool: ThreadPoolExecutor) -> Chunk:
+    """Every family's raw samples in [t0 - lookback, t1] (ms). A failed query fails the chunk."""
+    range_s = math.ceil((t1 - t0 + lookback) / 1000)
+    queries = [family_query(f, selector, range_s) for f in FAMILIES]
+    chunk = Chunk(t0, t1)
+    try:
+        for result in pool.map(lambda q: client.range_vector(q, t1 / 1000), queries):
+            chunk.series.extend(Raw.from_result(r) for r in result)
+    except PromError as e:
+        chunk.series, chunk.error = [], str(e)
+    return chunk
+
+
+def target_name(labels: dict[str, str]) -> str:
+    return "/".join(x for x in (labels.get("job"), labels.get("instance")) if x) or "(no job/instance)"
+
+
+def _rest(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in _OWN_LABELS))
+
+
+def _le(labels: dict[str, str]) -> float | None:
+    return float(labels["le"]) if "le" in labels else None
+
+
+def _created_index(series: list[Raw]) -> dict[tuple, Raw]:
+    out = {}
+    for s in series:
+        fam, _, is_created = split_name(s.name)
+        if is_created:
+            out[(target_name(s.labels), fam, tuple(sorted((k, v) for k, v in s.labels.items()
+                                                          if k not in ("__name__", "le"))))] = s
+    return out
+
+
+def _created_at(c: Raw | None, t: np.ndarray) -> np.ndarray:
+    """The _created value (ms) in force at each time of ``t`` (the latest at or before it)."""
+    if c is None or c.t.size == 0:
+        return np.full(t.shape, np.nan)
+    i = np.searchsorted(c.t, t, side="right") - 1
+    return np.where(i >= 0, c.v[np.maximum(i, 0)] * 1000.0, np.nan)
+
+
+@dataclass
+class Rows:
+    """Column lists of one chunk, ready for Arrow."""
+
+    series: dict[str, list] = field(default_factory=lambda: {k: [] for k in (
+        "series_id", "target_id", "name", "family", "type", "model_name", "engine", "le", "labels")})
+    inc: dict[str, list] = field(default_factory=lambda: {k: [] for k in (
+        "series_id", "ts", "delta", "pairs", "resets")})
+    gauge: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("series_id", "ts", "value")})
+
+
+def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: int) -> Rows:
+    rows = Rows()
+    created = _created_index(chunk.series)
+    for s in chunk.series:
+        fam, typ, is_created = split_name(s.name)
+        if is_created:
+            continue
+        tname = target_name(s.labels)
+        rest = _rest(s.labels)
+        sid = series_id(target_ids[tname], s.name, s.labels.get("model_name"), s.labels.get("engine"),
+                        _le(s.labels), rest)
+        if typ == "gauge":
+            ends, vals = step_gauges(s.t, s.v, chunk.t0, chunk.t1, step)
+            if ends.size == 0:
+                continue
+            rows.gauge["series_id"].append(np.full(ends.size, sid, dtype=np.int64))
+            rows.gauge["ts"].append(ends)
+            rows.gauge["value"].append(vals)
+        else:
+            key = (tname, fam, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("__name__", "le"))))
+            cr = _created_at(created.get(key), s.t)
+            ends, delta, pairs, resets = step_increments(s.t, s.v, cr, chunk.t0, chunk.t1, step, lookback)
+            if ends.size == 0:
+                continue
+            for k, arr in (("series_id", np.full(ends.size, sid, dtype=np.int64)), ("ts", ends),
+                           ("delta", delta), ("pairs", pairs), ("resets", resets)):
+                rows.inc[k].append(arr)
+        se = rows.series
+        for k, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", s.name), ("family", fam),
+                       ("type", typ), ("model_name", s.labels.get("model_name")),
+                       ("engine", s.labels.get("engine")), ("le", _le(s.labels)),
+                       ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
+            se[k].append(val)
+    return rows
+
+
+def _cat(parts: list, dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.array([], dtype=dtype)
+
+
+def _ts(ms: np.ndarray) -> pa.Array:
+    return pa.array(ms.astype("datetime64[ms]").astype("datetime64[us]"), pa.timestamp("us"))
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
+
+
+def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps: list[tuple],
+                step_s: int, selector: str) -> tuple[int, int]:
+    """Replace whatever (t0, t1] held for this deployment with this chunk, in one
+    transaction. A failed chunk keeps an earlier successful ingestion of the range."""
+    t0, t1 = _utc(chunk.t0), _utc(chunk.t1)
+    span = dict(deployment_id=dep_id, t_from=t0, t_to=t1)
+    with db.write() as con:
+        if chunk.error is not None:
+            if Database.run(con, "chunk_ingested_ok", **span).fetchone()[0]:
+                return 0, 0
+            Database.run(con, "delete_gaps", **span)
+            Database.run(con, "delete_prom_chunks", **span)
+            Database.run(con, "insert_gap", **span, target=None, reason=chunk.error)
+            Database.run(con, "insert_prom_chunk", **span, step_s=step_s, selector=selector, ok=False,
+                         error=chunk.error, n_series=0, n_raw=0, n_increments=0, n_gauges=0)
+            return 0, 0
+        for name in ("delete_prom_increments", "delete_prom_gauges", "delete_gaps", "delete_prom_chunks"):
+            Database.run(con, name, **span)
+        series_tbl = pa.table({**rows.series, "series_id": pa.array(rows.series["series_id"], pa.int64()),
+                               "target_id": pa.array(rows.series["target_id"], pa.int32()),
+                               "model_name": pa.array(rows.series["model_name"], pa.string()),
+                               "engine": pa.array(rows.series["engine"], pa.string()),
+                               "le": pa.array(rows.series["le"], pa.float64())})
+        inc_ts = _cat(rows.inc["ts"], np.int64)
+        inc_tbl = pa.table({"series_id": _cat(rows.inc["series_id"], np.int64), "ts": _ts(inc_ts),
+                            "step_s": pa.array(np.full(inc_ts.size, step_s, dtype=np.int32)),
+                            "delta": _cat(rows.inc["delta"], np.float64),
+                            "pairs": _cat(rows.inc["pairs"], np.int64).astype(np.int32),
+                            "resets": _cat(rows.inc["resets"], np.int64).astype(np.int32)})
+        g_ts = _cat(rows.gauge["ts"], np.int64)
+        gauge_tbl = pa.table({"series_id": _cat(rows.gauge["series_id"], np.int64), "ts": _ts(g_ts),
+                              "value": _cat(rows.gauge["value"], np.float64),
+                              "created": pa.array([None] * g_ts.size, pa.float64())})
+        con.register("kv_series", series_tbl)
+        con.register("kv_inc", inc_tbl)
+        con.register("kv_gauge", gauge_tbl)
+        con.execute("INSERT INTO series SELECT * FROM kv_series "
+                    "WHERE series_id NOT IN (SELECT series_id FROM series)")
+        con.execute("INSERT INTO prom_increments SELECT * FROM kv_inc")
+        con.execute("INSERT INTO samples SELECT * FROM kv_gauge")
+        for target, a, b, reason in gaps:
+            Database.run(con, "insert_gap", deployment_id=dep_id, target=target, t_from=_utc(a), t_to=_utc(b),
+                         reason=reason)
+        Database.run(con, "insert_prom_chunk", **span, step_s=step_s, selector=selector, ok=True, error=None,
+                     n_series=len(rows.series["series_id"]), n_raw=chunk.n_raw, n_increments=inc_ts.size,
+                     n_gauges=g_ts.size)
+    return inc_ts.size, g_ts.size
+
+
+# -- a range -----------------------------------------------------------------------------
+@dataclass
+class IngestResult:
+    deployment: str
+    t_from: datetime
+    t_to: datetime
+    chunks: int = 0
+    failed: int = 0
+    raw_samples: int = 0
+    increments: int = 0
+    gauges: int = 0
+    gaps: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return self.increments + self.gauges
+
+
+def chunk_bounds(t_from: datetime, t_to: datetime, step_s: int, chunk_s: int) -> Iterator[tuple[int, int]]:
+    """Step-aligned chunks (ms) covering (t_from, t_to]: t_from rounded down, t_to up."""
+    step, size = step_s * 1000, chunk_s * 1000
+    a = int(t_from.timestamp() * 1000) // step * step
+    b = -(-int(t_to.timestamp() * 1000) // step) * step
+    while a < b:
+        yield a, min(b, (a // size + 1) * size)
+        a = min(b, (a // size + 1) * size)
+
+
+def _ensure_targets(db: Database, deployment: str, series: list[Raw]) -> tuple[int, dict[str, int]]:
+    by_target: dict[str, tuple[dict, dict]] = {}
+    for s in series:
+        fams = by_target.setdefault(target_name(s.labels), ({}, s.labels))[0]
+        fams[split_name(s.name)[0]] = ""
+    ids = {}
+    with db.write() as con:
+        for name, (fams, labels) in by_target.items():
+            ids[name] = _ensure_target(con, deployment, name, detect_kind(fams) or "unknown", None)
+            Database.run(con, "insert_prom_target", target_id=ids[name], job=labels.get("job"),
+                         instance=labels.get("instance") or "")
+        row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
+        dep_id = row[0] if row else Database.run(con, "insert_deployment", name=deployment).fetchone()[0]
+    return dep_id, ids
+
+
+def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConfig, t_from: datetime,
+                 t_to: datetime, *, step: str | None = None, chunk: str | None = None,
+                 client: PromClient | None = None,
+                 on_chunk: Callable[[int, int, IngestResult], None] | None = None) -> IngestResult:
+    """Ingest (t_from, t_to] of one deployment, chunk by chunk. Safe to re-run."""
+    step_s = int(duration_s(step or cfg.step))
+    chunk_s = int(duration_s(chunk or cfg.chunk))
+    if chunk_s % step_s:
+        raise ValueError(f"chunk {chunk or cfg.chunk} is not a multiple of step {step or cfg.step}")
+    lookback, gap_after = int(duration_s(cfg.lookback) * 1000), int(duration_s(cfg.gap_after) * 1000)
+    client = client or PromClient(cfg)
+    res = IngestResult(deployment.name, t_from, t_to)
+    bounds = list(chunk_bounds(t_from, t_to, step_s, chunk_s))
+    seen: set[str] = set()
+    with ThreadPoolExecutor(cfg.concurrency) as pool:
+        for i, (t0, t1) in enumerate(bounds):
+            ch = fetch_chunk(client, deployment.prometheus_selector, t0, t1, lookback, pool)
+            dep_id, ids = _ensure_targets(db, deployment.name, ch.series)
+            gaps: list[tuple] = []
+            if ch.error is None:
+                times: dict[str, list] = {}
+                for s in ch.series:
+                    times.setdefault(target_name(s.labels), []).append(s.t)
+                for tname in sorted(seen | times.keys()):
+                    ts = np.concatenate(times.get(tname, [np.array([], np.int64)]))
+                    for a, b in silent_stretches(ts, t0, t1, gap_after, tname in seen):
+                        gaps.append((tname, a, b, "no samples in Prometheus (target down or not scraped)"))
+                if not ch.series:
+                    gaps.append((None, t0, t1, f"no series matched {{{deployment.prometheus_selector}}} "
+                                               f"at {client.safe_url}"))
+                seen |= times.keys()
+                rows = build_rows(ch, ids, step_s * 1000, lookback)
+            else:
+                rows = None
+                res.failed += 1
+                res.errors.append(ch.error)
+                log.error("deployment %s: chunk %s..%s failed: %s", deployment.name, _iso(t0 / 1000),
+                          _iso(t1 / 1000), ch.error)
+            n_inc, n_g = write_chunk(db, dep_id, ch, rows, gaps, step_s, deployment.prometheus_selector)
+            res.chunks += 1
+            res.raw_samples += ch.n_raw
+            res.increments += n_inc
+            res.gauges += n_g
+            res.gaps += len(gaps) + (ch.error is not None)
+            if on_chunk:
+                on_chunk(i + 1, len(bounds), res)
+    return res
+
+
+def ingest_window(t_from: datetime, t_to: datetime) -> tuple[datetime, datetime]:
+    """UTC-aware bounds, the end capped at now (no gaps recorded for the future)."""
+    now = datetime.now(timezone.utc)
+    t_from = t_from if t_from.tzinfo else t_from.replace(tzinfo=timezone.utc)
+    t_to = t_to if t_to.tzinfo else t_to.replace(tzinfo=timezone.utc)
+    return t_from, min(t_to, now)
+
+
+__all__ = ["PromClient", "PromError", "IngestResult", "ingest_range", "ingest_window", "step_increments",
+           "step_gauges", "silent_stretches", "chunk_bounds", "FAMILIES", "utc_naive"]

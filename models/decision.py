@@ -1,0 +1,408 @@
+"""Buy GPUs, reuse the cache, or neither: the verdict, what would flip it, and a tornado.
+
+``decide`` applies these rules, in order (thresholds in ``PlanningInputs``):
+
+1. ``NEED_DATA`` -- the window is too short (< ``min_window_seconds``), has too few requests
+   (< ``min_requests``), or a metric the estimate needs is missing (no prefill timer and no
+   FLOPs route, no prompt tokens).
+2. ``BUY`` -- even with reuse the current fleet misses the p99 TTFT SLO within the horizon
+   (or now, or no number of these GPUs can meet it).
+3. ``REUSE`` -- without reuse the fleet would miss the SLO within the horizon and with reuse it
+   does not: reuse covers the capacity gap.
+4. ``NOT_WORTH_IT`` -- the monthly benefit is <= 0 (overhead >= savings: the article's honest
+   answer when requests barely overlap) or below ``min_benefit_share_of_fleet_cost`` of what
+   the fleet costs per month (positive but not worth the effort).
+5. ``NEED_DATA`` -- positive and meaningful in the centre, but the low band is <= 0: measure
+   a longer window before committing.
+6. ``REUSE`` -- positive and meaningful.
+
+Flips are the input values at which the verdict would change. Money flips use the benefit's
+linear dependence on hit rate, GPU price and overhead (approximate when the shrink cap or the
+deferral cap binds; the sensitivity rows recompute exactly). Capacity flips (growth, hit rate
+needed to last the horizon) are exact for the queueing model.
+
+``sensitivity`` recomputes the whole plan with one input moved down and up (defaults: GPU
+price +-25 %, hit rate +-25 % relative (capped at 99 %), growth +-5 percentage
+points/month, cache overhead +-50 %, its fixed part and the per-hit transfer cost) and
+returns rows sorted by swing, for a tornado chart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from models.benefit import REALISATIONS, Benefit, monthly_benefit
+from models.capacity import (CapacityResult, capacity_inputs_from, growth_that_lasts,
+                             hit_rate_that_lasts, plan_capacity)
+from models.prefill import PrefillMeasurement, PrefillSavings, estimate_savings, with_hit_rate
+from models.pricebook import PriceBook
+
+KINDS = ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
+MAX_WHAT_IF_HIT_RATE = 0.99
+"""Sensitivity never moves the hit rate above this: vLLM always computes at least the last
+prompt token, and at 100 % estimator A would have no computed tokens to measure."""
+
+
+@dataclass(frozen=True)
+class PlanningInputs:
+    """What the user decides (not measured): target, growth, horizon, how to realise savings."""
+
+    ttft_p99_slo_seconds: float = 2.0
+    """p99 time-to-first-token target, seconds. Default assumed: interactive chat."""
+    growth_rate_per_month: float = 0.0
+    """Expected compound monthly growth of requests (0.05 = +5 %/month)."""
+    horizon_months: int = 24
+    """Planning horizon, months."""
+    realisation: str = "shrink"
+    """``shrink`` (fewer GPUs) or ``absorb_growth`` (same GPUs, more traffic)."""
+    current_gpus: int | None = None
+    """GPUs in the fleet today; ``None`` = the measured ``num_gpus``."""
+    prefill_capacity_share: float = 1.0
+    """Share of GPU time available to prefill (rest: decode). 1 = optimistic."""
+    headroom_fill_fraction: float = 0.0
+    """absorb_growth: share of idle freed headroom extra traffic will use (0 = none)."""
+    min_window_seconds: float = 3600.0
+    """Shorter windows give NEED_DATA (one hour)."""
+    min_requests: float = 100.0
+    """Fewer requests give NEED_DATA (sampling error 1/sqrt(100) = 10 %)."""
+    min_benefit_share_of_fleet_cost: float = 0.01
+    """A benefit below this share of the fleet's monthly cost is NOT_WORTH_IT (1 %)."""
+
+    def __post_init__(self) -> None:
+        if self.realisation not in REALISATIONS:
+            raise ValueError(f"PlanningInputs.realisation: must be one of "
+                             f"{', '.join(REALISATIONS)}; got {self.realisation!r}")
+        if not self.ttft_p99_slo_seconds > 0:
+            raise ValueError("PlanningInputs.ttft_p99_slo_seconds: must be > 0; "
+                             f"got {self.ttft_p99_slo_seconds!r}")
+        if not (isinstance(self.horizon_months, int) and self.horizon_months >= 1):
+            raise ValueError(f"PlanningInputs.horizon_months: must be a whole number >= 1; "
+                             f"got {self.horizon_months!r}")
+        if not self.growth_rate_per_month > -1:
+            raise ValueError("PlanningInputs.growth_rate_per_month: must be > -1; "
+                             f"got {self.growth_rate_per_month!r}")
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything one plan is computed from."""
+
+    measurement: PrefillMeasurement
+    """The measured window (or a planning preset's synthetic one)."""
+    pricebook: PriceBook = field(default_factory=PriceBook)
+    """Prices."""
+    planning: PlanningInputs = field(default_factory=PlanningInputs)
+    """User decisions and thresholds."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict."""
+
+    kind: str
+    """``BUY``, ``REUSE``, ``NOT_WORTH_IT`` or ``NEED_DATA``."""
+    reason: str
+    """One sentence."""
+    flips: list[str]
+    """Input changes that would change the verdict."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One pass of the pipeline: savings -> capacity -> benefit -> decision."""
+
+    savings: PrefillSavings
+    """Saved prefill GPU time in the window."""
+    capacity: CapacityResult | None
+    """None when the window cannot give a per-token cost or a load."""
+    benefit: Benefit | None
+    """None when ``capacity`` is None."""
+    decision: Decision
+    """The verdict."""
+
+
+def evaluate(inputs: PlanInputs) -> Evaluation:
+    """Run the whole model once on ``inputs``."""
+    savings, capacity, benefit = _price(inputs)
+    pb, p = inputs.pricebook, inputs.planning
+    alternative = None
+    if capacity is not None:
+        other = next(r for r in REALISATIONS if r != p.realisation)
+        alternative = monthly_benefit(savings, pb, capacity, other, p.headroom_fill_fraction)
+    return Evaluation(savings, capacity, benefit,
+                      decide(savings, capacity, benefit, pb, p, alternative))
+
+
+def _price(inputs: PlanInputs) -> tuple[PrefillSavings, CapacityResult | None, Benefit | None]:
+    """savings -> capacity -> benefit, without the verdict."""
+    m, pb, p = inputs.measurement, inputs.pricebook, inputs.planning
+    savings = estimate_savings(m)
+    cap_in = capacity_inputs_from(
+        m, savings, ttft_p99_slo_seconds=p.ttft_p99_slo_seconds,
+        growth_rate_per_month=p.growth_rate_per_month, horizon_months=p.horizon_months,
+        current_gpus=p.current_gpus, prefill_capacity_share=p.prefill_capacity_share)
+    capacity = plan_capacity(cap_in, pb) if cap_in is not None else None
+    benefit = None
+    if capacity is not None:
+        benefit = monthly_benefit(savings, pb, capacity, p.realisation, p.headroom_fill_fraction)
+    return savings, capacity, benefit
+
+
+# ---- the verdict -------------------------------------------------------------------------
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f} %"
+
+
+def _months(x: float, horizon: int) -> str:
+    return "today" if x <= 0 else f"in month {x:.1f} of the {horizon}-month horizon"
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """Input values at which the monthly benefit would equal a target (linear approximation:
+    benefit ~= s * k * net - fixed, with ``net`` = gains - hit cost today, ``s`` the
+    incremental hit rate relative to today's and ``k`` the GPU price relative to today's;
+    gains and hit cost are GPU-hours x price, the fixed overhead depends on neither, and the
+    target -- a share of the fleet's cost -- scales with ``k``). Exact while no cap binds."""
+
+    hit_rate: float | None
+    """Hit rate giving the target (may exceed 1: unreachable); None if hits save nothing."""
+    usd_per_gpu_hour: float | None
+    """GPU price giving the target; None if no price does (net <= target)."""
+    fixed_overhead_usd: float | None
+    """Fixed cache overhead giving the target; None if hits save nothing."""
+
+
+def break_even(savings: PrefillSavings, benefit: Benefit, target_usd: float) -> BreakEven:
+    """Where the benefit crosses ``target_usd`` (see ``BreakEven``)."""
+    gains = benefit.saved_prefill_usd + benefit.throughput_usd + benefit.deferral_usd
+    net = gains - benefit.hit_cost_usd
+    fixed = benefit.fixed_overhead_usd
+    h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
+    hit = h0 + (h - h0) * (fixed + target_usd) / net if net > 0 and h > h0 else None
+    price = benefit.usd_per_gpu_hour * fixed / (net - target_usd) if net > target_usd else None
+    overhead = max(0.0, net - target_usd) if net > 0 else None
+    return BreakEven(hit, price, overhead)
+
+
+def _money_flips(savings: PrefillSavings, benefit: Benefit, target_usd: float,
+                 above: bool) -> list[str]:
+    """Break-even values as sentences; ``above``: the benefit must rise to the target."""
+    be = break_even(savings, benefit, target_usd)
+    verb = "rises to" if above else "falls to"
+    h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
+    out: list[str] = []
+    if be.hit_rate is not None:
+        out.append(f"hit rate {verb} ~{_pct(be.hit_rate)} (now {_pct(h)})" if be.hit_rate <= 1
+                   else f"no hit rate would do it (it would take ~{_pct(be.hit_rate)})")
+    elif above:
+        out.append("a hit rate above the baseline's (the cache saves nothing today)"
+                   if h <= h0 else "no hit rate: each hit's lookup/transfer costs as much GPU "
+                   "time as the prefill it saves")
+    if be.usd_per_gpu_hour is not None:
+        out.append(f"GPU price {verb} ~${be.usd_per_gpu_hour:,.2f}/GPU-hour "
+                   f"(now ${benefit.usd_per_gpu_hour:,.2f})")
+    if be.fixed_overhead_usd is not None:
+        out.append(f"fixed cache overhead {'falls' if above else 'rises'} to "
+                   f"~${be.fixed_overhead_usd:,.0f}/month (now ${benefit.fixed_overhead_usd:,.0f})")
+    return out
+
+
+def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Benefit | None,
+           pricebook: PriceBook, planning: PlanningInputs,
+           alternative: Benefit | None = None) -> Decision:
+    """The verdict for one evaluated window (rules in the module docstring).
+
+    ``alternative`` is the benefit under the other realisation; when it would land on the
+    other side of the money threshold, switching realisation is listed as a flip."""
+    p = planning
+    # 1. enough data?
+    missing: list[str] = []
+    if savings.requests <= 0:
+        missing.append("no requests in the window")
+    if savings.window_seconds < p.min_window_seconds:
+        missing.append(f"window is {savings.window_seconds / 60:.0f} min "
+                       f"(need >= {p.min_window_seconds / 60:.0f} min)")
+    if 0 < savings.requests < p.min_requests:
+        missing.append(f"only {savings.requests:.0f} requests (need >= {p.min_requests:.0f})")
+    if not savings.available:
+        missing.append("no estimate of prefill cost per token (need the prefill timer, or "
+                       "vLLM FLOPs / model params with gpu_peak_flops)")
+    if missing or capacity is None or benefit is None:
+        if not missing:
+            missing.append("load or hit rate unavailable")
+        flips = [f"measure at least {p.min_window_seconds / 3600:g} h and "
+                 f"{p.min_requests:.0f} requests with prefill timing or FLOPs metrics"]
+        return Decision("NEED_DATA", "Not enough data to price reuse: " + "; ".join(missing)
+                        + ".", flips)
+
+    cap = capacity.inputs
+    fleet_cost = cap.current_gpus * pricebook.usd_per_gpu_month()
+    meaningful = p.min_benefit_share_of_fleet_cost * fleet_cost
+    total = benefit.monthly_benefit_usd
+    switch: list[str] = []
+    if alternative is not None and (alternative.monthly_benefit_usd >= meaningful) != \
+            (total >= meaningful):
+        switch.append(f"realising the savings as {alternative.realisation.replace('_', ' ')} "
+                      f"instead (${alternative.monthly_benefit_usd:,.0f}/month)")
+    growth_ok = growth_that_lasts(cap, cap.hit_rate)
+    growth_flip = (f"growth above ~{_pct(growth_ok)}/month (now "
+                   f"{_pct(cap.growth_rate_per_month)}) would make even the reuse fleet run out"
+                   if growth_ok is not None and growth_ok >= 0 else None)
+
+    # 2. BUY: the reuse fleet misses the SLO within the horizon
+    if capacity.gpus_needed_with_reuse is None:
+        return Decision(
+            "BUY", "Even with reuse one prefill takes "
+            f"{capacity.service_seconds_with_reuse:.2f} s, "
+            f"above the {cap.ttft_p99_slo_seconds:g} s p99 TTFT target: no number of these GPUs "
+            "meets it; buy faster GPUs (or more per replica).",
+            [f"a TTFT target of at least {capacity.service_seconds_with_reuse:.2f} s",
+             "a higher hit rate or shorter prompts"])
+    if capacity.runout_month_with_reuse is not None:
+        flips = []
+        if growth_ok is not None and growth_ok >= 0:
+            flips.append(f"growth at or below ~{_pct(growth_ok)}/month "
+                         f"(now {_pct(cap.growth_rate_per_month)})")
+        h_need = hit_rate_that_lasts(cap)
+        if h_need is not None and h_need > cap.hit_rate:
+            flips.append(f"hit rate of ~{_pct(h_need)} (now {_pct(cap.hit_rate)})")
+        need = capacity.gpus_needed_with_reuse
+        extra = (f"; reuse defers the purchase by {capacity.deferral_months:.1f} months"
+                 if capacity.deferral_months > 0 else "")
+        return Decision(
+            "BUY", f"Even with reuse the {cap.current_gpus} GPUs miss the "
+            f"{cap.ttft_p99_slo_seconds:g} s p99 TTFT target "
+            f"{_months(capacity.runout_month_with_reuse, cap.horizon_months)} "
+            f"(today's load needs {need}){extra}.", flips)
+
+    # 3. REUSE covers a capacity gap
+    if capacity.runout_month_without_reuse is not None:
+        flips = [f for f in [growth_flip] if f]
+        lasts = hit_rate_that_lasts(cap)
+        if lasts is not None and lasts > cap.baseline_hit_rate:
+            flips.append(f"hit rate below ~{_pct(lasts)} (now {_pct(cap.hit_rate)}) would "
+                         "need a purchase within the horizon")
+        return Decision(
+            "REUSE", f"Without reuse the fleet misses the {cap.ttft_p99_slo_seconds:g} s p99 "
+            f"TTFT target {_months(capacity.runout_month_without_reuse, cap.horizon_months)}; "
+            "with reuse it "
+            f"holds for the {cap.horizon_months}-month horizon "
+            f"(${total:,.0f}/month net).", flips)
+
+    # 4. money
+    if total <= 0:
+        return Decision(
+            "NOT_WORTH_IT", f"The cache costs ${benefit.overhead_usd:,.0f}/month and saves "
+            f"${total + benefit.overhead_usd:,.0f}/month at a {_pct(savings.hit_rate or 0)} "
+            f"hit rate ({benefit.realisation}): overhead exceeds the saved prefill.",
+            _money_flips(savings, benefit, meaningful, above=True) + switch)
+    if total < meaningful:
+        return Decision(
+            "NOT_WORTH_IT", f"Reuse nets only ${total:,.0f}/month, under "
+            f"{_pct(p.min_benefit_share_of_fleet_cost)} of the fleet's "
+            f"${fleet_cost:,.0f}/month: effort is better spent elsewhere.",
+            _money_flips(savings, benefit, meaningful, above=True) + switch)
+    # 5. uncertain
+    if benefit.monthly_benefit_low_usd <= 0:
+        return Decision(
+            "NEED_DATA", f"Reuse nets ~${total:,.0f}/month but the band reaches "
+            f"${benefit.monthly_benefit_low_usd:,.0f}: measure a longer window to be sure.",
+            ["a window of a day or more (narrows the band)"])
+    # 6. REUSE on money
+    flips = _money_flips(savings, benefit, meaningful, above=False) + switch
+    if growth_flip:
+        flips.append(growth_flip)
+    return Decision(
+        "REUSE", f"Reuse nets ${total:,.0f}/month (${benefit.monthly_benefit_low_usd:,.0f} to "
+        f"${benefit.monthly_benefit_high_usd:,.0f}) by {benefit.realisation.replace('_', ' ')}"
+        f" and the fleet meets the SLO for the {cap.horizon_months}-month horizon.", flips)
+
+
+# ---- sensitivity -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SensitivityRow:
+    """One bar of the tornado: the monthly benefit at a low and a high value of one input."""
+
+    name: str
+    """Which input moved."""
+    unit: str
+    """Unit of the input values."""
+    base_input: float
+    """Input value in the base plan."""
+    low_input: float
+    """Input moved down."""
+    high_input: float
+    """Input moved up."""
+    low_benefit: float
+    """Monthly benefit ($) with the input at ``low_input``."""
+    high_benefit: float
+    """Monthly benefit ($) with the input at ``high_input``."""
+    base_benefit: float
+    """Monthly benefit ($) of the base plan."""
+
+
+def _scale_price(pb: PriceBook, k: float) -> PriceBook:
+    if pb.pricing_mode == "cloud":
+        return replace(pb, usd_per_gpu_hour=pb.usd_per_gpu_hour * k)
+    return replace(pb, capex_usd_per_gpu=pb.capex_usd_per_gpu * k,
+                   power_hosting_usd_per_gpu_month=pb.power_hosting_usd_per_gpu_month * k)
+
+
+def _scale_overhead(inputs: PlanInputs, k: float) -> PlanInputs:
+    pb = inputs.pricebook
+    pb = replace(pb, cache_service_node_usd_per_month=pb.cache_service_node_usd_per_month * k,
+                 usd_per_gb_month_cpu_memory=pb.usd_per_gb_month_cpu_memory * k,
+                 usd_per_gb_month_ssd=pb.usd_per_gb_month_ssd * k,
+                 usd_per_ops_hour=pb.usd_per_ops_hour * k)
+    m = replace(inputs.measurement, transfer_gpu_seconds_per_token=(
+        inputs.measurement.transfer_gpu_seconds_per_token * k))
+    return replace(inputs, pricebook=pb, measurement=m)
+
+
+def _benefit_of(inputs: PlanInputs) -> float | None:
+    b = _price(inputs)[2]
+    return None if b is None else b.monthly_benefit_usd
+
+
+def sensitivity(base: PlanInputs, price_pct: float = 0.25, hit_rate_pct: float = 0.25,
+                growth_points: float = 0.05, overhead_pct: float = 0.5) -> list[SensitivityRow]:
+    """Monthly benefit with each input moved down and up, sorted by swing (largest first).
+    Empty when the base plan has no benefit (NEED_DATA for lack of metrics)."""
+    base_benefit = _benefit_of(base)
+    if base_benefit is None:
+        return []
+    m, pb, p = base.measurement, base.pricebook, base.planning
+    rows: list[SensitivityRow] = []
+
+    def row(name: str, unit: str, base_in: float, lo_in: float, hi_in: float,
+            lo: PlanInputs, hi: PlanInputs) -> None:
+        lo_b, hi_b = _benefit_of(lo), _benefit_of(hi)
+        if lo_b is not None and hi_b is not None:
+            rows.append(SensitivityRow(name, unit, base_in, lo_in, hi_in, lo_b, hi_b,
+                                       base_benefit))
+
+    rate = pb.effective_usd_per_gpu_hour()
+    pb_lo, pb_hi = _scale_price(pb, 1 - price_pct), _scale_price(pb, 1 + price_pct)
+    row("GPU price", "$/GPU-hour", rate, pb_lo.effective_usd_per_gpu_hour(),
+        pb_hi.effective_usd_per_gpu_hour(), replace(base, pricebook=pb_lo),
+        replace(base, pricebook=pb_hi))
+
+    h, h0 = m.hit_rate or 0.0, m.baseline_hit_rate or 0.0
+    h_lo = max(h0, h * (1 - hit_rate_pct))
+    h_hi = max(h, min(MAX_WHAT_IF_HIT_RATE, h * (1 + hit_rate_pct)))
+    row("hit rate", "share of prompt tokens", h, h_lo, h_hi,
+        replace(base, measurement=with_hit_rate(m, h_lo)),
+        replace(base, measurement=with_hit_rate(m, h_hi)))
+
+    g = p.growth_rate_per_month
+    g_lo, g_hi = max(-0.5, g - growth_points), g + growth_points
+    row("growth", "per month", g, g_lo, g_hi,
+        replace(base, planning=replace(p, growth_rate_per_month=g_lo)),
+        replace(base, planning=replace(p, growth_rate_per_month=g_hi)))
+
+    b = _price(base)[2]
+    row("cache overhead", "$/month", b.overhead_usd, b.overhead_usd * (1 - overhead_pct),
+        b.overhead_usd * (1 + overhead_pct), _scale_overhead(base, 1 - overhead_pct),
+        _scale_overhead(base, 1 + overhead_pct))
+    return sorted(rows, key=lambda r: -abs(r.high_benefit - r.low_benefit))

@@ -1,0 +1,148 @@
+-- name: insert_prom_target
+-- Remember which Prometheus job/instance a target stands for.
+INSERT INTO prom_targets (target_id, job, instance) VALUES ($target_id, $job, $instance)
+ON CONFLICT DO NOTHING;
+
+-- name: delete_prom_increments
+-- Forget the ingested step increases of a deployment in (t_from, t_to] (before re-ingesting).
+DELETE FROM prom_increments
+WHERE ts > $t_from AND ts <= $t_to
+  AND series_id IN (SELECT se.series_id FROM series se
+                    JOIN prom_targets pt ON pt.target_id = se.target_id
+                    JOIN targets t ON t.target_id = se.target_id
+                    WHERE t.deployment_id = $deployment_id);
+
+-- name: delete_prom_gauges
+-- Forget the ingested gauge values of a deployment in (t_from, t_to].
+DELETE FROM samples
+WHERE ts > $t_from AND ts <= $t_to
+  AND series_id IN (SELECT se.series_id FROM series se
+                    JOIN prom_targets pt ON pt.target_id = se.target_id
+                    JOIN targets t ON t.target_id = se.target_id
+                    WHERE t.deployment_id = $deployment_id AND se.type = 'gauge');
+
+-- name: delete_gaps
+-- Forget the recorded gaps of a deployment that end in (t_from, t_to] (each gap belongs to
+-- the chunk holding its end).
+DELETE FROM gaps
+WHERE deployment_id = $deployment_id AND source = 'prometheus' AND t_to > $t_from AND t_to <= $t_to;
+
+-- name: insert_gap
+-- Record a stretch without data (target NULL: the whole deployment).
+INSERT INTO gaps (deployment_id, target, t_from, t_to, reason, source)
+VALUES ($deployment_id, $target, $t_from, $t_to, $reason, 'prometheus');
+
+-- name: delete_prom_chunks
+-- Forget ledger rows of a deployment overlapping (t_from, t_to].
+DELETE FROM prom_chunks WHERE deployment_id = $deployment_id AND t_from < $t_to AND t_to > $t_from;
+
+-- name: insert_prom_chunk
+-- Record one ingested (or failed) chunk in the ledger.
+INSERT INTO prom_chunks (deployment_id, t_from, t_to, step_s, selector, ok, error, n_series, n_raw,
+                         n_increments, n_gauges)
+VALUES ($deployment_id, $t_from, $t_to, $step_s, $selector, $ok, $error, $n_series, $n_raw,
+        $n_increments, $n_gauges);
+
+-- name: ingest_ledger
+-- Ingested chunks of a deployment overlapping a window, oldest first.
+SELECT c.t_from, c.t_to, c.step_s, c.ok, c.error, c.n_series, c.n_raw, c.n_increments, c.n_gauges,
+       c.ingested_at
+FROM prom_chunks c JOIN deployments d ON d.deployment_id = c.deployment_id
+WHERE d.name = $deployment AND c.t_to > $t_from AND c.t_from < $t_to
+ORDER BY c.t_from;
+
+-- name: ingest_gaps
+-- Gaps of a deployment overlapping a window, adjacent or overlapping ones of the same target
+-- and reason merged, oldest first.
+WITH g AS (
+    SELECT gp.target, gp.t_from, gp.t_to, gp.reason
+    FROM gaps gp JOIN deployments d ON d.deployment_id = gp.deployment_id
+    WHERE d.name = $deployment AND gp.t_to > $t_from AND gp.t_from < $t_to
+),
+m AS (
+    SELECT *, CASE WHEN t_from <= max(t_to) OVER (PARTITION BY target, reason ORDER BY t_from
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS starts
+    FROM g
+),
+i AS (SELECT *, sum(starts) OVER (PARTITION BY target, reason ORDER BY t_from) AS island FROM m)
+SELECT target, min(t_from) AS t_from, max(t_to) AS t_to, reason
+FROM i GROUP BY target, reason, island
+ORDER BY t_from, target NULLS FIRST;
+
+-- name: insert_collector_run
+-- Start (or record a finished) run of a collector job; returns its id.
+INSERT INTO collector_runs (job, deployment, day, started_at, ended_at, status, n_rows, n_errors, message)
+VALUES ($job, $deployment, CAST($day AS DATE), $started_at, $ended_at, $status, $n_rows, $n_errors, $message)
+RETURNING run_id;
+
+-- name: finish_collector_run
+-- Close a run with its outcome.
+UPDATE collector_runs SET ended_at = $ended_at, status = $status, n_rows = $n_rows, n_errors = $n_errors,
+       message = $message
+WHERE run_id = $run_id;
+
+-- name: mark_interrupted_runs
+-- Runs still marked running when the daemon starts were cut short (the process was killed).
+UPDATE collector_runs SET status = 'interrupted' WHERE status = 'running' RETURNING run_id, job, day;
+
+-- name: prune_scrape_runs
+-- Drop scrape-round rows older than t_from (the scrapes themselves stay).
+DELETE FROM collector_runs WHERE job = 'scrape' AND started_at < $t_from;
+
+-- name: nightly_days
+-- Every day a nightly run covered, and whether one of its runs succeeded.
+SELECT day, bool_or(status = 'ok') AS ok, count(*) AS runs
+FROM collector_runs WHERE job = 'nightly' AND day IS NOT NULL
+GROUP BY day ORDER BY day;
+
+-- name: collector_runs
+-- Recent collector runs (scrape rounds, nightly runs, ingests), newest first: what the
+-- Collection page shows.
+SELECT run_id, job, deployment, day, started_at, ended_at, status, n_rows, n_errors, message,
+       epoch(ended_at) - epoch(started_at) AS duration_s
+FROM collector_runs
+ORDER BY started_at DESC, run_id DESC
+LIMIT $limit;
+
+-- name: delete_rollups_day
+-- Forget one day's rollups of a deployment (before computing them again).
+DELETE FROM daily_rollups WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
+
+-- name: rollup_day
+-- Sum one day (t_from, t_to] of a deployment into daily_rollups: every pair whose later
+-- sample lies in the day, whatever its source; t_lookback bounds how far back the earlier
+-- sample of a scrape pair may lie.
+INSERT INTO daily_rollups (deployment_id, day, model_name, name, family, le, labels, increase, pairs, resets)
+SELECT $deployment_id, CAST($t_from AS DATE), se.model_name, se.name, se.family, se.le, se.labels,
+       sum(i.delta), count(*), sum(CAST(i.reset AS INTEGER))
+FROM increments($deployment, $t_lookback, $t_to, NULL) i
+JOIN series se ON se.series_id = i.series_id
+WHERE i.ts > $t_from AND i.ts <= $t_to
+GROUP BY ALL;
+
+-- name: daily_increases
+-- Increases of a deployment summed over the whole days in [t_from, t_to), from the rollups,
+-- shaped like window_increases (engine and target summed away): window_stats() reads them.
+SELECT r.name, r.family, r.model_name, CAST(NULL AS VARCHAR) AS engine, r.le, r.labels, '' AS target,
+       sum(r.increase) AS increase, CAST(sum(r.pairs) AS BIGINT) AS pairs,
+       CAST(sum(r.resets) AS BIGINT) AS resets
+FROM daily_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
+WHERE d.name = $deployment AND r.day >= CAST($t_from AS DATE) AND r.day < CAST($t_to AS DATE)
+  AND ($model IS NULL OR r.model_name = $model)
+GROUP BY ALL
+ORDER BY r.name, r.model_name, r.le;
+
+-- name: daily_series
+-- Per-day increases of chosen sample names of a deployment over [t_from, t_to), for
+-- 90-day charts (one row per day, name, bucket bound and labels).
+SELECT r.day, r.name, r.le, r.labels, sum(r.increase) AS increase
+FROM daily_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
+WHERE d.name = $deployment AND r.day >= CAST($t_from AS DATE) AND r.day < CAST($t_to AS DATE)
+  AND ($model IS NULL OR r.model_name = $model) AND r.name IN (SELECT unnest($names))
+GROUP BY ALL
+ORDER BY r.day, r.name, r.le;
+
+-- name: chunk_ingested_ok
+-- Whether a successful ingestion already covers the chunk (t_from, t_to] of a deployment.
+SELECT count(*) > 0 AS ok FROM prom_chunks
+WHERE deployment_id = $deployment_id AND ok AND t_from <= $t_from AND t_to >= $t_to;

@@ -1,0 +1,196 @@
+"""The verdict, its flips, and the sensitivity rows."""
+
+import dataclasses
+
+import pytest
+
+from models.decision import (PlanInputs, PlanningInputs, break_even, evaluate, sensitivity)
+from models.prefill import PrefillMeasurement, with_hit_rate
+from models.pricebook import PriceBook
+
+# One day, 10 requests/s of 10,000-token prompts on 8 GPUs. Only estimator C (2 x 1e9 params
+# at 50 % of 1e14 FLOP/s = 4e-5 GPU-s/token, i.e. 25,000 tokens/s per GPU) so the money is
+# linear in the hit rate and easy to check by hand:
+#   hit rate 0.8 -> cached 6.912e9 tokens -> 276,480 GPU-s/day = 3.2 GPU-s per second of window
+#   -> 3.2 * 730.56 = 2,337.792 GPU-hours/month -> $5,844.48 at $2.50.
+DAY = 86400.0
+
+
+def window(hit_rate=0.8, requests=DAY * 10, prompt=10_000, window_seconds=DAY, **change):
+    total = requests * prompt
+    return PrefillMeasurement(**{**dict(
+        window_seconds=window_seconds, requests=requests, prompt_tokens=total,
+        cached_prompt_tokens=total * hit_rate, num_gpus=8, model_params=1e9,
+        gpu_peak_flops=1e14, assumed_prefill_mfu=0.5), **change})
+
+
+# $2.50/GPU-hour; only overhead: 4 ops hours * $100 = $400/month.
+# Fleet cost 8 * 2.5 * 730.56 = $14,611.20/month; 1 % of it = $146.112 ("meaningful").
+PB = PriceBook(pricing_mode="cloud", usd_per_gpu_hour=2.5, ops_hours_per_month=4,
+               usd_per_ops_hour=100)
+MEANINGFUL = 0.01 * 8 * 2.5 * 730.56
+GAINS = 5844.48
+
+
+def run(m=None, **planning):
+    p = PlanningInputs(**{**dict(ttft_p99_slo_seconds=2.0), **planning})
+    return evaluate(PlanInputs(m or window(), PB, p))
+
+
+def test_reuse_when_positive_and_meaningful():
+    ev = run()
+    assert ev.benefit.saved_prefill_usd == pytest.approx(GAINS)
+    assert ev.benefit.monthly_benefit_usd == pytest.approx(GAINS - 400)
+    assert ev.decision.kind == "REUSE"
+    assert "$5,444/month" in ev.decision.reason
+    assert any(f.startswith("hit rate falls to ~7.5 %") for f in ev.decision.flips)
+
+
+def test_break_even_values_by_hand():
+    ev = run()
+    be = break_even(ev.savings, ev.benefit, MEANINGFUL)
+    assert be.hit_rate == pytest.approx(0.8 * (400 + MEANINGFUL) / GAINS)  # 0.07475
+    assert be.usd_per_gpu_hour == pytest.approx(2.5 * 400 / (GAINS - MEANINGFUL))  # 0.1755
+    assert be.fixed_overhead_usd == pytest.approx(GAINS - MEANINGFUL)
+
+
+def test_break_even_hit_rate_really_flips_the_money():
+    be = break_even(run().savings, run().benefit, MEANINGFUL)
+    at = run(with_hit_rate(window(), be.hit_rate))
+    assert at.benefit.monthly_benefit_usd == pytest.approx(MEANINGFUL, rel=1e-9)
+    below = run(with_hit_rate(window(), be.hit_rate * 0.99))
+    assert below.decision.kind == "NOT_WORTH_IT"
+
+
+def test_not_worth_it_when_overlap_is_low():
+    ev = run(window(hit_rate=0.01))
+    # gains 5,844.48 * 0.01/0.8 = $73.06 < $400 overhead
+    assert ev.benefit.monthly_benefit_usd == pytest.approx(GAINS * 0.01 / 0.8 - 400)
+    assert ev.decision.kind == "NOT_WORTH_IT"
+    assert "overhead exceeds" in ev.decision.reason
+    assert any(f.startswith("hit rate rises to ~7.5 %") for f in ev.decision.flips)
+
+
+def test_not_worth_it_at_zero_hit_rate():
+    ev = run(window(hit_rate=0.0))
+    assert ev.benefit.monthly_benefit_usd == pytest.approx(-400.0)
+    assert ev.decision.kind == "NOT_WORTH_IT"
+    assert any("hit rate above the baseline" in f for f in ev.decision.flips)
+
+
+def test_not_worth_it_when_positive_but_small():
+    # gains = 5,844.48 * 0.08/0.8 = $584.448; overhead 5 ops hours * $100 = $500
+    pb = dataclasses.replace(PB, ops_hours_per_month=5.0)
+    ev = evaluate(PlanInputs(window(hit_rate=0.08), pb, PlanningInputs(ttft_p99_slo_seconds=2)))
+    # net = 584.448 - 500 = 84.45 > 0 but < 146.11
+    assert ev.benefit.monthly_benefit_usd == pytest.approx(84.448)
+    assert ev.decision.kind == "NOT_WORTH_IT"
+    assert "only $84/month" in ev.decision.reason
+
+
+def test_need_data_with_zero_requests():
+    m = PrefillMeasurement(window_seconds=DAY, requests=0, prompt_tokens=0,
+                           cached_prompt_tokens=0, num_gpus=8, prefill_seconds_sum=0.0)
+    ev = run(m)
+    assert ev.decision.kind == "NEED_DATA"
+    assert "no requests" in ev.decision.reason
+    assert ev.benefit is None and ev.capacity is None
+
+
+def test_need_data_with_a_short_window_even_if_the_numbers_look_good():
+    ev = run(window(window_seconds=1800, requests=18_000))
+    assert ev.benefit.monthly_benefit_usd > MEANINGFUL  # priced anyway...
+    assert ev.decision.kind == "NEED_DATA"  # ...but not decided on
+    assert "30 min" in ev.decision.reason
+
+
+def test_need_data_with_few_requests():
+    ev = run(window(requests=50, prompt=10_000))
+    assert ev.decision.kind == "NEED_DATA" and "only 50 requests" in ev.decision.reason
+
+
+def test_need_data_without_any_cost_metric():
+    ev = run(window(model_params=None))  # no timer, no vLLM FLOPs, no params
+    assert ev.decision.kind == "NEED_DATA"
+    assert "no estimate of prefill cost" in ev.decision.reason
+
+
+def test_need_data_when_the_band_crosses_zero():
+    # 2-hour window, 1 req/s, hit rate 0.95: cached 6.84e7 tokens * 4e-5 = 2,736 GPU-s
+    # -> 2736/7200 * 730.56 = 277.61 GPU-h/month -> $694.03; net $294.03 > $146.11
+    # band: u = sqrt(1/7200 + (0.5 * 22/24)^2 + 0.3^2) = 0.5479 -> low = 694.03*0.4521 - 400 < 0
+    ev = run(window(hit_rate=0.95, requests=7200, window_seconds=7200))
+    assert ev.benefit.monthly_benefit_usd == pytest.approx(2736 / 7200 * 730.56 * 2.5 - 400)
+    assert ev.benefit.monthly_benefit_low_usd < 0
+    assert ev.decision.kind == "NEED_DATA"
+    assert "band" in ev.decision.reason
+
+
+def test_buy_when_even_the_reuse_fleet_runs_out():
+    ev = run(growth_rate_per_month=0.30, horizon_months=24)
+    assert ev.capacity.runout_month_with_reuse is not None
+    assert ev.decision.kind == "BUY"
+    assert any(f.startswith("growth at or below") for f in ev.decision.flips)
+
+
+def test_buy_when_no_gpu_count_meets_the_target():
+    # with reuse a prefill takes 2,000 tokens / 25,000 tok/s = 0.08 s > 0.05 s target
+    ev = run(ttft_p99_slo_seconds=0.05)
+    assert ev.capacity.gpus_needed_with_reuse is None
+    assert ev.decision.kind == "BUY"
+    assert "0.08 s" in ev.decision.reason
+
+
+def test_reuse_when_it_covers_the_capacity_gap():
+    # 5 %/month for 24 months: load 10 -> 32.3 req/s. Without reuse (0.4 s per prefill) that
+    # is 12.9 GPUs of pure prefill work on 8 GPUs; with reuse (0.08 s) 2.6
+    ev = run(growth_rate_per_month=0.05, horizon_months=24)
+    assert ev.capacity.runout_month_without_reuse is not None
+    assert ev.capacity.runout_month_with_reuse is None
+    assert ev.decision.kind == "REUSE"
+    assert "Without reuse the fleet misses" in ev.decision.reason
+
+
+def test_switching_realisation_is_offered_as_a_flip():
+    # absorb_growth with no growth: freed time is idle headroom worth $0 -> NOT_WORTH_IT,
+    # while shrinking the fleet would net $5,444/month
+    ev = run(realisation="absorb_growth")
+    assert ev.decision.kind == "NOT_WORTH_IT"
+    assert any("realising the savings as shrink" in f for f in ev.decision.flips)
+
+
+def test_sensitivity_rows_by_hand():
+    rows = sensitivity(PlanInputs(window(), PB, PlanningInputs(ttft_p99_slo_seconds=2.0)))
+    by = {r.name: r for r in rows}
+    base = GAINS - 400
+    price = by["GPU price"]
+    assert (price.low_input, price.base_input, price.high_input) == pytest.approx(
+        (1.875, 2.5, 3.125))
+    assert price.low_benefit == pytest.approx(0.75 * GAINS - 400)
+    assert price.high_benefit == pytest.approx(1.25 * GAINS - 400)
+    hit = by["hit rate"]
+    assert (hit.low_input, hit.high_input) == pytest.approx((0.6, 0.99))  # 0.8*1.25 capped
+    assert hit.low_benefit == pytest.approx(GAINS * 0.6 / 0.8 - 400)
+    assert hit.high_benefit == pytest.approx(GAINS * 0.99 / 0.8 - 400)
+    growth = by["growth"]  # shrink does not use growth: a flat bar
+    assert growth.low_benefit == growth.high_benefit == pytest.approx(base)
+    over = by["cache overhead"]
+    assert (over.low_input, over.high_input) == pytest.approx((200.0, 600.0))
+    assert (over.low_benefit, over.high_benefit) == pytest.approx((base + 200, base - 200))
+    assert all(r.base_benefit == pytest.approx(base) for r in rows)
+    assert [r.name for r in rows] == ["GPU price", "hit rate", "cache overhead", "growth"]
+
+
+def test_sensitivity_is_empty_without_an_estimate():
+    assert sensitivity(PlanInputs(window(model_params=None), PB, PlanningInputs())) == []
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"realisation": "both"}, "realisation"),
+    ({"ttft_p99_slo_seconds": 0}, "ttft_p99_slo_seconds"),
+    ({"horizon_months": 0}, "horizon_months"),
+    ({"growth_rate_per_month": -1}, "growth_rate_per_month"),
+])
+def test_planning_inputs_validate(change, field):
+    with pytest.raises(ValueError, match=field):
+        PlanningInputs(**change)
