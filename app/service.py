@@ -82,3 +82,57 @@ def timeseries(db: Database, deployment: str, t_from: datetime, t_to: datetime, 
 
 def deployments(db: Database) -> list[dict]:
     return db.fetch("deployments")
+
+
+# -- price book and plan ---------------------------------------------------------------
+
+def load_pricebook(db: Database, deployment: str):
+    """(PriceBook, PlanningInputs, where they came from): the deployment's saved ones, the
+    saved default ('*'), or the documented defaults."""
+    import json
+
+    from models.decision import PlanningInputs
+    from models.pricebook import PriceBook
+
+    rows = db.fetch("get_pricebook", deployment=deployment)
+    if not rows:
+        return PriceBook(), PlanningInputs(), "defaults"
+    r = rows[0]
+    return (PriceBook.from_dict(json.loads(r["pricebook"])), PlanningInputs(**json.loads(r["planning"])),
+            f"saved for {r['deployment']!r} at {r['updated_at']:%Y-%m-%d %H:%M} UTC")
+
+
+def save_pricebook(db: Database, deployment: str, pricebook, planning) -> None:
+    import dataclasses
+    import json
+
+    with db.write() as con:
+        Database.run(con, "put_pricebook", deployment=deployment, pricebook=json.dumps(pricebook.to_dict()),
+                     planning=json.dumps(dataclasses.asdict(planning)))
+
+
+def engine_count(db: Database, deployment: str, t_from: datetime, t_to: datetime) -> int:
+    return len(db.fetch("engines", deployment=deployment, t_from=utc_naive(t_from), t_to=utc_naive(t_to)))
+
+
+def plan(db: Database, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None, *,
+         num_gpus: int | None = None, pricebook=None, planning=None, assumptions: dict | None = None):
+    """The buy-vs-reuse plan of a measured window (``models.plan.plan`` on this window's
+    stats). GPUs default to the vLLM engines seen in the window (one GPU each)."""
+    from models.decision import PlanInputs
+    from models.plan import plan as run_plan
+    from models.prefill import measurement_from_stats
+
+    st = stats(db, deployment, t_from, t_to, model)
+    saved_pb, saved_planning, origin = load_pricebook(db, deployment)
+    pb = pricebook or saved_pb
+    pl = planning or saved_planning
+    extra = [f"price book: {origin if pricebook is None else 'given'}"]
+    if num_gpus is None:
+        num_gpus = engine_count(db, deployment, t_from, t_to)
+        extra.append(f"GPUs = vLLM engines seen in the window ({num_gpus}), one GPU per engine")
+    m = measurement_from_stats(st, window_seconds=(t_to - t_from).total_seconds(), num_gpus=max(num_gpus, 1),
+                               **(assumptions or {}))
+    return run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl),
+                    label=f"{deployment} {t_from:%Y-%m-%d %H:%M}..{t_to:%Y-%m-%d %H:%M} UTC",
+                    extra_assumptions=tuple(extra))

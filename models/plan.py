@@ -116,8 +116,9 @@ class PlanResult:
             "current_gpus", "gpus_needed_with_reuse", "gpus_needed_without_reuse",
             "runout_month_with_reuse", "runout_month_without_reuse", "deferral_months",
             "assumptions")}
-        d["decision"] = asdict(self.decision)
+        d["decision"] = self.decision.kind
         d["reason"] = self.decision.reason
+        d["flips"] = list(self.decision.flips)
         d["waterfall"] = [r._asdict() for r in self.waterfall]
         d["sensitivity"] = [asdict(r) for r in self.sensitivity]
         d["estimators"] = [asdict(e) for e in self.estimators]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -36,13 +37,24 @@ def _reuse(run_dir: str) -> stk.Stack:
     return stk.Stack.load(run_dir)
 
 
+def _say(config: pytest.Config, text: str) -> None:
+    """Print past pytest's capture (startup times belong in the CI log)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        print(text)
+        return
+    with capman.global_and_fixture_disabled():
+        print(text, flush=True)
+
+
 @pytest.fixture(scope="session")
-def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stk.Stack]:
+def local_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[stk.Stack]:
     reuse = os.environ.get("KVPLAN_STACK_RUN_DIR")
     if reuse:
         yield _reuse(reuse)
         return
     run_dir = tmp_path_factory.mktemp("local-stack")
+    t0 = time.monotonic()
     try:
         stk.ensure_installed()
         stk.ensure_model()
@@ -52,6 +64,8 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stk.Stack]
         stk.down(run_dir)
         # The message carries the last lines of the failing server's log.
         pytest.fail(f"local stack failed to start:\n{exc}", pytrace=False)
+    ready = ", ".join(f"{s.name} {s.ready_s:.0f} s" for s in stack.servers if s.ready_s is not None)
+    _say(request.config, f"\n[local_stack] up in {time.monotonic() - t0:.0f} s ({ready}) in {run_dir}")
     try:
         yield stack
     finally:

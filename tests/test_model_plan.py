@@ -59,7 +59,8 @@ def test_to_dict_is_strict_json():
                 "gpus_needed_with_reuse", "gpus_needed_without_reuse", "waterfall",
                 "sensitivity", "assumptions", "inputs"):
         assert key in d, key
-    assert d["decision"]["kind"] == "REUSE" and d["reason"] == r.reason == r.decision.reason
+    assert d["decision"] == "REUSE" and d["reason"] == r.reason == r.decision.reason
+    assert d["flips"] == list(r.decision.flips)
     assert d["waterfall"][0]["label"] == "Saved prefill GPU-hours"
     assert d["inputs"]["pricebook"]["usd_per_gpu_hour"] == 2.5
     assert d["sensitivity"][0]["name"] == "GPU price"
