@@ -68,18 +68,18 @@ def import_metrics(
     """Import saved /metrics texts as scrapes taken at --at (air-gapped clusters: curl now, import later).
 
     Importing the same file for the same time again changes nothing."""
-    from collectors.scrape import import_file
+    from collectors.scrape import import_files
 
     ts = parse_time(at, "--at")
     if target and len(files) > 1:
         fail("--target names one target; with several files each file's name is its target")
     try:
         database = open_db(settings(config, db))
-        for f in files:
-            r = import_file(database, deployment, f, ts, target=target, kind=kind)
-            out.print(f"{f}: {r.status} ({r.samples} samples) as target {r.target!r} at {r.ts.isoformat()}Z")
+        results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind)
     except USER_ERRORS as e:
         fail(str(e))
+    for f, r in zip(files, results):
+        out.print(f"{f}: {r.status} ({r.samples} samples) as target {r.target!r} at {r.ts.isoformat()}Z")
 
 
 @app.command()

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from collectors.parse import PayloadError, parse_payload
-from collectors.store import StoreResult, payload_sha256, store_failure, store_payload
+from collectors.store import StoreResult, insert_payload, payload_sha256, store_failure, store_payload
 from sql.db import Database
 
 
@@ -88,16 +88,35 @@ def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: f
                          sha256=payload_sha256(body), source="scrape", url=safe, duration_s=elapsed)
 
 
-def import_file(db: Database, deployment: str, path: Path, at: datetime, *, target: str | None = None,
-                kind: str | None = None) -> StoreResult:
-    """Import a saved /metrics text as a scrape of ``target`` (default: the file's stem) at
-    ``at``. Raises PayloadError naming the file and line; stores nothing then."""
+def read_payload(path: Path, kind: str | None = None):
+    """Read and validate a saved payload. Returns (text, Payload); raises PayloadError
+    naming the file (and line)."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise PayloadError(str(path), f"not UTF-8 text (byte {e.start}): not a /metrics payload") from None
     except OSError as e:
         raise PayloadError(str(path), e.strerror or str(e)) from None
-    payload = parse_payload(text, str(path), kind=kind)
-    return store_payload(db, deployment=deployment, target=target or path.stem, ts=at, payload=payload,
-                         sha256=payload_sha256(text), source="import")
+    return text, parse_payload(text, str(path), kind=kind)
+
+
+def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime, str | None]],
+                 kind: str | None = None) -> list[StoreResult]:
+    """Import saved payloads ``(path, time, target or None = file stem)``. Every file is
+    validated first: one bad file stores nothing. Then one connection, one transaction per
+    file."""
+    parsed = [(path, at, target or path.stem, *read_payload(path, kind)) for path, at, target in items]
+    results = []
+    with db.batch() as con:
+        for path, at, target, text, payload in parsed:
+            with Database.transaction(con):
+                results.append(insert_payload(con, deployment=deployment, target=target, ts=at,
+                                              payload=payload, sha256=payload_sha256(text), source="import"))
+    return results
+
+
+def import_file(db: Database, deployment: str, path: Path, at: datetime, *, target: str | None = None,
+                kind: str | None = None) -> StoreResult:
+    """Import one saved /metrics text as a scrape of ``target`` (default: the file's stem)
+    at ``at``. Raises PayloadError naming the file and line; stores nothing then."""
+    return import_files(db, deployment, [(path, at, target)], kind=kind)[0]

@@ -65,47 +65,55 @@ def payload_sha256(text: str) -> str:
 def store_payload(db: Database, *, deployment: str, target: str, ts: datetime, payload: Payload,
                   sha256: str, source: str, url: str | None = None,
                   duration_s: float | None = None) -> StoreResult:
-    """Store one parsed payload as a successful scrape of ``target`` at ``ts``."""
-    ts = utc_naive(ts)
+    """Store one parsed payload as a successful scrape of ``target`` at ``ts``, in its own
+    connection and transaction."""
     with db.write() as con:
-        target_id = _ensure_target(con, deployment, target, payload.kind, url)
-        existing = Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone()
-        if existing is not None:
-            if existing[2] == sha256:
-                return StoreResult(target, ts, "duplicate", 0)
-            raise ConflictError(
-                f"{payload.source}: deployment {deployment!r} target {target!r} already has a "
-                f"{'different payload' if existing[1] else 'failed scrape'} at {ts.isoformat()}Z; "
-                "refusing to overwrite it")
-        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=True, error=None,
-                     duration_s=duration_s, source=source, payload_sha256=sha256,
-                     n_samples=len(payload.samples),
-                     warnings="\n".join(payload.warnings) or None)
-        ids, names, families, types, models, engines, les, labels = [], [], [], [], [], [], [], []
-        values, created = [], []
-        for s in payload.samples:
-            ids.append(series_id(target_id, s.name, s.model_name, s.engine, s.le, s.labels))
-            names.append(s.name)
-            families.append(s.family)
-            types.append(s.type)
-            models.append(s.model_name)
-            engines.append(s.engine)
-            les.append(s.le)
-            labels.append(json.dumps(dict(s.labels), sort_keys=True, separators=(",", ":")))
-            values.append(s.value)
-            created.append(s.created)
-        series_tbl = pa.table({  # noqa: F841 (read by DuckDB by name)
-            "series_id": pa.array(ids, pa.int64()), "target_id": pa.array([target_id] * len(ids), pa.int32()),
-            "name": names, "family": families, "type": types, "model_name": pa.array(models, pa.string()),
-            "engine": pa.array(engines, pa.string()), "le": pa.array(les, pa.float64()), "labels": labels,
-        })
-        sample_tbl = pa.table({  # noqa: F841
-            "series_id": pa.array(ids, pa.int64()), "ts": pa.array([ts] * len(ids), pa.timestamp("us")),
-            "value": pa.array(values, pa.float64()), "created": pa.array(created, pa.float64()),
-        })
-        con.execute("INSERT INTO series SELECT * FROM series_tbl "
-                    "WHERE series_id NOT IN (SELECT series_id FROM series)")
-        con.execute("INSERT INTO samples SELECT * FROM sample_tbl")
+        return insert_payload(con, deployment=deployment, target=target, ts=ts, payload=payload,
+                              sha256=sha256, source=source, url=url, duration_s=duration_s)
+
+
+def insert_payload(con, *, deployment: str, target: str, ts: datetime, payload: Payload, sha256: str,
+                   source: str, url: str | None = None, duration_s: float | None = None) -> StoreResult:
+    """The work of :func:`store_payload` on an open connection, inside the caller's
+    transaction (``Database.write`` or ``Database.transaction`` in a ``Database.batch``)."""
+    ts = utc_naive(ts)
+    target_id = _ensure_target(con, deployment, target, payload.kind, url)
+    existing = Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone()
+    if existing is not None:
+        if existing[2] == sha256:
+            return StoreResult(target, ts, "duplicate", 0)
+        raise ConflictError(
+            f"{payload.source}: deployment {deployment!r} target {target!r} already has a "
+            f"{'different payload' if existing[1] else 'failed scrape'} at {ts.isoformat()}Z; "
+            "refusing to overwrite it")
+    Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=True, error=None,
+                 duration_s=duration_s, source=source, payload_sha256=sha256,
+                 n_samples=len(payload.samples), warnings="\n".join(payload.warnings) or None)
+    ids, names, families, types, models, engines, les, labels = [], [], [], [], [], [], [], []
+    values, created = [], []
+    for s in payload.samples:
+        ids.append(series_id(target_id, s.name, s.model_name, s.engine, s.le, s.labels))
+        names.append(s.name)
+        families.append(s.family)
+        types.append(s.type)
+        models.append(s.model_name)
+        engines.append(s.engine)
+        les.append(s.le)
+        labels.append(json.dumps(dict(s.labels), sort_keys=True, separators=(",", ":")))
+        values.append(s.value)
+        created.append(s.created)
+    series_tbl = pa.table({  # noqa: F841 (read by DuckDB by name)
+        "series_id": pa.array(ids, pa.int64()), "target_id": pa.array([target_id] * len(ids), pa.int32()),
+        "name": names, "family": families, "type": types, "model_name": pa.array(models, pa.string()),
+        "engine": pa.array(engines, pa.string()), "le": pa.array(les, pa.float64()), "labels": labels,
+    })
+    sample_tbl = pa.table({  # noqa: F841
+        "series_id": pa.array(ids, pa.int64()), "ts": pa.array([ts] * len(ids), pa.timestamp("us")),
+        "value": pa.array(values, pa.float64()), "created": pa.array(created, pa.float64()),
+    })
+    con.execute("INSERT INTO series SELECT * FROM series_tbl "
+                "WHERE series_id NOT IN (SELECT series_id FROM series)")
+    con.execute("INSERT INTO samples SELECT * FROM sample_tbl")
     return StoreResult(target, ts, "stored", len(payload.samples))
 
 
