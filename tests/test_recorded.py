@@ -8,7 +8,7 @@ import pytest
 from app.service import stats
 from collectors.parse import parse_payload
 from collectors.store import payload_sha256, store_payload
-from tests.recorded import import_case, scrapes
+from tests.recorded import PAYLOADS, import_case, scrapes
 
 
 def window(case, first_file, last_file):
@@ -16,38 +16,73 @@ def window(case, first_file, last_file):
     return by[first_file], by[last_file]
 
 
-def test_unique_sessions_then_shared_prefix(db):
-    import_case(db, "shared_vs_unique")
-    # queries/hits/TTFT count in the vLLM files: 00: 0/0/0, 02: 23852/0/20, 05: 47911/19456/40
-    t0, t2 = window("shared_vs_unique", "00_start_vllm-0.prom", "02_after_unique_vllm-0.prom")
-    s = stats(db, "shared_vs_unique", t0, t2)
-    assert (s.prefix_cache_queries, s.prefix_cache_hits, s.requests) == (23852, 0, 20)
-    assert s.prefix_cache_hit_rate == 0.0
-    # TTFT buckets at 02: le=0.5:1, 0.75:4, 1:8, 2.5:19, 5:20 -> p50 rank 10 in (1, 2.5]: 1 + 1.5 * 2/11
-    assert s.ttft_p50_s == pytest.approx(1 + 1.5 * 2 / 11)
-    assert (s.ttft_p50.lower, s.ttft_p50.upper) == (1.0, 2.5)
+def raw(case: str, file: str, name: str, **labels) -> float:
+    """A sample's value read straight off the payload text (no parser, no database)."""
+    for line in (PAYLOADS / case / file).read_text().splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError((file, name, labels))
 
-    t2, t5 = window("shared_vs_unique", "02_after_unique_vllm-0.prom", "05_after_shared_vllm-0.prom")
-    s = stats(db, "shared_vs_unique", t2, t5)
-    assert s.prefix_cache_hit_rate == pytest.approx(19456 / (47911 - 23852))
-    # bucket increases 02->05: le=0.1: 0, 0.25: 11, 0.5: 20 of 20. p50: rank 10 in (0.1, 0.25]
-    # (the lower edge is the previous bound, 0.1, not 0) -> 0.1 + 0.15 * 10/11; p99: rank 19.8
-    # in (0.25, 0.5] -> 0.25 + 0.25 * 8.8/9
-    assert s.ttft_p50_s == pytest.approx(0.1 + 0.15 * 10 / 11)
-    assert s.ttft_p99_s == pytest.approx(0.25 + 0.25 * (19.8 - 11) / 9)
+
+def raw_buckets(case: str, file: str) -> dict[str, float]:
+    out = {}
+    for line in (PAYLOADS / case / file).read_text().splitlines():
+        if line.startswith("vllm:time_to_first_token_seconds_bucket{"):
+            le = line.split('le="')[1].split('"')[0]
+            out[le] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def by_hand_quantile(q: float, before: dict, after: dict) -> float:
+    """Prometheus's rule written out: rank q*n falls in the first bucket whose cumulative
+    increase reaches it; interpolate linearly between the previous bound and this one."""
+    bounds = sorted((float(k), after[k] - before[k]) for k in after)
+    rank = q * bounds[-1][1]
+    prev_le, prev_c = 0.0, 0.0
+    for le, c in bounds:
+        if c >= rank:
+            return prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
+        prev_le, prev_c = le, c
+    raise AssertionError("rank in +Inf")
+
+
+def test_unique_sessions_then_shared_prefix(db):
+    case, a, b, c = "shared_vs_unique", "00_start_vllm-0.prom", "02_after_unique_vllm-0.prom", "05_after_shared_vllm-0.prom"
+    import_case(db, case)
+
+    def delta(name, first, last):
+        return raw(case, last, name) - raw(case, first, name)
+
+    s = stats(db, case, *window(case, a, b))  # the unique-session run
+    assert s.prefix_cache_queries == delta("vllm:prefix_cache_queries_total", a, b) > 0
+    assert s.prefix_cache_hits == 0 and s.prefix_cache_hit_rate == 0.0
+    assert s.requests == delta("vllm:time_to_first_token_seconds_count", a, b) == 20
+    assert s.ttft_p50_s == pytest.approx(by_hand_quantile(0.5, raw_buckets(case, a), raw_buckets(case, b)))
+
+    s = stats(db, case, *window(case, b, c))  # the shared-prefix run
+    expected = delta("vllm:prefix_cache_hits_total", b, c) / delta("vllm:prefix_cache_queries_total", b, c)
+    assert s.prefix_cache_hit_rate == pytest.approx(expected) and expected > 0.5
+    for q, got in ((0.5, s.ttft_p50_s), (0.99, s.ttft_p99_s)):
+        assert got == pytest.approx(by_hand_quantile(q, raw_buckets(case, b), raw_buckets(case, c)))
     assert s.lmcache_lookup_hit_rate is not None and s.counter_resets == 0
 
 
 def test_restart_between_scrapes_counts_both_processes_once(db):
-    import_case(db, "restart")
-    # vLLM queries: 0 -> 1201 | restart | 0 -> 1201; external hits 0 -> 0 | 0 -> 1024 (from LMCache)
-    t0, t3 = window("restart", "00_start_vllm-0.prom", "03_after_repeat_vllm-0.prom")
-    s = stats(db, "restart", t0, t3)
-    assert s.prefix_cache_queries == 2402  # "last - first" would say 1201
-    assert s.external_prefix_cache_hits == 1024
-    assert s.external_prefix_cache_hit_rate == pytest.approx(1024 / 2402)
+    case = "restart"
+    import_case(db, case)
+    f = {s.file.name.split("_")[0]: s.file.name for s in scrapes(case) if s.target == "vllm-0"}
+    q = {k: raw(case, v, "vllm:prefix_cache_queries_total") for k, v in f.items()}
+    ext = {k: raw(case, v, "vllm:external_prefix_cache_hits_total") for k, v in f.items()}
+    assert q["02"] < q["01"]  # the restart: the counter started again from 0
+    # 00 -> 01 (first process) + 02 -> 03 (second process) + what the second process counted
+    # before scrape 02 (its value at 02, since it started from 0)
+    expected_q = (q["01"] - q["00"]) + q["02"] + (q["03"] - q["02"])
+    s = stats(db, case, *window(case, f["00"], f["03"]))
+    assert s.prefix_cache_queries == expected_q and expected_q > q["03"] - q["00"]  # not "last - first"
+    assert s.external_prefix_cache_hits == ext["03"] > 0  # the repeat came from LMCache
+    assert s.external_prefix_cache_hit_rate == pytest.approx(ext["03"] / expected_q)
     assert s.requests == 2 and s.counter_resets > 0
-    assert s.prompt_tokens_by_source["external_kv_transfer"] == 1024
+    assert s.prompt_tokens_by_source["external_kv_transfer"] == ext["03"]
 
 
 def test_server_without_lmcache_reports_none_not_zero(db):
@@ -95,3 +130,20 @@ def test_p99_in_inf_bucket_is_flagged(db):
     assert st.requests == 25 and st.ttft_p99.in_inf
     assert st.ttft_p99_s == 2560.0 and st.ttft_p99.upper is None
     assert not st.ttft_p50.in_inf
+
+
+def test_data_parallel_engines_are_summed_and_kept_apart(db):
+    from app.service import engine_count, window_increases
+
+    case = "multi_engine"
+    import_case(db, case)
+    ss = [s for s in scrapes(case) if s.kind == "vllm"]
+    first, last = ss[0].file.name, ss[-1].file.name
+    per_engine = {e: raw(case, last, "vllm:prompt_tokens_total", engine=e) - raw(case, first, "vllm:prompt_tokens_total", engine=e)
+                  for e in ("0", "1")}
+    assert all(v > 0 for v in per_engine.values())  # both DP ranks served traffic
+    s = stats(db, case, ss[0].at, ss[-1].at)
+    assert s.prompt_tokens == per_engine["0"] + per_engine["1"]
+    rows = [r for r in window_increases(db, case, ss[0].at, ss[-1].at) if r.name == "vllm:prompt_tokens_total"]
+    assert {r.engine: r.increase for r in rows} == per_engine
+    assert engine_count(db, case, ss[0].at, ss[-1].at) == 2

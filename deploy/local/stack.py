@@ -448,6 +448,11 @@ def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "LMCACHE_DISABLE_BANNER": "1",
+        # vLLM otherwise picks the machine's interface address (a UDP "connect" to
+        # 8.8.8.8 in get_ip()) for its internal message queues / torch.distributed
+        # init: keep every socket of the stack on loopback.
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_LOOPBACK_IP": "127.0.0.1",
     }
     return Server(
         name=name, kind="vllm", base_url=base, metrics_url=base + "/metrics", pid=None,
