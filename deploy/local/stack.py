@@ -507,7 +507,9 @@ def _prometheus_server(port: int, *, run_dir: Path) -> Server:
 
 def deployment_of(server: Server) -> str:
     """Which kvplan deployment a server belongs to in the generated config."""
-    return "local" if (server.kind == "lmcache" or server.connector) else "local-plain"
+    if server.kind == "lmcache" or server.connector:
+        return "local"
+    return "local-nocache" if server.name.startswith("vllm-nocache") else "local-plain"
 
 
 def _duration_s(interval: str) -> float:
@@ -605,6 +607,7 @@ def up(
     *,
     n_vllm: int = 2,
     n_vllm_plain: int = 0,
+    n_vllm_nocache: int = 0,
     lmcache: bool = True,
     prometheus: bool = True,
     scrape_interval: str = "2s",
@@ -614,6 +617,9 @@ def up(
     start_timeout_s: float | None = None,
 ) -> Stack:
     """Start LMCache, n_vllm connected + n_vllm_plain plain vLLM servers and Prometheus.
+
+    ``n_vllm_nocache`` more vLLM servers run with no reuse at all (no connector,
+    ``--no-enable-prefix-caching``): the cache-off side of an A/B.
 
     Connected vLLM servers (LMCacheMPConnector) start together once LMCache
     answers; plain ones (vLLM's own prefix cache only) and Prometheus start at
@@ -633,7 +639,7 @@ def up(
     model = ensure_model()
     t0 = time.monotonic()
 
-    ports = iter(free_ports(n_vllm + n_vllm_plain + 3))
+    ports = iter(free_ports(n_vllm + n_vllm_plain + n_vllm_nocache + 3))
     stack = Stack(
         run_dir=str(run), model_name=MODEL_NAME, model_path=str(model), servers=[],
         prometheus_url=None, stack_id=uuid.uuid4().hex, scrape_interval=scrape_interval,
@@ -653,6 +659,11 @@ def up(
     plain = [
         _vllm_server(f"vllm-plain-{i}", next(ports), lmcache_rpc_port=None, **common)
         for i in range(n_vllm_plain)
+    ]
+    nocache_args = tuple(vllm_extra_args) + ("--no-enable-prefix-caching",)
+    plain += [
+        _vllm_server(f"vllm-nocache-{i}", next(ports), lmcache_rpc_port=None, **{**common, "extra_args": nocache_args})
+        for i in range(n_vllm_nocache)
     ]
     stack.servers += connected + plain
     prom = None
@@ -774,6 +785,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--run-dir", default=default_run)
     p_up.add_argument("--vllm", type=int, default=2, help="vLLM servers with the LMCache connector")
     p_up.add_argument("--plain", type=int, default=0, help="vLLM servers without connector")
+    p_up.add_argument("--nocache", type=int, default=0, help="vLLM servers with no reuse at all (prefix caching off)")
     p_up.add_argument("--no-lmcache", action="store_true")
     p_up.add_argument("--no-prometheus", action="store_true")
     p_up.add_argument("--scrape-interval", default="2s")
@@ -797,7 +809,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.cmd == "up":
         try:
-            st = up(args.run_dir, n_vllm=args.vllm, n_vllm_plain=args.plain,
+            st = up(args.run_dir, n_vllm=args.vllm, n_vllm_plain=args.plain, n_vllm_nocache=args.nocache,
                     lmcache=not args.no_lmcache, prometheus=not args.no_prometheus,
                     scrape_interval=args.scrape_interval, kv_space_gib=args.kv_space_gib,
                     max_model_len=args.max_model_len, vllm_extra_args=args.vllm_arg)

@@ -1,0 +1,86 @@
+"""Load the recorded demo dataset (deploy/demo/kvplan-demo.jsonl.gz, made by
+deploy/local/record_demo.py from the real CPU stack) into a DuckDB file through the same
+path as `kvplan import-metrics`. Loading twice changes nothing.
+
+The file's header says what the data is: recorded on CPU with a tiny random model, time
+axis stretched. Times are mapped onto the stretched axis starting at the recording time, so
+the same file always gives the same database.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+from collectors.parse import PayloadError, parse_payload
+from collectors.runs import save_run
+from collectors.store import insert_failure, insert_payload, payload_sha256
+from collectors.workload import RequestResult, RunResult, Workload
+from sql.db import Database
+
+DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
+
+
+def records(path: Path = DEMO_FILE) -> Iterator[dict]:
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: demo dataset not found (record it with deploy/local/record_demo.py)")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as e:
+                raise PayloadError(str(path), f"not a JSON line: {e}", line=lineno) from None
+
+
+def header(path: Path = DEMO_FILE) -> dict:
+    first = next(records(path))
+    if first.get("type") != "header":
+        raise PayloadError(str(path), "first line is not the dataset header", line=1)
+    return first
+
+
+def load_demo(db: Database, path: Path = DEMO_FILE,
+              progress: Callable[[int, int], None] | None = None) -> dict:
+    """Import every scrape, failure and run of the dataset. Returns counts and the header."""
+    recs = list(records(path))
+    head = recs[0]
+    t0, stretch = head["t0"], head["stretch"]
+    deployment = head["deployment"]
+
+    def on_axis(t: float) -> datetime:
+        return datetime.fromtimestamp(t0 + (t - t0) * stretch, tz=timezone.utc)
+
+    counts = {"scrapes": 0, "duplicates": 0, "failures": 0, "runs": 0}
+    body = [r for r in recs[1:] if r["type"] in ("scrape", "failure")]
+    with db.batch() as con:
+        for i, r in enumerate(body, start=1):
+            with Database.transaction(con):
+                if r["type"] == "scrape":
+                    p = parse_payload(r["body"], f"{path.name}:{r['target']}@{r['t']:.3f}",
+                                      content_type=r.get("content_type"))
+                    res = insert_payload(con, deployment=deployment, target=r["target"], ts=on_axis(r["t"]),
+                                         payload=p, sha256=payload_sha256(r["body"]), source="import", url=r["url"])
+                    counts["scrapes" if res.status == "stored" else "duplicates"] += 1
+                else:
+                    insert_failure(con, deployment=deployment, target=r["target"], kind=r["kind"],
+                                   ts=on_axis(r["t"]), error=r["error"], source="import", url=r["url"])
+                    counts["failures"] += 1
+            if progress:
+                progress(i, len(body))
+    have = {(row["label"], row["started_at"]) for row in db.fetch("run_summaries", deployment=deployment)}
+    for r in (r for r in recs[1:] if r["type"] == "run"):
+        d = r["result"]
+        run = RunResult(
+            scenario=d["scenario"], started_at=t0 + (d["started_at"] - t0) * stretch,
+            ended_at=t0 + (d["ended_at"] - t0) * stretch, workload=Workload(**d["workload"]),
+            results=[RequestResult(**{**q, "started_at": t0 + (q["started_at"] - t0) * stretch}) for q in d["results"]],
+            model=d.get("model", ""), servers=d.get("servers", []), stopped_by=d.get("stopped_by"))
+        key = (r["label"], datetime.fromtimestamp(run.started_at, tz=timezone.utc).replace(tzinfo=None))
+        if any(k[0] == key[0] and abs((k[1] - key[1]).total_seconds()) < 1e-3 for k in have):
+            continue
+        save_run(db, deployment, run, label=r["label"], measured_on=head["measured_on"])
+        counts["runs"] += 1
+    return {**counts, "deployment": deployment, "header": head}

