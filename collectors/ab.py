@@ -1,0 +1,53 @@
+"""Run one workload twice, reuse off then reuse on, and collect each run's server metrics
+window (evaluation step 4: pilot on the same hardware, compare with the baseline). Used by
+the model's validation test and `bench/validation_bench.py`; works the same against GPU
+servers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from collectors import workload as wl
+from collectors.runs import save_run
+from collectors.scrape import Target, scrape_target
+from sql.db import Database
+
+
+@dataclass
+class ABSide:
+    deployment: str
+    start: datetime
+    end: datetime
+    run: wl.RunResult
+
+
+def _measure(db: Database, deployment: str, servers: list[str], targets: list[Target], model: str,
+             workload: wl.Workload, label: str, measured_on: str, settle_s: float) -> ABSide:
+    def snap() -> datetime:
+        time.sleep(settle_s)  # vLLM publishes its stats a moment after a request ends
+        at = datetime.now(timezone.utc)
+        for t in targets:
+            r = scrape_target(db, deployment, t, at=at)
+            if r.status != "stored":
+                raise RuntimeError(f"scrape of {t.url} failed; see kvplan's scrape log")
+        return at
+
+    start = snap()
+    run = wl.run(servers, model, workload)
+    if run.errors:
+        raise RuntimeError(f"{label}: {len(run.errors)} request(s) failed, first: {run.errors[0].error}")
+    end = snap()
+    save_run(db, deployment, run, label=label, measured_on=measured_on)
+    return ABSide(deployment, start, end, run)
+
+
+def run_ab(db: Database, *, name: str, workload: wl.Workload, model: str,
+           off: tuple[list[str], list[Target]], on: tuple[list[str], list[Target]],
+           measured_on: str, settle_s: float = 1.5) -> tuple[ABSide, ABSide]:
+    """``off``/``on``: (OpenAI base URLs, /metrics targets). The same workload (same seed,
+    same prompts) runs on the cache-off servers, then on the cache-on ones."""
+    a = _measure(db, f"ab-{name}-off", *off, model, workload, f"{name}: reuse off", measured_on, settle_s)
+    b = _measure(db, f"ab-{name}-on", *on, model, replace(workload), f"{name}: reuse on", measured_on, settle_s)
+    return a, b
