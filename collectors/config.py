@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (BaseModel, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 from pydantic_settings import (BaseSettings, NestedSecretsSettingsSource, PydanticBaseSettingsSource,
                                SettingsConfigDict, TomlConfigSettingsSource)
@@ -78,6 +78,8 @@ def check_selector(v: str) -> str:
 class TargetConfig(BaseModel):
     """One /metrics endpoint kvplan scrapes directly."""
 
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(description="Name of the target inside its deployment, e.g. node1-vllm-0.")
     url: str = Field(description="Full /metrics URL, e.g. http://10.0.0.5:8000/metrics.")
     kind: Literal["vllm", "lmcache_mp", "lmcache_inproc"] | None = Field(
@@ -88,6 +90,8 @@ class TargetConfig(BaseModel):
 
 class DeploymentConfig(BaseModel):
     """A serving deployment: the vLLM and LMCache servers whose economics are modelled together."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, description="Deployment name used in the database, CLI and dashboard.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Endpoints scraped directly.")
@@ -110,6 +114,8 @@ class DeploymentConfig(BaseModel):
 
 class PrometheusConfig(BaseModel):
     """Where kvplan queries an existing Prometheus (or Thanos/Mimir) for range ingestion."""
+
+    model_config = ConfigDict(extra="forbid")
 
     url: str | None = Field(default=None, description="Base URL, e.g. http://prometheus:9090.")
     step: str = Field(default="1m", description="Resolution of ingested increases (PromQL duration).")
@@ -169,6 +175,8 @@ class PrometheusConfig(BaseModel):
 class ScheduleConfig(BaseModel):
     """What the collector daemon runs when."""
 
+    model_config = ConfigDict(extra="forbid")
+
     scrape_interval_s: float = Field(default=15.0, gt=0, description="Seconds between direct scrapes of "
                                                                       "every target.")
     nightly_cron: str = Field(default="0 2 * * *", description="Cron expression (local time) of the nightly "
@@ -179,6 +187,9 @@ class ScheduleConfig(BaseModel):
                                                                        "(daemon busy or down) still runs.")
     catchup_days: int = Field(default=7, ge=1, description="On start, missed or failed nightly days up to this "
                                                           "many back are run again.")
+    report_dir: Path | None = Field(default=None, description="Where the nightly job writes capacity reports "
+                                                            "(default: reports/ next to the database).")
+    report_format: Literal["pdf", "html"] = Field(default="pdf", description="Format of the nightly reports.")
     keep_scrape_runs_days: int = Field(default=14, ge=1, description="Scrape-round rows in collector_runs are "
                                                                      "kept this many days.")
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from urllib3.util.retry import Retry
 from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
 from collectors.parse import detect_kind
 from collectors.scrape import redact_url
-from collectors.store import _ensure_target, series_id, utc_naive
+from collectors.store import _ensure_target, series_id
 from sql.db import Database
 
 log = logging.getLogger("kvplan.prometheus")
@@ -107,7 +108,9 @@ class PromClient:
         if cfg.bearer_token is not None:
             headers["Authorization"] = f"Bearer {cfg.bearer_token.get_secret_value()}"
         auth = (cfg.username, cfg.password.get_secret_value() if cfg.password else "") if cfg.username else None
-        retry = Retry(total=cfg.retries, backoff_factor=0.5, status_forcelist=(429, 500, 502, 503, 504),
+        # a query that timed out is not retried (it would time out again); refused
+        # connections and 429/5xx answers are
+        retry = Retry(total=cfg.retries, read=False, backoff_factor=0.5, status_forcelist=(429, 500, 502, 503, 504),
                       allowed_methods=("GET", "POST"), raise_on_status=False)
         self._api = PrometheusConnect(self.url, headers=headers, auth=auth, retry=retry, session=session,
                                       timeout=cfg.timeout_s, method="POST")
@@ -122,17 +125,25 @@ class PromClient:
             result = self._api.custom_query(query, params={"time": f"{at:.3f}"})
         except requests.Timeout:
             raise PromError(f"{where}: no answer within {self.timeout_s:g}s (timeout)") from None
+        except (ValueError, KeyError, TypeError) as e:  # not JSON, or JSON without data.result
+            raise PromError(f"{where}: malformed response ({type(e).__name__}: {_short(e)})") from None
+        except requests.ConnectionError as e:
+            raise PromError(f"{where}: cannot connect ({_errno(e)})") from None
         except requests.RequestException as e:
             raise PromError(f"{where}: {type(e).__name__}: {_short(e)}") from None
         except PrometheusApiClientException as e:
             raise PromError(f"{where}: {_short(e)}") from None
-        except (ValueError, KeyError, TypeError) as e:  # not JSON, or JSON without data.result
-            raise PromError(f"{where}: malformed response ({type(e).__name__}: {_short(e)})") from None
         if not isinstance(result, list) or not all(
                 isinstance(r, dict) and isinstance(r.get("metric"), dict) and isinstance(r.get("values"), list)
                 for r in result):
             raise PromError(f"{where}: malformed response (expected a matrix of series with 'values')")
         return result
+
+
+def _errno(e: Exception) -> str:
+    """The OS reason inside requests' long ConnectionError text (which repeats the query)."""
+    m = re.search(r"\[Errno -?\d+\][^'\")]*", str(e))
+    return m.group(0).strip() if m else _short(e, 200)
 
 
 def _short(e: Exception, n: int = 300) -> str:
@@ -166,11 +177,12 @@ class Raw:
 
 def step_increments(t, v, created, c0: int, c1: int, step: int, max_span: int):
     """Per-step (step end, increase, pairs, resets) of one counter series over the pairs
-    whose later sample lies in (c0, c1]. ``created``: the series' _created time (ms) as of
-    each sample, NaN when unknown."""
+    whose later sample lies in (c0, c1], and how many pairs were further apart than
+    ``max_span`` (not counted). ``created``: the series' _created time (ms) as of each
+    sample, NaN when unknown."""
     cur = np.nonzero((t > c0) & (t <= c1) & np.isfinite(v))[0]
     if cur.size == 0:
-        return _empty()
+        return (*_empty(), 0)
     prev = cur - 1
     has_p = prev >= 0
     tp = np.where(has_p, t[np.maximum(prev, 0)], np.iinfo(np.int64).min).astype(np.float64)
@@ -184,7 +196,8 @@ def step_increments(t, v, created, c0: int, c1: int, step: int, max_span: int):
         delta = np.where(restart | drop, vc, vc - vp)
         resets = np.where(restart, has_p & (vp > 0), drop)
     ends = (t[cur] + step - 1) // step * step
-    return _per_step(ends[keep], delta[keep], resets[keep].astype(np.int64))
+    far = int(((has_p | restart) & ~keep).sum())
+    return (*_per_step(ends[keep], delta[keep], resets[keep].astype(np.int64)), far)
 
 
 def _per_step(ends, delta, resets):
@@ -297,6 +310,7 @@ class Rows:
     inc: dict[str, list] = field(default_factory=lambda: {k: [] for k in (
         "series_id", "ts", "delta", "pairs", "resets")})
     gauge: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("series_id", "ts", "value")})
+    far: int = 0  # pairs of samples further apart than lookback: not counted
 
 
 def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: int) -> Rows:
@@ -320,7 +334,8 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
         else:
             key = (tname, fam, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("__name__", "le"))))
             cr = _created_at(created.get(key), s.t)
-            ends, delta, pairs, resets = step_increments(s.t, s.v, cr, chunk.t0, chunk.t1, step, lookback)
+            ends, delta, pairs, resets, far = step_increments(s.t, s.v, cr, chunk.t0, chunk.t1, step, lookback)
+            rows.far += far
             if ends.size == 0:
                 continue
             for k, arr in (("series_id", np.full(ends.size, sid, dtype=np.int64)), ("ts", ends),
@@ -408,6 +423,7 @@ class IngestResult:
     increments: int = 0
     gauges: int = 0
     gaps: int = 0
+    far_pairs: int = 0  # increases not counted: samples further apart than lookback
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -434,6 +450,9 @@ def _ensure_targets(db: Database, deployment: str, series: list[Raw]) -> tuple[i
     with db.write() as con:
         for name, (fams, labels) in by_target.items():
             ids[name] = _ensure_target(con, deployment, name, detect_kind(fams) or "unknown", None)
+            if Database.run(con, "scraped_target", target_id=ids[name]).fetchone()[0]:
+                raise ValueError(f"deployment {deployment!r}: target {name!r} already holds direct scrapes; "
+                                 "ingest Prometheus data into another deployment")
             Database.run(con, "insert_prom_target", target_id=ids[name], job=labels.get("job"),
                          instance=labels.get("instance") or "")
         row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
@@ -473,6 +492,7 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
                                                f"at {client.safe_url}"))
                 seen |= times.keys()
                 rows = build_rows(ch, ids, step_s * 1000, lookback)
+                res.far_pairs += rows.far
             else:
                 rows = None
                 res.failed += 1
@@ -487,6 +507,11 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
             res.gaps += len(gaps) + (ch.error is not None)
             if on_chunk:
                 on_chunk(i + 1, len(bounds), res)
+    if res.far_pairs:
+        log.warning("deployment %s: %d increases not counted because consecutive samples were more than "
+                    "prometheus.lookback (%s) apart; if Prometheus scrapes less often than that, raise "
+                    "lookback (and gap_after) above the scrape interval", deployment.name, res.far_pairs,
+                    cfg.lookback)
     return res
 
 
@@ -498,5 +523,3 @@ def ingest_window(t_from: datetime, t_to: datetime) -> tuple[datetime, datetime]
     return t_from, min(t_to, now)
 
 
-__all__ = ["PromClient", "PromError", "IngestResult", "ingest_range", "ingest_window", "step_increments",
-           "step_gauges", "silent_stretches", "chunk_bounds", "FAMILIES", "utc_naive"]

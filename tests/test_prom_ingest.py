@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 import subprocess
 import sys
 import threading
@@ -190,33 +189,33 @@ def _ms(*secs):
 def test_step_increments_follow_the_reset_rule_and_attribute_to_the_later_sample():
     t = _ms(50, 60, 90, 120, 150)                      # 50 is the anchor before the chunk (60, 180]
     v = np.array([10.0, 15, 40, 5, 9])                 # drop at 120: a reset, the increase is 5
-    ends, delta, pairs, resets = step_increments(t, v, np.full(5, np.nan), 60_000, 180_000, 60_000, 600_000)
+    ends, delta, pairs, resets, far = step_increments(t, v, np.full(5, np.nan), 60_000, 180_000, 60_000, 600_000)
     # the sample at 60 is on the chunk start: it belongs to the previous chunk's last step
     assert ends.tolist() == [120_000, 180_000]
-    assert delta.tolist() == [25 + 5, 4] and pairs.tolist() == [2, 1] and resets.tolist() == [1, 0]
+    assert delta.tolist() == [25 + 5, 4] and pairs.tolist() == [2, 1] and resets.tolist() == [1, 0] and far == 0
 
 
 def test_created_after_the_previous_sample_is_a_restart_even_when_the_value_climbs():
     t, v = _ms(0, 60), np.array([100.0, 500.0])
     created = np.array([np.nan, 30_000.0])             # restarted at 30 s, now above the old value
-    _, delta, _, resets = step_increments(t, v, created, 0, 60_000, 60_000, 600_000)
+    _, delta, _, resets, _ = step_increments(t, v, created, 0, 60_000, 60_000, 600_000)
     assert delta.tolist() == [500.0] and resets.tolist() == [1]
-    _, delta, _, _ = step_increments(t, v, np.full(2, np.nan), 0, 60_000, 60_000, 600_000)
+    _, delta, _, _, _ = step_increments(t, v, np.full(2, np.nan), 0, 60_000, 60_000, 600_000)
     assert delta.tolist() == [400.0]                   # without _created: the plain rule
 
 
 def test_series_born_inside_the_chunk_counts_from_its_created_zero_point():
     t, v = _ms(90), np.array([7.0])
-    _, delta, _, _ = step_increments(t, v, np.array([70_000.0]), 60_000, 120_000, 60_000, 600_000)
+    _, delta, _, _, _ = step_increments(t, v, np.array([70_000.0]), 60_000, 120_000, 60_000, 600_000)
     assert delta.tolist() == [7.0]
-    ends, _, _, _ = step_increments(t, v, np.full(1, np.nan), 60_000, 120_000, 60_000, 600_000)
+    ends, _, _, _, _ = step_increments(t, v, np.full(1, np.nan), 60_000, 120_000, 60_000, 600_000)
     assert ends.size == 0                              # first sample, no _created: nothing to pair
 
 
 def test_samples_further_apart_than_lookback_are_a_gap_not_an_increase():
     t, v = _ms(0, 900, 930), np.array([1.0, 50.0, 60.0])
-    ends, delta, _, _ = step_increments(t, v, np.full(3, np.nan), 0, 960_000, 60_000, 600_000)
-    assert ends.tolist() == [960_000] and delta.tolist() == [10.0]
+    ends, delta, _, _, far = step_increments(t, v, np.full(3, np.nan), 0, 960_000, 60_000, 600_000)
+    assert ends.tolist() == [960_000] and delta.tolist() == [10.0] and far == 1
 
 
 def test_gauges_keep_the_last_value_of_each_step():
@@ -345,7 +344,7 @@ def test_prometheus_down_is_a_logged_gap_and_keeps_earlier_data(prom, tmp_path, 
     res = ingest_range(db, cfg(dead), DEP, T0, END)             # all 4 chunks fail, all are tried
     assert (res.chunks, res.failed) == (4, 4)
     assert f"{dead}/api/v1/query" in res.errors[0] and "vllm:prefix_cache_hits_total" in res.errors[0]
-    assert "ConnectionError" in res.errors[0] and dead in caplog.text
+    assert "cannot connect ([Errno 111] Connection refused)" in res.errors[0] and dead in caplog.text
     assert same(stats(db, "prom", T0, at(40)).to_dict(), before)  # the good chunks are kept
     gaps = db.fetch("ingest_gaps", deployment="prom", t_from=T0, t_to=END)
     assert [(g["target"], g["t_from"], g["t_to"]) for g in gaps] == [
@@ -353,3 +352,283 @@ def test_prometheus_down_is_a_logged_gap_and_keeps_earlier_data(prom, tmp_path, 
     ingest_range(db, cfg(prom.url), DEP, T0, END)                # the next run goes ahead and fills it
     assert [g["target"] for g in db.fetch("ingest_gaps", deployment="prom", t_from=T0, t_to=END)] == [
         "vllm/b:8000"]
+
+
+# -- faults, from a real HTTP server on loopback ----------------------------------------------
+class _Server:
+    """A ThreadingHTTPServer on a free loopback port running ``handle(handler) -> (status,
+    content type, body)`` for every request."""
+
+    def __init__(self, handle):
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def _any(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                self.body = self.rfile.read(n) if n else b""
+                outer.seen.append(dict(self.headers))
+                status, ctype, body = handle(self)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except BrokenPipeError:  # the client gave up (timeout test)
+                    pass
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *a):
+                pass
+
+        self.seen: list[dict] = []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+FAULTS = {
+    "http-500": (lambda h: (500, "text/plain", b"internal error"), "HTTP Status Code 500"),
+    "http-503-retried": (lambda h: (503, "text/plain", b"overloaded"), "HTTP Status Code 503"),
+    "http-400": (lambda h: (400, "application/json",
+                            b'{"status":"error","errorType":"bad_data","error":"parse error at char 3"}'),
+                 "parse error at char 3"),
+    "not-json": (lambda h: (200, "text/html", b"<html>login</html>"), "malformed response"),
+    "no-data": (lambda h: (200, "application/json", b'{"status":"success"}'), "malformed response"),
+    "vector-not-matrix": (lambda h: (200, "application/json", json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {"__name__": "x"}, "value": [1, "1"]}]}}).encode()), "malformed response"),
+    "timeout": (lambda h: (time.sleep(1.5), (200, "application/json", b"{}"))[1], "timeout"),
+}
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_bad_prometheus_answer_names_url_and_query_logs_a_gap_and_the_next_run_goes_ahead(
+        fault, prom, tmp_path):
+    handle, message = FAULTS[fault]
+    server = _Server(handle)
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    try:
+        c = cfg(server.url, timeout_s=0.5, retries=1 if "retried" in fault else 0)
+        with pytest.raises(PromError) as e:
+            PromClient(c).range_vector('{__name__="up"}[60s]', END.timestamp())
+        assert server.url + "/api/v1/query" in str(e.value) and "'{__name__=\"up\"}[60s]'" in str(e.value)
+        assert message in str(e.value)
+        if "retried" in fault:
+            assert len(server.seen) == 2          # one retry, then the error
+        res = ingest_range(db, c, DEP, T0, at(40))
+        assert (res.chunks, res.failed) == (2, 2) and message in res.errors[-1]
+        gaps = db.fetch("ingest_gaps", deployment="prom", t_from=T0, t_to=END)
+        assert [(g["target"], g["t_from"], g["t_to"], g["n"]) for g in gaps] == [
+            (None, T0.replace(tzinfo=None), at(40).replace(tzinfo=None), 2)]
+        assert message in gaps[0]["reason"] and server.url in gaps[0]["reason"]
+    finally:
+        server.close()
+    res = ingest_range(db, cfg(prom.url), DEP, T0, at(40))   # Prometheus is back: the gap is filled
+    assert res.failed == 0 and db.fetch("ingest_gaps", deployment="prom", t_from=T0, t_to=END) == []
+    assert stats(db, "prom", T0, at(40)).prefix_cache_hits > 0
+
+
+# -- secrets ---------------------------------------------------------------------------------
+TOKEN = "tok-5ecret-Zq81xv"
+PASSWORD = "pw-5ecret-Hh27kd"
+
+
+def _auth_proxy(prom_url: str, expect: str) -> _Server:
+    """An authenticating reverse proxy in front of the real Prometheus."""
+    def handle(h):
+        if h.headers.get("Authorization") != expect:
+            return 401, "text/plain", b"unauthorized"
+        r = httpx.request(h.command, prom_url + h.path, content=h.body,
+                          headers={"Content-Type": h.headers.get("Content-Type", "")})
+        return r.status_code, r.headers.get("content-type", "application/json"), r.content
+    return _Server(handle)
+
+
+def _secret_free(db: Database, text: str) -> None:
+    for f in db.path.parent.glob(db.path.name + "*"):   # the file and any WAL
+        data = f.read_bytes()
+        assert TOKEN.encode() not in data and PASSWORD.encode() not in data, f
+    assert TOKEN not in text and PASSWORD not in text
+
+
+def _config(tmp_path: Path, url: str) -> Path:
+    p = tmp_path / "kvplan.toml"
+    p.write_text(f'db = "{tmp_path / "k.duckdb"}"\n[prometheus]\nurl = "{url}"\nchunk = "10m"\nretries = 0\n'
+                 f'[[deployments]]\nname = "prom"\nprometheus_selector = \'job=~"vllm|lmcache"\'\n')
+    return p
+
+
+@pytest.mark.prometheus
+def test_bearer_token_from_the_environment_never_reaches_db_logs_or_output(prom, tmp_path, monkeypatch, caplog):
+    import base64
+
+    caplog.set_level(logging.DEBUG)
+    proxy = _auth_proxy(prom.url, f"Bearer {TOKEN}")
+    try:
+        conf = _config(tmp_path, proxy.url)
+        runner = CliRunner()
+        args = ["ingest", "--deployment", "prom", "--from", T0.isoformat(), "--to", END.isoformat(),
+                "--config", str(conf)]
+        monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", "wrong-token")
+        bad = runner.invoke(app, args)
+        assert bad.exit_code == 1 and "HTTP Status Code 401" in bad.output and "wrong-token" not in bad.output
+        monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", TOKEN)
+        ok = runner.invoke(app, args + ["--step", "1m"])
+        assert ok.exit_code == 0, ok.output
+        assert "4 chunks" in ok.output
+        db = Database(tmp_path / "k.duckdb")
+        assert stats(db, "prom", T0, END).prefix_cache_hits > 0
+        _secret_free(db, bad.output + ok.output + caplog.text)
+        assert TOKEN not in repr(PromClient(cfg(proxy.url, bearer_token=TOKEN)))
+        assert base64.b64encode(TOKEN.encode()).decode() not in caplog.text
+    finally:
+        proxy.close()
+
+
+@pytest.mark.prometheus
+def test_basic_auth_password_from_a_secrets_dir(prom, tmp_path, monkeypatch, caplog):
+    import base64
+
+    caplog.set_level(logging.DEBUG)
+    cred = base64.b64encode(f"kv:{PASSWORD}".encode()).decode()
+    proxy = _auth_proxy(prom.url, f"Basic {cred}")
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "kvplan_prometheus__password").write_text(PASSWORD)
+    monkeypatch.setenv("KVPLAN_SECRETS_DIR", str(secrets))
+    monkeypatch.setenv("KVPLAN_PROMETHEUS__USERNAME", "kv")
+    try:
+        conf = _config(tmp_path, proxy.url)
+        r = CliRunner().invoke(app, ["ingest", "--deployment", "prom", "--from", T0.isoformat(),
+                                     "--to", END.isoformat(), "--config", str(conf)])
+        assert r.exit_code == 0, r.output
+        db = Database(tmp_path / "k.duckdb")
+        assert stats(db, "prom", T0, END).prefix_cache_hits > 0
+        _secret_free(db, r.output + caplog.text)
+        assert cred not in caplog.text
+    finally:
+        proxy.close()
+
+
+def test_a_secret_in_the_config_file_is_refused(tmp_path):
+    conf = tmp_path / "kvplan.toml"
+    conf.write_text(f'[prometheus]\nurl = "http://127.0.0.1:9"\nbearer_token = "{TOKEN}"\n')
+    r = CliRunner().invoke(app, ["config", "check", "--config", str(conf)])
+    assert r.exit_code == 2 and "prometheus.bearer_token: secrets do not belong in the config file" in r.output
+    assert TOKEN not in r.output
+
+
+# -- recorded real payloads ------------------------------------------------------------------
+def _recorded_cases() -> list[str]:
+    from tests import recorded
+
+    return recorded.cases()
+
+
+def _created_openmetrics(scrapes) -> str:
+    """The ``X_created`` series a Prometheus scraping the text format stores (to_openmetrics
+    writes values only)."""
+    rows: dict[str, set] = {}
+    for ts, extra, payload in scrapes:
+        for s in payload.samples:
+            if s.created is None or s.name.endswith(("_sum", "_count")) or (s.le is not None and s.le != math.inf):
+                continue
+            labels = dict(s.labels) | extra | {k: v for k, v in (("model_name", s.model_name),
+                                                                 ("engine", s.engine)) if v is not None}
+            lab = "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+            rows.setdefault(f"{s.family}_created", set()).add((lab, ts.timestamp(), s.created))
+    out = []
+    for name in sorted(rows):
+        out.append(f"# TYPE {name} unknown")
+        out += [f"{name}{lab} {v!r} {t:.3f}" for lab, t, v in sorted(rows[name])]
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("case", _recorded_cases())
+def test_recorded_real_payloads_ingested_from_prometheus_equal_their_direct_import(case, tmp_path):
+    """Each step of a recorded case (all its targets) placed at the whole second of its first
+    scrape (one second later if that second is taken); Prometheus also holds the _created series. Every window between two steps:
+    (a) equals the direct import; (b) equals PromQL where no counter restarted."""
+    from tests import recorded
+
+    by_step: dict[int, list] = {}
+    for f in recorded.manifest(case)["files"]:
+        by_step.setdefault(f["step"], []).append(f)
+    times, last = {}, 0
+    for k, fs in sorted(by_step.items()):  # whole seconds, strictly increasing
+        last = max(math.floor(min(f["scraped_at"] for f in fs)), last + 1)
+        times[k] = datetime.fromtimestamp(last, timezone.utc)
+    rows = []
+    for k, fs in sorted(by_step.items()):
+        for f in fs:
+            path = recorded.PAYLOADS / case / f["file"]
+            rows.append((times[k], f["target"], parse_payload(path.read_text(), str(path),
+                                                               content_type=f.get("content_type"))))
+    om = [(t, {"job": "kvplan", "instance": target}, p) for t, target, p in rows]
+    create_blocks(to_openmetrics(om).removesuffix("# EOF\n") + _created_openmetrics(om) + "# EOF\n", tmp_path)
+    server = start_prometheus(tmp_path, storage=tmp_path / "tsdb")
+    try:
+        db = Database(tmp_path / "k.duckdb")
+        db.migrate()
+        for t, target, p in rows:
+            store_payload(db, deployment="direct", target=target, ts=t, payload=p, sha256=str(p.source),
+                          source="import")
+        dep = DeploymentConfig(name="prom", prometheus_selector='job="kvplan"')
+        steps = sorted(times.values())
+        res = ingest_range(db, cfg(server.url, step="1s", chunk="1h", lookback="1h"), dep, steps[0], steps[-1])
+        assert res.failed == 0 and res.increments > 0
+        checked = 0
+        for i, a in enumerate(steps):
+            for b in steps[i + 1:]:
+                got = stats(db, "prom", a, b).to_dict()
+                want = stats(db, "direct", a, b).to_dict()
+                # resets are counted over every family by the direct import, over kvplan's by ingestion
+                got.pop("counter_resets"), want.pop("counter_resets")
+                assert same(got, want), (case, a, b, {k: (got[k], want[k]) for k in got if not same(got[k], want[k])})
+                s = stats(db, "direct", a, b)
+                if s.counter_resets == 0 and s.prefix_cache_queries:
+                    w = f"{int((b - a).total_seconds())}s"
+                    assert got["prefix_cache_queries"] == scalar(
+                        server.url, f"sum(increase(vllm:prefix_cache_queries_total[{w}]))", b.timestamp())
+                    if got["requests"]:
+                        assert math.isclose(got["ttft_p99_s"], scalar(server.url, (
+                            f"histogram_quantile(0.99, sum by (le) "
+                            f"(increase(vllm:time_to_first_token_seconds_bucket[{w}])))"), b.timestamp()))
+                checked += 1
+        assert checked >= 1
+    finally:
+        server.stop()
+
+
+# -- the benchmark, at a tiny size --------------------------------------------------------------
+@pytest.mark.prometheus
+def test_the_benchmark_runs_at_a_tiny_size():
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "bench/prom_bench.py"), "--days", "1", "--engines", "2",
+                        "--per-node", "2", "--interval", "600"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for line in ("history:", "backfill  1 days:", "rollups", "night", "raw read", "daily"):
+        assert line in r.stdout, r.stdout
+    assert "0 failed" in r.stdout and "values agree: 1 of 1 days" in r.stdout, r.stdout
+
+
+@pytest.mark.prometheus
+def test_a_directly_scraped_target_is_never_overwritten_by_prometheus_data(prom, tmp_path):
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    text = vllm_payload(0, "m1", (0,))
+    store_payload(db, deployment="prom", target="vllm/a:8000", ts=T0, payload=parse_payload(text, "x"),
+                  sha256=payload_sha256(text), source="scrape")
+    with pytest.raises(ValueError, match="target 'vllm/a:8000' already holds direct scrapes"):
+        ingest_range(db, cfg(prom.url), DEP, T0, at(20))
+    assert counts(db)["prom_increments"] == 0

@@ -52,21 +52,21 @@ WHERE d.name = $deployment AND c.t_to > $t_from AND c.t_from < $t_to
 ORDER BY c.t_from;
 
 -- name: ingest_gaps
--- Gaps of a deployment overlapping a window, adjacent or overlapping ones of the same target
--- and reason merged, oldest first.
+-- Gaps of a deployment overlapping a window, oldest first; adjacent or overlapping gaps of
+-- the same target merged (reason: the first one's, n: how many were merged).
 WITH g AS (
     SELECT gp.target, gp.t_from, gp.t_to, gp.reason
     FROM gaps gp JOIN deployments d ON d.deployment_id = gp.deployment_id
     WHERE d.name = $deployment AND gp.t_to > $t_from AND gp.t_from < $t_to
 ),
 m AS (
-    SELECT *, CASE WHEN t_from <= max(t_to) OVER (PARTITION BY target, reason ORDER BY t_from
+    SELECT *, CASE WHEN t_from <= max(t_to) OVER (PARTITION BY target ORDER BY t_from
                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS starts
     FROM g
 ),
-i AS (SELECT *, sum(starts) OVER (PARTITION BY target, reason ORDER BY t_from) AS island FROM m)
-SELECT target, min(t_from) AS t_from, max(t_to) AS t_to, reason
-FROM i GROUP BY target, reason, island
+i AS (SELECT *, sum(starts) OVER (PARTITION BY target ORDER BY t_from) AS island FROM m)
+SELECT target, min(t_from) AS t_from, max(t_to) AS t_to, arg_min(reason, t_from) AS reason, count(*) AS n
+FROM i GROUP BY target, island
 ORDER BY t_from, target NULLS FIRST;
 
 -- name: insert_collector_run
@@ -146,3 +146,9 @@ ORDER BY r.day, r.name, r.le;
 -- Whether a successful ingestion already covers the chunk (t_from, t_to] of a deployment.
 SELECT count(*) > 0 AS ok FROM prom_chunks
 WHERE deployment_id = $deployment_id AND ok AND t_from <= $t_from AND t_to >= $t_to;
+
+-- name: scraped_target
+-- Whether a target holds direct scrapes and is not yet a Prometheus target (then a
+-- Prometheus job/instance must not be mapped onto it).
+SELECT EXISTS (SELECT 1 FROM scrapes WHERE target_id = $target_id)
+       AND NOT EXISTS (SELECT 1 FROM prom_targets WHERE target_id = $target_id) AS conflict;

@@ -1,0 +1,312 @@
+"""The collector daemon (``kvplan collect --daemon``): APScheduler 3 in one process.
+
+* ``scrape``: every ``schedule.scrape_interval_s``, one round scrapes every configured
+  target, each in its own thread, so a slow target delays no other; a target whose previous
+  scrape is still running is skipped this round (counted as an error), never queued twice.
+* ``nightly``: on ``schedule.nightly_cron`` (local time by default), for every UTC day not
+  yet done: ingest the day from Prometheus (deployments with a ``prometheus_selector``),
+  compute ``daily_rollups`` for every deployment, then :func:`nightly_report`.
+
+Jobs never overlap themselves (``max_instances=1``, ``coalesce``). A nightly run missed while
+the daemon was busy runs late within ``misfire_grace_s``; one missed while it was DOWN is
+found on start from ``collector_runs`` (every day since the last successful night, at most
+``catchup_days`` back, failed days included) and run at once. Every run is a row of
+``collector_runs``; a run still ``running`` when the daemon starts was killed and is marked
+``interrupted``. Writes are short transactions (see ``sql.db``): a SIGKILL loses only the
+transaction in flight.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from collectors.config import Settings
+from collectors.scrape import Target, scrape_target
+from collectors.store import _ensure_target
+from sql.db import Database
+
+log = logging.getLogger("kvplan.collector")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+# -- the run log -------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """What one run did; ``message`` ends up in collector_runs (no secrets: errors name URLs
+    without credentials)."""
+
+    rows: int = 0
+    errors: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def message(self) -> str | None:
+        return "; ".join(self.notes)[:2000] or None
+
+
+def fetch_rw(db: Database, query: str, **params) -> list[dict]:
+    """A read inside the daemon: through a read-write connection, which shares the process's
+    database instance with the scrape threads instead of waiting for them to close."""
+    with db.write() as con:
+        cur = Database.run(con, query, **params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+@contextmanager
+def logged_run(db: Database, job: str, *, deployment: str | None = None, day: date | None = None) -> Iterator[Outcome]:
+    """A collector_runs row written at the start (status running) and closed at the end."""
+    out = Outcome()
+    with db.write() as con:
+        run_id = Database.run(con, "insert_collector_run", job=job, deployment=deployment, day=day,
+                              started_at=utcnow(), ended_at=None, status="running", n_rows=0, n_errors=0,
+                              message=None).fetchone()[0]
+    try:
+        yield out
+    except Exception as e:
+        out.errors += 1
+        out.notes.append(f"{type(e).__name__}: {e}")
+        raise
+    finally:
+        with db.write() as con:
+            Database.run(con, "finish_collector_run", run_id=run_id, ended_at=utcnow(),
+                         status="ok" if out.errors == 0 else "errors", n_rows=out.rows, n_errors=out.errors,
+                         message=out.message)
+
+
+# -- direct scrapes --------------------------------------------------------------------------
+class Scraper:
+    """Scrape rounds over every configured target, concurrently."""
+
+    def __init__(self, settings: Settings, db: Database):
+        self.settings, self.db = settings, db
+        self.targets = [(d.name, Target(t.name, t.url, t.kind)) for d in settings.deployments for t in d.targets]
+        self.pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="scrape")
+        self.inflight: dict[tuple[str, str], Future] = {}
+
+    def ensure_targets(self) -> None:
+        """Create every deployment and target up front, so concurrent first scrapes never race
+        to insert the same rows."""
+        with self.db.write() as con:
+            for dep, t in self.targets:
+                _ensure_target(con, dep, t.name, t.kind or "unknown", None)
+
+    def round(self) -> Outcome:
+        started = utcnow()
+        out = Outcome()
+        futures: dict[tuple[str, str], Future] = {}
+        for dep, t in self.targets:
+            key = (dep, t.name)
+            prev = self.inflight.get(key)
+            if prev is not None and not prev.done():
+                out.errors += 1
+                out.notes.append(f"{dep}/{t.name}: previous scrape still running, skipped")
+                continue
+            futures[key] = self.inflight[key] = self.pool.submit(
+                scrape_target, self.db, dep, t, timeout_s=self.settings.scrape_timeout_s)
+        wait(futures.values(), timeout=self.settings.schedule.scrape_interval_s * 0.9)
+        for (dep, name), f in futures.items():
+            if not f.done():
+                out.errors += 1
+                out.notes.append(f"{dep}/{name}: still running at the end of the round")
+            elif f.exception() is not None:
+                out.errors += 1
+                out.notes.append(f"{dep}/{name}: {f.exception()}")
+                log.error("scrape %s/%s: %s", dep, name, f.exception())
+            elif f.result().status == "failed-recorded":
+                out.errors += 1
+                out.notes.append(f"{dep}/{name}: failed (see the scrape log)")
+            else:
+                out.rows += f.result().samples
+        with self.db.write() as con:
+            Database.run(con, "insert_collector_run", job="scrape", deployment=None, day=None, started_at=started,
+                         ended_at=utcnow(), status="ok" if out.errors == 0 else "errors", n_rows=out.rows,
+                         n_errors=out.errors, message=out.message)
+        return out
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- the nightly job -------------------------------------------------------------------------
+REPORT_MODULE = "app.report"
+
+
+def nightly_report(settings: Settings, day: date) -> list:
+    """Write each deployment's capacity report for the month of ``day`` (so far) with
+    ``app.report.write_report`` into ``schedule.report_dir``, once that module exists;
+    until then log 'report not available'. A deployment without data that month is skipped."""
+    if importlib.util.find_spec(REPORT_MODULE) is None:
+        log.info("report not available (no %s module yet); day %s", REPORT_MODULE, day)
+        return []
+    report = importlib.import_module(REPORT_MODULE)
+    if not hasattr(report, "write_report"):
+        log.info("report not available (%s has no write_report); day %s", REPORT_MODULE, day)
+        return []
+    db = Database(settings.db, lock_timeout_s=settings.lock_timeout_s)
+    month = day.strftime("%Y-%m")
+    folder = settings.schedule.report_dir or Path(settings.db).parent / "reports"
+    written = []
+    for name in sorted({d["deployment"] for d in fetch_rw(db, "deployments")}):
+        path = folder / f"{name}-{month}.{settings.schedule.report_format}"
+        try:
+            written.append(report.write_report(db, name, month, path))
+        except ValueError as e:  # no data that month, or an unknown deployment
+            log.info("report for %s %s not written: %s", name, month, e)
+    return written
+
+
+def _gauge_rollup():
+    """``app.service.rollup_gauges_day`` (the dashboard's per-day gauge summaries, migration
+    005) when that build has it."""
+    try:
+        return getattr(importlib.import_module("app.service"), "rollup_gauges_day", None)
+    except ImportError:
+        return None
+
+
+def day_bounds(day: date) -> tuple[datetime, datetime]:
+    start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    return start, start + timedelta(days=1)
+
+
+def rollup_day(db: Database, deployment: str, day: date) -> int:
+    """Recompute one UTC day's rollups of a deployment (delete + insert, one transaction)."""
+    t0, t1 = day_bounds(day)
+    with db.write() as con:
+        row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
+        if row is None:
+            return 0
+        Database.run(con, "delete_rollups_day", deployment_id=row[0], day=t0.replace(tzinfo=None))
+        n = Database.run(con, "rollup_day", deployment_id=row[0], deployment=deployment,
+                         t_from=t0.replace(tzinfo=None), t_to=t1.replace(tzinfo=None),
+                         t_lookback=(t0 - timedelta(days=1)).replace(tzinfo=None)).fetchone()
+    return int(n[0]) if n else 0
+
+
+def days_to_run(db: Database, today: date, catchup_days: int) -> list[date]:
+    """Yesterday, plus every earlier day since the first nightly run (at most
+    ``catchup_days`` back) that has no successful run."""
+    yesterday = today - timedelta(days=1)
+    rows = fetch_rw(db, "nightly_days")
+    if not rows:
+        return [yesterday]
+    first = min(r["day"] for r in rows)
+    done = {r["day"] for r in rows if r["ok"]}
+    start = max(first, yesterday - timedelta(days=catchup_days - 1))
+    return [start + timedelta(days=i) for i in range((yesterday - start).days + 1)
+            if start + timedelta(days=i) not in done]
+
+
+class Nightly:
+    """Ingest, roll up and report every day that needs it."""
+
+    def __init__(self, settings: Settings, db: Database):
+        self.settings, self.db = settings, db
+
+    def run(self, today: date | None = None) -> list[Outcome]:
+        today = today or datetime.now(timezone.utc).date()
+        days = days_to_run(self.db, today, self.settings.schedule.catchup_days)
+        return [self.run_day(d) for d in days]
+
+    def run_day(self, day: date) -> Outcome:
+        from collectors.prometheus import ingest_range
+
+        s = self.settings
+        t0, t1 = day_bounds(day)
+        log.info("nightly run for %s", day)
+        with logged_run(self.db, "nightly", day=day) as out:
+            for dep in s.deployments:
+                if not (dep.prometheus_selector and s.prometheus.url):
+                    continue
+                try:
+                    res = ingest_range(self.db, s.prometheus, dep, t0, t1)
+                except Exception as e:  # a bad deployment must not stop the others
+                    out.errors += 1
+                    out.notes.append(f"{dep.name}: {type(e).__name__}: {e}")
+                    log.error("nightly %s: ingest %s: %s", day, dep.name, e)
+                    continue
+                out.rows += res.rows
+                out.errors += res.failed
+                out.notes += [f"{dep.name}: {m}" for m in res.errors[:3]]
+            names = {d["deployment"] for d in fetch_rw(self.db, "deployments")}
+            gauges = _gauge_rollup()
+            for name in sorted(names):
+                out.rows += rollup_day(self.db, name, day)
+                if gauges is not None:
+                    out.rows += gauges(self.db, name, day)
+            try:
+                nightly_report(s, day)
+            except Exception as e:
+                out.errors += 1
+                out.notes.append(f"report: {type(e).__name__}: {e}")
+                log.error("nightly %s: report: %s", day, e)
+            keep = utcnow() - timedelta(days=s.schedule.keep_scrape_runs_days)
+            with self.db.write() as con:
+                Database.run(con, "prune_scrape_runs", t_from=keep)
+        log.info("nightly run for %s: %d rows, %d errors", day, out.rows, out.errors)
+        return out
+
+
+# -- the daemon ------------------------------------------------------------------------------
+def build_scheduler(settings: Settings, db: Database) -> tuple[BackgroundScheduler, Scraper, Nightly]:
+    from zoneinfo import ZoneInfo
+
+    sc = settings.schedule
+    tz = ZoneInfo(sc.timezone) if sc.timezone else None
+    sched = BackgroundScheduler(timezone=tz) if tz else BackgroundScheduler()
+    scraper, nightly = Scraper(settings, db), Nightly(settings, db)
+    defaults = dict(coalesce=True, max_instances=1, replace_existing=True)
+    if scraper.targets:
+        sched.add_job(scraper.round, IntervalTrigger(seconds=sc.scrape_interval_s), id="scrape",
+                      next_run_time=datetime.now(sched.timezone), misfire_grace_time=max(1, int(sc.scrape_interval_s)),
+                      **defaults)
+    sched.add_job(nightly.run, CronTrigger.from_crontab(sc.nightly_cron, timezone=sched.timezone), id="nightly",
+                  misfire_grace_time=int(sc.misfire_grace_s), **defaults)
+    return sched, scraper, nightly
+
+
+def run_daemon(settings: Settings, db: Database, stop: threading.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set)."""
+    stop = stop or threading.Event()
+    db.migrate()
+    with db.write() as con:
+        killed = Database.run(con, "mark_interrupted_runs").fetchall()
+    for run_id, job, day in killed:
+        log.warning("run %s (%s%s) was interrupted by a previous shutdown", run_id, job, f" {day}" if day else "")
+    sched, scraper, nightly = build_scheduler(settings, db)
+    scraper.ensure_targets()
+    missed = days_to_run(db, datetime.now(timezone.utc).date(), settings.schedule.catchup_days)
+    if missed:
+        log.info("catching up nightly runs for %s", ", ".join(map(str, missed)))
+        sched.modify_job("nightly", next_run_time=datetime.now(sched.timezone))
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    sched.start()
+    log.info("collector started: %d targets every %gs, nightly '%s'", len(scraper.targets),
+             settings.schedule.scrape_interval_s, settings.schedule.nightly_cron)
+    try:
+        stop.wait()
+    finally:
+        log.info("collector stopping")
+        sched.shutdown(wait=True)
+        scraper.close()

@@ -1,0 +1,147 @@
+"""Configuration: one TOML file, overridden by KVPLAN_* variables and secret files; errors
+name the key; every setting is documented; secrets never print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from app.cli import app
+from collectors.config import ConfigError, Settings, check_selector, duration_s, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = '''
+db = "k.duckdb"
+[prometheus]
+url = "http://127.0.0.1:9090"
+step = "1m"
+[schedule]
+scrape_interval_s = 15
+[[deployments]]
+name = "prod"
+prometheus_selector = 'job="vllm"'
+[[deployments.targets]]
+name = "v0"
+url = "http://10.0.0.5:8000/metrics"
+[[deployments.targets]]
+name = "lm"
+url = "http://10.0.0.5:8090/metrics"
+kind = "lmcache_mp"
+[prices]
+gpu_hour_usd = 2.5
+[prices.gpus.h100]
+usd = 30000
+'''
+
+
+def write(tmp_path, text: str) -> Path:
+    p = tmp_path / "kvplan.toml"
+    p.write_text(text)
+    return p
+
+
+def error(tmp_path, text: str) -> str:
+    with pytest.raises(ConfigError) as e:
+        load_settings(write(tmp_path, text))
+    return str(e.value)
+
+
+def test_a_good_file_loads_with_prices_passed_through(tmp_path):
+    s = load_settings(write(tmp_path, GOOD))
+    assert [t.name for t in s.deployment("prod").targets] == ["v0", "lm"]
+    assert s.prometheus.step_s() == 60 and s.schedule.nightly_cron == "0 2 * * *"
+    assert s.prices == {"gpu_hour_usd": 2.5, "gpus": {"h100": {"usd": 30000}}}
+
+
+@pytest.mark.parametrize("bad, key", [
+    (GOOD.replace('url = "http://10.0.0.5:8090/metrics"', 'url = "10.0.0.5:8090/metrics"'),
+     "deployments.0.targets.1.url: '10.0.0.5:8090/metrics' is not an http(s) URL"),
+    (GOOD.replace('kind = "lmcache_mp"', 'kind = "sglang"'), "deployments.0.targets.1.kind: Input should be"),
+    (GOOD.replace("job=\"vllm\"", "job=vllm"), "deployments.0.prometheus_selector: 'job=vllm' is not a list"),
+    (GOOD.replace('step = "1m"', 'step = "7s"\nchunk = "1h"'), "prometheus.chunk: '1h' must be a multiple of step"),
+    (GOOD.replace('step = "1m"', 'step = "one minute"'), "prometheus.step: 'one minute' is not a positive duration"),
+    (GOOD.replace("scrape_interval_s = 15", 'nightly_cron = "0 25 * * *"'), "schedule.nightly_cron: '0 25 * * *'"),
+    (GOOD.replace("scrape_interval_s = 15", 'timezone = "Mars/Olympus"'), "schedule.timezone: 'Mars/Olympus'"),
+    (GOOD.replace("scrape_interval_s = 15", "scrape_interval_s = 0"), "schedule.scrape_interval_s: Input should be"),
+    (GOOD.replace('step = "1m"', 'stepp = "1m"'), "prometheus.stepp: Extra inputs are not permitted"),
+    (GOOD.replace('name = "lm"', 'name = "v0"'), "deployments.0: target name 'v0' appears twice"),
+    (GOOD + '[[deployments]]\nname = "prod"\n', "deployment name 'prod' appears twice"),
+])
+def test_errors_name_the_file_and_the_key(tmp_path, bad, key):
+    msg = error(tmp_path, bad)
+    assert msg.startswith(f"{tmp_path / 'kvplan.toml'}: invalid configuration: ") and key in msg, msg
+
+
+def test_toml_syntax_error_names_file_and_line(tmp_path):
+    msg = error(tmp_path, GOOD.replace('[schedule]', '[schedule'))
+    assert f"{tmp_path / 'kvplan.toml'}: not valid TOML" in msg and "line 6" in msg
+
+
+def test_environment_overrides_the_file_and_secrets_come_from_a_directory(tmp_path, monkeypatch):
+    conf = write(tmp_path, GOOD)
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "kvplan_prometheus__bearer_token").write_text("from-file-tok\n")
+    monkeypatch.setenv("KVPLAN_SECRETS_DIR", str(secrets))
+    monkeypatch.setenv("KVPLAN_PROMETHEUS__URL", "https://prom.internal:9090")
+    monkeypatch.setenv("KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S", "5")
+    s = load_settings(conf)
+    assert s.prometheus.url == "https://prom.internal:9090" and s.schedule.scrape_interval_s == 5
+    assert s.prometheus.step == "1m"                          # untouched keys keep the file's value
+    assert s.prometheus.bearer_token.get_secret_value() == "from-file-tok"
+    assert "from-file-tok" not in repr(s) and "from-file-tok" not in s.model_dump_json()
+    monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", "from-env-tok")
+    assert load_settings(conf).prometheus.bearer_token.get_secret_value() == "from-env-tok"
+    assert load_settings(conf, db=tmp_path / "flag.duckdb").db == tmp_path / "flag.duckdb"   # flags win
+
+
+def test_secrets_in_the_file_and_a_missing_secrets_dir_are_refused(tmp_path, monkeypatch):
+    msg = error(tmp_path, GOOD.replace('step = "1m"', 'step = "1m"\npassword = "hunter2"'))
+    assert "prometheus.password: secrets do not belong in the config file" in msg and "hunter2" not in msg
+    monkeypatch.setenv("KVPLAN_SECRETS_DIR", str(tmp_path / "nope"))
+    assert "KVPLAN_SECRETS_DIR" in error(tmp_path, GOOD)
+
+
+def test_selector_and_duration_parsing():
+    assert check_selector('{job="vllm", namespace=~"prod-.*"}') == 'job="vllm", namespace=~"prod-.*"'
+    assert check_selector('a!="x\\"y",b!~"z"') == 'a!="x\\"y",b!~"z"'
+    for bad in ('job="vllm" namespace="x"', 'job=', '"x"="y"', "job='v'"):
+        with pytest.raises(ValueError):
+            check_selector(bad)
+    assert [duration_s(x) for x in ("15s", "1m", "6h", "1d")] == [15, 60, 21600, 86400]
+    with pytest.raises(ValueError):
+        duration_s("0m")
+
+
+def _fields(model: type[BaseModel], prefix: str = ""):
+    for name, f in model.model_fields.items():
+        yield prefix + name, f
+        ann = f.annotation
+        for sub in getattr(ann, "__args__", ()) + (ann,):
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                yield from _fields(sub, f"{prefix}{name}.")
+
+
+def test_every_setting_is_documented():
+    undocumented = [n for n, f in _fields(Settings) if not (f.description or "").strip()]
+    assert undocumented == []
+    doc = (ROOT / "docs-collect.md").read_text()
+    for n, _ in _fields(Settings):
+        if n.startswith(("prometheus.", "schedule.")):
+            assert f"`{n}`" in doc, f"{n} is not in the settings table of docs-collect.md"
+
+
+def test_config_check_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", "tok-never-printed")
+    r = CliRunner().invoke(app, ["config", "check", "--config", str(write(tmp_path, GOOD))])
+    assert r.exit_code == 0, r.output
+    assert "configuration OK: 1 deployment(s), 2 direct target(s)" in r.output and "bearer token set" in r.output
+    assert "tok-never-printed" not in r.output
+    bad = write(tmp_path, GOOD.replace('url = "http://10.0.0.5:8000/metrics"', 'url = "nope"'))
+    r = CliRunner().invoke(app, ["config", "check", "--config", str(bad)])
+    assert r.exit_code == 2 and "deployments.0.targets.0.url" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(app, ["config", "check", "--config", str(tmp_path / "missing.toml")])
+    assert r.exit_code == 2 and "config file not found" in r.output
