@@ -47,7 +47,11 @@ def run_ab(db: Database, *, name: str, workload: wl.Workload, model: str,
            off: tuple[list[str], list[Target]], on: tuple[list[str], list[Target]],
            measured_on: str, settle_s: float = 1.5) -> tuple[ABSide, ABSide]:
     """``off``/``on``: (OpenAI base URLs, /metrics targets). The same workload (same seed,
-    same prompts) runs on the cache-off servers, then on the cache-on ones."""
+    same prompts) runs on the cache-off servers, then on the cache-on ones. One warm-up
+    request (unrelated text, not measured) goes to every server first, so neither side pays
+    for a cold process."""
+    for base in dict.fromkeys(off[0] + on[0]):
+        wl.complete(base, model, wl.text(workload.seed, "warm-up", 2000), output_tokens=2)
     a = _measure(db, f"ab-{name}-off", *off, model, workload, f"{name}: reuse off", measured_on, settle_s)
     b = _measure(db, f"ab-{name}-on", *on, model, replace(workload), f"{name}: reuse on", measured_on, settle_s)
     return a, b
