@@ -316,6 +316,14 @@ class Rows:
 def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: int) -> Rows:
     rows = Rows()
     created = _created_index(chunk.series)
+    # when each target was scraped, as far as this chunk's series show: a counter absent from
+    # one of its target's scrapes and present in the next was 0 at the earlier one (LMCache MP
+    # exposes counters only after their first increment, without _created); the same rule as
+    # migration 006 applies to direct scrapes
+    scraped: dict[str, np.ndarray] = {}
+    for s in chunk.series:
+        scraped.setdefault(target_name(s.labels), []).append(s.t)
+    scraped = {k: np.unique(np.concatenate(v)) for k, v in scraped.items()}
     for s in chunk.series:
         fam, typ, is_created = split_name(s.name)
         if is_created:
@@ -333,8 +341,13 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
             rows.gauge["value"].append(vals)
         else:
             key = (tname, fam, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("__name__", "le"))))
-            cr = _created_at(created.get(key), s.t)
-            ends, delta, pairs, resets, far = step_increments(s.t, s.v, cr, chunk.t0, chunk.t1, step, lookback)
+            t, v = s.t, s.v
+            times = scraped[tname]
+            k = int(np.searchsorted(times, t[0])) - 1 if t.size else -1
+            if k >= 0:  # born after the target's scrape at times[k]
+                t, v = np.concatenate([times[k:k + 1], t]), np.concatenate([[0.0], v])
+            cr = _created_at(created.get(key), t)
+            ends, delta, pairs, resets, far = step_increments(t, v, cr, chunk.t0, chunk.t1, step, lookback)
             rows.far += far
             if ends.size == 0:
                 continue
