@@ -152,3 +152,20 @@ def test_timeseries_buckets_are_exact_per_bucket(db):
     pts = timeseries(db, "d", at(0), at(2), step_s=60)
     assert [p.prefix_cache_hit_rate for p in pts] == [pytest.approx(0.1), pytest.approx(0.0)]
     assert [p.requests for p in pts] == [1, 1]
+
+
+def test_counter_absent_from_previous_scrape_counts_from_zero(db):
+    """LMCache MP exposes a counter only after its first increment, with no _created."""
+    lm0 = "# TYPE lmcache_mp_l1_eviction_loop_ticks_total counter\nlmcache_mp_l1_eviction_loop_ticks_total 5\n"
+    lm1 = lm0 + ("# TYPE lmcache_mp_lookup_hit_tokens_total counter\n"
+                 'lmcache_mp_lookup_hit_tokens_total{cache_salt="",model_name="m"} 256\n'
+                 "# TYPE lmcache_mp_lookup_requested_tokens_total counter\n"
+                 'lmcache_mp_lookup_requested_tokens_total{cache_salt="",model_name="m"} 1024\n')
+    lm2 = lm1.replace("} 256", "} 512").replace("} 1024", "} 2048")
+    for minute, text in ((0, lm0), (1, lm1), (2, lm2)):
+        store_payload(db, deployment="d", target="lmcache", ts=at(minute), payload=parse_payload(text, "lm"),
+                      sha256=payload_sha256(text), source="import")
+    s = stats(db, "d", at(0), at(2))  # born between 0 and 1: 256 + 256 of 1024 + 1024
+    assert s.lmcache_lookup_hit_rate == pytest.approx(512 / 2048)
+    s = stats(db, "d", at(0.5), at(2))  # the scrape before its birth is outside the window
+    assert s.lmcache_lookup_hit_rate == pytest.approx(256 / 1024)
