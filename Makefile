@@ -43,12 +43,15 @@ demo: $(STAMP)
 test: $(STAMP) sysdeps stack
 	$(PY) -m pytest -v --durations=15
 
-# The fast layer alone (seconds): no servers, no browser.
+# The fast layer alone: no servers, no browser, the 60 s concurrency proof cut to 5 s.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not stack and not browser and not prometheus"
+	CONCURRENCY_TEST_S=5 $(PY) -m pytest -q -m "not stack and not browser and not prometheus"
 
-bench: $(STAMP)
-	$(PY) bench/run.py
+# Benchmarks (scripts, not tests): each prints its measurements and ratios side by side.
+bench: $(STAMP) sysdeps
+	$(PY) bench/import_bench.py
+	$(PY) bench/prom_bench.py
+	$(PY) bench/dashboard_bench.py
 
 clean:
 	rm -rf $(VENV) var test-artifacts

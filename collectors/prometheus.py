@@ -45,7 +45,7 @@ from urllib3.util.retry import Retry
 from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
 from collectors.parse import detect_kind
 from collectors.scrape import redact_url
-from collectors.store import _ensure_target, series_id
+from collectors.store import ensure_target, series_id
 from sql.db import Database
 
 log = logging.getLogger("kvplan.prometheus")
@@ -462,7 +462,7 @@ def _ensure_targets(db: Database, deployment: str, series: list[Raw]) -> tuple[i
     ids = {}
     with db.write() as con:
         for name, (fams, labels) in by_target.items():
-            ids[name] = _ensure_target(con, deployment, name, detect_kind(fams) or "unknown", None)
+            ids[name] = ensure_target(con, deployment, name, detect_kind(fams) or "unknown", None)
             if Database.run(con, "scraped_target", target_id=ids[name]).fetchone()[0]:
                 raise ValueError(f"deployment {deployment!r}: target {name!r} already holds direct scrapes; "
                                  "ingest Prometheus data into another deployment")

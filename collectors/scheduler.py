@@ -36,7 +36,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from collectors.config import Settings
 from collectors.scrape import Target, scrape_target
-from collectors.store import _ensure_target
+from collectors.store import ensure_target
 from sql.db import Database
 
 log = logging.getLogger("kvplan.collector")
@@ -106,7 +106,7 @@ class Scraper:
         to insert the same rows."""
         with self.db.write() as con:
             for dep, t in self.targets:
-                _ensure_target(con, dep, t.name, t.kind or "unknown", None)
+                ensure_target(con, dep, t.name, t.kind or "unknown", None)
 
     def round(self) -> Outcome:
         started = utcnow()

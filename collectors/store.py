@@ -47,7 +47,7 @@ def series_id(target_id: int, name: str, model: str | None, engine: str | None,
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 
 
-def _ensure_target(con, deployment: str, target: str, kind: str, url: str | None) -> int:
+def ensure_target(con, deployment: str, target: str, kind: str, url: str | None) -> int:
     row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
     dep_id = row[0] if row else Database.run(con, "insert_deployment", name=deployment).fetchone()[0]
     row = Database.run(con, "get_target", deployment_id=dep_id, name=target).fetchone()
@@ -77,7 +77,7 @@ def insert_payload(con, *, deployment: str, target: str, ts: datetime, payload: 
     """The work of :func:`store_payload` on an open connection, inside the caller's
     transaction (``Database.write`` or ``Database.transaction`` in a ``Database.batch``)."""
     ts = utc_naive(ts)
-    target_id = _ensure_target(con, deployment, target, payload.kind, url)
+    target_id = ensure_target(con, deployment, target, payload.kind, url)
     existing = Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone()
     if existing is not None:
         if existing[2] == sha256:
@@ -130,7 +130,7 @@ def insert_failure(con, *, deployment: str, target: str, kind: str, ts: datetime
                    url: str | None = None, duration_s: float | None = None) -> StoreResult:
     """The work of :func:`store_failure` inside the caller's transaction."""
     ts = utc_naive(ts)
-    target_id = _ensure_target(con, deployment, target, kind, url)
+    target_id = ensure_target(con, deployment, target, kind, url)
     if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
         Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=error,
                      duration_s=duration_s, source=source, payload_sha256=None, n_samples=0, warnings=None)
