@@ -1,3 +1,38 @@
-"""kvplan CLI: report commands (registered on app.cli.app)."""
+"""kvplan CLI: `kvplan report`, the capacity report of one deployment and month."""
 
-from app.cli import app  # noqa: F401
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from app.cli import USER_ERRORS, ConfigOpt, DbOpt, app, fail, open_db, out, parse_time, settings
+
+
+@app.command()
+def report(
+    deployment: Annotated[str, typer.Option(help="Deployment name.")],
+    month: Annotated[str, typer.Option(help="UTC month, YYYY-MM (clipped to the data inside it).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="report.pdf or report.html.")],
+    model: Annotated[Optional[str], typer.Option(help="Only this model_name.")] = None,
+    measured_on: Annotated[Optional[str], typer.Option(
+        help="What served the metrics, e.g. '8x H100 80GB, Qwen3-235B' (default: the runs' measured_on "
+             "when they agree, else 'not recorded').")] = None,
+    generated_at: Annotated[Optional[str], typer.Option(
+        help="Print this time (ISO 8601) as the generation time; by default none, so the same data "
+             "gives the same report.")] = None,
+    db: DbOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Write the capacity report (measured reuse, tail baseline, topology, pilot runs, pricing,
+    assumptions and price book, data provenance) as PDF or HTML."""
+    from app.report import write_report
+
+    when = parse_time(generated_at, "--generated-at") if generated_at else None
+    try:
+        database = open_db(settings(config, db))
+        path = write_report(database, deployment, month, output, model=model, generated_at=when,
+                            measured_on=measured_on)
+    except USER_ERRORS as e:
+        fail(str(e))
+    out.print(f"{path}: capacity report of {deployment!r} for {month} ({path.stat().st_size:,} bytes)")

@@ -27,7 +27,8 @@ def db() -> Database:
 
 @st.cache_data(ttl=15, show_spinner=False)
 def deployments(path: str) -> list[dict]:
-    return service.deployments(database(path))
+    """Deployments with data, from direct scrapes or Prometheus ingestion."""
+    return service.dashboard_deployments(database(path))
 
 
 @st.cache_data(ttl=15, show_spinner=False)
@@ -44,10 +45,13 @@ class Selection:
 
     @property
     def step_s(self) -> int:
-        """About 60 points across the range, never under 10 s."""
-        return max(10, int((self.t_to - self.t_from).total_seconds() // 60))
+        """About 60 points across the range, never under 10 s, rounded up to a round step
+        (1 min, 5 min, 1 h, ...) so that regular scrapes fall evenly into the buckets."""
+        raw = max(10, int((self.t_to - self.t_from).total_seconds() // 60))
+        return next((s for s in NICE_STEPS if s >= raw), raw)
 
 
+NICE_STEPS = (10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 RANGES = {"all data": None, "last 15 minutes": timedelta(minutes=15), "last hour": timedelta(hours=1),
           "last 6 hours": timedelta(hours=6), "last 24 hours": timedelta(days=1),
           "last 7 days": timedelta(days=7), "last 30 days": timedelta(days=30)}
@@ -63,8 +67,23 @@ def empty_state() -> None:
     )
 
 
+def through_navigation() -> None:
+    """Make sure the page runs inside the main script's ``st.navigation``.
+
+    Streamlit treats ``app/pages/`` as a (v1) pages directory until some session has run the
+    main script: a deep link (``/cost``) opened first after a server start would run the page
+    script alone (no navigation menu, no page config). Switch Streamlit to navigation mode and
+    rerun, which goes through the main script to the same page."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def selection() -> Selection | None:
     """Sidebar selectors shared by all pages (kept in session state across pages)."""
+    through_navigation()
     path = os.environ.get("KVPLAN_DB", "kvplan.duckdb")
     try:
         deps = deployments(path)
@@ -72,7 +91,6 @@ def selection() -> Selection | None:
         st.error(str(e))
         empty_state()
         return None
-    deps = [d for d in deps if d["scrapes"]]
     if not deps:
         empty_state()
         return None
@@ -83,11 +101,32 @@ def selection() -> Selection | None:
     model_opts = ["all models"] + models(path, name)
     model = sb.selectbox("Model", model_opts, key="model")
     rng = sb.selectbox("Time range", list(RANGES), key="range")
-    first = dep["first_scrape"]
-    last = dep["last_scrape"]
+    first = dep["first_ts"].replace(tzinfo=timezone.utc)
+    last = dep["last_ts"].replace(tzinfo=timezone.utc)
     span = RANGES[rng]
-    t_to = last.replace(tzinfo=timezone.utc)
-    t_from = first.replace(tzinfo=timezone.utc) if span is None else max(t_to - span, first.replace(tzinfo=timezone.utc))
+    t_from = first if span is None else max(last - span, first)
+    chunks = f", {dep['chunks']} Prometheus chunks ({dep['failed_chunks']} failed)" if dep["chunks"] else ""
     sb.caption(f"Data: {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC, {dep['scrapes']} scrapes "
-               f"({dep['failed']} failed). Ranges end at the last scrape.")
-    return Selection(name, None if model == "all models" else model, t_from, t_to)
+               f"({dep['failed']} failed){chunks}. Ranges end at the last data point.")
+    return Selection(name, None if model == "all models" else model, t_from, last)
+
+
+def caption(sel: Selection, note: str = "") -> None:
+    """The window every number on the page is about."""
+    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {sel.t_from:%Y-%m-%d %H:%M} .. "
+               f"{sel.t_to:%Y-%m-%d %H:%M} UTC" + (f" · {note}" if note else ""))
+
+
+def badge(decision) -> None:
+    """The verdict as a coloured badge and its one-sentence reason."""
+    from app.report.fmt import BADGE_COLORS
+
+    st.markdown(f"#### :{BADGE_COLORS[decision.kind]}-badge[{decision.kind}] {decision.reason}")
+
+
+def chart(c) -> None:
+    """An Altair chart across the page; its height is the plot's (legend and axes added),
+    not squeezed into it as Streamlit's default autosize 'fit' would."""
+    import altair as alt
+
+    st.altair_chart(c.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding")), width="stretch")

@@ -18,8 +18,14 @@ import streamlit as st  # noqa: E402
 PAGES = Path(__file__).parent / "pages"
 log = logging.getLogger("kvplan.dashboard")
 
-st.set_page_config(page_title="kvplan", page_icon="🧮", layout="wide")
-pages = [st.Page(str(PAGES / "overview.py"), title="Overview", default=True)]
+st.set_page_config(page_title="kvplan", page_icon=":material/calculate:", layout="wide")
+pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/dashboard:", default=True),
+         st.Page(str(PAGES / "cache.py"), title="Cache", icon=":material/database:", url_path="cache"),
+         st.Page(str(PAGES / "latency.py"), title="Latency", icon=":material/timer:", url_path="latency"),
+         st.Page(str(PAGES / "cost.py"), title="Cost & decision", icon=":material/payments:", url_path="cost"),
+         st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/sprint:", url_path="runs"),
+         st.Page(str(PAGES / "collection.py"), title="Collection", icon=":material/sensors:", url_path="collection"),
+         st.Page(str(PAGES / "report.py"), title="Report", icon=":material/description:", url_path="report")]
 try:
     st.navigation(pages).run()
 except Exception as e:  # ScriptControlException (rerun/stop) is a BaseException: not caught

@@ -1,43 +1,98 @@
-"""Dashboard pages through Streamlit's AppTest, on a real DuckDB file; assertions are on
-content (numbers, warnings, chart data), not on 'no exception'."""
+"""Dashboard pages through Streamlit's AppTest, on real DuckDB files built from exposition
+text through the real parser and store; assertions are on content (numbers, badges,
+warnings, chart data), not on 'no exception'. The scenario and its hand-worked numbers are
+in tests/test_app_fixtures.py."""
 
+from __future__ import annotations
+
+import io
+import json
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.test_store_stats import at, one, put
+from app import service
+from app.report import fmt
+from models.decision import PlanningInputs
+from models.pricebook import PriceBook
+from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected
+from tests.test_store_stats import one, put
 
 APP = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
+PAGES = ["overview", "cache", "latency", "cost", "runs", "collection", "report"]
+EXP = scenario_expected()
 
 
-def run_app(monkeypatch, db_path) -> AppTest:
+def run_app(monkeypatch, db_path, page: str = "overview") -> AppTest:
     monkeypatch.setenv("KVPLAN_DB", str(db_path))
-    t = AppTest.from_file(APP, default_timeout=30)
+    t = AppTest.from_file(APP, default_timeout=120)
+    if page != "overview":
+        t.switch_page(f"pages/{page}.py")
     t.run()
     assert not t.exception, t.exception
     return t
 
 
+def metrics(t: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in t.metric}
+
+
+def charts(t: AppTest) -> dict[str, pd.DataFrame]:
+    """Every Altair chart on the page: its title -> the data it plots (all layers)."""
+    out = {}
+    for c in t.get("vega_lite_chart"):
+        spec = json.loads(c.proto.spec)
+        frames = [pa.ipc.open_stream(io.BytesIO(d.data.data)).read_all().to_pandas() for d in c.proto.datasets]
+        title = spec.get("title")
+        title = title.get("text") if isinstance(title, dict) else title
+        out[title] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return out
+
+
+def chart(t: AppTest, starts: str) -> pd.DataFrame:
+    found = [df for title, df in charts(t).items() if title and title.startswith(starts)]
+    assert found, f"no chart titled {starts!r} in {list(charts(t))}"
+    return found[0]
+
+
+@pytest.fixture
+def scen(tmp_path):
+    return scenario_db(tmp_path)
+
+
+# ---- small hand-built windows (tests/test_store_stats.py helpers) ---------------------------
 def test_overview_shows_window_numbers(db, monkeypatch):
     put(db, 0, one(0, 0, [0, 0, 0]))
     put(db, 1, one(10, 100, [2, 4, 4]))
     put(db, 2, one(70, 200, [4, 9, 10]))
     t = run_app(monkeypatch, db.path)
-    metrics = {m.label: m.value for m in t.metric}
-    assert metrics["Prefix-cache hit rate"] == "35.0%"
-    assert metrics["Requests"] == "10"
+    m = metrics(t)
+    assert m["Prefix-cache hit rate"] == "35.0%"
+    assert m["Requests"] == "10"
     # over all data: buckets 0.1:4, 1.0:9, +Inf:10 -> p50 rank 5 -> 0.1 + 0.9 * 1/5 = 0.28 s
-    assert metrics["TTFT p50"] == "280 ms"
-    assert metrics["TTFT p99"].endswith("(≥, in +Inf bucket)")
+    assert m["TTFT p50"] == "280 ms"
+    assert m["TTFT p99"].endswith("(≥, in +Inf bucket)")
     assert any("no upper bound" in w.value for w in t.warning)
-    assert metrics["LMCache hit rate (external)"] == "not reported"
+    assert m["LMCache hit rate (external)"] == "not reported"
+    # two minutes and ten requests: not enough to price anything
+    assert any(":orange-badge[NEED_DATA]" in md.value for md in t.markdown)
+    assert m["Monthly benefit"] == "n/a"
 
 
 def test_overview_empty_database_says_what_to_do(db, monkeypatch):
     t = run_app(monkeypatch, db.path)
     assert any("kvplan scrape" in i.value for i in t.info)
     assert not t.metric
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_has_the_empty_state(db, monkeypatch, page):
+    t = run_app(monkeypatch, db.path, page)
+    assert any("kvplan import-metrics" in i.value for i in t.info)
+    assert not t.metric and not t.get("vega_lite_chart")
 
 
 def test_missing_database_is_an_error_not_a_traceback(tmp_path, monkeypatch):
@@ -49,6 +104,249 @@ def test_model_selector_filters(db, monkeypatch):
     put(db, 0, one(0, 0, [0, 0, 0], model="a") | one(0, 0, [0, 0, 0], model="b"))
     put(db, 1, one(10, 100, [1, 1, 1], model="a") | one(0, 100, [1, 1, 1], model="b"))
     t = run_app(monkeypatch, db.path)
-    assert {m.label: m.value for m in t.metric}["Prefix-cache hit rate"] == "5.0%"
+    assert metrics(t)["Prefix-cache hit rate"] == "5.0%"
     t.sidebar.selectbox(key="model").select("b").run()
-    assert {m.label: m.value for m in t.metric}["Prefix-cache hit rate"] == "0.0%"
+    assert metrics(t)["Prefix-cache hit rate"] == "0.0%"
+
+
+def test_a_bad_saved_price_book_is_an_error_naming_the_field(scen, monkeypatch):
+    with scen.write() as con:
+        con.execute("INSERT INTO pricebooks VALUES ('prod', '{\"usd_per_gpu_hour\": -3}', '{}', current_timestamp)")
+    t = run_app(monkeypatch, scen.path)
+    assert any("PriceBook.usd_per_gpu_hour" in e.value for e in t.error)
+
+
+# ---- the scenario: two nodes, two days -------------------------------------------------------
+def test_overview_numbers_plan_and_badge(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path)
+    m = metrics(t)
+    assert m["Prefix-cache hit rate"] == EXP["hit_all"]
+    assert m["LMCache hit rate (external)"] == EXP["external_all"]
+    assert (m["TTFT p50"], m["TTFT p99"]) == (EXP["ttft_p50"], EXP["ttft_p99"])
+    assert m["Requests"] == EXP["requests_all"]
+    assert m["Hit rate (all tiers)"] == "75.0%"  # (1000 + 200 and 1600 + 200 of 2000) / 2
+    assert m["GPUs (vLLM engines)"] == "4"
+    # the page's plan (rollup-aware window) equals the raw-sample plan of the same window
+    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
+    assert m["Benefit band"] == fmt.usd_band(ref.monthly_benefit_low_usd, ref.monthly_benefit_high_usd)
+    badge = [md.value for md in t.markdown if "-badge[" in md.value]
+    assert badge == [f"#### :{fmt.BADGE_COLORS[ref.decision.kind]}-badge[{ref.decision.kind}] {ref.decision.reason}"]
+    # p99 0.475 s vs the default 2 s target
+    assert [x.delta for x in t.metric if x.label == "TTFT p99"] == ["-1.525 s vs 2 s SLO"]
+
+
+def test_overview_time_range_changes_the_numbers(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path)
+    before = metrics(t)["Monthly benefit"]
+    t.sidebar.selectbox(key="range").select("last 24 hours").run()
+    m = metrics(t)
+    assert m["Prefix-cache hit rate"] == EXP["hit_day2"]
+    assert m["LMCache hit rate (external)"] == EXP["external_day2"]
+    assert m["Requests"] == EXP["requests_day2"]
+    assert m["Monthly benefit"] == fmt.usd(service.plan(scen, DEPLOYMENT, hour(24), hour(48)).monthly_benefit_usd)
+    assert m["Monthly benefit"] != before
+
+
+def test_overview_charts_plot_the_buckets(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path)
+    hits = chart(t, "Hit rate by cache tier")
+    device = hits[hits["tier"] == "vLLM prefix cache (device)"].set_index("bucket")["hit_rate"]
+    assert device[device.index < pd.Timestamp("2026-11-03")].round(6).unique().tolist() == [0.5]
+    assert device[device.index > pd.Timestamp("2026-11-03 01:00")].round(6).unique().tolist() == [0.8]
+    ttft = chart(t, "Time to first token")
+    p99 = ttft[(ttft["quantile"] == "p99") & ttft["value"].notna()]
+    assert set(p99["value"].round(6)) == {0.475} and set(p99["lower"]) == {0.25} and set(p99["upper"]) == {0.5}
+    assert 2.0 in set(ttft["slo"].dropna())  # the SLO rule of the planning inputs
+
+
+def test_cache_page_tiers_tokens_l1_and_request_weighted(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "cache")
+    m = metrics(t)
+    assert m["vLLM prefix cache (device)"] == EXP["hit_all"]
+    assert m["KV connector (external, e.g. LMCache)"] == EXP["external_all"]
+    assert m["LMCache MP L1 (CPU memory)"] == EXP["l1_all"]
+    assert m["LMCache MP L2 (disk / remote)"] == "0.0%"
+    assert m["L1 usage (latest, highest server)"] == "56.0%"  # 0.1 + 0.02 x 23 at the last hour
+    tokens = t.dataframe[0].value.set_index("tier (source)")
+    assert tokens.loc["device", "tokens"] == f"{4 * 100 * (24 * 1000 + 24 * 1600):,}"
+    assert tokens.loc["host", "share of cached"] == "13.3%"  # 200 of 1,500 per request on average
+    assert any("not in vLLM's or LMCache's metrics" in i.value for i in t.info)
+    runs = t.dataframe[-1].value.set_index("run")
+    assert runs["requests with cached tokens"].tolist() == ["100.0%", "0.0%"]
+    l1 = chart(t, "LMCache L1 usage")
+    assert l1["mean"].max() == pytest.approx(0.56) and set(l1["series"]) == {
+        "node1-lmcache {backend=cpu,l1_tag=default}", "node2-lmcache {backend=cpu,l1_tag=default}"}
+    cached = chart(t, "Cached prompt tokens")
+    assert cached.groupby("source")["tokens"].sum()["host"] == 4 * 100 * 48 * 200
+
+
+def test_cache_page_says_not_reported_for_missing_tiers(db, monkeypatch):
+    put(db, 0, one(0, 0, [0, 0, 0]))
+    put(db, 1, one(10, 100, [1, 1, 1]))
+    t = run_app(monkeypatch, db.path, "cache")
+    m = metrics(t)
+    assert m["vLLM prefix cache (device)"] == "10.0%"
+    assert m["LMCache MP L1 (CPU memory)"] == "not reported"
+    assert any("lmcache_mp_l1_usage_ratio" in i.value for i in t.info)
+
+
+def test_latency_page_quantiles_buckets_and_slo_snapping(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "latency")
+    m = metrics(t)
+    assert (m["TTFT p50"], m["TTFT p99"]) == (EXP["ttft_p50"], EXP["ttft_p99"])
+    assert m["SLO bound used"] == "2.5 s" and m["SLO attainment"] == "100.0%"
+    assert any("snapped to the nearest bound, 2.5 s" in i.value for i in t.info)
+    assert m["Prefill mean"] == "65 ms"  # (90 x 0.05 + 10 x 0.2) / 100
+    assert m["Decode mean"] == "400 ms"
+    table = t.dataframe[0].value.set_index("quantile")
+    assert table.loc["TTFT p99", "lies in"] == "bucket 0.25..0.5 s"
+    phases = chart(t, "Prefill vs Decode")
+    assert set(phases["metric"]) == {"prefill", "decode"}
+    # a target on a bucket bound is exact: 90 of every 100 requests are under 0.25 s
+    service.save_pricebook(scen, DEPLOYMENT, PriceBook(), PlanningInputs(ttft_p99_slo_seconds=0.25))
+    t = run_app(monkeypatch, scen.path, "latency")
+    assert metrics(t)["SLO attainment"] == "90.0%" and metrics(t)["SLO bound used"] == "0.25 s"
+    assert not t.info and any("bucket bound: exact" in c.value for c in t.caption)
+
+
+def test_latency_page_warns_when_a_quantile_lands_in_inf(db, monkeypatch):
+    put(db, 0, one(0, 0, [0, 0, 0]))
+    put(db, 1, one(10, 100, [2, 4, 4]))
+    put(db, 2, one(70, 200, [4, 9, 10]))
+    t = run_app(monkeypatch, db.path, "latency")
+    assert metrics(t)["TTFT p99"] == "1000 ms (≥, in +Inf bucket)"
+    warnings = [w.value for w in t.warning]
+    assert any(w.startswith("TTFT p99 over the window lands in the +Inf bucket: it is above 1 s") for w in warnings)
+    assert any("TTFT p99 lands in +Inf in" in w for w in warnings)
+    ttft = chart(t, "Time to first token")
+    assert ttft["in_inf"].fillna(False).astype(bool).any()
+
+
+def test_cost_page_waterfall_capacity_tornado(scen, monkeypatch):
+    service.save_pricebook(scen, DEPLOYMENT, PriceBook(ops_hours_per_month=0.0), PlanningInputs(growth_rate_per_month=0.3))
+    t = run_app(monkeypatch, scen.path, "cost")
+    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    m = metrics(t)
+    assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
+    assert m["Needed with reuse"] == fmt.gpus(ref.gpus_needed_with_reuse)
+    wf = chart(t, "Monthly benefit: the four terms")
+    bars = wf.dropna(subset=["term"]).drop_duplicates("term").set_index("term")
+    assert list(bars.index) == [r.label for r in ref.waterfall]
+    assert bars["usd"].tolist() == pytest.approx([r.usd for r in ref.waterfall])
+    cap = chart(t, "Capacity projection")
+    assert cap["month"].max() == 23 and set(cap["setup"].dropna()) == {"with reuse", "without reuse"}
+    tornado = chart(t, "Sensitivity")
+    assert set(tornado["input"].dropna()) == {r.name for r in ref.sensitivity}
+
+
+def test_cost_page_price_book_edit_changes_the_dollars_and_errors_name_the_field(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "cost")
+    before = metrics(t)["Monthly benefit"]
+    t.number_input(key="pb_prod_usd_per_gpu_hour").set_value(25.0)
+    [b for b in t.button if b.label == "Save price book"][0].click().run()
+    assert [s.value for s in t.success] == ["Price book saved for 'prod'."]
+    after = metrics(t)["Monthly benefit"]
+    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    assert ref.inputs.pricebook.usd_per_gpu_hour == 25.0
+    assert after == fmt.usd(ref.monthly_benefit_usd) != before
+    t.number_input(key="pb_prod_usd_per_gpu_hour").set_value(-1.0)
+    [b for b in t.button if b.label == "Save price book"][0].click().run()
+    assert [e.value for e in t.error] == ["Not saved: PriceBook.usd_per_gpu_hour: must be >= 0 $/GPU-hour; got -1.0"]
+    t.number_input(key="pb_prod_usd_per_gpu_hour").set_value(25.0)
+    t.number_input(key="pl_prod_horizon_months").set_value(0)
+    [b for b in t.button if b.label == "Save price book"][0].click().run()
+    assert any("PlanningInputs.horizon_months" in e.value for e in t.error)
+    assert metrics(t)["Monthly benefit"] == after  # nothing invalid was saved
+
+
+def test_cost_page_shows_the_presets_as_presets(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "cost")
+    labels = [e.label for e in t.expander]
+    assert len(labels) == 2 and all(label.startswith("PLANNING PRESET · ") for label in labels)
+    assert any("not measurements of your deployment" in w.value for w in t.warning)
+    assert any("9,652 ms unique sessions vs 3,773 ms shared prefix" in str(df.value.values) for df in t.dataframe)
+
+
+def test_runs_page_compares_side_by_side_with_provenance(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "runs")
+    runs = {r["label"]: r for r in service.runs_view(scen, DEPLOYMENT).runs}
+    u, s = runs["unique sessions"], runs["shared prefix"]
+    m = metrics(t)
+    assert m["total time"] == f"{u['wall_s'] / s['wall_s']:.1f}x shorter"
+    assert m["TTFT p50"] == f"{u['ttft_p50_s'] / s['ttft_p50_s']:.1f}x lower"
+    assert m["tok/s p50 per user"] == f"{s['tokens_per_s_p50'] / u['tokens_per_s_p50']:.1f}x higher"
+    assert m["aggregate throughput"] == f"{s['aggregate_tokens_per_s'] / u['aggregate_tokens_per_s']:.1f}x higher"
+    table = t.dataframe[0].value
+    assert set(table["measured on"]) == {MEASURED_ON}
+    assert any(MEASURED_ON in c.value for c in t.caption)
+    assert any("CPU-scale" in w.value for w in t.warning)
+    # swapping the pair flips the ratios
+    t.selectbox(key="run_a").select_index(0).run()
+    t.selectbox(key="run_b").select_index(1).run()
+    assert metrics(t)["total time"] == f"{u['wall_s'] / s['wall_s']:.1f}x longer"
+
+
+def test_runs_page_without_runs_says_how_to_record_them(scen, monkeypatch):
+    with scen.write() as con:
+        con.execute("DELETE FROM run_requests")
+        con.execute("DELETE FROM runs")
+    t = run_app(monkeypatch, scen.path, "runs")
+    assert any("kvplan pilot" in i.value and "--measured-on" in i.value for i in t.info)
+
+
+def test_collection_page_targets_errors_scheduler_and_gaps(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "collection")
+    m = metrics(t)
+    assert (m["Targets"], m["Scrapes"], m["Failed scrapes"], m["Days rolled up"]) == ("4", "196", "1", "0")
+    frames = [d.value for d in t.dataframe]
+    targets = frames[0].set_index("target")
+    assert targets.loc["node2-vllm", "failed"] == 1
+    assert targets.loc["node2-vllm", "last error"] == "http://node2:8000/metrics: connection refused"
+    assert targets.loc["node1-lmcache", "last scrape (UTC)"] == "2026-11-04 00:00:00"
+    runs = next(f for f in frames if "job" in f.columns)
+    assert set(runs["job"]) == {"nightly", "scrape"} and "rolled up 2026-11-02" in set(runs["message"])
+    gaps = next(f for f in frames if "reason" in f.columns)
+    assert gaps["target"].tolist() == ["node2-vllm"] and gaps["from (UTC)"].tolist() == ["2026-11-03 05:30:00"]
+    failed = frames[-1]
+    assert failed["time (UTC)"].tolist() == ["2026-11-03 06:00:00"]
+
+
+def test_collection_page_before_the_daemon_exists(scen, monkeypatch):
+    monkeypatch.setattr(service, "collection_available", lambda: False)
+    t = run_app(monkeypatch, scen.path, "collection")
+    assert any("collector daemon is installed" in i.value for i in t.info)
+    assert not any("job" in d.value.columns for d in t.dataframe)
+    assert metrics(t)["Failed scrapes"] == "1"  # the scrape log still shows the gap
+
+
+def test_report_page_numbers_and_downloads(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "report")
+    m = metrics(t)
+    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    assert m["Decision"] == ref.decision.kind
+    assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
+    assert (m["Prefix-cache hit rate"], m["TTFT p50"], m["TTFT p99"]) == (EXP["hit_all"], EXP["ttft_p50"], EXP["ttft_p99"])
+    assert [b.label for b in t.get("download_button")] == ["Download PDF", "Download HTML"]
+    assert t.selectbox(key="report_month").value == "2026-11"
+    src = t.get("iframe")[0].proto.src
+    import base64
+
+    html = base64.b64decode(src.split(",", 1)[1]).decode()
+    assert "Capacity report: prod, 2026-11" in html and EXP["hit_all"] in html
+
+
+def test_long_window_reads_rollups_and_shows_the_same_numbers(scen, monkeypatch):
+    from tests.test_app_fixtures import rollup
+
+    t = run_app(monkeypatch, scen.path)
+    before = metrics(t)
+    rollup(scen, DEPLOYMENT, hour(0))
+    rollup(scen, DEPLOYMENT, hour(24))
+    t = run_app(monkeypatch, scen.path)
+    assert "from the nightly rollups" in t.caption[0].value
+    after = metrics(t)
+    assert after == before
+    # the collection page counts the rolled-up days
+    t = run_app(monkeypatch, scen.path, "collection")
+    assert metrics(t)["Days rolled up"] == "2"

@@ -1,0 +1,62 @@
+"""Cache: hit rate by tier (window and over time), cached tokens by tier, LMCache L1 usage,
+and what can and cannot be said request-weighted."""
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, service, state
+from app.report import fmt
+
+st.title("Cache")
+sel = state.selection()
+if sel is not None:
+    v = service.cache_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    s = v.window.stats
+    state.caption(sel, v.window.source_note)
+
+    st.subheader("Hit rate by tier (token-weighted)")
+    cols = st.columns(3) + st.columns(3)
+    for col, t in zip(cols, v.tiers):
+        col.metric(t.label, fmt.pct(t.hit_rate),
+                   help=f"{fmt.number(t.hits, none='not reported')} hit tokens / "
+                        f"{fmt.number(t.queries, none='not reported')} looked-up tokens over the window.")
+    st.caption("Each tier's summed hit tokens / its summed looked-up tokens over the window (never a mean of "
+               "per-interval ratios). 'not reported' = these servers do not expose the metric.")
+    state.chart(charts.tier_hit_rate_chart(v.tier_points))
+
+    st.subheader("Cached prompt tokens by tier")
+    cached = sum(s.cached_tokens_by_tier.values())
+    if s.cached_tokens_by_tier:
+        st.dataframe(pd.DataFrame(
+            [{"tier (source)": k, "tokens": fmt.number(t), "share of cached": fmt.pct(t / cached if cached else None)}
+             for k, t in sorted(s.cached_tokens_by_tier.items())]), hide_index=True)
+        state.chart(charts.cached_tokens_chart(v.cached_points))
+    else:
+        st.info("vllm:prompt_tokens_cached_by_source_total is not reported by this vLLM version.")
+    if s.prompt_tokens_by_source:
+        st.caption("Every prompt token by where it came from (vllm:prompt_tokens_by_source_total): " + ", ".join(
+            f"{k} {fmt.number(t)}" for k, t in sorted(s.prompt_tokens_by_source.items())))
+
+    st.subheader("LMCache L1 usage")
+    l1 = [g for g in v.gauge_points if g["gauge"] == "LMCache L1 usage"]
+    if l1:
+        last = {g["series"]: g["last"] for g in l1}
+        st.metric("L1 usage (latest, highest server)", fmt.pct(max(last.values())),
+                  help="lmcache_mp_l1_usage_ratio: L1 used / total, last sample of the window.")
+        state.chart(charts.gauge_chart(l1, "LMCache L1 usage (lmcache_mp_l1_usage_ratio), per server"))
+    else:
+        st.info("No LMCache multi-process server reports lmcache_mp_l1_usage_ratio in this window.")
+    kv = [g for g in v.gauge_points if g["gauge"] == "vLLM KV-cache usage"]
+    if kv:
+        state.chart(charts.gauge_chart(kv, "vLLM KV-cache usage (vllm:kv_cache_usage_perc), per engine"))
+
+    st.subheader("Request-weighted")
+    st.info(service.REQUEST_WEIGHTED_NOTE)
+    if v.runs:
+        st.dataframe(pd.DataFrame([{
+            "run": f"#{r['run_id']} {r['label']}", "measured on": r["measured_on"],
+            "requests with cached tokens": fmt.pct(r["requests_with_cache_share"], "not recorded"),
+            "cached / prompt tokens": fmt.pct(r["cached_token_share"], "not recorded")} for r in v.runs]),
+            hide_index=True)
+    else:
+        st.caption("No workload runs yet: `kvplan pilot --deployment NAME --server URL --model M` records them.")

@@ -1,0 +1,108 @@
+"""Cost & decision: the benefit waterfall, the capacity projection, the sensitivity tornado,
+the editable price book and planning inputs, and the articles' planning presets."""
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, service, state
+from app.report import fmt
+from models.pricebook import FIELDS
+from models.presets import PRESETS
+
+
+def save(deployment: str) -> None:
+    """Form callback (runs before the rerun, so the page shows the new plan at once)."""
+    pb = {f.name: st.session_state[f"pb_{deployment}_{f.name}"] for f in FIELDS}
+    pl = {f.name: st.session_state[f"pl_{deployment}_{f.name}"] for f in service.planning_fields()}
+    try:
+        service.save_price_form(state.db(), deployment, pb, pl)
+        st.session_state["pricebook_msg"] = ("success", f"Price book saved for {deployment!r}.")
+    except ValueError as e:
+        st.session_state["pricebook_msg"] = ("error", f"Not saved: {e}")
+
+
+def field(prefix: str, spec, value) -> None:
+    key, label = f"{prefix}_{spec.name}", f"{spec.name} ({spec.unit})" if spec.unit else spec.name
+    if spec.kind == "choice":
+        st.selectbox(label, spec.choices, index=spec.choices.index(value), key=key, help=spec.help)
+    elif spec.kind == "str":
+        st.text_input(label, value=value, key=key, help=spec.help)
+    elif spec.kind in ("int", "optional_int"):
+        st.number_input(label, value=value, step=1, key=key, help=spec.help, placeholder="measured")
+    else:
+        st.number_input(label, value=float(value), step=None, format="%g", key=key, help=spec.help)
+
+
+@st.cache_resource(show_spinner=False)
+def preset_plans() -> dict:
+    return {k: p.plan() for k, p in PRESETS.items()}
+
+
+st.title("Cost & decision")
+sel = state.selection()
+if sel is not None:
+    db = state.db()
+    v = service.cost_view(db, sel.deployment, sel.t_from, sel.t_to, sel.model)
+    p = v.overview.plan
+    state.caption(sel, f"price book: {v.overview.pricebook_origin}")
+    state.badge(p.decision)
+    for f in p.decision.flips:
+        st.markdown(f"- would change if: {f}")
+
+    c = st.columns(4)
+    c[0].metric("Monthly benefit", fmt.usd(p.monthly_benefit_usd))
+    c[1].metric("Benefit band", fmt.usd_band(p.monthly_benefit_low_usd, p.monthly_benefit_high_usd))
+    c[2].metric("Saved prefill GPU-hours / month", fmt.number(p.saved_prefill_gpu_hours))
+    c[3].metric("Purchase deferred", "n/a" if p.deferral_months is None else f"{p.deferral_months:.1f} months")
+    if p.waterfall:
+        state.chart(charts.waterfall_chart(p.waterfall))
+        st.dataframe(pd.DataFrame([{"term": r.label, "$ / month": fmt.usd(r.usd),
+                                    "band": fmt.usd_band(r.low, r.high)} for r in p.waterfall]), hide_index=True)
+
+    st.subheader("Capacity projection")
+    c = st.columns(4)
+    c[0].metric("GPUs today", fmt.gpus(p.current_gpus))
+    c[1].metric("Needed with reuse", fmt.gpus(p.gpus_needed_with_reuse))
+    c[2].metric("Needed without reuse", fmt.gpus(p.gpus_needed_without_reuse))
+    c[3].metric("Runs out (with / without)", f"{fmt.months(p.runout_month_with_reuse, 'never')} / "
+                f"{fmt.months(p.runout_month_without_reuse, 'never')}",
+                help=f"Within the {v.planning.horizon_months}-month horizon at "
+                     f"{v.planning.growth_rate_per_month:.0%}/month growth; 'never' = not within it.")
+    if v.schedule:
+        state.chart(charts.capacity_chart(v.schedule, p.current_gpus))
+
+    st.subheader("Sensitivity")
+    if p.sensitivity:
+        state.chart(charts.tornado_chart(p.sensitivity))
+    else:
+        st.info("No sensitivity without a priced plan (see the decision above).")
+
+    st.subheader("Price book and planning inputs")
+    kind, text = st.session_state.pop("pricebook_msg", (None, None))
+    if kind:
+        (st.success if kind == "success" else st.error)(text)
+    with st.form(f"pricebook_{sel.deployment}"):
+        left, right = st.columns(2)
+        with left:
+            st.caption("Price book (yours to set; defaults are placeholders)")
+            for spec in FIELDS:
+                field(f"pb_{sel.deployment}", spec, getattr(v.pricebook, spec.name))
+        with right:
+            st.caption("Planning inputs")
+            for spec in service.planning_fields():
+                field(f"pl_{sel.deployment}", spec, getattr(v.planning, spec.name))
+        st.form_submit_button("Save price book", on_click=save, args=(sel.deployment,))
+
+st.subheader("Published planning presets")
+st.warning("These are the source articles' published scenarios turned into model inputs: PLANNING PRESETS, "
+           "not measurements of your deployment. Each lists what is published and what we assumed.")
+for key, preset in PRESETS.items():
+    r = preset_plans()[key]
+    with st.expander(f"PLANNING PRESET · {preset.title}"):
+        st.markdown(f"**{r.decision.kind}**: {r.decision.reason} Monthly benefit {fmt.usd(r.monthly_benefit_usd)} "
+                    f"({fmt.usd_band(r.monthly_benefit_low_usd, r.monthly_benefit_high_usd)}).")
+        st.caption(f"Published in {preset.source_file}:")
+        st.dataframe(pd.DataFrame([{"figure": k, "published": x} for k, x in preset.published.items()]),
+                     hide_index=True)
+        st.caption("Assumed or derived by us:")
+        st.markdown("\n".join(f"- {a}" for a in preset.assumed))

@@ -1,0 +1,53 @@
+"""Latency: TTFT p50/p99 with the bucket each lies in, SLO attainment, queue time, prefill
+against decode."""
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, service, state
+from app.report import fmt
+
+st.title("Latency")
+sel = state.selection()
+if sel is not None:
+    v = service.latency_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    q, slo = v.quantiles, v.slo
+    state.caption(sel, v.window.source_note)
+    for w in v.warnings:
+        st.warning(w)
+
+    c = st.columns(4)
+    c[0].metric("TTFT p50", fmt.quantile(q["TTFT p50"]), help=fmt.bucket(q["TTFT p50"]))
+    c[1].metric("TTFT p99", fmt.quantile(q["TTFT p99"]), help=fmt.bucket(q["TTFT p99"]))
+    c[2].metric("SLO attainment", fmt.pct(slo.share, "no requests"),
+                help="Requests with TTFT at or under the SLO bound / all requests (histogram buckets).")
+    c[3].metric("SLO bound used", "n/a" if slo.bound_s is None else f"{slo.bound_s:g} s")
+    if slo.snapped:
+        st.info(f"{slo.note}: the share is exact only at a bucket bound. Change the target on the "
+                "Cost & decision page.")
+    elif slo.bound_s is not None:
+        st.caption(slo.note)
+    state.chart(charts.quantile_band_chart(
+        v.points, "TTFT", "Time to first token: p50 and p99, shaded between the bounds of the bucket each lies in",
+        slo.target_s))
+
+    st.subheader("Queue time")
+    c = st.columns(3)
+    c[0].metric("Queue p50", fmt.quantile(q["queue p50"]), help=fmt.bucket(q["queue p50"]))
+    c[1].metric("Queue p99", fmt.quantile(q["queue p99"]), help=fmt.bucket(q["queue p99"]))
+    c[2].metric("Queue mean", fmt.secs(v.means["queue"], "not reported"))
+    state.chart(charts.quantile_band_chart(v.points, "queue", "Time waiting in the queue "
+                                           "(vllm:request_queue_time_seconds)"))
+
+    st.subheader("Prefill against decode")
+    c = st.columns(4)
+    c[0].metric("Prefill p50", fmt.quantile(q["prefill p50"]), help=fmt.bucket(q["prefill p50"]))
+    c[1].metric("Prefill mean", fmt.secs(v.means["prefill"], "not reported"))
+    c[2].metric("Decode p50", fmt.quantile(q["decode p50"]), help=fmt.bucket(q["decode p50"]))
+    c[3].metric("Decode mean", fmt.secs(v.means["decode"], "not reported"))
+    state.chart(charts.phases_chart(v.points))
+
+    st.dataframe(pd.DataFrame([{"quantile": k, "value": fmt.quantile(x, "not reported"), "lies in": fmt.bucket(x)}
+                               for k, x in q.items()]), hide_index=True)
+    st.caption("A histogram quantile is Prometheus's histogram_quantile: linear inside the bucket its rank falls "
+               "in, so it is only as precise as that bucket. A rank in +Inf has no upper bound.")

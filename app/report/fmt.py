@@ -1,0 +1,92 @@
+"""Number formatting shared by the dashboard pages and the capacity report, so a number
+reads the same on a page and in the PDF (the browser test compares them)."""
+
+from __future__ import annotations
+
+import math
+
+from models.metrics import Quantile
+
+NOT_REPORTED = "not reported"
+
+
+def pct(v: float | None, none: str = NOT_REPORTED) -> str:
+    return none if v is None else f"{v:.1%}"
+
+
+def secs(v: float | None, none: str = "no requests") -> str:
+    """Seconds as ms under 10 s, else s."""
+    if v is None:
+        return none
+    return f"{v * 1000:.0f} ms" if v < 10 else f"{v:.1f} s"
+
+
+def quantile(q: Quantile | None, none: str = "no requests") -> str:
+    """A histogram quantile; one landing in +Inf is flagged (its value is only a lower bound)."""
+    if q is None or q.value is None:
+        return none
+    return secs(q.value) + (" (≥, in +Inf bucket)" if q.in_inf else "")
+
+
+def bucket(q: Quantile | None) -> str:
+    """The histogram bucket a quantile lies in."""
+    if q is None or q.value is None:
+        return ""
+    lower = "0" if q.lower is None else f"{q.lower:g}"
+    upper = "+Inf" if q.in_inf or q.upper is None else f"{q.upper:g}"
+    return f"bucket {lower}..{upper} s"
+
+
+def usd(v: float | None, none: str = "n/a") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return none
+    return f"-${-v:,.0f}" if v < 0 else f"${v:,.0f}"
+
+
+def usd_band(low: float | None, high: float | None) -> str:
+    if low is None or high is None:
+        return "no band"
+    return f"{usd(low)} .. {usd(high)}"
+
+
+def count(v: float | None, none: str = "0") -> str:
+    return none if not v else f"{v:,.0f}"
+
+
+def change(factor: float | None, better: str, time_like: bool = False) -> str:
+    """An improvement factor as words: 3.1x shorter / lower / higher, and a factor under 1 as
+    the change it really is (0.6x "shorter" is 1.7x longer)."""
+    if not factor:
+        return "n/a"
+    up, down = ("longer", "shorter") if time_like else ("higher", "lower")
+    good = down if better == "lower" else up
+    bad = up if better == "lower" else down
+    return f"{factor:.1f}x {good}" if factor >= 1 else f"{1 / factor:.1f}x {bad}"
+
+
+def number(v: float | None, unit: str = "", none: str = "n/a") -> str:
+    if v is None:
+        return none
+    if unit == "s":
+        return secs(v, none)
+    if unit == "share":
+        return pct(v, none)
+    if float(v).is_integer() or abs(v) >= 100:
+        text = f"{v:,.0f}"
+    else:
+        text = f"{v:,.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    return f"{text} {unit}".strip() if unit and unit not in ("requests",) else text
+
+
+def months(v: float | None, none: str = "not within the horizon") -> str:
+    if v is None:
+        return none
+    return "today" if v <= 0 else f"month {v:.1f}"
+
+
+def gpus(v: int | None) -> str:
+    return "unreachable on this GPU" if v is None else f"{v:,d}"
+
+
+BADGE_COLORS = {"BUY": "red", "REUSE": "green", "NOT_WORTH_IT": "gray", "NEED_DATA": "orange"}
+"""Decision verdict -> badge colour (page) and CSS class (report)."""

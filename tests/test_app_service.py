@@ -1,0 +1,263 @@
+"""The dashboard's data layer (app.service, section 'dashboard'): rollup-backed windows give
+the raw-sample numbers, SLO snapping, topology, runs comparison, price-form validation."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app import service
+from app.service import DAY, Increase, plan_spans
+from models.metrics import TTFT
+from sql.db import Database
+from tests.test_app_fixtures import DEPLOYMENT, hour, rollup, scenario_db
+from tests.test_store_stats import CREATED, one, put
+
+N = datetime(2026, 11, 1)
+
+
+def d(day: int, h: float = 0) -> datetime:
+    return N + timedelta(days=day - 1, hours=h)
+
+
+# ---- how a window is split -------------------------------------------------------------------
+def test_spans_without_rollups_are_one_raw_span():
+    s = plan_spans([], d(1, 10), d(6, 5))
+    assert s.rolled is None and s.raw == ((d(1, 10), d(1, 10), d(6, 5)),)
+
+
+def test_spans_use_the_longest_run_of_whole_rolled_days_inside_the_window():
+    days = [d(x).date() for x in (1, 2, 3, 4, 7)]  # day 1 is only partly inside; day 7 is outside
+    s = plan_spans(days, d(1, 10), d(6, 5))
+    assert s.rolled == (d(2), d(5))
+    assert s.raw == ((d(1, 10), d(1, 10), d(2)), (d(5) - service.EDGE_LOOKBACK, d(5), d(6, 5)))
+    s = plan_spans([d(x).date() for x in (2, 4, 5)], d(1, 10), d(6, 5))
+    assert s.rolled == (d(4), d(6))
+    assert plan_spans(days, d(2, 1), d(2, 23)).rolled is None  # no whole day inside
+    s = plan_spans(days, d(2), d(5))  # aligned: day 2 is read raw (its straddling pair is outside)
+    assert s.rolled == (d(3), d(5)) and s.raw == ((d(2), d(2), d(3)),)
+    s = plan_spans(days, d(1, 19), d(5))  # a run may start no sooner than EDGE_LOOKBACK in
+    assert s.rolled == (d(3), d(5))
+
+
+# ---- rollups give the raw numbers -----------------------------------------------------------
+def _irregular_history(db) -> None:
+    """Scrapes every 50 minutes for 3.5 days starting 2026-11-30 10:00 (tests/test_store_stats
+    time base), traffic changing every scrape, a server restart on day 2."""
+    hits = queries = 0
+    ttft = [0, 0, 0]
+    created = CREATED
+    restart = 40
+    for i in range(101):
+        if i == restart:  # the process restarted just before this scrape: counters from 0
+            hits = queries = 0
+            ttft = [0, 0, 0]
+            created = (T + timedelta(minutes=50 * i - 10)).timestamp()
+        q = 100 + 7 * (i % 11)
+        queries += q
+        hits += (i * 13) % q
+        ttft = [ttft[0] + i % 3, ttft[1] + i % 3 + 2, ttft[2] + i % 3 + 3]
+        put(db, 50 * i, one(hits, queries, ttft, created=created))
+
+
+T = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """(raw db, the same db with its whole days rolled up)."""
+    base = tmp_path_factory.mktemp("history")
+    raw = Database(base / "raw.duckdb")
+    raw.migrate()
+    _irregular_history(raw)
+    shutil.copy(raw.path, base / "rolled.duckdb")
+    rolled = Database(base / "rolled.duckdb")
+    for day in range(1, 4):
+        rollup(rolled, "d", T.replace(hour=0) + timedelta(days=day))
+    return raw, rolled
+
+
+WINDOWS = [(T, T + timedelta(minutes=50 * 100)),                            # all data
+           (T + timedelta(hours=7), T + timedelta(days=3, hours=1, minutes=13)),  # ragged both ends
+           (T.replace(hour=0) + DAY, T.replace(hour=0) + 3 * DAY),           # day-aligned
+           (T + timedelta(hours=20), T + timedelta(hours=44))]               # one day, rolled day inside?
+
+
+@pytest.mark.parametrize("w", range(len(WINDOWS)))
+def test_a_window_read_from_rollups_counts_what_the_raw_samples_count(history, w):
+    raw, rolled = history
+    t0, t1 = WINDOWS[w]
+    ref = service.stats(raw, "d", t0, t1)
+    win = service.load_window(rolled, "d", t0, t1)
+    if t1 - t0 >= 2 * DAY:
+        assert win.rolled_days >= 1, "a window this long must read whole days from the rollups"
+    s = win.stats
+    assert (s.prefix_cache_hits, s.prefix_cache_queries, s.requests) == \
+        (ref.prefix_cache_hits, ref.prefix_cache_queries, ref.requests)
+    assert s.ttft_p50_s == pytest.approx(ref.ttft_p50_s) and s.ttft_p99_s == pytest.approx(ref.ttft_p99_s)
+    assert s.counter_resets == ref.counter_resets
+    # and without rollups the hybrid reader is the raw reader
+    assert service.load_window(raw, "d", t0, t1).stats.prefix_cache_hits == ref.prefix_cache_hits
+
+
+def test_daily_chart_points_from_rollups_equal_the_raw_ones(history):
+    raw, rolled = history
+    t0, t1 = WINDOWS[0]
+    a = service.window_buckets(raw, "d", t0, t1, step_s=600)
+    b = service.window_buckets(rolled, "d", t0, t1, step_s=600)
+    assert [x.start for x in a] == [x.start for x in b] and len(a) == 4  # the 4 UTC days touched
+    assert all(x.start.hour == 0 for x in b)
+    for x, y in zip(a, b):
+        assert x.stats().prefix_cache_hits == y.stats().prefix_cache_hits
+        assert x.stats().requests == y.stats().requests
+    total = service.stats(raw, "d", t0, t1)
+    assert sum(x.stats().prefix_cache_queries for x in b) == total.prefix_cache_queries
+
+
+def test_short_windows_chart_raw_buckets_of_step_seconds(history):
+    raw, _ = history
+    pts = service.window_buckets(raw, "d", T, T + timedelta(hours=5), step_s=3000)
+    assert [p.start - T.replace(tzinfo=None) for p in pts] == [timedelta(seconds=3000 * i) for i in range(6)]
+
+
+def test_gauges_read_from_gauge_rollups_equal_raw(tmp_path, monkeypatch):
+    raw = scenario_db(tmp_path)
+    monkeypatch.setattr(service, "DAILY_POINTS_FROM", DAY)
+    before = service.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
+    assert service.rollup_gauges_day(raw, DEPLOYMENT, hour(0).replace(tzinfo=None)) == 2 * 2 + 2 * 2 + 2 * 2
+    after = service.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
+    key = lambda r: (r["bucket"], r["target"], r["name"], r["labels"], r["engine"])  # noqa: E731
+    assert [key(r) for r in before] == [key(r) for r in after]
+    for x, y in zip(before, after):
+        assert (x["mean"], x["max"], x["last"]) == pytest.approx((y["mean"], y["max"], y["last"]))
+    l1 = [r for r in after if r["name"] == "lmcache_mp_l1_usage_ratio" and r["bucket"] == hour(0).replace(tzinfo=None)]
+    # day 1: scrapes at hours 0..23, usage 0.1 + 0.02 x (h - 1) from hour 1 (0 at hour 0)
+    assert l1[0]["max"] == pytest.approx(0.1 + 0.02 * 22) and l1[0]["n"] == 24
+
+
+# ---- SLO attainment --------------------------------------------------------------------------
+def ttft_rows(counts: dict[float, float]) -> list[Increase]:
+    return [Increase(name=f"{TTFT}_bucket", increase=c, le=le) for le, c in counts.items()]
+
+
+def test_slo_is_snapped_to_the_nearest_bucket_bound_and_says_so():
+    rows = ttft_rows({0.1: 10, 0.25: 50, 0.5: 90, 1.0: 99, float("inf"): 100})
+    s = service.slo_attainment(rows, 0.3)
+    assert (s.bound_s, s.share, s.requests, s.snapped) == (0.25, 0.5, 100, True)
+    assert "snapped to the nearest bound, 0.25 s" in s.note
+    s = service.slo_attainment(rows, 0.5)
+    assert (s.bound_s, s.share, s.snapped) == (0.5, 0.9, False) and "exact" in s.note
+    assert service.slo_attainment(rows, 60).bound_s == 1.0
+    assert service.slo_attainment([], 2.0).share is None
+
+
+# ---- deployments, engines, topology ----------------------------------------------------------
+def test_engines_in_window_agree_with_the_raw_engines_query(tmp_path):
+    db = scenario_db(tmp_path)
+    for t0, t1 in ((hour(0), hour(48)), (hour(29), hour(31))):
+        raw = db.fetch("engines", deployment=DEPLOYMENT, t_from=t0.replace(tzinfo=None), t_to=t1.replace(tzinfo=None))
+        assert service.engines_in_window(db, DEPLOYMENT, t0, t1) == len(raw) == 4
+    assert service.engines_in_window(db, DEPLOYMENT, hour(100), hour(101)) == 0
+
+
+def test_topology_says_shared_or_private(tmp_path, db):
+    t = service.topology(scenario_db(tmp_path), DEPLOYMENT, hour(0), hour(48))
+    assert t.verdict.startswith("Shared cache: 2 LMCache multi-process server(s) serve 4 vLLM engine(s) on 2 server(s)")
+    assert [(n["host"], n["vllm_servers"], n["engines"], n["lmcache_mp"], n["kv_connector"]) for n in t.nodes] == [
+        ("node1", 1, 2, 1, True), ("node2", 1, 2, 1, True)]
+    put(db, 0, one(0, 0, [0, 0, 0], engine="0") | one(0, 0, [0, 0, 0], engine="1"))
+    t = service.topology(db, "d", datetime(2026, 1, 1), datetime(2027, 1, 1))
+    assert t.verdict.startswith("Private caches: 2 vLLM engine(s) on 1 server(s)")
+    assert t.nodes[0]["host"] == "unknown (imported payloads)"
+
+
+def test_prometheus_only_deployments_are_listed(db):
+    with db.write() as con:
+        con.execute("INSERT INTO deployments (name) VALUES ('prom')")
+        con.execute("INSERT INTO prom_chunks (deployment_id, t_from, t_to, step_s, selector, ok, error, n_series, "
+                    "n_raw, n_increments, n_gauges) VALUES (1, '2026-11-01 00:00', '2026-11-01 01:00', 60, 'job=\"x\"', "
+                    "true, NULL, 3, 10, 10, 0), (1, '2026-11-01 01:00', '2026-11-01 02:00', 60, 'x', false, 'down', 0, 0, 0, 0)")
+    (dep,) = service.dashboard_deployments(db)
+    assert (dep["deployment"], dep["first_ts"], dep["last_ts"], dep["chunks"], dep["failed_chunks"]) == (
+        "prom", datetime(2026, 11, 1), datetime(2026, 11, 1, 1), 1, 1)
+
+
+def test_month_window_clips_to_the_data_and_names_what_exists(tmp_path):
+    db = scenario_db(tmp_path)
+    assert service.month_window(db, DEPLOYMENT, "2026-11") == (hour(0), hour(48))
+    assert service.data_months(db, DEPLOYMENT) == ["2026-11"]
+    with pytest.raises(ValueError, match=r"no data in 2026-10 \(data: 2026-11-02 00:00 \.\. 2026-11-04 00:00 UTC\)"):
+        service.month_window(db, DEPLOYMENT, "2026-10")
+    with pytest.raises(ValueError, match="expected YYYY-MM"):
+        service.month_window(db, DEPLOYMENT, "11/2026")
+    with pytest.raises(ValueError, match=r"no deployment 'x'.*known: prod"):
+        service.month_window(db, "x", "2026-11")
+
+
+# ---- runs --------------------------------------------------------------------------------------
+def test_compare_runs_reproduces_the_articles_ratios():
+    unique = {"wall_s": 16.1, "ttft_p50_s": 9.652, "ttft_p99_s": None, "tokens_per_s_p50": 15.9,
+              "aggregate_tokens_per_s": 199, "requests_with_cache_share": None, "failed": 0}
+    shared = {"wall_s": 5.2, "ttft_p50_s": 3.773, "ttft_p99_s": None, "tokens_per_s_p50": 73.6,
+              "aggregate_tokens_per_s": 740, "requests_with_cache_share": None, "failed": 0}
+    rows = {r["metric"]: r for r in service.compare_runs(unique, shared)}
+    got = {k: round(rows[k]["factor"], 1) for k in ("total time", "TTFT p50", "tok/s p50 per user",
+                                                     "aggregate throughput")}
+    assert got == {"total time": 3.1, "TTFT p50": 2.6, "tok/s p50 per user": 4.6, "aggregate throughput": 3.7}
+    assert rows["TTFT p99"]["factor"] is None and rows["failed requests"]["factor"] is None
+
+
+def test_runs_view_request_weighted_shares_and_cpu_flag(tmp_path):
+    v = service.runs_view(scenario_db(tmp_path), DEPLOYMENT)
+    by = {r["label"]: r for r in v.runs}
+    assert by["shared prefix"]["requests_with_cache_share"] == 1.0
+    assert by["shared prefix"]["cached_token_share"] == pytest.approx(0.896)
+    assert by["unique sessions"]["requests_with_cache_share"] == 0.0
+    assert all(r["cpu_scale"] for r in v.runs)
+    a, b = v.default_pair()
+    assert (a["scenario"], b["scenario"]) == ("unique", "shared_prefix")
+
+
+# ---- the price-book form ------------------------------------------------------------------------
+def test_planning_fields_cover_and_document_every_planning_input():
+    from dataclasses import fields
+
+    from models.decision import PlanningInputs
+
+    specs = service.planning_fields()
+    assert [s.name for s in specs] == [f.name for f in fields(PlanningInputs)]
+    assert all(s.help for s in specs)
+    assert {s.name for s in specs if not s.unit} == {"realisation"}
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"horizon_months": 0}, "PlanningInputs.horizon_months: must be a whole number >= 1"),
+    ({"horizon_months": 1.5}, "PlanningInputs.horizon_months: expected a whole number"),
+    ({"prefill_capacity_share": 0.0}, r"PlanningInputs.prefill_capacity_share: must be in \(0, 1\]"),
+    ({"headroom_fill_fraction": 1.5}, r"PlanningInputs.headroom_fill_fraction: must be in \[0, 1\]"),
+    ({"current_gpus": -2}, "PlanningInputs.current_gpus"),
+    ({"ttft_p99_slo_seconds": float("nan")}, "PlanningInputs.ttft_p99_slo_seconds: expected a finite number"),
+    ({"realisation": "sell"}, "PlanningInputs.realisation: must be one of"),
+    ({"colour": 1}, "PlanningInputs: unknown field 'colour'"),
+])
+def test_planning_form_errors_name_the_field(values, message):
+    with pytest.raises(ValueError, match=message):
+        service.parse_planning(values)
+
+
+def test_planning_form_accepts_what_widgets_return():
+    p = service.parse_planning({"horizon_months": 12.0, "current_gpus": None, "growth_rate_per_month": 0})
+    assert (p.horizon_months, p.current_gpus, p.growth_rate_per_month) == (12, None, 0.0)
+    assert isinstance(p.horizon_months, int)
+
+
+def test_save_price_form_saves_only_valid_books(tmp_path):
+    db = scenario_db(tmp_path)
+    with pytest.raises(ValueError, match="PriceBook.gpus_per_node"):
+        service.save_price_form(db, DEPLOYMENT, {"gpus_per_node": 0}, {})
+    assert service.load_pricebook(db, DEPLOYMENT)[2] == "defaults"
+    service.save_price_form(db, DEPLOYMENT, {"usd_per_gpu_hour": 4}, {"ttft_p99_slo_seconds": 1.0})
+    pb, pl, origin = service.load_pricebook(db, DEPLOYMENT)
+    assert (pb.usd_per_gpu_hour, pl.ttft_p99_slo_seconds) == (4.0, 1.0) and origin.startswith("saved for 'prod'")

@@ -1,0 +1,292 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright against
+`streamlit run app/streamlit_app.py` (started once per session on a free port, its output
+in a log file printed when it fails) on the scenario DuckDB file of tests/test_app_fixtures.
+
+Checks: every page renders its key numbers; changing the time range updates them; editing
+the price book changes the dollar figure; the report downloads as a valid PDF whose text
+holds the numbers the page shows. A screenshot of every page goes to
+test-artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app import service
+from app.report import fmt
+from tests.test_app_fixtures import DEPLOYMENT, hour, scenario_db, scenario_expected
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync"]
+EXP = scenario_expected()
+IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(db_path: Path, log_path: Path):
+    """(process, base URL) of `streamlit run app/streamlit_app.py` on a free port; its output
+    goes to ``log_path``, printed in the failure when it does not come up."""
+    port = free_port()
+    env = dict(os.environ, KVPLAN_DB=str(db_path), PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"),
+           "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
+           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                return proc, url
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"streamlit did not start (exit {proc.poll()}); its log:\n{log_path.read_text()}",
+                        pytrace=False)
+        time.sleep(0.5)
+
+
+def stop_server(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """(base URL, Database) of a Streamlit server on the scenario database."""
+    base = tmp_path_factory.mktemp("browser")
+    db = scenario_db(base)
+    proc, url = start_server(db.path, base / "streamlit.log")
+    yield url, db
+    stop_server(proc)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: `make test` installs Debian's chromium", pytrace=False)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1800}, accept_downloads=True)
+    pg = ctx.new_page()
+    pg.set_default_timeout(90_000)
+    yield pg
+    ctx.close()
+
+
+def settle(pg) -> None:
+    """Wait until the script run the last interaction started has finished."""
+    pg.wait_for_timeout(300)
+    pg.wait_for_selector(IDLE)
+    pg.wait_for_timeout(200)
+    pg.wait_for_selector(IDLE)
+
+
+def open_page(pg, url: str, path: str, wait_for: str = "[data-testid='stMetric']") -> None:
+    pg.goto(f"{url}/{path}")
+    pg.wait_for_selector(wait_for)
+    settle(pg)
+
+
+def metrics(pg) -> dict[str, str]:
+    out = {}
+    for m in pg.locator("[data-testid='stMetric']").all():
+        label = m.locator("[data-testid='stMetricLabel']").inner_text().strip()
+        out[label] = m.locator("[data-testid='stMetricValue']").inner_text().strip()
+    return out
+
+
+def shot(pg, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.evaluate("() => { for (const el of [document.scrollingElement, "
+                "document.querySelector(\"[data-testid='stMain']\")]) if (el) el.scrollTo(0, 0); }")
+    pg.wait_for_timeout(800)  # let the charts draw
+    pg.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def select(pg, label: str, option: str) -> None:
+    pg.get_by_role("combobox", name=label).click()
+    pg.get_by_role("option", name=option, exact=True).click()
+    settle(pg)
+
+
+PAGES = {  # url path -> (screenshot name, metrics that must show)
+    "": ("1-overview", {"Prefix-cache hit rate": EXP["hit_all"], "TTFT p50": EXP["ttft_p50"],
+                        "TTFT p99": EXP["ttft_p99"], "Requests": EXP["requests_all"], "GPUs (vLLM engines)": "4"}),
+    "cache": ("2-cache", {"vLLM prefix cache (device)": EXP["hit_all"], "LMCache MP L1 (CPU memory)": EXP["l1_all"],
+                          "L1 usage (latest, highest server)": "56.0%"}),
+    "latency": ("3-latency", {"TTFT p50": EXP["ttft_p50"], "TTFT p99": EXP["ttft_p99"], "SLO bound used": "2.5 s",
+                              "SLO attainment": "100.0%"}),
+    "cost": ("4-cost", {"GPUs today": "4"}),
+    "runs": ("5-runs", {}),
+    "collection": ("6-collection", {"Targets": "4", "Scrapes": "196", "Failed scrapes": "1"}),
+    "report": ("7-report", {"Prefix-cache hit rate": EXP["hit_all"], "TTFT p99": EXP["ttft_p99"]}),
+}
+
+
+def test_a_deep_link_opened_first_after_a_start_runs_inside_the_navigation(browser, tmp_path):
+    """Streamlit reads app/pages/ as a v1 pages directory until a session has run the main
+    script: without state.through_navigation, /cost opened first ran cost.py alone."""
+    db = scenario_db(tmp_path)
+    proc, url = start_server(db.path, tmp_path / "streamlit.log")
+    try:
+        ctx = browser.new_context(viewport={"width": 1440, "height": 1000})
+        pg = ctx.new_page()
+        pg.set_default_timeout(90_000)
+        open_page(pg, url, "cost")
+        nav = [a.inner_text().split("\n")[-1] for a in pg.locator("[data-testid='stSidebarNav'] a").all()]
+        assert nav == ["Overview", "Cache", "Latency", "Cost & decision", "Runs", "Collection", "Report"]
+        assert pg.locator("h1").first.inner_text() == "Cost & decision"
+        ctx.close()
+    finally:
+        stop_server(proc)
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_every_page_renders_its_key_numbers(server, page, path):
+    url, db = server
+    name, want = PAGES[path]
+    open_page(page, url, path)
+    got = metrics(page)
+    ref = service.plan(db, DEPLOYMENT, hour(0), hour(48))
+    if path in ("", "cost", "report"):
+        want = dict(want, **{"Monthly benefit": fmt.usd(ref.monthly_benefit_usd)})
+    if path == "runs":
+        r = {x["label"]: x for x in service.runs_view(db, DEPLOYMENT).runs}
+        want = {"total time": f"{r['unique sessions']['wall_s'] / r['shared prefix']['wall_s']:.1f}x shorter"}
+    assert {k: got.get(k) for k in want} == want
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.locator("[data-testid='stAlertContentError']").count() == 0
+    if path == "report":  # the preview: the report itself, in its own frame
+        heading = page.frame_locator("iframe").locator("h1")
+        assert heading.inner_text() == "Capacity report: prod, 2026-11"
+    elif path not in ("runs", "collection"):
+        assert page.locator("[data-testid='stVegaLiteChart'], .vega-embed").count() >= 1
+    shot(page, name)
+
+
+def test_changing_the_time_range_updates_the_numbers(server, page):
+    url, db = server
+    open_page(page, url, "")
+    before = metrics(page)
+    select(page, "Time range", "last 24 hours")
+    page.wait_for_function("() => [...document.querySelectorAll(\"[data-testid='stMetricValue']\")]"
+                           f".some(e => e.innerText.trim() === '{EXP['requests_day2']}')")
+    after = metrics(page)
+    assert before["Prefix-cache hit rate"] == EXP["hit_all"]
+    assert (after["Prefix-cache hit rate"], after["Requests"]) == (EXP["hit_day2"], EXP["requests_day2"])
+    assert after["Monthly benefit"] == fmt.usd(service.plan(db, DEPLOYMENT, hour(24), hour(48)).monthly_benefit_usd)
+    shot(page, "1b-overview-last-24-hours")
+
+
+def test_price_book_edit_changes_the_dollars_and_the_report_pdf_holds_the_page_numbers(server, page, tmp_path):
+    url, db = server
+    open_page(page, url, "cost")
+    before = metrics(page)["Monthly benefit"]
+    box = page.get_by_role("spinbutton", name="usd_per_gpu_hour ($/GPU-hour)")
+    box.fill("25")
+    page.get_by_role("button", name="Save price book").click()
+    page.wait_for_selector("text=Price book saved for 'prod'.")
+    settle(page)
+    after = metrics(page)["Monthly benefit"]
+    ref = service.plan(db, DEPLOYMENT, hour(0), hour(48))
+    assert ref.inputs.pricebook.usd_per_gpu_hour == 25.0
+    assert after == fmt.usd(ref.monthly_benefit_usd) != before
+    shot(page, "4b-cost-after-price-edit")
+
+    open_page(page, url, "report")
+    shown = metrics(page)
+    assert shown["Monthly benefit"] == after
+    with page.expect_download(timeout=180_000) as dl:
+        page.get_by_role("button", name="Download PDF").click()
+    pdf = tmp_path / "report.pdf"
+    dl.value.save_as(pdf)
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF-") and data.rstrip().endswith(b"%%EOF")
+    from pypdf import PdfReader
+
+    assert len(PdfReader(pdf).pages) >= 4
+    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], check=True, capture_output=True,
+                          text=True).stdout
+    for label in ("Decision", "Monthly benefit", "Prefix-cache hit rate", "TTFT p50", "TTFT p99", "Requests"):
+        assert shown[label] in text, (label, shown[label])
+    with page.expect_download() as dl:
+        page.get_by_role("button", name="Download HTML").click()
+    html = tmp_path / "report.html"
+    dl.value.save_as(html)
+    assert "Capacity report: prod, 2026-11" in html.read_text() and after in html.read_text()
+
+
+# ---- the recorded demo dataset (real CPU-stack data, time axis stretched) ---------------------
+@pytest.fixture(scope="session")
+def demo_server(tmp_path_factory):
+    from collectors.demo import DEMO_FILE, load_demo
+    from sql.db import Database
+
+    if not DEMO_FILE.exists():
+        pytest.skip(f"{DEMO_FILE} not recorded yet")
+    base = tmp_path_factory.mktemp("demo")
+    db = Database(base / "demo.duckdb")
+    db.migrate()
+    dep = load_demo(db)["deployment"]
+    proc, url = start_server(db.path, base / "streamlit.log")
+    yield url, db, dep
+    stop_server(proc)
+
+
+DEMO_PAGES = {"": ("Prefix-cache hit rate", "Requests"), "cache": ("vLLM prefix cache (device)",),
+              "latency": ("TTFT p50", "TTFT p99"), "cost": ("Monthly benefit",), "runs": (),
+              "collection": ("Targets",), "report": ("Monthly benefit",)}
+
+
+@pytest.mark.parametrize("path", list(DEMO_PAGES))
+def test_demo_dataset_pages(demo_server, page, path):
+    """Every page on the recorded demo data: no error, the service's numbers, a screenshot."""
+    url, db, dep = demo_server
+    open_page(page, url, path, wait_for="h1")
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert page.locator("[data-testid='stAlertContentError']").count() == 0
+    got = metrics(page)
+    d = next(x for x in service.dashboard_deployments(db) if x["deployment"] == dep)
+    s = service.load_window(db, dep, d["first_ts"], d["last_ts"]).stats
+    want = {"Prefix-cache hit rate": fmt.pct(s.prefix_cache_hit_rate), "Requests": fmt.count(s.requests),
+            "vLLM prefix cache (device)": fmt.pct(s.prefix_cache_hit_rate), "TTFT p50": fmt.quantile(s.ttft_p50),
+            "TTFT p99": fmt.quantile(s.ttft_p99), "Targets": str(d["targets"])}
+    for label in DEMO_PAGES[path]:
+        if label in want:
+            assert got[label] == want[label], label
+        else:
+            assert got[label].startswith(("$", "-$")), (label, got[label])
+    if path == "runs":
+        assert page.get_by_text("CPU-scale", exact=False).count() >= 1
+    shot(page, f"demo-{path or 'overview'}")

@@ -1,0 +1,118 @@
+"""Altair chart builders (app.charts): the data each chart plots, and that every spec
+renders through vl-convert (the report's path), with data and without."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+import pytest
+import vl_convert
+
+from app import charts
+from models.benefit import WaterfallRow
+from models.decision import SensitivityRow
+
+
+def data(chart) -> pd.DataFrame:
+    """All rows a (possibly layered) chart plots."""
+    spec = chart.to_dict()
+    frames = [pd.DataFrame(v) for v in spec.get("datasets", {}).values()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+WF = [WaterfallRow("Saved prefill", 100.0, 80.0, 120.0), WaterfallRow("Throughput", 50.0, 40.0, 60.0),
+      WaterfallRow("Deferral", 0.0, 0.0, 0.0), WaterfallRow("Overhead", -30.0, -30.0, -30.0),
+      WaterfallRow("Monthly benefit", 120.0, 90.0, 150.0)]
+
+
+def test_waterfall_floats_each_term_from_the_running_total():
+    chart = charts.waterfall_chart(WF)
+    df = data(chart).drop_duplicates("order").set_index("term")
+    # error bars only where there is a band
+    bars = chart.to_dict()["layer"][1]
+    ticks = pd.DataFrame(chart.to_dict()["datasets"][bars["data"]["name"]])
+    assert ticks["term"].tolist() == ["Saved prefill", "Throughput", "Monthly benefit"]
+    assert df.loc["Saved prefill", ["start", "end"]].tolist() == [0, 100]
+    assert df.loc["Throughput", ["start", "end", "band_low", "band_high"]].tolist() == [100, 150, 140, 160]
+    assert df.loc["Overhead", ["start", "end", "kind"]].tolist() == [150, 120, "cost"]
+    assert df.loc["Monthly benefit", ["start", "end", "band_low", "band_high", "kind"]].tolist() == [0, 120, 90, 150, "total"]
+    assert df["order"].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_tornado_keeps_the_order_and_draws_the_base():
+    rows = [SensitivityRow("hit rate", "share", 0.5, 0.4, 0.6, -10.0, 90.0, 40.0),
+            SensitivityRow("GPU price", "$/GPU-hour", 2.5, 1.9, 3.1, 20.0, 60.0, 40.0)]
+    df = data(charts.tornado_chart(rows))
+    bars = df.dropna(subset=["input"])
+    assert bars[["input", "side", "benefit"]].values.tolist() == [
+        ["hit rate", "input low", -10.0], ["hit rate", "input high", 90.0],
+        ["GPU price", "input low", 20.0], ["GPU price", "input high", 60.0]]
+    assert set(df["base"].dropna()) == {40.0}
+
+
+def test_quantile_band_marks_inf_and_slo():
+    t = datetime(2026, 11, 2)
+    rows = [{"bucket": t, "metric": "TTFT", "quantile": "p99", "value": 2560.0, "lower": 2560.0, "upper": None,
+             "in_inf": True},
+            {"bucket": t, "metric": "TTFT", "quantile": "p50", "value": 0.07, "lower": 0.06, "upper": 0.08,
+             "in_inf": False},
+            {"bucket": t, "metric": "queue", "quantile": "p50", "value": 1.0, "lower": 0.8, "upper": 1.0,
+             "in_inf": False}]
+    c = charts.quantile_band_chart(rows, "TTFT", "t", slo_s=2.0)
+    spec = c.to_dict()
+    marks = [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"] for layer in spec["layer"]]
+    assert marks == ["area", "line", "point", "rule"]
+    df = data(c)
+    p99 = df[(df["quantile"] == "p99")].iloc[0]
+    assert p99["band_top"] == 2560.0  # no upper bound: the band stops at the lower one
+    assert set(df["metric"].dropna()) == {"TTFT"} and 2.0 in set(df["slo"].dropna())
+
+
+def test_capacity_leaves_out_unreachable_months():
+    sched = [{"month": 0, "with_reuse": 2, "without_reuse": None}, {"month": 1, "with_reuse": 3, "without_reuse": 5}]
+    df = data(charts.capacity_chart(sched, 4))
+    lines = df.dropna(subset=["setup"])
+    assert lines[["month", "setup", "gpus"]].values.tolist() == [
+        [0, "with reuse", 2], [1, "without reuse", 5], [1, "with reuse", 3]]
+    assert 4 in set(df["gpus"]) and "today: 4 GPUs" in set(df["label"].dropna())
+
+
+def test_hit_rate_axis_is_a_share_of_tokens():
+    spec = charts.tier_hit_rate_chart([{"bucket": datetime(2026, 11, 2), "tier": "x", "hit_rate": 0.4}]).to_dict()
+    y = spec["encoding"]["y"]
+    assert y["scale"]["domain"] == [0, 1] and y["axis"]["format"] == "%"
+    assert spec["encoding"]["x"]["scale"]["type"] == "utc"
+
+
+BUILDERS = {
+    "tier": lambda rows: charts.tier_hit_rate_chart(rows),
+    "cached": lambda rows: charts.cached_tokens_chart(rows),
+    "gauge": lambda rows: charts.gauge_chart(rows, "g"),
+    "band": lambda rows: charts.quantile_band_chart(rows, "TTFT", "b", 2.0),
+    "phases": lambda rows: charts.phases_chart(rows),
+    "waterfall": lambda rows: charts.waterfall_chart(WF if rows else []),
+    "capacity": lambda rows: charts.capacity_chart([{"month": 0, "with_reuse": 1, "without_reuse": 2}] if rows else [], 1),
+    "tornado": lambda rows: charts.tornado_chart(
+        [SensitivityRow("h", "s", 0.5, 0.4, 0.6, 1.0, 2.0, 1.5)] if rows else []),
+}
+ROW = {"bucket": datetime(2026, 11, 2), "tier": "t", "hit_rate": 0.5, "source": "device", "tokens": 10.0,
+       "series": "s", "mean": 0.2, "max": 0.3, "metric": "TTFT", "quantile": "p50", "value": 0.07, "lower": 0.06,
+       "upper": 0.08, "in_inf": False}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+@pytest.mark.parametrize("rows", [[ROW], []], ids=["data", "empty"])
+def test_every_chart_renders_to_svg(name, rows):
+    svg = vl_convert.vegalite_to_svg(BUILDERS[name](rows).to_dict())
+    assert svg.startswith("<svg") and "</svg>" in svg
+
+
+def test_improvement_factors_read_as_the_change_they_are():
+    from app.report import fmt
+
+    assert fmt.change(3.1, "lower", time_like=True) == "3.1x shorter"
+    assert fmt.change(1 / 1.6, "lower", time_like=True) == "1.6x longer"
+    assert fmt.change(2.6, "lower") == "2.6x lower"
+    assert fmt.change(0.5, "higher") == "2.0x lower"
+    assert fmt.change(None, "higher") == "n/a"

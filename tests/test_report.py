@@ -1,0 +1,159 @@
+"""The capacity report (app.report, `kvplan report`): contents per the evaluation in the
+domain notes, deterministic for the same data, a valid PDF whose text (pdftotext) holds
+the numbers, CPU-scale provenance, clear errors."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from datetime import datetime, timezone
+
+import pytest
+from typer.testing import CliRunner
+
+from app import service
+from app.cli import app as cli
+from app.report import build, fmt, render_html, write_report
+from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected
+from tests.test_store_stats import one, put
+
+EXP = scenario_expected()
+SECTIONS = ["Decision", "1. Measured reuse", "2. Tail baseline", "3. Topology", "4. Pilot comparison",
+            "5. Pricing", "6. Assumptions and price book", "7. Data provenance"]
+
+
+@pytest.fixture
+def scen(tmp_path):
+    return scenario_db(tmp_path)
+
+
+def text_of(html: str) -> str:
+    """The visible text of the report, whitespace collapsed."""
+    body = re.sub(r"<style>.*?</style>|<svg.*?</svg>", " ", html, flags=re.S)
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))
+    return re.sub(r" ([,.)])", r"\1", text).replace("&#x27;", "'").replace("&quot;", '"').replace("&amp;", "&")
+
+
+def pdftotext(path) -> str:
+    return subprocess.run(["pdftotext", "-layout", str(path), "-"], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_html_report_holds_every_section_and_the_numbers(scen, tmp_path):
+    path = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "r.html")
+    html = path.read_text()
+    headings = re.findall(r"<h2>([^<]+)</h2>", html)
+    assert headings == SECTIONS
+    text = text_of(html)
+    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    assert f"{ref.decision.kind} {ref.decision.reason}" in text
+    assert f"Monthly benefit: {fmt.usd(ref.monthly_benefit_usd)}" in text
+    assert f"vLLM prefix cache (device) {EXP['hit_all']}" in text
+    assert f"LMCache MP L1 (CPU memory) {EXP['l1_all']}" in text
+    assert f"TTFT p50 {EXP['ttft_p50']}, p99 {EXP['ttft_p99']} over {EXP['requests_all']} requests" in text
+    assert "TTFT p99 475 ms bucket 0.25..0.5 s" in text
+    assert "snapped to the nearest bound, 2.5 s" in text
+    assert "Shared cache: 2 LMCache multi-process server(s) serve 4 vLLM engine(s)" in text
+    assert "node1 1 2 1 yes" in text  # node, vLLM servers, engines, LMCache MP servers, connector
+    assert "unique sessions (baseline) vs shared prefix" in text
+    assert "usd_per_gpu_hour 2.5 $/GPU-hour" in text and "ttft_p99_slo_seconds 2.0 s" in text
+    assert "node2-vllm 48 1" in text  # scrape counts: ok, failed
+    assert "failed scrape: http://node2:8000/metrics: connection refused" in text
+    assert "no samples in Prometheus (target down or not scraped)" in text
+    assert "span_increases sql/queries/dashboard.sql".replace("sql/queries/", "") in text
+    assert "<svg" in html and html.count('class="chart"') == 5
+
+
+def test_the_provenance_lists_only_queries_that_exist():
+    from app.report.data import QUERIES_USED
+    from sql.db import queries
+
+    assert set(QUERIES_USED) <= set(queries()), set(QUERIES_USED) - set(queries())
+
+
+def test_cpu_numbers_carry_their_provenance(scen, tmp_path):
+    text = text_of(write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "r.html").read_text())
+    assert text.count(MEASURED_ON) >= 3  # banner, runs, provenance
+    assert "CPU-scale numbers." in text and "not GPU results" in text
+    gpu = text_of(write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "g.html", measured_on="8x H100 80GB").read_text())
+    assert "Measured on: 8x H100 80GB" in gpu
+    assert "CPU-scale numbers." in gpu  # the pilot runs still were measured on the CPU stack
+
+
+def test_same_data_same_report(scen, tmp_path):
+    a = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "a.html").read_bytes()
+    b = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "b.html").read_bytes()
+    assert a == b
+    assert b"Generated at" not in a
+    when = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+    c = render_html(build(scen, DEPLOYMENT, "2026-11"), generated_at=when)
+    assert "Generated at 2026-12-01 02:00 UTC." in c
+    pa = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "a.pdf").read_bytes()
+    pb = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "b.pdf").read_bytes()
+    assert pa == pb
+
+
+def test_pdf_is_valid_and_its_text_holds_the_numbers(scen, tmp_path):
+    from pypdf import PdfReader
+
+    path = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "r.pdf")
+    assert path.read_bytes().startswith(b"%PDF-")
+    assert len(PdfReader(path).pages) >= 4
+    text = pdftotext(path)
+    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    for needle in (EXP["hit_all"], EXP["ttft_p50"], EXP["ttft_p99"], fmt.usd(ref.monthly_benefit_usd),
+                   ref.decision.kind, "Capacity report: prod, 2026-11", "7. Data provenance"):
+        assert needle in text, needle
+
+
+def test_a_report_without_runs_or_enough_data_still_says_what_it_knows(db, tmp_path):
+    put(db, 0, one(0, 0, [0, 0, 0]))
+    put(db, 1, one(10, 100, [2, 4, 4]))
+    text = text_of(write_report(db, "d", "2026-11", tmp_path / "r.html").read_text())
+    assert "NEED_DATA Not enough data to price reuse" in text
+    assert "No workload-driver runs recorded for this deployment" in text
+    assert "Measured on: not recorded" in text and "CPU-scale numbers." not in text
+    assert "Private caches" not in text and "One vLLM engine" in text
+
+
+def test_report_errors_name_what_is_wrong(scen, tmp_path):
+    with pytest.raises(ValueError, match="no data in 2026-10"):
+        write_report(scen, DEPLOYMENT, "2026-10", tmp_path / "r.pdf")
+    with pytest.raises(ValueError, match=r"written as \.pdf or \.html"):
+        write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "r.docx")
+    with pytest.raises(ValueError, match="no deployment 'nope'"):
+        write_report(scen, "nope", "2026-11", tmp_path / "r.pdf")
+
+
+def test_cli_report_writes_pdf_and_html(scen, tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(cli, ["report", "--db", str(scen.path), "--deployment", DEPLOYMENT, "--month", "2026-11",
+                            "-o", str(tmp_path / "r.pdf")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "r.pdf").read_bytes().startswith(b"%PDF-")
+    assert "capacity report of 'prod' for 2026-11" in " ".join(r.output.split())
+    r = runner.invoke(cli, ["report", "--db", str(scen.path), "--deployment", DEPLOYMENT, "--month", "2026-11",
+                            "-o", str(tmp_path / "r.html"), "--generated-at", "2026-12-01T02:00Z"])
+    assert r.exit_code == 0 and "Generated at 2026-12-01 02:00 UTC." in (tmp_path / "r.html").read_text()
+    r = runner.invoke(cli, ["report", "--db", str(scen.path), "--deployment", DEPLOYMENT, "--month", "2026-10",
+                            "-o", str(tmp_path / "x.pdf")])
+    assert r.exit_code == 2 and "no data in 2026-10" in " ".join(r.output.split())
+    assert not (tmp_path / "x.pdf").exists()
+
+
+def test_the_nightly_job_writes_the_report(scen, tmp_path):
+    """collectors.scheduler.nightly_report calls app.report.write_report(db, name, month, path)."""
+    from collectors.config import Settings
+    from collectors.scheduler import nightly_report
+
+    s = Settings(db=scen.path)
+    s.schedule.report_dir = tmp_path / "reports"
+    written = nightly_report(s, hour(30).date())
+    assert [p.name for p in written] == [f"prod-2026-11.{s.schedule.report_format}"]
+    assert (tmp_path / "reports" / written[0].name).stat().st_size > 10_000
+
+
+@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils not installed")
+def test_pdftotext_is_available():
+    assert subprocess.run(["pdftotext", "-v"], capture_output=True).returncode == 0
