@@ -128,10 +128,10 @@ def _fields(model: type[BaseModel], prefix: str = ""):
 def test_every_setting_is_documented():
     undocumented = [n for n, f in _fields(Settings) if not (f.description or "").strip()]
     assert undocumented == []
-    doc = (ROOT / "docs-collect.md").read_text()
+    doc = (ROOT / "README.md").read_text()
     for n, _ in _fields(Settings):
         if n.startswith(("prometheus.", "schedule.")):
-            assert f"`{n}`" in doc, f"{n} is not in the settings table of docs-collect.md"
+            assert f"`{n}`" in doc, f"{n} is not in the settings table of README.md"
 
 
 def test_config_check_command(tmp_path, monkeypatch):

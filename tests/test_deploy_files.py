@@ -330,7 +330,7 @@ def test_kvplan_pod_shares_one_volume_and_reads_its_secrets_dir():
 
 # -- documentation ----------------------------------------------------------------------------
 def test_every_deploy_file_is_explained_in_docs_collect():
-    doc = (ROOT / "docs-collect.md").read_text()
+    doc = (ROOT / "README.md").read_text()
     for d in ("prometheus", "systemd", "compose", "k8s"):
         for f in sorted((DEPLOY / d).iterdir()):
-            assert f"deploy/{d}/{f.name}" in doc, f"deploy/{d}/{f.name} is not explained in docs-collect.md"
+            assert f"deploy/{d}/{f.name}" in doc, f"deploy/{d}/{f.name} is not explained in README.md"
