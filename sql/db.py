@@ -178,19 +178,8 @@ class Database:
     def write(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-write connection inside one transaction: committed on success, rolled
         back on any error, closed either way."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._turnstile.writer(self.lock_timeout_s):
-            con = self._connect(read_only=False)
-            try:
-                con.execute("BEGIN TRANSACTION")
-                try:
-                    yield con
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-            finally:
-                con.close()
+        with self.batch() as con, self.transaction(con):
+            yield con
 
     @contextmanager
     def batch(self) -> Iterator[duckdb.DuckDBPyConnection]:
