@@ -407,9 +407,23 @@ async def run_async(servers: Sequence[str], model: str, workload: Workload,
                      results=results, model=model, servers=bases, stopped_by=budget.stopped_by)
 
 
+def _run_sync(coro_fn):
+    """Run a coroutine to completion from sync code. Inside a thread that already runs an
+    event loop (Jupyter, Playwright's sync API, Streamlit callbacks) it runs in a fresh
+    thread with its own loop instead of failing."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_fn())
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_fn())).result()
+
+
 def run(servers: Sequence[str], model: str, workload: Workload) -> RunResult:
-    """Synchronous wrapper around run_async (must not be called inside a running loop)."""
-    return asyncio.run(run_async(servers, model, workload))
+    """Synchronous wrapper around run_async."""
+    return _run_sync(lambda: run_async(servers, model, workload))
 
 
 def complete(server: str, model: str, prompt: str, *, output_tokens: int = 16,
@@ -428,7 +442,7 @@ def complete(server: str, model: str, prompt: str, *, output_tokens: int = 16,
             return await _one_request(client, base, model, prompt, w, user, turn,
                                       time.monotonic() + timeout_s)
 
-    return asyncio.run(go())
+    return _run_sync(go)
 
 
 # ------------------------------------------------------------------------- CLI

@@ -73,7 +73,7 @@ def stop_server(proc) -> None:
         proc.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """(base URL, Database) of a Streamlit server on the scenario database."""
     base = tmp_path_factory.mktemp("browser")
@@ -83,7 +83,7 @@ def server(tmp_path_factory):
     stop_server(proc)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -248,13 +248,13 @@ def test_price_book_edit_changes_the_dollars_and_the_report_pdf_holds_the_page_n
 
 
 # ---- the recorded demo dataset (real CPU-stack data, time axis stretched) ---------------------
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def demo_server(tmp_path_factory):
     from collectors.demo import DEMO_FILE, load_demo
     from sql.db import Database
 
     if not DEMO_FILE.exists():
-        pytest.skip(f"{DEMO_FILE} not recorded yet")
+        pytest.fail(f"{DEMO_FILE} missing: it is committed; re-record with deploy/local/record_demo.py")
     base = tmp_path_factory.mktemp("demo")
     db = Database(base / "demo.duckdb")
     db.migrate()

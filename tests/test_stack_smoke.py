@@ -65,8 +65,10 @@ def connected_urls(local_stack: stk.Stack) -> list[str]:
 
 def test_topology(local_stack: stk.Stack):
     kinds = sorted(s.kind for s in local_stack.servers)
-    assert kinds == ["lmcache", "prometheus", "vllm", "vllm", "vllm"]
-    assert [s.connector for s in local_stack.vllm()] == [True, True, False]
+    assert kinds == ["lmcache", "prometheus", "vllm", "vllm", "vllm", "vllm"]
+    assert [s.connector for s in local_stack.vllm()] == [True, True, False, False]
+    assert "--no-enable-prefix-caching" in local_stack.server("vllm-nocache-0").cmd
+    assert "--no-enable-prefix-caching" not in local_stack.server("vllm-plain-0").cmd
     run = stk.Stack.load(local_stack.run_dir)
     assert run.to_dict() == local_stack.to_dict()
     # The generated config is a valid kvplan config naming every endpoint.
@@ -79,6 +81,7 @@ def test_topology(local_stack: stk.Stack):
         "vllm-0": ("local", "vllm", local_stack.server("vllm-0").metrics_url),
         "vllm-1": ("local", "vllm", local_stack.server("vllm-1").metrics_url),
         "vllm-plain-0": ("local-plain", "vllm", local_stack.server("vllm-plain-0").metrics_url),
+        "vllm-nocache-0": ("local-nocache", "vllm", local_stack.server("vllm-nocache-0").metrics_url),
     }
     assert settings.prometheus.url == local_stack.prometheus_url
 
@@ -165,15 +168,15 @@ def test_prometheus_scrapes_every_target(local_stack: stk.Stack):
     while True:
         targets = httpx.get(url + "/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
         up = {t["labels"]["server"]: t["health"] for t in targets}
-        if all(h == "up" for h in up.values()) and len(up) == 4:
+        if all(h == "up" for h in up.values()) and len(up) == 5:
             break
         assert time.monotonic() < deadline, f"targets not all up: {up}"
         time.sleep(1)
     assert {t["labels"]["job"] for t in targets} == {"vllm", "lmcache"}
-    assert set(up) == {"lmcache", "vllm-0", "vllm-1", "vllm-plain-0"}
+    assert set(up) == {"lmcache", "vllm-0", "vllm-1", "vllm-plain-0", "vllm-nocache-0"}
     q = httpx.get(url + "/api/v1/query", params={"query": "vllm:prompt_tokens_total"}, timeout=10).json()
     servers = {r["metric"]["server"] for r in q["data"]["result"]}
-    assert servers == {"vllm-0", "vllm-1", "vllm-plain-0"}
+    assert servers == {"vllm-0", "vllm-1", "vllm-plain-0", "vllm-nocache-0"}
 
 
 def test_status_reports_healthy(local_stack: stk.Stack):

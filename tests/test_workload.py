@@ -241,3 +241,19 @@ def test_complete_records_connection_error():
     res, text = wl.complete("http://127.0.0.1:9/v1", "m", "hello", output_tokens=1, timeout_s=10)
     assert not res.ok and res.error and text == ""
     assert res.server == "http://127.0.0.1:9"
+
+
+def test_sync_run_works_inside_a_running_event_loop():
+    """Playwright's sync API (browser tests), Jupyter and Streamlit keep a loop running in the
+    main thread: the sync wrapper must not call asyncio.run() there."""
+    import asyncio
+
+    from collectors import workload as wl
+
+    async def inside():
+        # a dead loopback port: the request fails, recorded as an error, not raised
+        r, _ = wl.complete("http://127.0.0.1:9", "m", "hello", timeout_s=2)
+        return r
+
+    r = asyncio.run(inside())
+    assert not r.ok and r.error
