@@ -155,7 +155,7 @@ def test_metric_families(local_stack: stk.Stack, connected_urls: list[str]):
                                for x in samples if "model_name" in x.labels)
         assert "vllm:prefix_cache_hits_created" in fams  # text format 0.0.4: a gauge family of its own
         info = fams["vllm:cache_config_info"][0].labels
-        assert info["enable_prefix_caching"] == "True"
+        assert info["enable_prefix_caching"] == ("False" if s.name.startswith("vllm-nocache") else "True"), s.name
     lm = scrape(local_stack.lmcache().metrics_url)
     missing = LMCACHE_FAMILIES - set(lm)
     assert not missing, f"lmcache lacks {sorted(missing)}"
