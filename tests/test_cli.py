@@ -79,3 +79,30 @@ def test_scrape_of_a_dead_url_is_recorded_and_reported(tmp_path):
     r = runner.invoke(app, ["scrape", "--deployment", "p", f"http://127.0.0.1:{port}/metrics", "--db", db])
     assert r.exit_code == 1
     assert f"http://127.0.0.1:{port}/metrics" in r.output and "ConnectError" in r.output
+
+
+def test_dashboard_opens_the_browser_only_once_streamlit_answers():
+    import http.server
+    import threading
+
+    from app.cli import _open_when_up
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200 if self.path == "/_stcore/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    opened = []
+    try:
+        url = f"http://127.0.0.1:{srv.server_port}"
+        assert _open_when_up(url, opened.append, timeout_s=5)
+        assert opened == [url]
+    finally:
+        srv.shutdown()
+    assert not _open_when_up("http://127.0.0.1:9", opened.append, timeout_s=1)  # nothing listens
+    assert opened == [url]
