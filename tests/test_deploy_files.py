@@ -2,10 +2,7 @@
 (``promtool check config``, ``systemd-analyze verify``, ``kvplan config check``) and, for
 compose and Kubernetes YAML, parsed and checked for the structure that makes them work.
 
-PyYAML is not a kvplan dependency: the YAML is read by ``read_yaml`` below, a reader for
-the block subset these files use (mappings, sequences, one-line flow lists, quoted and plain
-scalars, ``|`` blocks, ``---``). When a real PyYAML is importable (here or in the system
-Python) every file is also parsed by it and both results must be equal.
+The YAML is read with PyYAML (a test dependency, not a kvplan one).
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from app.cli import app
@@ -29,162 +27,19 @@ DEPLOY = ROOT / "deploy"
 KVPLAN = Path(sys.executable).with_name("kvplan")
 
 
-# -- a YAML reader for the subset used in deploy/ ------------------------------------------
-def _scalar(s: str):
-    s = s.strip()
-    if s[:1] == '"':
-        return json.loads(s)
-    if s[:1] == "'":
-        return s[1:-1].replace("''", "'")
-    if s[:1] == "[":
-        return [_scalar(x) for x in _split_flow(s[1:-1])]
-    if s in ("", "~", "null"):
-        return None
-    if s in ("true", "false"):
-        return s == "true"
-    if re.fullmatch(r"-?\d+", s):
-        return int(s)
-    if re.fullmatch(r"-?\d+\.\d+", s):
-        return float(s)
-    return s
-
-
-def _split_flow(body: str) -> list[str]:
-    items, cur, quote = [], "", None
-    for ch in body:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch == ",":
-            items.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    return [x for x in items + [cur] if x.strip()]
-
-
-def _strip_comment(line: str) -> str:
-    quote = None
-    for i, ch in enumerate(line):
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1] in " \t"):
-            return line[:i].rstrip()
-    return line.rstrip()
-
-
-def _key_value(text: str):
-    m = re.match(r"""^("[^"]*"|'[^']*'|[^\s:'"][^:]*?):(\s+|$)(.*)$""", text)
-    return (_scalar(m.group(1)), m.group(3)) if m else None
-
-
-def _block(lines, i, indent):
-    """Parse the node whose lines start at ``lines[i]`` with this indent."""
-    text = lines[i][1]
-    if text.startswith("- ") or text == "-":
-        out = []
-        while i < len(lines) and lines[i][0] == indent and lines[i][1].startswith("-"):
-            rest = lines[i][1][1:].lstrip()
-            if not rest:
-                node, i = _block(lines, i + 1, lines[i + 1][0])
-            elif _key_value(rest):  # a mapping inside the list item
-                lines[i] = (indent + 2, rest)
-                node, i = _block(lines, i, indent + 2)
-            else:
-                node, i = _scalar(rest), i + 1
-            out.append(node)
-        return out, i
-    out = {}
-    while i < len(lines) and lines[i][0] == indent and not lines[i][1].startswith("- "):
-        kv = _key_value(lines[i][1])
-        assert kv, f"not a 'key: value' line: {lines[i][1]!r}"
-        key, rest = kv
-        if rest in ("|", ">"):
-            j = i + 1
-            body = []
-            while j < len(lines) and (lines[j][0] > indent or lines[j][1] == ""):
-                body.append(lines[j])
-                j += 1
-            while body and body[-1][1] == "":
-                body.pop()
-            ind = min(n for n, t in body if t)
-            out[key] = "\n".join(" " * (n - ind) + t if t else "" for n, t in body) + "\n"
-            i = j
-        elif rest:
-            out[key], i = _scalar(rest), i + 1
-        elif i + 1 < len(lines) and (lines[i + 1][0] > indent or
-                                     (lines[i + 1][0] == indent and lines[i + 1][1].startswith("- "))):
-            out[key], i = _block(lines, i + 1, lines[i + 1][0])
-        else:
-            out[key], i = None, i + 1
-    return out, i
-
-
-def _lines(doc: str) -> list[tuple[int, str]]:
-    """(indent, text) of the lines that matter: comments and blank lines dropped, except
-    inside ``|`` blocks, whose lines are kept as they are."""
-    out, block_indent = [], None
-    for line in doc.splitlines():
-        indent = len(line) - len(line.lstrip())
-        if block_indent is not None and (not line.strip() or indent > block_indent):
-            out.append((indent, line.strip()))
-            continue
-        block_indent = None
-        text = _strip_comment(line).strip() if not line.lstrip().startswith("#") else ""
-        if text:
-            out.append((indent, text))
-            if text.endswith((": |", ": >")):
-                block_indent = indent if not text.startswith("- ") else indent + 2
-    return out
-
-
+# -- YAML ----------------------------------------------------------------------------------------
 def read_yaml(text: str) -> list:
-    docs = []
-    for doc in re.split(r"(?m)^---\s*$", text):
-        lines = _lines(doc)
-        if lines:
-            node, end = _block(lines, 0, lines[0][0])
-            assert end == len(lines), f"could not read from {lines[end][1]!r} on"
-            docs.append(node)
-    return docs
-
-
-def pyyaml_load(path: Path):
-    """The same file through a real PyYAML, or None when none is installed."""
-    try:
-        import yaml  # noqa: F401
-
-        return list(yaml.safe_load_all(path.read_text()))
-    except ImportError:
-        pass
-    py = shutil.which("python3", path="/usr/bin")
-    if py is None:
-        return None
-    r = subprocess.run([py, "-c", "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all("
-                                  "open(sys.argv[1])))))", str(path)], capture_output=True, text=True)
-    return json.loads(r.stdout) if r.returncode == 0 else None
+    """Every document of a YAML text."""
+    return list(yaml.safe_load_all(text))
 
 
 YAML_FILES = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yml", ".yaml") and "local" not in p.parts)
 
 
-def test_the_yaml_reader_reads_what_it_is_given():
-    docs = read_yaml("a: 1\nb:\n  - x\n  - k: 'y'\n    n: [1, \"2,3\"]\nc: |\n  line1\n\n  line2\n---\nd: true # c\n")
-    assert docs == [{"a": 1, "b": ["x", {"k": "y", "n": [1, "2,3"]}], "c": "line1\n\nline2\n"}, {"d": True}]
-    with pytest.raises(AssertionError, match="not a 'key: value' line"):
-        read_yaml("a: 1\nthis is not yaml\n")
-
-
 @pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(DEPLOY)))
-def test_yaml_files_parse_the_same_as_pyyaml(path):
+def test_yaml_files_parse(path):
     docs = read_yaml(path.read_text())
-    assert docs
-    real = pyyaml_load(path)
-    if real is not None:
-        assert json.loads(json.dumps(docs)) == json.loads(json.dumps(real))
+    assert docs and all(isinstance(d, dict) for d in docs)
 
 
 # -- Prometheus --------------------------------------------------------------------------------
