@@ -40,6 +40,21 @@ def parse_time(value: str, what: str) -> datetime:
     return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
 
+def parse_window(from_: str, to: str) -> tuple[datetime, datetime]:
+    """--from / --to as UTC times; --to must come after --from."""
+    t0, t1 = parse_time(from_, "--from"), parse_time(to, "--to")
+    if t1 <= t0:
+        fail(f"--to ({to}) must be after --from ({from_})")
+    return t0, t1
+
+
+def require_deployment(database: Database, deployment: str) -> None:
+    """Exit with the known names when the database holds no such deployment."""
+    known = {d["deployment"] for d in database.fetch("deployments")}
+    if deployment not in known:
+        fail(f"no deployment {deployment!r} in {database.path} (known: {', '.join(sorted(known)) or 'none'})")
+
+
 def settings(config: Path | None, db: Path | None) -> Settings:
     return load_settings(config, db=db)
 
@@ -124,14 +139,10 @@ def stats(
     counter increases between scrapes inside the window, then ratios)."""
     from app.service import stats as window
 
-    t0, t1 = parse_time(from_, "--from"), parse_time(to, "--to")
-    if t1 <= t0:
-        fail(f"--to ({to}) must be after --from ({from_})")
+    t0, t1 = parse_window(from_, to)
     try:
         database = open_db(settings(config, db))
-        known = {d["deployment"] for d in database.fetch("deployments")}
-        if deployment not in known:
-            fail(f"no deployment {deployment!r} in {database.path} (known: {', '.join(sorted(known)) or 'none'})")
+        require_deployment(database, deployment)
         st = window(database, deployment, t0, t1, model)
     except USER_ERRORS as e:
         fail(str(e))

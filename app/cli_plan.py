@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from app.cli import USER_ERRORS, ConfigOpt, DbOpt, app, fail, open_db, out, parse_time, settings
+from app.cli import USER_ERRORS, ConfigOpt, DbOpt, app, fail, open_db, out, parse_window, require_deployment, settings
 
 
 @app.command()
@@ -25,15 +25,11 @@ def plan(
     for a measured window, with the price book saved in the database (or the defaults)."""
     from app.service import plan as make_plan
 
-    t0, t1 = parse_time(from_, "--from"), parse_time(to, "--to")
-    if t1 <= t0:
-        fail(f"--to ({to}) must be after --from ({from_})")
+    t0, t1 = parse_window(from_, to)
     try:
         s = settings(config, db)
         database = open_db(s)
-        known = {d["deployment"] for d in database.fetch("deployments")}
-        if deployment not in known:
-            fail(f"no deployment {deployment!r} in {database.path} (known: {', '.join(sorted(known)) or 'none'})")
+        require_deployment(database, deployment)
         dep = s.deployment(deployment)
         result = make_plan(database, deployment, t0, t1, model, num_gpus=gpus or (dep.gpus if dep else None))
     except USER_ERRORS as e:
