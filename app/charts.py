@@ -8,8 +8,6 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from app.service import Point
-
 TIME = alt.X("bucket:T", title="time (UTC)", scale=alt.Scale(type="utc"))
 LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=3)
 
@@ -18,23 +16,6 @@ def frame(rows: Sequence[dict], columns: Sequence[str]) -> pd.DataFrame:
     """Rows as a frame with these columns, also when there are none."""
     df = pd.DataFrame(list(rows))
     return df.reindex(columns=list(columns)) if df.empty else df
-
-
-def points_frame(points: Sequence[Point]) -> pd.DataFrame:
-    return pd.DataFrame([p.__dict__ for p in points])
-
-
-def hit_rate_chart(points: Sequence[Point]) -> alt.Chart:
-    """Token-weighted hit rate per time bucket from ``service.timeseries`` points: vLLM's
-    device cache and the KV connector's (LMCache) external cache."""
-    df = points_frame(points)
-    if df.empty:
-        df = pd.DataFrame(columns=["bucket", "prefix_cache_hit_rate", "external_prefix_cache_hit_rate"])
-    long = df.melt(id_vars=["bucket"], value_vars=["prefix_cache_hit_rate", "external_prefix_cache_hit_rate"],
-                   var_name="tier", value_name="hit_rate").dropna(subset=["hit_rate"])
-    long["tier"] = long["tier"].map({"prefix_cache_hit_rate": "vLLM prefix cache (device)",
-                                     "external_prefix_cache_hit_rate": "KV connector (LMCache)"})
-    return tier_hit_rate_chart(long.to_dict("records"))
 
 
 def tier_hit_rate_chart(rows: Sequence[dict], title: str = "Hit rate by cache tier "
@@ -114,17 +95,6 @@ def phases_chart(rows: Sequence[dict], metrics: Sequence[str] = ("prefill", "dec
                     strokeDash=alt.StrokeDash("quantile:N", legend=LEGEND),
                     tooltip=[alt.Tooltip("bucket:T"), "metric:N", "quantile:N", alt.Tooltip("value:Q", format=".3f")])
             .properties(height=240))
-
-
-def ttft_chart(points: Sequence[Point], slo_s: float | None = None) -> alt.Chart:
-    """TTFT p50/p99 from ``service.timeseries`` points (no bucket bounds)."""
-    rows = []
-    for p in points:
-        for q, v in (("p50", p.ttft_p50_s), ("p99", p.ttft_p99_s)):
-            if v is not None:
-                rows.append({"bucket": p.bucket, "metric": "TTFT", "quantile": q, "value": v, "lower": v,
-                             "upper": v, "in_inf": q == "p99" and p.ttft_p99_in_inf})
-    return quantile_band_chart(rows, "TTFT", "Time to first token", slo_s)
 
 
 def waterfall_chart(rows: Sequence) -> alt.Chart:

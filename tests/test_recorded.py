@@ -133,7 +133,7 @@ def test_p99_in_inf_bucket_is_flagged(db):
 
 
 def test_data_parallel_engines_are_summed_and_kept_apart(db):
-    from app.service import engine_count, window_increases
+    from app.service import engines_in_window, window_increases
 
     case = "multi_engine"
     import_case(db, case)
@@ -146,4 +146,4 @@ def test_data_parallel_engines_are_summed_and_kept_apart(db):
     assert s.prompt_tokens == per_engine["0"] + per_engine["1"]
     rows = [r for r in window_increases(db, case, ss[0].at, ss[-1].at) if r.name == "vllm:prompt_tokens_total"]
     assert {r.engine: r.increase for r in rows} == per_engine
-    assert engine_count(db, case, ss[0].at, ss[-1].at) == 2
+    assert engines_in_window(db, case, ss[0].at, ss[-1].at) == 2

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.service import stats, timeseries
+from app.service import stats, window_buckets
 from collectors.parse import parse_payload
 from collectors.store import ConflictError, payload_sha256, store_failure, store_payload
 from tests.payloads import vllm_text
@@ -145,11 +145,11 @@ def test_failed_scrape_is_a_gap_not_zero(db):
     assert [r["ok"] for r in log] == [True, False, True]
 
 
-def test_timeseries_buckets_are_exact_per_bucket(db):
+def test_time_buckets_are_exact_per_bucket(db):
     put(db, 0, one(0, 0, [0, 0, 0]))
     put(db, 1, one(10, 100, [1, 1, 1]))
     put(db, 2, one(10, 200, [1, 2, 2]))
-    pts = timeseries(db, "d", at(0), at(2), step_s=60)
+    pts = [b.stats() for b in window_buckets(db, "d", at(0), at(2), step_s=60)]
     assert [p.prefix_cache_hit_rate for p in pts] == [pytest.approx(0.1), pytest.approx(0.0)]
     assert [p.requests for p in pts] == [1, 1]
 

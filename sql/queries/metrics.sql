@@ -9,17 +9,6 @@ JOIN targets t ON t.target_id = se.target_id
 GROUP BY ALL
 ORDER BY se.name, t.name, se.model_name, se.engine, se.le;
 
--- name: bucketed_increases
--- The same increases summed per time bucket of $step_s seconds (a pair is counted in the
--- bucket of its later sample), per sample name and bucket bound, for charts over time.
-SELECT time_bucket(to_seconds(CAST($step_s AS BIGINT)), i.ts, CAST($t_from AS TIMESTAMP)) AS bucket,
-       se.name, se.le, sum(i.delta) AS increase
-FROM increments($deployment, $t_from, $t_to, $model) i
-JOIN series se ON se.series_id = i.series_id
-WHERE se.name IN (SELECT unnest($names))
-GROUP BY ALL
-ORDER BY bucket, se.name, se.le;
-
 -- name: window_gauges
 -- Gauges of a deployment over the window: last, mean and max per series.
 SELECT se.name, se.model_name, se.engine, se.labels, t.name AS target,
