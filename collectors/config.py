@@ -13,6 +13,8 @@ kvplan never writes them to DuckDB, logs or reports, and the TOML file may not h
 
 from __future__ import annotations
 
+from models.errors import KvplanError
+
 import os
 import re
 import tomllib
@@ -260,7 +262,7 @@ class Settings(BaseSettings):
 _CONFIG_PATH: list[Path | None] = [None]
 
 
-class ConfigError(ValueError):
+class ConfigError(KvplanError):
     """Invalid configuration; the message names the file and every bad key."""
 
 

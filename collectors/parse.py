@@ -19,6 +19,8 @@ Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
 
 from __future__ import annotations
 
+from models.errors import KvplanError
+
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,15 +38,13 @@ _TEXT_TYPES = ("text/plain",)
 _OPENMETRICS_TYPES = ("application/openmetrics-text",)
 
 
-class PayloadError(ValueError):
+class PayloadError(KvplanError):
     """A payload kvplan refuses to store. ``str()`` names the source and the line."""
 
     def __init__(self, source: str, message: str, line: int | None = None):
-        self.source = source
+        super().__init__(message, source=f"{source}:{line}" if line is not None else source)
+        self.source = source  # the file or URL; the line is apart
         self.line = line
-        self.message = message
-        where = f"{source}:{line}" if line is not None else source
-        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)

@@ -46,34 +46,18 @@ from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
 from collectors.parse import detect_kind
 from collectors.scrape import redact_url
 from collectors.store import ensure_target, series_id
+from models.catalog import COUNTERS, FAMILIES, GAUGES, HISTOGRAMS
+from models.errors import KvplanError
 from sql.db import Database
 
 log = logging.getLogger("kvplan.prometheus")
 
-# What kvplan reads (models.metrics.window_stats, the prefill model, the Overview).
-COUNTERS = (
-    "vllm:prefix_cache_hits", "vllm:prefix_cache_queries", "vllm:external_prefix_cache_hits",
-    "vllm:external_prefix_cache_queries", "vllm:prompt_tokens", "vllm:generation_tokens",
-    "vllm:prompt_tokens_cached", "vllm:prompt_tokens_by_source", "vllm:prompt_tokens_cached_by_source",
-    "vllm:request_success", "vllm:num_preemptions", "vllm:estimated_flops_per_gpu",
-    "lmcache_mp_lookup_requested_tokens", "lmcache_mp_lookup_hit_tokens", "lmcache_mp_lookup_hit_l1_tokens",
-    "lmcache_mp_lookup_hit_l2_tokens", "lmcache:num_requested_tokens", "lmcache:num_hit_tokens",
-)
-HISTOGRAMS = (
-    "vllm:time_to_first_token_seconds", "vllm:request_prefill_time_seconds",
-    "vllm:request_prefill_kv_computed_tokens", "vllm:request_queue_time_seconds",
-    "vllm:e2e_request_latency_seconds", "vllm:request_decode_time_seconds",
-)
-GAUGES = ("vllm:kv_cache_usage_perc", "lmcache_mp_l1_usage_ratio", "vllm:num_requests_running",
-          "vllm:num_requests_waiting")
-FAMILIES: dict[str, str] = {**{f: "counter" for f in COUNTERS}, **{f: "histogram" for f in HISTOGRAMS},
-                            **{f: "gauge" for f in GAUGES}}
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
              "gauge": ("",)}
 _OWN_LABELS = ("__name__", "instance", "job", "model_name", "engine", "le")
 
 
-class PromError(RuntimeError):
+class PromError(KvplanError):
     """A Prometheus query that failed; the message names the URL and the query."""
 
 

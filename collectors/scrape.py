@@ -17,6 +17,7 @@ import httpx
 
 from collectors.parse import PayloadError, parse_payload
 from collectors.store import StoreResult, insert_payload, payload_sha256, store_failure, store_payload
+from models.errors import KvplanError
 from sql.db import Database
 
 
@@ -29,7 +30,7 @@ class Target:
     kind: str | None = None  # forced kind; None = detect from content
 
 
-class ScrapeError(RuntimeError):
+class ScrapeError(KvplanError):
     """A scrape that failed; the message names the URL."""
 
 

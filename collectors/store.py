@@ -10,6 +10,8 @@ the whole scrape or nothing.
 
 from __future__ import annotations
 
+from models.errors import KvplanError
+
 import hashlib
 import json
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from collectors.parse import Payload
 from sql.db import Database
 
 
-class ConflictError(RuntimeError):
+class ConflictError(KvplanError):
     """A different payload is already stored for this target and time."""
 
 

@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+from models.errors import KvplanError
+
 import fcntl
 import os
 import re
@@ -39,7 +41,7 @@ QUERIES = HERE / "queries"
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(KvplanError):
     """A database problem a user can act on (names the file)."""
 
 
