@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from app import service
+from app.launch import streamlit_command
 from app.report import fmt
 from tests.test_app_fixtures import DEPLOYMENT, hour, scenario_db, scenario_expected
 
@@ -45,9 +46,7 @@ def start_server(db_path: Path, log_path: Path):
     goes to ``log_path``, printed in the failure when it does not come up."""
     port = free_port()
     env = dict(os.environ, KVPLAN_DB=str(db_path), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"),
-           "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    cmd = streamlit_command(port, address="127.0.0.1", extra={"server.fileWatcherType": "none"})
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
