@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
 
@@ -42,6 +43,12 @@ class Selection:
     model: str | None
     t_from: datetime
     t_to: datetime
+    tz: str = "UTC"
+    """IANA zone the time axes and captions speak (the sidebar's 'Time zone'; default UTC)."""
+
+    def local(self, ts: datetime) -> datetime:
+        """``ts`` (UTC) on the wall clock of the picked zone."""
+        return ts.astimezone(ZoneInfo(self.tz))
 
     @property
     def step_s(self) -> int:
@@ -55,6 +62,13 @@ NICE_STEPS = (10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600
 RANGES = {"all data": None, "last 15 minutes": timedelta(minutes=15), "last hour": timedelta(hours=1),
           "last 6 hours": timedelta(hours=6), "last 24 hours": timedelta(days=1),
           "last 7 days": timedelta(days=7), "last 30 days": timedelta(days=30)}
+
+
+@st.cache_resource
+def zones() -> list[str]:
+    """UTC first, then every IANA zone (the 'Time zone' selector)."""
+    return ["UTC"] + sorted(z for z in available_timezones()
+                            if "/" in z and not z.startswith(("Etc/", "SystemV/", "posix/", "right/")))
 
 
 def empty_state() -> None:
@@ -101,6 +115,8 @@ def selection() -> Selection | None:
     model_opts = ["all models"] + models(path, name)
     model = sb.selectbox("Model", model_opts, key="model")
     rng = sb.selectbox("Time range", list(RANGES), key="range")
+    tz = sb.selectbox("Time zone", zones(), key="tz",
+                      help="The zone of the time axes and captions (24-hour clock). Stored data is UTC.")
     first = dep["first_ts"].replace(tzinfo=timezone.utc)
     last = dep["last_ts"].replace(tzinfo=timezone.utc)
     span = RANGES[rng]
@@ -108,13 +124,21 @@ def selection() -> Selection | None:
     chunks = f", {dep['chunks']} Prometheus chunks ({dep['failed_chunks']} failed)" if dep["chunks"] else ""
     sb.caption(f"Data: {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC, {dep['scrapes']} scrapes "
                f"({dep['failed']} failed){chunks}. Ranges end at the last data point.")
-    return Selection(name, None if model == "all models" else model, t_from, last)
+    return Selection(name, None if model == "all models" else model, t_from, last, tz)
 
 
 def caption(sel: Selection, note: str = "") -> None:
     """The window every number on the page is about."""
-    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {sel.t_from:%Y-%m-%d %H:%M} .. "
-               f"{sel.t_to:%Y-%m-%d %H:%M} UTC" + (f" · {note}" if note else ""))
+    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {sel.local(sel.t_from):%Y-%m-%d %H:%M} .. "
+               f"{sel.local(sel.t_to):%Y-%m-%d %H:%M} {sel.tz}" + (f" · {note}" if note else ""))
+
+
+def timeline(sel: Selection, step_s: int):
+    """How the page's time charts are drawn: the picked zone, the bucket width, the
+    window's recorded gaps (failed scrapes, Prometheus gaps)."""
+    from app import gaps
+
+    return gaps.timeline(db(), sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
 def badge(decision) -> None:

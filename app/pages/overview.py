@@ -45,6 +45,8 @@ if sel is not None:
     if slo.share is not None:
         st.caption(f"SLO attainment: {fmt.pct(slo.share)} of requests had TTFT ≤ {slo.bound_s:g} s ({slo.note}).")
 
-    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["tier"].startswith(("vLLM", "KV"))]))
+    tl = state.timeline(sel, service.chart_step(sel.t_from, sel.t_to, sel.step_s))
+    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["tier"].startswith(("vLLM", "KV"))],
+                                           tl=tl))
     state.chart(charts.quantile_band_chart(ov.latency_points, "TTFT", "Time to first token (p50, p99, bucket bands)",
-                                           target))
+                                           target, tl=tl))

@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app import service
+from app import gaps, service
+from app.charts import Timeline
 from sql.db import Database, queries
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
                 "dashboard_topology", "get_pricebook", "run_summaries", "run_cache_shares",
                 "scrape_count_in_window", "failed_scrapes_in_window", "recent_failed_scrapes", "ingest_ledger",
-                "ingest_gaps", "collector_runs", "targets")
+                "ingest_gaps", "scrape_gaps", "collector_runs", "targets")
 """Named queries (sql/queries/*.sql) the report's numbers come from, listed in its provenance."""
 
 
@@ -34,6 +35,8 @@ class ReportData:
     ledger: list[dict]
     measured_on: str | None
     """What served the metrics (hardware, model), as given; None: not recorded."""
+    timeline: Timeline = Timeline()
+    """How the report's time charts are drawn (UTC, the bucket width, the recorded gaps)."""
 
     @property
     def cpu_scale(self) -> bool:
@@ -74,4 +77,5 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
         collection=service.collection_view(db, deployment, t_from, t_to),
         scrape_counts=db.fetch("scrape_count_in_window", deployment=deployment,
                                t_from=service.utc_naive(t_from), t_to=service.utc_naive(t_to)),
-        ledger=ledger, measured_on=measured_on or measured_on_default(runs))
+        ledger=ledger, measured_on=measured_on or measured_on_default(runs),
+        timeline=gaps.timeline(db, deployment, t_from, t_to, service.chart_step(t_from, t_to, step)))

@@ -73,7 +73,7 @@ def _reuse(d: ReportData) -> str:
             + table(["tier", "hit rate", "hit tokens", "looked-up tokens"], tiers, {1, 2, 3})
             + "<h3>Cached prompt tokens by tier</h3>" + table(["tier (source)", "tokens", "share"], by_tier, {1, 2})
             + "<h3>Prompt tokens by source</h3>" + table(["source", "tokens"], by_src, {1})
-            + svg(charts.tier_hit_rate_chart(c.tier_points))
+            + svg(charts.tier_hit_rate_chart(c.tier_points, tl=d.timeline))
             + f"<h3>Request-weighted</h3><p>{escape(service.REQUEST_WEIGHTED_NOTE)}</p>"
             + table(["run", "measured on", "requests with cached tokens", "cached / prompt tokens"], runs, {2, 3}))
 
@@ -93,7 +93,7 @@ def _tail(d: ReportData) -> str:
               f"{'n/a' if slo.bound_s is None else f'{slo.bound_s:g} s'} ({escape(slo.note)}).</p>"
             + "<h3>Mean time per request</h3>" + table(["phase", "mean"], means, {1})
             + svg(charts.quantile_band_chart(lv.points, "TTFT", "Time to first token: p50, p99 and their buckets",
-                                             slo.target_s)))
+                                             slo.target_s, tl=d.timeline)))
 
 
 def _topology(d: ReportData) -> str:

@@ -186,3 +186,30 @@ JOIN deployments d ON d.deployment_id = t.deployment_id
 WHERE d.name = $deployment AND NOT sc.ok
 ORDER BY sc.ts DESC, t.name
 LIMIT $limit;
+
+-- name: scrape_gaps
+-- Stretches a target of a deployment had no data inside a window because its scrapes
+-- failed: each run of consecutive failed scrapes of one target as [the last ok scrape
+-- before it (else the first failure), the next ok scrape after it (else the last failure)],
+-- with how many scrapes failed and the first error. Only targets with a failure in the
+-- window are scanned.
+WITH f AS (
+    SELECT DISTINCT sc.target_id
+    FROM scrapes sc JOIN targets t ON t.target_id = sc.target_id
+    JOIN deployments d ON d.deployment_id = t.deployment_id
+    WHERE d.name = $deployment AND NOT sc.ok AND sc.ts BETWEEN $t_from AND $t_to
+),
+s AS (
+    SELECT sc.target_id, sc.ts, sc.ok, sc.error,
+           lead(sc.ts) OVER w AS next_ts,
+           sum(CASE WHEN sc.ok THEN 1 ELSE 0 END) OVER w AS grp
+    FROM scrapes sc JOIN f ON f.target_id = sc.target_id
+    WINDOW w AS (PARTITION BY sc.target_id ORDER BY sc.ts)
+)
+SELECT t.name AS target, min(s.ts) AS t_from, max(coalesce(s.next_ts, s.ts)) FILTER (WHERE NOT s.ok) AS t_to,
+       count(*) FILTER (WHERE NOT s.ok) AS failed, arg_min(s.error, s.ts) FILTER (WHERE NOT s.ok) AS error
+FROM s JOIN targets t ON t.target_id = s.target_id
+GROUP BY t.name, s.grp
+HAVING count(*) FILTER (WHERE NOT s.ok) > 0
+   AND max(coalesce(s.next_ts, s.ts)) FILTER (WHERE NOT s.ok) >= $t_from AND min(s.ts) <= $t_to
+ORDER BY t_from, target;
