@@ -10,7 +10,8 @@ midnight) and never fall back to Vega's "02 PM".
 Gaps: a line never bridges a stretch without data. Every time chart gets a null row for each
 time bucket a series has no value in (Vega-Lite breaks lines and areas at nulls), and a grey
 band over the buckets where the chart has no value at all, plus the recorded gaps (failed
-scrapes, Prometheus gaps) as orange bands, each with a tooltip saying why."""
+scrapes, Prometheus gaps) as darker bands labelled with what failed, each with a tooltip
+saying why."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ LABEL_EXPR = ("utchours(datum.value) == 0 && utcminutes(datum.value) == 0 && utc
 """Axis labels: 24-hour 'HH:MM' ('HH:MM:SS' off the minute), the date ('01 Dec') at midnight."""
 
 NO_DATA_COLOR = "#9e9e9e"
-RECORDED_GAP_COLOR = "#ef6c00"
+RECORDED_GAP_COLOR = "#37474f"
 
 
 @dataclass(frozen=True)
@@ -175,20 +176,29 @@ def gap_layer(df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> alt.Char
         for gp in tl.gaps:
             a, b = max(_utc(gp.t_from), lo), min(_utc(gp.t_to), hi)
             if b > a:
-                rows.append({"start": a, "end": b, "reason": gp.reason, "kind": "recorded"})
+                rows.append({"start": a, "end": b, "reason": gp.reason, "kind": "recorded",
+                             "label": gp.reason.split(" (")[0]})
     if not rows:
         return None
-    g = pd.DataFrame(rows)
+    g = pd.DataFrame(rows).reindex(columns=["start", "end", "reason", "kind", "label"])
     g["start"] = wall_clock(g["start"], tl.tz)
     g["end"] = wall_clock(g["end"], tl.tz)
     fmt_ = "%Y-%m-%d %H:%M"
     g["from"], g["to"] = g["start"].dt.strftime(fmt_), g["end"].dt.strftime(fmt_)
-    return (alt.Chart(g).mark_rect(opacity=0.18)
-            .encode(x=time_x(tl, "start"), x2="end:T",
-                    fill=alt.condition(alt.datum.kind == "recorded", alt.value(RECORDED_GAP_COLOR),
-                                       alt.value(NO_DATA_COLOR)),
-                    tooltip=[alt.Tooltip("reason:N", title="gap"), alt.Tooltip("from:N", title=f"from ({tl.tz})"),
-                             alt.Tooltip("to:N", title=f"to ({tl.tz})")]))
+    bands = (alt.Chart(g).mark_rect()
+             .encode(x=time_x(tl, "start"), x2="end:T",
+                     fill=alt.condition(alt.datum.kind == "recorded", alt.value(RECORDED_GAP_COLOR),
+                                        alt.value(NO_DATA_COLOR)),
+                     opacity=alt.condition(alt.datum.kind == "recorded", alt.value(0.16), alt.value(0.2)),
+                     tooltip=[alt.Tooltip("reason:N", title="gap"), alt.Tooltip("from:N", title=f"from ({tl.tz})"),
+                              alt.Tooltip("to:N", title=f"to ({tl.tz})")]))
+    rec = g[g["kind"] == "recorded"]
+    if rec.empty:
+        return bands
+    labels = (alt.Chart(rec).mark_text(align="left", baseline="top", dx=4, dy=4, fontSize=10,
+                                       color=RECORDED_GAP_COLOR, limit=260)
+              .encode(x=time_x(tl, "start"), y=alt.value(0), text="label:N"))
+    return alt.layer(bands, labels)
 
 
 def _with_gaps(layers: list, df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> list:
@@ -252,7 +262,7 @@ def quantile_band_chart(rows: Sequence[dict], metric: str, title: str, slo_s: fl
     base = alt.Chart(df).encode(x=time_x(tl))
     layers = [
         base.mark_area(opacity=0.18).encode(y=alt.Y("band_bottom:Q", title="seconds"), y2="band_top:Q",
-                                            color=alt.Color("quantile:N", legend=None)),
+                                            color=alt.Color("quantile:N", legend=LEGEND)),
         base.mark_line(point=True).encode(
             color=alt.Color("quantile:N", legend=LEGEND),
             y="value:Q", tooltip=[when_tooltip(tl), "quantile:N", alt.Tooltip("value:Q", format=".3f"),

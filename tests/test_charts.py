@@ -126,9 +126,17 @@ from datetime import timedelta  # noqa: E402
 T0 = datetime(2026, 11, 30, 13, 0)
 
 
+def _layers(spec: dict):
+    for layer in spec.get("layer", []):
+        if "layer" in layer:
+            yield from _layers(layer)
+        else:
+            yield layer
+
+
 def _layer(chart, mark: str) -> pd.DataFrame:
     spec = chart.to_dict()
-    for layer in spec["layer"]:
+    for layer in _layers(spec):
         m = layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
         if m == mark:
             return pd.DataFrame(spec["datasets"][layer.get("data", spec.get("data"))["name"]])
@@ -171,6 +179,7 @@ def test_a_recorded_gap_is_shaded_and_one_series_breaks_inside_it():
     rect = _layer(c, "rect")
     assert rect[["reason", "from", "to"]].values.tolist() == [["vllm-1: 3 failed scrape(s)", "2026-11-30 13:12",
                                                                "2026-11-30 13:26"]]
+    assert _layer(c, "text")["label"].tolist() == ["vllm-1: 3 failed scrape(s)"]  # said on the chart
     line = _layer(c, "line")
     assert sorted(line[line["mean"].isna()]["series"]) == ["vllm-1", "vllm-1"]
 
