@@ -25,8 +25,13 @@ if sel is not None:
             "TTFT p50": fmt.secs(r["ttft_p50_s"]), "TTFT p99": fmt.secs(r["ttft_p99_s"]),
             "tok/s p50 per user": fmt.number(r["tokens_per_s_p50"]),
             "aggregate tok/s": fmt.number(r["aggregate_tokens_per_s"]),
-            "requests with cached tokens": fmt.pct(r["requests_with_cache_share"], "not recorded")}
+            "requests with cached tokens": fmt.pct(r["requests_with_cache_share"], "not recorded"),
+            "cached / prompt tokens": fmt.pct(r["cached_token_share"], "not recorded")}
             for r in v.runs]), hide_index=True)
+        st.caption("Requests with cached tokens: the share of a run's requests whose response reported at least one "
+                   "cached prompt token (usage.prompt_tokens_details.cached_tokens; vLLM reports it with "
+                   "--enable-prompt-tokens-details) -- the request-weighted hit rate the server metrics cannot give. "
+                   "'not recorded': the server did not report it.")
 
         pair = v.default_pair()
         if pair is None:

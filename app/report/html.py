@@ -113,13 +113,15 @@ def _pilot(d: ReportData) -> str:
                 "(<code>kvplan pilot</code> stores them).</p>")
     rows = [[r["run_id"], r["label"], r["scenario"], ts(r["started_at"]), r["requests"], r["failed"],
              fmt.secs(r["wall_s"]), fmt.secs(r["ttft_p50_s"]), fmt.number(r["tokens_per_s_p50"]),
-             fmt.number(r["aggregate_tokens_per_s"])] for r in runs]
+             fmt.number(r["aggregate_tokens_per_s"]), fmt.pct(r["requests_with_cache_share"], "not recorded")]
+            for r in runs]
     where: dict[str, list[str]] = {}
     for r in runs:
         where.setdefault(r["measured_on"], []).append(f"#{r['run_id']}")
     out = ("<h2>4. Pilot comparison</h2>"
            + table(["run", "label", "scenario", "started (UTC)", "requests", "failed", "total time",
-                    "TTFT p50", "tok/s p50 per user", "aggregate tok/s"], rows, {4, 5, 6, 7, 8, 9})
+                    "TTFT p50", "tok/s p50 per user", "aggregate tok/s", "requests with cached tokens"], rows,
+                   {4, 5, 6, 7, 8, 9, 10})
            + "".join(f"<p>Runs {', '.join(ids)} measured on: {escape(m)}.</p>" for m, ids in sorted(where.items())))
     pair = d.runs.default_pair()
     if pair:
