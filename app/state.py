@@ -4,6 +4,7 @@ selectors every page uses. Only Streamlit glue lives here."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,8 +23,46 @@ def database(path: str) -> Database:
     return Database(Path(path), lock_timeout_s=10.0)
 
 
+def db_path() -> str:
+    return os.environ.get("KVPLAN_DB", "kvplan.duckdb")
+
+
 def db() -> Database:
-    return database(os.environ.get("KVPLAN_DB", "kvplan.duckdb"))
+    return database(db_path())
+
+
+@contextmanager
+def page_run():
+    """One read-only connection for every query of this page run (``Database.reading``);
+    none when the file does not exist yet (the page shows the empty state)."""
+    d = db()
+    if not d.path.exists():
+        yield
+        return
+    with d.reading():
+        yield
+
+
+VIEWS = {"service": "app.service", "gaps": "app.gaps"}
+
+
+def view(name: str, *args, **kwargs):
+    """``app.service.<fn>(db, *args, **kwargs)`` (name 'service.fn' or 'gaps.fn'), cached until
+    the database file changes (``Database.data_version``: size and mtime of the file and its
+    WAL), shared by every session of the server. A page shown again, by anyone, with the
+    same selection and unchanged data is read from memory."""
+    d = db()
+    return _view(str(d.path), d.data_version(), name, args, tuple(sorted(kwargs.items())))
+
+
+@st.cache_resource(max_entries=128, ttl=3600, show_spinner=False)
+def _view(path: str, version: tuple, name: str, args: tuple, kwargs: tuple):
+    import importlib
+
+    module, fn = name.split(".")
+    d = database(path)
+    with d.reading():
+        return getattr(importlib.import_module(VIEWS[module]), fn)(d, *args, **dict(kwargs))
 
 
 @st.cache_data(ttl=15, show_spinner=False)
@@ -136,9 +175,7 @@ def caption(sel: Selection, note: str = "") -> None:
 def timeline(sel: Selection, step_s: int):
     """How the page's time charts are drawn: the picked zone, the bucket width, the
     window's recorded gaps (failed scrapes, Prometheus gaps)."""
-    from app import gaps
-
-    return gaps.timeline(db(), sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
+    return view("gaps.timeline", sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
 def badge(decision) -> None:

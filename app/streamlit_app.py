@@ -26,8 +26,11 @@ pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/d
          st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/sprint:", url_path="runs"),
          st.Page(str(PAGES / "collection.py"), title="Collection", icon=":material/sensors:", url_path="collection"),
          st.Page(str(PAGES / "report.py"), title="Report", icon=":material/description:", url_path="report")]
+from app import state  # noqa: E402
+
 try:
-    st.navigation(pages).run()
+    with state.page_run():  # one read connection for all the page's queries
+        st.navigation(pages).run()
 except Exception as e:  # ScriptControlException (rerun/stop) is a BaseException: not caught
     log.exception("page failed")
     st.error(f"{type(e).__name__}: {e}")

@@ -158,6 +158,7 @@ class Database:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
         self._turnstile = _Turnstile(self.path)
+        self._local = threading.local()  # the read connection of this thread's ``reading()``
 
     # -- connections -------------------------------------------------------------------
     def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -189,6 +190,9 @@ class Database:
         a backfill chunk): opening and closing the file costs ~20 ms each (close
         checkpoints), which dominates small writes. Readers wait for the whole batch, so
         callers keep a batch to seconds. Use :meth:`transaction` inside it."""
+        if getattr(self._local, "con", None) is not None:
+            raise RuntimeError(f"{self.path}: a write inside Database.reading() would wait for its own read "
+                               "connection; write before or after the block")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._turnstile.writer(self.lock_timeout_s):
             con = self._connect(read_only=False)
@@ -221,6 +225,35 @@ class Database:
             yield con
         finally:
             con.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One read-only connection for every :meth:`fetch` of this thread inside the block
+        (a dashboard page run, a report): opening the file costs 30-50 ms, and a page runs
+        8-25 queries. Nested blocks share the outer one. Keep the block to one page run: a
+        writer waits for it like for any read."""
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            yield con
+            return
+        with self.read() as con:
+            self._local.con = con
+            try:
+                yield con
+            finally:
+                self._local.con = None
+
+    def data_version(self) -> tuple:
+        """Changes whenever the file's data may have: (size, mtime) of the file and of its
+        write-ahead log. A cache key for what is read from it, without opening it."""
+        out = []
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            try:
+                st = p.stat()
+                out += [st.st_size, st.st_mtime_ns]
+            except FileNotFoundError:
+                out += [None, None]
+        return tuple(out)
 
     # -- schema ------------------------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -271,8 +304,15 @@ class Database:
         return con.execute(q.sql, {k: v for k, v in params.items() if k in used})
 
     def fetch(self, query: str, /, **params) -> list[dict]:
-        """Run a named read query in its own read-only connection; rows as dicts."""
+        """Run a named read query in its own read-only connection (or the one of the
+        enclosing :meth:`reading` block); rows as dicts."""
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            return self._rows(self.run(con, query, **params))
         with self.read() as con:
-            cur = self.run(con, query, **params)
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, row)) for row in cur.fetchall()]
+            return self._rows(self.run(con, query, **params))
+
+    @staticmethod
+    def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict]:
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, row)) for row in cur.fetchall()]

@@ -10,7 +10,7 @@ from app.report import fmt
 st.title("Cache")
 sel = state.selection()
 if sel is not None:
-    v = service.cache_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    v = state.view("service.cache_view", sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
     s = v.window.stats
     state.caption(sel, v.window.source_note)
     tl = state.timeline(sel, v.step_s)

@@ -41,8 +41,7 @@ def preset_plans() -> dict:
 st.title("Cost & decision")
 sel = state.selection()
 if sel is not None:
-    db = state.db()
-    v = service.cost_view(db, sel.deployment, sel.t_from, sel.t_to, sel.model)
+    v = state.view("service.cost_view", sel.deployment, sel.t_from, sel.t_to, sel.model)
     p = v.overview.plan
     state.caption(sel, f"price book: {v.overview.pricebook_origin}")
     state.badge(p.decision)

@@ -10,7 +10,7 @@ from app.report import fmt
 st.title("Latency")
 sel = state.selection()
 if sel is not None:
-    v = service.latency_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    v = state.view("service.latency_view", sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
     q, slo = v.quantiles, v.slo
     state.caption(sel, v.window.source_note)
     tl = state.timeline(sel, v.step_s)

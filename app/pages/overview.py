@@ -9,8 +9,7 @@ from app.report import fmt
 st.title("Overview")
 sel = state.selection()
 if sel is not None:
-    db = state.db()
-    ov = service.overview(db, sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s)
+    ov = state.view("service.overview", sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s)
     s, p, slo = ov.window.stats, ov.plan, ov.slo
     state.caption(sel, ov.window.source_note)
     state.badge(p.decision)

@@ -10,7 +10,7 @@ from app.report import fmt
 st.title("Runs")
 sel = state.selection()
 if sel is not None:
-    v = service.runs_view(state.db(), sel.deployment)
+    v = state.view("service.runs_view", sel.deployment)
     state.caption(sel, "runs are not filtered by the time range")
     if not v.runs:
         st.info("No workload runs for this deployment. Record a pair on the same servers, e.g.\n\n"
