@@ -262,7 +262,8 @@ def quantile_band_chart(rows: Sequence[dict], metric: str, title: str, slo_s: fl
     base = alt.Chart(df).encode(x=time_x(tl))
     layers = [
         base.mark_area(opacity=0.18).encode(y=alt.Y("band_bottom:Q", title="seconds"), y2="band_top:Q",
-                                            color=alt.Color("quantile:N", legend=LEGEND)),
+                                            color=alt.Color("quantile:N", legend=alt.Legend(
+                                                orient="bottom", title=None, symbolOpacity=1))),
         base.mark_line(point=True).encode(
             color=alt.Color("quantile:N", legend=LEGEND),
             y="value:Q", tooltip=[when_tooltip(tl), "quantile:N", alt.Tooltip("value:Q", format=".3f"),
