@@ -19,8 +19,6 @@ Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +27,8 @@ from prometheus_client.openmetrics.parser import (
     text_fd_to_metric_families as _openmetrics_families,
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
+
+from models.errors import KvplanError
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app import service
+from app.data.window import load_window
 from app.report import fmt
 from tests.recorded import cases, import_case, manifest, scrapes
 from tests.test_app_pages import metrics, run_app
@@ -62,7 +62,7 @@ def check_events(db, case: str, names: list[str]) -> None:
     assert evs, f"{case}: the manifest records no observed event"
     for t0, t1, inc in evs:
         raw = db.fetch("window_increases", deployment=case, t_from=t0, t_to=t1, model=None)
-        rows = service.load_window(db, case, t0, t1).rows
+        rows = load_window(db, case, t0, t1).rows
         for name in names:
             want = {target: values[name] for target, values in inc.items() if name in values}
             got = {target: sum(r["increase"] for r in raw if r["name"] == name and r["target"] == target)

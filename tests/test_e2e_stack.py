@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from app.service import stats, window_increases
+from app.data.window import stats, window_increases
 from collectors import workload as wl
 from collectors.runs import save_run
 from collectors.scrape import Target, scrape_target
@@ -238,7 +238,7 @@ def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
 
 def test_plan_on_the_live_stack(e2e):
     """`kvplan plan` on live data: the JSON keys the CLI promises, and a verdict."""
-    from app.service import plan
+    from app.views.overview import plan_range as plan
 
     db, windows = e2e
     first = min(w.start for w in windows.values())

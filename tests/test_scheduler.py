@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from datetime import date, datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import collectors.scheduler as sch
-from app.service import stats
+from app.data.window import stats
 from collectors.config import DeploymentConfig, PrometheusConfig, ScheduleConfig, Settings, TargetConfig
 from collectors.scheduler import Nightly, Scraper, days_to_run, fetch_rw, run_daemon
 from models.metrics import Increase, window_stats
@@ -147,22 +146,14 @@ def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monk
     import_direct(db)
     s = Settings(db=db.path, deployments=[DEP, DeploymentConfig(name="direct")],
                  prometheus=PrometheusConfig(url=prom.url, chunk="6h", retries=0))
-    calls = []
-
-    def write_report(db_, deployment, month, path):
-        calls.append((deployment, month, path))
-        if deployment == "direct":
-            raise ValueError("no data")                    # skipped, not an error
-        return path
-
-    monkeypatch.setitem(sys.modules, "kvplan_test_report", types.SimpleNamespace(write_report=write_report))
-    monkeypatch.setattr(sch, "REPORT_MODULE", "kvplan_test_report")
-    monkeypatch.setattr(sch.importlib.util, "find_spec", lambda name: object())
+    calls, gauge_days = [], []
+    jobs = sch.NightlyJobs(rollup_gauges=lambda db_, dep, d: gauge_days.append((dep, d)) or 0,
+                           report=lambda settings, d: calls.append((settings.db, d)) or [])
     day = T0.date()
-    out = Nightly(s, db).run_day(day)
-    folder = db.path.parent / "reports"
+    out = Nightly(s, db, jobs).run_day(day)
     assert out.errors == 0 and out.rows > 0
-    assert calls == [("direct", "2026-01", folder / "direct-2026-01.pdf"), ("prom", "2026-01", folder / "prom-2026-01.pdf")]
+    assert calls == [(db.path, day)]                           # the report job the caller gave, once
+    assert gauge_days == [("direct", day), ("prom", day)]
     runs = db.fetch("collector_runs", limit=5)
     assert (runs[0]["job"], runs[0]["day"], runs[0]["status"]) == ("nightly", day, "ok")
     day_rows = {}
@@ -179,18 +170,22 @@ def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monk
     Nightly(s, db).run_day(day)                                # again: replaced, not added
     assert db.fetch("daily_increases", deployment="prom", t_from=datetime(2026, 1, 5), t_to=datetime(2026, 1, 6),
                     model=None) == day_rows["prom"]
-    # without the report module: logged, not an error
-    monkeypatch.undo()
-    monkeypatch.setattr(sch, "REPORT_MODULE", "app.no_such_report")
+    # a failing report is an error of the night, logged with its traceback; the rollups stay
     caplog.set_level(logging.INFO, logger="kvplan.collector")
-    assert Nightly(s, db).run_day(day).errors == 0
-    assert "report not available" in caplog.text
+
+    def broken(settings, d):
+        raise RuntimeError("disk full")
+
+    out = Nightly(s, db, sch.NightlyJobs(report=broken)).run_day(day)
+    assert out.errors == 1 and "report: RuntimeError: disk full" in out.message
+    assert "Traceback" in caplog.text
+    assert db.fetch("daily_increases", deployment="prom", t_from=datetime(2026, 1, 5), t_to=datetime(2026, 1, 6),
+                    model=None) == day_rows["prom"]
 
 
 @pytest.fixture
-def no_report(monkeypatch):
-    """Keep the real report out of tests about something else."""
-    monkeypatch.setattr(sch, "REPORT_MODULE", "app.no_such_report")
+def no_report():
+    """Tests about something else run the nightly job without a report (``NightlyJobs()``)."""
 
 
 def test_prometheus_down_at_night_is_logged_and_retried_on_the_next_start(db, no_report):
