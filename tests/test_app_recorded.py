@@ -97,8 +97,16 @@ def test_cache_page_on_recorded_payloads(recorded, case, monkeypatch):
     assert m["vLLM prefix cache (device)"] == fmt.pct(hits / queries)
     if ext_queries:
         assert m["KV connector (external, e.g. LMCache)"] == fmt.pct(ext_hits / ext_queries)
-    if any(s.kind == "lmcache" for s in scrapes(case)):
-        assert m["L1 usage (latest, highest server)"].endswith("%")
+    lm = [s for s in scrapes(case) if s.kind == "lmcache"]
+    if lm:
+        # read off the payload text: each LMCache target's last scrape, the highest L1 ratio in it
+        import re
+
+        last = {s.target: s for s in lm}
+        ratios = [float(v) for s in last.values()
+                  for v in re.findall(r"^lmcache_mp_l1_usage_ratio\{[^}]*\} (\S+)$", s.file.read_text(), re.M)]
+        assert ratios, f"{case}: no lmcache_mp_l1_usage_ratio in the last LMCache scrapes"
+        assert m["L1 usage (latest, highest server)"] == fmt.pct(max(ratios))
     else:
         assert m["LMCache MP L1 (CPU memory)"] == "not reported"
         assert any("lmcache_mp_l1_usage_ratio" in i.value for i in t.info)

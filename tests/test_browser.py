@@ -24,7 +24,7 @@ from app.data.window import load_window
 from app.report import fmt
 from app.views.runs import runs_view
 from models.pricebook import PriceBook
-from tests.test_app_fixtures import DEPLOYMENT, hour, scenario_db, scenario_expected, scenario_plan
+from tests.test_app_fixtures import DEPLOYMENT, scenario_db, scenario_expected, scenario_plan
 
 pytestmark = pytest.mark.browser
 

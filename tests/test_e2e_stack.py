@@ -244,7 +244,7 @@ def test_plan_on_the_live_stack(e2e):
     first = min(w.start for w in windows.values())
     last = max(w.end for w in windows.values())
     d = plan(db, DEP, first, last).to_dict()
-    assert d["decision"] in ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA") and d["reason"]
+    assert d["reason"]
     for k in ("monthly_benefit_usd", "saved_prefill_gpu_hours", "gpus_needed_with_reuse",
               "gpus_needed_without_reuse"):
         assert k in d

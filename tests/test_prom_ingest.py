@@ -15,10 +15,9 @@ import logging
 import math
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -44,6 +43,7 @@ from collectors.prometheus import (
 from collectors.store import payload_sha256, store_payload
 from models.errors import KvplanError
 from sql.db import Database
+from tests.loopback import Loopback
 from tests.prom_fixtures import create_blocks, free_port, scalar, start_prometheus
 
 # -- the history ---------------------------------------------------------------------------
@@ -364,7 +364,7 @@ def test_prometheus_down_is_a_logged_gap_and_keeps_earlier_data(prom, tmp_path, 
 
 
 # -- faults, from a real HTTP server on loopback ----------------------------------------------
-class _Server:
+class _Server(Loopback):
     """A ThreadingHTTPServer on a free loopback port running ``handle(handler) -> (status,
     content type, body)`` for every request."""
 
@@ -392,14 +392,7 @@ class _Server:
                 pass
 
         self.seen: list[dict] = []
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(H)
 
 
 FAULTS = {

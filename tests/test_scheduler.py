@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from datetime import date, datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -23,13 +23,14 @@ from collectors.config import DeploymentConfig, PrometheusConfig, ScheduleConfig
 from collectors.scheduler import Nightly, Scraper, days_to_run, fetch_rw, run_daemon
 from models.metrics import Increase, window_stats
 from sql.db import Database
+from tests.loopback import Loopback
 from tests.payloads import vllm_text
 from tests.test_prom_ingest import DEP, END, T0, import_direct, prom, same  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class MetricsServer:
+class MetricsServer(Loopback):
     """Real /metrics endpoints: /fast/<name> answers at once (counters grow per request),
     /slow/<name> answers after ``slow_s``."""
 
@@ -57,14 +58,7 @@ class MetricsServer:
             def log_message(self, *a):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(H)
 
 
 @pytest.fixture
@@ -101,7 +95,7 @@ def test_a_slow_target_delays_no_other(db, metrics):
     assert "d/slow: previous scrape still running, skipped" in second.message
     scraper.close()                                            # waits for the slow scrape to finish
     assert scrape_counts(db) == {"fast1": (2, 0), "fast2": (2, 0), "slow": (1, 0)}
-    assert metrics.hits[f"/slow/1"] == 1
+    assert metrics.hits["/slow/1"] == 1
     runs = db.fetch("collector_runs", limit=10)
     assert [(r["job"], r["status"], r["n_errors"]) for r in runs] == [("scrape", "errors", 1)] * 2
     assert runs[0]["n_rows"] == 2 * 7
