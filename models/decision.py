@@ -213,7 +213,8 @@ def _money_flips(savings: PrefillSavings, benefit: Benefit, target_usd: float,
 def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Benefit | None,
            pricebook: PriceBook, planning: PlanningInputs,
            alternative: Benefit | None = None) -> Decision:
-    """The verdict for one evaluated window (rules in the module docstring).
+    """The verdict for one evaluated window (rules in the module docstring). Long on purpose:
+    the rules are tried in the documented order, top to bottom, in one place.
 
     ``alternative`` is the benefit under the other realisation; when it would land on the
     other side of the money threshold, switching realisation is listed as a flip."""

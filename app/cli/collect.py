@@ -36,7 +36,10 @@ def ingest(
     selector: Annotated[Optional[str], typer.Option(help="Label matchers, e.g. 'job=\"vllm\"' (default: the deployment's prometheus_selector).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
-    """Backfill a range of one deployment from Prometheus (re-running a range never duplicates)."""
+    """Backfill a range of one deployment from Prometheus (re-running a range never duplicates).
+
+    Long on purpose: the option checks, the progress bar and the report of gaps are the
+    command's whole job, read top to bottom."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from collectors.config import DeploymentConfig, check_selector, duration_s
