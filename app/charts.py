@@ -85,9 +85,15 @@ def when_tooltip(tl: Timeline) -> alt.Tooltip:
 
 
 def frame(rows: Sequence[dict], columns: Sequence[str]) -> pd.DataFrame:
-    """Rows as a frame with these columns, also when there are none."""
+    """Rows as a frame with these columns, also when there are none. Aware times (kvplan's
+    instants are UTC-aware) become naive UTC here, at the chart's border: the axes are UTC."""
     df = pd.DataFrame(list(rows))
-    return df.reindex(columns=list(columns)) if df.empty else df
+    if df.empty:
+        return df.reindex(columns=list(columns))
+    for col in df.columns:
+        if isinstance(df[col].dtype, pd.DatetimeTZDtype):
+            df[col] = df[col].dt.tz_convert("UTC").dt.tz_localize(None)
+    return df
 
 
 def grid(buckets: pd.Series, tl: Timeline) -> list[pd.Timestamp]:

@@ -1,23 +1,20 @@
 """The recorded gaps of a window, for the time charts (``app.charts.Timeline``): runs of
-failed scrapes per target (``scrape_gaps``) and Prometheus ingestion gaps (``ingest_gaps``).
-Missing time buckets are found by the charts themselves."""
+failed scrapes per target (query ``scrape_gaps``) and Prometheus ingestion gaps
+(``ingest_gaps``). Time buckets without data are found by the charts themselves."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from app.charts import Gap, Timeline
-from collectors.store import utc_naive
-from sql.db import Database, queries
 
 
-def recorded_gaps(db: Database, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:
-    f, t = utc_naive(t_from), utc_naive(t_to)
+def recorded_gaps(source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:
+    """``source``: a ``Database`` or a ``Snapshot``."""
     out = [Gap(r["t_from"], r["t_to"], f"{r['target']}: {r['failed']} failed scrape(s) ({_short(r['error'])})")
-           for r in db.fetch("scrape_gaps", deployment=deployment, t_from=f, t_to=t)]
-    if "ingest_gaps" in queries():
-        out += [Gap(r["t_from"], r["t_to"], f"{r['target'] or 'whole deployment'}: {r['reason']}")
-                for r in db.fetch("ingest_gaps", deployment=deployment, t_from=f, t_to=t)]
+           for r in source.fetch("scrape_gaps", deployment=deployment, t_from=t_from, t_to=t_to)]
+    out += [Gap(r["t_from"], r["t_to"], f"{r['target'] or 'whole deployment'}: {r['reason']}")
+            for r in source.fetch("ingest_gaps", deployment=deployment, t_from=t_from, t_to=t_to)]
     return tuple(sorted(out, key=lambda g: g.t_from))
 
 
@@ -26,8 +23,8 @@ def _short(error: str | None, limit: int = 90) -> str:
     return e if len(e) <= limit else e[: limit - 1] + "…"
 
 
-def timeline(db: Database, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+def timeline(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
              tz: str = "UTC") -> Timeline:
     """How the time charts of a window are drawn: zone, bucket width, recorded gaps."""
     return Timeline(tz=tz, step_s=step_s, t_from=t_from, t_to=t_to,
-                    gaps=recorded_gaps(db, deployment, t_from, t_to))
+                    gaps=recorded_gaps(source, deployment, t_from, t_to))

@@ -1,79 +1,74 @@
-"""Shared dashboard state: the database handle and the deployment / model / time-range
-selectors every page uses. Only Streamlit glue lives here."""
+"""Shared dashboard state: the settings, the database handle and the deployment / model /
+time-range selectors every page uses. Only Streamlit glue lives here."""
 
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
 
-from app import service
-from sql.db import Database, DatabaseError
+from app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
+from collectors.config import Settings, load_settings
+from sql.db import Database
+
+
+def settings() -> Settings:
+    """The same settings the CLI reads (``KVPLAN_CONFIG`` / ``kvplan.toml``, ``KVPLAN_*``
+    environment, secret files); ``kvplan dashboard`` passes its --db and --config on."""
+    return _settings(os.environ.get("KVPLAN_CONFIG"), os.environ.get("KVPLAN_DB"))
+
+
+@st.cache_resource(show_spinner=False)
+def _settings(config: str | None, db: str | None) -> Settings:
+    return load_settings()
 
 
 @st.cache_resource
-def database(path: str) -> Database:
+def database(path: str, lock_timeout_s: float) -> Database:
     """One Database per file for the whole server. It holds no connection (each query opens
     the file read-only and closes it), so it is safe to share across sessions and threads."""
-    return Database(Path(path), lock_timeout_s=10.0)
-
-
-def db_path() -> str:
-    return os.environ.get("KVPLAN_DB", "kvplan.duckdb")
+    return Database(path, lock_timeout_s=lock_timeout_s)
 
 
 def db() -> Database:
-    return database(db_path())
+    s = settings()
+    return database(str(s.db), s.lock_timeout_s)
 
 
-@contextmanager
-def page_run():
-    """One read-only connection for every query of this page run (``Database.reading``);
-    none when the file does not exist yet (the page shows the empty state)."""
+def view(fn, *args, **kwargs):
+    """``fn(source, *args, **kwargs)`` for a view function of ``app.views`` (or
+    ``app.gaps.timeline``), read through ONE connection (``Database.snapshot``) and cached
+    until the database file changes (``Database.data_version``: size and mtime of the file
+    and its WAL), for every session of the server: a page shown again with the same selection
+    and unchanged data is not read again. Views return frozen dataclasses the pages only read."""
     d = db()
-    if not d.path.exists():
-        yield
-        return
-    with d.reading():
-        yield
-
-
-VIEWS = {"service": "app.service", "gaps": "app.gaps"}
-
-
-def view(name: str, *args, **kwargs):
-    """``app.service.<fn>(db, *args, **kwargs)`` (name 'service.fn' or 'gaps.fn'), cached until
-    the database file changes (``Database.data_version``: size and mtime of the file and its
-    WAL), shared by every session of the server. A page shown again, by anyone, with the
-    same selection and unchanged data is read from memory."""
-    d = db()
-    return _view(str(d.path), d.data_version(), name, args, tuple(sorted(kwargs.items())))
+    return _view(str(d.path), d.data_version(), f"{fn.__module__}.{fn.__qualname__}", args,
+                 tuple(sorted(kwargs.items())), _fn=fn, _db=d)
 
 
 @st.cache_resource(max_entries=128, ttl=3600, show_spinner=False)
-def _view(path: str, version: tuple, name: str, args: tuple, kwargs: tuple):
-    import importlib
+def _view(path: str, version: tuple, name: str, args: tuple, kwargs: tuple, *, _fn, _db: Database):
+    with _db.snapshot() as src:
+        return _fn(src, *args, **dict(kwargs))
 
-    module, fn = name.split(".")
-    d = database(path)
-    with d.reading():
-        return getattr(importlib.import_module(VIEWS[module]), fn)(d, *args, **dict(kwargs))
+
+def cfg(deployment: str) -> DeploymentSettings:
+    """What the config says about ``deployment`` (GPUs, GPUs per engine, default prices)."""
+    return deployment_settings(settings(), deployment)
 
 
 @st.cache_data(ttl=15, show_spinner=False)
 def deployments(path: str) -> list[dict]:
     """Deployments with data, from direct scrapes or Prometheus ingestion."""
-    return service.dashboard_deployments(database(path))
+    return deployments_with_data(db())
 
 
 @st.cache_data(ttl=15, show_spinner=False)
 def models(path: str, deployment: str) -> list[str]:
-    return [r["model_name"] for r in database(path).fetch("models", deployment=deployment)]
+    return [r["model_name"] for r in db().fetch("models", deployment=deployment)]
 
 
 @dataclass(frozen=True)
@@ -86,7 +81,7 @@ class Selection:
     """IANA zone the time axes and captions speak (the sidebar's 'Time zone'; default UTC)."""
 
     def local(self, ts: datetime) -> datetime:
-        """``ts`` (UTC) on the wall clock of the picked zone."""
+        """``ts`` (aware) on the wall clock of the picked zone."""
         return ts.astimezone(ZoneInfo(self.tz))
 
     @property
@@ -137,13 +132,12 @@ def through_navigation() -> None:
 def selection() -> Selection | None:
     """Sidebar selectors shared by all pages (kept in session state across pages)."""
     through_navigation()
-    path = os.environ.get("KVPLAN_DB", "kvplan.duckdb")
-    try:
-        deps = deployments(path)
-    except DatabaseError as e:
-        st.error(str(e))
+    path = str(settings().db)
+    if not db().path.exists():
+        st.error(f"{path}: no such database")
         empty_state()
         return None
+    deps = deployments(path)
     if not deps:
         empty_state()
         return None
@@ -156,8 +150,7 @@ def selection() -> Selection | None:
     rng = sb.selectbox("Time range", list(RANGES), key="range")
     tz = sb.selectbox("Time zone", zones(), key="tz",
                       help="The zone of the time axes and captions (24-hour clock). Stored data is UTC.")
-    first = dep["first_ts"].replace(tzinfo=timezone.utc)
-    last = dep["last_ts"].replace(tzinfo=timezone.utc)
+    first, last = dep["first_ts"], dep["last_ts"]
     span = RANGES[rng]
     t_from = first if span is None else max(last - span, first)
     chunks = f", {dep['chunks']} Prometheus chunks ({dep['failed_chunks']} failed)" if dep["chunks"] else ""
@@ -175,7 +168,9 @@ def caption(sel: Selection, note: str = "") -> None:
 def timeline(sel: Selection, step_s: int):
     """How the page's time charts are drawn: the picked zone, the bucket width, the
     window's recorded gaps (failed scrapes, Prometheus gaps)."""
-    return view("gaps.timeline", sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
+    from app.gaps import timeline as tl
+
+    return view(tl, sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
 def badge(decision) -> None:

@@ -12,9 +12,9 @@ carry source 'replay'.
 The first scrape of each target goes through the real store; the rest are bulk-inserted in
 time order with the same series ids (the shape the collector leaves). Then every whole day
 is rolled up by the collector daemon's own nightly function (collectors.scheduler.rollup_day)
-and app.service.rollup_gauges_day, timed per day.
+and app.data.store.rollup_gauges_day, timed per day.
 
-Each page's service call (what the page script calls, with the page's step) is timed on
+Each page's view call (what the page script calls, with the page's step) is timed on
   1d       a database holding 1 day of history, time range "all data"
   90d/24h  the 90-day database, time range "last 24 hours"
   90d      the 90-day database, time range "all data" (90 days)
@@ -155,7 +155,8 @@ def replay(path: Path, case: str, days: int, engines: int, interval_min: int) ->
 
 
 def roll_up(db: Database, deployment: str, days: int) -> list[float]:
-    from app.service import rollup_gauges_day
+    from app.data.store import rollup_gauges_day
+
     from collectors.scheduler import rollup_day
 
     took = []
@@ -172,43 +173,61 @@ TARGET_S = {"report (month)": 2.0}
 """Target per page (issue 14): every page under 1 s at 90 days x 64 engines; the report, which
 renders its charts through vl-convert, under 2 s."""
 DEFAULT_TARGET_S = 1.0
+OWN_SNAPSHOT = {"report (month)"}
+"""Pages whose call takes its own snapshot (``report.build``)."""
 
 
 def pages(db: Database, deployment: str, t_from: datetime, t_to: datetime, one_connection: bool = True) -> dict:
-    """Each page's service call, with the step the page would use, inside one read
-    connection per page run (``Database.reading``, as the dashboard runs a page) unless
-    ``one_connection`` is False (each query opens the file, the old way)."""
-    from contextlib import nullcontext
+    """Each page's view call, with the step the page would use, through one read connection
+    per page run (``Database.snapshot``, as ``app.state.view`` runs a page's view) unless
+    ``one_connection`` is False (each query opens the file: before issue 14)."""
+    calls = _calls(deployment, t_from, t_to)
 
-    calls = _calls(db, deployment, t_from, t_to)
-
-    def scoped(fn):
+    def scoped(page, fn):
         def run():
-            with db.reading() if one_connection and db is not None else nullcontext():
-                return fn()
+            if not one_connection or page in OWN_SNAPSHOT:
+                return fn(db)
+            with db.snapshot() as src:
+                return fn(src)
         return run
 
-    return {k: scoped(fn) for k, fn in calls.items()}
+    return {k: scoped(k, fn) for k, fn in calls.items()}
 
 
-def _calls(db: Database, deployment: str, t_from: datetime, t_to: datetime) -> dict:
-    from app import report, service
+def _calls(deployment: str, t_from: datetime, t_to: datetime) -> dict:
+    """page -> fn(source): what the page reads (its view, and the recorded gaps its time
+    charts shade)."""
+    from app import report
+    from app.data.store import data_months, deployments_with_data
+    from app.gaps import timeline
+    from models.spans import chart_step
     from app.state import Selection
+    from app.views.cache import cache_view
+    from app.views.collection import collection_view
+    from app.views.cost import cost_view
+    from app.views.latency import latency_view
+    from app.views.overview import overview
+    from app.views.runs import runs_view
 
     step = Selection(deployment, None, t_from, t_to).step_s
 
-    def report_page():
-        month = service.data_months(db, deployment)[0]
+    gaps_step = chart_step(t_from, t_to, step)
+
+    def report_page(db):  # report.build reads through its own snapshot of the Database
+        month = data_months(db, deployment)[0]
         return report.render_html(report.build(db, deployment, month))
 
     return {
-        "sidebar": lambda: service.dashboard_deployments(db),
-        "overview": lambda: service.overview(db, deployment, t_from, t_to, None, step),
-        "cache": lambda: service.cache_view(db, deployment, t_from, t_to, step),
-        "latency": lambda: service.latency_view(db, deployment, t_from, t_to, step),
-        "cost": lambda: service.cost_view(db, deployment, t_from, t_to),
-        "runs": lambda: service.runs_view(db, deployment),
-        "collection": lambda: service.collection_view(db, deployment, t_from, t_to),
+        "sidebar": lambda src: deployments_with_data(src),
+        "overview": lambda src: (overview(src, deployment, t_from, t_to, None, step),
+                                 timeline(src, deployment, t_from, t_to, gaps_step)),
+        "cache": lambda src: (cache_view(src, deployment, t_from, t_to, step),
+                              timeline(src, deployment, t_from, t_to, gaps_step)),
+        "latency": lambda src: (latency_view(src, deployment, t_from, t_to, step),
+                                timeline(src, deployment, t_from, t_to, gaps_step)),
+        "cost": lambda src: cost_view(src, deployment, t_from, t_to),
+        "runs": lambda src: runs_view(src, deployment),
+        "collection": lambda src: collection_view(src, deployment, t_from, t_to),
         "report (month)": report_page,
     }
 
@@ -241,7 +260,7 @@ def main(argv=None) -> int:
         if reused:  # built (and rolled up) by an earlier run
             db = Database(path)
             dep = db.fetch("deployments")[0]["deployment"]
-            with db.reading() as con:
+            with db.read() as con:
                 counts = {"samples": con.execute("SELECT count(*) FROM samples").fetchone()[0],
                           "series": con.execute("SELECT count(*) FROM series").fetchone()[0],
                           "rounds": con.execute("SELECT count(DISTINCT ts) FROM scrapes").fetchone()[0],
@@ -284,10 +303,10 @@ def main(argv=None) -> int:
             results[(page, k)] = statistics.median(v)
     cols = ["1d", f"{long}/24h", long]
     how = "one read connection per page run" if not a.per_query_connections else "a connection per query"
-    print(f"\n{'page (service call)':<22}" + "".join(f"{c:>12}" for c in cols) + f"{long + ' / 1d':>11}"
+    print(f"\n{'page (view call)':<22}" + "".join(f"{c:>12}" for c in cols) + f"{long + ' / 1d':>11}"
           f"{'target':>9}  {long} within target  ({how})")
     worst, missed = 0.0, []
-    for page in _calls(None, "", T0, T0):
+    for page in _calls("", T0, T0):
         row = [results.get((page, c)) for c in cols]
         ratio = row[2] / row[0] if row[0] else float("nan")
         worst = max(worst, ratio)

@@ -13,8 +13,6 @@ kvplan never writes them to DuckDB, logs or reports, and the TOML file may not h
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 import os
 import re
 import tomllib
@@ -22,10 +20,28 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
-from pydantic_settings import (BaseSettings, NestedSecretsSettingsSource, PydanticBaseSettingsSource,
-                               SettingsConfigDict, TomlConfigSettingsSource)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from models.decision import PLANNING_FIELDS, PlanningInputs
+from models.errors import KvplanError
+from models.pricebook import FIELDS as PRICEBOOK_FIELDS
+from models.pricebook import PriceBook
 
 DEFAULT_CONFIG = Path("kvplan.toml")
 SECRET_KEYS = ("password", "bearer_token")
@@ -100,7 +116,12 @@ class DeploymentConfig(BaseModel):
     prometheus_selector: str = Field(
         default="", description="PromQL label matchers picking this deployment's series in Prometheus, "
                                 "e.g. job=\"vllm\",namespace=\"prod\". Empty: not ingested from Prometheus.")
-    gpus: int | None = Field(default=None, description="GPUs currently serving this deployment (for capacity).")
+    gpus: int | None = Field(default=None, ge=1, le=100_000,
+                             description="GPUs currently serving this deployment (for capacity); default: the "
+                                         "vLLM engines seen x gpus_per_engine.")
+    gpus_per_engine: int = Field(default=1, ge=1, le=1024,
+                                 description="GPUs one vLLM engine runs on: tensor parallel x pipeline parallel "
+                                             "(not in vLLM's metrics).")
 
     _sel = field_validator("prometheus_selector")(check_selector)
 
@@ -233,8 +254,25 @@ class Settings(BaseSettings):
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Collector daemon schedule.")
-    prices: dict[str, Any] = Field(default_factory=dict, description="The [prices] table, passed through as a dict "
-                                                                     "to the cost models.")
+    prices: dict[str, Any] = Field(default_factory=dict, description="Default price-book and planning fields "
+                                   "(models.pricebook.PriceBook, models.decision.PlanningInputs) for deployments "
+                                   "with none saved from the dashboard.")
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Every key a PriceBook or PlanningInputs field, every value in its bounds."""
+        pb_keys = {f.name for f in PRICEBOOK_FIELDS}
+        known = pb_keys | {f.name for f in PLANNING_FIELDS}
+        unknown = sorted(set(v) - known)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a price-book or planning field (known: {', '.join(sorted(known))})")
+        try:
+            PriceBook.from_dict({k: x for k, x in v.items() if k in pb_keys})
+            PlanningInputs.from_dict({k: x for k, x in v.items() if k not in pb_keys})
+        except KvplanError as e:
+            raise ValueError(str(e)) from None
+        return v
 
     @model_validator(mode="after")
     def _unique_deployments(self):

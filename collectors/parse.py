@@ -19,9 +19,6 @@ Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
 
 from __future__ import annotations
 
-from collectors.relabel import model_label
-from models.errors import KvplanError
-
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,6 +27,9 @@ from prometheus_client.openmetrics.parser import (
     text_fd_to_metric_families as _openmetrics_families,
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
+
+from collectors.relabel import model_label
+from models.errors import KvplanError
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
 
@@ -158,7 +158,11 @@ def _find_line(text: str, sample_name: str, labels: dict[str, str]) -> list[int]
 def parse_payload(text: str, source: str, *, content_type: str | None = None,
                   kind: str | None = None) -> Payload:
     """Parse and validate one payload. ``kind`` forces the payload kind; otherwise it is
-    detected from the family names. Raises :class:`PayloadError`."""
+    detected from the family names. Raises :class:`PayloadError`.
+
+    Long on purpose: one pass over the parser's families holds every acceptance rule (type,
+    finiteness, duplicates, buckets) next to the line it names; split up, the rules would be
+    read out of the order a payload is checked in."""
     if kind is not None and kind not in KINDS:
         raise PayloadError(source, f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     fmt = check_content_type(source, content_type)

@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 import fcntl
 import os
 import re
@@ -29,10 +27,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 
 import duckdb
+
+from models.errors import KvplanError
+from models.timeutil import naive_utc
 
 HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"
@@ -158,7 +160,6 @@ class Database:
         self.path = Path(path)
         self.lock_timeout_s = lock_timeout_s
         self._turnstile = _Turnstile(self.path)
-        self._local = threading.local()  # the read connection of this thread's ``reading()``
 
     # -- connections -------------------------------------------------------------------
     def _connect(self, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -190,9 +191,6 @@ class Database:
         a backfill chunk): opening and closing the file costs ~20 ms each (close
         checkpoints), which dominates small writes. Readers wait for the whole batch, so
         callers keep a batch to seconds. Use :meth:`transaction` inside it."""
-        if getattr(self._local, "con", None) is not None:
-            raise RuntimeError(f"{self.path}: a write inside Database.reading() would wait for its own read "
-                               "connection; write before or after the block")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._turnstile.writer(self.lock_timeout_s):
             con = self._connect(read_only=False)
@@ -225,35 +223,6 @@ class Database:
             yield con
         finally:
             con.close()
-
-    @contextmanager
-    def reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One read-only connection for every :meth:`fetch` of this thread inside the block
-        (a dashboard page run, a report): opening the file costs 30-50 ms, and a page runs
-        8-25 queries. Nested blocks share the outer one. Keep the block to one page run: a
-        writer waits for it like for any read."""
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            yield con
-            return
-        with self.read() as con:
-            self._local.con = con
-            try:
-                yield con
-            finally:
-                self._local.con = None
-
-    def data_version(self) -> tuple:
-        """Changes whenever the file's data may have: (size, mtime) of the file and of its
-        write-ahead log. A cache key for what is read from it, without opening it."""
-        out = []
-        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
-            try:
-                st = p.stat()
-                out += [st.st_size, st.st_mtime_ns]
-            except FileNotFoundError:
-                out += [None, None]
-        return tuple(out)
 
     # -- schema ------------------------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -301,18 +270,50 @@ class Database:
         missing = used - params.keys()
         if missing:
             raise TypeError(f"query {query} needs parameter(s) {', '.join(sorted(missing))}")
-        return con.execute(q.sql, {k: v for k, v in params.items() if k in used})
+        return con.execute(q.sql, {k: _param(v) for k, v in params.items() if k in used})
 
     def fetch(self, query: str, /, **params) -> list[dict]:
-        """Run a named read query in its own read-only connection (or the one of the
-        enclosing :meth:`reading` block); rows as dicts."""
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            return self._rows(self.run(con, query, **params))
+        """Run a named read query in its own read-only connection; rows as dicts."""
         with self.read() as con:
-            return self._rows(self.run(con, query, **params))
+            return _rows(self.run(con, query, **params))
 
-    @staticmethod
-    def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict]:
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, row)) for row in cur.fetchall()]
+    def data_version(self) -> tuple:
+        """Changes whenever the file's data may have: (size, mtime) of the file and of its
+        write-ahead log. A cache key for what is read from it, found without opening it."""
+        out: list = []
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            try:
+                st = p.stat()
+                out += [st.st_size, st.st_mtime_ns]
+            except FileNotFoundError:
+                out += [None, None]
+        return tuple(out)
+
+    @contextmanager
+    def snapshot(self) -> Iterator["Snapshot"]:
+        """One read-only connection for a batch of named queries (a dashboard page run, a
+        report): one open instead of one per query, and every query sees the same data."""
+        with self.read() as con:
+            yield Snapshot(self.path, con)
+
+
+class Snapshot:
+    """Named read queries on one open read-only connection (``Database.snapshot``). Has the
+    same ``fetch`` and ``path`` as ``Database``, so readers take either."""
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection):
+        self.path = path
+        self._con = con
+
+    def fetch(self, query: str, /, **params) -> list[dict]:
+        return _rows(Database.run(self._con, query, **params))
+
+
+def _param(v):
+    """Aware datetimes cross into DuckDB's zone-less TIMESTAMP columns as naive UTC."""
+    return naive_utc(v) if isinstance(v, datetime) and v.tzinfo is not None else v
+
+
+def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict]:
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]

@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from models.decision import (PlanInputs, PlanningInputs, break_even, evaluate, sensitivity)
+from models.decision import PlanInputs, PlanningInputs, break_even, evaluate, sensitivity
+from models.errors import KvplanError
 from models.prefill import PrefillMeasurement, with_hit_rate
 from models.pricebook import PriceBook
 
@@ -193,7 +194,7 @@ def test_sensitivity_is_empty_without_an_estimate():
     ({"growth_rate_per_month": -1}, "growth_rate_per_month"),
 ])
 def test_planning_inputs_validate(change, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(KvplanError, match=field):
         PlanningInputs(**change)
 
 

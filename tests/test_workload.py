@@ -265,7 +265,7 @@ def test_sync_run_works_inside_a_running_event_loop():
 def test_cached_tokens_per_request_are_recorded_stored_and_give_the_request_weighted_share(tmp_path):
     """usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details) per
     request -> run_requests.cached_tokens -> the Runs page's request-weighted share."""
-    from app import service
+    from app.views.runs import runs_view
     from collectors.runs import save_run
     from sql.db import Database
 
@@ -280,7 +280,7 @@ def test_cached_tokens_per_request_are_recorded_stored_and_give_the_request_weig
     plain, _ = _run_fake(["http://a:1"], w)
     assert {r.cached_tokens for r in plain.results} == {None}
     save_run(db, "d", plain, measured_on="test")
-    runs = {r["run_id"]: r for r in service.runs_view(db, "d").runs}
+    runs = {r["run_id"]: r for r in runs_view(db, "d").runs}
     assert runs[1]["requests_with_cache_share"] == 0.5
     assert runs[1]["cached_token_share"] == pytest.approx(3 * 64 / sum(r.prompt_tokens for r in res.results))
     assert runs[2]["requests_with_cache_share"] is None and runs[2]["cached_token_share"] is None

@@ -761,22 +761,6 @@ def status(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def rss_bytes(stack: Stack) -> dict[str, int]:
-    """Resident memory per server (sum over its process group), Linux only."""
-    out = {}
-    for s in stack.servers:
-        total = 0
-        for pid in _members(s, stack.stack_id):
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                pass
-        out[s.name] = total
-    return out
-
-
 # ------------------------------------------------------------------------ CLI
 
 
