@@ -9,7 +9,7 @@ from datetime import datetime
 from app.charts import Timeline
 from app.data.store import DeploymentSettings, month_window
 from app.gaps import timeline
-from app.data.window import load_window, window_buckets
+from app.data.window import load_window_and_buckets
 from app.views.cache import CacheView, cache_view
 from app.views.collection import CollectionView, collection_view, topology_view
 from app.views.latency import LatencyView, latency_view
@@ -73,8 +73,7 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
-        win = load_window(src, deployment, t_from, t_to, model)
-        buckets = window_buckets(src, deployment, t_from, t_to, step, model)
+        win, buckets = load_window_and_buckets(src, deployment, t_from, t_to, step, model)
         ov = overview(src, deployment, t_from, t_to, model, cfg=cfg, win=win)
         runs = runs_view(src, deployment)
         return ReportData(

@@ -61,6 +61,30 @@ WHERE i.ts > $t_after AND se.name IN (SELECT unnest($names))
 GROUP BY ALL
 ORDER BY bucket, se.name, se.le, se.labels;
 
+-- name: span_increases_and_buckets
+-- span_increases and span_buckets of one raw span from ONE scan of its sample pairs (a page
+-- that shows both reads the raw edge once): rows with part = 'window' are span_increases'
+-- (every series, summed over targets and engines), rows with part = 'bucket' are
+-- span_buckets' (the chosen names per time bucket (start, start + $step_s] on $origin).
+WITH i AS MATERIALIZED (
+    SELECT i.ts, i.delta, i.reset, se.name, se.family, se.model_name, se.le, se.labels
+    FROM increments($deployment, $t_lookback, $t_to, $model) i
+    JOIN series se ON se.series_id = i.series_id
+    WHERE i.ts > $t_after
+)
+SELECT 'window' AS part, CAST(NULL AS TIMESTAMP) AS bucket, name, family, model_name, le, labels,
+       sum(delta) AS increase, count(*) AS pairs, sum(CAST(reset AS INTEGER)) AS resets
+FROM i
+GROUP BY name, family, model_name, le, labels
+UNION ALL
+SELECT 'bucket' AS part,
+       time_bucket(to_seconds(CAST($step_s AS BIGINT)), ts - INTERVAL 1 MICROSECOND,
+                   CAST($origin AS TIMESTAMP)) AS bucket,
+       name, NULL AS family, NULL AS model_name, le, labels, sum(delta) AS increase, NULL AS pairs, NULL AS resets
+FROM i
+WHERE name IN (SELECT unnest($names))
+GROUP BY 2, name, le, labels;
+
 -- name: span_gauges
 -- Gauges of chosen names per time bucket [start, start + $step_s) aligned on $origin, over
 -- samples in [$t_from, $t_to): mean, max and last per target and series. A model filter
