@@ -44,8 +44,8 @@ from urllib3.util.retry import Retry
 
 from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
 from collectors.parse import detect_kind
-from collectors.scrape import redact_url
 from collectors.relabel import model_label
+from collectors.scrape import redact_url
 from collectors.store import ensure_target, series_id
 from models.catalog import FAMILIES
 from models.errors import KvplanError

@@ -8,8 +8,8 @@ from datetime import datetime
 
 from app.charts import Timeline
 from app.data.store import DeploymentSettings, month_window
-from app.gaps import timeline
 from app.data.window import load_window_and_buckets
+from app.gaps import timeline
 from app.views.cache import CacheView, cache_view
 from app.views.collection import CollectionView, collection_view, topology_view
 from app.views.latency import LatencyView, latency_view

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.data.store import DeploymentSettings, Fleet, Prices, fleet, load_pricebook
-from app.data.window import (TimeBucket, Window, engines_in_window, load_window, load_window_and_buckets,
-                             window_buckets)
+from app.data.window import TimeBucket, Window, engines_in_window, load_window, load_window_and_buckets, window_buckets
 from models.decision import PlanInputs, PlanningInputs
 from models.metrics import latency_quantiles, tiers
 from models.plan import PlanResult
