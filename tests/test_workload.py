@@ -284,3 +284,15 @@ def test_cached_tokens_per_request_are_recorded_stored_and_give_the_request_weig
     assert runs[1]["requests_with_cache_share"] == 0.5
     assert runs[1]["cached_token_share"] == pytest.approx(3 * 64 / sum(r.prompt_tokens for r in res.results))
     assert runs[2]["requests_with_cache_share"] is None and runs[2]["cached_token_share"] is None
+
+
+def test_the_local_stack_asks_vllm_for_per_request_cached_tokens(tmp_path):
+    """Without --enable-prompt-tokens-details vLLM leaves usage.prompt_tokens_details out and
+    every run's request-weighted share reads 'not recorded'."""
+    from deploy.local import stack as stk
+
+    for extra in ((), ("--no-enable-prefix-caching",)):
+        s = stk._vllm_server("vllm-0", 8000, py=tmp_path / "python", model=tmp_path / "m", model_name="m",
+                             run_dir=tmp_path, lmcache_rpc_port=None, kv_space_gib=1, max_model_len=4096,
+                             extra_args=extra)
+        assert "--enable-prompt-tokens-details" in s.cmd
