@@ -358,7 +358,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if row is None:
             trace_id = Database.run(
                 con, "insert_trace", deployment=deployment, name=trace_name, format=kind,
-                bytes_per_chunk=None, bytes_source=None, created_at=_utcnow()).fetchone()[0]
+                n_bytes_per_chunk=None, bytes_source=None, created_at=_utcnow()).fetchone()[0]
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
         for f, p in zip(files, parsed):  # someone else imported meanwhile: refuse, retry
@@ -373,7 +373,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         elif bpc is None and layouts:
             bpc, source = layouts.pop(), "shapes/dtypes"
         if (bpc, source) != (row["bytes_per_chunk"], row["bytes_source"]):
-            Database.run(con, "set_trace_bytes", trace_id=trace_id, bytes_per_chunk=bpc,
+            Database.run(con, "set_trace_bytes", trace_id=trace_id, n_bytes_per_chunk=bpc,
                          bytes_source=source)
         keymap = None
         if kind == "lmcache":
@@ -383,7 +383,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
             if p.requests:
                 _insert_requests(con, trace_id, p, keymap)
             Database.run(con, "upsert_trace_file", trace_id=trace_id, file=p.path.name,
-                         sha256=p.sha256, bytes=p.bytes, lines=p.lines, imported_at=_utcnow())
+                         sha256=p.sha256, n_bytes=p.bytes, n_lines=p.lines, imported_at=_utcnow())
     return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(results))
 
 

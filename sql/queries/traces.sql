@@ -5,12 +5,12 @@ SELECT * FROM traces WHERE deployment = $deployment AND name = $name;
 -- name: insert_trace
 -- A new named trace; returns its id.
 INSERT INTO traces (deployment, name, format, bytes_per_chunk, bytes_source, created_at)
-VALUES ($deployment, $name, $format, $bytes_per_chunk, $bytes_source, $created_at)
+VALUES ($deployment, $name, $format, $n_bytes_per_chunk, $bytes_source, $created_at)
 RETURNING trace_id;
 
 -- name: set_trace_bytes
 -- Record the KV bytes per chunk of a trace (from shapes/dtypes or an option).
-UPDATE traces SET bytes_per_chunk = $bytes_per_chunk, bytes_source = $bytes_source
+UPDATE traces SET bytes_per_chunk = $n_bytes_per_chunk, bytes_source = $bytes_source
 WHERE trace_id = $trace_id;
 
 -- name: trace_file
@@ -20,7 +20,7 @@ SELECT * FROM trace_files WHERE trace_id = $trace_id AND file = $file;
 -- name: upsert_trace_file
 -- Record (or extend) the imported part of one file.
 INSERT OR REPLACE INTO trace_files (trace_id, file, sha256, bytes, lines, imported_at)
-VALUES ($trace_id, $file, $sha256, $bytes, $lines, $imported_at);
+VALUES ($trace_id, $file, $sha256, $n_bytes, $n_lines, $imported_at);
 
 -- name: trace_chunk_keys
 -- The hash -> key map of a trace (LMCache hex hashes).
