@@ -210,7 +210,7 @@ def _open_when_up(url: str, opener, timeout_s: float = 60.0) -> bool:
 
 
 # Command groups live in their own modules and register themselves on ``app``.
-from app import cli_collect, cli_demo, cli_plan, cli_report, cli_workload  # noqa: E402,F401
+from app import cli_collect, cli_demo, cli_plan, cli_report, cli_whatif, cli_workload  # noqa: E402,F401
 
 
 def main() -> None:
