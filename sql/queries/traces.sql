@@ -49,3 +49,7 @@ SELECT chunk_keys, seq_len, chunk_size
 FROM trace_requests
 WHERE trace_id = $trace_id AND ($model IS NULL OR model_name = $model)
 ORDER BY ts, file, line;
+
+-- name: trace_deployments
+-- Deployments that hold at least one trace.
+SELECT DISTINCT deployment FROM traces ORDER BY deployment;
