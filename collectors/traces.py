@@ -60,11 +60,15 @@ class TraceError(KvplanError):
 
 
 def kv_bytes_per_chunk(shapes: list, dtypes: list) -> int | None:
-    """Bytes of one chunk's KV tensors; ``None`` when empty or a dtype is unknown."""
+    """Bytes of one chunk's KV tensors; ``None`` when empty or a dtype is unknown.
+
+    LMCache 0.5.6's server logs torch's names (``torch.bfloat16``), which its own simulator's
+    table does not know (it then needs ``--kv-bytes-per-chunk``); the prefix is dropped here."""
     if not shapes or not dtypes or len(shapes) != len(dtypes):
         return None
     total = 0
     for shape, dt in zip(shapes, dtypes):
+        dt = dt.removeprefix("torch.")
         if dt not in DTYPE_BYTES:
             return None
         total += math.prod(shape) * DTYPE_BYTES[dt]

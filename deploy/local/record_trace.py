@@ -4,9 +4,15 @@ lookup counters over the same requests.
 
 Two vLLM servers share one LMCache server whose L1 is deliberately small (``--l1-gib``,
 default 0.02 GiB, about 40 chunks of the tiny model) so that LRU eviction happens during the
-recording. The workload (``collectors/workload.py``) runs shared-prefix users, multi-turn
+recording. The workload (``collectors/workload.py``) runs shared-prefix prompts, multi-turn
 conversations routed round-robin over both servers, and unique sessions that push the
-shared prefixes out of L1.
+shared prefixes out of L1, then the first two again.
+
+``--mode sequential`` (default) sends one request at a time, so each request's chunks are
+stored before the next lookup: the assumption of every trace replay (LMCache's simulator
+and kvplan's). ``--mode concurrent`` runs several users at once from a cold cache; requests
+then look up chunks that a concurrent request has not stored yet, which a replay counts as
+hits (the measured hit rate is lower than any replay's).
 
 What is changed: model names are relabelled to ``tiny-llama`` (the server logs the model
 path, which holds the home directory). Nothing else. ``meta.json`` says how it was made.
@@ -36,7 +42,7 @@ from collectors import workload as wl  # noqa: E402
 from collectors.parse import parse_payload  # noqa: E402
 from deploy.local import stack as stk  # noqa: E402
 
-DEFAULT_OUT = ROOT / "tests" / "fixtures" / "traces" / "lmcache-stack"
+FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 LOCK = "/tmp/kvplan-stack.lock"
 COUNTERS = ("lmcache_mp_lookup_requested_tokens", "lmcache_mp_lookup_hit_tokens",
             "lmcache_mp_lookup_hit_l1_tokens", "lmcache_mp_lookup_hit_l2_tokens",
@@ -55,16 +61,51 @@ def counters(url: str) -> dict[str, float]:
     return out
 
 
+def _concurrent(v0, v1) -> list:
+    return [
+        ("shared prefix", [v0], dict(scenario="shared_prefix", users=6, turns=3, seed=1)),
+        ("multi-turn, round robin over 2 servers", [v0, v1],
+         dict(scenario="multi_turn", users=4, turns=4, routing="round_robin", seed=2)),
+        ("unique sessions (push the prefixes out of L1)", [v0, v1],
+         dict(scenario="unique", users=6, turns=2, seed=3)),
+        ("shared prefix again, 2 servers", [v0, v1],
+         dict(scenario="shared_prefix", users=6, turns=2, routing="round_robin", seed=1)),
+        ("multi-turn again, affinity", [v0, v1],
+         dict(scenario="multi_turn", users=4, turns=3, routing="affinity", seed=2)),
+    ]
+
+
+def _sequential(v0, v1) -> list:
+    """One user at a time: each phase is a single stream of turns."""
+    return [
+        ("shared prefix, 6 questions", [v0], dict(scenario="shared_prefix", users=1, turns=6, seed=1)),
+        ("multi-turn conversation, round robin over 2 servers", [v0, v1],
+         dict(scenario="multi_turn", users=1, turns=5, routing="round_robin", seed=2)),
+        ("10 unique sessions (push the prefixes out of L1)", [v0, v1],
+         dict(scenario="unique", users=1, turns=10, seed=3)),
+        ("shared prefix again", [v1], dict(scenario="shared_prefix", users=1, turns=4, seed=1)),
+        ("another multi-turn conversation", [v0, v1],
+         dict(scenario="multi_turn", users=1, turns=4, routing="round_robin", seed=4)),
+        ("shared prefix once more", [v0], dict(scenario="shared_prefix", users=1, turns=3, seed=1)),
+    ]
+
+
+PHASES = {"concurrent": _concurrent, "sequential": _sequential}
+
+
 def say(text: str) -> None:
     print(f"[trace] {time.strftime('%H:%M:%S')} {text}", flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--mode", choices=("sequential", "concurrent"), default="sequential")
+    ap.add_argument("--out", type=Path, help="default tests/fixtures/traces/lmcache-stack[-concurrent]")
     ap.add_argument("--l1-gib", type=float, default=0.02, help="LMCache L1 size, GiB")
     ap.add_argument("--run-dir", type=Path, default=Path("/tmp/kvplan-trace-stack"))
     args = ap.parse_args()
+    args.out = args.out or FIXTURES / ("lmcache-stack" if args.mode == "sequential"
+                                       else "lmcache-stack-concurrent")
 
     with open(LOCK, "w") as lock:
         say(f"waiting for {LOCK}")
@@ -77,17 +118,7 @@ def main() -> int:
             runs = []
             before = counters(lm.metrics_url)
             t0 = time.time()
-            phases = [
-                ("shared prefix", [v0], dict(scenario="shared_prefix", users=6, turns=3, seed=1)),
-                ("multi-turn, round robin over 2 servers", [v0, v1],
-                 dict(scenario="multi_turn", users=4, turns=4, routing="round_robin", seed=2)),
-                ("unique sessions (push the prefixes out of L1)", [v0, v1],
-                 dict(scenario="unique", users=6, turns=2, seed=3)),
-                ("shared prefix again, 2 servers", [v0, v1],
-                 dict(scenario="shared_prefix", users=6, turns=2, routing="round_robin", seed=1)),
-                ("multi-turn again, affinity", [v0, v1],
-                 dict(scenario="multi_turn", users=4, turns=3, routing="affinity", seed=2)),
-            ]
+            phases = PHASES[args.mode](v0, v1)
             for label, servers, kw in phases:
                 say(label)
                 r = wl.run([s.openai_url for s in servers], stack.model_name,
@@ -129,6 +160,7 @@ def main() -> int:
         "l1_size_bytes": int(args.l1_gib * (1 << 30)),
         "eviction_policy": "LRU",
         "vllm_servers": 2,
+        "mode": args.mode,
         "lookups_logged": lines,
         "counter_increase": delta,
         "measured_hit_rate": (delta["lmcache_mp_lookup_hit_tokens"]
