@@ -36,8 +36,9 @@ capacity ``C`` iff ``m_i = max(d_0..d_i) < C``. So the whole curve is the histog
   1 per chunk, so only the run's first chunk decides the prefix maximum and only it is queried.
 
 Cost: ``O(T log R)`` vectorised work for ``T`` chunk references and ``R`` requests,
-independent of how many capacities are asked for. Memory: about 60 bytes per chunk reference
-at the peak (the arrays of the pass), none of it per capacity.
+independent of how many capacities are asked for. Memory: about 35 bytes per chunk reference
+at the peak on top of the trace itself (int32 positions; measured 726 MiB for 23 M references,
+``bench/whatif_bench.py``), none of it per capacity.
 
 **Topology** (``shared_vs_private``): ``N`` private caches of ``C/N`` each, requests routed to
 ranks round-robin, at random (fixed seed), or by prefix affinity; each rank's sub-trace gets its
@@ -180,14 +181,21 @@ class Curve:
         return hits / self.total_tokens
 
 
+def _index_dtype(n: int):
+    """int32 positions while they fit (half the memory), else int64."""
+    return np.int32 if n < 2**31 - 2 else np.int64
+
+
 def _prev_next(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Previous and next reference of the same key (-1 / len(keys) when none)."""
     n = len(keys)
-    order = np.argsort(keys, kind="stable")
+    idx = _index_dtype(n)
+    order = np.argsort(keys, kind="stable").astype(idx)
     same = keys[order[1:]] == keys[order[:-1]]
-    prev = np.full(n, -1, dtype=np.int64)
-    nxt = np.full(n, n, dtype=np.int64)
+    prev = np.full(n, -1, dtype=idx)
+    nxt = np.full(n, n, dtype=idx)
     later, earlier = order[1:][same], order[:-1][same]
+    del order, same
     prev[later] = earlier
     nxt[earlier] = later
     return prev, nxt
@@ -241,38 +249,49 @@ def stack_distances(trace: Trace) -> Distances:
     T = len(keys)
     R = trace.requests
     inf = T + 1
+    idx = _index_dtype(T + 2)
     if T == 0:
-        empty = np.zeros(0, dtype=np.int64)
+        empty = np.zeros(0, dtype=idx)
         return Distances(empty, empty, inf, 0)
     lengths = np.diff(trace.offsets)
-    req = np.repeat(np.arange(R, dtype=np.int64), lengths)
-    start = trace.offsets[:-1][req]  # request start of each reference
+    req = np.repeat(np.arange(R, dtype=idx), lengths)
+    starts = trace.offsets[:-1].astype(idx)
     prev, nxt = _prev_next(keys)
 
     # Next reference's request (R when none): B counts q <= p with next_req[q] >= r.
-    next_req = np.where(nxt < T, req[np.minimum(nxt, T - 1)], R)
+    next_req = req[np.minimum(nxt, T - 1)]
+    next_req[nxt == T] = R
     del nxt
-    new = prev < 0
     # Distinct chunks referenced before each request start: D = cumulative first references.
-    first_cum = np.concatenate(([0], np.cumsum(new)))
+    first_cum = np.zeros(T + 1, dtype=idx)
+    np.cumsum(prev < 0, out=first_cum[1:], dtype=idx)
+    unique = int(first_cum[-1])
+    d_start = first_cum[starts]  # per request
+    del first_cum
+    start = starts[req]  # request start of each reference
     seen = (prev >= 0) & (prev < start)  # looked up with an earlier reference
-    dup = (prev >= start)  # repeated inside its own request: same answer as its first copy
-    pos = np.arange(T, dtype=np.int64)
+    dup = prev >= start  # repeated inside its own request: same answer as its first copy
     cont = np.zeros(T, dtype=bool)
     cont[1:] = seen[1:] & seen[:-1] & (req[1:] == req[:-1]) & (prev[1:] == prev[:-1] + 1)
     query = seen & ~cont
-    qi = np.flatnonzero(query)
+    del seen
+    qi = np.flatnonzero(query).astype(idx)
     nbits = max(1, int(R).bit_length())
     b = _count_prefix_ge(next_req, prev[qi] + 1, req[qi], nbits)
-    dq = first_cum[start[qi]] - b
+    del next_req
 
-    d = np.full(T, inf, dtype=np.int64)
-    d[qi] = dq
+    d = np.full(T, inf, dtype=idx)
+    d[qi] = d_start[req[qi]] - b
+    del b
     # Inside a run d drops by one per chunk: d[t] = d[run start] - (t - run start).
-    run_start = np.where(query, pos, 0)
+    run_start = np.zeros(T, dtype=idx)
+    run_start[qi] = qi
+    del qi
     np.maximum.accumulate(run_start, out=run_start)
-    ci = np.flatnonzero(cont)
+    ci = np.flatnonzero(cont).astype(idx)
+    del cont
     d[ci] = d[run_start[ci]] - (ci - run_start[ci])
+    del ci, run_start
     # A chunk repeated inside its request has the distance of its first copy.
     di = np.flatnonzero(dup)
     if len(di):
@@ -283,13 +302,17 @@ def stack_distances(trace: Trace) -> Distances:
                 break
             first = np.where(more, prev[first], first)
         d[di] = d[first]
+    del dup, start, prev
 
-    # Prefix maximum per request: offset each request so one running max resets at its start.
-    big = inf + 1
-    m = d + req * big
+    # Prefix maximum per request: request index in the high 32 bits, so one running maximum
+    # restarts at every request.
+    m = req.astype(np.int64)
+    del req
+    m <<= 32
+    m |= d
     np.maximum.accumulate(m, out=m)
-    m -= req * big
-    return Distances(d=d, m=m, inf=inf, unique_chunks=int(first_cum[-1]))
+    m &= 0xFFFFFFFF
+    return Distances(d=d, m=m.astype(idx), inf=inf, unique_chunks=unique)
 
 
 def lru_curve(trace: Trace, distances: Distances | None = None) -> Curve:
@@ -301,24 +324,16 @@ def lru_curve(trace: Trace, distances: Distances | None = None) -> Curve:
         return Curve(np.zeros(0, np.int64), np.zeros(1, np.int64), total, trace.requests, 0, 0)
     finite = dist.m < dist.inf
     m = dist.m[finite]
-    weights = np.repeat(trace.chunk_size, np.diff(trace.offsets))[finite]
-    # Integer weighted histogram over m (0 <= m < unique chunks): exact token sums.
-    counts = np.zeros(dist.unique_chunks + 1, dtype=np.int64)
-    _add_sorted(counts, m, weights)
+    sizes = trace.chunk_size
+    if len(sizes) and np.all(sizes == sizes[0]):  # one chunk size: count, then scale
+        counts = np.bincount(m, minlength=dist.unique_chunks + 1).astype(np.int64) * int(sizes[0])
+    else:  # float sums of integers below 2**53: exact
+        weights = np.repeat(sizes, np.diff(trace.offsets))[finite].astype(np.float64)
+        counts = np.rint(np.bincount(m, weights=weights, minlength=dist.unique_chunks + 1)
+                         ).astype(np.int64)
     depths = np.flatnonzero(counts)
     cum = np.concatenate(([0], np.cumsum(counts[depths])))
     return Curve(depths.astype(np.int64), cum, total, trace.requests, T, dist.unique_chunks)
-
-
-def _add_sorted(counts: np.ndarray, idx: np.ndarray, weights: np.ndarray) -> None:
-    """``counts[idx] += weights`` with repeats, in integers (faster than ``np.add.at``)."""
-    if len(idx) == 0:
-        return
-    order = np.argsort(idx, kind="stable")
-    si, sw = idx[order], weights[order]
-    bounds = np.flatnonzero(np.diff(si)) + 1
-    starts = np.concatenate(([0], bounds))
-    counts[si[starts]] += np.add.reduceat(sw, starts)
 
 
 def tier_split(trace: Trace, distances: Distances, l1_chunks: int, l2_chunks: int) -> dict:
