@@ -48,6 +48,7 @@ def whatif(
     capacity_gb: Annotated[Optional[float], typer.Option(help="Total capacity compared shared vs private (default: configured size).")] = None,
     configured_gb: Annotated[Optional[float], typer.Option(help="The cache size you run today, GB (default: price book cache_tier_gb_cpu).")] = None,
     bytes_per_chunk: Annotated[Optional[int], typer.Option(help="KV bytes of one chunk (default: the trace's).")] = None,
+    l2_gb: Annotated[Optional[float], typer.Option(help="An L2 (disk) tier of this size under the configured L1: hits split by tier.")] = None,
     seconds_per_token: Annotated[Optional[float], typer.Option(help="GPU-seconds one cached prompt token saves (default: from the deployment's metrics).")] = None,
     tokens_per_month: Annotated[Optional[float], typer.Option(help="Prompt tokens per month (default: the trace's rate).")] = None,
     points: Annotated[int, typer.Option(help="Capacities listed (the curve itself is exact at all).")] = 30,
@@ -66,7 +67,7 @@ def whatif(
         d = run(database, deployment, trace, model=model, ranks=ranks, capacity_gb=capacity_gb,
                 configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
                 seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
-                points=points, seed=seed)
+                points=points, seed=seed, l2_gb=l2_gb)
     except (*USER_ERRORS, KvplanError) as e:
         fail(str(e))
     if as_json:
@@ -84,6 +85,10 @@ def whatif(
     if d["configured"]:
         c = d["configured"]
         out.print(f"configured {c['capacity_gb']:g} GB: {c['hit_rate']:.1%}")
+    if d["tiers"]:
+        t2 = d["tiers"]
+        out.print(f"L1 {t2['l1_gb']:g} GB + L2 {t2['l2_gb']:g} GB: {t2['l1_hit_rate']:.1%} from L1, "
+                  f"{t2['l2_hit_rate']:.1%} from L2")
     s = d["shared_vs_private"]
     out.print(f"one shared pool of {_cap(s['capacity_gb'], s['capacity_tokens'])}: "
               f"{s['shared_hit_rate']:.1%}; {s['ranks']} private caches of a {s['ranks']}th each:")

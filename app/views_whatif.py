@@ -70,7 +70,8 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
            ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = cachesim.ROUTINGS,
            seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
            configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
-           tokens_per_month: float | None = None, capacity_gb: float | None = None) -> dict[str, Any]:
+           tokens_per_month: float | None = None, capacity_gb: float | None = None,
+           l2_gb: float | None = None) -> dict[str, Any]:
     """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
     shared vs private (default: the configured size, else half the saturation size)."""
     tr, info = load_trace(db, deployment, trace, model=model)
@@ -101,6 +102,17 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
     rates = curve.hit_rate(caps)
     pts = [{"capacity_chunks": int(c), "capacity_tokens": int(c) * chunk_tokens,
             "capacity_gb": gb(c), "hit_rate": float(h)} for c, h in zip(caps, rates)]
+
+    # L1 (the configured size) over an L2 of l2_gb that takes what L1 evicts (models.cachesim).
+    tiers = None
+    if l2_gb is not None and configured is not None:
+        l2 = cachesim.capacity_chunks(l2_gb * GB, bpc)
+        tiers = {**cachesim.tier_split(tr, dist, configured["capacity_chunks"], l2),
+                 "l1_gb": configured_gb, "l2_gb": l2_gb,
+                 "model": "exclusive LRU cascade: L2 holds what L1 evicts; a hit in L2 moves "
+                          "back to L1"}
+    elif l2_gb is not None:
+        notes.append("L1/L2 split needs the configured (L1) size and bytes per chunk")
 
     # Shared pool against `ranks` private caches, at one total capacity and along the curve.
     if capacity_gb is not None and bpc:
@@ -177,6 +189,7 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
                        "capacity_gb": gb(sat)},
         "configured": configured,
         "shared_vs_private": svp,
+        "tiers": tiers,
         "dollars": dollars,
         "best_capacity_gb": best_gb,
         "notes": notes,

@@ -66,6 +66,11 @@ def test_view_numbers_are_the_models(loaded):
     assert rr["hit_rate"] == pytest.approx(cs.topology(trace, 2, "round_robin").private_hit_rate(5))
     assert d["best_capacity_gb"] == d["dollars"]["best"]["capacity_gb"]
     assert d["dollars"]["usd_per_gpu_hour"] == 2.5  # the default price book
+    assert d["tiers"] is None
+    t2 = whatif(loaded, "dep", ranks=2, configured_gb=2 * BPC / 1e9, l2_gb=6 * BPC / 1e9)["tiers"]
+    assert t2["l1_chunks"] == 2 and t2["l2_chunks"] == 6
+    both = curve.hit_tokens(8)
+    assert t2["l1_hit_tokens"] + t2["l2_hit_tokens"] == both and t2["l1_hit_tokens"] >= curve.hit_tokens(2)
 
 
 def test_cli_import_and_whatif_json(tmp_path):
