@@ -36,9 +36,9 @@ capacity ``C`` iff ``m_i = max(d_0..d_i) < C``. So the whole curve is the histog
   1 per chunk, so only the run's first chunk decides the prefix maximum and only it is queried.
 
 Cost: ``O(T log R)`` vectorised work for ``T`` chunk references and ``R`` requests,
-independent of how many capacities are asked for. Memory: about 35 bytes per chunk reference
-at the peak on top of the trace itself (int32 positions; measured 726 MiB for 23 M references,
-``bench/whatif_bench.py``), none of it per capacity.
+independent of how many capacities are asked for. Memory: about 40 bytes per chunk reference
+at the peak on top of the trace itself (int32 positions; measured +903 MiB resident for 23 M
+references, 1 M requests, ``bench/whatif_bench.py``), none of it per capacity.
 
 **Topology** (``shared_vs_private``): ``N`` private caches of ``C/N`` each, requests routed to
 ranks round-robin, at random (fixed seed), or by prefix affinity; each rank's sub-trace gets its
