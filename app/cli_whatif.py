@@ -91,7 +91,7 @@ def whatif(
                   f"{t2['l2_hit_rate']:.1%} from L2")
     s = d["shared_vs_private"]
     out.print(f"one shared pool of {_cap(s['capacity_gb'], s['capacity_tokens'])}: "
-              f"{s['shared_hit_rate']:.1%}; {s['ranks']} private caches of a {s['ranks']}th each:")
+              f"{s['shared_hit_rate']:.1%}; {s['ranks']} private caches of 1/{s['ranks']} each:")
     for p in s["private"]:
         out.print(f"  {p['routing']:<16} {p['hit_rate']:.1%}")
     if d["dollars"]:
