@@ -6,7 +6,8 @@
   at every capacity asked: hit tokens and total tokens, to the token (``stack`` marker: it
   needs the stack venv, not the servers);
 * at the configured L1 size, the replay's hit rate against LMCache's own lookup counters
-  recorded over the same requests (``meta.json``): within 5 points for the sequential trace.
+  recorded over the same requests (``meta.json``): within 5 points for the sequential trace
+  (recorded: 19,200 hit tokens predicted and measured, 56.4 % of the 34,048 looked up).
   Under concurrency (``lmcache-stack-concurrent``) every replay over-predicts: a request
   looks up chunks a concurrent request has not stored yet.
 """
@@ -107,8 +108,10 @@ def lmcache_simulate(d: Path, chunks: int, bpc: int, tmp: Path) -> tuple[int, in
 
 @pytest.mark.stack
 @pytest.mark.parametrize("d, capacities", [
-    (SEQUENTIAL, [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 96, 100_000]),
-    (CONCURRENT, [1, 5, 20, 40, 100_000]),
+    # both sides of every step of the curve (stack distances 3, 4, 8, 48), the L1 (40), extremes
+    (SEQUENTIAL, [1, 3, 4, 5, 8, 9, 24, 40, 48, 49, 100_000]),
+    # a few steps of its 16, the L1 and the extremes
+    (CONCURRENT, [1, 4, 18, 19, 40, 72, 100_000]),
 ], ids=["sequential", "concurrent"])
 def test_curve_equals_lmcaches_simulator_at_every_capacity(db, tmp_path, d, capacities):
     if not stk.stack_python().exists():

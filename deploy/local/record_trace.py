@@ -107,6 +107,10 @@ def main() -> int:
     args.out = args.out or FIXTURES / ("lmcache-stack" if args.mode == "sequential"
                                        else "lmcache-stack-concurrent")
 
+    logs_dir = args.run_dir / stk.LOOKUP_HASH_LOG_DIR
+    if logs_dir.exists():  # a previous recording's files would be taken as this one's
+        for old in logs_dir.glob("lookup_hashes_*.jsonl"):
+            old.unlink()
     with open(LOCK, "w") as lock:
         say(f"waiting for {LOCK}")
         fcntl.flock(lock, fcntl.LOCK_EX)
