@@ -336,6 +336,18 @@ def lru_curve(trace: Trace, distances: Distances | None = None) -> Curve:
     return Curve(depths.astype(np.int64), cum, total, trace.requests, T, dist.unique_chunks)
 
 
+def hit_tokens_by_request(trace: Trace, distances: Distances, capacity: int) -> np.ndarray:
+    """Hit tokens of each request at ``capacity`` chunks (same rule as the curve)."""
+    lengths = np.diff(trace.offsets)
+    hits = np.zeros(trace.requests, dtype=np.int64)
+    if trace.references == 0:
+        return hits
+    hit_chunks = np.add.reduceat((distances.m < capacity).astype(np.int64),
+                                 trace.offsets[:-1][lengths > 0])
+    hits[lengths > 0] = hit_chunks
+    return hits * trace.chunk_size
+
+
 def tier_split(trace: Trace, distances: Distances, l1_chunks: int, l2_chunks: int) -> dict:
     """Hit tokens served from L1 and from L2 for an exclusive LRU cascade (module doc)."""
     weights = np.repeat(trace.chunk_size, np.diff(trace.offsets))

@@ -97,6 +97,15 @@ def test_curve_equals_brute_force_lru_at_every_capacity(seed):
     assert curve.hit_tokens(10**9) == curve.infinite_hit_tokens
 
 
+def test_hit_tokens_by_request_add_up_to_the_curve():
+    trace = _random_trace(np.random.default_rng(3), 80, 25)
+    dist = cs.stack_distances(trace)
+    curve = cs.lru_curve(trace, dist)
+    for cap in (1, 4, 12, 40):
+        per = cs.hit_tokens_by_request(trace, dist, cap)
+        assert len(per) == trace.requests and per.sum() == curve.hit_tokens(cap)
+
+
 def test_curve_is_monotone_and_vectorised():
     trace = _random_trace(np.random.default_rng(7), 200, 50)
     curve = cs.lru_curve(trace)

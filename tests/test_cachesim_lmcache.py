@@ -81,6 +81,37 @@ def test_concurrent_cold_start_is_over_predicted_by_any_replay(db):
     assert inc["lmcache_mp_lookup_hit_tokens"] / requested == pytest.approx(m["measured_hit_rate"])
 
 
+@pytest.mark.stack
+def test_live_stack_lookup_log_predicts_lmcaches_counters(local_stack, db):
+    """On the session's live stack (LMCache logs lookups by default): a few sequential
+    requests, LMCache's counters before and after, and the replay of the whole log so far
+    predicting those requests' hit tokens at the stack's L1 size."""
+    import time
+
+    from collectors import workload as wl
+    from deploy.local.record_trace import counters
+
+    lm, v0 = local_stack.lmcache(), local_stack.server("vllm-0")
+    logs = Path(local_stack.run_dir) / stk.LOOKUP_HASH_LOG_DIR
+    before = counters(lm.metrics_url)
+    for kw in (dict(scenario="shared_prefix", turns=4, seed=77), dict(scenario="multi_turn", turns=3, seed=78)):
+        r = wl.run([v0.openai_url], local_stack.model_name,
+                   wl.Workload(users=1, output_tokens=4, max_seconds=120, **kw))
+        assert all(x.ok for x in r.results)
+    time.sleep(2)  # the log is written off the hot path
+    after = counters(lm.metrics_url)
+    n = int(after["lmcache_mp_lookups_requests"] - before["lmcache_mp_lookups_requests"])
+    assert n == 7
+    traces.import_trace(db, "live", [logs])
+    trace, info = traces.load_trace(db, "live")
+    l1_gib = float(lm.cmd[lm.cmd.index("--l1-size-gb") + 1])
+    dist = cs.stack_distances(trace)
+    per = cs.hit_tokens_by_request(trace, dist, cs.capacity_chunks(l1_gib * 2**30, info.bytes_per_chunk))
+    requested = after["lmcache_mp_lookup_requested_tokens"] - before["lmcache_mp_lookup_requested_tokens"]
+    measured = after["lmcache_mp_lookup_hit_tokens"] - before["lmcache_mp_lookup_hit_tokens"]
+    assert abs(per[-n:].sum() - measured) / requested <= 0.05, (per[-n:].sum(), measured, requested)
+
+
 # --- equality with LMCache's own simulator (the real CLI) ------------------------------------
 
 _HIT = re.compile(r"Hit tokens\s*:\s*([\d,]+)")
