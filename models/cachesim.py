@@ -342,7 +342,8 @@ def hit_tokens_by_request(trace: Trace, distances: Distances, capacity: int) -> 
     hits = np.zeros(trace.requests, dtype=np.int64)
     if trace.references == 0:
         return hits
-    hit_chunks = np.add.reduceat((distances.m < capacity).astype(np.int64),
+    hit = (distances.m < capacity) & (distances.m < distances.inf)  # inf: never seen before
+    hit_chunks = np.add.reduceat(hit.astype(np.int64),
                                  trace.offsets[:-1][lengths > 0])
     hits[lengths > 0] = hit_chunks
     return hits * trace.chunk_size
@@ -351,7 +352,7 @@ def hit_tokens_by_request(trace: Trace, distances: Distances, capacity: int) -> 
 def tier_split(trace: Trace, distances: Distances, l1_chunks: int, l2_chunks: int) -> dict:
     """Hit tokens served from L1 and from L2 for an exclusive LRU cascade (module doc)."""
     weights = np.repeat(trace.chunk_size, np.diff(trace.offsets))
-    hit = distances.m < l1_chunks + l2_chunks
+    hit = (distances.m < l1_chunks + l2_chunks) & (distances.m < distances.inf)
     from_l1 = hit & (distances.d < l1_chunks)
     total = int(trace.seq_len.sum())
     l1 = int(weights[from_l1].sum())

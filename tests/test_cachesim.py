@@ -101,7 +101,7 @@ def test_hit_tokens_by_request_add_up_to_the_curve():
     trace = _random_trace(np.random.default_rng(3), 80, 25)
     dist = cs.stack_distances(trace)
     curve = cs.lru_curve(trace, dist)
-    for cap in (1, 4, 12, 40):
+    for cap in (1, 4, 12, 40, 10**6):  # far above the references: new chunks still miss
         per = cs.hit_tokens_by_request(trace, dist, cap)
         assert len(per) == trace.requests and per.sum() == curve.hit_tokens(cap)
 
@@ -163,6 +163,8 @@ def test_tier_split_adds_up_to_the_combined_capacity():
     curve = cs.lru_curve(trace, dist)
     split = cs.tier_split(trace, dist, l1_chunks=5, l2_chunks=15)
     assert split["l1_hit_tokens"] + split["l2_hit_tokens"] == curve.hit_tokens(20)
+    huge = cs.tier_split(trace, dist, l1_chunks=10**6, l2_chunks=10**6)
+    assert huge["l1_hit_tokens"] == curve.infinite_hit_tokens and huge["l2_hit_tokens"] == 0
     assert split["l1_hit_tokens"] <= curve.hit_tokens(20)
     # an L1 alone of 5 chunks hits no more than the L1 share of the cascade... and the
     # cascade's L1 share is at least what the 5-chunk cache's prefix hits are.
