@@ -105,8 +105,8 @@ if d["dollars"]:
     st.markdown(f"Saved prefill GPU time at {dl['seconds_per_cached_token']:.3g} GPU-s per cached token "
                 f"({dl['seconds_per_cached_token_source']}), {dl['requested_tokens_per_month']:,.0f} prompt "
                 f"tokens / month ({dl['requested_tokens_per_month_source']}), "
-                f"{fmt.usd(dl['usd_per_gpu_hour'])} per GPU-hour, minus cache memory at "
-                f"{fmt.usd(dl['usd_per_gb_month'])} per GB-month (price book).")
+                f"\\${dl['usd_per_gpu_hour']:,.2f} per GPU-hour, minus cache memory at "
+                f"\\${dl['usd_per_gb_month']:,.2f} per GB-month (price book).")
     state.chart(charts_whatif.value_chart(d))
     if dl["break_even"]:
         st.caption(f"Past {dl['break_even']['capacity_gb']:,.3f} GB the cache as a whole costs more than it saves.")
