@@ -180,6 +180,9 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
         "trace": {"name": info.name, "format": info.format, "model": model,
                   "requests": curve.requests, "chunk_references": curve.references,
                   "unique_chunks": curve.unique_chunks, "total_tokens": curve.total_tokens,
+                  # LMCache's lookup_requested_tokens counter counts these (no partial tail):
+                  # hit tokens / full_chunk_tokens is comparable with its hit-rate metric
+                  "full_chunk_tokens": int((tr.chunk_size * np.diff(tr.offsets)).sum()),
                   "chunk_tokens": chunk_tokens, "bytes_per_chunk": bpc,
                   "bytes_source": "option" if bytes_per_chunk else info.bytes_source,
                   "first_ts": t0, "last_ts": t1, "seconds": t1 - t0},

@@ -60,6 +60,7 @@ def test_view_numbers_are_the_models(loaded):
         assert p["capacity_gb"] == pytest.approx(p["capacity_chunks"] * BPC / 1e9)
         assert p["capacity_tokens"] == p["capacity_chunks"] * 4
     assert d["configured"]["capacity_chunks"] == 5
+    assert d["trace"]["full_chunk_tokens"] == trace.references * 4 < d["trace"]["total_tokens"]
     s = d["shared_vs_private"]
     assert s["capacity_chunks"] == 5 and s["ranks"] == 2
     rr = next(p for p in s["private"] if p["routing"] == "round_robin")
