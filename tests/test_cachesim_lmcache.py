@@ -102,7 +102,9 @@ def test_live_stack_lookup_log_predicts_lmcaches_counters(local_stack, db):
     after = counters(lm.metrics_url)
     n = int(after["lmcache_mp_lookups_requests"] - before["lmcache_mp_lookups_requests"])
     assert n == 7
-    traces.import_trace(db, "live", [logs])
+    # this LMCache process's files only (a reused run directory keeps older servers' logs)
+    mine = [f for f in sorted(logs.glob("lookup_hashes_*.jsonl")) if f.stat().st_mtime >= lm.started_at]
+    traces.import_trace(db, "live", mine)
     trace, info = traces.load_trace(db, "live")
     l1_gib = float(lm.cmd[lm.cmd.index("--l1-size-gb") + 1])
     dist = cs.stack_distances(trace)
