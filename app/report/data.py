@@ -42,6 +42,8 @@ class ReportData:
     ledger: list[dict]
     measured_on: str | None
     """What served the metrics (hardware, model), as given; None: not recorded."""
+    whatif_html: str = ""
+    """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
 
     @property
     def cpu_scale(self) -> bool:
@@ -65,6 +67,9 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
     same data). ``KvplanError`` when the month holds no data."""
+    from app.report.whatif import whatif_section
+
+    whatif_html = whatif_section(db, deployment)
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
@@ -81,4 +86,4 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
             collection=collection_view(src, deployment, t_from, t_to),
             scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
             ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
-            measured_on=measured_on or measured_on_default(runs))
+            measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html)
