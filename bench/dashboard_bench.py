@@ -156,7 +156,6 @@ def replay(path: Path, case: str, days: int, engines: int, interval_min: int) ->
 
 def roll_up(db: Database, deployment: str, days: int) -> list[float]:
     from app.data.store import rollup_gauges_day
-
     from collectors.scheduler import rollup_day
 
     took = []

@@ -281,7 +281,6 @@ out = dict(raw=n)""")
 
 def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:
     from app.data.window import stats
-
     from models.metrics import Increase, window_stats
     from sql.db import Database
 

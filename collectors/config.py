@@ -119,6 +119,9 @@ class DeploymentConfig(BaseModel):
     gpus: int | None = Field(default=None, ge=1, le=100_000,
                              description="GPUs currently serving this deployment (for capacity); default: the "
                                          "vLLM engines seen x gpus_per_engine.")
+    lookup_hash_log_dir: Path | None = Field(
+        default=None, description="LMCache's --lookup-hash-log-dir: the nightly job imports its request trace "
+                                  "for the cache-size what-if (kvplan whatif).")
     gpus_per_engine: int = Field(default=1, ge=1, le=1024,
                                  description="GPUs one vLLM engine runs on: tensor parallel x pipeline parallel "
                                              "(not in vLLM's metrics).")

@@ -5,7 +5,8 @@
   scrape is still running is skipped this round (counted as an error), never queued twice.
 * ``nightly``: on ``schedule.nightly_cron`` (local time by default), for every UTC day not
   yet done: ingest the day from Prometheus (deployments with a ``prometheus_selector``),
-  compute ``daily_rollups`` for every deployment, then the ``NightlyJobs`` the caller gave
+  import new LMCache lookup-hash logs (``lookup_hash_log_dir``) for the what-if, compute
+  ``daily_rollups`` for every deployment, then the ``NightlyJobs`` the caller gave
   (the CLI: the dashboard's gauge rollups and the capacity reports).
 
 Jobs never overlap themselves (``max_instances=1``, ``coalesce``). A nightly run missed while
@@ -35,6 +36,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 from collectors.config import Settings
 from collectors.scrape import Target, scrape_target
 from collectors.store import ensure_target
+from collectors.traces import ingest_trace_dir
+from models.errors import KvplanError
 from models.timeutil import day_start, utcnow
 from sql.db import Database
 
@@ -216,6 +219,16 @@ class Nightly:
                 out.rows += res.rows
                 out.errors += res.failed
                 out.notes += [f"{dep.name}: {m}" for m in res.errors[:3]]
+            for dep in s.deployments:
+                if dep.lookup_hash_log_dir is None:
+                    continue
+                try:
+                    res = ingest_trace_dir(self.db, dep.name, dep.lookup_hash_log_dir)
+                except KvplanError as e:  # a bad log file must not stop the night
+                    out.errors += 1
+                    out.notes.append(f"{dep.name}: trace: {e}")
+                    continue
+                out.rows += res.requests if res is not None else 0
             names = {d["deployment"] for d in fetch_rw(self.db, "deployments")}
             for name in sorted(names):
                 out.rows += rollup_day(self.db, name, day)

@@ -20,7 +20,8 @@ from tests.test_store_stats import one, put
 
 EXP = scenario_expected()
 SECTIONS = ["Decision", "1. Measured reuse", "2. Tail baseline", "3. Topology", "4. Pilot comparison",
-            "5. Pricing", "6. Assumptions and price book", "7. Data provenance"]
+            "5. Pricing", "6. Assumptions and price book", "7. Data provenance",
+            "8. Cache size and topology what-if"]
 
 
 @pytest.fixture

@@ -47,6 +47,8 @@ class ReportData:
     """What served the metrics (hardware, model), as given; None: not recorded."""
     timeline: Timeline = Timeline()
     """How the report's time charts are drawn (UTC, the bucket width, the recorded gaps)."""
+    whatif_html: str = ""
+    """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
 
     @property
     def cpu_scale(self) -> bool:
@@ -70,6 +72,9 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
     same data). ``KvplanError`` when the month holds no data."""
+    from app.report.whatif import whatif_section
+
+    whatif_html = whatif_section(db, deployment)
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
@@ -85,5 +90,5 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
             collection=collection_view(src, deployment, t_from, t_to),
             scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
             ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
-            measured_on=measured_on or measured_on_default(runs),
+            measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
             timeline=timeline(src, deployment, t_from, t_to, chart_step(t_from, t_to, step)))
