@@ -402,7 +402,7 @@ def test_no_machine_path_in_the_topology_or_the_model_selector(demo_server, page
     url, db, dep = demo_server
     open_page(page, url, "report", wait_for="h1")
     frame = page.frame_locator("iframe")
-    topo = frame.locator("h2", has_text="Topology")
+    topo = frame.locator("h2", has_text="3. Topology")
     topo.wait_for()
     report = frame.locator("body").inner_text()
     section = report[report.index("3. Topology"):report.index("4. Pilot")]
@@ -415,8 +415,9 @@ def test_no_machine_path_in_the_topology_or_the_model_selector(demo_server, page
 
 def test_report_page_time_in_the_browser(demo_server, page):
     """The Report page on the demo, from clicking it in the navigation to the preview shown:
-    the first visit (report built, its charts rendered by vl-convert) and a later one (served
-    from the cache until the data changes; target 2 s). Printed for the record."""
+    the first visit of this test (report built and its charts rendered by vl-convert, unless
+    an earlier test on the same server built it already) and a later one (served from the
+    cache until the data changes; target 2 s). Printed for the record."""
     url, db, dep = demo_server
     open_page(page, url, "", wait_for="h1")
     took = []
