@@ -28,6 +28,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
 
+from collectors.relabel import model_label
 from models.errors import KvplanError
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
@@ -132,7 +133,7 @@ def check_content_type(source: str, content_type: str | None) -> str:
 
 
 def _split_labels(labels: dict[str, str]) -> tuple[str | None, str | None, float | None, tuple]:
-    model = labels.get("model_name")
+    model = model_label(labels.get("model_name"))  # a path becomes its last component
     engine = labels.get("engine")
     le_raw = labels.get("le")
     le = float(le_raw) if le_raw is not None else None

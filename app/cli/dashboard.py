@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -26,11 +25,12 @@ def dashboard(
     env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()))
     if config:
         env["KVPLAN_CONFIG"] = str(config.resolve())
-    script = Path(__file__).parents[1] / "streamlit_app.py"
-    # Streamlit always runs headless: otherwise its first start on a machine stops to ask for
-    # an e-mail address on stdin. kvplan opens the browser itself once the server answers.
-    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    from app.launch import streamlit_command
+
+    # Streamlit always runs headless (otherwise its first start on a machine stops to ask for
+    # an e-mail address on stdin) with the minimal toolbar (no Deploy button): app/launch.py.
+    # kvplan opens the browser itself once the server answers.
+    cmd = streamlit_command(port)
     url = f"http://localhost:{port}"
     out.print(f"kvplan dashboard on {url} (database {s.db}); Ctrl+C stops it")
     if not headless:
