@@ -199,7 +199,6 @@ def _calls(deployment: str, t_from: datetime, t_to: datetime) -> dict:
     from app import report
     from app.data.store import data_months, deployments_with_data
     from app.gaps import timeline
-    from models.spans import chart_step
     from app.state import Selection
     from app.views.cache import cache_view
     from app.views.collection import collection_view
@@ -207,6 +206,7 @@ def _calls(deployment: str, t_from: datetime, t_to: datetime) -> dict:
     from app.views.latency import latency_view
     from app.views.overview import overview
     from app.views.runs import runs_view
+    from models.spans import chart_step
 
     step = Selection(deployment, None, t_from, t_to).step_s
 

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from collectors.traces import parse_file  # noqa: E402
 from deploy.local import stack as stk  # noqa: E402
+from models import cache_topology as ct  # noqa: E402
 from models import cachesim as cs  # noqa: E402
 
 MOONCAKE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
@@ -183,8 +184,8 @@ def mooncake_curve(reqs: list[dict]) -> None:
               f"{curve.hit_rate(blocks):.2%}")
     for cap in (8_000, 80_000):
         row = [f"shared {curve.hit_rate(cap):.2%}"]
-        for policy in cs.ROUTINGS:
-            row.append(f"{policy} {cs.topology(tr, 8, policy, shared=curve).private_hit_rate(cap):.2%}")
+        for policy in ct.ROUTINGS:
+            row.append(f"{policy} {ct.topology(tr, 8, policy, shared=curve).private_hit_rate(cap):.2%}")
         print(f"  {cap:,} blocks as one pool vs 8 x {cap // 8:,}: " + ", ".join(row))
 
 

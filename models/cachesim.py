@@ -71,11 +71,6 @@ GB = 1e9
 """Capacities in GB are decimal (10^9 bytes); LMCache's CLI takes GiB (2^30)."""
 GIB = 2**30
 
-ROUTINGS = ("round_robin", "random", "prefix_affinity")
-AFFINITY_MIN_MATCH = 0.5
-"""Prefix affinity follows the earlier rank only when the seen prefix covers at least this
-share of the request's chunks (SGLang's cache-aware router default threshold)."""
-
 
 @dataclass(frozen=True)
 class Trace:
@@ -185,7 +180,7 @@ def _index_dtype(n: int):
     return np.int32 if n < 2**31 - 2 else np.int64
 
 
-def _prev_next(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def prev_next(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Previous and next reference of the same key (-1 / len(keys) when none)."""
     n = len(keys)
     idx = _index_dtype(n)
@@ -255,7 +250,7 @@ def stack_distances(trace: Trace) -> Distances:
     lengths = np.diff(trace.offsets)
     req = np.repeat(np.arange(R, dtype=idx), lengths)
     starts = trace.offsets[:-1].astype(idx)
-    prev, nxt = _prev_next(keys)
+    prev, nxt = prev_next(keys)
 
     # Next reference's request (R when none): B counts q <= p with next_req[q] >= r.
     next_req = req[np.minimum(nxt, T - 1)]
@@ -360,86 +355,6 @@ def tier_split(trace: Trace, distances: Distances, l1_chunks: int, l2_chunks: in
             "l1_hit_tokens": l1, "l2_hit_tokens": both - l1, "total_tokens": total,
             "l1_hit_rate": l1 / total if total else 0.0,
             "l2_hit_rate": (both - l1) / total if total else 0.0}
-
-
-# --------------------------------------------------------------------------------------------
-# Topology: one shared pool against N private caches
-# --------------------------------------------------------------------------------------------
-
-
-def route(trace: Trace, ranks: int, policy: str = "round_robin", seed: int = 0) -> np.ndarray:
-    """The rank (0..ranks-1) each request goes to under ``policy`` (``ROUTINGS``)."""
-    if ranks < 1:
-        raise ValueError("ranks must be >= 1")
-    R = trace.requests
-    if policy == "round_robin":
-        return np.arange(R, dtype=np.int64) % ranks
-    if policy == "random":
-        return np.random.default_rng(seed).integers(0, ranks, size=R, dtype=np.int64)
-    if policy != "prefix_affinity":
-        raise ValueError(f"unknown routing {policy!r}; one of {', '.join(ROUTINGS)}")
-    T = trace.references
-    lengths = np.diff(trace.offsets)
-    out = np.zeros(R, dtype=np.int64)
-    if T == 0:
-        return np.arange(R, dtype=np.int64) % ranks
-    req = np.repeat(np.arange(R, dtype=np.int64), lengths)
-    start = trace.offsets[:-1]
-    prev, _ = _prev_next(trace.chunk_ids)
-    seen_before = (prev >= 0) & (prev < start[req])
-    # Leading chunks seen before: position of the first unseen chunk in each request.
-    broken = np.where(~seen_before, np.arange(T) - start[req], lengths[req])
-    lead = np.minimum.reduceat(broken, start[lengths > 0]) if (lengths > 0).any() else []
-    matched = np.zeros(R, dtype=np.int64)
-    matched[lengths > 0] = lead
-    # The request that last referenced the deepest matched chunk.
-    deep = np.full(R, -1, dtype=np.int64)
-    has = matched > 0
-    deep[has] = req[prev[start[has] + matched[has] - 1]]
-    follow = has & (matched >= AFFINITY_MIN_MATCH * lengths)
-    nxt = 0
-    deep_l = deep.tolist()
-    follow_l = follow.tolist()
-    for r in range(R):
-        if follow_l[r]:
-            out[r] = out[deep_l[r]]
-        else:
-            out[r] = nxt
-            nxt = (nxt + 1) % ranks
-    return out
-
-
-@dataclass(frozen=True)
-class Topology:
-    """Shared pool vs ``ranks`` private caches under one routing."""
-
-    ranks: int
-    policy: str
-    shared: Curve
-    private: tuple[Curve, ...]
-
-    def private_hit_tokens(self, capacity_chunks_total: int) -> int:
-        """Hit tokens of ``ranks`` private caches of ``capacity // ranks`` chunks each."""
-        each = max(1, int(capacity_chunks_total) // self.ranks)
-        return int(sum(c.hit_tokens(each) for c in self.private))
-
-    def private_hit_rate(self, capacity_chunks_total: int) -> float:
-        total = self.shared.total_tokens
-        return self.private_hit_tokens(capacity_chunks_total) / total if total else 0.0
-
-    @property
-    def private_infinite_hit_rate(self) -> float:
-        total = self.shared.total_tokens
-        return sum(c.infinite_hit_tokens for c in self.private) / total if total else 0.0
-
-
-def topology(trace: Trace, ranks: int, policy: str = "round_robin", seed: int = 0,
-             shared: Curve | None = None) -> Topology:
-    """Curves of the shared pool and of each rank's private cache."""
-    assignment = route(trace, ranks, policy, seed)
-    shared_curve = shared if shared is not None else lru_curve(trace)
-    private = tuple(lru_curve(trace.subset(assignment == k)) for k in range(ranks))
-    return Topology(ranks, policy, shared_curve, private)
 
 
 # --------------------------------------------------------------------------------------------

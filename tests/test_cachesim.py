@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models import cache_topology as ct
 from models import cachesim as cs
 
 A, B, C, X = 1, 2, 3, 9
@@ -121,36 +122,36 @@ def test_shared_pool_beats_private_caches_under_round_robin():
     # One user sends the same 2-chunk prompt 4 times. Round-robin over 2 ranks puts r0, r2
     # on rank 0 and r1, r3 on rank 1: each rank misses once. The shared pool misses once.
     trace = cs.make_trace([([A, B], 20, 10)] * 4)
-    topo = cs.topology(trace, ranks=2, policy="round_robin")
+    topo = ct.topology(trace, ranks=2, policy="round_robin")
     assert topo.shared.hit_tokens(4) == 60
     assert topo.private_hit_tokens(4) == 40  # 2 chunks per rank
     assert topo.private_hit_rate(4) == pytest.approx(40 / 80)
     # Prefix affinity sends r1..r3 where r0 went: as good as the shared pool.
-    aff = cs.topology(trace, ranks=2, policy="prefix_affinity")
-    assert list(cs.route(trace, 2, "prefix_affinity")) == [0, 0, 0, 0]
+    aff = ct.topology(trace, ranks=2, policy="prefix_affinity")
+    assert list(ct.route(trace, 2, "prefix_affinity")) == [0, 0, 0, 0]
     assert aff.private_hit_tokens(4) == 60
 
 
 def test_prefix_affinity_falls_back_to_round_robin_below_half_a_match():
     # r1 shares only A (1 of 3 chunks) with r0: below 50 %, so round-robin moves on.
     trace = cs.make_trace([([A, B, C], 30, 10), ([A, 5, 6], 30, 10), ([A, 5, 6, 7], 40, 10)])
-    assert list(cs.route(trace, 2, "prefix_affinity")) == [0, 1, 1]
+    assert list(ct.route(trace, 2, "prefix_affinity")) == [0, 1, 1]
 
 
 def test_random_routing_is_reproducible_and_balanced():
     trace = cs.make_trace([([i], 10, 10) for i in range(1000)])
-    r1 = cs.route(trace, 4, "random", seed=3)
-    assert list(r1) == list(cs.route(trace, 4, "random", seed=3))
+    r1 = ct.route(trace, 4, "random", seed=3)
+    assert list(r1) == list(ct.route(trace, 4, "random", seed=3))
     assert set(np.bincount(r1)) and min(np.bincount(r1)) > 200
     with pytest.raises(ValueError):
-        cs.route(trace, 4, "nearest")
+        ct.route(trace, 4, "nearest")
 
 
 def test_private_caches_equal_brute_force_per_rank():
     trace = _random_trace(np.random.default_rng(11), 120, 30)
-    for policy in cs.ROUTINGS:
-        topo = cs.topology(trace, ranks=3, policy=policy, seed=5)
-        ranks = cs.route(trace, 3, policy, seed=5)
+    for policy in ct.ROUTINGS:
+        topo = ct.topology(trace, ranks=3, policy=policy, seed=5)
+        ranks = ct.route(trace, 3, policy, seed=5)
         for cap in (3, 9, 30, 90):
             expect = sum(cs.reference_hit_tokens(trace.subset(ranks == k), cap // 3)
                          for k in range(3))

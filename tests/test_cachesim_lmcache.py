@@ -37,7 +37,7 @@ def meta(d: Path) -> dict:
 
 
 def replay(db, d: Path, name: str) -> tuple[cs.Trace, cs.Curve, int]:
-    r = traces.import_trace(db, "stack", [d], name=name)
+    traces.import_trace(db, "stack", [d], name=name)
     trace, info = traces.load_trace(db, "stack", name)
     return trace, cs.lru_curve(trace), info.bytes_per_chunk
 

@@ -15,6 +15,7 @@ from app.report import fmt
 from app.report.whatif import render_section, whatif_section
 from app.views.whatif import whatif
 from collectors import traces
+from models import cache_topology as ct
 from models import cachesim as cs
 
 runner = CliRunner()
@@ -64,7 +65,7 @@ def test_view_numbers_are_the_models(loaded):
     s = d["shared_vs_private"]
     assert s["capacity_chunks"] == 5 and s["ranks"] == 2
     rr = next(p for p in s["private"] if p["routing"] == "round_robin")
-    assert rr["hit_rate"] == pytest.approx(cs.topology(trace, 2, "round_robin").private_hit_rate(5))
+    assert rr["hit_rate"] == pytest.approx(ct.topology(trace, 2, "round_robin").private_hit_rate(5))
     assert d["best_capacity_gb"] == d["dollars"]["best"]["capacity_gb"]
     assert d["dollars"]["usd_per_gpu_hour"] == 2.5  # the default price book
     assert d["tiers"] is None

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from collectors.traces import load_trace
-from models import cachesim, cachevalue
+from models import cache_topology, cachesim, cachevalue
 from models.cachesim import GB
 from models.errors import KvplanError
 from sql.db import Database
@@ -62,7 +62,7 @@ def _pricebook(db: Database, deployment: str):
 
 
 def whatif(db: Database, deployment: str, trace: str | None = None, *, model: str | None = None,
-           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = cachesim.ROUTINGS,
+           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = cache_topology.ROUTINGS,
            seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
            configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
            tokens_per_month: float | None = None, capacity_gb: float | None = None,
@@ -116,7 +116,7 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
         total_chunks = configured["capacity_chunks"]
     else:
         total_chunks = max(ranks, sat // 2)
-    topo = {r: cachesim.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
+    topo = {r: cache_topology.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
     svp = {
         "ranks": ranks, "capacity_chunks": int(total_chunks), "capacity_gb": gb(total_chunks),
         "capacity_tokens": int(total_chunks) * chunk_tokens,
