@@ -112,7 +112,7 @@ def scrape(
         failed = 0
         for url in urls:
             r = scrape_target(database, deployment, Target(default_target_name(url), url),
-                              timeout_s=s.scrape_timeout_s)
+                              timeout_s=s.scrape_timeout_s, max_bytes=s.scrape_max_bytes)
             if r.status == "failed-recorded":
                 failed += 1
                 last = database.fetch("scrape_log", deployment=deployment, limit=50)

@@ -227,7 +227,11 @@ class Settings(BaseSettings):
                                       secrets_nested_delimiter="__", extra="forbid")
 
     db: Path = Field(default=Path("kvplan.duckdb"), description="DuckDB file kvplan reads and writes.")
-    scrape_timeout_s: float = Field(default=10.0, gt=0, description="Seconds before a /metrics scrape is abandoned.")
+    scrape_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="Total seconds one /metrics scrape may "
+                                    "take (connect, headers and body together); past it the scrape is a recorded gap.")
+    scrape_max_bytes: int = Field(default=16 * 2**20, ge=1024, le=2**31, description="Largest /metrics body read "
+                                  "(bytes, after decompression; default 16 MiB, a vLLM payload is ~60 KB); a larger "
+                                  "one is a recorded gap and reading stops at the cap.")
     lock_timeout_s: float = Field(default=30.0, gt=0, description="Seconds to wait for the DuckDB file when another "
                                                                   "process holds it.")
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")

@@ -120,7 +120,8 @@ class Scraper:
                 out.notes.append(f"{dep}/{t.name}: previous scrape still running, skipped")
                 continue
             futures[key] = self.inflight[key] = self.pool.submit(
-                scrape_target, self.db, dep, t, timeout_s=self.settings.scrape_timeout_s)
+                scrape_target, self.db, dep, t, timeout_s=self.settings.scrape_timeout_s,
+                max_bytes=self.settings.scrape_max_bytes)
         wait(futures.values(), timeout=self.settings.schedule.scrape_interval_s * 0.9)
         for (dep, name), f in futures.items():
             if not f.done():

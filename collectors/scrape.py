@@ -7,6 +7,8 @@ rejected payload is stored.
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from collectors.parse import PayloadError, parse_payload
+from models.redact import redact
 from collectors.store import StoreResult, insert_payload, payload_sha256, store_failure, store_payload
 from models.errors import KvplanError
 from sql.db import Database
@@ -50,36 +53,102 @@ def default_target_name(url: str) -> str:
     return f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or url)
 
 
-def fetch(url: str, *, timeout_s: float = 10.0, client: httpx.Client | None = None,
-          headers: dict | None = None) -> tuple[str, str | None, float]:
-    """GET a /metrics URL. Returns (body, content type, seconds). Raises ScrapeError."""
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MAX_BYTES = 16 * 2**20
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def fetch(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, client: httpx.Client | None = None,
+          headers: dict | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, str | None, float]:
+    """GET a /metrics URL within a TOTAL deadline of ``timeout_s`` (connect, headers and
+    body together, not per read) and at most ``max_bytes`` of (decoded) body, streamed:
+    memory stays bounded by the cap. Returns (body, content type, seconds). Raises
+    ScrapeError naming the URL and the limit (``scrape_timeout_s`` / ``scrape_max_bytes``)."""
     safe = redact_url(url)
     t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    late = ScrapeError(f"{safe}: no complete answer within {timeout_s:g}s (scrape_timeout_s, a total deadline)")
     own = client is None
-    client = client or httpx.Client(timeout=timeout_s, follow_redirects=True)
+    client = client or httpx.Client(follow_redirects=True)
+    fired = threading.Event()
+    timer = None
     try:
-        r = client.get(url, headers=headers or {}, timeout=timeout_s)
+        with client.stream("GET", url, headers=headers or {}, timeout=timeout_s) as r:
+            if r.status_code != 200:
+                raise ScrapeError(f"{safe}: HTTP {r.status_code} {r.reason_phrase}")
+            # past the headers, the body's reads get what is left of the deadline: a timer
+            # shuts the socket down then, so a server trickling a byte a second cannot hold on
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise late
+            sock = _socket_of(r)
+            if sock is not None:
+                timer = threading.Timer(remaining, _shutdown, (sock, fired))
+                timer.daemon = True
+                timer.start()
+            chunks, size = [], 0
+            try:
+                for chunk in r.iter_bytes():
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise ScrapeError(f"{safe}: body larger than {_size(max_bytes)} (scrape_max_bytes); "
+                                          "reading stopped there")
+                    if time.monotonic() > deadline:
+                        raise late
+                    chunks.append(chunk)
+            except httpx.HTTPError:
+                if fired.is_set() or time.monotonic() > deadline:
+                    raise late from None
+                raise
+            if fired.is_set():
+                raise late
+            body = b"".join(chunks)
+            ctype = r.headers.get("content-type")
+            encoding = r.charset_encoding or "utf-8"
     except httpx.TimeoutException:
-        raise ScrapeError(f"{safe}: no answer within {timeout_s:g}s (timeout)") from None
+        raise late from None
     except httpx.HTTPError as e:
-        raise ScrapeError(f"{safe}: {type(e).__name__}: {e}") from None
+        raise ScrapeError(f"{safe}: {type(e).__name__}: {redact(str(e))}") from None
     finally:
+        if timer is not None:
+            timer.cancel()
         if own:
             client.close()
-    elapsed = time.monotonic() - t0
-    if r.status_code != 200:
-        raise ScrapeError(f"{safe}: HTTP {r.status_code} {r.reason_phrase}")
-    return r.text, r.headers.get("content-type"), elapsed
+    try:
+        text = body.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as e:
+        raise ScrapeError(f"{safe}: body is not {encoding} text ({e}): not a /metrics payload") from None
+    return text, ctype, time.monotonic() - t0
 
 
-def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: float = 10.0,
-                  client: httpx.Client | None = None, at: datetime | None = None) -> StoreResult:
+def _socket_of(response: httpx.Response):
+    stream = response.extensions.get("network_stream")
+    try:
+        return stream.get_extra_info("socket") if stream is not None else None
+    except Exception:  # a transport without sockets (tests' MockTransport)
+        return None
+
+
+def _shutdown(sock, fired: threading.Event) -> None:
+    fired.set()
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  client: httpx.Client | None = None, at: datetime | None = None,
+                  max_bytes: int = DEFAULT_MAX_BYTES) -> StoreResult:
     """Scrape one target and store the result (a payload, or a recorded failure)."""
     ts = at or datetime.now(timezone.utc)
     safe = redact_url(target.url)
     t0 = time.monotonic()
     try:
-        body, ctype, elapsed = fetch(target.url, timeout_s=timeout_s, client=client)
+        body, ctype, elapsed = fetch(target.url, timeout_s=timeout_s, client=client, max_bytes=max_bytes)
         payload = parse_payload(body, safe, content_type=ctype, kind=target.kind)
     except (ScrapeError, PayloadError) as e:
         return store_failure(db, deployment=deployment, target=target.name, kind=target.kind or "unknown",
