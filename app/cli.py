@@ -161,6 +161,8 @@ def stats(
         v = d[k]
         table.add_row(k, "not reported" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)))
     out.print(table)
+    for note in st.notes:
+        err.print(note, highlight=False, soft_wrap=True)
 
 
 @app.command()

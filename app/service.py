@@ -23,8 +23,18 @@ def window_increases(db: Database, deployment: str, t_from: datetime, t_to: date
 
 def stats(db: Database, deployment: str, t_from: datetime, t_to: datetime,
           model: str | None = None) -> WindowStats:
-    """The headline numbers of one deployment over [t_from, t_to]."""
-    return window_stats(window_increases(db, deployment, t_from, t_to, model))
+    """The headline numbers of one deployment over [t_from, t_to], with notes on what was
+    left out and why a figure is missing."""
+    st = window_stats(window_increases(db, deployment, t_from, t_to, model))
+    st.notes += data_notes(db, deployment, t_from, t_to, model)
+    return st
+
+
+def data_notes(db: Database, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+    """Stored rows the analysis left out (bad_samples): reported, never raised."""
+    rows = db.fetch("bad_samples", deployment=deployment, t_from=utc_naive(t_from), t_to=utc_naive(t_to), model=model)
+    return [f"warning: {r['name']}: {r['n']} stored sample(s) not used ({r['bad_values']} impossible value(s), "
+            f"{r['bad_created']} impossible _created time(s))" for r in rows]
 
 
 def deployments(db: Database) -> list[dict]:
@@ -216,7 +226,10 @@ def load_window(db: Database, deployment: str, t_from: datetime, t_to: datetime,
     if spans.rolled:
         rows += [Increase(**r) for r in db.fetch("daily_increases", deployment=deployment,
                                                  t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
-    return Window(deployment, model, t_from, t_to, tuple(rows), window_stats(rows), spans)
+    st = window_stats(rows)
+    for _lb, after, end in spans.raw:  # rolled-up days were summed by the same guarded macro
+        st.notes += data_notes(db, deployment, after, end, model)
+    return Window(deployment, model, t_from, t_to, tuple(rows), st, spans)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: f
     t0 = time.monotonic()
     try:
         body, ctype, elapsed = fetch(target.url, timeout_s=timeout_s, client=client, max_bytes=max_bytes)
-        payload = parse_payload(body, safe, content_type=ctype, kind=target.kind)
+        payload = parse_payload(body, safe, content_type=ctype, kind=target.kind, at=ts)
     except (ScrapeError, PayloadError) as e:
         return store_failure(db, deployment=deployment, target=target.name, kind=target.kind or "unknown",
                              ts=ts, error=str(e), source="scrape", url=safe,
@@ -158,7 +158,7 @@ def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: f
                          sha256=payload_sha256(body), source="scrape", url=safe, duration_s=elapsed)
 
 
-def read_payload(path: Path, kind: str | None = None):
+def read_payload(path: Path, kind: str | None = None, at: datetime | None = None):
     """Read and validate a saved payload. Returns (text, Payload); raises PayloadError
     naming the file (and line)."""
     try:
@@ -167,7 +167,7 @@ def read_payload(path: Path, kind: str | None = None):
         raise PayloadError(str(path), f"not UTF-8 text (byte {e.start}): not a /metrics payload") from None
     except OSError as e:
         raise PayloadError(str(path), e.strerror or str(e)) from None
-    return text, parse_payload(text, str(path), kind=kind)
+    return text, parse_payload(text, str(path), kind=kind, at=at)
 
 
 def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime, str | None]],
@@ -175,7 +175,7 @@ def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime
     """Import saved payloads ``(path, time, target or None = file stem)``. Every file is
     validated first: one bad file stores nothing. Then one connection, one transaction per
     file."""
-    parsed = [(path, at, target or path.stem, *read_payload(path, kind)) for path, at, target in items]
+    parsed = [(path, at, target or path.stem, *read_payload(path, kind, at)) for path, at, target in items]
     results = []
     with db.batch() as con:
         for path, at, target, text, payload in parsed:

@@ -34,6 +34,7 @@ class Increase:
     target: str = ""
     pairs: int = 0
     resets: int = 0
+    broken: int = 0  # decreases with an unchanged _created: not counted (increments() macro)
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,11 @@ class WindowStats:
     prefill_computed_tokens: float | None = None
     estimated_flops: float | None = None
     counter_resets: int = 0
+    counter_decreases: int = 0
+    """Decreases of a counter whose _created did not change (or went backwards): a broken or
+    replaced target, not a restart; those pairs count nothing."""
+    notes: list[str] = field(default_factory=list)
+    """Why a figure is missing or what was left out of it, in words (printed with the figures)."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -181,7 +187,7 @@ def window_stats(rows: list[Increase]) -> WindowStats:
     if lm_req is None:
         lm_req = total(rows, "lmcache:num_requested_tokens_total")
         lm_hit = total(rows, "lmcache:num_hit_tokens_total")
-    return WindowStats(
+    st = WindowStats(
         prefix_cache_hit_rate=ratio(hits, queries),
         external_prefix_cache_hit_rate=ratio(ext_hits, ext_queries),
         cached_prompt_tokens=cached,
@@ -206,4 +212,30 @@ def window_stats(rows: list[Increase]) -> WindowStats:
         prefill_computed_tokens=total(rows, "vllm:request_prefill_kv_computed_tokens_sum"),
         estimated_flops=total(rows, "vllm:estimated_flops_per_gpu_total"),
         counter_resets=sum(r.resets for r in rows),
+        counter_decreases=sum(r.broken or 0 for r in rows),
+        notes=_decrease_notes(rows),
     )
+    for name in RATE_FIELDS:
+        v = getattr(st, name)
+        if v is not None and not 0 <= v <= 1:
+            setattr(st, name, None)
+            st.notes.append(f"{name}: not reported: the counters give {v:.4g}, outside [0, 1] (inconsistent "
+                            "hits and queries in this window)")
+    return st
+
+
+RATE_FIELDS = ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "lmcache_lookup_hit_rate",
+               "lmcache_l1_hit_rate", "lmcache_l2_hit_rate")
+
+
+def _decrease_notes(rows: list[Increase]) -> list[str]:
+    broken: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r.broken:
+            broken[f"{r.name} ({r.target})" if r.target else r.name] += r.broken
+    if not broken:
+        return []
+    names = ", ".join(f"{k}: {v}" for k, v in sorted(broken.items())[:5])
+    more = f" and {len(broken) - 5} more series" if len(broken) > 5 else ""
+    return [f"warning: {sum(broken.values())} counter decrease(s) with an unchanged _created were not counted "
+            f"(not a restart: a broken or replaced target) - {names}{more}"]

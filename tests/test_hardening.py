@@ -149,3 +149,137 @@ def test_scrape_limits_have_defaults_and_bounds():
     assert s.scrape_timeout_s == 10 and s.scrape_max_bytes == 16 * 2**20
     with pytest.raises(Exception):
         Settings(scrape_max_bytes=0)
+
+
+# -- 2. poisoned rows: refused before storing; stored ones never crash an analysis --------------
+from collectors.parse import PayloadError  # noqa: E402
+from collectors.scrape import import_file  # noqa: E402
+from tests.payloads import vllm_text  # noqa: E402
+
+CREATED = 1.7e9  # 2023-11-14
+
+
+def payload(tmp_path: Path, name: str = "v.prom", **v) -> Path:
+    p = tmp_path / name
+    p.write_text(vllm_text({("m", "0"): {"created": CREATED, "hits": 10, "queries": 20, "ttft": [1, 2, 2], **v}}))
+    return p
+
+
+def replace_line(path: Path, start: str, value: str) -> int:
+    """Set the value of the first sample line starting with ``start``; returns its line number."""
+    lines = path.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith(start))
+    lines[i] = lines[i].rsplit(" ", 1)[0] + " " + value
+    path.write_text("\n".join(lines) + "\n")
+    return i + 1
+
+
+@pytest.mark.parametrize("value", ["9.9e12", "1e26", "NaN", "-5", "+Inf"])
+def test_impossible_created_is_refused_naming_file_line_and_series(db, tmp_path, value):
+    p = payload(tmp_path)
+    line = replace_line(p, "vllm:prefix_cache_hits_created", value)
+    with pytest.raises(PayloadError) as e:
+        import_file(db, "d", p, AT)
+    msg = str(e.value)
+    assert f"{p}:{line}:" in msg and "vllm:prefix_cache_hits_created" in msg and "_created" in msg
+    with db.read() as con:
+        assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("value, why", [("-3", "negative"), ("1e308", "above"), ("1.5e16", "above")])
+def test_impossible_counter_values_are_refused(db, tmp_path, value, why):
+    p = payload(tmp_path)
+    line = replace_line(p, "vllm:prefix_cache_queries_total", value)
+    with pytest.raises(PayloadError) as e:
+        import_file(db, "d", p, AT)
+    assert f"{p}:{line}:" in str(e.value) and "vllm:prefix_cache_queries_total" in str(e.value)
+    assert why in str(e.value)
+
+
+def test_hits_above_queries_in_one_payload_are_refused(db, tmp_path):
+    p = payload(tmp_path, hits=30, queries=20)
+    with pytest.raises(PayloadError) as e:
+        import_file(db, "d", p, AT)
+    msg = str(e.value)
+    assert str(p) in msg and "vllm:prefix_cache_hits_total" in msg and "vllm:prefix_cache_queries_total" in msg
+    assert "model_name=\"m\"" in msg
+
+
+def poison(db: Database, **set_sql) -> None:
+    """What an older kvplan let in: rewrite stored samples in place."""
+    with db.write() as con:
+        for col, (expr, where) in set_sql.items():
+            con.execute(f"UPDATE samples SET {col} = {expr} WHERE series_id IN "
+                        f"(SELECT series_id FROM series WHERE {where})")
+
+
+@pytest.mark.parametrize("col, expr", [("created", "9.9e12"), ("created", "1e26"), ("created", "'NaN'::DOUBLE"),
+                                       ("value", "1e308"), ("value", "-5"), ("value", "'Infinity'::DOUBLE")])
+def test_stored_poisoned_rows_are_reported_not_raised(db, tmp_path, col, expr):
+    from datetime import timedelta
+
+    from app.service import plan, stats
+
+    import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT)
+    import_file(db, "d", payload(tmp_path, "b.prom", hits=10, queries=20, ttft=[1, 2, 2]), AT + timedelta(minutes=5))
+    poison(db, **{col: (expr, "name = 'vllm:prefix_cache_hits_total'")})
+    t0, t1 = AT - timedelta(hours=1), AT + timedelta(hours=1)
+    st = stats(db, "d", t0, t1)
+    assert st.prefix_cache_hit_rate is None or 0 <= st.prefix_cache_hit_rate <= 1
+    assert any("vllm:prefix_cache_hits_total" in n and "not used" in n for n in st.notes), st.notes
+    plan(db, "d", t0, t1)
+
+
+# -- 3. counters checked for sense: a decrease without a new _created is not a reset -------------
+def two_scrapes(db, tmp_path, first: dict, second: dict, target: str = "v"):
+    from datetime import timedelta
+
+    from app.service import stats
+
+    import_file(db, "d", payload(tmp_path, "a.prom", **first), AT, target=target)
+    import_file(db, "d", payload(tmp_path, "b.prom", **second), AT + timedelta(minutes=5), target=target)
+    return stats(db, "d", AT - timedelta(hours=1), AT + timedelta(hours=1))
+
+
+def test_decrease_with_unchanged_created_is_not_traffic(db, tmp_path):
+    st = two_scrapes(db, tmp_path, dict(hits=100, queries=200, ttft=[5, 8, 8]),
+                     dict(hits=50, queries=100, ttft=[2, 3, 3]))
+    assert st.prefix_cache_hits == 0 and st.prefix_cache_queries == 0 and st.requests == 0
+    assert st.counter_resets == 0 and st.counter_decreases >= 3
+    assert any("unchanged _created" in n and "vllm:prefix_cache_hits_total" in n for n in st.notes), st.notes
+
+
+def test_decrease_with_a_new_created_is_a_reset(db, tmp_path):
+    # restarted 2 minutes after the first scrape: counted from 0 (Prometheus's rule + the zero point)
+    st = two_scrapes(db, tmp_path, dict(hits=100, queries=200, ttft=[5, 8, 8]),
+                     dict(hits=50, queries=100, ttft=[2, 3, 3], created=AT.timestamp() + 120))
+    assert st.prefix_cache_hits == 50 and st.prefix_cache_queries == 100 and st.requests == 3
+    assert st.counter_resets > 0 and st.counter_decreases == 0 and st.notes == []
+
+
+def test_created_going_backwards_is_not_traffic(db, tmp_path):
+    # two processes behind one URL answering in turn: the older one's counters are not an increase
+    st = two_scrapes(db, tmp_path, dict(hits=10, queries=20, ttft=[1, 2, 2], created=AT.timestamp() - 7200),
+                     dict(hits=15, queries=30, ttft=[1, 3, 3], created=AT.timestamp() - 10800))
+    assert st.prefix_cache_hits == 0 and st.counter_decreases > 0
+
+
+def test_hit_rate_outside_0_1_is_not_reported():
+    from models.metrics import Increase, window_stats
+
+    st = window_stats([Increase("vllm:prefix_cache_hits_total", 30.0), Increase("vllm:prefix_cache_queries_total", 20.0)])
+    assert st.prefix_cache_hit_rate is None and "outside [0, 1]" in st.notes[0]
+
+
+def test_prometheus_ingestion_applies_the_same_decrease_rule():
+    import numpy as np
+
+    from collectors.prometheus import step_increments
+
+    t = np.array([60_000, 120_000, 180_000], dtype=np.int64)
+    v = np.array([100.0, 40.0, 50.0])
+    same = np.array([5_000.0] * 3)                   # _created known and unchanged: not a restart
+    _, delta, _, resets, _ = step_increments(t, v, same, 60_000, 180_000, 60_000, 600_000)
+    assert delta.tolist() == [0.0, 10.0] and resets.tolist() == [0, 0]
+    _, delta, _, resets, _ = step_increments(t, v, np.full(3, np.nan), 60_000, 180_000, 60_000, 600_000)
+    assert delta.tolist() == [40.0, 10.0] and resets.tolist() == [1, 0]   # unknown: Prometheus's rule
