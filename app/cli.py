@@ -75,8 +75,8 @@ def fail(message: str) -> None:
 def import_metrics(
     files: Annotated[list[Path], typer.Argument(help="Saved /metrics payloads (one vLLM or LMCache server each).")],
     deployment: Annotated[str, typer.Option(help="Deployment the scrapes belong to.")],
-    at: Annotated[str, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone).")],
-    target: Annotated[Optional[str], typer.Option(help="Target name (default: each file's name without extension).")] = None,
+    at: Annotated[Optional[str], typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); not needed for files named NAME@TIME.prom.")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the file's name without extension).")] = None,
     kind: Annotated[Optional[str], typer.Option(help=f"Force the kind: {', '.join(KINDS)}.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -85,9 +85,7 @@ def import_metrics(
     Importing the same file for the same time again changes nothing."""
     from collectors.scrape import import_files
 
-    ts = parse_time(at, "--at")
-    if target and len(files) > 1:
-        fail("--target names one target; with several files each file's name is its target")
+    ts = parse_time(at, "--at") if at else None
     try:
         database = open_db(settings(config, db))
         results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind)

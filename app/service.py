@@ -25,9 +25,25 @@ def stats(db: Database, deployment: str, t_from: datetime, t_to: datetime,
           model: str | None = None) -> WindowStats:
     """The headline numbers of one deployment over [t_from, t_to], with notes on what was
     left out and why a figure is missing."""
-    st = window_stats(window_increases(db, deployment, t_from, t_to, model))
+    rows = window_increases(db, deployment, t_from, t_to, model)
+    st = window_stats(rows)
     st.notes += data_notes(db, deployment, t_from, t_to, model)
+    if not rows:
+        st.notes += why_empty(db, deployment, t_from, t_to, model)
     return st
+
+
+def why_empty(db: Database, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+    """Why a window gave no increase at all, so every figure is null: no data in the window,
+    one scrape per target, or a model not in the data."""
+    from models.metrics import null_reasons
+
+    per_target = db.fetch("scrape_count_in_window", deployment=deployment, t_from=utc_naive(t_from),
+                          t_to=utc_naive(t_to))
+    span = next((d for d in db.fetch("deployments") if d["deployment"] == deployment), None)
+    models = [r["model_name"] for r in db.fetch("models", deployment=deployment)]
+    return null_reasons({r["target"]: r["ok"] for r in per_target},
+                        (span["first_scrape"], span["last_scrape"]) if span else None, model, models)
 
 
 def data_notes(db: Database, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
@@ -227,6 +243,8 @@ def load_window(db: Database, deployment: str, t_from: datetime, t_to: datetime,
         rows += [Increase(**r) for r in db.fetch("daily_increases", deployment=deployment,
                                                  t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
     st = window_stats(rows)
+    if not rows:
+        st.notes += why_empty(db, deployment, t_from, t_to, model)
     for _lb, after, end in spans.raw:  # rolled-up days were summed by the same guarded macro
         st.notes += data_notes(db, deployment, after, end, model)
     return Window(deployment, model, t_from, t_to, tuple(rows), st, spans)
@@ -341,6 +359,7 @@ def plan_window(db: Database, win: Window, *, pricebook=None, planning=None, num
     saved_pb, saved_planning, origin = load_pricebook(db, win.deployment)
     pb, pl = pricebook or saved_pb, planning or saved_planning
     extra = [f"price book: {origin if pricebook is None else 'given'}", f"window {win.source_note}"]
+    extra += [f"note: {n}" for n in win.stats.notes]
     if num_gpus is None:
         num_gpus = engines_in_window(db, win.deployment, win.t_from, win.t_to)
         extra.append(f"GPUs = vLLM engines seen in the window ({num_gpus}), one GPU per engine")

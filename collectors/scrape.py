@@ -49,8 +49,14 @@ def redact_url(url: str) -> str:
 
 
 def default_target_name(url: str) -> str:
+    """A target is its whole URL: ``host:port`` for the usual ``/metrics`` path (so existing
+    targets keep their name), else ``host:port/path?query``: two endpoints on one host and
+    port are two targets. Credentials are never part of it."""
     parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or url)
+    host = f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or url)
+    if parts.path in ("", "/", "/metrics") and not parts.query:
+        return host
+    return host + parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -170,12 +176,64 @@ def read_payload(path: Path, kind: str | None = None, at: datetime | None = None
     return text, parse_payload(text, str(path), kind=kind, at=at)
 
 
-def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime, str | None]],
+def snapshot_name(path: Path) -> tuple[str, datetime | None]:
+    """(target, time) of a saved payload: ``NAME@TIME.prom`` (TIME in ISO 8601, e.g.
+    ``vllm-0@2026-11-30T11:00:00Z.prom`` or ``vllm-0@20261130T110000Z.prom``; UTC if no zone)
+    gives NAME and TIME; any other name gives its stem and no time."""
+    stem = path.name.rsplit(".", 1)[0] if "." in path.name else path.name
+    name, sep, when = stem.rpartition("@")
+    if not sep or not name:
+        return stem, None
+    try:
+        ts = datetime.fromisoformat(when.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise PayloadError(str(path), f"{when!r} after '@' is not an ISO 8601 time: name snapshots "
+                                      "NAME@TIME.prom, e.g. vllm-0@2026-11-30T11:00:00Z.prom") from None
+    return name, ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+
+
+def resolve_imports(items: list[tuple[Path, datetime | None, str | None]]) -> list[tuple[Path, datetime, str]]:
+    """Each saved payload's (path, time, target). The time is ``--at``, or the file's
+    ``NAME@TIME`` (both at once is refused). The target is ``--target``, or NAME, or the
+    file's stem; two files of one batch that would land on the same target and time from
+    different folders are named ``folder/name`` instead of collapsing into one target."""
+    out = []
+    for path, at, target in items:
+        name, when = snapshot_name(path)
+        if at is not None and when is not None and at != when:
+            raise PayloadError(str(path), f"the file name says {when.isoformat()} and --at says {at.isoformat()}: "
+                                          "drop --at, or rename the file")
+        ts = at or when
+        if ts is None:
+            raise PayloadError(str(path), "no time: pass --at, or name the file NAME@TIME.prom "
+                                          "(e.g. vllm-0@2026-11-30T11:00:00Z.prom)")
+        out.append([path, ts, target, name])
+    seen: dict[tuple, list] = {}
+    for row in out:
+        if row[2] is None:
+            seen.setdefault((row[3], row[1]), []).append(row)
+    for rows in seen.values():
+        if len({r[0].parent.resolve() for r in rows}) > 1:
+            for r in rows:
+                r[3] = f"{r[0].parent.name}/{r[3]}"
+    keys: dict[tuple, Path] = {}
+    for path, ts, target, name in out:
+        key = (target or name, ts)
+        if key in keys and keys[key].resolve() != path.resolve():
+            raise PayloadError(str(path), f"{keys[key]} is also target {key[0]!r} at {ts.isoformat()}: "
+                                          "one target has one payload per time (give each snapshot its own "
+                                          "time: NAME@TIME.prom)")
+        keys[key] = path
+    return [(path, ts, target or name) for path, ts, target, name in out]
+
+
+def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime | None, str | None]],
                  kind: str | None = None) -> list[StoreResult]:
-    """Import saved payloads ``(path, time, target or None = file stem)``. Every file is
-    validated first: one bad file stores nothing. Then one connection, one transaction per
-    file."""
-    parsed = [(path, at, target or path.stem, *read_payload(path, kind, at)) for path, at, target in items]
+    """Import saved payloads ``(path, time or None, target or None)`` (see
+    :func:`resolve_imports`). Every file is validated first: one bad file stores nothing.
+    Then one connection, one transaction per file."""
+    items = resolve_imports(items)
+    parsed = [(path, at, target, *read_payload(path, kind, at)) for path, at, target in items]
     results = []
     with db.batch() as con:
         for path, at, target, text, payload in parsed:

@@ -239,3 +239,22 @@ def _decrease_notes(rows: list[Increase]) -> list[str]:
     more = f" and {len(broken) - 5} more series" if len(broken) > 5 else ""
     return [f"warning: {sum(broken.values())} counter decrease(s) with an unchanged _created were not counted "
             f"(not a restart: a broken or replaced target) - {names}{more}"]
+
+
+def null_reasons(ok_scrapes: dict[str, int], data_span: tuple | None, model: str | None,
+                 models: list[str]) -> list[str]:
+    """Why every figure of a window is null, from what the database holds: ``ok_scrapes``
+    (successful scrapes per target inside the window), the deployment's data span, the
+    model asked for and the models in the data."""
+    if model is not None and model not in models:
+        return [f"no data for model {model!r}: the data has {', '.join(map(repr, models)) or 'no model_name'}"]
+    if not any(ok_scrapes.values()):
+        where = (f"; the data spans {data_span[0]:%Y-%m-%d %H:%M} .. {data_span[1]:%Y-%m-%d %H:%M} UTC"
+                 if data_span and data_span[0] is not None else "")
+        return [f"no data in the window: no successful scrape in it{where}"]
+    if max(ok_scrapes.values()) < 2:
+        return [f"only one scrape per target in the window ({len(ok_scrapes)} target(s): "
+                f"{', '.join(sorted(ok_scrapes)[:4])}{' ...' if len(ok_scrapes) > 4 else ''}): an increase needs two "
+                "scrapes of the same target. Snapshots of one server must share its target name: name the files "
+                "NAME@TIME.prom (e.g. vllm-0@2026-11-30T11:00:00Z.prom) or pass --target"]
+    return ["no counter increase in the window (no traffic, or the counters' scrapes are not in it)"]

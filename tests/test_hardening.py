@@ -283,3 +283,90 @@ def test_prometheus_ingestion_applies_the_same_decrease_rule():
     assert delta.tolist() == [0.0, 10.0] and resets.tolist() == [0, 0]
     _, delta, _, resets, _ = step_increments(t, v, np.full(3, np.nan), 60_000, 180_000, 60_000, 600_000)
     assert delta.tolist() == [40.0, 10.0] and resets.tolist() == [1, 0]   # unknown: Prometheus's rule
+
+
+# -- 4. target identity; snapshots of one server; why a figure is null ---------------------------
+import json  # noqa: E402
+
+from typer.testing import CliRunner  # noqa: E402
+
+from app.cli import app  # noqa: E402
+
+runner = CliRunner()
+
+
+def targets(db: Database) -> dict[str, int]:
+    with db.read() as con:
+        return dict(con.execute("SELECT t.name, count(sc.scrape_id) FROM targets t "
+                                "LEFT JOIN scrapes sc USING (target_id) GROUP BY 1").fetchall())
+
+
+def test_two_endpoints_on_one_host_port_are_two_targets(db, server):
+    from collectors.scrape import default_target_name
+
+    ok = server("ok")
+    base = ok.url.rsplit("/", 1)[0]
+    r = runner.invoke(app, ["scrape", f"{base}/a/metrics", f"{base}/b/metrics", "--deployment", "d",
+                            "--db", str(db.path)])
+    assert r.exit_code == 0, r.output
+    hostport = base.split("//")[1]
+    assert targets(db) == {f"{hostport}/a/metrics": 1, f"{hostport}/b/metrics": 1}
+    assert default_target_name("http://h:9/metrics") == "h:9"          # the usual path keeps host:port
+    assert default_target_name("http://u:p@h:9/x?y=1") == "h:9/x?y=1"
+
+
+def test_same_file_name_in_two_folders_is_two_targets(db, tmp_path):
+    from collectors.scrape import import_files
+
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n2").mkdir()
+    a = payload(tmp_path / "n1", "vllm.prom")
+    b = payload(tmp_path / "n2", "vllm.prom", hits=1)
+    res = import_files(db, "d", [(a, AT, None), (b, AT, None)])
+    assert sorted(r.target for r in res) == ["n1/vllm", "n2/vllm"]
+    assert targets(db) == {"n1/vllm": 1, "n2/vllm": 1}
+
+
+def test_snapshots_named_name_at_time_are_one_target(db, tmp_path):
+    a = payload(tmp_path, "vllm-0@2026-01-05T12:00:00Z.prom", hits=0, queries=0, ttft=[0, 0, 0])
+    b = payload(tmp_path, "vllm-0@2026-01-05T12:05:00Z.prom", hits=30, queries=40, ttft=[3, 4, 4])
+    r = runner.invoke(app, ["import-metrics", str(a), str(b), "--deployment", "d", "--db", str(db.path)])
+    assert r.exit_code == 0, r.output
+    assert targets(db) == {"vllm-0": 2}
+    r = runner.invoke(app, ["stats", "--deployment", "d", "--from", "2026-01-05T11:00:00Z",
+                            "--to", "2026-01-05T13:00:00Z", "--json", "--db", str(db.path)])
+    assert json.loads(r.stdout)["prefix_cache_hit_rate"] == 0.75
+
+
+def test_one_target_many_times_with_target_option(db, tmp_path):
+    a = payload(tmp_path, "x@20260105T120000Z.prom", hits=0, queries=0, ttft=[0, 0, 0])
+    b = payload(tmp_path, "y@20260105T120500Z.prom", hits=30, queries=40, ttft=[3, 4, 4])
+    r = runner.invoke(app, ["import-metrics", str(a), str(b), "--target", "vllm-0", "--deployment", "d",
+                            "--db", str(db.path)])
+    assert r.exit_code == 0, r.output
+    assert targets(db) == {"vllm-0": 2}
+
+
+def stats_json(db: Database, *extra: str) -> dict:
+    r = runner.invoke(app, ["stats", "--deployment", "d", "--from", "2026-01-05T11:00:00Z",
+                            "--to", "2026-01-05T13:00:00Z", "--json", "--db", str(db.path), *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_stats_say_why_figures_are_null(db, tmp_path):
+    # the natural mistake: snapshots of one server imported under their file names
+    a = payload(tmp_path, "vllm-0-1200.prom", hits=0, queries=0, ttft=[0, 0, 0])
+    b = payload(tmp_path, "vllm-0-1205.prom", hits=30, queries=40, ttft=[3, 4, 4])
+    for f, at in ((a, "2026-01-05T12:00:00Z"), (b, "2026-01-05T12:05:00Z")):
+        assert runner.invoke(app, ["import-metrics", str(f), "--at", at, "--deployment", "d",
+                                   "--db", str(db.path)]).exit_code == 0
+    d = stats_json(db)
+    assert d["prefix_cache_hit_rate"] is None
+    assert any("one scrape" in n and "NAME@TIME" in n for n in d["notes"]), d["notes"]
+    r = runner.invoke(app, ["stats", "--deployment", "d", "--from", "2026-02-05T11:00:00Z",
+                            "--to", "2026-02-05T13:00:00Z", "--json", "--db", str(db.path)])
+    assert any("no data in the window" in n for n in json.loads(r.stdout)["notes"])
+    r = runner.invoke(app, ["plan", "--deployment", "d", "--from", "2026-01-05T11:00:00Z",
+                            "--to", "2026-01-05T13:00:00Z", "--db", str(db.path)])
+    assert r.exit_code == 0 and "one scrape" in r.output, r.output
