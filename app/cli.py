@@ -18,6 +18,7 @@ from rich.console import Console
 from collectors.config import ConfigError, Settings, load_settings
 from collectors.parse import KINDS, PayloadError
 from collectors.store import ConflictError
+from models.errors import KvplanError
 from sql.db import Database, DatabaseError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -25,7 +26,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
 err = Console(stderr=True)
 out = Console()
 
-USER_ERRORS = (PayloadError, ConfigError, DatabaseError, ConflictError, FileNotFoundError, ValueError)
+USER_ERRORS = (KvplanError, PayloadError, ConfigError, DatabaseError, ConflictError, OSError, ValueError)
 
 DbOpt = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
@@ -102,9 +103,12 @@ def scrape(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Scrape /metrics URLs once and store the result (a failed scrape is recorded as a gap)."""
-    from collectors.scrape import Target, default_target_name, scrape_target
+    from collectors.config import check_url
+    from collectors.scrape import Target, default_target_name, redact_url, scrape_target
 
     try:
+        for url in urls:
+            check_url(url)
         s = settings(config, db)
         database = open_db(s)
         failed = 0
@@ -115,13 +119,13 @@ def scrape(
                 failed += 1
                 last = database.fetch("scrape_log", deployment=deployment, limit=50)
                 msg = next((x["error"] for x in last if x["target"] == r.target and not x["ok"]), "failed")
-                err.print(f"[red]{url}[/red]: {msg}", highlight=False, soft_wrap=True)
+                err.print(f"[red]{redact_url(url)}[/red]: {msg}", highlight=False, soft_wrap=True)
             else:
-                out.print(f"{url}: {r.status} ({r.samples} samples) as target {r.target!r}")
+                out.print(f"{redact_url(url)}: {r.status} ({r.samples} samples) as target {r.target!r}")
     except USER_ERRORS as e:
         fail(str(e))
-    if failed:
-        raise typer.Exit(1)
+    if failed:  # every URL was tried; a failed one is a recorded gap and exit 2
+        raise typer.Exit(2)
 
 
 @app.command()

@@ -25,12 +25,25 @@ def stats(db: Database, deployment: str, t_from: datetime, t_to: datetime,
           model: str | None = None) -> WindowStats:
     """The headline numbers of one deployment over [t_from, t_to], with notes on what was
     left out and why a figure is missing."""
+    check_model(db, deployment, model)
     rows = window_increases(db, deployment, t_from, t_to, model)
     st = window_stats(rows)
     st.notes += data_notes(db, deployment, t_from, t_to, model)
     if not rows:
         st.notes += why_empty(db, deployment, t_from, t_to, model)
     return st
+
+
+def check_model(db: Database, deployment: str, model: str | None) -> None:
+    """A ``--model`` the deployment's data does not have is an error naming the ones it has."""
+    if model is None:
+        return
+    from models.errors import KvplanError
+
+    known = [r["model_name"] for r in db.fetch("models", deployment=deployment)]
+    if model not in known:
+        raise KvplanError(f"no model {model!r} in deployment {deployment!r} (known: "
+                          f"{', '.join(map(repr, known)) or 'none: no model_name label'})", source="--model")
 
 
 def why_empty(db: Database, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
@@ -89,6 +102,7 @@ def plan(db: Database, deployment: str, t_from: datetime, t_to: datetime, model:
     """The buy-vs-reuse plan of a measured window, as the dashboard computes it (rolled-up
     days plus raw edges; ``plan_window``). GPUs default to the vLLM engines seen in the
     window (one GPU each)."""
+    check_model(db, deployment, model)
     result, _origin, _gpus = plan_window(db, load_window(db, deployment, t_from, t_to, model),
                                          pricebook=pricebook, planning=planning, num_gpus=num_gpus)
     return result

@@ -28,6 +28,8 @@ from pydantic_settings import (BaseSettings, NestedSecretsSettingsSource, Pydant
                                SettingsConfigDict, TomlConfigSettingsSource)
 
 DEFAULT_CONFIG = Path("kvplan.toml")
+MAX_GPUS = 100_000
+"""The largest fleet kvplan plans for (config, CLI and the dashboard's form alike)."""
 SECRET_KEYS = ("password", "bearer_token")
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
@@ -52,9 +54,22 @@ def _check_duration(v: str) -> str:
 def _check_url(v: str | None) -> str | None:
     if v is None:
         return v
+    return check_url(v)
+
+
+def check_url(v: str) -> str:
+    """An http(s) URL with a host and a valid port; the message never shows a password."""
+    from models.redact import redact
+
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{v!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
+        raise ValueError(f"{redact(v)!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
+    try:
+        parts.port
+    except ValueError:
+        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535") from None
+    if parts.port == 0:
+        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535")
     return v
 
 
@@ -80,7 +95,7 @@ def check_selector(v: str) -> str:
 class TargetConfig(BaseModel):
     """One /metrics endpoint kvplan scrapes directly."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="Name of the target inside its deployment, e.g. node1-vllm-0.")
     url: str = Field(description="Full /metrics URL, e.g. http://10.0.0.5:8000/metrics.")
@@ -93,14 +108,14 @@ class TargetConfig(BaseModel):
 class DeploymentConfig(BaseModel):
     """A serving deployment: the vLLM and LMCache servers whose economics are modelled together."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1, description="Deployment name used in the database, CLI and dashboard.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Endpoints scraped directly.")
     prometheus_selector: str = Field(
         default="", description="PromQL label matchers picking this deployment's series in Prometheus, "
                                 "e.g. job=\"vllm\",namespace=\"prod\". Empty: not ingested from Prometheus.")
-    gpus: int | None = Field(default=None, description="GPUs currently serving this deployment (for capacity).")
+    gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="GPUs currently serving this deployment (for capacity).")
 
     _sel = field_validator("prometheus_selector")(check_selector)
 
@@ -117,7 +132,7 @@ class DeploymentConfig(BaseModel):
 class PrometheusConfig(BaseModel):
     """Where kvplan queries an existing Prometheus (or Thanos/Mimir) for range ingestion."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     url: str | None = Field(default=None, description="Base URL, e.g. http://prometheus:9090.")
     step: str = Field(default="1m", description="Resolution of ingested increases (PromQL duration).")
@@ -127,10 +142,10 @@ class PrometheusConfig(BaseModel):
                                                      "sample; two samples further apart than this are a gap, "
                                                      "not an increase.")
     gap_after: str = Field(default="5m", description="A target silent for longer than this is recorded as a gap.")
-    timeout_s: float = Field(default=30.0, gt=0, description="Seconds before one Prometheus query is abandoned.")
-    retries: int = Field(default=2, ge=0, description="Retries of a query that failed with a connection error "
+    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds before one Prometheus query is abandoned.")
+    retries: int = Field(default=2, ge=0, le=10, description="Retries of a query that failed with a connection error "
                                                       "or HTTP 429/5xx.")
-    concurrency: int = Field(default=4, ge=1, description="Queries in flight at once.")
+    concurrency: int = Field(default=4, ge=1, le=64, description="Queries in flight at once.")
     verify_tls: bool = Field(default=True, description="Verify the server's TLS certificate.")
     ca_file: str | None = Field(default=None, description="CA bundle for a private TLS certificate.")
     username: str | None = Field(default=None, description="Basic-auth user (password from the environment).")
@@ -177,22 +192,22 @@ class PrometheusConfig(BaseModel):
 class ScheduleConfig(BaseModel):
     """What the collector daemon runs when."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    scrape_interval_s: float = Field(default=15.0, gt=0, description="Seconds between direct scrapes of "
+    scrape_interval_s: float = Field(default=15.0, gt=0, le=86400, description="Seconds between direct scrapes of "
                                                                       "every target.")
     nightly_cron: str = Field(default="0 2 * * *", description="Cron expression (local time) of the nightly "
                                                                "ingestion, rollups and report.")
     timezone: str | None = Field(default=None, description="Time zone of nightly_cron (IANA name); default: "
                                                            "the machine's.")
-    misfire_grace_s: float = Field(default=6 * 3600, gt=0, description="A nightly run missed by less than this "
+    misfire_grace_s: float = Field(default=6 * 3600, gt=0, le=7 * 86400, description="A nightly run missed by less than this "
                                                                        "(daemon busy or down) still runs.")
-    catchup_days: int = Field(default=7, ge=1, description="On start, missed or failed nightly days up to this "
+    catchup_days: int = Field(default=7, ge=1, le=366, description="On start, missed or failed nightly days up to this "
                                                           "many back are run again.")
     report_dir: Path | None = Field(default=None, description="Where the nightly job writes capacity reports "
                                                             "(default: reports/ next to the database).")
     report_format: Literal["pdf", "html"] = Field(default="pdf", description="Format of the nightly reports.")
-    keep_scrape_runs_days: int = Field(default=14, ge=1, description="Scrape-round rows in collector_runs are "
+    keep_scrape_runs_days: int = Field(default=14, ge=1, le=3650, description="Scrape-round rows in collector_runs are "
                                                                      "kept this many days.")
 
     @field_validator("nightly_cron")
@@ -224,7 +239,7 @@ class Settings(BaseSettings):
     """Everything kvplan can be configured with."""
 
     model_config = SettingsConfigDict(env_prefix="KVPLAN_", env_nested_delimiter="__",
-                                      secrets_nested_delimiter="__", extra="forbid")
+                                      secrets_nested_delimiter="__", extra="forbid", allow_inf_nan=False)
 
     db: Path = Field(default=Path("kvplan.duckdb"), description="DuckDB file kvplan reads and writes.")
     scrape_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="Total seconds one /metrics scrape may "
@@ -232,7 +247,7 @@ class Settings(BaseSettings):
     scrape_max_bytes: int = Field(default=16 * 2**20, ge=1024, le=2**31, description="Largest /metrics body read "
                                   "(bytes, after decompression; default 16 MiB, a vLLM payload is ~60 KB); a larger "
                                   "one is a recorded gap and reading stops at the cap.")
-    lock_timeout_s: float = Field(default=30.0, gt=0, description="Seconds to wait for the DuckDB file when another "
+    lock_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds to wait for the DuckDB file when another "
                                                                   "process holds it.")
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")

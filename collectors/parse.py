@@ -22,6 +22,7 @@ from __future__ import annotations
 from models.errors import KvplanError
 
 import math
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,11 @@ KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
 # login page or a proxy, application/json from an API) is not metrics.
 _TEXT_TYPES = ("text/plain",)
 _OPENMETRICS_TYPES = ("application/openmetrics-text",)
+
+
+_UNDERSCORED = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm_", re.M)
+_COLON = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm:", re.M)
+_UNDERSCORED_SUB = re.compile(r"^((?:# (?:HELP|TYPE|UNIT) )?)vllm_", re.M)
 
 
 class PayloadError(KvplanError):
@@ -209,6 +215,13 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     if head.startswith("{") or head.startswith("["):
         raise PayloadError(source, "this looks like JSON, not Prometheus text exposition", line=1)
 
+    mapped = []
+    if _UNDERSCORED.search(text) and not _COLON.search(text):
+        # prometheus_client (OpenMetrics, or UTF-8 name escaping) may write vLLM's names with
+        # '_' for ':'. vLLM names every metric vllm:..., so map them back and say so.
+        text = _UNDERSCORED_SUB.sub(r"\1vllm:", text)
+        mapped.append("metric names written vllm_... were read as vLLM's vllm:... (saved by a client that "
+                      "replaced ':' with '_')")
     lines = _CountingLines(text)
     parser = _openmetrics_families if fmt == "openmetrics" else _text_families
     raw_families = []
@@ -291,7 +304,7 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
 
     _check_histograms(source, samples)
     _check_hits(source, text, samples)
-    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=warnings)
+    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=mapped + warnings)
 
 
 def _fmt_labels(labels: dict[str, str]) -> str:

@@ -31,7 +31,7 @@ class Server:
     * ``ok``: the good payload.
     Every response's bytes sent are counted in ``sent``."""
 
-    def __init__(self, mode: str, limit: float):
+    def __init__(self, mode: str, limit: float, body: Path = GOOD):
         outer = self
         self.sent = 0
         self.finished = threading.Event()
@@ -44,10 +44,10 @@ class Server:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/plain; version=0.0.4")
                     if mode == "ok":
-                        body = GOOD.read_bytes()
-                        self.send_header("Content-Length", str(len(body)))
+                        data = body.read_bytes()
+                        self.send_header("Content-Length", str(len(data)))
                         self.end_headers()
-                        self.wfile.write(body)
+                        self.wfile.write(data)
                         return
                     self.end_headers()
                     t0 = time.monotonic()
@@ -88,8 +88,8 @@ class Server:
 def server(request):
     made = []
 
-    def make(mode: str, limit: float = 0) -> Server:
-        made.append(Server(mode, limit))
+    def make(mode: str, limit: float = 0, body: Path = GOOD) -> Server:
+        made.append(Server(mode, limit, body))
         return made[-1]
 
     yield make
@@ -370,3 +370,104 @@ def test_stats_say_why_figures_are_null(db, tmp_path):
     r = runner.invoke(app, ["plan", "--deployment", "d", "--from", "2026-01-05T11:00:00Z",
                             "--to", "2026-01-05T13:00:00Z", "--db", str(db.path)])
     assert r.exit_code == 0 and "one scrape" in r.output, r.output
+
+
+# -- 5. errors, not tracebacks -------------------------------------------------------------------
+def bucket_line(path: Path, new: str) -> int:
+    lines = path.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("vllm:time_to_first_token_seconds_bucket"))
+    lines[i] = new
+    path.write_text("\n".join(lines) + "\n")
+    return i + 1
+
+
+def test_bucket_without_le_names_file_and_line(db, tmp_path):
+    p = payload(tmp_path)
+    line = bucket_line(p, 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m"} 1.0')
+    r = runner.invoke(app, ["import-metrics", str(p), "--at", "2026-01-05T12:00:00Z", "--deployment", "d",
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and f"{p}:{line}:" in r.output and "without an le" in r.output, r.output
+
+
+def test_non_numeric_le_on_scrape_is_a_gap_and_the_other_urls_go_on(db, tmp_path, server):
+    p = payload(tmp_path)
+    line = bucket_line(p, 'vllm:time_to_first_token_seconds_bucket{engine="0",le="fast",model_name="m"} 1.0')
+    import_error = runner.invoke(app, ["import-metrics", str(p), "--at", "2026-01-05T12:00:00Z",
+                                       "--deployment", "d", "--db", str(db.path)])
+    assert import_error.exit_code == 2 and f"{p}:{line}:" in import_error.output and "'fast'" in import_error.output
+    bad = server("ok", body=p)
+    good = server("ok")
+    r = runner.invoke(app, ["scrape", bad.url, good.url, "--deployment", "d", "--db", str(db.path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert f"{bad.url}:{line}:" in r.output or "not a number" in r.output, r.output
+    assert len(gaps(db)) == 1 and sum(targets(db).values()) == 2
+
+
+@pytest.mark.parametrize("where", ["dir", "under_file", "unwritable"])
+def test_report_output_that_cannot_be_written_is_an_error(db, tmp_path, where):
+    import os
+
+    from tests.recorded import import_case
+
+    import_case(db, "restart", deployment="d")
+    month = db.fetch("deployments")[0]["first_scrape"].strftime("%Y-%m")
+    if where == "dir":
+        out = tmp_path / "r.html"
+        out.mkdir()
+    elif where == "under_file":
+        (tmp_path / "f").write_text("x")
+        out = tmp_path / "f" / "r.html"
+    else:
+        if os.geteuid() == 0:
+            out = Path("/proc/kvplan-test/r.html")     # root writes anywhere else
+        else:
+            (tmp_path / "ro").mkdir(mode=0o500)
+            out = tmp_path / "ro" / "r.html"
+    r = runner.invoke(app, ["report", "--deployment", "d", "--month", month, "-o", str(out), "--db", str(db.path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "cannot write" in r.output, r.output
+
+
+def test_empty_window_report_is_refused(db, tmp_path):
+    from datetime import timedelta
+
+    import_file(db, "d", payload(tmp_path, "a.prom"), AT)      # one scrape per target: no increase
+    import_file(db, "d", payload(tmp_path, "b.prom"), AT + timedelta(minutes=5))
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", "--deployment", "d", "--month", "2026-01", "-o", str(out),
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and "one scrape" in r.output and not out.exists(), r.output
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e12"])
+def test_scrape_interval_must_be_finite_and_bounded(tmp_path, value):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(f"[schedule]\nscrape_interval_s = {value}\n")
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and "schedule.scrape_interval_s" in r.output, r.output
+
+
+def test_openmetrics_with_underscored_vllm_names_is_mapped_with_a_warning(db, tmp_path):
+    from collectors.parse import parse_payload
+
+    text = vllm_text({("m", "0"): {"created": CREATED, "hits": 1, "queries": 2, "ttft": [1, 2, 2]}})
+    text = text.replace("vllm:", "vllm_")
+    p = parse_payload(text, "x.prom")
+    assert p.kind == "vllm" and any(s.name == "vllm:prefix_cache_hits_total" for s in p.samples)
+    assert any("vllm_" in w and "vllm:" in w for w in p.warnings)
+
+
+def test_unknown_model_is_refused_with_the_known_ones(db, tmp_path):
+    import_file(db, "d", payload(tmp_path), AT)
+    for cmd in ("stats", "plan"):
+        r = runner.invoke(app, [cmd, "--deployment", "d", "--from", "2026-01-05T11:00:00Z", "--to",
+                                "2026-01-05T13:00:00Z", "--model", "ghost", "--db", str(db.path)])
+        assert r.exit_code == 2 and "'ghost'" in r.output and "'m'" in r.output, r.output
+
+
+def test_nan_summary_quantiles_are_accepted(db, tmp_path):
+    p = payload(tmp_path)
+    p.write_text(p.read_text() + "# TYPE vllm:x_seconds summary\n"
+                 'vllm:x_seconds{model_name="m",quantile="0.5"} NaN\n'
+                 'vllm:x_seconds_count{model_name="m"} 0\nvllm:x_seconds_sum{model_name="m"} 0\n')
+    r = import_file(db, "d", p, AT)
+    assert r.status == "stored"

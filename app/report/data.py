@@ -60,6 +60,9 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     t_from, t_to = service.month_window(db, deployment, month)
     step = max(600, int((t_to - t_from).total_seconds() // 60))
     win = service.load_window(db, deployment, t_from, t_to, model)
+    if not win.rows:
+        raise ValueError(f"deployment {deployment!r} has no counter increase in {month}: "
+                         + "; ".join(win.stats.notes or ["no data"]) + "; no report written")
     buckets = service.window_buckets(db, deployment, t_from, t_to, step, model)
     ov = service.overview(db, deployment, t_from, t_to, model, win=win)
     runs = service.runs_view(db, deployment)
