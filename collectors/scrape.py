@@ -19,7 +19,7 @@ import httpx
 
 from collectors.parse import PayloadError, parse_payload
 from models.redact import redact
-from collectors.store import StoreResult, insert_payload, payload_sha256, store_failure, store_payload
+from collectors.store import ConflictError, StoreResult, insert_payload, payload_sha256, store_failure, store_payload
 from models.errors import KvplanError
 from sql.db import Database
 
@@ -230,16 +230,19 @@ def resolve_imports(items: list[tuple[Path, datetime | None, str | None]]) -> li
 def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime | None, str | None]],
                  kind: str | None = None) -> list[StoreResult]:
     """Import saved payloads ``(path, time or None, target or None)`` (see
-    :func:`resolve_imports`). Every file is validated first: one bad file stores nothing.
-    Then one connection, one transaction per file."""
+    :func:`resolve_imports`), all or nothing: every file is read and validated first (one bad
+    file stores nothing), then all are written in ONE transaction, so a conflict on any file
+    (another payload already stored for its target and time) stores nothing either."""
     items = resolve_imports(items)
     parsed = [(path, at, target, *read_payload(path, kind, at)) for path, at, target in items]
     results = []
-    with db.batch() as con:
-        for path, at, target, text, payload in parsed:
-            with Database.transaction(con):
+    try:
+        with db.batch() as con, Database.transaction(con):
+            for path, at, target, text, payload in parsed:
                 results.append(insert_payload(con, deployment=deployment, target=target, ts=at,
                                               payload=payload, sha256=payload_sha256(text), source="import"))
+    except ConflictError as e:
+        raise ConflictError(f"{e}; nothing from this batch of {len(parsed)} file(s) was stored") from None
     return results
 
 

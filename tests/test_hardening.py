@@ -471,3 +471,16 @@ def test_nan_summary_quantiles_are_accepted(db, tmp_path):
                  'vllm:x_seconds_count{model_name="m"} 0\nvllm:x_seconds_sum{model_name="m"} 0\n')
     r = import_file(db, "d", p, AT)
     assert r.status == "stored"
+
+
+# -- 6. a batch import is all or nothing -----------------------------------------------------------
+def test_batch_import_with_a_conflict_stores_nothing(db, tmp_path):
+    (tmp_path / "old").mkdir()
+    import_file(db, "d", payload(tmp_path / "old", "x.prom"), AT)
+    y = payload(tmp_path, "y.prom")
+    x = payload(tmp_path, "x.prom", hits=1)                     # another payload for x at the same time
+    r = runner.invoke(app, ["import-metrics", str(y), str(x), "--at", "2026-01-05T12:00:00Z", "--deployment", "d",
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and "already has a different payload" in r.output
+    assert "nothing from this batch of 2 file(s) was stored" in r.output, r.output
+    assert targets(db) == {"x": 1}
