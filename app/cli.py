@@ -19,6 +19,7 @@ from collectors.config import ConfigError, Settings, load_settings
 from collectors.parse import KINDS, PayloadError
 from collectors.store import ConflictError
 from models.errors import KvplanError
+from models.redact import redact
 from sql.db import Database, DatabaseError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -68,7 +69,7 @@ def open_db(s: Settings, migrate: bool = True) -> Database:
 
 
 def fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

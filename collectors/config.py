@@ -14,6 +14,7 @@ kvplan never writes them to DuckDB, logs or reports, and the TOML file may not h
 from __future__ import annotations
 
 from models.errors import KvplanError
+from models.redact import register_secret
 
 import os
 import re
@@ -292,10 +293,26 @@ def _refuse_secrets_in_file(path: Path) -> None:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     prom = data.get("prometheus")
     bad = [f"prometheus.{k}" for k in SECRET_KEYS if isinstance(prom, dict) and k in prom]
+    urls = [("prometheus.url", prom.get("url") if isinstance(prom, dict) else None)]
+    for i, d in enumerate(data.get("deployments") or []):
+        for j, t in enumerate((d.get("targets") or []) if isinstance(d, dict) else []):
+            urls.append((f"deployments.{i}.targets.{j}.url", t.get("url") if isinstance(t, dict) else None))
+    in_url = [k for k, u in urls if isinstance(u, str) and _has_password(u)]
+    if in_url:
+        raise ConfigError(f"{path}: {', '.join(in_url)}: a password inside a URL is a secret and does not belong "
+                          "in the config file; put the user in prometheus.username and the password in "
+                          "KVPLAN_PROMETHEUS__PASSWORD or a file under KVPLAN_SECRETS_DIR")
     if bad:
         raise ConfigError(f"{path}: {', '.join(bad)}: secrets do not belong in the config file; set "
                           + " / ".join(f"KVPLAN_PROMETHEUS__{k.split('.')[1].upper()}" for k in bad)
                           + " or put them in files under KVPLAN_SECRETS_DIR")
+
+
+def _has_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return False
 
 
 def _loc(err: dict) -> str:
@@ -317,7 +334,13 @@ def load_settings(config: Path | None = None, **overrides) -> Settings:
         raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
     _CONFIG_PATH[0] = path
     try:
-        return Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
+        s = Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
+        for secret in (s.prometheus.bearer_token, s.prometheus.password):
+            if secret is not None:
+                register_secret(secret.get_secret_value())
+        if s.prometheus.url:
+            register_secret(urlsplit(s.prometheus.url).password)
+        return s
     except ValidationError as e:
         where = str(path) if path else "environment"
         problems = "; ".join(f"{_loc(err) or '(top level)'}: {err['msg'].removeprefix('Value error, ')}"

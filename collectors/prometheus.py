@@ -50,6 +50,7 @@ from collectors.scrape import redact_url
 from collectors.store import ensure_target, series_id
 from models.catalog import COUNTERS, FAMILIES, GAUGES, HISTOGRAMS
 from models.errors import KvplanError
+from models.redact import redact
 from sql.db import Database
 
 log = logging.getLogger("kvplan.prometheus")
@@ -258,7 +259,7 @@ def fetch_chunk(client: PromClient, selector: str, t0: int, t1: int, lookback: i
         for result in pool.map(lambda q: client.range_vector(q, t1 / 1000), queries):
             chunk.series.extend(Raw.from_result(r) for r in result)
     except PromError as e:
-        chunk.series, chunk.error = [], str(e)
+        chunk.series, chunk.error = [], redact(str(e))
     return chunk
 
 

@@ -37,6 +37,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from collectors.config import Settings
 from collectors.scrape import Target, scrape_target
 from collectors.store import ensure_target
+from models.redact import redact
 from sql.db import Database
 
 log = logging.getLogger("kvplan.collector")
@@ -58,7 +59,7 @@ class Outcome:
 
     @property
     def message(self) -> str | None:
-        return "; ".join(self.notes)[:2000] or None
+        return redact("; ".join(self.notes))[:2000] or None
 
 
 def fetch_rw(db: Database, query: str, **params) -> list[dict]:
@@ -130,7 +131,7 @@ class Scraper:
             elif f.exception() is not None:
                 out.errors += 1
                 out.notes.append(f"{dep}/{name}: {f.exception()}")
-                log.error("scrape %s/%s: %s", dep, name, f.exception())
+                log.error("scrape %s/%s: %s", dep, name, redact(str(f.exception())))
             elif f.result().status == "failed-recorded":
                 out.errors += 1
                 out.notes.append(f"{dep}/{name}: failed (see the scrape log)")
@@ -242,7 +243,7 @@ class Nightly:
                 except Exception as e:  # a bad deployment must not stop the others
                     out.errors += 1
                     out.notes.append(f"{dep.name}: {type(e).__name__}: {e}")
-                    log.error("nightly %s: ingest %s: %s", day, dep.name, e)
+                    log.error("nightly %s: ingest %s: %s", day, dep.name, redact(str(e)))
                     continue
                 out.rows += res.rows
                 out.errors += res.failed
@@ -258,7 +259,7 @@ class Nightly:
             except Exception as e:
                 out.errors += 1
                 out.notes.append(f"report: {type(e).__name__}: {e}")
-                log.error("nightly %s: report: %s", day, e)
+                log.error("nightly %s: report: %s", day, redact(str(e)))
             keep = utcnow() - timedelta(days=s.schedule.keep_scrape_runs_days)
             with self.db.write() as con:
                 Database.run(con, "prune_scrape_runs", t_from=keep)

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from collectors.parse import Payload
+from models.redact import redact
 from sql.db import Database
 
 
@@ -90,7 +91,7 @@ def insert_payload(con, *, deployment: str, target: str, ts: datetime, payload: 
             "refusing to overwrite it")
     Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=True, error=None,
                  duration_s=duration_s, source=source, payload_sha256=sha256,
-                 n_samples=len(payload.samples), warnings="\n".join(payload.warnings) or None)
+                 n_samples=len(payload.samples), warnings=redact("\n".join(payload.warnings)) or None)
     ids, names, families, types, models, engines, les, labels = [], [], [], [], [], [], [], []
     values, created = [], []
     for s in payload.samples:
@@ -134,6 +135,6 @@ def insert_failure(con, *, deployment: str, target: str, kind: str, ts: datetime
     ts = utc_naive(ts)
     target_id = ensure_target(con, deployment, target, kind, url)
     if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
-        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=error,
+        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=redact(error),
                      duration_s=duration_s, source=source, payload_sha256=None, n_samples=0, warnings=None)
     return StoreResult(target, ts, "failed-recorded", 0)

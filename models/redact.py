@@ -4,8 +4,8 @@
 
 * ``user:password@`` (or ``user@``) inside URLs;
 * the value of an ``Authorization`` header and any ``Bearer``/``Basic`` credential;
-* values of query or form parameters that name a secret (``token``, ``access_token``,
-  ``password``, ``api_key``, ``secret`` ...) and of ``X-Api-Key``-style headers;
+* values of query, form or JSON parameters that name a secret (``token``, ``access_token``,
+  ``password``, ``api_key``, ``secret`` ...) and of ``X-Api-Key``/``Cookie`` headers;
 * every secret value kvplan was configured with (``register_secret``: the Prometheus
   bearer token and password), however the text quotes it (a server that echoes the
   request back in its error body).
@@ -19,10 +19,14 @@ import threading
 MASK = "<redacted>"
 
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
-_AUTH_HEADER = re.compile(r"(?i)\b(proxy-)?(authorization)(\s*[:=]\s*|['\"]\s*[:,]\s*['\"])([^\r\n'\"]+)")
+_AUTH_HEADER = re.compile(r"(?i)\b(proxy-)?(authorization)(\s*[:=]\s*|['\"]\s*[:,]\s*['\"])([^\r\n'\"\\]+)")
 _SCHEME_CRED = re.compile(r"(?i)\b(bearer|basic|token|digest)\s+[A-Za-z0-9\-._~+/=]{6,}")
+# key=value (query strings, form bodies) and "key": "value" (JSON); not "key: text", which
+# is how kvplan's own messages name a config key (prometheus.bearer_token: ...)
 _PARAM = re.compile(r"(?i)\b((?:access_|refresh_|id_|api_|auth_|bearer_|x-api-)?(?:token|key|password|passwd|"
-                    r"secret|apikey|api-key|client_secret))(\s*[=:]\s*|['\"]\s*:\s*['\"])([^\s&'\"<>,;]+)")
+                    r"secret|apikey|api-key|client_secret))(\s*=\s*|['\"]\s*:\s*['\"])([^\s&'\"<>,;\\]+)")
+_HEADER = re.compile(r"(?im)^(\s*(?:x-api-key|api-key|x-auth-token|private-token|cookie|set-cookie)\s*:\s*)"
+                     r"([^\r\n\\]+)")
 
 _SECRETS: set[str] = set()
 _LOCK = threading.Lock()
@@ -47,4 +51,5 @@ def redact(text: str | None) -> str | None:
     text = _AUTH_HEADER.sub(lambda m: (m.group(1) or "") + m.group(2) + m.group(3) + MASK, text)
     text = _SCHEME_CRED.sub(lambda m: m.group(1) + " " + MASK, text)
     text = _PARAM.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    text = _HEADER.sub(lambda m: m.group(1) + MASK, text)
     return text

@@ -484,3 +484,106 @@ def test_batch_import_with_a_conflict_stores_nothing(db, tmp_path):
     assert r.exit_code == 2 and "already has a different payload" in r.output
     assert "nothing from this batch of 2 file(s) was stored" in r.output, r.output
     assert targets(db) == {"x": 1}
+
+
+# -- 7. secrets never reach the database, the output or the report -------------------------------
+TOKEN = "tok-h4rden-Zq81xv"
+PASSWORD = "pw-h4rden-Hh27kd"
+
+
+class Echo:
+    """Answers every request with ``status`` and a body echoing the request's headers, as a
+    careless server or proxy does in its error pages."""
+
+    def __init__(self, status: int, ctype: str = "text/plain"):
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                echoed = "".join(f"{k}: {v}\n" for k, v in self.headers.items())
+                body = (json.dumps({"status": "error", "errorType": "bad_data", "error": "denied; you sent " + echoed})
+                        if ctype == "application/json" else "denied; you sent\n" + echoed).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def secret_free(db: Database, *texts: str) -> None:
+    import base64
+
+    b64 = base64.b64encode(f"bob:{PASSWORD}".encode()).decode()
+    with db.read() as con:
+        for table in ("scrapes", "gaps", "prom_chunks", "collector_runs", "targets"):
+            for row in con.execute(f"SELECT * FROM {table}").fetchall():
+                for v in row:
+                    assert not (isinstance(v, str) and (TOKEN in v or PASSWORD in v or b64 in v)), (table, row)
+    for t in texts:
+        assert TOKEN not in t and PASSWORD not in t and b64 not in t, t
+
+
+def test_echoed_authorization_never_reaches_db_or_report(db, tmp_path, monkeypatch, caplog):
+    from datetime import timedelta
+
+    from collectors.config import PrometheusConfig
+    from collectors.prometheus import ingest_range
+    from collectors.scheduler import logged_run
+    from models.redact import register_secret
+
+    import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT, target="v")
+    import_file(db, "d", payload(tmp_path, "b.prom"), AT + timedelta(minutes=5), target="v")
+    echo = Echo(400, "application/json")
+    try:
+        cfg = PrometheusConfig(url=echo.url, step="1m", chunk="10m", retries=0, timeout_s=5, bearer_token=TOKEN)
+        register_secret(TOKEN)                       # what load_settings does for configured secrets
+        with logged_run(db, "ingest", deployment="d") as run:
+            res = ingest_range(db, cfg, DeploymentConfig(name="d", prometheus_selector='job="v"'),
+                               AT, AT + timedelta(minutes=10))
+            run.errors, run.notes = res.failed, res.errors[:3]
+        assert res.failed == 1 and "denied" in res.errors[0]
+    finally:
+        echo.close()
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", "--deployment", "d", "--month", "2026-01", "-o", str(out), "--db", str(db.path)])
+    assert r.exit_code == 0, r.output
+    html = out.read_text()
+    assert "denied" in html or "denied" in db.fetch("collector_runs", limit=5)[0]["message"]
+    secret_free(db, html, r.output, caplog.text, "\n".join(res.errors))
+
+
+def test_scrape_never_prints_or_stores_user_password(db):
+    echo = Echo(500)
+    try:
+        url = echo.url.replace("http://", f"http://bob:{PASSWORD}@") + "/metrics"
+        r = runner.invoke(app, ["scrape", url, "--deployment", "d", "--db", str(db.path)])
+    finally:
+        echo.close()
+    assert r.exit_code == 2 and "HTTP 500" in r.output, r.output
+    secret_free(db, r.output)
+
+
+def test_password_inside_prometheus_url_is_refused_in_the_toml(tmp_path):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(f'[prometheus]\nurl = "http://bob:{PASSWORD}@prom:9090"\n')
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and "prometheus.url" in r.output and PASSWORD not in r.output, r.output
+
+
+def test_one_redaction_function():
+    from models.redact import redact
+
+    assert redact(f"GET http://bob:{PASSWORD}@h/x?access_token={TOKEN} Authorization: Bearer {TOKEN}") == \
+        "GET http://<redacted>@h/x?access_token=<redacted> Authorization: <redacted>"
