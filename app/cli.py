@@ -89,8 +89,10 @@ def import_metrics(
 
     ts = parse_time(at, "--at") if at else None
     try:
-        database = open_db(settings(config, db))
-        results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind)
+        s = settings(config, db)
+        database = open_db(s)
+        results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind,
+                               max_bytes=s.scrape_max_bytes)
     except USER_ERRORS as e:
         fail(str(e))
     for f, r in zip(files, results):

@@ -31,7 +31,7 @@ def plan(
         database = open_db(s)
         require_deployment(database, deployment)
         dep = s.deployment(deployment)
-        result = make_plan(database, deployment, t0, t1, model, num_gpus=gpus or (dep.gpus if dep else None))
+        result = make_plan(database, deployment, t0, t1, model, num_gpus=gpus if gpus is not None else (dep.gpus if dep else None))
     except USER_ERRORS as e:
         fail(str(e))
     d = result.to_dict()

@@ -82,6 +82,11 @@ def load_pricebook(db: Database, deployment: str):
 
     rows = db.fetch("get_pricebook", deployment=deployment)
     if not rows:
+        from collectors.config import configured_prices
+
+        prices = configured_prices()
+        if prices:
+            return PriceBook.from_dict(prices), PlanningInputs(), "the config's [prices]"
         return PriceBook(), PlanningInputs(), "defaults"
     r = rows[0]
     return (PriceBook.from_dict(json.loads(r["pricebook"])), PlanningInputs(**json.loads(r["planning"])),
@@ -374,6 +379,10 @@ def plan_window(db: Database, win: Window, *, pricebook=None, planning=None, num
     pb, pl = pricebook or saved_pb, planning or saved_planning
     extra = [f"price book: {origin if pricebook is None else 'given'}", f"window {win.source_note}"]
     extra += [f"note: {n}" for n in win.stats.notes]
+    if num_gpus is not None:
+        from models.decision import check_gpus
+
+        num_gpus = check_gpus(num_gpus, "--gpus")
     if num_gpus is None:
         num_gpus = engines_in_window(db, win.deployment, win.t_from, win.t_to)
         extra.append(f"GPUs = vLLM engines seen in the window ({num_gpus}), one GPU per engine")

@@ -29,8 +29,7 @@ from pydantic_settings import (BaseSettings, NestedSecretsSettingsSource, Pydant
                                SettingsConfigDict, TomlConfigSettingsSource)
 
 DEFAULT_CONFIG = Path("kvplan.toml")
-MAX_GPUS = 100_000
-"""The largest fleet kvplan plans for (config, CLI and the dashboard's form alike)."""
+from models.decision import MAX_GPUS  # noqa: E402  (one bound for config, CLI and form)
 SECRET_KEYS = ("password", "bearer_token")
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
@@ -119,6 +118,13 @@ class DeploymentConfig(BaseModel):
     gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="GPUs currently serving this deployment (for capacity).")
 
     _sel = field_validator("prometheus_selector")(check_selector)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v.strip() or v != v.strip():
+            raise ValueError(f"{v!r}: a deployment name is non-empty, without leading or trailing blanks")
+        return v
 
     @model_validator(mode="after")
     def _unique_targets(self):
@@ -253,8 +259,18 @@ class Settings(BaseSettings):
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Collector daemon schedule.")
-    prices: dict[str, Any] = Field(default_factory=dict, description="The [prices] table, passed through as a dict "
-                                                                     "to the cost models.")
+    prices: dict[str, Any] = Field(default_factory=dict, description="The [prices] table: price-book fields "
+                                   "(models.pricebook.PriceBook, e.g. usd_per_gpu_hour = 2.5) used by plan, report "
+                                   "and dashboard for a deployment without a price book saved in the dashboard.")
+
+    @field_validator("prices")
+    @classmethod
+    def _price_book(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from models.pricebook import PriceBook
+
+        if v:
+            PriceBook.from_dict(v)  # unknown keys, wrong types and out-of-range values name the field
+        return v
 
     @model_validator(mode="after")
     def _unique_deployments(self):
@@ -280,6 +296,18 @@ class Settings(BaseSettings):
 
 
 _CONFIG_PATH: list[Path | None] = [None]
+_LOADED: list[Settings | None] = [None]
+
+
+def configured_prices() -> dict[str, Any]:
+    """The ``[prices]`` table of the settings this process loaded (or of ``KVPLAN_CONFIG`` /
+    ``./kvplan.toml`` when none was loaded yet, as in the dashboard); ``{}`` without one."""
+    if _LOADED[0] is None:
+        try:
+            load_settings()
+        except ConfigError:
+            return {}
+    return dict(_LOADED[0].prices) if _LOADED[0] is not None else {}
 
 
 class ConfigError(KvplanError):
@@ -315,6 +343,19 @@ def _has_password(url: str) -> bool:
         return False
 
 
+def _blame(err: dict, path: Path | None) -> tuple[str, str]:
+    """(where, problem) of one validation error: the environment variable that set the key
+    when there is one (KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S=...), else the config file."""
+    loc = _loc(err)
+    msg = err["msg"].removeprefix("Value error, ")
+    parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+    for n in range(len(parts), 0, -1):
+        var = "KVPLAN_" + "__".join(parts[:n]).upper()
+        if var in os.environ:
+            return var, f"{loc or '(top level)'} (from the environment variable {var}): {msg}"
+    return str(path) if path else "defaults", f"{loc or '(top level)'}: {msg}"
+
+
 def _loc(err: dict) -> str:
     # pydantic puts the failing validator's name in loc for model validators; drop it
     return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
@@ -340,11 +381,13 @@ def load_settings(config: Path | None = None, **overrides) -> Settings:
                 register_secret(secret.get_secret_value())
         if s.prometheus.url:
             register_secret(urlsplit(s.prometheus.url).password)
+        _LOADED[0] = s
         return s
     except ValidationError as e:
-        where = str(path) if path else "environment"
-        problems = "; ".join(f"{_loc(err) or '(top level)'}: {err['msg'].removeprefix('Value error, ')}"
-                             for err in e.errors())
+        blamed = [_blame(err, path) for err in e.errors()]
+        from_env = {w for w, _ in blamed if w.startswith("KVPLAN_")}
+        where = str(path) if path and len(from_env) < len(blamed) else "environment"
+        problems = "; ".join(p for _, p in blamed)
         raise ConfigError(f"{where}: invalid configuration: {problems}") from None
     finally:
         _CONFIG_PATH[0] = None

@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -164,10 +164,30 @@ def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: f
                          sha256=payload_sha256(body), source="scrape", url=safe, duration_s=elapsed)
 
 
-def read_payload(path: Path, kind: str | None = None, at: datetime | None = None):
-    """Read and validate a saved payload. Returns (text, Payload); raises PayloadError
-    naming the file (and line)."""
+EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
+"""Scrape times before this are refused (vLLM did not exist; a typo such as year 0001)."""
+AHEAD = timedelta(days=1)
+"""Scrape times more than this after now are refused (a snapshot cannot come from the future)."""
+
+
+def check_time(ts: datetime, source: str) -> datetime:
+    """A scrape time (``--at`` or NAME@TIME) between 2000-01-01 and now + 1 day."""
+    latest = datetime.now(timezone.utc) + AHEAD
+    if not EARLIEST <= ts <= latest:
+        raise PayloadError(source, f"time {ts.isoformat()} is outside {EARLIEST:%Y-%m-%d} .. {latest:%Y-%m-%d %H:%M} "
+                                   "UTC (a scrape cannot predate 2000 or lie more than a day ahead)")
+    return ts
+
+
+def read_payload(path: Path, kind: str | None = None, at: datetime | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES):
+    """Read and validate a saved payload of at most ``max_bytes`` (``scrape_max_bytes``).
+    Returns (text, Payload); raises PayloadError naming the file (and line)."""
     try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise PayloadError(str(path), f"{size:,} bytes is larger than {_size(max_bytes)} (scrape_max_bytes): "
+                                          "not read")
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise PayloadError(str(path), f"not UTF-8 text (byte {e.start}): not a /metrics payload") from None
@@ -207,6 +227,7 @@ def resolve_imports(items: list[tuple[Path, datetime | None, str | None]]) -> li
         if ts is None:
             raise PayloadError(str(path), "no time: pass --at, or name the file NAME@TIME.prom "
                                           "(e.g. vllm-0@2026-11-30T11:00:00Z.prom)")
+        check_time(ts, str(path))
         out.append([path, ts, target, name])
     seen: dict[tuple, list] = {}
     for row in out:
@@ -228,13 +249,13 @@ def resolve_imports(items: list[tuple[Path, datetime | None, str | None]]) -> li
 
 
 def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime | None, str | None]],
-                 kind: str | None = None) -> list[StoreResult]:
+                 kind: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> list[StoreResult]:
     """Import saved payloads ``(path, time or None, target or None)`` (see
     :func:`resolve_imports`), all or nothing: every file is read and validated first (one bad
     file stores nothing), then all are written in ONE transaction, so a conflict on any file
     (another payload already stored for its target and time) stores nothing either."""
     items = resolve_imports(items)
-    parsed = [(path, at, target, *read_payload(path, kind, at)) for path, at, target in items]
+    parsed = [(path, at, target, *read_payload(path, kind, at, max_bytes)) for path, at, target in items]
     results = []
     try:
         with db.batch() as con, Database.transaction(con):

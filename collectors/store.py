@@ -50,7 +50,18 @@ def series_id(target_id: int, name: str, model: str | None, engine: str | None,
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 
 
+def check_name(name: str, what: str) -> str:
+    """Deployment and target names: non-empty, no surrounding blanks, at most 200 characters."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or len(name) > 200 \
+            or any(ord(c) < 32 for c in name):
+        raise KvplanError(f"{name!r} is not a usable name: non-empty, no leading or trailing blanks or control "
+                          "characters, at most 200 characters", source=what)
+    return name
+
+
 def ensure_target(con, deployment: str, target: str, kind: str, url: str | None) -> int:
+    check_name(deployment, "--deployment")
+    check_name(target, "target")
     row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
     dep_id = row[0] if row else Database.run(con, "insert_deployment", name=deployment).fetchone()[0]
     row = Database.run(con, "get_target", deployment_id=dep_id, name=target).fetchone()

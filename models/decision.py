@@ -29,6 +29,8 @@ returns rows sorted by swing, for a tornado chart.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 
 from models.benefit import REALISATIONS, Benefit, monthly_benefit
@@ -41,6 +43,34 @@ KINDS = ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
 MAX_WHAT_IF_HIT_RATE = 0.99
 """Sensitivity never moves the hit rate above this: vLLM always computes at least the last
 prompt token, and at 100 % estimator A would have no computed tokens to measure."""
+
+
+MAX_GPUS = 100_000
+"""The largest fleet kvplan plans for (the config's gpus, ``plan --gpus`` and the form)."""
+PLANNING_BOUNDS = (
+    ("ttft_p99_slo_seconds", 0.001, 3600.0),
+    ("growth_rate_per_month", -0.99, 1.0),
+    ("horizon_months", 1, 120),
+    ("current_gpus", 1, MAX_GPUS),
+    ("prefill_capacity_share", 0.01, 1.0),
+    ("headroom_fill_fraction", 0.0, 1.0),
+    ("min_window_seconds", 0.0, 366 * 86400.0),
+    ("min_requests", 0.0, 1e12),
+    ("min_benefit_share_of_fleet_cost", 0.0, 1.0),
+)
+"""(field, lowest, highest) of every number a user enters: growth at most +100 %/month,
+ten years ahead at most, at most MAX_GPUS GPUs. Beyond these the plan's loops and powers ran
+for hours or overflowed; they are refused with the field named."""
+
+
+def check_gpus(n, what: str = "gpus") -> int:
+    """A GPU count from the CLI, the config or the form: a whole number from 1 to MAX_GPUS."""
+    from models.errors import KvplanError
+
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or int(n) != n \
+            or not 1 <= n <= MAX_GPUS:
+        raise KvplanError(f"must be a whole number of GPUs from 1 to {MAX_GPUS:,}; got {n!r}", source=what)
+    return int(n)
 
 
 @dataclass(frozen=True)
@@ -81,6 +111,14 @@ class PlanningInputs:
         if not self.growth_rate_per_month > -1:
             raise ValueError("PlanningInputs.growth_rate_per_month: must be > -1; "
                              f"got {self.growth_rate_per_month!r}")
+        for name, lo, hi in PLANNING_BOUNDS:
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+                raise ValueError(f"PlanningInputs.{name}: must be a finite number from {lo:g} to {hi:g}; got {v!r}")
+        if self.current_gpus is not None and int(self.current_gpus) != self.current_gpus:
+            raise ValueError(f"PlanningInputs.current_gpus: must be a whole number; got {self.current_gpus!r}")
 
 
 @dataclass(frozen=True)

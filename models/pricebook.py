@@ -200,10 +200,22 @@ def _check(spec: FieldSpec, value: Any) -> None:
         raise ValueError(f"{name}: must be <= {spec.maximum:g} {spec.unit}; got {value!r}")
 
 
+MAXIMA = {
+    "usd_per_gpu_hour": 1_000.0, "capex_usd_per_gpu": 10_000_000.0, "amortisation_months": 240,
+    "power_hosting_usd_per_gpu_month": 1_000_000.0, "usd_per_gb_month_cpu_memory": 10_000.0,
+    "usd_per_gb_month_ssd": 10_000.0, "cache_tier_gb_cpu": 1e9, "cache_tier_gb_ssd": 1e12,
+    "cache_service_node_usd_per_month": 10_000_000.0, "ops_hours_per_month": 744.0, "usd_per_ops_hour": 100_000.0,
+    "gpus_per_node": 1024,
+}
+"""Upper bounds of fields without their own: far above any real price, low enough that no
+typo (1e9) makes the plan's arithmetic run away. Enforced in the form, the config's
+``[prices]`` and the saved price book alike (``_check``)."""
+
 FIELDS: tuple[FieldSpec, ...] = tuple(
     FieldSpec(name=f.name, unit=f.metadata["unit"], help=f.metadata["help"],
               kind=f.metadata["kind"], default=f.default, minimum=f.metadata["minimum"],
-              maximum=f.metadata["maximum"], choices=f.metadata["choices"])
+              maximum=f.metadata["maximum"] if f.metadata["maximum"] is not None else MAXIMA.get(f.name),
+              choices=f.metadata["choices"])
     for f in fields(PriceBook)
 )
 """One row per ``PriceBook`` field: name, unit, help, kind, default, bounds, choices."""

@@ -31,9 +31,8 @@ name = "lm"
 url = "http://10.0.0.5:8090/metrics"
 kind = "lmcache_mp"
 [prices]
-gpu_hour_usd = 2.5
-[prices.gpus.h100]
-usd = 30000
+usd_per_gpu_hour = 2.5
+gpu_type = "H100-80GB"
 '''
 
 
@@ -53,7 +52,7 @@ def test_a_good_file_loads_with_prices_passed_through(tmp_path):
     s = load_settings(write(tmp_path, GOOD))
     assert [t.name for t in s.deployment("prod").targets] == ["v0", "lm"]
     assert s.prometheus.step_s() == 60 and s.schedule.nightly_cron == "0 2 * * *"
-    assert s.prices == {"gpu_hour_usd": 2.5, "gpus": {"h100": {"usd": 30000}}}
+    assert s.prices == {"usd_per_gpu_hour": 2.5, "gpu_type": "H100-80GB"}
 
 
 @pytest.mark.parametrize("bad, key", [

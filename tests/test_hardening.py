@@ -587,3 +587,105 @@ def test_one_redaction_function():
 
     assert redact(f"GET http://bob:{PASSWORD}@h/x?access_token={TOKEN} Authorization: Bearer {TOKEN}") == \
         "GET http://<redacted>@h/x?access_token=<redacted> Authorization: <redacted>"
+
+
+# -- 8. smaller checks ------------------------------------------------------------------------------
+def test_prices_table_feeds_the_price_book_and_unknown_keys_are_refused(db, tmp_path):
+    from app.service import load_pricebook
+    from collectors.config import load_settings
+
+    cfg = tmp_path / "k.toml"
+    cfg.write_text("[prices]\nusd_per_gpu_hour = 3.25\n")
+    load_settings(cfg)
+    pb, _, origin = load_pricebook(db, "d")
+    assert pb.usd_per_gpu_hour == 3.25 and "[prices]" in origin
+    cfg.write_text("[prices]\ngpu_hour_usd = 2.5\n")
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and "prices" in r.output and "gpu_hour_usd" in r.output, r.output
+
+
+@pytest.mark.parametrize("toml, key", [
+    ('[[deployments]]\nname = "p"\ngpus = -5\n', "deployments.0.gpus"),
+    ('[[deployments]]\nname = "p"\ngpus = 1000000000\n', "deployments.0.gpus"),
+    ('[[deployments]]\nname = " "\n', "deployments.0.name"),
+    ('[[deployments]]\nname = "p"\n[[deployments.targets]]\nname = "t"\nurl = "http://h:99999/metrics"\n',
+     "deployments.0.targets.0.url"),
+])
+def test_impossible_config_values_are_refused(tmp_path, toml, key):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(toml)
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and key in r.output, r.output
+
+
+def test_scrape_url_with_port_99999_and_empty_deployment_are_refused(db):
+    r = runner.invoke(app, ["scrape", "http://127.0.0.1:99999/metrics", "--deployment", "d", "--db", str(db.path)])
+    assert r.exit_code == 2 and "port" in r.output and "Traceback" not in r.output, r.output
+    r = runner.invoke(app, ["import-metrics", str(GOOD), "--at", "2026-11-30T10:00:00Z", "--deployment", "",
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and "--deployment" in r.output, r.output
+    assert targets(db) == {}
+
+
+@pytest.mark.parametrize("at", ["0001-01-01T00:00:00Z", "2099-01-01T00:00:00Z"])
+def test_at_outside_2000_to_now_is_refused(db, tmp_path, at):
+    r = runner.invoke(app, ["import-metrics", str(payload(tmp_path)), "--at", at, "--deployment", "d",
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and "outside 2000-01-01" in r.output, r.output
+
+
+def test_environment_errors_blame_the_variable(tmp_path, monkeypatch):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text('[schedule]\nnightly_cron = "0 2 * * *"\n')
+    monkeypatch.setenv("KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S", "-1")
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and "KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S" in r.output, r.output
+    assert f"{cfg}:" not in r.output
+
+
+def test_import_has_a_size_cap(db, tmp_path, monkeypatch):
+    big = tmp_path / "big.prom"
+    big.write_text(GOOD.read_text() + "# padding\n" * 200_000)        # ~2 MB
+    monkeypatch.setenv("KVPLAN_SCRAPE_MAX_BYTES", str(2**20))
+    r = runner.invoke(app, ["import-metrics", str(big), "--at", "2026-11-30T10:00:00Z", "--deployment", "d",
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and "1 MiB" in r.output and "scrape_max_bytes" in r.output, r.output
+
+
+# -- 9. planning bounds everywhere a value enters ------------------------------------------------------
+@pytest.mark.parametrize("field, value", [("current_gpus", 1e9), ("horizon_months", 10_000_000),
+                                          ("growth_rate_per_month", 1e6)])
+def test_planning_bounds_name_the_field(field, value):
+    from models.decision import PlanningInputs
+
+    with pytest.raises(ValueError) as e:
+        PlanningInputs(**{field: value})
+    assert f"PlanningInputs.{field}" in str(e.value)
+
+
+def test_price_book_bounds():
+    from models.pricebook import PriceBook
+
+    with pytest.raises(ValueError) as e:
+        PriceBook.from_dict({"usd_per_gpu_hour": 1e9})
+    assert "usd_per_gpu_hour" in str(e.value)
+
+
+@pytest.mark.parametrize("gpus", ["-5", "0", "1000000000"])
+def test_plan_gpus_is_bounded(db, tmp_path, gpus):
+    from datetime import timedelta
+
+    import_file(db, "d", payload(tmp_path, "a.prom"), AT)
+    import_file(db, "d", payload(tmp_path, "b.prom", hits=20, queries=40), AT + timedelta(minutes=5))
+    t0 = time.monotonic()
+    r = runner.invoke(app, ["plan", "--deployment", "d", "--from", "2026-01-05T11:00:00Z", "--to",
+                            "2026-01-05T13:00:00Z", "--gpus", gpus, "--db", str(db.path)])
+    assert r.exit_code == 2 and "--gpus" in r.output and time.monotonic() - t0 < 30, r.output
+
+
+def test_form_refuses_huge_planning_values(db):
+    from app.service import save_price_form
+
+    with pytest.raises(Exception) as e:
+        save_price_form(db, "d", {}, {"horizon_months": 10_000_000})
+    assert "horizon_months" in str(e.value)
