@@ -175,6 +175,8 @@ def dashboard(
     db: DbOpt = None, config: ConfigOpt = None,
     port: Annotated[int, typer.Option(help="Port to serve on.")] = 8501,
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
+    address: Annotated[str, typer.Option(help="Address to listen on: 127.0.0.1 (this machine only) unless you "
+                                              "put it behind an authenticating proxy, e.g. 0.0.0.0.")] = "127.0.0.1",
 ) -> None:
     """Open the Streamlit dashboard on the DuckDB file."""
     import os
@@ -187,15 +189,23 @@ def dashboard(
     if config:
         env["KVPLAN_CONFIG"] = str(config.resolve())
     script = Path(__file__).with_name("streamlit_app.py")
-    # Streamlit always runs headless: otherwise its first start on a machine stops to ask for
-    # an e-mail address on stdin. kvplan opens the browser itself once the server answers.
-    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-           "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    url = f"http://localhost:{port}"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(script), *streamlit_flags(address, port)]
+    url = f"http://{'localhost' if address in ('127.0.0.1', '0.0.0.0', '::') else address}:{port}"
     out.print(f"kvplan dashboard on {url} (database {s.db}); Ctrl+C stops it")
     if not headless:
         threading.Thread(target=_open_when_up, args=(url, webbrowser.open), daemon=True).start()
     raise typer.Exit(subprocess.call(cmd, env=env, stdin=subprocess.DEVNULL))
+
+
+def streamlit_flags(address: str, port: int) -> list[str]:
+    """Streamlit's flags: headless (its first start would otherwise ask for an e-mail on
+    stdin; kvplan opens the browser itself), listening on ``address`` only, and no outbound
+    call: no usage statistics, and no welcome message (for a headless server on 0.0.0.0 it
+    looks up the machine's external IP at checkip.amazonaws.com)."""
+    if not 1 <= port <= 65535:
+        raise typer.BadParameter(f"--port {port}: must be from 1 to 65535")
+    return ["--server.address", address, "--server.port", str(port), "--server.headless", "true",
+            "--browser.gatherUsageStats", "false", "--logger.hideWelcomeMessage", "true"]
 
 
 def _open_when_up(url: str, opener, timeout_s: float = 60.0) -> bool:

@@ -689,3 +689,75 @@ def test_form_refuses_huge_planning_values(db):
     with pytest.raises(Exception) as e:
         save_price_form(db, "d", {}, {"horizon_months": 10_000_000})
     assert "horizon_months" in str(e.value)
+
+
+# -- 9. the dashboard: loopback unless configured, no outbound call at start ----------------------
+def test_dashboard_flags_bind_loopback_and_make_no_outbound_call(monkeypatch, tmp_path):
+    import subprocess
+
+    seen = {}
+    monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: seen.setdefault("cmd", cmd) and 0)
+    r = runner.invoke(app, ["dashboard", "--headless", "--port", "8599", "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 0, r.output
+    cmd = seen["cmd"]
+    flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2]))
+    assert flags["--server.address"] == "127.0.0.1" and flags["--server.port"] == "8599"
+    assert flags["--browser.gatherUsageStats"] == "false" and flags["--server.headless"] == "true"
+    assert flags["--logger.hideWelcomeMessage"] == "true"          # no external-IP lookup
+    seen.clear()
+    r = runner.invoke(app, ["dashboard", "--headless", "--address", "0.0.0.0", "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 0 and seen["cmd"][seen["cmd"].index("--server.address") + 1] == "0.0.0.0"
+
+
+@pytest.mark.browser
+def test_dashboard_listens_on_loopback_only_and_connects_nowhere(tmp_path):
+    """A real start under strace: the only listening socket is 127.0.0.1:PORT and every
+    outbound connect() goes to loopback (or a local unix socket)."""
+    import os
+    import re
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (make sysdeps installs it)")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    trace = tmp_path / "trace"
+    env = dict(os.environ, KVPLAN_DB=str(tmp_path / "k.duckdb"))
+    proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace), sys.executable, "-m",
+                             "app.cli", "dashboard", "--headless", "--port", str(port), "--db", str(tmp_path / "k.duckdb")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            cwd=Path(__file__).resolve().parents[1], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        else:
+            pytest.fail("the dashboard did not answer in 60 s")
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200
+        time.sleep(2)
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
+        mine = [line.split()[3] for line in listening.splitlines() if line.split()[3].endswith(f":{port}")]
+        assert mine == [f"127.0.0.1:{port}"], mine
+    finally:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGTERM)          # strace, kvplan and Streamlit: this test's group
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(20)
+    outbound = [line for line in trace.read_text().splitlines() if "sin_addr" in line or "sin6_addr" in line]
+    foreign = [line for line in outbound if not re.search(r'inet_addr\("127\.|inet_pton\(AF_INET6, "::1"', line)]
+    assert foreign == [], foreign
