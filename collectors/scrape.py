@@ -3,6 +3,17 @@
 Like Prometheus, a failed scrape (down, slow, not metrics) is recorded as a failed scrape
 of that target at that time: the gap shows, and the next scrape goes ahead. Nothing from a
 rejected payload is stored.
+
+Bounds: a scrape has a TOTAL deadline (``scrape_timeout_s``: connect, headers and body
+together; a server trickling a byte a second is cut off at the deadline) and a body cap
+(``scrape_max_bytes``, default 16 MiB: the body is streamed and reading stops at the cap, so
+memory stays bounded); either is a recorded gap naming the setting. Saved files over the cap
+are not read.
+
+Identity: a scraped target is its whole URL (``host:port`` for the usual ``/metrics`` path,
+``host:port/path`` otherwise). Saved snapshots named ``NAME@TIME.prom`` are target NAME at
+TIME, so ``import-metrics vllm-0@2026-11-30T11:00Z.prom vllm-0@2026-11-30T11:05Z.prom``
+needs no ``--at``; a batch import is all or nothing.
 """
 
 from __future__ import annotations
