@@ -176,7 +176,10 @@ def dashboard(
     port: Annotated[int, typer.Option(help="Port to serve on.")] = 8501,
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
     address: Annotated[str, typer.Option(help="Address to listen on: 127.0.0.1 (this machine only) unless you "
-                                              "put it behind an authenticating proxy, e.g. 0.0.0.0.")] = "127.0.0.1",
+                                              "put it behind a login (--auth-secrets or a proxy), e.g. 0.0.0.0.")] = "127.0.0.1",
+    auth_secrets: Annotated[Optional[Path], typer.Option(
+        envvar="KVPLAN_DASHBOARD_AUTH_SECRETS",
+        help="Streamlit secrets file with an [auth] table (OpenID Connect): every page asks for a login.")] = None,
 ) -> None:
     """Open the Streamlit dashboard on the DuckDB file."""
     import os
@@ -184,12 +187,20 @@ def dashboard(
     import threading
     import webbrowser
 
-    s = settings(config, db)
-    env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()))
+    from app.auth import ENV, check_auth_secrets
+
+    try:
+        s = settings(config, db)
+        secrets_file = check_auth_secrets(auth_secrets) if auth_secrets else None
+    except USER_ERRORS as e:
+        fail(str(e))
+    env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()), **{ENV: "1" if secrets_file else "0"})
     if config:
         env["KVPLAN_CONFIG"] = str(config.resolve())
     script = Path(__file__).with_name("streamlit_app.py")
     cmd = [sys.executable, "-m", "streamlit", "run", str(script), *streamlit_flags(address, port)]
+    if secrets_file:
+        cmd += ["--secrets.files", str(secrets_file)]
     url = f"http://{'localhost' if address in ('127.0.0.1', '0.0.0.0', '::') else address}:{port}"
     out.print(f"kvplan dashboard on {url} (database {s.db}); Ctrl+C stops it")
     if not headless:

@@ -761,3 +761,83 @@ def test_dashboard_listens_on_loopback_only_and_connects_nowhere(tmp_path):
     outbound = [line for line in trace.read_text().splitlines() if "sin_addr" in line or "sin6_addr" in line]
     foreign = [line for line in outbound if not re.search(r'inet_addr\("127\.|inet_pton\(AF_INET6, "::1"', line)]
     assert foreign == [], foreign
+
+
+@pytest.mark.browser
+def test_dashboard_oidc_login_in_the_browser(db, tmp_path):
+    """Streamlit's OpenID Connect login against a real local provider (oidc-provider-mock),
+    driven in Chromium: nothing but a login button before, the pages after."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+    from oidc_provider_mock import run_server_in_thread
+    from playwright.sync_api import sync_playwright
+
+    from tests.recorded import import_case
+
+    import_case(db, "restart", deployment="d")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with run_server_in_thread() as idp:
+        secrets = tmp_path / "secrets.toml"
+        secrets.write_text(f'[auth]\nredirect_uri = "http://127.0.0.1:{port}/oauth2callback"\n'
+                           f'cookie_secret = "{"c" * 48}"\nclient_id = "kvplan"\nclient_secret = "{PASSWORD}"\n'
+                           f'server_metadata_url = "http://127.0.0.1:{idp.server_port}/.well-known/openid-configuration"\n')
+        log = open(tmp_path / "streamlit.log", "w")
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "dashboard", "--headless", "--port", str(port),
+                                 "--auth-secrets", str(secrets), "--db", str(db.path)],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=Path(__file__).resolve().parents[1])
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(f"{url}/_stcore/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.3)
+            else:
+                pytest.fail("the dashboard did not start:\n" + (tmp_path / "streamlit.log").read_text())
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                pg = browser.new_page()
+                pg.set_default_timeout(60_000)
+                pg.goto(url)
+                pg.get_by_role("button", name="Log in").wait_for()
+                assert pg.locator("[data-testid='stMetric']").count() == 0          # no data before the login
+                pg.get_by_role("button", name="Log in").click()
+                pg.wait_for_url(f"http://127.0.0.1:{idp.server_port}/**")           # at the identity provider
+                pg.fill("input[name=sub]", "alice@example.com")
+                pg.get_by_role("button", name="Authorize").click()
+                pg.wait_for_url(f"{url}/**")
+                pg.wait_for_selector("[data-testid='stMetric']")                    # the overview, logged in
+                assert "alice@example.com" in pg.locator("[data-testid='stSidebar']").inner_text()
+                other = browser.new_page()                                           # another browser session
+                other.goto(url)
+                other.get_by_role("button", name="Log in").wait_for()
+                assert other.locator("[data-testid='stMetric']").count() == 0
+                browser.close()
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(20)
+            log.close()
+    assert PASSWORD not in (tmp_path / "streamlit.log").read_text()
+
+
+def test_auth_secrets_are_checked(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_text('[auth]\nclient_id = "x"\n')
+    r = runner.invoke(app, ["dashboard", "--headless", "--auth-secrets", str(bad), "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 2 and "cookie_secret" in r.output and "--auth-secrets" in r.output, r.output
