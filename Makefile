@@ -54,6 +54,7 @@ bench: $(STAMP) sysdeps
 	$(PY) bench/prom_bench.py
 	$(PY) bench/dashboard_bench.py
 	$(PY) bench/validation_bench.py
+	$(PY) bench/whatif_bench.py
 
 clean:
 	rm -rf $(VENV) var test-artifacts

@@ -13,9 +13,15 @@ LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=3)
 
 
 def frame(rows: Sequence[dict], columns: Sequence[str]) -> pd.DataFrame:
-    """Rows as a frame with these columns, also when there are none."""
+    """Rows as a frame with these columns, also when there are none. Aware times (kvplan's
+    instants are UTC-aware) become naive UTC here, at the chart's border: the axes are UTC."""
     df = pd.DataFrame(list(rows))
-    return df.reindex(columns=list(columns)) if df.empty else df
+    if df.empty:
+        return df.reindex(columns=list(columns))
+    for col in df.columns:
+        if isinstance(df[col].dtype, pd.DatetimeTZDtype):
+            df[col] = df[col].dt.tz_convert("UTC").dt.tz_localize(None)
+    return df
 
 
 def tier_hit_rate_chart(rows: Sequence[dict], title: str = "Hit rate by cache tier "

@@ -1,39 +1,56 @@
-"""Shared dashboard state: the database handle and the deployment / model / time-range
-selectors every page uses. Only Streamlit glue lives here."""
+"""Shared dashboard state: the settings, the database handle and the deployment / model /
+time-range selectors every page uses. Only Streamlit glue lives here."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timedelta
 
 import streamlit as st
 
-from app import service
-from sql.db import Database, DatabaseError
+from app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
+from collectors.config import Settings, load_settings
+from sql.db import Database
+
+
+def settings() -> Settings:
+    """The same settings the CLI reads (``KVPLAN_CONFIG`` / ``kvplan.toml``, ``KVPLAN_*``
+    environment, secret files); ``kvplan dashboard`` passes its --db and --config on."""
+    return _settings(os.environ.get("KVPLAN_CONFIG"), os.environ.get("KVPLAN_DB"))
+
+
+@st.cache_resource(show_spinner=False)
+def _settings(config: str | None, db: str | None) -> Settings:
+    return load_settings()
 
 
 @st.cache_resource
-def database(path: str) -> Database:
+def database(path: str, lock_timeout_s: float) -> Database:
     """One Database per file for the whole server. It holds no connection (each query opens
     the file read-only and closes it), so it is safe to share across sessions and threads."""
-    return Database(Path(path), lock_timeout_s=10.0)
+    return Database(path, lock_timeout_s=lock_timeout_s)
 
 
 def db() -> Database:
-    return database(os.environ.get("KVPLAN_DB", "kvplan.duckdb"))
+    s = settings()
+    return database(str(s.db), s.lock_timeout_s)
+
+
+def cfg(deployment: str) -> DeploymentSettings:
+    """What the config says about ``deployment`` (GPUs, GPUs per engine, default prices)."""
+    return deployment_settings(settings(), deployment)
 
 
 @st.cache_data(ttl=15, show_spinner=False)
 def deployments(path: str) -> list[dict]:
     """Deployments with data, from direct scrapes or Prometheus ingestion."""
-    return service.dashboard_deployments(database(path))
+    return deployments_with_data(db())
 
 
 @st.cache_data(ttl=15, show_spinner=False)
 def models(path: str, deployment: str) -> list[str]:
-    return [r["model_name"] for r in database(path).fetch("models", deployment=deployment)]
+    return [r["model_name"] for r in db().fetch("models", deployment=deployment)]
 
 
 @dataclass(frozen=True)
@@ -84,13 +101,12 @@ def through_navigation() -> None:
 def selection() -> Selection | None:
     """Sidebar selectors shared by all pages (kept in session state across pages)."""
     through_navigation()
-    path = os.environ.get("KVPLAN_DB", "kvplan.duckdb")
-    try:
-        deps = deployments(path)
-    except DatabaseError as e:
-        st.error(str(e))
+    path = str(settings().db)
+    if not db().path.exists():
+        st.error(f"{path}: no such database")
         empty_state()
         return None
+    deps = deployments(path)
     if not deps:
         empty_state()
         return None
@@ -101,8 +117,7 @@ def selection() -> Selection | None:
     model_opts = ["all models"] + models(path, name)
     model = sb.selectbox("Model", model_opts, key="model")
     rng = sb.selectbox("Time range", list(RANGES), key="range")
-    first = dep["first_ts"].replace(tzinfo=timezone.utc)
-    last = dep["last_ts"].replace(tzinfo=timezone.utc)
+    first, last = dep["first_ts"], dep["last_ts"]
     span = RANGES[rng]
     t_from = first if span is None else max(last - span, first)
     chunks = f", {dep['chunks']} Prometheus chunks ({dep['failed_chunks']} failed)" if dep["chunks"] else ""

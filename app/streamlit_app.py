@@ -1,8 +1,10 @@
 """kvplan dashboard entry point: `kvplan dashboard` runs `streamlit run` on this file.
 
-Pages are thin: they read the shared selectors, call one function of ``app.service``
-(which reads DuckDB and calls ``models``) and render what comes back. Any error reaching
-this file is shown as ``st.error`` with its cause, never as a traceback.
+Pages are thin: they read the shared selectors, call one function of ``app.views`` (which
+reads DuckDB through ``app.data`` and computes through ``models``) and render what comes
+back. A ``KvplanError`` (an input the user can fix) reaching this file is shown as
+``st.error`` naming the input; anything else is a bug: its traceback goes to the log and the
+page says so, never showing the traceback.
 """
 
 import logging
@@ -14,6 +16,8 @@ if str(ROOT) not in sys.path:  # streamlit puts app/ first on sys.path, not the 
     sys.path.insert(0, str(ROOT))
 
 import streamlit as st  # noqa: E402
+
+from models.errors import KvplanError  # noqa: E402
 
 PAGES = Path(__file__).parent / "pages"
 log = logging.getLogger("kvplan.dashboard")
@@ -27,10 +31,13 @@ pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/d
          st.Page(str(PAGES / "latency.py"), title="Latency", icon=":material/timer:", url_path="latency"),
          st.Page(str(PAGES / "cost.py"), title="Cost & decision", icon=":material/payments:", url_path="cost"),
          st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/sprint:", url_path="runs"),
+         st.Page(str(PAGES / "whatif.py"), title="What-if", icon=":material/tune:", url_path="whatif"),
          st.Page(str(PAGES / "collection.py"), title="Collection", icon=":material/sensors:", url_path="collection"),
          st.Page(str(PAGES / "report.py"), title="Report", icon=":material/description:", url_path="report")]
 try:
     st.navigation(pages).run()
+except KvplanError as e:
+    st.error(str(e))
 except Exception as e:  # ScriptControlException (rerun/stop) is a BaseException: not caught
     log.exception("page failed")
-    st.error(f"{type(e).__name__}: {e}")
+    st.error(f"kvplan hit a bug on this page ({type(e).__name__}); the traceback is in the dashboard's log.")

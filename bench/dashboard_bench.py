@@ -12,9 +12,9 @@ carry source 'replay'.
 The first scrape of each target goes through the real store; the rest are bulk-inserted in
 time order with the same series ids (the shape the collector leaves). Then every whole day
 is rolled up by the collector daemon's own nightly function (collectors.scheduler.rollup_day)
-and app.service.rollup_gauges_day, timed per day.
+and app.data.store.rollup_gauges_day, timed per day.
 
-Each page's service call (what the page script calls, with the page's step) is timed on
+Each page's view call (what the page script calls, with the page's step) is timed on
   1d       a database holding 1 day of history, time range "all data"
   90d/24h  the 90-day database, time range "last 24 hours"
   90d      the 90-day database, time range "all data" (90 days)
@@ -155,7 +155,7 @@ def replay(path: Path, case: str, days: int, engines: int, interval_min: int) ->
 
 
 def roll_up(db: Database, deployment: str, days: int) -> list[float]:
-    from app.service import rollup_gauges_day
+    from app.data.store import rollup_gauges_day
     from collectors.scheduler import rollup_day
 
     took = []
@@ -169,24 +169,31 @@ def roll_up(db: Database, deployment: str, days: int) -> list[float]:
 
 
 def pages(db: Database, deployment: str, t_from: datetime, t_to: datetime) -> dict:
-    """Each page's service call, with the step the page would use."""
-    from app import report, service
+    """Each page's view call, with the step the page would use."""
+    from app import report
+    from app.data.store import data_months, deployments_with_data
     from app.state import Selection
+    from app.views.cache import cache_view
+    from app.views.collection import collection_view
+    from app.views.cost import cost_view
+    from app.views.latency import latency_view
+    from app.views.overview import overview
+    from app.views.runs import runs_view
 
     step = Selection(deployment, None, t_from, t_to).step_s
 
     def report_page():
-        month = service.data_months(db, deployment)[0]
+        month = data_months(db, deployment)[0]
         return report.render_html(report.build(db, deployment, month))
 
     return {
-        "sidebar": lambda: service.dashboard_deployments(db),
-        "overview": lambda: service.overview(db, deployment, t_from, t_to, None, step),
-        "cache": lambda: service.cache_view(db, deployment, t_from, t_to, step),
-        "latency": lambda: service.latency_view(db, deployment, t_from, t_to, step),
-        "cost": lambda: service.cost_view(db, deployment, t_from, t_to),
-        "runs": lambda: service.runs_view(db, deployment),
-        "collection": lambda: service.collection_view(db, deployment, t_from, t_to),
+        "sidebar": lambda: deployments_with_data(db),
+        "overview": lambda: overview(db, deployment, t_from, t_to, None, step),
+        "cache": lambda: cache_view(db, deployment, t_from, t_to, step),
+        "latency": lambda: latency_view(db, deployment, t_from, t_to, step),
+        "cost": lambda: cost_view(db, deployment, t_from, t_to),
+        "runs": lambda: runs_view(db, deployment),
+        "collection": lambda: collection_view(db, deployment, t_from, t_to),
         "report (month)": report_page,
     }
 
@@ -244,7 +251,7 @@ def main(argv=None) -> int:
         for k, v in times.items():
             results[(page, k)] = statistics.median(v)
     cols = ["1d", f"{long}/24h", long]
-    print(f"\n{'page (service call)':<22}" + "".join(f"{c:>12}" for c in cols) + f"{long + ' / 1d':>11}")
+    print(f"\n{'page (view call)':<22}" + "".join(f"{c:>12}" for c in cols) + f"{long + ' / 1d':>11}")
     worst = 0.0
     for page in pages(None, "", T0, T0):
         row = [results.get((page, c)) for c in cols]

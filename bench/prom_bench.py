@@ -59,11 +59,10 @@ def templates() -> list[tuple[str, Payload]]:
             size = sum(s.value for s in p.samples if s.name.endswith("_total"))
             if size > found.get(p.kind, (-1,))[0]:
                 found[p.kind] = (size, f"{man.parent.name}/{f['file']}", p)
-    if "vllm" not in found:
-        from tests.test_prom_ingest import lmcache_payload, vllm_payload
-
-        for kind, text in (("vllm", vllm_payload(40, "m1", (0,))), ("lmcache_mp", lmcache_payload(40))):
-            found[kind] = (0, f"built/{kind}", parse_payload(text, kind))
+    missing = {"vllm", "lmcache_mp"} - set(found)
+    if missing:
+        raise SystemExit(f"tests/fixtures/payloads holds no recorded {' or '.join(sorted(missing))} payload "
+                         "(record them with deploy/local/record_fixtures.py)")
     return [(label, p) for _, label, p in found.values()]
 
 
@@ -160,10 +159,10 @@ def write_last(path: Path, series: list, t: int, g: dict, i: int) -> int:
 
 
 def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
-    from tests.prom_fixtures import free_port
+    from deploy.local.stack import free_ports
 
     (work / "prometheus.yml").write_text("global: {}\n")
-    port = free_port()
+    (port,) = free_ports(1)
     proc = subprocess.Popen(["prometheus", f"--config.file={work / 'prometheus.yml'}",
                              f"--storage.tsdb.path={work / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
                              "--storage.tsdb.retention.time=100y", "--storage.tsdb.max-block-duration=2h"],
@@ -281,7 +280,7 @@ out = dict(raw=n)""")
 
 
 def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:
-    from app.service import stats
+    from app.data.window import stats
     from models.metrics import Increase, window_stats
     from sql.db import Database
 

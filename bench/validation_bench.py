@@ -20,9 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.service import stats  # noqa: E402
-from deploy.local.ab import run_ab, validation_cases  # noqa: E402
+from app.data.window import stats  # noqa: E402
 from deploy.local import stack as stk  # noqa: E402
+from deploy.local.ab import run_ab, validation_cases  # noqa: E402
 from models.validation import validate_ab  # noqa: E402
 from sql.db import Database  # noqa: E402
 

@@ -13,9 +13,6 @@ kvplan never writes them to DuckDB, logs or reports, and the TOML file may not h
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-from models.redact import register_secret
-
 import os
 import re
 import tomllib
@@ -23,13 +20,31 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
-from pydantic_settings import (BaseSettings, NestedSecretsSettingsSource, PydanticBaseSettingsSource,
-                               SettingsConfigDict, TomlConfigSettingsSource)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from models.decision import PLANNING_FIELDS, PlanningInputs
+from models.errors import KvplanError
+from models.pricebook import FIELDS as PRICEBOOK_FIELDS
+from models.pricebook import PriceBook
+from models.redact import register_secret
 
 DEFAULT_CONFIG = Path("kvplan.toml")
-from models.decision import MAX_GPUS  # noqa: E402  (one bound for config, CLI and form)
 SECRET_KEYS = ("password", "bearer_token")
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
@@ -115,7 +130,15 @@ class DeploymentConfig(BaseModel):
     prometheus_selector: str = Field(
         default="", description="PromQL label matchers picking this deployment's series in Prometheus, "
                                 "e.g. job=\"vllm\",namespace=\"prod\". Empty: not ingested from Prometheus.")
-    gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="GPUs currently serving this deployment (for capacity).")
+    gpus: int | None = Field(default=None, ge=1, le=100_000,
+                             description="GPUs currently serving this deployment (for capacity); default: the "
+                                         "vLLM engines seen x gpus_per_engine.")
+    lookup_hash_log_dir: Path | None = Field(
+        default=None, description="LMCache's --lookup-hash-log-dir: the nightly job imports its request trace "
+                                  "for the cache-size what-if (kvplan whatif).")
+    gpus_per_engine: int = Field(default=1, ge=1, le=1024,
+                                 description="GPUs one vLLM engine runs on: tensor parallel x pipeline parallel "
+                                             "(not in vLLM's metrics).")
 
     _sel = field_validator("prometheus_selector")(check_selector)
 
@@ -259,17 +282,24 @@ class Settings(BaseSettings):
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Collector daemon schedule.")
-    prices: dict[str, Any] = Field(default_factory=dict, description="The [prices] table: price-book fields "
-                                   "(models.pricebook.PriceBook, e.g. usd_per_gpu_hour = 2.5) used by plan, report "
-                                   "and dashboard for a deployment without a price book saved in the dashboard.")
+    prices: dict[str, Any] = Field(default_factory=dict, description="Default price-book and planning fields "
+                                   "(models.pricebook.PriceBook, models.decision.PlanningInputs) for deployments "
+                                   "with none saved from the dashboard.")
 
     @field_validator("prices")
     @classmethod
-    def _price_book(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from models.pricebook import PriceBook
-
-        if v:
-            PriceBook.from_dict(v)  # unknown keys, wrong types and out-of-range values name the field
+    def _prices(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Every key a PriceBook or PlanningInputs field, every value in its bounds."""
+        pb_keys = {f.name for f in PRICEBOOK_FIELDS}
+        known = pb_keys | {f.name for f in PLANNING_FIELDS}
+        unknown = sorted(set(v) - known)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a price-book or planning field (known: {', '.join(sorted(known))})")
+        try:
+            PriceBook.from_dict({k: x for k, x in v.items() if k in pb_keys})
+            PlanningInputs.from_dict({k: x for k, x in v.items() if k not in pb_keys})
+        except KvplanError as e:
+            raise ValueError(str(e)) from None
         return v
 
     @model_validator(mode="after")
@@ -296,18 +326,6 @@ class Settings(BaseSettings):
 
 
 _CONFIG_PATH: list[Path | None] = [None]
-_LOADED: list[Settings | None] = [None]
-
-
-def configured_prices() -> dict[str, Any]:
-    """The ``[prices]`` table of the settings this process loaded (or of ``KVPLAN_CONFIG`` /
-    ``./kvplan.toml`` when none was loaded yet, as in the dashboard); ``{}`` without one."""
-    if _LOADED[0] is None:
-        try:
-            load_settings()
-        except ConfigError:
-            return {}
-    return dict(_LOADED[0].prices) if _LOADED[0] is not None else {}
 
 
 class ConfigError(KvplanError):
@@ -381,7 +399,6 @@ def load_settings(config: Path | None = None, **overrides) -> Settings:
                 register_secret(secret.get_secret_value())
         if s.prometheus.url:
             register_secret(urlsplit(s.prometheus.url).password)
-        _LOADED[0] = s
         return s
     except ValidationError as e:
         blamed = [_blame(err, path) for err in e.errors()]

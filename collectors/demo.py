@@ -35,18 +35,13 @@ def records(path: Path = DEMO_FILE) -> Iterator[dict]:
                 raise PayloadError(str(path), f"not a JSON line: {e}", line=lineno) from None
 
 
-def header(path: Path = DEMO_FILE) -> dict:
-    first = next(records(path))
-    if first.get("type") != "header":
-        raise PayloadError(str(path), "first line is not the dataset header", line=1)
-    return first
-
-
 def load_demo(db: Database, path: Path = DEMO_FILE,
               progress: Callable[[int, int], None] | None = None) -> dict:
     """Import every scrape, failure and run of the dataset. Returns counts and the header."""
     recs = list(records(path))
-    head = recs[0]
+    head = recs[0] if recs else {}
+    if head.get("type") != "header":
+        raise PayloadError(str(path), "first line is not the dataset header", line=1)
     t0, stretch = head["t0"], head["stretch"]
     deployment = head["deployment"]
 

@@ -19,8 +19,6 @@ Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 import math
 import re
 import time
@@ -32,6 +30,8 @@ from prometheus_client.openmetrics.parser import (
     text_fd_to_metric_families as _openmetrics_families,
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
+
+from models.errors import KvplanError
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
 
@@ -201,7 +201,11 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
                   kind: str | None = None, at: datetime | None = None) -> Payload:
     """Parse and validate one payload taken at ``at`` (default now). ``kind`` forces the
     payload kind; otherwise it is detected from the family names. Raises :class:`PayloadError`
-    naming the source, the line and the series of the first impossible value."""
+    naming the source, the line and the series of the first impossible value.
+
+    Long on purpose: one pass over the parser's families holds every acceptance rule (type,
+    finiteness, sign and size, _created, duplicates, buckets) next to the line it names; split
+    up, the rules would be read out of the order a payload is checked in."""
     at_s = at.timestamp() if at is not None else time.time()
     if kind is not None and kind not in KINDS:
         raise PayloadError(source, f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")

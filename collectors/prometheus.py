@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
@@ -48,9 +48,10 @@ from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
 from collectors.parse import detect_kind
 from collectors.scrape import redact_url
 from collectors.store import ensure_target, series_id
-from models.catalog import COUNTERS, FAMILIES, GAUGES, HISTOGRAMS
+from models.catalog import FAMILIES
 from models.errors import KvplanError
 from models.redact import redact
+from models.timeutil import aware_utc, from_epoch_ms, from_epoch_s, utcnow
 from sql.db import Database
 
 log = logging.getLogger("kvplan.prometheus")
@@ -139,7 +140,7 @@ def _short(e: Exception, n: int = 300) -> str:
 
 
 def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
+    return from_epoch_s(t).isoformat().replace("+00:00", "Z")
 
 
 # -- the exact arithmetic (pure, on numpy arrays; times in integer milliseconds) ----------
@@ -363,15 +364,11 @@ def _ts(ms: np.ndarray) -> pa.Array:
     return pa.array(ms.astype("datetime64[ms]").astype("datetime64[us]"), pa.timestamp("us"))
 
 
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
-
-
 def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps: list[tuple],
                 step_s: int, selector: str) -> tuple[int, int]:
     """Replace whatever (t0, t1] held for this deployment with this chunk, in one
     transaction. A failed chunk keeps an earlier successful ingestion of the range."""
-    t0, t1 = _utc(chunk.t0), _utc(chunk.t1)
+    t0, t1 = from_epoch_ms(chunk.t0), from_epoch_ms(chunk.t1)
     span = dict(deployment_id=dep_id, t_from=t0, t_to=t1)
     with db.write() as con:
         if chunk.error is not None:
@@ -408,7 +405,7 @@ def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps
         con.execute("INSERT INTO prom_increments SELECT * FROM kv_inc")
         con.execute("INSERT INTO samples SELECT * FROM kv_gauge")
         for target, a, b, reason in gaps:
-            Database.run(con, "insert_gap", deployment_id=dep_id, target=target, t_from=_utc(a), t_to=_utc(b),
+            Database.run(con, "insert_gap", deployment_id=dep_id, target=target, t_from=from_epoch_ms(a), t_to=from_epoch_ms(b),
                          reason=reason)
         Database.run(con, "insert_prom_chunk", **span, step_s=step_s, selector=selector, ok=True, error=None,
                      n_series=len(rows.series["series_id"]), n_raw=chunk.n_raw, n_increments=inc_ts.size,
@@ -456,7 +453,7 @@ def _ensure_targets(db: Database, deployment: str, series: list[Raw]) -> tuple[i
         for name, (fams, labels) in by_target.items():
             ids[name] = ensure_target(con, deployment, name, detect_kind(fams) or "unknown", None)
             if Database.run(con, "scraped_target", target_id=ids[name]).fetchone()[0]:
-                raise ValueError(f"deployment {deployment!r}: target {name!r} already holds direct scrapes; "
+                raise KvplanError(f"deployment {deployment!r}: target {name!r} already holds direct scrapes; "
                                  "ingest Prometheus data into another deployment")
             Database.run(con, "insert_prom_target", target_id=ids[name], job=labels.get("job"),
                          instance=labels.get("instance") or "")
@@ -473,7 +470,7 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
     step_s = int(duration_s(step or cfg.step))
     chunk_s = int(duration_s(chunk or cfg.chunk))
     if chunk_s % step_s:
-        raise ValueError(f"chunk {chunk or cfg.chunk} is not a multiple of step {step or cfg.step}")
+        raise KvplanError(f"chunk {chunk or cfg.chunk} is not a multiple of step {step or cfg.step}", source="--chunk")
     lookback, gap_after = int(duration_s(cfg.lookback) * 1000), int(duration_s(cfg.gap_after) * 1000)
     client = client or PromClient(cfg)
     res = IngestResult(deployment.name, t_from, t_to)
@@ -522,9 +519,6 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
 
 def ingest_window(t_from: datetime, t_to: datetime) -> tuple[datetime, datetime]:
     """UTC-aware bounds, the end capped at now (no gaps recorded for the future)."""
-    now = datetime.now(timezone.utc)
-    t_from = t_from if t_from.tzinfo else t_from.replace(tzinfo=timezone.utc)
-    t_to = t_to if t_to.tzinfo else t_to.replace(tzinfo=timezone.utc)
-    return t_from, min(t_to, now)
+    return aware_utc(t_from), min(aware_utc(t_to), utcnow())
 
 

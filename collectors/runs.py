@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from datetime import datetime, timezone
 
 import pyarrow as pa
 
 from collectors.scrape import redact_url
 from collectors.workload import RunResult
+from models.timeutil import from_epoch_s
 from sql.db import Database
-
-
-def _utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(tzinfo=None)
 
 
 def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None = None,
@@ -26,7 +22,7 @@ def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None
     with db.write() as con:
         run_id = Database.run(
             con, "insert_run", deployment=deployment, label=label or run.scenario, scenario=run.scenario,
-            routing=w.routing, started_at=_utc(run.started_at), ended_at=_utc(run.ended_at), model=run.model,
+            routing=w.routing, started_at=from_epoch_s(run.started_at), ended_at=from_epoch_s(run.ended_at), model=run.model,
             servers=json.dumps([redact_url(s) for s in run.servers]), workload=json.dumps(asdict(w)),
             stopped_by=run.stopped_by, measured_on=measured_on).fetchone()[0]
         rs = run.results
@@ -35,7 +31,7 @@ def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None
             "user_idx": pa.array([r.user for r in rs], pa.int32()),
             "turn": pa.array([r.turn for r in rs], pa.int32()),
             "server": [redact_url(r.server) for r in rs],
-            "started_at": pa.array([_utc(r.started_at) for r in rs], pa.timestamp("us")),
+            "started_at": pa.array([from_epoch_s(r.started_at) for r in rs], pa.timestamp("us")),
             "ttft_s": pa.array([r.ttft_s for r in rs], pa.float64()),
             "total_s": pa.array([r.total_s for r in rs], pa.float64()),
             "prompt_tokens": pa.array([r.prompt_tokens for r in rs], pa.int32()),

@@ -5,7 +5,9 @@
   scrape is still running is skipped this round (counted as an error), never queued twice.
 * ``nightly``: on ``schedule.nightly_cron`` (local time by default), for every UTC day not
   yet done: ingest the day from Prometheus (deployments with a ``prometheus_selector``),
-  compute ``daily_rollups`` for every deployment, then :func:`nightly_report`.
+  import new LMCache lookup-hash logs (``lookup_hash_log_dir``) for the what-if, compute
+  ``daily_rollups`` for every deployment, then the ``NightlyJobs`` the caller gave
+  (the CLI: the dashboard's gauge rollups and the capacity reports).
 
 Jobs never overlap themselves (``max_instances=1``, ``coalesce``). A nightly run missed while
 the daemon was busy runs late within ``misfire_grace_s``; one missed while it was DOWN is
@@ -18,17 +20,14 @@ transaction in flight.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
-from pathlib import Path
+from datetime import date, datetime, timedelta
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -37,14 +36,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 from collectors.config import Settings
 from collectors.scrape import Target, scrape_target
 from collectors.store import ensure_target
+from collectors.traces import ingest_trace_dir
+from models.errors import KvplanError
 from models.redact import redact
+from models.timeutil import day_start, utcnow
 from sql.db import Database
 
 log = logging.getLogger("kvplan.collector")
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 # -- the run log -------------------------------------------------------------------------
@@ -148,44 +146,20 @@ class Scraper:
 
 
 # -- the nightly job -------------------------------------------------------------------------
-REPORT_MODULE = "app.report"
+@dataclass(frozen=True)
+class NightlyJobs:
+    """What the nightly job runs after ingestion and rollups, given by the caller (the CLI
+    passes the dashboard's gauge rollup and the capacity report), so this module never
+    imports the app. ``None``: not run."""
 
-
-def nightly_report(settings: Settings, day: date) -> list:
-    """Write each deployment's capacity report for the month of ``day`` (so far) with
-    ``app.report.write_report`` into ``schedule.report_dir``, once that module exists;
-    until then log 'report not available'. A deployment without data that month is skipped."""
-    if importlib.util.find_spec(REPORT_MODULE) is None:
-        log.info("report not available (no %s module yet); day %s", REPORT_MODULE, day)
-        return []
-    report = importlib.import_module(REPORT_MODULE)
-    if not hasattr(report, "write_report"):
-        log.info("report not available (%s has no write_report); day %s", REPORT_MODULE, day)
-        return []
-    db = Database(settings.db, lock_timeout_s=settings.lock_timeout_s)
-    month = day.strftime("%Y-%m")
-    folder = settings.schedule.report_dir or Path(settings.db).parent / "reports"
-    written = []
-    for name in sorted({d["deployment"] for d in fetch_rw(db, "deployments")}):
-        path = folder / f"{name}-{month}.{settings.schedule.report_format}"
-        try:
-            written.append(report.write_report(db, name, month, path))
-        except ValueError as e:  # no data that month, or an unknown deployment
-            log.info("report for %s %s not written: %s", name, month, e)
-    return written
-
-
-def _gauge_rollup():
-    """``app.service.rollup_gauges_day`` (the dashboard's per-day gauge summaries, migration
-    005) when that build has it."""
-    try:
-        return getattr(importlib.import_module("app.service"), "rollup_gauges_day", None)
-    except ImportError:
-        return None
+    rollup_gauges: Callable[[Database, str, date], int] | None = None
+    """Summarise one UTC day of a deployment's gauges; returns rows written."""
+    report: Callable[[Settings, date], list] | None = None
+    """Write the capacity reports for the month of the day; returns the paths written."""
 
 
 def day_bounds(day: date) -> tuple[datetime, datetime]:
-    start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    start = day_start(day)
     return start, start + timedelta(days=1)
 
 
@@ -196,10 +170,9 @@ def rollup_day(db: Database, deployment: str, day: date) -> int:
         row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
         if row is None:
             return 0
-        Database.run(con, "delete_rollups_day", deployment_id=row[0], day=t0.replace(tzinfo=None))
+        Database.run(con, "delete_rollups_day", deployment_id=row[0], day=t0)
         n = Database.run(con, "rollup_day", deployment_id=row[0], deployment=deployment,
-                         t_from=t0.replace(tzinfo=None), t_to=t1.replace(tzinfo=None),
-                         t_lookback=(t0 - timedelta(days=1)).replace(tzinfo=None)).fetchone()
+                         t_from=t0, t_to=t1, t_lookback=t0 - timedelta(days=1)).fetchone()
     return int(n[0]) if n else 0
 
 
@@ -220,11 +193,11 @@ def days_to_run(db: Database, today: date, catchup_days: int) -> list[date]:
 class Nightly:
     """Ingest, roll up and report every day that needs it."""
 
-    def __init__(self, settings: Settings, db: Database):
-        self.settings, self.db = settings, db
+    def __init__(self, settings: Settings, db: Database, jobs: NightlyJobs = NightlyJobs()):
+        self.settings, self.db, self.jobs = settings, db, jobs
 
     def run(self, today: date | None = None) -> list[Outcome]:
-        today = today or datetime.now(timezone.utc).date()
+        today = today or utcnow().date()
         days = days_to_run(self.db, today, self.settings.schedule.catchup_days)
         return [self.run_day(d) for d in days]
 
@@ -248,18 +221,28 @@ class Nightly:
                 out.rows += res.rows
                 out.errors += res.failed
                 out.notes += [f"{dep.name}: {m}" for m in res.errors[:3]]
+            for dep in s.deployments:
+                if dep.lookup_hash_log_dir is None:
+                    continue
+                try:
+                    res = ingest_trace_dir(self.db, dep.name, dep.lookup_hash_log_dir)
+                except KvplanError as e:  # a bad log file must not stop the night
+                    out.errors += 1
+                    out.notes.append(f"{dep.name}: trace: {e}")
+                    continue
+                out.rows += res.requests if res is not None else 0
             names = {d["deployment"] for d in fetch_rw(self.db, "deployments")}
-            gauges = _gauge_rollup()
             for name in sorted(names):
                 out.rows += rollup_day(self.db, name, day)
-                if gauges is not None:
-                    out.rows += gauges(self.db, name, day)
-            try:
-                nightly_report(s, day)
-            except Exception as e:
-                out.errors += 1
-                out.notes.append(f"report: {type(e).__name__}: {e}")
-                log.error("nightly %s: report: %s", day, redact(str(e)))
+                if self.jobs.rollup_gauges is not None:
+                    out.rows += self.jobs.rollup_gauges(self.db, name, day)
+            if self.jobs.report is not None:
+                try:
+                    self.jobs.report(s, day)
+                except Exception as e:  # the report must not undo the night's ingestion
+                    out.errors += 1
+                    out.notes.append(f"report: {type(e).__name__}: {e}")
+                    log.exception("nightly %s: report", day)
             keep = utcnow() - timedelta(days=s.schedule.keep_scrape_runs_days)
             with self.db.write() as con:
                 Database.run(con, "prune_scrape_runs", t_from=keep)
@@ -268,13 +251,14 @@ class Nightly:
 
 
 # -- the daemon ------------------------------------------------------------------------------
-def build_scheduler(settings: Settings, db: Database) -> tuple[BackgroundScheduler, Scraper, Nightly]:
+def build_scheduler(settings: Settings, db: Database,
+                    jobs: NightlyJobs = NightlyJobs()) -> tuple[BackgroundScheduler, Scraper, Nightly]:
     from zoneinfo import ZoneInfo
 
     sc = settings.schedule
     tz = ZoneInfo(sc.timezone) if sc.timezone else None
     sched = BackgroundScheduler(timezone=tz) if tz else BackgroundScheduler()
-    scraper, nightly = Scraper(settings, db), Nightly(settings, db)
+    scraper, nightly = Scraper(settings, db), Nightly(settings, db, jobs)
     defaults = dict(coalesce=True, max_instances=1, replace_existing=True)
     if scraper.targets:
         sched.add_job(scraper.round, IntervalTrigger(seconds=sc.scrape_interval_s), id="scrape",
@@ -285,7 +269,8 @@ def build_scheduler(settings: Settings, db: Database) -> tuple[BackgroundSchedul
     return sched, scraper, nightly
 
 
-def run_daemon(settings: Settings, db: Database, stop: threading.Event | None = None) -> None:
+def run_daemon(settings: Settings, db: Database, stop: threading.Event | None = None,
+               jobs: NightlyJobs = NightlyJobs()) -> None:
     """Run until SIGTERM/SIGINT (or ``stop`` is set)."""
     stop = stop or threading.Event()
     db.migrate()
@@ -293,9 +278,9 @@ def run_daemon(settings: Settings, db: Database, stop: threading.Event | None = 
         killed = Database.run(con, "mark_interrupted_runs").fetchall()
     for run_id, job, day in killed:
         log.warning("run %s (%s%s) was interrupted by a previous shutdown", run_id, job, f" {day}" if day else "")
-    sched, scraper, nightly = build_scheduler(settings, db)
+    sched, scraper, nightly = build_scheduler(settings, db, jobs)
     scraper.ensure_targets()
-    missed = days_to_run(db, datetime.now(timezone.utc).date(), settings.schedule.catchup_days)
+    missed = days_to_run(db, utcnow().date(), settings.schedule.catchup_days)
     if missed:
         log.info("catching up nightly runs for %s", ", ".join(map(str, missed)))
         sched.modify_job("nightly", next_run_time=datetime.now(sched.timezone))

@@ -10,17 +10,17 @@ the whole scrape or nothing.
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pyarrow as pa
 
 from collectors.parse import Payload
+from models.errors import KvplanError
 from models.redact import redact
+from models.timeutil import naive_utc
 from sql.db import Database
 
 
@@ -34,13 +34,6 @@ class StoreResult:
     ts: datetime
     status: str  # stored | duplicate | failed-recorded
     samples: int
-
-
-def utc_naive(ts: datetime) -> datetime:
-    """DuckDB TIMESTAMP columns hold UTC without a zone."""
-    if ts.tzinfo is not None:
-        ts = ts.astimezone(timezone.utc).replace(tzinfo=None)
-    return ts
 
 
 def series_id(target_id: int, name: str, model: str | None, engine: str | None,
@@ -90,7 +83,7 @@ def insert_payload(con, *, deployment: str, target: str, ts: datetime, payload: 
                    source: str, url: str | None = None, duration_s: float | None = None) -> StoreResult:
     """The work of :func:`store_payload` on an open connection, inside the caller's
     transaction (``Database.write`` or ``Database.transaction`` in a ``Database.batch``)."""
-    ts = utc_naive(ts)
+    ts = naive_utc(ts)
     target_id = ensure_target(con, deployment, target, payload.kind, url)
     existing = Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone()
     if existing is not None:
@@ -143,7 +136,7 @@ def store_failure(db: Database, *, deployment: str, target: str, kind: str, ts: 
 def insert_failure(con, *, deployment: str, target: str, kind: str, ts: datetime, error: str, source: str,
                    url: str | None = None, duration_s: float | None = None) -> StoreResult:
     """The work of :func:`store_failure` inside the caller's transaction."""
-    ts = utc_naive(ts)
+    ts = naive_utc(ts)
     target_id = ensure_target(con, deployment, target, kind, url)
     if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
         Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=redact(error),

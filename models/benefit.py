@@ -175,7 +175,9 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
                     capacity: CapacityResult | None, realisation: str = "shrink",
                     headroom_fill_fraction: float = 0.0,
                     num_gpus: int | None = None) -> Benefit:
-    """Price the saved prefill time per month (see module docstring).
+    """Price the saved prefill time per month (see module docstring). Long on purpose: the
+    four terms and their bands sit in one function so a reader can check that no GPU-hour is
+    counted twice.
 
     ``capacity`` supplies the fleet (current GPUs, GPUs needed with reuse, growth schedule);
     it is required for ``absorb_growth``. ``num_gpus`` (fleet size for the per-node overhead)

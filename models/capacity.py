@@ -33,8 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.pricebook import PriceBook
 from models.prefill import PrefillMeasurement, PrefillSavings
+from models.pricebook import PriceBook
 
 MAX_REPLICAS = 1_000_000
 """Search limit for the replica count (a guard, never reached by a sane input)."""

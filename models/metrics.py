@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
+from models import catalog as c
+
 
 @dataclass(frozen=True)
 class Increase:
@@ -64,8 +66,8 @@ def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> Quantil
         return Quantile(q, None, None, None)
     # ensureMonotonic: a bucket count below its predecessor is raised to it
     fixed, top = [], 0.0
-    for le, c in bs:
-        top = max(top, c)
+    for le, n in bs:
+        top = max(top, n)
         fixed.append((le, top))
     bs = fixed
     total = bs[-1][1]
@@ -104,7 +106,7 @@ def ratio(num: float | None, den: float | None) -> float | None:
 
 
 def histogram_buckets(rows: Iterable[Increase], family: str) -> list[tuple[float, float]]:
-    return [(r.le, r.increase) for r in rows if r.name == f"{family}_bucket" and r.le is not None]
+    return [(r.le, r.increase) for r in rows if r.name == c.bucket_name(family) and r.le is not None]
 
 
 def label_total(rows: Iterable[Increase], name: str, key: str) -> dict[str, float]:
@@ -116,7 +118,7 @@ def label_total(rows: Iterable[Increase], name: str, key: str) -> dict[str, floa
     return dict(out)
 
 
-TTFT = "vllm:time_to_first_token_seconds"
+TTFT = c.TTFT
 
 
 @dataclass
@@ -166,13 +168,13 @@ class WindowStats:
 
 def window_stats(rows: list[Increase]) -> WindowStats:
     """Every headline number of a window, from its per-series increases."""
-    hits = total(rows, "vllm:prefix_cache_hits_total")
-    queries = total(rows, "vllm:prefix_cache_queries_total")
-    ext_hits = total(rows, "vllm:external_prefix_cache_hits_total")
-    ext_queries = total(rows, "vllm:external_prefix_cache_queries_total")
-    cached = total(rows, "vllm:prompt_tokens_cached_total")
-    by_source = label_total(rows, "vllm:prompt_tokens_by_source_total", "source")
-    by_tier = label_total(rows, "vllm:prompt_tokens_cached_by_source_total", "source")
+    hits = total(rows, c.total_name(c.PREFIX_HITS))
+    queries = total(rows, c.total_name(c.PREFIX_QUERIES))
+    ext_hits = total(rows, c.total_name(c.EXTERNAL_HITS))
+    ext_queries = total(rows, c.total_name(c.EXTERNAL_QUERIES))
+    cached = total(rows, c.total_name(c.PROMPT_TOKENS_CACHED))
+    by_source = label_total(rows, c.total_name(c.PROMPT_BY_SOURCE), "source")
+    by_tier = label_total(rows, c.total_name(c.CACHED_BY_SOURCE), "source")
     if cached is None and by_source:
         cached = by_source.get("local_cache_hit", 0.0) + by_source.get("external_kv_transfer", 0.0)
     buckets = histogram_buckets(rows, TTFT)
@@ -180,19 +182,19 @@ def window_stats(rows: list[Increase]) -> WindowStats:
     p99 = bucket_quantile(0.99, buckets) if buckets else None
 
     # LMCache: multi-process server (lmcache_mp_*), else in-process (lmcache:* inside vLLM)
-    lm_req = total(rows, "lmcache_mp_lookup_requested_tokens_total")
-    lm_hit = total(rows, "lmcache_mp_lookup_hit_tokens_total")
-    lm_l1 = total(rows, "lmcache_mp_lookup_hit_l1_tokens_total")
-    lm_l2 = total(rows, "lmcache_mp_lookup_hit_l2_tokens_total")
+    lm_req = total(rows, c.total_name(c.LM_REQUESTED))
+    lm_hit = total(rows, c.total_name(c.LM_HIT))
+    lm_l1 = total(rows, c.total_name(c.LM_HIT_L1))
+    lm_l2 = total(rows, c.total_name(c.LM_HIT_L2))
     if lm_req is None:
-        lm_req = total(rows, "lmcache:num_requested_tokens_total")
-        lm_hit = total(rows, "lmcache:num_hit_tokens_total")
+        lm_req = total(rows, c.total_name(c.LM_INPROC_REQUESTED))
+        lm_hit = total(rows, c.total_name(c.LM_INPROC_HIT))
     st = WindowStats(
         prefix_cache_hit_rate=ratio(hits, queries),
         external_prefix_cache_hit_rate=ratio(ext_hits, ext_queries),
         cached_prompt_tokens=cached,
-        prompt_tokens=total(rows, "vllm:prompt_tokens_total"),
-        requests=total(rows, f"{TTFT}_count"),
+        prompt_tokens=total(rows, c.total_name(c.PROMPT_TOKENS)),
+        requests=total(rows, c.count_name(TTFT)),
         ttft_p50_s=p50.value if p50 else None,
         ttft_p99_s=p99.value if p99 else None,
         ttft_p50=p50,
@@ -206,11 +208,11 @@ def window_stats(rows: list[Increase]) -> WindowStats:
         external_prefix_cache_queries=ext_queries,
         prompt_tokens_by_source=by_source,
         cached_tokens_by_tier=by_tier,
-        generation_tokens=total(rows, "vllm:generation_tokens_total"),
-        prefill_seconds_sum=total(rows, "vllm:request_prefill_time_seconds_sum"),
-        prefill_requests=total(rows, "vllm:request_prefill_time_seconds_count"),
-        prefill_computed_tokens=total(rows, "vllm:request_prefill_kv_computed_tokens_sum"),
-        estimated_flops=total(rows, "vllm:estimated_flops_per_gpu_total"),
+        generation_tokens=total(rows, c.total_name(c.GENERATION_TOKENS)),
+        prefill_seconds_sum=total(rows, c.sum_name(c.PREFILL_TIME)),
+        prefill_requests=total(rows, c.count_name(c.PREFILL_TIME)),
+        prefill_computed_tokens=total(rows, c.sum_name(c.PREFILL_COMPUTED)),
+        estimated_flops=total(rows, c.total_name(c.ESTIMATED_FLOPS)),
         counter_resets=sum(r.resets for r in rows),
         counter_decreases=sum(r.broken or 0 for r in rows),
         notes=_decrease_notes(rows),
@@ -258,3 +260,46 @@ def null_reasons(ok_scrapes: dict[str, int], data_span: tuple | None, model: str
                 "scrapes of the same target. Snapshots of one server must share its target name: name the files "
                 "NAME@TIME.prom (e.g. vllm-0@2026-11-30T11:00:00Z.prom) or pass --target"]
     return ["no counter increase in the window (no traffic, or the counters' scrapes are not in it)"]
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One cache tier's token-weighted hit rate over the window."""
+
+    key: str
+    """device | external | lmcache | l1 | l2 (code filters on this, never on ``label``)."""
+    label: str
+    hit_rate: float | None
+    hits: float | None
+    queries: float | None
+
+
+def tiers(s: WindowStats, rows: list[Increase]) -> list[Tier]:
+    """Every cache tier of a window: vLLM's device prefix cache, the KV connector, LMCache."""
+    req = total(rows, c.total_name(c.LM_REQUESTED))
+    inproc = req is None and total(rows, c.total_name(c.LM_INPROC_REQUESTED)) is not None
+    lm = "LMCache (in-process)" if inproc else "LMCache MP"
+    hit_name = c.total_name(c.LM_INPROC_HIT if inproc else c.LM_HIT)
+    return [
+        Tier("device", "vLLM prefix cache (device)", s.prefix_cache_hit_rate, s.prefix_cache_hits,
+             s.prefix_cache_queries),
+        Tier("external", "KV connector (external, e.g. LMCache)", s.external_prefix_cache_hit_rate,
+             s.external_prefix_cache_hits, s.external_prefix_cache_queries),
+        Tier("lmcache", f"{lm} lookup, L1+L2", s.lmcache_lookup_hit_rate, total(rows, hit_name),
+             total(rows, c.total_name(c.LM_INPROC_REQUESTED)) if inproc else req),
+        Tier("l1", "LMCache MP L1 (CPU memory)", s.lmcache_l1_hit_rate, total(rows, c.total_name(c.LM_HIT_L1)), req),
+        Tier("l2", "LMCache MP L2 (disk / remote)", s.lmcache_l2_hit_rate, total(rows, c.total_name(c.LM_HIT_L2)), req),
+    ]
+
+
+def latency_quantiles(rows: Iterable[Increase]) -> tuple[dict[str, Quantile | None], dict[str, float | None]]:
+    """p50 and p99 (``'TTFT p50'``, ``'queue p99'``, ...) and the mean of every latency
+    histogram in ``catalog.LATENCIES``."""
+    rows = list(rows)
+    qs, means = {}, {}
+    for short, fam in c.LATENCIES.items():
+        buckets = histogram_buckets(rows, fam)
+        for q in (0.5, 0.99):
+            qs[f"{short} p{round(q * 100)}"] = bucket_quantile(q, buckets) if buckets else None
+        means[short] = ratio(total(rows, c.sum_name(fam)), total(rows, c.count_name(fam)))
+    return qs, means

@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from models.benefit import WaterfallRow
-from models.decision import (Decision, Evaluation, PlanInputs, SensitivityRow, evaluate,
-                             sensitivity)
+from models.decision import Decision, Evaluation, PlanInputs, SensitivityRow, evaluate, sensitivity
 from models.prefill import EstimatorResult
 
 ASSUMPTIONS: tuple[str, ...] = (

@@ -21,8 +21,12 @@ whether spare host RAM really has another use. Set the numbers accordingly.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
+
+from models import fields as _fields
+from models.fields import FieldSpec
+from models.fields import spec as _f
 
 DAYS_PER_MONTH = 30.44
 """Length of the month every monthly figure uses (365.25 / 12 = 30.4375, rounded)."""
@@ -32,35 +36,6 @@ SECONDS_PER_MONTH = HOURS_PER_MONTH * 3600.0
 """2,630,016 seconds."""
 
 PRICING_MODES = ("cloud", "owned")
-
-
-class FieldSpec(NamedTuple):
-    """How to show, edit and validate one ``PriceBook`` field (rendered by the app)."""
-
-    name: str
-    """Field name in PriceBook."""
-    unit: str
-    """Unit shown next to the value."""
-    help: str
-    """One-sentence explanation."""
-    kind: str
-    """'str', 'choice', 'float' or 'int'."""
-    default: Any
-    """Default value."""
-    minimum: float | None = None
-    """Smallest allowed value (None: no bound)."""
-    maximum: float | None = None
-    """Largest allowed value (None: no bound)."""
-    choices: tuple[str, ...] = ()
-    """Allowed values of a 'choice' field."""
-
-
-def _f(default: Any, unit: str, help: str, kind: str = "float", minimum: float | None = 0.0,
-       maximum: float | None = None, choices: tuple[str, ...] = ()) -> Any:
-    """A dataclass field carrying its documentation (unit, help, bounds) as metadata."""
-    meta = {"unit": unit, "help": help, "kind": kind, "minimum": minimum, "maximum": maximum,
-            "choices": choices}
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -74,39 +49,38 @@ class PriceBook:
                            kind="choice", minimum=None, choices=PRICING_MODES)
     usd_per_gpu_hour: float = _f(2.50, "$/GPU-hour", "Cloud price of one GPU for one hour "
                                  "(used when pricing_mode is 'cloud'). Default: assumed "
-                                 "on-demand H100 order of magnitude.")
+                                 "on-demand H100 order of magnitude.", maximum=1000.0)
     capex_usd_per_gpu: float = _f(30000.0, "$/GPU", "Purchase price of one GPU including its "
-                                  "share of the server (used when pricing_mode is 'owned').")
+                                  "share of the server (used when pricing_mode is 'owned').", maximum=10_000_000.0)
     amortisation_months: int = _f(36, "months", "Months over which the capex is paid back "
-                                  "(owned mode).", kind="int", minimum=1)
+                                  "(owned mode).", kind="int", minimum=1, maximum=240)
     power_hosting_usd_per_gpu_month: float = _f(300.0, "$/GPU-month", "Power, cooling, rack "
                                                 "space and hosting per GPU per month (owned "
-                                                "mode).")
+                                                "mode).", maximum=100_000.0)
     usd_per_gb_month_cpu_memory: float = _f(2.0, "$/GB-month", "Cost of host RAM given to the "
-                                            "KV cache tier. Set 0 if that RAM is idle anyway.")
+                                            "KV cache tier. Set 0 if that RAM is idle anyway.", maximum=10_000.0)
     usd_per_gb_month_ssd: float = _f(0.10, "$/GB-month", "Cost of local SSD / disk given to "
-                                     "the KV cache tier.")
+                                     "the KV cache tier.", maximum=10_000.0)
     cache_tier_gb_cpu: float = _f(0.0, "GB", "Host RAM dedicated to the KV cache across the "
-                                  "fleet (e.g. LMCache L1: 8 ranks x 50 GB = 400 GB).")
+                                  "fleet (e.g. LMCache L1: 8 ranks x 50 GB = 400 GB).", maximum=10_000_000.0)
     cache_tier_gb_ssd: float = _f(0.0, "GB", "Disk dedicated to the KV cache across the fleet "
-                                  "(e.g. LMCache L2 local disk).")
+                                  "(e.g. LMCache L2 local disk).", maximum=100_000_000.0)
     cache_service_node_usd_per_month: float = _f(0.0, "$/node-month", "Running cost of the "
                                                  "cache service on one node (CPU cores, a "
                                                  "remote store). 0 for vLLM's built-in "
-                                                 "prefix cache.")
+                                                 "prefix cache.", maximum=10_000_000.0)
     ops_hours_per_month: float = _f(4.0, "hours/month", "Engineer time spent operating the "
-                                    "cache layer (upgrades, incidents, monitoring).")
+                                    "cache layer (upgrades, incidents, monitoring).", maximum=744.0)
     usd_per_ops_hour: float = _f(100.0, "$/hour", "Loaded cost of one hour of that engineer "
-                                 "time.")
+                                 "time.", maximum=10_000.0)
     cost_of_capital_annual: float = _f(0.08, "1/year", "Annual cost of capital: the interest "
                                        "part of an owned GPU's annuity, i.e. what buying later "
                                        "is worth.", maximum=1.0)
     gpus_per_node: int = _f(8, "GPUs/node", "GPUs in one server; one cache service runs per "
-                            "node.", kind="int", minimum=1)
+                            "node.", kind="int", minimum=1, maximum=1024)
 
     def __post_init__(self) -> None:
-        for spec in FIELDS:
-            _check(spec, getattr(self, spec.name))
+        _fields.check_all(self)
 
     # ---- derived prices -------------------------------------------------------------
     def capital_usd_per_gpu_month(self) -> float:
@@ -148,74 +122,14 @@ class PriceBook:
     # ---- persistence ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-serialisable), one key per field."""
-        return {spec.name: getattr(self, spec.name) for spec in FIELDS}
+        return _fields.to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PriceBook":
-        """Build from a dict; missing keys take defaults. Raises ``ValueError`` naming the
+        """Build from a dict; missing keys take defaults. Raises ``KvplanError`` naming the
         offending field for unknown keys, wrong types or out-of-range values."""
-        known = {spec.name: spec for spec in FIELDS}
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise ValueError(f"PriceBook: unknown field {unknown[0]!r} "
-                             f"(known: {', '.join(known)})")
-        values = {name: _coerce(known[name], value) for name, value in data.items()}
-        return cls(**values)
+        return _fields.from_dict(cls, data)
 
 
-def _coerce(spec: FieldSpec, value: Any) -> Any:
-    """Accept what a form or a database hands back (an int where a float is expected, a
-    float with no fraction where an int is expected); reject everything else."""
-    if spec.kind in ("str", "choice"):
-        if not isinstance(value, str):
-            raise ValueError(f"PriceBook.{spec.name}: expected text, got {value!r}")
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"PriceBook.{spec.name}: expected a number ({spec.unit}), got {value!r}")
-    if spec.kind == "int":
-        if float(value) != int(value):
-            raise ValueError(f"PriceBook.{spec.name}: expected a whole number, got {value!r}")
-        return int(value)
-    return float(value)
-
-
-def _check(spec: FieldSpec, value: Any) -> None:
-    name = f"PriceBook.{spec.name}"
-    if spec.kind == "choice":
-        if value not in spec.choices:
-            raise ValueError(f"{name}: must be one of {', '.join(spec.choices)}; got {value!r}")
-        return
-    if spec.kind == "str":
-        if not isinstance(value, str):
-            raise ValueError(f"{name}: expected text, got {value!r}")
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
-            or math.isinf(value):
-        raise ValueError(f"{name}: expected a finite number ({spec.unit}), got {value!r}")
-    if spec.kind == "int" and int(value) != value:
-        raise ValueError(f"{name}: expected a whole number, got {value!r}")
-    if spec.minimum is not None and value < spec.minimum:
-        raise ValueError(f"{name}: must be >= {spec.minimum:g} {spec.unit}; got {value!r}")
-    if spec.maximum is not None and value > spec.maximum:
-        raise ValueError(f"{name}: must be <= {spec.maximum:g} {spec.unit}; got {value!r}")
-
-
-MAXIMA = {
-    "usd_per_gpu_hour": 1_000.0, "capex_usd_per_gpu": 10_000_000.0, "amortisation_months": 240,
-    "power_hosting_usd_per_gpu_month": 1_000_000.0, "usd_per_gb_month_cpu_memory": 10_000.0,
-    "usd_per_gb_month_ssd": 10_000.0, "cache_tier_gb_cpu": 1e9, "cache_tier_gb_ssd": 1e12,
-    "cache_service_node_usd_per_month": 10_000_000.0, "ops_hours_per_month": 744.0, "usd_per_ops_hour": 100_000.0,
-    "gpus_per_node": 1024,
-}
-"""Upper bounds of fields without their own: far above any real price, low enough that no
-typo (1e9) makes the plan's arithmetic run away. Enforced in the form, the config's
-``[prices]`` and the saved price book alike (``_check``)."""
-
-FIELDS: tuple[FieldSpec, ...] = tuple(
-    FieldSpec(name=f.name, unit=f.metadata["unit"], help=f.metadata["help"],
-              kind=f.metadata["kind"], default=f.default, minimum=f.metadata["minimum"],
-              maximum=f.metadata["maximum"] if f.metadata["maximum"] is not None else MAXIMA.get(f.name),
-              choices=f.metadata["choices"])
-    for f in fields(PriceBook)
-)
+FIELDS: tuple[FieldSpec, ...] = _fields.specs(PriceBook)
 """One row per ``PriceBook`` field: name, unit, help, kind, default, bounds, choices."""

@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 import fcntl
 import os
 import re
@@ -29,10 +27,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 
 import duckdb
+
+from models.errors import KvplanError
+from models.timeutil import naive_utc
 
 HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"
@@ -268,11 +270,38 @@ class Database:
         missing = used - params.keys()
         if missing:
             raise TypeError(f"query {query} needs parameter(s) {', '.join(sorted(missing))}")
-        return con.execute(q.sql, {k: v for k, v in params.items() if k in used})
+        return con.execute(q.sql, {k: _param(v) for k, v in params.items() if k in used})
 
     def fetch(self, query: str, /, **params) -> list[dict]:
         """Run a named read query in its own read-only connection; rows as dicts."""
         with self.read() as con:
-            cur = self.run(con, query, **params)
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, row)) for row in cur.fetchall()]
+            return _rows(self.run(con, query, **params))
+
+    @contextmanager
+    def snapshot(self) -> Iterator["Snapshot"]:
+        """One read-only connection for a batch of named queries (a dashboard page run, a
+        report): one open instead of one per query, and every query sees the same data."""
+        with self.read() as con:
+            yield Snapshot(self.path, con)
+
+
+class Snapshot:
+    """Named read queries on one open read-only connection (``Database.snapshot``). Has the
+    same ``fetch`` and ``path`` as ``Database``, so readers take either."""
+
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection):
+        self.path = path
+        self._con = con
+
+    def fetch(self, query: str, /, **params) -> list[dict]:
+        return _rows(Database.run(self._con, query, **params))
+
+
+def _param(v):
+    """Aware datetimes cross into DuckDB's zone-less TIMESTAMP columns as naive UTC."""
+    return naive_utc(v) if isinstance(v, datetime) and v.tzinfo is not None else v
+
+
+def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict]:
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]

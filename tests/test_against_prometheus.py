@@ -14,9 +14,9 @@ from itertools import combinations
 
 import pytest
 
-from app.service import stats, window_increases
-from models.metrics import bucket_quantile, histogram_buckets, window_stats
+from app.data.window import stats, window_increases
 from collectors.openmetrics import to_openmetrics
+from models.metrics import bucket_quantile, histogram_buckets, window_stats
 from tests.prom_fixtures import create_blocks, promql, scalar, start_prometheus
 from tests.recorded import cases, import_case, parsed, scrapes
 

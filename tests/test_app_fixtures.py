@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-
 from collectors.parse import parse_payload
 from collectors.store import payload_sha256, store_failure, store_payload
 from sql.db import Database
@@ -304,8 +303,8 @@ def add_collection(db: Database) -> None:
 
 def rollup(db: Database, deployment: str, day: datetime) -> None:
     """What the nightly job does for one UTC day: daily_rollups (the collector daemon's
-    collectors.scheduler.rollup_day) and gauge_rollups (app.service.rollup_gauges_day)."""
-    from app.service import rollup_gauges_day
+    collectors.scheduler.rollup_day) and gauge_rollups (app.data.store.rollup_gauges_day)."""
+    from app.data.store import rollup_gauges_day
     from collectors.scheduler import rollup_day
 
     rollup_day(db, deployment, day.date())
@@ -362,7 +361,7 @@ def test_lmcache_exposition_parses_as_lmcache_mp():
 
 
 def test_scenario_expected_numbers_match_the_store(tmp_path):
-    from app.service import stats
+    from app.data.window import stats
 
     db = scenario_db(tmp_path)
     s = stats(db, DEPLOYMENT, hour(0), hour(HOURS))
@@ -372,3 +371,31 @@ def test_scenario_expected_numbers_match_the_store(tmp_path):
     assert f"{s.ttft_p99_s * 1000:.0f} ms" == exp["ttft_p99"]
     # the failed scrape at hour 30 leaves the pairs (29, 31) of node2: nothing is lost
     assert f"{s.requests:,.0f}" == exp["requests_all"]
+
+
+def scenario_measurement(h0: int, h1: int, gpus: int = 4):
+    """The scenario's window [hour(h0), hour(h1)] as the prefill model's input, worked out by
+    hand from the traffic above (not read back through kvplan): traffic hour h is in the scrape
+    at hour h + 1, so the window holds traffic hours h0 .. h1 - 1 of 4 engines, each hour 100
+    requests of 2000 prompt tokens (1000 or 1600 device hits + 200 from the connector), 16
+    output tokens, 90 prefills of 0.05 s and 10 of 0.2 s."""
+    from models.prefill import PrefillMeasurement
+
+    engine_hours = [(4, DAY1_DEVICE if h < 24 else DAY2_DEVICE) for h in range(h0, h1)]
+    req = sum(n * PER_HOUR for n, _ in engine_hours)
+    cached = sum(n * PER_HOUR * (dev + EXTERNAL) for n, dev in engine_hours)
+    return PrefillMeasurement(
+        window_seconds=(h1 - h0) * 3600.0, num_gpus=gpus, requests=req, prompt_tokens=req * PROMPT,
+        cached_prompt_tokens=cached, computed_prompt_tokens=req * PROMPT - cached,
+        prefill_seconds_sum=sum(n * (90 * 0.05 + 10 * 0.2) for n, _ in engine_hours), prefill_count=req,
+        generation_tokens=req * 16, transferred_cached_tokens=req * EXTERNAL)
+
+
+def scenario_plan(h0: int, h1: int, pricebook=None, planning=None, gpus: int = 4):
+    """The plan the pages must show for [hour(h0), hour(h1)], from ``scenario_measurement``."""
+    from models.decision import PlanInputs, PlanningInputs
+    from models.plan import plan
+    from models.pricebook import PriceBook
+
+    return plan(PlanInputs(measurement=scenario_measurement(h0, h1, gpus), pricebook=pricebook or PriceBook(),
+                           planning=planning or PlanningInputs()))

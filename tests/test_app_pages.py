@@ -14,11 +14,12 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import service
+from app.data.store import load_pricebook, save_pricebook
 from app.report import fmt
+from app.views.runs import runs_view
 from models.decision import PlanningInputs
 from models.pricebook import PriceBook
-from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected
+from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected, scenario_plan
 from tests.test_store_stats import one, put
 
 APP = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
@@ -125,9 +126,9 @@ def test_overview_numbers_plan_and_badge(scen, monkeypatch):
     assert (m["TTFT p50"], m["TTFT p99"]) == (EXP["ttft_p50"], EXP["ttft_p99"])
     assert m["Requests"] == EXP["requests_all"]
     assert m["Hit rate (all tiers)"] == "75.0%"  # (1000 + 200 and 1600 + 200 of 2000) / 2
-    assert m["GPUs (vLLM engines)"] == "4"
-    # the page's plan (rollup-aware window) equals the raw-sample plan of the same window
-    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    assert m["GPUs"] == "4"
+    # the page's plan equals the plan of the traffic as built, worked out by hand (fixtures)
+    ref = scenario_plan(0, 48)
     assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
     assert m["Benefit band"] == fmt.usd_band(ref.monthly_benefit_low_usd, ref.monthly_benefit_high_usd)
     badge = [md.value for md in t.markdown if "-badge[" in md.value]
@@ -144,7 +145,7 @@ def test_overview_time_range_changes_the_numbers(scen, monkeypatch):
     assert m["Prefix-cache hit rate"] == EXP["hit_day2"]
     assert m["LMCache hit rate (external)"] == EXP["external_day2"]
     assert m["Requests"] == EXP["requests_day2"]
-    assert m["Monthly benefit"] == fmt.usd(service.plan(scen, DEPLOYMENT, hour(24), hour(48)).monthly_benefit_usd)
+    assert m["Monthly benefit"] == fmt.usd(scenario_plan(24, 48).monthly_benefit_usd)
     assert m["Monthly benefit"] != before
 
 
@@ -204,7 +205,7 @@ def test_latency_page_quantiles_buckets_and_slo_snapping(scen, monkeypatch):
     phases = chart(t, "Prefill vs Decode")
     assert set(phases["metric"]) == {"prefill", "decode"}
     # a target on a bucket bound is exact: 90 of every 100 requests are under 0.25 s
-    service.save_pricebook(scen, DEPLOYMENT, PriceBook(), PlanningInputs(ttft_p99_slo_seconds=0.25))
+    save_pricebook(scen, DEPLOYMENT, PriceBook(), PlanningInputs(ttft_p99_slo_seconds=0.25))
     t = run_app(monkeypatch, scen.path, "latency")
     assert metrics(t)["SLO attainment"] == "90.0%" and metrics(t)["SLO bound used"] == "0.25 s"
     assert not t.info and any("bucket bound: exact" in c.value for c in t.caption)
@@ -224,9 +225,10 @@ def test_latency_page_warns_when_a_quantile_lands_in_inf(db, monkeypatch):
 
 
 def test_cost_page_waterfall_capacity_tornado(scen, monkeypatch):
-    service.save_pricebook(scen, DEPLOYMENT, PriceBook(ops_hours_per_month=0.0), PlanningInputs(growth_rate_per_month=0.3))
+    pb, pl = PriceBook(ops_hours_per_month=0.0), PlanningInputs(growth_rate_per_month=0.3)
+    save_pricebook(scen, DEPLOYMENT, pb, pl)
     t = run_app(monkeypatch, scen.path, "cost")
-    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    ref = scenario_plan(0, 48, pb, pl)
     m = metrics(t)
     assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
     assert m["Needed with reuse"] == fmt.gpus(ref.gpus_needed_with_reuse)
@@ -247,12 +249,13 @@ def test_cost_page_price_book_edit_changes_the_dollars_and_errors_name_the_field
     [b for b in t.button if b.label == "Save price book"][0].click().run()
     assert [s.value for s in t.success] == ["Price book saved for 'prod'."]
     after = metrics(t)["Monthly benefit"]
-    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
-    assert ref.inputs.pricebook.usd_per_gpu_hour == 25.0
+    assert load_pricebook(scen, DEPLOYMENT).pricebook.usd_per_gpu_hour == 25.0
+    ref = scenario_plan(0, 48, PriceBook(usd_per_gpu_hour=25.0))
     assert after == fmt.usd(ref.monthly_benefit_usd) != before
     t.number_input(key="pb_prod_usd_per_gpu_hour").set_value(-1.0)
     [b for b in t.button if b.label == "Save price book"][0].click().run()
-    assert [e.value for e in t.error] == ["Not saved: PriceBook.usd_per_gpu_hour: must be >= 0 $/GPU-hour; got -1.0"]
+    assert [e.value for e in t.error] == ["Not saved: PriceBook.usd_per_gpu_hour: must be >= 0 and <= 1000 $/GPU-hour; "
+                                          "got -1.0"]
     t.number_input(key="pb_prod_usd_per_gpu_hour").set_value(25.0)
     t.number_input(key="pl_prod_horizon_months").set_value(0)
     [b for b in t.button if b.label == "Save price book"][0].click().run()
@@ -270,7 +273,7 @@ def test_cost_page_shows_the_presets_as_presets(scen, monkeypatch):
 
 def test_runs_page_compares_side_by_side_with_provenance(scen, monkeypatch):
     t = run_app(monkeypatch, scen.path, "runs")
-    runs = {r["label"]: r for r in service.runs_view(scen, DEPLOYMENT).runs}
+    runs = {r["label"]: r for r in runs_view(scen, DEPLOYMENT).runs}
     u, s = runs["unique sessions"], runs["shared prefix"]
     m = metrics(t)
     assert m["total time"] == f"{u['wall_s'] / s['wall_s']:.1f}x shorter"
@@ -312,18 +315,10 @@ def test_collection_page_targets_errors_scheduler_and_gaps(scen, monkeypatch):
     assert failed["time (UTC)"].tolist() == ["2026-11-03 06:00:00"]
 
 
-def test_collection_page_before_the_daemon_exists(scen, monkeypatch):
-    monkeypatch.setattr(service, "collection_available", lambda: False)
-    t = run_app(monkeypatch, scen.path, "collection")
-    assert any("collector daemon is installed" in i.value for i in t.info)
-    assert not any("job" in d.value.columns for d in t.dataframe)
-    assert metrics(t)["Failed scrapes"] == "1"  # the scrape log still shows the gap
-
-
 def test_report_page_numbers_and_downloads(scen, monkeypatch):
     t = run_app(monkeypatch, scen.path, "report")
     m = metrics(t)
-    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    ref = scenario_plan(0, 48)
     assert m["Decision"] == ref.decision.kind
     assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
     assert (m["Prefix-cache hit rate"], m["TTFT p50"], m["TTFT p99"]) == (EXP["hit_all"], EXP["ttft_p50"], EXP["ttft_p99"])

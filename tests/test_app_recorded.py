@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app import service
+from app.data.window import load_window
 from app.report import fmt
 from tests.recorded import cases, import_case, manifest, scrapes
 from tests.test_app_pages import metrics, run_app
@@ -62,7 +62,7 @@ def check_events(db, case: str, names: list[str]) -> None:
     assert evs, f"{case}: the manifest records no observed event"
     for t0, t1, inc in evs:
         raw = db.fetch("window_increases", deployment=case, t_from=t0, t_to=t1, model=None)
-        rows = service.load_window(db, case, t0, t1).rows
+        rows = load_window(db, case, t0, t1).rows
         for name in names:
             want = {target: values[name] for target, values in inc.items() if name in values}
             got = {target: sum(r["increase"] for r in raw if r["name"] == name and r["target"] == target)
@@ -97,8 +97,16 @@ def test_cache_page_on_recorded_payloads(recorded, case, monkeypatch):
     assert m["vLLM prefix cache (device)"] == fmt.pct(hits / queries)
     if ext_queries:
         assert m["KV connector (external, e.g. LMCache)"] == fmt.pct(ext_hits / ext_queries)
-    if any(s.kind == "lmcache" for s in scrapes(case)):
-        assert m["L1 usage (latest, highest server)"].endswith("%")
+    lm = [s for s in scrapes(case) if s.kind == "lmcache"]
+    if lm:
+        # read off the payload text: each LMCache target's last scrape, the highest L1 ratio in it
+        import re
+
+        last = {s.target: s for s in lm}
+        ratios = [float(v) for s in last.values()
+                  for v in re.findall(r"^lmcache_mp_l1_usage_ratio\{[^}]*\} (\S+)$", s.file.read_text(), re.M)]
+        assert ratios, f"{case}: no lmcache_mp_l1_usage_ratio in the last LMCache scrapes"
+        assert m["L1 usage (latest, highest server)"] == fmt.pct(max(ratios))
     else:
         assert m["LMCache MP L1 (CPU memory)"] == "not reported"
         assert any("lmcache_mp_l1_usage_ratio" in i.value for i in t.info)

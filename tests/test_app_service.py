@@ -1,5 +1,6 @@
-"""The dashboard's data layer (app.service, section 'dashboard'): rollup-backed windows give
-the raw-sample numbers, SLO snapping, topology, runs comparison, price-form validation."""
+"""The dashboard's data layer (app.data, app.views) and the pure helpers under it (models.spans,
+models.slo, models.topology, models.runs): rollup-backed windows give the raw-sample numbers,
+SLO snapping, topology, runs comparison, price-form validation."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app import service
-from app.service import DAY, Increase, plan_spans
-from models.metrics import TTFT
+from app.data import store, window
+from app.views.collection import topology_view
+from app.views.runs import runs_view
+from models import spans
+from models.decision import PLANNING_FIELDS, PlanningInputs
+from models.errors import KvplanError
+from models.metrics import TTFT, Increase
+from models.runs import compare_runs
+from models.slo import slo_attainment
+from models.spans import plan_spans
+from models.timeutil import DAY
 from sql.db import Database
 from tests.test_app_fixtures import DEPLOYMENT, hour, rollup, scenario_db
 from tests.test_store_stats import CREATED, one, put
 
-N = datetime(2026, 11, 1)
+N = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
 def d(day: int, h: float = 0) -> datetime:
@@ -32,7 +41,7 @@ def test_spans_use_the_longest_run_of_whole_rolled_days_inside_the_window():
     days = [d(x).date() for x in (1, 2, 3, 4, 7)]  # day 1 is only partly inside; day 7 is outside
     s = plan_spans(days, d(1, 10), d(6, 5))
     assert s.rolled == (d(2), d(5))
-    assert s.raw == ((d(1, 10), d(1, 10), d(2)), (d(5) - service.EDGE_LOOKBACK, d(5), d(6, 5)))
+    assert s.raw == ((d(1, 10), d(1, 10), d(2)), (d(5) - spans.EDGE_LOOKBACK, d(5), d(6, 5)))
     s = plan_spans([d(x).date() for x in (2, 4, 5)], d(1, 10), d(6, 5))
     assert s.rolled == (d(4), d(6))
     assert plan_spans(days, d(2, 1), d(2, 23)).rolled is None  # no whole day inside
@@ -89,8 +98,8 @@ WINDOWS = [(T, T + timedelta(minutes=50 * 100)),                            # al
 def test_a_window_read_from_rollups_counts_what_the_raw_samples_count(history, w):
     raw, rolled = history
     t0, t1 = WINDOWS[w]
-    ref = service.stats(raw, "d", t0, t1)
-    win = service.load_window(rolled, "d", t0, t1)
+    ref = window.stats(raw, "d", t0, t1)
+    win = window.load_window(rolled, "d", t0, t1)
     if t1 - t0 >= 2 * DAY:
         assert win.rolled_days >= 1, "a window this long must read whole days from the rollups"
     s = win.stats
@@ -99,40 +108,40 @@ def test_a_window_read_from_rollups_counts_what_the_raw_samples_count(history, w
     assert s.ttft_p50_s == pytest.approx(ref.ttft_p50_s) and s.ttft_p99_s == pytest.approx(ref.ttft_p99_s)
     assert s.counter_resets == ref.counter_resets
     # and without rollups the hybrid reader is the raw reader
-    assert service.load_window(raw, "d", t0, t1).stats.prefix_cache_hits == ref.prefix_cache_hits
+    assert window.load_window(raw, "d", t0, t1).stats.prefix_cache_hits == ref.prefix_cache_hits
 
 
 def test_daily_chart_points_from_rollups_equal_the_raw_ones(history):
     raw, rolled = history
     t0, t1 = WINDOWS[0]
-    a = service.window_buckets(raw, "d", t0, t1, step_s=600)
-    b = service.window_buckets(rolled, "d", t0, t1, step_s=600)
+    a = window.window_buckets(raw, "d", t0, t1, step_s=600)
+    b = window.window_buckets(rolled, "d", t0, t1, step_s=600)
     assert [x.start for x in a] == [x.start for x in b] and len(a) == 4  # the 4 UTC days touched
     assert all(x.start.hour == 0 for x in b)
     for x, y in zip(a, b):
         assert x.stats().prefix_cache_hits == y.stats().prefix_cache_hits
         assert x.stats().requests == y.stats().requests
-    total = service.stats(raw, "d", t0, t1)
+    total = window.stats(raw, "d", t0, t1)
     assert sum(x.stats().prefix_cache_queries for x in b) == total.prefix_cache_queries
 
 
 def test_short_windows_chart_raw_buckets_of_step_seconds(history):
     raw, _ = history
-    pts = service.window_buckets(raw, "d", T, T + timedelta(hours=5), step_s=3000)
-    assert [p.start - T.replace(tzinfo=None) for p in pts] == [timedelta(seconds=3000 * i) for i in range(6)]
+    pts = window.window_buckets(raw, "d", T, T + timedelta(hours=5), step_s=3000)
+    assert [p.start - T for p in pts] == [timedelta(seconds=3000 * i) for i in range(6)]
 
 
 def test_gauges_read_from_gauge_rollups_equal_raw(tmp_path, monkeypatch):
     raw = scenario_db(tmp_path)
-    monkeypatch.setattr(service, "DAILY_POINTS_FROM", DAY)
-    before = service.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
-    assert service.rollup_gauges_day(raw, DEPLOYMENT, hour(0).replace(tzinfo=None)) == 2 * 2 + 2 * 2 + 2 * 2
-    after = service.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
+    monkeypatch.setattr(spans, "DAILY_POINTS_FROM", DAY)
+    before = window.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
+    assert store.rollup_gauges_day(raw, DEPLOYMENT, hour(0)) == 2 * 2 + 2 * 2 + 2 * 2
+    after = window.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
     key = lambda r: (r["bucket"], r["target"], r["name"], r["labels"], r["engine"])  # noqa: E731
     assert [key(r) for r in before] == [key(r) for r in after]
     for x, y in zip(before, after):
         assert (x["mean"], x["max"], x["last"]) == pytest.approx((y["mean"], y["max"], y["last"]))
-    l1 = [r for r in after if r["name"] == "lmcache_mp_l1_usage_ratio" and r["bucket"] == hour(0).replace(tzinfo=None)]
+    l1 = [r for r in after if r["name"] == "lmcache_mp_l1_usage_ratio" and r["bucket"] == hour(0)]
     # day 1: scrapes at hours 0..23, usage 0.1 + 0.02 x (h - 1) from hour 1 (0 at hour 0)
     assert l1[0]["max"] == pytest.approx(0.1 + 0.02 * 22) and l1[0]["n"] == 24
 
@@ -144,31 +153,31 @@ def ttft_rows(counts: dict[float, float]) -> list[Increase]:
 
 def test_slo_is_snapped_to_the_nearest_bucket_bound_and_says_so():
     rows = ttft_rows({0.1: 10, 0.25: 50, 0.5: 90, 1.0: 99, float("inf"): 100})
-    s = service.slo_attainment(rows, 0.3)
+    s = slo_attainment(rows, 0.3)
     assert (s.bound_s, s.share, s.requests, s.snapped) == (0.25, 0.5, 100, True)
     assert "snapped to the nearest bound, 0.25 s" in s.note
-    s = service.slo_attainment(rows, 0.5)
+    s = slo_attainment(rows, 0.5)
     assert (s.bound_s, s.share, s.snapped) == (0.5, 0.9, False) and "exact" in s.note
-    assert service.slo_attainment(rows, 60).bound_s == 1.0
-    assert service.slo_attainment([], 2.0).share is None
+    assert slo_attainment(rows, 60).bound_s == 1.0
+    assert slo_attainment([], 2.0).share is None
 
 
 # ---- deployments, engines, topology ----------------------------------------------------------
 def test_engines_in_window_agree_with_the_raw_engines_query(tmp_path):
     db = scenario_db(tmp_path)
     for t0, t1 in ((hour(0), hour(48)), (hour(29), hour(31))):
-        raw = db.fetch("engines", deployment=DEPLOYMENT, t_from=t0.replace(tzinfo=None), t_to=t1.replace(tzinfo=None))
-        assert service.engines_in_window(db, DEPLOYMENT, t0, t1) == len(raw) == 4
-    assert service.engines_in_window(db, DEPLOYMENT, hour(100), hour(101)) == 0
+        raw = db.fetch("engines", deployment=DEPLOYMENT, t_from=t0, t_to=t1)
+        assert window.engines_in_window(db, DEPLOYMENT, t0, t1) == len(raw) == 4
+    assert window.engines_in_window(db, DEPLOYMENT, hour(100), hour(101)) == 0
 
 
 def test_topology_says_shared_or_private(tmp_path, db):
-    t = service.topology(scenario_db(tmp_path), DEPLOYMENT, hour(0), hour(48))
+    t = topology_view(scenario_db(tmp_path), DEPLOYMENT, hour(0), hour(48))
     assert t.verdict.startswith("Shared cache: 2 LMCache multi-process server(s) serve 4 vLLM engine(s) on 2 server(s)")
     assert [(n["host"], n["vllm_servers"], n["engines"], n["lmcache_mp"], n["kv_connector"]) for n in t.nodes] == [
         ("node1", 1, 2, 1, True), ("node2", 1, 2, 1, True)]
     put(db, 0, one(0, 0, [0, 0, 0], engine="0") | one(0, 0, [0, 0, 0], engine="1"))
-    t = service.topology(db, "d", datetime(2026, 1, 1), datetime(2027, 1, 1))
+    t = topology_view(db, "d", datetime(2026, 1, 1), datetime(2027, 1, 1))
     assert t.verdict.startswith("Private caches: 2 vLLM engine(s) on 1 server(s)")
     assert t.nodes[0]["host"] == "unknown (imported payloads)"
 
@@ -179,21 +188,21 @@ def test_prometheus_only_deployments_are_listed(db):
         con.execute("INSERT INTO prom_chunks (deployment_id, t_from, t_to, step_s, selector, ok, error, n_series, "
                     "n_raw, n_increments, n_gauges) VALUES (1, '2026-11-01 00:00', '2026-11-01 01:00', 60, 'job=\"x\"', "
                     "true, NULL, 3, 10, 10, 0), (1, '2026-11-01 01:00', '2026-11-01 02:00', 60, 'x', false, 'down', 0, 0, 0, 0)")
-    (dep,) = service.dashboard_deployments(db)
+    (dep,) = store.deployments_with_data(db)
     assert (dep["deployment"], dep["first_ts"], dep["last_ts"], dep["chunks"], dep["failed_chunks"]) == (
-        "prom", datetime(2026, 11, 1), datetime(2026, 11, 1, 1), 1, 1)
+        "prom", datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 1, 1, tzinfo=timezone.utc), 1, 1)
 
 
 def test_month_window_clips_to_the_data_and_names_what_exists(tmp_path):
     db = scenario_db(tmp_path)
-    assert service.month_window(db, DEPLOYMENT, "2026-11") == (hour(0), hour(48))
-    assert service.data_months(db, DEPLOYMENT) == ["2026-11"]
-    with pytest.raises(ValueError, match=r"no data in 2026-10 \(data: 2026-11-02 00:00 \.\. 2026-11-04 00:00 UTC\)"):
-        service.month_window(db, DEPLOYMENT, "2026-10")
-    with pytest.raises(ValueError, match="expected YYYY-MM"):
-        service.month_window(db, DEPLOYMENT, "11/2026")
-    with pytest.raises(ValueError, match=r"no deployment 'x'.*known: prod"):
-        service.month_window(db, "x", "2026-11")
+    assert store.month_window(db, DEPLOYMENT, "2026-11") == (hour(0), hour(48))
+    assert store.data_months(db, DEPLOYMENT) == ["2026-11"]
+    with pytest.raises(KvplanError, match=r"no data in 2026-10 \(data: 2026-11-02 00:00 \.\. 2026-11-04 00:00 UTC\)"):
+        store.month_window(db, DEPLOYMENT, "2026-10")
+    with pytest.raises(KvplanError, match="--month: '11/2026' is not a month like 2026-11"):
+        store.month_window(db, DEPLOYMENT, "11/2026")
+    with pytest.raises(KvplanError, match=r"no deployment 'x'.*known: prod"):
+        store.month_window(db, "x", "2026-11")
 
 
 # ---- runs --------------------------------------------------------------------------------------
@@ -202,7 +211,7 @@ def test_compare_runs_reproduces_the_articles_ratios():
               "aggregate_tokens_per_s": 199, "requests_with_cache_share": None, "failed": 0}
     shared = {"wall_s": 5.2, "ttft_p50_s": 3.773, "ttft_p99_s": None, "tokens_per_s_p50": 73.6,
               "aggregate_tokens_per_s": 740, "requests_with_cache_share": None, "failed": 0}
-    rows = {r["metric"]: r for r in service.compare_runs(unique, shared)}
+    rows = {r["metric"]: r for r in compare_runs(unique, shared)}
     got = {k: round(rows[k]["factor"], 1) for k in ("total time", "TTFT p50", "tok/s p50 per user",
                                                      "aggregate throughput")}
     assert got == {"total time": 3.1, "TTFT p50": 2.6, "tok/s p50 per user": 4.6, "aggregate throughput": 3.7}
@@ -210,7 +219,7 @@ def test_compare_runs_reproduces_the_articles_ratios():
 
 
 def test_runs_view_request_weighted_shares_and_cpu_flag(tmp_path):
-    v = service.runs_view(scenario_db(tmp_path), DEPLOYMENT)
+    v = runs_view(scenario_db(tmp_path), DEPLOYMENT)
     by = {r["label"]: r for r in v.runs}
     assert by["shared prefix"]["requests_with_cache_share"] == 1.0
     assert by["shared prefix"]["cached_token_share"] == pytest.approx(0.896)
@@ -224,40 +233,74 @@ def test_runs_view_request_weighted_shares_and_cpu_flag(tmp_path):
 def test_planning_fields_cover_and_document_every_planning_input():
     from dataclasses import fields
 
-    from models.decision import PlanningInputs
-
-    specs = service.planning_fields()
-    assert [s.name for s in specs] == [f.name for f in fields(PlanningInputs)]
-    assert all(s.help for s in specs)
-    assert {s.name for s in specs if not s.unit} == {"realisation"}
+    assert [s.name for s in PLANNING_FIELDS] == [f.name for f in fields(PlanningInputs)]
+    assert all(s.help for s in PLANNING_FIELDS)
+    assert {s.name for s in PLANNING_FIELDS if not s.unit} == {"realisation"}
+    # every number has an upper bound: no form value can hang a plan (issue 9/13)
+    assert all(s.maximum is not None for s in PLANNING_FIELDS if s.kind in ("int", "float"))
 
 
 @pytest.mark.parametrize("values,message", [
-    ({"horizon_months": 0}, "PlanningInputs.horizon_months: must be a whole number >= 1"),
+    ({"horizon_months": 0}, r"PlanningInputs.horizon_months: must be >= 1 and <= 120 months; got 0"),
+    ({"horizon_months": 10_000_000}, r"PlanningInputs.horizon_months: must be >= 1 and <= 120 months"),
     ({"horizon_months": 1.5}, "PlanningInputs.horizon_months: expected a whole number"),
-    ({"prefill_capacity_share": 0.0}, r"PlanningInputs.prefill_capacity_share: must be in \(0, 1\]"),
-    ({"headroom_fill_fraction": 1.5}, r"PlanningInputs.headroom_fill_fraction: must be in \[0, 1\]"),
-    ({"current_gpus": -2}, "PlanningInputs.current_gpus"),
+    ({"prefill_capacity_share": 0.0}, r"PlanningInputs.prefill_capacity_share: must be > 0 and <= 1"),
+    ({"headroom_fill_fraction": 1.5}, r"PlanningInputs.headroom_fill_fraction: must be >= 0 and <= 1"),
+    ({"growth_rate_per_month": 1e6}, r"PlanningInputs.growth_rate_per_month: must be >= -0.99 and <= 2"),
     ({"ttft_p99_slo_seconds": float("nan")}, "PlanningInputs.ttft_p99_slo_seconds: expected a finite number"),
     ({"realisation": "sell"}, "PlanningInputs.realisation: must be one of"),
-    ({"colour": 1}, "PlanningInputs: unknown field 'colour'"),
+    ({"colour": 1}, r"PlanningInputs.colour: unknown field \(known: ttft_p99_slo_seconds"),
+    ({"current_gpus": 8}, r"PlanningInputs.current_gpus: unknown field"),  # a deployment fact now
 ])
 def test_planning_form_errors_name_the_field(values, message):
-    with pytest.raises(ValueError, match=message):
-        service.parse_planning(values)
+    with pytest.raises(KvplanError, match=message):
+        PlanningInputs.from_dict(values)
 
 
 def test_planning_form_accepts_what_widgets_return():
-    p = service.parse_planning({"horizon_months": 12.0, "current_gpus": None, "growth_rate_per_month": 0})
-    assert (p.horizon_months, p.current_gpus, p.growth_rate_per_month) == (12, None, 0.0)
-    assert isinstance(p.horizon_months, int)
+    p = PlanningInputs.from_dict({"horizon_months": 12.0, "growth_rate_per_month": 0})
+    assert (p.horizon_months, p.growth_rate_per_month) == (12, 0.0)
+    assert isinstance(p.horizon_months, int) and isinstance(p.growth_rate_per_month, float)
 
 
 def test_save_price_form_saves_only_valid_books(tmp_path):
     db = scenario_db(tmp_path)
-    with pytest.raises(ValueError, match="PriceBook.gpus_per_node"):
-        service.save_price_form(db, DEPLOYMENT, {"gpus_per_node": 0}, {})
-    assert service.load_pricebook(db, DEPLOYMENT)[2] == "defaults"
-    service.save_price_form(db, DEPLOYMENT, {"usd_per_gpu_hour": 4}, {"ttft_p99_slo_seconds": 1.0})
-    pb, pl, origin = service.load_pricebook(db, DEPLOYMENT)
-    assert (pb.usd_per_gpu_hour, pl.ttft_p99_slo_seconds) == (4.0, 1.0) and origin.startswith("saved for 'prod'")
+    with pytest.raises(KvplanError, match="PriceBook.gpus_per_node"):
+        store.save_price_form(db, DEPLOYMENT, {"gpus_per_node": 0}, {})
+    assert store.load_pricebook(db, DEPLOYMENT).origin == "defaults"
+    store.save_price_form(db, DEPLOYMENT, {"usd_per_gpu_hour": 4}, {"ttft_p99_slo_seconds": 1.0})
+    got = store.load_pricebook(db, DEPLOYMENT)
+    assert (got.pricebook.usd_per_gpu_hour, got.planning.ttft_p99_slo_seconds) == (4.0, 1.0)
+    assert got.origin.startswith("saved for 'prod'")
+
+
+def test_config_prices_are_the_default_book_and_a_saved_one_wins(tmp_path):
+    db = scenario_db(tmp_path)
+    got = store.load_pricebook(db, DEPLOYMENT, {"usd_per_gpu_hour": 7.5, "horizon_months": 6})
+    assert (got.pricebook.usd_per_gpu_hour, got.planning.horizon_months, got.origin) == (7.5, 6, "config file [prices]")
+    with pytest.raises(KvplanError, match=r"\[prices\]: PriceBook.usd_per_gpu_hour: must be >= 0"):
+        store.load_pricebook(db, DEPLOYMENT, {"usd_per_gpu_hour": -1})
+    store.save_price_form(db, DEPLOYMENT, {"usd_per_gpu_hour": 4}, {})
+    assert store.load_pricebook(db, DEPLOYMENT, {"usd_per_gpu_hour": 7.5}).pricebook.usd_per_gpu_hour == 4.0
+
+
+def test_a_book_saved_with_the_old_current_gpus_field_still_loads(tmp_path):
+    import json
+
+    db = scenario_db(tmp_path)
+    with db.write() as con:
+        Database.run(con, "put_pricebook", deployment=DEPLOYMENT, pricebook=json.dumps({"usd_per_gpu_hour": 3.0}),
+                     planning=json.dumps({"horizon_months": 12, "current_gpus": 8}))
+    got = store.load_pricebook(db, DEPLOYMENT)
+    assert (got.pricebook.usd_per_gpu_hour, got.planning.horizon_months) == (3.0, 12)
+
+
+@pytest.mark.parametrize("kwargs,gpus,origin", [
+    ({}, 4, "vLLM engines seen in the window (4) x 1 GPU(s) per engine"),
+    ({"gpus_per_engine": 8}, 32, "vLLM engines seen in the window (4) x 8 GPU(s) per engine"),
+    ({"configured_gpus": 16, "gpus_per_engine": 8}, 16, "config deployments.N.gpus"),
+    ({"configured_gpus": 16, "override": 3}, 3, "given on the command line (--gpus)"),
+])
+def test_one_rule_decides_the_fleet_size(kwargs, gpus, origin):
+    f = store.fleet(4, **kwargs)
+    assert (f.gpus, f.origin) == (gpus, origin)

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from app import service
+from app.data.store import deployments_with_data, load_pricebook
+from app.data.window import load_window
 from app.report import fmt
-from tests.test_app_fixtures import DEPLOYMENT, hour, scenario_db, scenario_expected
+from app.views.runs import runs_view
+from models.pricebook import PriceBook
+from tests.test_app_fixtures import DEPLOYMENT, scenario_db, scenario_expected, scenario_plan
 
 pytestmark = pytest.mark.browser
 
@@ -142,7 +145,7 @@ def select(pg, label: str, option: str) -> None:
 
 PAGES = {  # url path -> (screenshot name, metrics that must show)
     "": ("1-overview", {"Prefix-cache hit rate": EXP["hit_all"], "TTFT p50": EXP["ttft_p50"],
-                        "TTFT p99": EXP["ttft_p99"], "Requests": EXP["requests_all"], "GPUs (vLLM engines)": "4"}),
+                        "TTFT p99": EXP["ttft_p99"], "Requests": EXP["requests_all"], "GPUs": "4"}),
     "cache": ("2-cache", {"vLLM prefix cache (device)": EXP["hit_all"], "LMCache MP L1 (CPU memory)": EXP["l1_all"],
                           "L1 usage (latest, highest server)": "56.0%"}),
     "latency": ("3-latency", {"TTFT p50": EXP["ttft_p50"], "TTFT p99": EXP["ttft_p99"], "SLO bound used": "2.5 s",
@@ -165,7 +168,7 @@ def test_a_deep_link_opened_first_after_a_start_runs_inside_the_navigation(brows
         pg.set_default_timeout(90_000)
         open_page(pg, url, "cost")
         nav = [a.inner_text().split("\n")[-1] for a in pg.locator("[data-testid='stSidebarNav'] a").all()]
-        assert nav == ["Overview", "Cache", "Latency", "Cost & decision", "Runs", "Collection", "Report"]
+        assert nav == ["Overview", "Cache", "Latency", "Cost & decision", "Runs", "What-if", "Collection", "Report"]
         assert pg.locator("h1").first.inner_text() == "Cost & decision"
         ctx.close()
     finally:
@@ -178,11 +181,11 @@ def test_every_page_renders_its_key_numbers(server, page, path):
     name, want = PAGES[path]
     open_page(page, url, path)
     got = metrics(page)
-    ref = service.plan(db, DEPLOYMENT, hour(0), hour(48))
+    ref = scenario_plan(0, 48)
     if path in ("", "cost", "report"):
         want = dict(want, **{"Monthly benefit": fmt.usd(ref.monthly_benefit_usd)})
     if path == "runs":
-        r = {x["label"]: x for x in service.runs_view(db, DEPLOYMENT).runs}
+        r = {x["label"]: x for x in runs_view(db, DEPLOYMENT).runs}
         want = {"total time": f"{r['unique sessions']['wall_s'] / r['shared prefix']['wall_s']:.1f}x shorter"}
     assert {k: got.get(k) for k in want} == want
     assert page.locator("[data-testid='stException']").count() == 0
@@ -205,7 +208,7 @@ def test_changing_the_time_range_updates_the_numbers(server, page):
     after = metrics(page)
     assert before["Prefix-cache hit rate"] == EXP["hit_all"]
     assert (after["Prefix-cache hit rate"], after["Requests"]) == (EXP["hit_day2"], EXP["requests_day2"])
-    assert after["Monthly benefit"] == fmt.usd(service.plan(db, DEPLOYMENT, hour(24), hour(48)).monthly_benefit_usd)
+    assert after["Monthly benefit"] == fmt.usd(scenario_plan(24, 48).monthly_benefit_usd)
     shot(page, "1b-overview-last-24-hours")
 
 
@@ -219,8 +222,8 @@ def test_price_book_edit_changes_the_dollars_and_the_report_pdf_holds_the_page_n
     page.wait_for_selector("text=Price book saved for 'prod'.")
     settle(page)
     after = metrics(page)["Monthly benefit"]
-    ref = service.plan(db, DEPLOYMENT, hour(0), hour(48))
-    assert ref.inputs.pricebook.usd_per_gpu_hour == 25.0
+    assert load_pricebook(db, DEPLOYMENT).pricebook.usd_per_gpu_hour == 25.0
+    ref = scenario_plan(0, 48, PriceBook(usd_per_gpu_hour=25.0))
     assert after == fmt.usd(ref.monthly_benefit_usd) != before
     shot(page, "4b-cost-after-price-edit")
 
@@ -271,14 +274,14 @@ DEMO_PAGES = {"": ("Prefix-cache hit rate", "Requests"), "cache": ("vLLM prefix 
 
 @pytest.mark.parametrize("path", list(DEMO_PAGES))
 def test_demo_dataset_pages(demo_server, page, path):
-    """Every page on the recorded demo data: no error, the service's numbers, a screenshot."""
+    """Every page on the recorded demo data: no error, the window's numbers, a screenshot."""
     url, db, dep = demo_server
     open_page(page, url, path, wait_for="h1")
     assert page.locator("[data-testid='stException']").count() == 0
     assert page.locator("[data-testid='stAlertContentError']").count() == 0
     got = metrics(page)
-    d = next(x for x in service.dashboard_deployments(db) if x["deployment"] == dep)
-    s = service.load_window(db, dep, d["first_ts"], d["last_ts"]).stats
+    d = next(x for x in deployments_with_data(db) if x["deployment"] == dep)
+    s = load_window(db, dep, d["first_ts"], d["last_ts"]).stats
     want = {"Prefix-cache hit rate": fmt.pct(s.prefix_cache_hit_rate), "Requests": fmt.count(s.requests),
             "vLLM prefix cache (device)": fmt.pct(s.prefix_cache_hit_rate), "TTFT p50": fmt.quantile(s.ttft_p50),
             "TTFT p99": fmt.quantile(s.ttft_p99), "Targets": str(d["targets"])}

@@ -85,7 +85,7 @@ def test_dashboard_opens_the_browser_only_once_streamlit_answers():
     import http.server
     import threading
 
-    from app.cli import _open_when_up
+    from app.cli.dashboard import _open_when_up
 
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802

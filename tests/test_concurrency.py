@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 DURATION_S = float(os.environ.get("CONCURRENCY_TEST_S", "60"))
 READERS = 3
@@ -75,7 +74,7 @@ def writer(path: str, seconds: float, out: str) -> None:
 
 def reader(path: str, seconds: float, out: str) -> None:
     """Query continuously (window stats, deployments) for ``seconds``; report errors."""
-    from app.service import stats
+    from app.data.window import stats
     from sql.db import Database
 
     db = Database(path, lock_timeout_s=60)

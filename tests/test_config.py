@@ -32,7 +32,7 @@ url = "http://10.0.0.5:8090/metrics"
 kind = "lmcache_mp"
 [prices]
 usd_per_gpu_hour = 2.5
-gpu_type = "H100-80GB"
+horizon_months = 12
 '''
 
 
@@ -48,11 +48,20 @@ def error(tmp_path, text: str) -> str:
     return str(e.value)
 
 
-def test_a_good_file_loads_with_prices_passed_through(tmp_path):
+def test_a_good_file_loads_with_its_default_prices(tmp_path):
     s = load_settings(write(tmp_path, GOOD))
     assert [t.name for t in s.deployment("prod").targets] == ["v0", "lm"]
     assert s.prometheus.step_s() == 60 and s.schedule.nightly_cron == "0 2 * * *"
-    assert s.prices == {"usd_per_gpu_hour": 2.5, "gpu_type": "H100-80GB"}
+    assert s.prices == {"usd_per_gpu_hour": 2.5, "horizon_months": 12}
+
+
+@pytest.mark.parametrize("line, message", [
+    ("gpu_hour_usd = 2.5", "prices: gpu_hour_usd: not a price-book or planning field"),  # was read by nothing before
+    ("usd_per_gpu_hour = -1", "prices: PriceBook.usd_per_gpu_hour: must be >= 0"),
+    ("growth_rate_per_month = 1e6", "prices: PlanningInputs.growth_rate_per_month: must be >= -0.99 and <= 2"),
+])
+def test_prices_are_price_book_and_planning_fields_in_bounds(tmp_path, line, message):
+    assert message in error(tmp_path, GOOD.replace("usd_per_gpu_hour = 2.5", line))
 
 
 @pytest.mark.parametrize("bad, key", [

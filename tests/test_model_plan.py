@@ -98,7 +98,7 @@ OWNED = ["pricebook.py", "prefill.py", "benefit.py", "capacity.py", "decision.py
 
 @pytest.mark.parametrize("name", OWNED)
 def test_every_public_dataclass_field_is_documented(name):
-    """A field is documented by a string right under it, or (PriceBook) by its metadata."""
+    """A field is documented by a string right under it, or (PriceBook, PlanningInputs) by its metadata."""
     tree = ast.parse((MODELS / name).read_text())
     undocumented = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")):
@@ -107,7 +107,7 @@ def test_every_public_dataclass_field_is_documented(name):
                 nxt = cls.body[i + 1] if i + 1 < len(cls.body) else None
                 doc = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) \
                     and isinstance(nxt.value.value, str)
-                meta = isinstance(st.value, ast.Call) and getattr(st.value.func, "id", "") == "_f"
+                meta = isinstance(st.value, ast.Call) and getattr(st.value.func, "id", "") in ("_f", "spec")
                 if not (doc or meta):
                     undocumented.append(f"{cls.name}.{st.target.id}")
     assert undocumented == []

@@ -17,8 +17,6 @@ def test_l40s_derivations_from_published_figures():
     assert presets.L40S_PREFILL_TOKENS_PER_S == pytest.approx(9336.1, abs=0.05)  # 90,112 / 9.652
     assert presets.L40S_IMPLIED_HIT_RATE == pytest.approx(1 - 3773 / 9652)  # 0.609
     assert presets.L40S_IMPLIED_HIT_RATE == pytest.approx(0.6091, abs=1e-4)
-    # the article's "about 48 KB per token": 48 layers x 4 KV heads x 128 x (K,V) x 1 byte fp8
-    assert 48 * 4 * 128 * 2 * 1 == 48 * 1024
 
 
 def test_h100_derivations_from_published_figures():
@@ -58,8 +56,10 @@ def test_presets_run_through_plan(key):
     r = PRESETS[key].plan()
     assert r.source == "planning_preset"
     assert r.label.startswith("PLANNING PRESET")
-    assert r.decision.kind in ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
-    assert r.monthly_benefit_usd is not None
+    # both articles report reuse paying off on their hardware; a model change that flips either
+    # verdict has to say why here
+    assert r.decision.kind == "REUSE"
+    assert r.monthly_benefit_usd > 0
     assert any(a.startswith("[preset]") for a in r.assumptions)
     json.dumps(r.to_dict(), allow_nan=False)
 

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from models.errors import KvplanError
 from models.pricebook import FIELDS, HOURS_PER_MONTH, SECONDS_PER_MONTH, PriceBook
 
 
@@ -95,10 +96,10 @@ def test_from_dict_accepts_form_values():
     ({"cache_tier_gb_cpu": float("nan")}, "cache_tier_gb_cpu"),
 ])
 def test_from_dict_rejects_bad_values_naming_the_field(data, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(KvplanError, match=field):
         PriceBook.from_dict(data)
 
 
 def test_constructor_validates_too():
-    with pytest.raises(ValueError, match="ops_hours_per_month"):
+    with pytest.raises(KvplanError, match="ops_hours_per_month"):
         PriceBook(ops_hours_per_month=-2)

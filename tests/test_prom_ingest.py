@@ -4,7 +4,7 @@
 The history: three targets scraped every 30 s for 40 minutes (two vLLM servers, one with a
 restart of one engine, one silent for 7 minutes; one LMCache MP server), built as text
 exposition so the direct import reads exactly what Prometheus holds. The key check: after
-ingesting from Prometheus, ``app.service.stats`` over step-aligned windows equals (a) the
+ingesting from Prometheus, ``app.data.window.stats`` over step-aligned windows equals (a) the
 stats of the direct import of the same payloads and (b) PromQL on the same Prometheus.
 """
 
@@ -15,10 +15,9 @@ import logging
 import math
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -27,14 +26,24 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
-from app.service import stats
+from app.data.window import stats
 from collectors.config import DeploymentConfig, PrometheusConfig
 from collectors.openmetrics import to_openmetrics
 from collectors.parse import Payload, parse_payload
-from collectors.prometheus import (PromClient, PromError, chunk_bounds, family_query, ingest_range,
-                                   silent_stretches, step_gauges, step_increments)
+from collectors.prometheus import (
+    PromClient,
+    PromError,
+    chunk_bounds,
+    family_query,
+    ingest_range,
+    silent_stretches,
+    step_gauges,
+    step_increments,
+)
 from collectors.store import payload_sha256, store_payload
+from models.errors import KvplanError
 from sql.db import Database
+from tests.loopback import Loopback
 from tests.prom_fixtures import create_blocks, free_port, scalar, start_prometheus
 
 # -- the history ---------------------------------------------------------------------------
@@ -355,7 +364,7 @@ def test_prometheus_down_is_a_logged_gap_and_keeps_earlier_data(prom, tmp_path, 
 
 
 # -- faults, from a real HTTP server on loopback ----------------------------------------------
-class _Server:
+class _Server(Loopback):
     """A ThreadingHTTPServer on a free loopback port running ``handle(handler) -> (status,
     content type, body)`` for every request."""
 
@@ -383,14 +392,7 @@ class _Server:
                 pass
 
         self.seen: list[dict] = []
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(H)
 
 
 FAULTS = {
@@ -629,6 +631,6 @@ def test_a_directly_scraped_target_is_never_overwritten_by_prometheus_data(prom,
     text = vllm_payload(0, "m1", (0,))
     store_payload(db, deployment="prom", target="vllm/a:8000", ts=T0, payload=parse_payload(text, "x"),
                   sha256=payload_sha256(text), source="scrape")
-    with pytest.raises(ValueError, match="target 'vllm/a:8000' already holds direct scrapes"):
+    with pytest.raises(KvplanError, match="target .vllm/a:8000. already holds direct scrapes"):
         ingest_range(db, cfg(prom.url), DEP, T0, at(20))
     assert counts(db)["prom_increments"] == 0

@@ -5,7 +5,7 @@ against PromQL on a real Prometheus."""
 
 import pytest
 
-from app.service import stats
+from app.data.window import stats
 from collectors.parse import parse_payload
 from collectors.store import payload_sha256, store_payload
 from tests.recorded import PAYLOADS, import_case, scrapes
@@ -94,7 +94,7 @@ def test_server_without_lmcache_reports_none_not_zero(db):
 
 
 def test_two_servers_share_lmcache_and_are_attributed_per_server(db):
-    from app.service import window_increases
+    from app.data.window import window_increases
 
     import_case(db, "two_servers")
     ss = scrapes("two_servers")
@@ -133,7 +133,7 @@ def test_p99_in_inf_bucket_is_flagged(db):
 
 
 def test_data_parallel_engines_are_summed_and_kept_apart(db):
-    from app.service import engines_in_window, window_increases
+    from app.data.window import engines_in_window, window_increases
 
     case = "multi_engine"
     import_case(db, case)

@@ -12,15 +12,16 @@ from datetime import datetime, timezone
 import pytest
 from typer.testing import CliRunner
 
-from app import service
 from app.cli import app as cli
 from app.report import build, fmt, render_html, write_report
-from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected
+from models.errors import KvplanError
+from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected, scenario_plan
 from tests.test_store_stats import one, put
 
 EXP = scenario_expected()
 SECTIONS = ["Decision", "1. Measured reuse", "2. Tail baseline", "3. Topology", "4. Pilot comparison",
-            "5. Pricing", "6. Assumptions and price book", "7. Data provenance"]
+            "5. Pricing", "6. Assumptions and price book", "7. Data provenance",
+            "8. Cache size and topology what-if"]
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def test_html_report_holds_every_section_and_the_numbers(scen, tmp_path):
     headings = re.findall(r"<h2>([^<]+)</h2>", html)
     assert headings == SECTIONS
     text = text_of(html)
-    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    ref = scenario_plan(0, 48)
     assert f"{ref.decision.kind} {ref.decision.reason}" in text
     assert f"Monthly benefit: {fmt.usd(ref.monthly_benefit_usd)}" in text
     assert f"vLLM prefix cache (device) {EXP['hit_all']}" in text
@@ -101,7 +102,7 @@ def test_pdf_is_valid_and_its_text_holds_the_numbers(scen, tmp_path):
     assert path.read_bytes().startswith(b"%PDF-")
     assert len(PdfReader(path).pages) >= 4
     text = pdftotext(path)
-    ref = service.plan(scen, DEPLOYMENT, hour(0), hour(48))
+    ref = scenario_plan(0, 48)
     for needle in (EXP["hit_all"], EXP["ttft_p50"], EXP["ttft_p99"], fmt.usd(ref.monthly_benefit_usd),
                    ref.decision.kind, "Capacity report: prod, 2026-11", "7. Data provenance"):
         assert needle in text, needle
@@ -118,11 +119,11 @@ def test_a_report_without_runs_or_enough_data_still_says_what_it_knows(db, tmp_p
 
 
 def test_report_errors_name_what_is_wrong(scen, tmp_path):
-    with pytest.raises(ValueError, match="no data in 2026-10"):
+    with pytest.raises(KvplanError, match="no data in 2026-10"):
         write_report(scen, DEPLOYMENT, "2026-10", tmp_path / "r.pdf")
-    with pytest.raises(ValueError, match=r"written as \.pdf or \.html"):
+    with pytest.raises(KvplanError, match=r"r\.docx: the report is written as \.pdf or \.html"):
         write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "r.docx")
-    with pytest.raises(ValueError, match="no deployment 'nope'"):
+    with pytest.raises(KvplanError, match="no deployment 'nope'"):
         write_report(scen, "nope", "2026-11", tmp_path / "r.pdf")
 
 
@@ -143,13 +144,14 @@ def test_cli_report_writes_pdf_and_html(scen, tmp_path):
 
 
 def test_the_nightly_job_writes_the_report(scen, tmp_path):
-    """collectors.scheduler.nightly_report calls app.report.write_report(db, name, month, path)."""
+    """app.report.nightly_reports, the report job the CLI gives the scheduler: one report per
+    deployment with data that month; a deployment without data is skipped."""
+    from app.report import nightly_reports
     from collectors.config import Settings
-    from collectors.scheduler import nightly_report
 
     s = Settings(db=scen.path)
     s.schedule.report_dir = tmp_path / "reports"
-    written = nightly_report(s, hour(30).date())
+    written = nightly_reports(s, hour(30).date())
     assert [p.name for p in written] == [f"prod-2026-11.{s.schedule.report_format}"]
     assert (tmp_path / "reports" / written[0].name).stat().st_size > 10_000
 

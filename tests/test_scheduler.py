@@ -11,26 +11,26 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from datetime import date, datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 import collectors.scheduler as sch
-from app.service import stats
+from app.data.window import stats
 from collectors.config import DeploymentConfig, PrometheusConfig, ScheduleConfig, Settings, TargetConfig
 from collectors.scheduler import Nightly, Scraper, days_to_run, fetch_rw, run_daemon
 from models.metrics import Increase, window_stats
 from sql.db import Database
+from tests.loopback import Loopback
 from tests.payloads import vllm_text
 from tests.test_prom_ingest import DEP, END, T0, import_direct, prom, same  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class MetricsServer:
+class MetricsServer(Loopback):
     """Real /metrics endpoints: /fast/<name> answers at once (counters grow per request),
     /slow/<name> answers after ``slow_s``."""
 
@@ -58,14 +58,7 @@ class MetricsServer:
             def log_message(self, *a):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(H)
 
 
 @pytest.fixture
@@ -102,7 +95,7 @@ def test_a_slow_target_delays_no_other(db, metrics):
     assert "d/slow: previous scrape still running, skipped" in second.message
     scraper.close()                                            # waits for the slow scrape to finish
     assert scrape_counts(db) == {"fast1": (2, 0), "fast2": (2, 0), "slow": (1, 0)}
-    assert metrics.hits[f"/slow/1"] == 1
+    assert metrics.hits["/slow/1"] == 1
     runs = db.fetch("collector_runs", limit=10)
     assert [(r["job"], r["status"], r["n_errors"]) for r in runs] == [("scrape", "errors", 1)] * 2
     assert runs[0]["n_rows"] == 2 * 7
@@ -147,22 +140,14 @@ def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monk
     import_direct(db)
     s = Settings(db=db.path, deployments=[DEP, DeploymentConfig(name="direct")],
                  prometheus=PrometheusConfig(url=prom.url, chunk="6h", retries=0))
-    calls = []
-
-    def write_report(db_, deployment, month, path):
-        calls.append((deployment, month, path))
-        if deployment == "direct":
-            raise ValueError("no data")                    # skipped, not an error
-        return path
-
-    monkeypatch.setitem(sys.modules, "kvplan_test_report", types.SimpleNamespace(write_report=write_report))
-    monkeypatch.setattr(sch, "REPORT_MODULE", "kvplan_test_report")
-    monkeypatch.setattr(sch.importlib.util, "find_spec", lambda name: object())
+    calls, gauge_days = [], []
+    jobs = sch.NightlyJobs(rollup_gauges=lambda db_, dep, d: gauge_days.append((dep, d)) or 0,
+                           report=lambda settings, d: calls.append((settings.db, d)) or [])
     day = T0.date()
-    out = Nightly(s, db).run_day(day)
-    folder = db.path.parent / "reports"
+    out = Nightly(s, db, jobs).run_day(day)
     assert out.errors == 0 and out.rows > 0
-    assert calls == [("direct", "2026-01", folder / "direct-2026-01.pdf"), ("prom", "2026-01", folder / "prom-2026-01.pdf")]
+    assert calls == [(db.path, day)]                           # the report job the caller gave, once
+    assert gauge_days == [("direct", day), ("prom", day)]
     runs = db.fetch("collector_runs", limit=5)
     assert (runs[0]["job"], runs[0]["day"], runs[0]["status"]) == ("nightly", day, "ok")
     day_rows = {}
@@ -179,18 +164,22 @@ def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monk
     Nightly(s, db).run_day(day)                                # again: replaced, not added
     assert db.fetch("daily_increases", deployment="prom", t_from=datetime(2026, 1, 5), t_to=datetime(2026, 1, 6),
                     model=None) == day_rows["prom"]
-    # without the report module: logged, not an error
-    monkeypatch.undo()
-    monkeypatch.setattr(sch, "REPORT_MODULE", "app.no_such_report")
+    # a failing report is an error of the night, logged with its traceback; the rollups stay
     caplog.set_level(logging.INFO, logger="kvplan.collector")
-    assert Nightly(s, db).run_day(day).errors == 0
-    assert "report not available" in caplog.text
+
+    def broken(settings, d):
+        raise RuntimeError("disk full")
+
+    out = Nightly(s, db, sch.NightlyJobs(report=broken)).run_day(day)
+    assert out.errors == 1 and "report: RuntimeError: disk full" in out.message
+    assert "Traceback" in caplog.text
+    assert db.fetch("daily_increases", deployment="prom", t_from=datetime(2026, 1, 5), t_to=datetime(2026, 1, 6),
+                    model=None) == day_rows["prom"]
 
 
 @pytest.fixture
-def no_report(monkeypatch):
-    """Keep the real report out of tests about something else."""
-    monkeypatch.setattr(sch, "REPORT_MODULE", "app.no_such_report")
+def no_report():
+    """Tests about something else run the nightly job without a report (``NightlyJobs()``)."""
 
 
 def test_prometheus_down_at_night_is_logged_and_retried_on_the_next_start(db, no_report):

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.service import stats, window_buckets
+from app.data.window import stats, window_buckets
 from collectors.parse import parse_payload
 from collectors.store import ConflictError, payload_sha256, store_failure, store_payload
 from tests.payloads import vllm_text

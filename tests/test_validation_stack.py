@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from app.service import stats
+from app.data.window import stats
 from deploy.local.ab import run_ab, validation_cases
 from models.validation import validate_ab
 from sql.db import Database

@@ -4,13 +4,15 @@ and what can and cannot be said request-weighted."""
 import pandas as pd
 import streamlit as st
 
-from app import charts, service, state
+from app import charts, state
 from app.report import fmt
+from app.views.cache import REQUEST_WEIGHTED_NOTE, cache_view
+from models.catalog import KV_USAGE, LM_L1_USAGE
 
 st.title("Cache")
 sel = state.selection()
 if sel is not None:
-    v = service.cache_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    v = cache_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
     s = v.window.stats
     state.caption(sel, v.window.source_note)
 
@@ -38,7 +40,7 @@ if sel is not None:
             f"{k} {fmt.number(t)}" for k, t in sorted(s.prompt_tokens_by_source.items())))
 
     st.subheader("LMCache L1 usage")
-    l1 = [g for g in v.gauge_points if g["gauge"] == "LMCache L1 usage"]
+    l1 = [g for g in v.gauge_points if g["name"] == LM_L1_USAGE]
     if l1:
         last = {g["series"]: g["last"] for g in l1}
         st.metric("L1 usage (latest, highest server)", fmt.pct(max(last.values())),
@@ -46,12 +48,12 @@ if sel is not None:
         state.chart(charts.gauge_chart(l1, "LMCache L1 usage (lmcache_mp_l1_usage_ratio), per server"))
     else:
         st.info("No LMCache multi-process server reports lmcache_mp_l1_usage_ratio in this window.")
-    kv = [g for g in v.gauge_points if g["gauge"] == "vLLM KV-cache usage"]
+    kv = [g for g in v.gauge_points if g["name"] == KV_USAGE]
     if kv:
         state.chart(charts.gauge_chart(kv, "vLLM KV-cache usage (vllm:kv_cache_usage_perc), per engine"))
 
     st.subheader("Request-weighted")
-    st.info(service.REQUEST_WEIGHTED_NOTE)
+    st.info(REQUEST_WEIGHTED_NOTE)
     if v.runs:
         st.dataframe(pd.DataFrame([{
             "run": f"#{r['run_id']} {r['label']}", "measured on": r["measured_on"],

@@ -3,7 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from app import service, state
+from app import state
+from app.views.collection import collection_view
 
 
 def ts(v):
@@ -13,7 +14,7 @@ def ts(v):
 st.title("Collection")
 sel = state.selection()
 if sel is not None:
-    v = service.collection_view(state.db(), sel.deployment, sel.t_from, sel.t_to)
+    v = collection_view(state.db(), sel.deployment, sel.t_from, sel.t_to)
     state.caption(sel)
     c = st.columns(4)
     c[0].metric("Targets", len(v.targets))
@@ -37,25 +38,20 @@ if sel is not None:
         st.success("No failed scrapes.")
 
     st.subheader("Scheduler runs and gaps")
-    if v.scheduler_runs is None:
-        st.info("Scheduler runs and Prometheus gaps appear here once the collector daemon is installed "
-                "(`kvplan collect --daemon`; its queries collector_runs / ingest_gaps are not in this build). "
-                "Until then the failed scrapes below are the gaps.")
+    if v.scheduler_runs:
+        st.dataframe(pd.DataFrame([{"job": r["job"], "day": str(r["day"] or ""), "started (UTC)": ts(r["started_at"]),
+                                    "status": r["status"], "rows": r["n_rows"], "errors": r["n_errors"],
+                                    "duration s": r["duration_s"], "message": r["message"] or ""}
+                                   for r in v.scheduler_runs]), hide_index=True)
     else:
-        if v.scheduler_runs:
-            st.dataframe(pd.DataFrame([{"job": r["job"], "day": str(r["day"] or ""), "started (UTC)": ts(r["started_at"]),
-                                        "status": r["status"], "rows": r["n_rows"], "errors": r["n_errors"],
-                                        "duration s": r["duration_s"], "message": r["message"] or ""}
-                                       for r in v.scheduler_runs]), hide_index=True)
-        else:
-            st.caption("No collector runs recorded yet (`kvplan collect --daemon` records them).")
-        st.markdown("**Gaps in the time range** (no data; never filled with zeros)")
-        if v.gaps:
-            st.dataframe(pd.DataFrame([{"target": g["target"] or "(whole deployment)", "from (UTC)": ts(g["t_from"]),
-                                        "to (UTC)": ts(g["t_to"]), "reason": g["reason"]} for g in v.gaps]),
-                         hide_index=True)
-        else:
-            st.caption("No Prometheus ingestion gaps in the time range.")
+        st.caption("No collector runs recorded yet (`kvplan collect --daemon` records them).")
+    st.markdown("**Gaps in the time range** (no data; never filled with zeros)")
+    if v.gaps:
+        st.dataframe(pd.DataFrame([{"target": g["target"] or "(whole deployment)", "from (UTC)": ts(g["t_from"]),
+                                    "to (UTC)": ts(g["t_to"]), "reason": g["reason"]} for g in v.gaps]),
+                     hide_index=True)
+    else:
+        st.caption("No Prometheus ingestion gaps in the time range.")
     st.markdown("**Failed scrapes in the time range**")
     if v.failed_scrapes:
         st.dataframe(pd.DataFrame([{"time (UTC)": ts(f["ts"]), "target": f["target"], "error": f["error"]}

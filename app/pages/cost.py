@@ -4,20 +4,24 @@ the editable price book and planning inputs, and the articles' planning presets.
 import pandas as pd
 import streamlit as st
 
-from app import charts, service, state
+from app import charts, state
+from app.data.store import save_price_form
 from app.report import fmt
-from models.pricebook import FIELDS
+from app.views.cost import cost_view
+from models.decision import PLANNING_FIELDS
+from models.errors import KvplanError
 from models.presets import PRESETS
+from models.pricebook import FIELDS
 
 
 def save(deployment: str) -> None:
     """Form callback (runs before the rerun, so the page shows the new plan at once)."""
     pb = {f.name: st.session_state[f"pb_{deployment}_{f.name}"] for f in FIELDS}
-    pl = {f.name: st.session_state[f"pl_{deployment}_{f.name}"] for f in service.planning_fields()}
+    pl = {f.name: st.session_state[f"pl_{deployment}_{f.name}"] for f in PLANNING_FIELDS}
     try:
-        service.save_price_form(state.db(), deployment, pb, pl)
+        save_price_form(state.db(), deployment, pb, pl)
         st.session_state["pricebook_msg"] = ("success", f"Price book saved for {deployment!r}.")
-    except ValueError as e:
+    except KvplanError as e:
         st.session_state["pricebook_msg"] = ("error", f"Not saved: {e}")
 
 
@@ -41,8 +45,7 @@ def preset_plans() -> dict:
 st.title("Cost & decision")
 sel = state.selection()
 if sel is not None:
-    db = state.db()
-    v = service.cost_view(db, sel.deployment, sel.t_from, sel.t_to, sel.model)
+    v = cost_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.model, cfg=state.cfg(sel.deployment))
     p = v.overview.plan
     state.caption(sel, f"price book: {v.overview.pricebook_origin}")
     state.badge(p.decision)
@@ -61,7 +64,7 @@ if sel is not None:
 
     st.subheader("Capacity projection")
     c = st.columns(4)
-    c[0].metric("GPUs today", fmt.gpus(p.current_gpus))
+    c[0].metric("GPUs today", fmt.gpus(p.current_gpus), help=f"{v.overview.gpus_origin}.")
     c[1].metric("Needed with reuse", fmt.gpus(p.gpus_needed_with_reuse))
     c[2].metric("Needed without reuse", fmt.gpus(p.gpus_needed_without_reuse))
     c[3].metric("Runs out (with / without)", f"{fmt.months(p.runout_month_with_reuse, 'never')} / "
@@ -89,7 +92,7 @@ if sel is not None:
                 field(f"pb_{sel.deployment}", spec, getattr(v.pricebook, spec.name))
         with right:
             st.caption("Planning inputs")
-            for spec in service.planning_fields():
+            for spec in PLANNING_FIELDS:
                 field(f"pl_{sel.deployment}", spec, getattr(v.planning, spec.name))
         st.form_submit_button("Save price book", on_click=save, args=(sel.deployment,))
 

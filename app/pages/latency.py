@@ -4,13 +4,15 @@ against decode."""
 import pandas as pd
 import streamlit as st
 
-from app import charts, service, state
+from app import charts, state
 from app.report import fmt
+from app.views.latency import latency_view
 
 st.title("Latency")
 sel = state.selection()
 if sel is not None:
-    v = service.latency_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    v = latency_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model,
+                     prices=state.cfg(sel.deployment).prices)
     q, slo = v.quantiles, v.slo
     state.caption(sel, v.window.source_note)
     for w in v.warnings:

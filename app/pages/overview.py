@@ -3,14 +3,14 @@ rate, TTFT p50/p99 against the SLO, and the decision."""
 
 import streamlit as st
 
-from app import charts, service, state
+from app import charts, state
 from app.report import fmt
+from app.views.overview import overview
 
 st.title("Overview")
 sel = state.selection()
 if sel is not None:
-    db = state.db()
-    ov = service.overview(db, sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s)
+    ov = overview(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s, cfg=state.cfg(sel.deployment))
     s, p, slo = ov.window.stats, ov.plan, ov.slo
     state.caption(sel, ov.window.source_note)
     state.badge(p.decision)
@@ -23,7 +23,7 @@ if sel is not None:
                 help="Low and high ends: the spread of the prefill-cost estimators and the sampling error.")
     c[2].metric("Hit rate (all tiers)", fmt.pct(p.hit_rate),
                 help="Prompt tokens served from any cache tier / all prompt tokens (what the plan prices).")
-    c[3].metric("GPUs (vLLM engines)", f"{ov.gpus}", help="One GPU per vLLM engine seen in the window.")
+    c[3].metric("GPUs", f"{ov.gpus}", help=f"GPUs serving the deployment: {ov.gpus_origin}.")
 
     c = st.columns(5)
     c[0].metric("Prefix-cache hit rate", fmt.pct(s.prefix_cache_hit_rate),
@@ -45,6 +45,6 @@ if sel is not None:
     if slo.share is not None:
         st.caption(f"SLO attainment: {fmt.pct(slo.share)} of requests had TTFT ≤ {slo.bound_s:g} s ({slo.note}).")
 
-    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["tier"].startswith(("vLLM", "KV"))]))
+    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["key"] in ("device", "external")]))
     state.chart(charts.quantile_band_chart(ov.latency_points, "TTFT", "Time to first token (p50, p99, bucket bands)",
                                            target))

@@ -4,13 +4,15 @@ per user, aggregate throughput, with ratios), each with what it was measured on.
 import pandas as pd
 import streamlit as st
 
-from app import service, state
+from app import state
 from app.report import fmt
+from app.views.runs import runs_view
+from models.runs import CPU_NOTE, compare_runs
 
 st.title("Runs")
 sel = state.selection()
 if sel is not None:
-    v = service.runs_view(state.db(), sel.deployment)
+    v = runs_view(state.db(), sel.deployment)
     state.caption(sel, "runs are not filtered by the time range")
     if not v.runs:
         st.info("No workload runs for this deployment. Record a pair on the same servers, e.g.\n\n"
@@ -37,7 +39,7 @@ if sel is not None:
             c = st.columns(2)
             a = names[c[0].selectbox("Baseline", keys, index=v.runs.index(pair[0]), key="run_a")]
             b = names[c[1].selectbox("Compared run", keys, index=v.runs.index(pair[1]), key="run_b")]
-            rows = service.compare_runs(a, b)
+            rows = compare_runs(a, b)
             cols = st.columns(4)
             for col, r in zip(cols, [r for r in rows if r["metric"] in
                                      ("total time", "TTFT p50", "tok/s p50 per user", "aggregate throughput")]):
@@ -53,4 +55,4 @@ if sel is not None:
             if a["measured_on"] != b["measured_on"]:
                 st.warning("The two runs were measured on different set-ups: the ratios mix hardware and reuse.")
         if any(r["cpu_scale"] for r in v.runs):
-            st.warning(service.CPU_NOTE)
+            st.warning(CPU_NOTE)

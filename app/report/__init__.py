@@ -17,9 +17,11 @@ from models.errors import KvplanError
 from datetime import datetime
 from pathlib import Path
 
+from app.data.store import DeploymentSettings, deployment_settings
+from app.report.data import ReportData, build
 from sql.db import Database
 
-from app.report.data import ReportData, build  # noqa: F401  (re-exported)
+__all__ = ["ReportData", "build", "render_html", "render_pdf", "write_report", "nightly_reports"]
 
 
 def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
@@ -40,16 +42,17 @@ def render_pdf(html: str) -> bytes:
 
 
 def write_report(db: Database, deployment: str, month: str, path: str | Path, *, model: str | None = None,
-                 generated_at: datetime | None = None, measured_on: str | None = None) -> Path:
+                 generated_at: datetime | None = None, measured_on: str | None = None,
+                 cfg: DeploymentSettings = DeploymentSettings()) -> Path:
     """Write the capacity report of ``deployment`` for the UTC month ``month`` ('YYYY-MM')
     to ``path``: PDF if it ends in .pdf, HTML if it ends in .html/.htm. Returns the path.
-    ``ValueError`` for an unknown deployment, a month without data or another suffix."""
+    ``KvplanError`` for an unknown deployment, a month without data or another suffix."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".pdf", ".html", ".htm"):
-        raise ValueError(f"{path}: the report is written as .pdf or .html (got {suffix or 'no suffix'!r})")
+        raise KvplanError(f"the report is written as .pdf or .html (got {suffix or 'no suffix'!r})", source=str(path))
     _check_writable(path)
-    html = render_html(build(db, deployment, month, model=model, measured_on=measured_on), generated_at)
+    html = render_html(build(db, deployment, month, model=model, measured_on=measured_on, cfg=cfg), generated_at)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if suffix == ".pdf":
@@ -71,3 +74,25 @@ def _check_writable(path: Path) -> None:
             if not parent.is_dir():
                 raise KvplanError(f"cannot write the report: {parent} is a file, not a folder", source=str(path))
             break
+
+
+def nightly_reports(settings, day) -> list[Path]:
+    """The nightly job's report step (``collectors.scheduler.NightlyJobs.report``): each
+    deployment's capacity report for the month of ``day`` (so far) into
+    ``schedule.report_dir``. A deployment without data that month is skipped."""
+    import logging
+
+    from collectors.scheduler import fetch_rw  # the daemon's scrape threads hold read-write connections
+
+    log = logging.getLogger("kvplan.report")
+    db = Database(settings.db, lock_timeout_s=settings.lock_timeout_s)
+    month = day.strftime("%Y-%m")
+    folder = settings.schedule.report_dir or Path(settings.db).parent / "reports"
+    written = []
+    for name in sorted({d["deployment"] for d in fetch_rw(db, "deployments")}):
+        path = folder / f"{name}-{month}.{settings.schedule.report_format}"
+        try:
+            written.append(write_report(db, name, month, path, cfg=deployment_settings(settings, name)))
+        except KvplanError as e:  # no data that month
+            log.info("report for %s %s not written: %s", name, month, e)
+    return written

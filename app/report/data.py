@@ -1,12 +1,22 @@
-"""Everything the capacity report shows, gathered once from the same ``app.service`` views
-the dashboard pages render (so a number reads the same in both)."""
+"""Everything the capacity report shows, gathered once from the same ``app.views`` the
+dashboard pages render (so a number reads the same in both)."""
 
 from __future__ import annotations
+
+from models.errors import KvplanError
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from app import service
+from app.data.store import DeploymentSettings, month_window
+from app.data.window import load_window, window_buckets
+from app.views.cache import CacheView, cache_view
+from app.views.collection import CollectionView, collection_view, topology_view
+from app.views.latency import LatencyView, latency_view
+from app.views.overview import Overview, overview
+from app.views.runs import RunsView, runs_view
+from models.runs import is_cpu_scale
+from models.topology import Topology
 from sql.db import Database, queries
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
@@ -24,21 +34,22 @@ class ReportData:
     model: str | None
     t_from: datetime
     t_to: datetime
-    overview: service.Overview
-    cache: service.CacheView
-    latency: service.LatencyView
-    runs: service.RunsView
-    topology: service.Topology
-    collection: service.CollectionView
+    overview: Overview
+    cache: CacheView
+    latency: LatencyView
+    runs: RunsView
+    topology: Topology
+    collection: CollectionView
     scrape_counts: list[dict]
     ledger: list[dict]
     measured_on: str | None
     """What served the metrics (hardware, model), as given; None: not recorded."""
+    whatif_html: str = ""
+    """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
 
     @property
     def cpu_scale(self) -> bool:
-        texts = [self.measured_on or ""] + [r["measured_on"] or "" for r in self.runs.runs]
-        return any("cpu" in t.lower() for t in texts)
+        return any(is_cpu_scale(t) for t in [self.measured_on] + [r["measured_on"] for r in self.runs.runs])
 
     def queries_used(self) -> list[tuple[str, str, str]]:
         """(name, file, docstring) of every named query the report read."""
@@ -46,7 +57,7 @@ class ReportData:
         return [(n, qs[n].file, qs[n].doc) for n in QUERIES_USED if n in qs]
 
 
-def measured_on_default(runs: service.RunsView) -> str | None:
+def measured_on_default(runs: RunsView) -> str | None:
     """The runs' ``measured_on`` when they all agree (the pilot ran on the deployment's own
     hardware), else None."""
     values = {r["measured_on"] for r in runs.runs}
@@ -54,27 +65,30 @@ def measured_on_default(runs: service.RunsView) -> str | None:
 
 
 def build(db: Database, deployment: str, month: str, *, model: str | None = None,
-          measured_on: str | None = None) -> ReportData:
+          measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> ReportData:
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
-    month clipped to the data inside it. ``ValueError`` when the month holds no data."""
-    t_from, t_to = service.month_window(db, deployment, month)
-    step = max(600, int((t_to - t_from).total_seconds() // 60))
-    win = service.load_window(db, deployment, t_from, t_to, model)
-    if not win.rows:
-        raise ValueError(f"deployment {deployment!r} has no counter increase in {month}: "
-                         + "; ".join(win.stats.notes or ["no data"]) + "; no report written")
-    buckets = service.window_buckets(db, deployment, t_from, t_to, step, model)
-    ov = service.overview(db, deployment, t_from, t_to, model, win=win)
-    runs = service.runs_view(db, deployment)
-    ledger = db.fetch("ingest_ledger", deployment=deployment, t_from=service.utc_naive(t_from),
-                      t_to=service.utc_naive(t_to)) if "ingest_ledger" in queries() else []
-    return ReportData(
-        deployment=deployment, month=month, model=model, t_from=t_from, t_to=t_to, overview=ov,
-        cache=service.cache_view(db, deployment, t_from, t_to, step, model, win=win, buckets=buckets),
-        latency=service.latency_view(db, deployment, t_from, t_to, step, model,
-                                     slo_s=ov.plan.inputs.planning.ttft_p99_slo_seconds, win=win, buckets=buckets),
-        runs=runs, topology=service.topology(db, deployment, t_from, t_to),
-        collection=service.collection_view(db, deployment, t_from, t_to),
-        scrape_counts=db.fetch("scrape_count_in_window", deployment=deployment,
-                               t_from=service.utc_naive(t_from), t_to=service.utc_naive(t_to)),
-        ledger=ledger, measured_on=measured_on or measured_on_default(runs))
+    month clipped to the data inside it, read through one connection (every section sees the
+    same data). ``KvplanError`` when the month holds no data."""
+    from app.report.whatif import whatif_section
+
+    whatif_html = whatif_section(db, deployment)
+    with db.snapshot() as src:
+        t_from, t_to = month_window(src, deployment, month)
+        step = max(600, int((t_to - t_from).total_seconds() // 60))
+        win = load_window(src, deployment, t_from, t_to, model)
+        if not win.rows:
+            raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
+                              + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
+        buckets = window_buckets(src, deployment, t_from, t_to, step, model)
+        ov = overview(src, deployment, t_from, t_to, model, cfg=cfg, win=win)
+        runs = runs_view(src, deployment)
+        return ReportData(
+            deployment=deployment, month=month, model=model, t_from=t_from, t_to=t_to, overview=ov,
+            cache=cache_view(src, deployment, t_from, t_to, step, model, win=win, buckets=buckets),
+            latency=latency_view(src, deployment, t_from, t_to, step, model,
+                                 slo_s=ov.plan.inputs.planning.ttft_p99_slo_seconds, win=win, buckets=buckets),
+            runs=runs, topology=topology_view(src, deployment, t_from, t_to),
+            collection=collection_view(src, deployment, t_from, t_to),
+            scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
+            ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
+            measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html)

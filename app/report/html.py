@@ -7,10 +7,14 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
-from app import charts, service
+from app import charts
 from app.report import fmt
 from app.report.data import ReportData
+from app.views.cache import REQUEST_WEIGHTED_NOTE
+from app.views.cost import capacity_schedule
+from models.decision import PLANNING_FIELDS
 from models.pricebook import FIELDS
+from models.runs import CPU_NOTE, compare_runs
 
 CSS = """
 @page { size: A4; margin: 16mm 14mm; @bottom-right { content: "page " counter(page) " of " counter(pages); font-size: 8pt; } }
@@ -74,7 +78,7 @@ def _reuse(d: ReportData) -> str:
             + "<h3>Cached prompt tokens by tier</h3>" + table(["tier (source)", "tokens", "share"], by_tier, {1, 2})
             + "<h3>Prompt tokens by source</h3>" + table(["source", "tokens"], by_src, {1})
             + svg(charts.tier_hit_rate_chart(c.tier_points))
-            + f"<h3>Request-weighted</h3><p>{escape(service.REQUEST_WEIGHTED_NOTE)}</p>"
+            + f"<h3>Request-weighted</h3><p>{escape(REQUEST_WEIGHTED_NOTE)}</p>"
             + table(["run", "measured on", "requests with cached tokens", "cached / prompt tokens"], runs, {2, 3}))
 
 
@@ -125,11 +129,11 @@ def _pilot(d: ReportData) -> str:
     if pair:
         a, b = pair
         cmp = [[r["metric"], fmt.number(r["baseline"], r["unit"]), fmt.number(r["candidate"], r["unit"]),
-                fmt.change(r["factor"], r["better"], r["metric"] == "total time")] for r in service.compare_runs(a, b)]
+                fmt.change(r["factor"], r["better"], r["metric"] == "total time")] for r in compare_runs(a, b)]
         out += (f"<h3>{escape(a['label'])} (baseline) vs {escape(b['label'])}</h3>"
                 + table(["metric", a["label"], b["label"], "change"], cmp, {1, 2, 3}))
     if any(r["cpu_scale"] for r in runs):
-        out += f'<p class="note">{escape(service.CPU_NOTE)}</p>'
+        out += f'<p class="note">{escape(CPU_NOTE)}</p>'
     return out
 
 
@@ -146,7 +150,7 @@ def _pricing(d: ReportData) -> str:
             f"({fmt.number(p.saved_prefill_gpu_hours_low)} .. {fmt.number(p.saved_prefill_gpu_hours_high)})"]]
     sens = [[r.name, f"{r.low_input:.4g} .. {r.high_input:.4g} {r.unit}", fmt.usd(r.low_benefit),
              fmt.usd(r.high_benefit)] for r in p.sensitivity]
-    schedule = service.capacity_schedule(p)
+    schedule = capacity_schedule(p)
     return ("<h2>5. Pricing</h2>" + table(["term", "$ / month", "band"], wf, {1})
            + (svg(charts.waterfall_chart(p.waterfall)) if p.waterfall else "")
            + "<h3>Capacity and deferral</h3>" + table(["", ""], cap, {1})
@@ -158,7 +162,7 @@ def _pricing(d: ReportData) -> str:
 def _assumptions(d: ReportData) -> str:
     inp = d.overview.plan.inputs
     pb = [[f.name, str(getattr(inp.pricebook, f.name)), f.unit, f.help] for f in FIELDS]
-    pl = [[f.name, str(getattr(inp.planning, f.name)), f.unit, f.help] for f in service.planning_fields()]
+    pl = [[f.name, str(getattr(inp.planning, f.name)), f.unit, f.help] for f in PLANNING_FIELDS]
     items = "".join(f"<li>{escape(a)}</li>" for a in d.overview.plan.assumptions)
     return ("<h2>6. Assumptions and price book</h2>"
             f"<p>Price book: {escape(d.overview.pricebook_origin)}.</p>"
@@ -189,10 +193,11 @@ def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     """The report as HTML (deterministic for the same data and ``generated_at``)."""
     model = d.model or "all models"
     gen = f" Generated at {generated_at:%Y-%m-%d %H:%M} UTC." if generated_at else ""
-    body_note = service.CPU_NOTE.removeprefix("CPU-scale: ")
+    body_note = CPU_NOTE.removeprefix("CPU-scale: ")
     cpu = (f'<p class="note"><b>CPU-scale numbers.</b> Measured on: {escape(d.measured_on or "see the runs")}. '
            f"{escape(body_note[0].upper() + body_note[1:])}</p>" if d.cpu_scale else "")
     body = "".join(f(d) for f in (_decision, _reuse, _tail, _topology, _pilot, _pricing, _assumptions, _provenance))
+    body += d.whatif_html
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>kvplan capacity report: {escape(d.deployment)} {d.month}</title><style>{CSS}</style></head><body>"
             f"<h1>Capacity report: {escape(d.deployment)}, {d.month}</h1>"

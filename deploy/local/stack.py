@@ -461,17 +461,23 @@ def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str
     )
 
 
+LOOKUP_HASH_LOG_DIR = "lookup-hash-logs"
+"""Under the run dir: LMCache's lookup-hash JSONL logs (`kvplan import-trace`, the what-if)."""
+
+
 def _lmcache_server(http_port: int, rpc_port: int, *, py: Path, run_dir: Path,
-                    l1_size_gb: int = 1) -> Server:
+                    l1_size_gb: float = 1, lookup_hash_log: bool = True) -> Server:
     base = f"http://127.0.0.1:{http_port}"
     lmcache_bin = py.parent / "lmcache"
     cmd = [
         str(lmcache_bin), "server",
         "--host", "127.0.0.1",
         "--port", str(rpc_port), "--http-port", str(http_port),
-        "--l1-size-gb", str(l1_size_gb), "--eviction-policy", "LRU",
+        "--l1-size-gb", f"{l1_size_gb:g}", "--eviction-policy", "LRU",
         "--supported-transfer-mode", "auto",
     ]
+    if lookup_hash_log:  # one JSONL line per lookup: the trace `kvplan import-trace` reads
+        cmd += ["--lookup-hash-log-dir", str(run_dir / LOOKUP_HASH_LOG_DIR)]
     return Server(
         name="lmcache", kind="lmcache", base_url=base, metrics_url=base + "/metrics", pid=None,
         log_path=str(run_dir / "logs" / "lmcache.log"), port=http_port, connector=False,
@@ -615,6 +621,8 @@ def up(
     max_model_len: int = 4096,
     vllm_extra_args: Sequence[str] = (),
     start_timeout_s: float | None = None,
+    l1_size_gb: float = 1,
+    lookup_hash_log: bool = True,
 ) -> Stack:
     """Start LMCache, n_vllm connected + n_vllm_plain plain vLLM servers and Prometheus.
 
@@ -625,6 +633,9 @@ def up(
     answers; plain ones (vLLM's own prefix cache only) and Prometheus start at
     once. Raises StackStartError (with log tails) after stopping everything it
     started if a process dies or is not healthy before the deadline.
+
+    LMCache gets an L1 of ``l1_size_gb`` GiB and, unless ``lookup_hash_log`` is false, logs
+    every lookup's chunk hashes under ``run_dir/lookup-hash-logs``.
     """
     run = Path(run_dir).resolve()
     run.mkdir(parents=True, exist_ok=True)
@@ -647,7 +658,8 @@ def up(
     )
     lm = None
     if lmcache:
-        lm = _lmcache_server(next(ports), next(ports), py=py, run_dir=run)
+        lm = _lmcache_server(next(ports), next(ports), py=py, run_dir=run, l1_size_gb=l1_size_gb,
+                             lookup_hash_log=lookup_hash_log)
         stack.servers.append(lm)
     common = dict(py=py, model=model, model_name=MODEL_NAME, run_dir=run,
                   kv_space_gib=kv_space_gib, max_model_len=max_model_len,
@@ -758,22 +770,6 @@ def status(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def rss_bytes(stack: Stack) -> dict[str, int]:
-    """Resident memory per server (sum over its process group), Linux only."""
-    out = {}
-    for s in stack.servers:
-        total = 0
-        for pid in _members(s, stack.stack_id):
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                pass
-        out[s.name] = total
-    return out
-
-
 # ------------------------------------------------------------------------ CLI
 
 
@@ -791,6 +787,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--scrape-interval", default="2s")
     p_up.add_argument("--kv-space-gib", type=int, default=1)
     p_up.add_argument("--max-model-len", type=int, default=4096)
+    p_up.add_argument("--l1-size-gb", type=float, default=1, help="LMCache L1 size, GiB")
+    p_up.add_argument("--no-lookup-hash-log", action="store_true",
+                      help="do not log LMCache lookups to RUN_DIR/lookup-hash-logs")
     p_up.add_argument("--vllm-arg", action="append", default=[],
                       help="extra vLLM argument (repeat), e.g. --vllm-arg=--data-parallel-size --vllm-arg=2")
     for name, help_ in (("down", "stop the servers recorded in stack.json"),
@@ -812,7 +811,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             st = up(args.run_dir, n_vllm=args.vllm, n_vllm_plain=args.plain, n_vllm_nocache=args.nocache,
                     lmcache=not args.no_lmcache, prometheus=not args.no_prometheus,
                     scrape_interval=args.scrape_interval, kv_space_gib=args.kv_space_gib,
-                    max_model_len=args.max_model_len, vllm_extra_args=args.vllm_arg)
+                    max_model_len=args.max_model_len, vllm_extra_args=args.vllm_arg,
+                    l1_size_gb=args.l1_size_gb, lookup_hash_log=not args.no_lookup_hash_log)
         except StackError as exc:
             print(f"stack failed to start: {exc}", file=sys.stderr)
             return 1

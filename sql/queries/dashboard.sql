@@ -1,6 +1,6 @@
--- Queries of the dashboard pages and the capacity report (app.service, section "dashboard").
+-- Queries of the dashboard pages and the capacity report (app.data, app.views).
 -- Long windows read whole UTC days from the rollups (daily_rollups, gauge_rollups) and only
--- the partial days at their edges from raw samples: see app.service.load_window.
+-- the partial days at their edges from raw samples: see app.data.window.load_window.
 
 -- name: dashboard_deployments
 -- Every deployment with its data range from direct scrapes and Prometheus-ingested chunks
@@ -100,6 +100,10 @@ ORDER BY bucket, g.target, g.name, g.labels;
 -- name: delete_gauge_rollups_day
 -- Forget one day's gauge summaries of a deployment (before computing them again).
 DELETE FROM gauge_rollups WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
+
+-- name: count_gauge_rollups_day
+-- Gauge summaries stored for one day of a deployment.
+SELECT count(*) FROM gauge_rollups WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
 
 -- name: rollup_gauges_day
 -- Summarise one UTC day [$t_from, $t_to) of a deployment's gauges into gauge_rollups.

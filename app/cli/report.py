@@ -7,10 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from app.cli import USER_ERRORS, ConfigOpt, DbOpt, app, fail, open_db, out, parse_time, settings
+from app.cli.common import ConfigOpt, DbOpt, open_db, out, parse_time, settings
+from app.data.store import deployment_settings
 
 
-@app.command()
 def report(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     month: Annotated[str, typer.Option(help="UTC month, YYYY-MM (clipped to the data inside it).")],
@@ -29,10 +29,7 @@ def report(
     from app.report import write_report
 
     when = parse_time(generated_at, "--generated-at") if generated_at else None
-    try:
-        database = open_db(settings(config, db))
-        path = write_report(database, deployment, month, output, model=model, generated_at=when,
-                            measured_on=measured_on)
-    except USER_ERRORS as e:
-        fail(str(e))
+    s = settings(config, db)
+    path = write_report(open_db(s), deployment, month, output, model=model, generated_at=when,
+                        measured_on=measured_on, cfg=deployment_settings(s, deployment))
     out.print(f"{path}: capacity report of {deployment!r} for {month} ({path.stat().st_size:,} bytes)")

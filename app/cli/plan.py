@@ -8,32 +8,30 @@ from typing import Annotated, Optional
 
 import typer
 
-from app.cli import USER_ERRORS, ConfigOpt, DbOpt, app, fail, open_db, out, parse_window, require_deployment, settings
+from app.cli.common import ConfigOpt, DbOpt, open_db, out, parse_window, settings
+from app.data.store import deployment_settings, require_deployment
 
 
-@app.command()
 def plan(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
     model: Annotated[Optional[str], typer.Option(help="Only this model_name.")] = None,
-    gpus: Annotated[Optional[int], typer.Option(help="GPUs serving the deployment (default: config, else engines seen).")] = None,
+    gpus: Annotated[Optional[int], typer.Option(min=1, max=100_000, help="GPUs serving the deployment, for this "
+                    "plan only (default: config deployments[].gpus, else vLLM engines seen x gpus_per_engine).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Monthly benefit of KV-cache reuse and the decision (BUY, REUSE, NOT_WORTH_IT, NEED_DATA)
     for a measured window, with the price book saved in the database (or the defaults)."""
-    from app.service import plan as make_plan
+    from app.views.overview import plan_range
 
     t0, t1 = parse_window(from_, to)
-    try:
-        s = settings(config, db)
-        database = open_db(s)
-        require_deployment(database, deployment)
-        dep = s.deployment(deployment)
-        result = make_plan(database, deployment, t0, t1, model, num_gpus=gpus if gpus is not None else (dep.gpus if dep else None))
-    except USER_ERRORS as e:
-        fail(str(e))
+    s = settings(config, db)
+    database = open_db(s)
+    with database.snapshot() as src:
+        require_deployment(src, deployment)
+        result = plan_range(src, deployment, t0, t1, model, cfg=deployment_settings(s, deployment), gpus=gpus)
     d = result.to_dict()
     if as_json:
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")

@@ -1,4 +1,4 @@
-"""kvplan CLI: collection commands (registered on app.cli.app).
+"""kvplan CLI: collection commands.
 
 * ``kvplan collect``            one scrape round of every configured target
 * ``kvplan collect --daemon``   the scheduler: scrapes every N s, nightly ingestion + rollups + report
@@ -16,10 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from app.cli import USER_ERRORS, ConfigOpt, DbOpt, app, err, fail, open_db, out, parse_time, settings
-
-config_app = typer.Typer(no_args_is_help=True, help="Check the kvplan configuration.")
-app.add_typer(config_app, name="config")
+from app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, parse_time, settings
+from models.errors import KvplanError
 
 
 def _logging(verbose: bool = False) -> None:
@@ -29,7 +27,6 @@ def _logging(verbose: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-@app.command()
 def ingest(
     deployment: Annotated[str, typer.Option(help="Deployment (from the config) to ingest.")],
     from_: Annotated[str, typer.Option("--from", help="Range start (ISO 8601; UTC if no zone).")],
@@ -39,51 +36,53 @@ def ingest(
     selector: Annotated[Optional[str], typer.Option(help="Label matchers, e.g. 'job=\"vllm\"' (default: the deployment's prometheus_selector).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
-    """Backfill a range of one deployment from Prometheus (re-running a range never duplicates)."""
+    """Backfill a range of one deployment from Prometheus (re-running a range never duplicates).
+
+    Long on purpose: the option checks, the progress bar and the report of gaps are the
+    command's whole job, read top to bottom."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from collectors.config import ConfigError, DeploymentConfig, check_selector, duration_s
-    from collectors.prometheus import PromError, ingest_range, ingest_window
+    from collectors.config import DeploymentConfig, check_selector, duration_s
+    from collectors.prometheus import ingest_range, ingest_window
     from collectors.scheduler import logged_run
 
     t0, t1 = ingest_window(parse_time(from_, "--from"), parse_time(to, "--to"))
     if t1 <= t0:
         fail(f"--to ({to}) must be after --from ({from_}) and not in the future")
-    try:
-        s = settings(config, db)
-        for opt, v in (("--step", step), ("--chunk", chunk)):
-            if v is not None:
-                try:
-                    duration_s(v)
-                except ValueError as e:
-                    raise ConfigError(f"{opt}: {e}") from None
-        dep = s.deployment(deployment)
-        if dep is None and selector is None:
-            known = ", ".join(d.name for d in s.deployments) or "none"
-            fail(f"no deployment {deployment!r} in the configuration (known: {known}); add it or pass --selector")
-        dep = DeploymentConfig(name=deployment, prometheus_selector=check_selector(selector)) if selector is not None \
-            else dep
-        if not dep.prometheus_selector:
-            fail(f"deployment {deployment!r} has no prometheus_selector: set one (e.g. 'job=\"vllm\"') or pass "
-                 "--selector, so kvplan never ingests every series of a shared Prometheus by accident")
-        if not s.prometheus.url:
-            fail("no Prometheus URL: set prometheus.url in the config or KVPLAN_PROMETHEUS__URL")
-        database = open_db(s)
-        with Progress(TextColumn(f"ingest {deployment}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[rows]} rows"), TimeRemainingColumn(), console=err,
-                      transient=True) as bar:
-            task = bar.add_task("ingest", total=None, rows=0)
+    s = settings(config, db)
+    for opt, v in (("--step", step), ("--chunk", chunk)):
+        if v is not None:
+            try:
+                duration_s(v)
+            except ValueError as e:
+                raise KvplanError(str(e), source=opt) from None
+    dep = s.deployment(deployment)
+    if dep is None and selector is None:
+        known = ", ".join(d.name for d in s.deployments) or "none"
+        fail(f"no deployment {deployment!r} in the configuration (known: {known}); add it or pass --selector")
+    if selector is not None:
+        try:
+            dep = DeploymentConfig(name=deployment, prometheus_selector=check_selector(selector))
+        except ValueError as e:
+            raise KvplanError(str(e), source="--selector") from None
+    if not dep.prometheus_selector:
+        fail(f"deployment {deployment!r} has no prometheus_selector: set one (e.g. 'job=\"vllm\"') or pass "
+             "--selector, so kvplan never ingests every series of a shared Prometheus by accident")
+    if not s.prometheus.url:
+        fail("no Prometheus URL: set prometheus.url in the config or KVPLAN_PROMETHEUS__URL")
+    database = open_db(s)
+    with Progress(TextColumn(f"ingest {deployment}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rows]} rows"), TimeRemainingColumn(), console=err,
+                  transient=True) as bar:
+        task = bar.add_task("ingest", total=None, rows=0)
 
-            def tick(i, n, res):
-                bar.update(task, completed=i, total=n, rows=res.rows)
+        def tick(i, n, res):
+            bar.update(task, completed=i, total=n, rows=res.rows)
 
-            with logged_run(database, "ingest", deployment=deployment) as run:
-                res = ingest_range(database, s.prometheus, dep, t0, t1, step=step, chunk=chunk, on_chunk=tick)
-                run.rows, run.errors, run.notes = res.rows, res.failed, res.errors[:3]
-        gaps = database.fetch("ingest_gaps", deployment=deployment, t_from=t0.replace(tzinfo=None),
-                              t_to=t1.replace(tzinfo=None))
-    except (PromError, *USER_ERRORS) as e:
-        fail(str(e))
+        with logged_run(database, "ingest", deployment=deployment) as run:
+            res = ingest_range(database, s.prometheus, dep, t0, t1, step=step, chunk=chunk, on_chunk=tick)
+            run.rows, run.errors, run.notes = res.rows, res.failed, res.errors[:3]
+    gaps = database.fetch("ingest_gaps", deployment=deployment, t_from=t0, t_to=t1)
     out.print(f"{deployment}: {res.chunks} chunks ({res.failed} failed), {res.raw_samples} raw samples -> "
               f"{res.increments} step increases + {res.gauges} gauge values", highlight=False)
     if res.far_pairs:
@@ -99,7 +98,6 @@ def ingest(
         raise typer.Exit(1)
 
 
-@app.command()
 def collect(
     daemon: Annotated[bool, typer.Option("--daemon", help="Run the scheduler until SIGTERM/SIGINT.")] = False,
     nightly: Annotated[bool, typer.Option("--nightly", help="Run the nightly job once (missed days, or --day).")] = False,
@@ -108,41 +106,42 @@ def collect(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Collect: one scrape round of every configured target, or run the daemon / the nightly job."""
-    from collectors.scheduler import Nightly, Scraper, run_daemon
+    from app.data.store import rollup_gauges_day
+    from app.report import nightly_reports
+    from collectors.scheduler import Nightly, NightlyJobs, Scraper, run_daemon
+
+    jobs = NightlyJobs(rollup_gauges=rollup_gauges_day, report=nightly_reports)
 
     if daemon and nightly:
         fail("--daemon already runs the nightly job; pass one of --daemon, --nightly")
-    try:
-        s = settings(config, db)
-        database = open_db(s)
-        if daemon:
-            _logging(verbose)
-            run_daemon(s, database)
-            return
-        if nightly:
-            _logging(verbose)
-            n = Nightly(s, database)
-            if day:
-                try:
-                    outcomes = [n.run_day(date.fromisoformat(day))]
-                except ValueError:
-                    fail(f"--day: {day!r} is not a date like 2026-11-30")
-            else:
-                outcomes = n.run()
-            for o in outcomes:
-                out.print(f"nightly: {o.rows} rows, {o.errors} errors" + (f" ({o.message})" if o.message else ""),
-                          highlight=False, soft_wrap=True)
-            if any(o.errors for o in outcomes):
-                raise typer.Exit(1)
-            return
-        scraper = Scraper(s, database)
-        if not scraper.targets:
-            fail("no targets configured: add [[deployments.targets]] to the config")
-        scraper.ensure_targets()
-        o = scraper.round()
-        scraper.close()
-    except USER_ERRORS as e:
-        fail(str(e))
+    s = settings(config, db)
+    database = open_db(s)
+    if daemon:
+        _logging(verbose)
+        run_daemon(s, database, jobs=jobs)
+        return
+    if nightly:
+        _logging(verbose)
+        n = Nightly(s, database, jobs)
+        if day:
+            try:
+                outcomes = [n.run_day(date.fromisoformat(day))]
+            except ValueError:
+                fail(f"--day: {day!r} is not a date like 2026-11-30")
+        else:
+            outcomes = n.run()
+        for o in outcomes:
+            out.print(f"nightly: {o.rows} rows, {o.errors} errors" + (f" ({o.message})" if o.message else ""),
+                      highlight=False, soft_wrap=True)
+        if any(o.errors for o in outcomes):
+            raise typer.Exit(1)
+        return
+    scraper = Scraper(s, database)
+    if not scraper.targets:
+        fail("no targets configured: add [[deployments.targets]] to the config")
+    scraper.ensure_targets()
+    o = scraper.round()
+    scraper.close()
     out.print(f"scraped {len(scraper.targets)} targets: {o.rows} samples, {o.errors} errors", highlight=False)
     for note in o.notes:
         err.print(f"[red]{note}[/red]", highlight=False, soft_wrap=True)
@@ -150,15 +149,11 @@ def collect(
         raise typer.Exit(1)
 
 
-@config_app.command("check")
 def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     """Validate the configuration (TOML + KVPLAN_* environment + secret files); errors name the key."""
     from collectors.scrape import redact_url
 
-    try:
-        s = settings(config, db)
-    except USER_ERRORS as e:
-        fail(str(e))
+    s = settings(config, db)
     p = s.prometheus
     out.print(f"configuration OK: {len(s.deployments)} deployment(s), "
               f"{sum(len(d.targets) for d in s.deployments)} direct target(s)", highlight=False)

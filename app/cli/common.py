@@ -1,0 +1,68 @@
+"""What every ``kvplan`` command shares: options, consoles, settings, the database, errors.
+
+Command modules import from here, never from ``app.cli`` (the package registers them).
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
+
+import typer
+from rich.console import Console
+
+from collectors.config import Settings, load_settings
+from models.errors import KvplanError
+from models.redact import redact
+from models.timeutil import parse_time as _parse_time
+from sql.db import Database
+
+err = Console(stderr=True)
+out = Console()
+
+DbOpt = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
+
+
+def fail(message: str) -> NoReturn:
+    """End the command with ``message`` and exit code 2 (an input the user can fix)."""
+    err.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def user_errors(fn):
+    """The one place a command's ``KvplanError`` becomes a message and exit code 2; any other
+    exception is a bug and keeps its traceback. ``app.cli`` wraps every command with it."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KvplanError as e:
+            fail(str(e))
+    return run
+
+
+def parse_time(value: str, what: str) -> datetime:
+    """ISO 8601 as aware UTC (no zone means UTC; an offset is converted)."""
+    return _parse_time(value, what)
+
+
+def parse_window(from_: str, to: str) -> tuple[datetime, datetime]:
+    """--from / --to as aware UTC times; --to must come after --from."""
+    t0, t1 = parse_time(from_, "--from"), parse_time(to, "--to")
+    if t1 <= t0:
+        raise KvplanError(f"must be after --from ({from_})", source=f"--to ({to})")
+    return t0, t1
+
+
+def settings(config: Path | None, db: Path | None) -> Settings:
+    return load_settings(config, db=db)
+
+
+def open_db(s: Settings, migrate: bool = True) -> Database:
+    db = Database(s.db, lock_timeout_s=s.lock_timeout_s)
+    if migrate:
+        db.migrate()
+    return db

@@ -1,0 +1,74 @@
+"""``kvplan dashboard``: the Streamlit app on the DuckDB file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from app.cli.common import ConfigOpt, DbOpt, out, settings
+
+
+def dashboard(
+    db: DbOpt = None, config: ConfigOpt = None,
+    port: Annotated[int, typer.Option(help="Port to serve on.")] = 8501,
+    headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
+    address: Annotated[str, typer.Option(help="Address to listen on: 127.0.0.1 (this machine only) unless you "
+                                              "put it behind a login (--auth-secrets or a proxy), e.g. 0.0.0.0.")] = "127.0.0.1",
+    auth_secrets: Annotated[Optional[Path], typer.Option(
+        envvar="KVPLAN_DASHBOARD_AUTH_SECRETS",
+        help="Streamlit secrets file with an [auth] table (OpenID Connect): every page asks for a login.")] = None,
+) -> None:
+    """Open the Streamlit dashboard on the DuckDB file."""
+    import os
+    import subprocess
+    import threading
+    import webbrowser
+
+    from app.auth import ENV, check_auth_secrets
+
+    s = settings(config, db)
+    secrets_file = check_auth_secrets(auth_secrets) if auth_secrets else None
+    env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()), **{ENV: "1" if secrets_file else "0"})
+    if config:
+        env["KVPLAN_CONFIG"] = str(config.resolve())
+    script = Path(__file__).parents[1] / "streamlit_app.py"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(script), *streamlit_flags(address, port)]
+    if secrets_file:
+        cmd += ["--secrets.files", str(secrets_file)]
+    url = f"http://{'localhost' if address in ('127.0.0.1', '0.0.0.0', '::') else address}:{port}"
+    out.print(f"kvplan dashboard on {url} (database {s.db}); Ctrl+C stops it")
+    if not headless:
+        threading.Thread(target=_open_when_up, args=(url, webbrowser.open), daemon=True).start()
+    raise typer.Exit(subprocess.call(cmd, env=env, stdin=subprocess.DEVNULL))
+
+
+def streamlit_flags(address: str, port: int) -> list[str]:
+    """Streamlit's flags: headless (its first start would otherwise ask for an e-mail on
+    stdin; kvplan opens the browser itself), listening on ``address`` only, and no outbound
+    call: no usage statistics, and no welcome message (for a headless server on 0.0.0.0 it
+    looks up the machine's external IP at checkip.amazonaws.com)."""
+    if not 1 <= port <= 65535:
+        raise typer.BadParameter(f"--port {port}: must be from 1 to 65535")
+    return ["--server.address", address, "--server.port", str(port), "--server.headless", "true",
+            "--browser.gatherUsageStats", "false", "--logger.hideWelcomeMessage", "true"]
+
+
+def _open_when_up(url: str, opener, timeout_s: float = 60.0) -> bool:
+    """Open ``url`` in a browser once Streamlit's health endpoint answers."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/_stcore/health", timeout=1).status_code == 200:
+                opener(url)
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False

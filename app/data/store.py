@@ -1,0 +1,182 @@
+"""Deployments, price books, fleet size, month windows and gauge rollups in DuckDB.
+
+Reads take a ``source`` (``Database`` or ``Snapshot``); the two writers (``save_pricebook``,
+``rollup_gauges_day``) take the ``Database`` and run one short write transaction each.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from models.decision import PlanningInputs
+from models.errors import KvplanError
+from models.pricebook import FIELDS as PB_FIELDS
+from models.pricebook import PriceBook
+from models.spans import as_instant
+from models.timeutil import DAY, aware_utc, month_start, next_month
+from sql.db import Database
+
+
+def deployments_with_data(source) -> list[dict]:
+    """Deployments with data (direct scrapes or Prometheus chunks); ``first_ts``/``last_ts``
+    aware UTC."""
+    out = []
+    for d in source.fetch("dashboard_deployments"):
+        if d["last_ts"] is None:
+            continue
+        out.append(dict(d, first_ts=aware_utc(d["first_ts"]), last_ts=aware_utc(d["last_ts"])))
+    return out
+
+
+def require_deployment(source, deployment: str) -> None:
+    """``KvplanError`` listing the known names when the database holds no such deployment."""
+    known = {d["deployment"] for d in source.fetch("deployments")}
+    if deployment not in known:
+        raise KvplanError(f"no deployment {deployment!r} in {source.path} "
+                          f"(known: {', '.join(sorted(known)) or 'none'})", source="--deployment")
+
+
+# -- price book ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prices:
+    """The price book and planning inputs in force for a deployment, and where they came from."""
+
+    pricebook: PriceBook
+    planning: PlanningInputs
+    origin: str
+
+
+def load_pricebook(source, deployment: str, defaults: dict | None = None) -> Prices:
+    """The deployment's saved price book, else the saved default ('*'), else ``defaults``
+    (the config file's ``[prices]`` table: price-book and planning fields), else the
+    documented defaults. A saved row that no longer validates is an error naming it."""
+    rows = source.fetch("get_pricebook", deployment=deployment)
+    if not rows:
+        if defaults:
+            pb, pl = split_prices(defaults, "[prices]")
+            return Prices(pb, pl, "config file [prices]")
+        return Prices(PriceBook(), PlanningInputs(), "defaults")
+    r = rows[0]
+    where = f"price book saved for {r['deployment']!r}"
+    planning = json.loads(r["planning"])
+    planning.pop("current_gpus", None)  # before 2026-12 the fleet size was a planning input
+    try:
+        pb, pl = PriceBook.from_dict(json.loads(r["pricebook"])), PlanningInputs.from_dict(planning)
+    except KvplanError as e:
+        raise KvplanError(f"{e} (re-save it on the Cost & decision page)", source=where) from None
+    return Prices(pb, pl, f"saved for {r['deployment']!r} at {r['updated_at']:%Y-%m-%d %H:%M} UTC")
+
+
+def split_prices(values: dict, where: str) -> tuple[PriceBook, PlanningInputs]:
+    """One flat table of price-book and planning fields (the config's ``[prices]``) as both."""
+    pb_keys = {f.name for f in PB_FIELDS}
+    pb = {k: v for k, v in values.items() if k in pb_keys}
+    pl = {k: v for k, v in values.items() if k not in pb_keys}
+    try:
+        return PriceBook.from_dict(pb), PlanningInputs.from_dict(pl)
+    except KvplanError as e:
+        raise KvplanError(str(e), source=where) from None
+
+
+def save_pricebook(db: Database, deployment: str, pricebook: PriceBook, planning: PlanningInputs) -> None:
+    with db.write() as con:
+        Database.run(con, "put_pricebook", deployment=deployment, pricebook=json.dumps(pricebook.to_dict()),
+                     planning=json.dumps(planning.to_dict()))
+
+
+def save_price_form(db: Database, deployment: str, pricebook_values: dict, planning_values: dict) -> Prices:
+    """Validate the price-book form (``KvplanError`` naming the field) and save it."""
+    pb, pl = PriceBook.from_dict(pricebook_values), PlanningInputs.from_dict(planning_values)
+    save_pricebook(db, deployment, pb, pl)
+    return Prices(pb, pl, "saved")
+
+
+# -- the fleet ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fleet:
+    """How many GPUs serve a deployment, and which setting said so."""
+
+    gpus: int
+    gpus_per_engine: int
+    origin: str
+
+
+def fleet(engines_seen: int, *, configured_gpus: int | None = None, gpus_per_engine: int = 1,
+          override: int | None = None, config_key: str = "deployments.N.gpus") -> Fleet:
+    """The one rule for a deployment's GPU count, used by the CLI, the pages, the report and
+    the nightly job: a one-off ``override`` (``kvplan plan --gpus``), else the config's
+    ``deployments[].gpus``, else the vLLM engines seen in the window x GPUs per engine."""
+    if override is not None:
+        return Fleet(override, gpus_per_engine, "given on the command line (--gpus)")
+    if configured_gpus is not None:
+        return Fleet(configured_gpus, gpus_per_engine, f"config {config_key}")
+    return Fleet(max(engines_seen, 1) * gpus_per_engine, gpus_per_engine,
+                 f"vLLM engines seen in the window ({engines_seen}) x {gpus_per_engine} GPU(s) per engine")
+
+
+# -- windows of a month ---------------------------------------------------------------------------
+def month_window(source, deployment: str, month: str) -> tuple[datetime, datetime]:
+    """[first, last] data point of ``deployment`` inside the UTC month 'YYYY-MM' (aware UTC).
+    ``KvplanError`` when the month is malformed or holds no data (names what exists)."""
+    start = month_start(month, "--month")
+    end = next_month(start)
+    deps = {d["deployment"]: d for d in deployments_with_data(source)}
+    d = deps.get(deployment)
+    if d is None:
+        raise KvplanError(f"no deployment {deployment!r} with data in {source.path} "
+                          f"(known: {', '.join(sorted(deps)) or 'none'})", source="--deployment")
+    t_from, t_to = max(start, d["first_ts"]), min(end, d["last_ts"])
+    if t_to <= t_from:
+        raise KvplanError(f"deployment {deployment!r} has no data in {month} (data: "
+                          f"{d['first_ts']:%Y-%m-%d %H:%M} .. {d['last_ts']:%Y-%m-%d %H:%M} UTC)", source="--month")
+    return t_from, t_to
+
+
+def data_months(source, deployment: str) -> list[str]:
+    """'YYYY-MM' of every month holding data of the deployment, newest first."""
+    d = next((x for x in deployments_with_data(source) if x["deployment"] == deployment), None)
+    if d is None:
+        return []
+    out, m = [], d["first_ts"].replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    while m <= d["last_ts"]:
+        out.append(f"{m:%Y-%m}")
+        m = next_month(m)
+    return out[::-1]
+
+
+# -- gauge rollups (the nightly job) --------------------------------------------------------------
+def rollup_gauges_day(db: Database, deployment: str, day: date | datetime) -> int:
+    """Summarise one UTC day of a deployment's gauges into ``gauge_rollups`` (replacing what
+    was there). The nightly job calls it beside ``rollup_day``. Returns rows written."""
+    d0 = as_instant(day)
+    with db.write() as con:
+        row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
+        if row is None:
+            raise KvplanError(f"no deployment {deployment!r} in {db.path}", source="deployment")
+        Database.run(con, "delete_gauge_rollups_day", deployment_id=row[0], day=d0)
+        Database.run(con, "rollup_gauges_day", deployment_id=row[0], t_from=d0, t_to=d0 + DAY)
+        return Database.run(con, "count_gauge_rollups_day", deployment_id=row[0], day=d0).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class DeploymentSettings:
+    """What the config file says about one deployment that the metrics cannot know. Read
+    once (``deployment_settings``) and handed to every plan: CLI, pages, report, nightly job."""
+
+    configured_gpus: int | None = None
+    gpus_per_engine: int = 1
+    prices: dict | None = None
+    config_key: str = "deployments.N.gpus"
+
+
+def deployment_settings(settings, deployment: str) -> DeploymentSettings:
+    """The ``DeploymentSettings`` of ``deployment`` in a loaded ``collectors.config.Settings``
+    (defaults when the config does not list it)."""
+    prices = dict(settings.prices) if settings is not None and settings.prices else None
+    deps = list(settings.deployments) if settings is not None else []
+    for i, d in enumerate(deps):
+        if d.name == deployment:
+            return DeploymentSettings(d.gpus, d.gpus_per_engine, prices, f"deployments.{i}.gpus")
+    return DeploymentSettings(prices=prices)

@@ -1,0 +1,193 @@
+"""One deployment's increases over a window, and per time bucket for the charts.
+
+Long windows read whole UTC days from the nightly rollups (``daily_rollups``; gauges:
+``gauge_rollups``) and only the partial days at their edges from raw samples, as planned by
+``models.spans.plan_spans``; the result counts exactly the pairs a raw read would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from models.catalog import CHART_NAMES, GAUGE_LABELS
+from models.errors import KvplanError
+from models.metrics import Increase, WindowStats, null_reasons, window_stats
+from models.spans import Spans, as_instant, chart_step, longest_run, plan_spans
+from models.timeutil import DAY, aware_utc, ceil_day, floor_day
+
+
+@dataclass(frozen=True)
+class Window:
+    """The increases of one deployment over [t_from, t_to] and what they say."""
+
+    deployment: str
+    model: str | None
+    t_from: datetime
+    t_to: datetime
+    rows: tuple[Increase, ...]
+    stats: WindowStats
+    spans: Spans
+
+    @property
+    def seconds(self) -> float:
+        return (self.t_to - self.t_from).total_seconds()
+
+    @property
+    def rolled_days(self) -> int:
+        return self.spans.rolled_days
+
+    @property
+    def source_note(self) -> str:
+        """Where the numbers were read from (shown under the charts and in the report)."""
+        if not self.rolled_days:
+            return "read from raw samples"
+        a, b = self.spans.rolled
+        return (f"{self.rolled_days} whole day(s) {a:%Y-%m-%d}..{b - DAY:%Y-%m-%d} from the nightly "
+                "rollups, the partial days at the edges from raw samples")
+
+
+def _rolled_days(source, deployment: str, t_from: datetime, t_to: datetime, query: str = "dashboard_rolled_days"):
+    return [r["day"] for r in source.fetch(query, deployment=deployment, d_from=ceil_day(t_from),
+                                           d_to=floor_day(t_to))]
+
+
+def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> Window:
+    """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
+    edges from raw samples. For regular scrapes this counts exactly the pairs
+    ``window_increases`` counts (a pair whose earlier sample lies more than
+    ``EDGE_LOOKBACK`` before the last rolled day's end is the only difference)."""
+    t_from, t_to = aware_utc(t_from), aware_utc(t_to)
+    spans = plan_spans(_rolled_days(source, deployment, t_from, t_to), t_from, t_to)
+    rows: list[Increase] = []
+    for lb, after, end in spans.raw:
+        rows += [Increase(**r) for r in source.fetch("span_increases", deployment=deployment, t_lookback=lb,
+                                                     t_after=after, t_to=end, model=model)]
+    if spans.rolled:
+        rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
+                                                     t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
+    st = window_stats(rows)
+    if not rows:
+        st.notes += why_empty(source, deployment, t_from, t_to, model)
+    for _lb, after, end in spans.raw:  # rolled-up days were summed by the same guarded macro
+        st.notes += data_notes(source, deployment, after, end, model)
+    return Window(deployment, model, t_from, t_to, tuple(rows), st, spans)
+
+
+def window_increases(source, deployment: str, t_from: datetime, t_to: datetime,
+                     model: str | None = None) -> list[Increase]:
+    """Raw per-series increases over [t_from, t_to] (no rollups): the reference reading."""
+    return [Increase(**r) for r in source.fetch("window_increases", deployment=deployment, t_from=t_from,
+                                                t_to=t_to, model=model)]
+
+
+def stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> WindowStats:
+    """The headline numbers of one deployment over [t_from, t_to] (``kvplan stats``), with
+    notes on what was left out and why a figure is missing."""
+    check_model(source, deployment, model)
+    rows = window_increases(source, deployment, t_from, t_to, model)
+    st = window_stats(rows)
+    st.notes += data_notes(source, deployment, t_from, t_to, model)
+    if not rows:
+        st.notes += why_empty(source, deployment, t_from, t_to, model)
+    return st
+
+
+def data_notes(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+    """Stored rows the analysis left out (bad_samples): reported, never raised."""
+    rows = source.fetch("bad_samples", deployment=deployment, t_from=t_from, t_to=t_to, model=model)
+    return [f"warning: {r['name']}: {r['n']} stored sample(s) not used ({r['bad_values']} impossible value(s), "
+            f"{r['bad_created']} impossible _created time(s))" for r in rows]
+
+
+def check_model(source, deployment: str, model: str | None) -> None:
+    """A ``--model`` the deployment's data does not have is an error naming the ones it has."""
+    if model is None:
+        return
+    known = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+    if model not in known:
+        raise KvplanError(f"no model {model!r} in deployment {deployment!r} (known: "
+                          f"{', '.join(map(repr, known)) or 'none: no model_name label'})", source="--model")
+
+
+def why_empty(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+    """Why a window gave no increase at all, so every figure is null: no data in the window,
+    one scrape per target, or a model not in the data."""
+    per_target = source.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to)
+    span = next((d for d in source.fetch("deployments") if d["deployment"] == deployment), None)
+    models = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+    return null_reasons({r["target"]: r["ok"] for r in per_target},
+                        (span["first_scrape"], span["last_scrape"]) if span else None, model, models)
+
+
+@dataclass(frozen=True)
+class TimeBucket:
+    """The summed increases of the chart names in one time bucket."""
+
+    start: datetime
+    rows: tuple[Increase, ...]
+
+    def stats(self) -> WindowStats:
+        return window_stats(list(self.rows))
+
+
+def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                   model: str | None = None, names: list[str] | None = None) -> list[TimeBucket]:
+    """The chart names' increases per time bucket (start, start + step]. Windows of
+    ``DAILY_POINTS_FROM`` or more get one bucket per UTC day, rolled-up days read from
+    ``daily_rollups``; shorter ones are read from raw samples at ``step_s``."""
+    f, t = aware_utc(t_from), aware_utc(t_to)
+    names = names or CHART_NAMES
+    step = chart_step(f, t, step_s)
+    raw: list[dict] = []
+    if step == 86400:
+        spans = plan_spans(_rolled_days(source, deployment, f, t), f, t)
+        for lb, after, end in spans.raw:
+            raw += source.fetch("span_buckets", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
+                                model=model, step_s=step, origin=floor_day(after), names=names)
+        if spans.rolled:
+            for r in source.fetch("daily_series", deployment=deployment, t_from=spans.rolled[0],
+                                  t_to=spans.rolled[1], model=model, names=names):
+                r["bucket"] = r["day"]
+                raw.append(r)
+    else:
+        raw = source.fetch("span_buckets", deployment=deployment, t_lookback=f, t_after=f, t_to=t,
+                           model=model, step_s=step, origin=f, names=names)
+    by: dict[datetime, list[Increase]] = {}
+    for r in raw:
+        by.setdefault(as_instant(r["bucket"]), []).append(
+            Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
+    return [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
+
+
+def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                 model: str | None = None, names: list[str] | None = None) -> list[dict]:
+    """Gauge mean / max / last per time bucket, target and series (daily from
+    ``gauge_rollups`` over long windows, else raw samples). ``bucket`` is aware UTC."""
+    f, t = aware_utc(t_from), aware_utc(t_to)
+    names = names or list(GAUGE_LABELS)
+    step = chart_step(f, t, step_s)
+    end = t + timedelta(microseconds=1)  # the last sample at t_to is inside the window
+    if step != 86400:
+        out = source.fetch("span_gauges", deployment=deployment, t_from=f, t_to=end, model=model,
+                           step_s=step, origin=f, names=names)
+    else:
+        run = longest_run(_rolled_days(source, deployment, f, t, "gauge_rolled_days"), ceil_day(f), floor_day(t))
+        parts = [(f, end)] if run is None else [(f, run[0]), (run[1], end)]
+        out = []
+        for a, b in parts:
+            if b > a:
+                out += source.fetch("span_gauges", deployment=deployment, t_from=a, t_to=b, model=model,
+                                    step_s=step, origin=floor_day(a), names=names)
+        if run:
+            out += source.fetch("daily_gauges", deployment=deployment, d_from=run[0], d_to=run[1], model=model,
+                                names=names)
+    for r in out:
+        r["bucket"] = as_instant(r["bucket"])
+    return sorted(out, key=lambda r: (r["bucket"], r["target"], r["name"], r["labels"], r["model_name"] or "",
+                                      r["engine"] or ""))
+
+
+def engines_in_window(source, deployment: str, t_from: datetime, t_to: datetime) -> int:
+    """vLLM engines (target x engine) with data in the window, without reading raw samples."""
+    return len(source.fetch("dashboard_engines", deployment=deployment, t_from=t_from, t_to=t_to))

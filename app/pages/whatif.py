@@ -1,0 +1,104 @@
+"""What-if: hit rate against cache capacity from a stored trace (exact at every capacity),
+the configured size marked, one shared pool against per-GPU caches, and the capacity that
+pays best. Reads ``app.views.whatif.whatif``."""
+
+import pandas as pd
+import streamlit as st
+
+from app import charts_whatif, state
+from app.report import fmt
+from app.views.whatif import whatif
+
+st.title("What-if: cache size and topology")
+state.through_navigation()
+
+
+@st.cache_data(ttl=60, show_spinner="Replaying the trace once for every capacity ...")
+def compute(path: str, deployment: str, trace: str, ranks: int, configured_gb, bytes_per_chunk,
+            seconds_per_token, tokens_per_month) -> dict:
+    return whatif(state.db(), deployment, trace, ranks=ranks, configured_gb=configured_gb,
+                  bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
+                  tokens_per_month=tokens_per_month)
+
+
+db = state.db()
+path = str(db.path)
+deps = [r["deployment"] for r in db.fetch("trace_deployments")] if db.path.exists() else []
+if not deps:
+    st.info("No request trace yet. Start LMCache with `--lookup-hash-log-dir DIR` and import its "
+            "logs, or import a Mooncake-format trace:\n\n"
+            "`kvplan import-trace --deployment NAME DIR`")
+    st.stop()
+
+sb = st.sidebar
+current = st.session_state.get("deployment")
+dep = sb.selectbox("Deployment (with a trace)", deps,
+                   index=deps.index(current) if current in deps else 0, key="whatif_deployment")
+traces = db.fetch("traces", deployment=dep)
+names = [t["name"] for t in traces]
+name = sb.selectbox("Trace", names, key="whatif_trace")
+info = next(t for t in traces if t["name"] == name)
+c = st.columns(4)
+ranks = c[0].number_input("Private caches (GPUs)", 1, 1024, 8, key="whatif_ranks")
+configured = c[1].number_input("Configured size (GB, 0 = price book)", 0.0, 1e7, 0.0,
+                               key="whatif_configured", format="%.3f")
+bpc = None
+if not info["bytes_per_chunk"]:
+    bpc = c[2].number_input("KV bytes per chunk (the trace has none)", 0, 10**12, 0,
+                            key="whatif_bpc") or None
+spt = c[3].number_input("GPU-seconds per cached token (0 = from metrics)", 0.0, 10.0, 0.0,
+                        key="whatif_spt", format="%.6f") or None
+
+d = compute(path, dep, name, int(ranks), configured or None, bpc, spt, None)  # a KvplanError shows as st.error
+
+t = d["trace"]
+st.caption(f"{dep} · trace {t['name']!r} ({t['format']}) · {t['requests']:,} requests · "
+           f"{t['chunk_references']:,} chunk references · {t['unique_chunks']:,} distinct chunks of "
+           f"{t['chunk_tokens']} tokens · " + (f"{t['bytes_per_chunk']:,} bytes per chunk ({t['bytes_source']})"
+                                               if t["bytes_per_chunk"] else "bytes per chunk unknown"))
+m = st.columns(4)
+m[0].metric("Infinite-capacity hit rate", fmt.pct(d["infinite_hit_rate"]),
+            help="Every chunk kept forever: the ceiling any cache size can reach on this trace.")
+sat = d["saturation"]
+m[1].metric("Reached at", f"{sat['capacity_gb']:,.3f} GB" if sat["capacity_gb"] is not None
+            else f"{sat['capacity_tokens']:,} tokens")
+if d["configured"]:
+    m[2].metric(f"At the configured {d['configured']['capacity_gb']:g} GB", fmt.pct(d["configured"]["hit_rate"]))
+if d["dollars"]:
+    b = d["dollars"]["best"]
+    m[3].metric("Best capacity", f"{b['capacity_gb']:,.3f} GB",
+                help=f"net {fmt.usd(b['net_usd_per_month'])}/month: every GB past it costs more than the "
+                     "prefill time it saves")
+state.chart(charts_whatif.curve_chart(d))
+
+s = d["shared_vs_private"]
+st.subheader(f"One shared pool or {s['ranks']} private caches?")
+cap = f"{s['capacity_gb']:,.3f} GB" if s["capacity_gb"] is not None else f"{s['capacity_tokens']:,} tokens"
+st.dataframe(pd.DataFrame(
+    [{"set-up": f"one shared pool of {cap}", "hit rate": fmt.pct(s["shared_hit_rate"]),
+      "with infinite capacity": fmt.pct(s["shared_infinite_hit_rate"])}]
+    + [{"set-up": f"{s['ranks']} private caches, {charts_whatif.ROUTING_LABELS[p['routing']].split(', ')[1]}",
+        "hit rate": fmt.pct(p["hit_rate"]), "with infinite capacity": fmt.pct(p["infinite_hit_rate"])}
+       for p in s["private"]]), hide_index=True)
+st.caption("Private caches each hold 1/N of the total. Routing: round-robin, random (seed "
+           f"{s['seed']}), prefix affinity (the rank that served the deepest seen prefix when it covers "
+           "at least half of the request, else round-robin). The traces carry no session ids.")
+if s["points"]:
+    state.chart(charts_whatif.topology_chart(d))
+
+st.subheader("In dollars")
+if d["dollars"]:
+    dl = d["dollars"]
+    st.markdown(f"Saved prefill GPU time at {dl['seconds_per_cached_token']:.3g} GPU-s per cached token "
+                f"({dl['seconds_per_cached_token_source']}), {dl['requested_tokens_per_month']:,.0f} prompt "
+                f"tokens / month ({dl['requested_tokens_per_month_source']}), "
+                f"\\${dl['usd_per_gpu_hour']:,.2f} per GPU-hour, minus cache memory at "
+                f"\\${dl['usd_per_gb_month']:,.2f} per GB-month (price book).")
+    state.chart(charts_whatif.value_chart(d))
+    if dl["break_even"]:
+        st.caption(f"Past {dl['break_even']['capacity_gb']:,.3f} GB the cache as a whole costs more than it saves.")
+else:
+    st.info(" ".join(n for n in d["notes"] if n.startswith("dollars")) or "No dollars for this trace.")
+for n in d["notes"]:
+    if not n.startswith("dollars"):
+        st.caption(n)

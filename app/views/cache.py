@@ -1,0 +1,56 @@
+"""Cache page: hit rate by tier (window and over time), cached tokens by tier, cache usage."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from app.data.window import TimeBucket, Window, gauge_points, load_window, window_buckets
+from app.views.overview import tier_points
+from app.views.runs import runs_view
+from models.catalog import GAUGE_LABELS
+from models.metrics import Tier, tiers
+from models.spans import chart_step
+
+REQUEST_WEIGHTED_NOTE = (
+    "Request-weighted hit rate (the share of requests with at least one cached token) is not in "
+    "vLLM's or LMCache's metrics: their counters add tokens, not requests with a hit. The "
+    "workload-driver runs record cached tokens per request; their shares are below.")
+
+
+@dataclass(frozen=True)
+class CacheView:
+    window: Window
+    tiers: list[Tier]
+    tier_points: list[dict]
+    """Long rows: bucket, tier, key, hit_rate (token-weighted per bucket)."""
+    cached_points: list[dict]
+    """Long rows: bucket, source, tokens (vllm:prompt_tokens_cached_by_source_total)."""
+    gauge_points: list[dict]
+    """Rows: bucket, name (the gauge family), gauge (its label), series, mean, max, last."""
+    runs: list[dict]
+    """Request-weighted shares of the workload runs."""
+    step_s: int
+
+
+def series_label(g: dict) -> str:
+    """A gauge series as people read it: target, engine, other labels."""
+    labels = json.loads(g["labels"] or "{}")
+    extra = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    eng = f" engine {g['engine']}" if g.get("engine") is not None else ""
+    return f"{g['target']}{eng}" + (f" {{{extra}}}" if extra else "")
+
+
+def cache_view(source, deployment: str, t_from, t_to, step_s: int, model: str | None = None, *,
+               win: Window | None = None, buckets: list[TimeBucket] | None = None) -> CacheView:
+    """``win`` / ``buckets``: already loaded ones (the report shares them)."""
+    win = win or load_window(source, deployment, t_from, t_to, model)
+    if buckets is None:
+        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model)
+    cached_pts = [{"bucket": b.start, "source": src, "tokens": v}
+                  for b in buckets for src, v in sorted(b.stats().cached_tokens_by_tier.items())]
+    gauges = [{"bucket": g["bucket"], "name": g["name"], "gauge": GAUGE_LABELS.get(g["name"], g["name"]),
+               "series": series_label(g), "mean": g["mean"], "max": g["max"], "last": g["last"]}
+              for g in gauge_points(source, deployment, t_from, t_to, step_s, model)]
+    return CacheView(win, tiers(win.stats, list(win.rows)), tier_points(buckets), cached_pts, gauges,
+                     runs_view(source, deployment).runs, chart_step(t_from, t_to, step_s))

@@ -1,0 +1,57 @@
+"""Latency page: TTFT/queue/prefill/decode p50 and p99 with their buckets, SLO attainment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.data.store import load_pricebook
+from app.data.window import TimeBucket, Window, load_window, window_buckets
+from app.views.overview import latency_points
+from models.metrics import Quantile, latency_quantiles
+from models.slo import Slo, slo_attainment
+from models.spans import chart_step
+
+
+@dataclass(frozen=True)
+class LatencyView:
+    window: Window
+    slo: Slo
+    quantiles: dict[str, Quantile | None]
+    """'TTFT p50', 'TTFT p99', 'queue p50', ... over the window."""
+    means: dict[str, float | None]
+    """Mean seconds per latency (histogram _sum / _count)."""
+    points: list[dict]
+    """Rows: bucket, metric, quantile, value, lower, upper, in_inf."""
+    warnings: list[str]
+    """Quantiles whose rank landed in +Inf (no upper bound)."""
+    step_s: int
+
+
+def inf_warnings(qs: dict[str, Quantile | None], points: list[dict]) -> list[str]:
+    """Sentences for quantiles (over the window, or in chart buckets) that landed in +Inf."""
+    out = [f"{key} over the window lands in the +Inf bucket: it is above {q.lower:g} s with no upper bound "
+           "(shown as that bound)." for key, q in qs.items() if q is not None and q.in_inf]
+    in_inf: dict[str, list[datetime]] = {}
+    for p in points:
+        if p["in_inf"]:
+            in_inf.setdefault(f"{p['metric']} {p['quantile']}", []).append(p["bucket"])
+    out += [f"{key} lands in +Inf in {len(when)} of the chart's time buckets (first {when[0]:%Y-%m-%d %H:%M} UTC)."
+            for key, when in in_inf.items()]
+    return out
+
+
+def latency_view(source, deployment: str, t_from, t_to, step_s: int, model: str | None = None,
+                 slo_s: float | None = None, *, prices: dict | None = None, win: Window | None = None,
+                 buckets: list[TimeBucket] | None = None) -> LatencyView:
+    """SLO snapped to a bucket bound; ``win`` / ``buckets``: already loaded ones (the report
+    shares them); ``prices``: the config's default price table."""
+    win = win or load_window(source, deployment, t_from, t_to, model)
+    if slo_s is None:
+        slo_s = load_pricebook(source, deployment, prices).planning.ttft_p99_slo_seconds
+    qs, means = latency_quantiles(win.rows)
+    if buckets is None:
+        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model)
+    points = latency_points(buckets)
+    return LatencyView(win, slo_attainment(win.rows, slo_s), qs, means, points, inf_warnings(qs, points),
+                       chart_step(t_from, t_to, step_s))

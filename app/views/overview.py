@@ -1,0 +1,97 @@
+"""Overview page, and the plan of a window every other view shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.data.store import DeploymentSettings, Fleet, Prices, fleet, load_pricebook
+from app.data.window import TimeBucket, Window, engines_in_window, load_window, window_buckets
+from models.decision import PlanInputs, PlanningInputs
+from models.metrics import latency_quantiles, tiers
+from models.plan import PlanResult
+from models.plan import plan as run_plan
+from models.prefill import measurement_from_stats
+from models.pricebook import PriceBook
+from models.slo import Slo, slo_attainment
+
+
+@dataclass(frozen=True)
+class PlannedWindow:
+    plan: PlanResult
+    prices: Prices
+    fleet: Fleet
+
+
+def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
+                pricebook: PriceBook | None = None, planning: PlanningInputs | None = None,
+                gpus: int | None = None) -> PlannedWindow:
+    """The buy-vs-reuse plan of a loaded window: the saved (or config, or default) prices
+    unless given, the fleet by ``app.data.store.fleet``. CLI, pages and report all call this."""
+    prices = load_pricebook(source, win.deployment, cfg.prices)
+    pb, pl = pricebook or prices.pricebook, planning or prices.planning
+    fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
+               gpus_per_engine=cfg.gpus_per_engine, override=gpus, config_key=cfg.config_key)
+    extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
+             f"GPUs: {fl.gpus}, {fl.origin}", *(f"note: {n}" for n in win.stats.notes))
+    m = measurement_from_stats(win.stats, window_seconds=max(win.seconds, 1.0), num_gpus=max(fl.gpus, 1))
+    result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl),
+                      label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
+                      extra_assumptions=extra)
+    return PlannedWindow(result, prices, fl)
+
+
+def tier_points(buckets: list[TimeBucket]) -> list[dict]:
+    """Long rows (bucket, tier, key, hit_rate) of every tier reported in each bucket."""
+    out = []
+    for b in buckets:
+        for tier in tiers(b.stats(), list(b.rows)):
+            if tier.hit_rate is not None:
+                out.append({"bucket": b.start, "tier": tier.label, "key": tier.key, "hit_rate": tier.hit_rate})
+    return out
+
+
+def latency_points(buckets: list[TimeBucket]) -> list[dict]:
+    """Rows (bucket, metric, quantile, value, lower, upper, in_inf) of every latency
+    histogram's p50 and p99 in each bucket."""
+    out = []
+    for b in buckets:
+        for key, q in latency_quantiles(b.rows)[0].items():
+            if q is not None and q.value is not None:
+                metric, quant = key.split(" ")
+                out.append({"bucket": b.start, "metric": metric, "quantile": quant, "value": q.value,
+                            "lower": q.lower, "upper": q.upper, "in_inf": q.in_inf})
+    return out
+
+
+@dataclass(frozen=True)
+class Overview:
+    window: Window
+    plan: PlanResult
+    pricebook_origin: str
+    gpus: int
+    gpus_origin: str
+    slo: Slo
+    tier_points: list[dict] = field(default_factory=list)
+    latency_points: list[dict] = field(default_factory=list)
+
+
+def overview(source, deployment: str, t_from, t_to, model: str | None = None, step_s: int | None = None, *,
+             cfg: DeploymentSettings = DeploymentSettings(), win: Window | None = None) -> Overview:
+    """Overview page: the window's plan (monthly benefit, decision), hit rate, TTFT vs SLO;
+    with ``step_s`` also the hit-rate and latency points over time. ``win``: the window,
+    if already loaded (the report shares one across its sections)."""
+    win = win or load_window(source, deployment, t_from, t_to, model)
+    pw = plan_window(source, win, cfg)
+    buckets = window_buckets(source, deployment, t_from, t_to, step_s, model) if step_s else []
+    return Overview(win, pw.plan, pw.prices.origin, pw.fleet.gpus, pw.fleet.origin,
+                    slo_attainment(win.rows, pw.plan.inputs.planning.ttft_p99_slo_seconds),
+                    tier_points(buckets), latency_points(buckets))
+
+
+def plan_range(source, deployment: str, t_from, t_to, model: str | None = None, *,
+               cfg: DeploymentSettings = DeploymentSettings(), gpus: int | None = None) -> PlanResult:
+    """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it."""
+    from app.data.window import check_model
+
+    check_model(source, deployment, model)
+    return plan_window(source, load_window(source, deployment, t_from, t_to, model), cfg, gpus=gpus).plan

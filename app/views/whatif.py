@@ -1,0 +1,196 @@
+"""The cache-size and topology what-if, as one JSON-able dict (CLI, page and report read it).
+
+Reads a stored trace (``collectors.traces``), runs ``models.cachesim`` once for the shared
+curve and once per routing for the private caches, and prices the curve with
+``models.cachevalue``. Inputs a trace does not carry come from options or the database:
+
+* bytes per chunk: the trace's (``shapes``/``dtypes`` or the import option), else
+  ``bytes_per_chunk``;
+* the configured cache size: ``configured_gb``, else the price book's ``cache_tier_gb_cpu``
+  (fleet RAM given to the KV cache), else none;
+* seconds of GPU prefill one cached token saves: ``seconds_per_cached_token``, else
+  ``models.prefill``'s per-token estimate from the deployment's metrics over the trace's time
+  span (LMCache logs carry unix times), else the dollars are left out (``null``, with why);
+* requested tokens per month: ``tokens_per_month``, else the trace's own rate.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from collectors.traces import load_trace
+from models import cachesim, cachevalue
+from models.cachesim import GB
+from models.errors import KvplanError
+from sql.db import Database
+
+DEFAULT_RANKS = 8
+DEFAULT_POINTS = 30
+
+
+def _trace_span(db: Database, trace_id: int) -> tuple[float, float]:
+    (row,) = db.fetch("trace_span", trace_id=trace_id)
+    return float(row["t0"] or 0.0), float(row["t1"] or 0.0)
+
+
+def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1: float
+                                   ) -> float | None:
+    """``models.prefill``'s GPU-seconds per prompt token over [t0, t1] (unix), if measurable."""
+    from app.data.window import engines_in_window, load_window
+    from models.prefill import estimate_savings, measurement_from_stats
+
+    if t1 - t0 < 1 or t0 < 10**8:  # not unix times (a Mooncake trace starts at 0)
+        return None
+    a = datetime.fromtimestamp(t0, tz=timezone.utc)
+    b = datetime.fromtimestamp(t1, tz=timezone.utc)
+    try:
+        win = load_window(db, deployment, a, b)
+        gpus = max(engines_in_window(db, deployment, a, b), 1)
+        m = measurement_from_stats(win.stats, window_seconds=max(win.seconds, 1.0), num_gpus=gpus)
+        return estimate_savings(m).gpu_seconds_per_token
+    except (KvplanError, ValueError):  # no metrics for that span: the what-if still runs without dollars
+        return None
+
+
+def _pricebook(db: Database, deployment: str):
+    from app.data.store import load_pricebook
+
+    return load_pricebook(db, deployment).pricebook
+
+
+def whatif(db: Database, deployment: str, trace: str | None = None, *, model: str | None = None,
+           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = cachesim.ROUTINGS,
+           seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
+           configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
+           tokens_per_month: float | None = None, capacity_gb: float | None = None,
+           l2_gb: float | None = None) -> dict[str, Any]:
+    """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
+    shared vs private (default: the configured size, else half the saturation size)."""
+    tr, info = load_trace(db, deployment, trace, model=model)
+    bpc = bytes_per_chunk or info.bytes_per_chunk
+    notes: list[str] = []
+    if not bpc:
+        notes.append("bytes per chunk unknown (no shapes/dtypes in the trace): capacities in "
+                     "GB need --bytes-per-chunk; shown in tokens only")
+    dist = cachesim.stack_distances(tr)
+    curve = cachesim.lru_curve(tr, dist)
+    chunk_tokens = int(np.median(tr.chunk_size)) if tr.requests else 0
+
+    def gb(chunks) -> float | None:
+        return float(chunks) * bpc / GB if bpc else None
+
+    sat = curve.saturation_chunks
+    caps = cachesim.log_capacities(1, sat, points)
+    pb = _pricebook(db, deployment)
+    if configured_gb is None and pb.cache_tier_gb_cpu > 0:
+        configured_gb = pb.cache_tier_gb_cpu
+        notes.append(f"configured size: the price book's cache_tier_gb_cpu ({configured_gb:g} GB)")
+    configured = None
+    if configured_gb is not None and bpc:
+        c = cachesim.capacity_chunks(configured_gb * GB, bpc)
+        caps = np.unique(np.concatenate((caps, [c])))
+        configured = {"capacity_gb": configured_gb, "capacity_chunks": c,
+                      "capacity_tokens": c * chunk_tokens, "hit_rate": float(curve.hit_rate(c))}
+    rates = curve.hit_rate(caps)
+    pts = [{"capacity_chunks": int(c), "capacity_tokens": int(c) * chunk_tokens,
+            "capacity_gb": gb(c), "hit_rate": float(h)} for c, h in zip(caps, rates)]
+
+    # L1 (the configured size) over an L2 of l2_gb that takes what L1 evicts (models.cachesim).
+    tiers = None
+    if l2_gb is not None and configured is not None:
+        l2 = cachesim.capacity_chunks(l2_gb * GB, bpc)
+        tiers = {**cachesim.tier_split(tr, dist, configured["capacity_chunks"], l2),
+                 "l1_gb": configured_gb, "l2_gb": l2_gb,
+                 "model": "exclusive LRU cascade: L2 holds what L1 evicts; a hit in L2 moves "
+                          "back to L1"}
+    elif l2_gb is not None:
+        notes.append("L1/L2 split needs the configured (L1) size and bytes per chunk")
+
+    # Shared pool against `ranks` private caches, at one total capacity and along the curve.
+    if capacity_gb is not None and bpc:
+        total_chunks = cachesim.capacity_chunks(capacity_gb * GB, bpc)
+    elif configured is not None:
+        total_chunks = configured["capacity_chunks"]
+    else:
+        total_chunks = max(ranks, sat // 2)
+    topo = {r: cachesim.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
+    svp = {
+        "ranks": ranks, "capacity_chunks": int(total_chunks), "capacity_gb": gb(total_chunks),
+        "capacity_tokens": int(total_chunks) * chunk_tokens,
+        "per_rank_gb": gb(total_chunks // ranks), "seed": seed,
+        "shared_hit_rate": float(curve.hit_rate(total_chunks)),
+        "shared_infinite_hit_rate": curve.infinite_hit_rate,
+        "private": [{"routing": r, "hit_rate": t.private_hit_rate(total_chunks),
+                     "infinite_hit_rate": t.private_infinite_hit_rate} for r, t in topo.items()],
+        "points": [{"capacity_chunks": int(c), "capacity_gb": gb(c), "shared": float(h),
+                    **{r: t.private_hit_rate(int(c)) for r, t in topo.items()}}
+                   for c, h in zip(caps, rates) if c >= ranks],
+    }
+
+    # Dollars.
+    t0, t1 = _trace_span(db, info.trace_id)
+    spt = seconds_per_cached_token
+    spt_source = "option" if spt is not None else None
+    if spt is None:
+        spt = seconds_per_token_from_metrics(db, deployment, t0, t1)
+        spt_source = "models.prefill over the trace's time span" if spt is not None else None
+    tpm = tokens_per_month
+    tpm_source = "option" if tpm is not None else "the trace's own rate"
+    if tpm is None and t1 > t0:
+        tpm = cachevalue.tokens_per_month(curve.total_tokens, t1 - t0)
+    dollars = None
+    best_gb = None
+    why = None
+    if not bpc:
+        why = "bytes per chunk unknown"
+    elif spt is None:
+        why = ("no GPU-seconds per token: no metrics for the trace's time span; give "
+               "--seconds-per-token")
+    elif tpm is None:
+        why = "the trace spans no time: give --tokens-per-month"
+    if why is None:
+        v = cachevalue.ValueInputs(bytes_per_chunk=int(bpc), requested_tokens_per_month=tpm,
+                                   seconds_per_cached_token=spt,
+                                   usd_per_gpu_hour=pb.effective_usd_per_gpu_hour(),
+                                   usd_per_gb_month=pb.usd_per_gb_month_cpu_memory)
+        opt = cachevalue.optimum(curve, v)
+        dollars = {
+            "seconds_per_cached_token": spt, "seconds_per_cached_token_source": spt_source,
+            "requested_tokens_per_month": tpm, "requested_tokens_per_month_source": tpm_source,
+            "usd_per_gpu_hour": v.usd_per_gpu_hour, "usd_per_gb_month": v.usd_per_gb_month,
+            "best": opt["best"].to_dict(),
+            "break_even": opt["break_even"].to_dict() if opt["break_even"] else None,
+            "saved_usd_per_month_at_infinite": opt["saved_usd_per_month_at_infinite"],
+            "points": [r.to_dict() for r in cachevalue.value_at(curve, v, caps)],
+        }
+        best_gb = opt["best"].capacity_gb
+    else:
+        notes.append(f"dollars left out: {why}")
+
+    return {
+        "deployment": deployment,
+        "trace": {"name": info.name, "format": info.format, "model": model,
+                  "requests": curve.requests, "chunk_references": curve.references,
+                  "unique_chunks": curve.unique_chunks, "total_tokens": curve.total_tokens,
+                  # LMCache's lookup_requested_tokens counter counts these (no partial tail):
+                  # hit tokens / full_chunk_tokens is comparable with its hit-rate metric
+                  "full_chunk_tokens": int((tr.chunk_size * np.diff(tr.offsets)).sum()),
+                  "chunk_tokens": chunk_tokens, "bytes_per_chunk": bpc,
+                  "bytes_source": "option" if bytes_per_chunk else info.bytes_source,
+                  "first_ts": t0, "last_ts": t1, "seconds": t1 - t0},
+        "points": pts,
+        "infinite_hit_rate": curve.infinite_hit_rate,
+        "saturation": {"capacity_chunks": sat, "capacity_tokens": sat * chunk_tokens,
+                       "capacity_gb": gb(sat)},
+        "configured": configured,
+        "shared_vs_private": svp,
+        "tiers": tiers,
+        "dollars": dollars,
+        "best_capacity_gb": best_gb,
+        "notes": notes,
+        "hit_rule": "LMCache cache-simulator: leading chunks present, then all chunks most "
+                    "recent; LRU; capacity = max(1, bytes // bytes_per_chunk)",
+    }

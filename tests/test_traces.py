@@ -1,0 +1,174 @@
+"""Trace import: both formats, validation naming file and line, re-import, growing logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collectors import traces
+from collectors.parse import PayloadError
+from collectors.store import ConflictError
+from models import cachesim as cs
+
+# shared/ sits next to the repository (worktrees and CI's clone alike)
+MOONCAKE = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
+FIX = Path(__file__).resolve().parent / "fixtures" / "traces"
+
+
+def lm_line(ts, rid, hashes, seq_len=None, chunk_size=4, model="tiny-llama",
+            shapes=([2, 2, 4, 8],), dtypes=("float16",)):
+    return json.dumps({"timestamp": ts, "request_id": rid, "model_name": model,
+                       "chunk_size": chunk_size,
+                       "seq_len": seq_len if seq_len is not None else len(hashes) * chunk_size + 1,
+                       "dtypes": list(dtypes), "shapes": [list(s) for s in shapes],
+                       "chunk_hashes": hashes})
+
+
+def write(path: Path, lines: list[str], newline_at_end: bool = True) -> Path:
+    path.write_text("\n".join(lines) + ("\n" if newline_at_end else ""))
+    return path
+
+
+def test_lmcache_logs_import_and_replay(db, tmp_path):
+    d = tmp_path / "logs"
+    d.mkdir()
+    write(d / "lookup_hashes_20261201_000000_000000.jsonl",
+          [lm_line(1.0, "a", ["0xaa", "0xbb"]), lm_line(3.0, "c", ["0xaa", "0xcc"])])
+    write(d / "lookup_hashes_20261201_000001_000001.jsonl", [lm_line(2.0, "b", ["0xaa", "0xbb"])])
+    r = traces.import_trace(db, "dep", [d])
+    assert (r.trace, r.format, r.requests) == ("lmcache", "lmcache", 3)
+    assert r.bytes_per_chunk == 2 * 2 * 4 * 8 * 2  # elements x 2 bytes (float16)
+    trace, info = traces.load_trace(db, "dep")
+    assert info.bytes_source == "shapes/dtypes"
+    # replay order is by timestamp across files: a(1.0), b(2.0), c(3.0)
+    assert trace.offsets.tolist() == [0, 2, 4, 6]
+    keys = trace.chunk_ids.tolist()
+    assert keys[0:2] == keys[2:4] and keys[4] == keys[0] and keys[5] not in keys[:4]
+    assert trace.seq_len.tolist() == [9, 9, 9] and trace.chunk_size.tolist() == [4, 4, 4]
+    curve = cs.lru_curve(trace)
+    assert curve.infinite_hit_tokens == 8 + 4  # b hits both chunks, c hits 0xaa
+
+
+def test_reimport_is_a_noop_and_a_growing_log_is_taken_from_where_it_stopped(db, tmp_path):
+    f = write(tmp_path / "lookup_hashes_1.jsonl", [lm_line(1.0, "a", ["0x1"])])
+    assert traces.import_trace(db, "dep", [f]).requests == 1
+    again = traces.import_trace(db, "dep", [f])
+    assert again.requests == 0 and again.files[0].status == "unchanged"
+    # LMCache appends; a half-written last line is left for the next import
+    with open(f, "a") as fh:
+        fh.write(lm_line(2.0, "b", ["0x1", "0x2"]) + "\n" + '{"timestamp": 3.0, "req')
+    grown = traces.import_trace(db, "dep", [f])
+    assert grown.requests == 1 and grown.files[0].status == "extended"
+    assert grown.files[0].partial_tail
+    with open(f, "a") as fh:
+        fh.write('uest_id": "c", "chunk_size": 4, "seq_len": 4, "chunk_hashes": ["0x1"]}\n')
+    assert traces.import_trace(db, "dep", [f]).requests == 1
+    trace, _ = traces.load_trace(db, "dep")
+    assert trace.requests == 3
+    assert db.fetch("traces", deployment="dep")[0]["requests"] == 3
+
+
+def test_a_changed_file_is_refused(db, tmp_path):
+    f = write(tmp_path / "lookup_hashes_1.jsonl", [lm_line(1.0, "a", ["0x1"])])
+    traces.import_trace(db, "dep", [f])
+    write(f, [lm_line(1.0, "a", ["0x9"])])
+    with pytest.raises(ConflictError, match="changed since it was imported"):
+        traces.import_trace(db, "dep", [f])
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("{not json", "not JSON"),
+    (json.dumps({"timestamp": 1.0, "chunk_size": 4, "seq_len": 8}), "missing field 'chunk_hashes'"),
+    (json.dumps({"timestamp": 1.0, "chunk_size": 4, "seq_len": 4, "chunk_hashes": ["0x1", "0x2"]}),
+     "exceed seq_len"),
+    (json.dumps({"timestamp": 1.0, "chunk_size": 0, "seq_len": 4, "chunk_hashes": []}),
+     "'chunk_size' = 0"),
+    (json.dumps({"timestamp": "x", "chunk_size": 4, "seq_len": 4, "chunk_hashes": []}),
+     "'timestamp' must be a finite number"),
+    (lm_line(1.0, "z", ["0x1"], shapes=([2, 2, 4, 9],)), "bytes per chunk"),
+])
+def test_errors_name_the_file_and_line_and_nothing_is_written(db, tmp_path, bad, message):
+    f = write(tmp_path / "lookup_hashes_1.jsonl",
+              [lm_line(1.0, "a", ["0x1"]), "", bad, lm_line(5.0, "e", ["0x1"])])
+    with pytest.raises(PayloadError, match=message) as e:
+        traces.import_trace(db, "dep", [f])
+    assert str(e.value).startswith(f"{f}:3: ")
+    assert db.fetch("traces", deployment="dep") == []
+
+
+def test_mooncake_format_keeps_full_blocks(db, tmp_path):
+    f = write(tmp_path / "conv.jsonl", [
+        json.dumps({"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [7, 8, 9]}),
+        json.dumps({"timestamp": 1500, "input_length": 1024, "output_length": 5, "hash_ids": [7, 8]}),
+    ], newline_at_end=False)  # a final line without newline is taken when it is whole JSON
+    r = traces.import_trace(db, "dep", [f], bytes_per_chunk=1 << 20)
+    assert (r.trace, r.format, r.requests, r.bytes_per_chunk) == ("conv", "mooncake", 2, 1 << 20)
+    trace, info = traces.load_trace(db, "dep", "conv")
+    assert trace.chunk_ids.tolist() == [7, 8, 7, 8]  # block 9 is partial (76 tokens)
+    assert info.bytes_source == "option"
+    assert cs.lru_curve(trace).infinite_hit_tokens == 1024
+    bad = write(tmp_path / "bad.jsonl", [json.dumps(
+        {"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1, 2]})])
+    with pytest.raises(PayloadError, match=r"bad.jsonl:1: 2 hash_ids for input_length 100"):
+        traces.import_trace(db, "dep", [bad])
+
+
+def test_formats_are_not_mixed_and_unknown_lines_are_named(db, tmp_path):
+    lm = write(tmp_path / "lookup_hashes_1.jsonl", [lm_line(1.0, "a", ["0x1"])])
+    mc = write(tmp_path / "m.jsonl", [json.dumps(
+        {"timestamp": 0, "input_length": 512, "hash_ids": [1]})])
+    with pytest.raises(PayloadError, match="both formats"):
+        traces.import_trace(db, "dep", [lm, mc])
+    other = write(tmp_path / "x.jsonl", [json.dumps({"hello": 1})])
+    with pytest.raises(PayloadError, match=r"x.jsonl:1: neither"):
+        traces.import_trace(db, "dep", [other])
+    with pytest.raises(PayloadError, match="no such file"):
+        traces.import_trace(db, "dep", [tmp_path / "missing.jsonl"])
+
+
+def test_unknown_trace_names_the_choice(db):
+    with pytest.raises(traces.TraceError, match="no trace"):
+        traces.load_trace(db, "dep")
+
+
+def test_nightly_hook_ingests_only_what_is_new(db, tmp_path):
+    d = tmp_path / "lookup-hash-logs"
+    assert traces.ingest_trace_dir(db, "dep", d) is None  # not there yet: nothing to do
+    d.mkdir()
+    write(d / "lookup_hashes_a.jsonl", [lm_line(1.0, "a", ["0x1"])])
+    assert traces.ingest_trace_dir(db, "dep", d).requests == 1
+    write(d / "lookup_hashes_b.jsonl", [lm_line(2.0, "b", ["0x1"])])
+    r = traces.ingest_trace_dir(db, "dep", d)
+    assert [f.status for f in r.files] == ["unchanged", "imported"] and r.requests == 1
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="shared/data/mooncake not present")
+def test_the_mooncake_conversation_trace_imports(db):
+    r = traces.import_trace(db, "mooncake", [MOONCAKE])
+    assert r.requests == 12031
+    trace, _ = traces.load_trace(db, "mooncake")
+    curve = cs.lru_curve(trace)
+    assert curve.total_tokens == 144_793_823
+    assert 0.3 < curve.infinite_hit_rate < 0.45
+
+
+def test_the_nightly_job_imports_a_deployments_lookup_hash_logs(db, tmp_path):
+    """collectors.scheduler.Nightly imports lookup_hash_log_dir of every deployment that sets it."""
+    import shutil
+    from datetime import date
+
+    from collectors.config import DeploymentConfig, Settings
+    from collectors.scheduler import Nightly
+
+    logs = tmp_path / "logs"
+    shutil.copytree(FIX / "lmcache-stack", logs)
+    s = Settings(db=db.path, deployments=[DeploymentConfig(name="d", lookup_hash_log_dir=logs),
+                                          DeploymentConfig(name="no-logs")])
+    n = sum(1 for f in logs.glob("lookup_hashes_*.jsonl") for line in f.read_text().splitlines() if line.strip())
+    first = Nightly(s, db).run_day(date(2026, 12, 1))
+    assert first.errors == 0 and first.rows >= n
+    again = Nightly(s, db).run_day(date(2026, 12, 1))
+    assert again.rows == first.rows - n  # the same logs again: nothing new from them
+    assert db.fetch("trace_span", trace_id=1)[0]["t0"] is not None

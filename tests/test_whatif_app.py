@@ -1,0 +1,142 @@
+"""The what-if where users see it: `kvplan import-trace`, `kvplan whatif --json`, the view's
+numbers against the model, the What-if page (AppTest) and the report section."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+from typer.testing import CliRunner
+
+from app.cli import app
+from app.report import fmt
+from app.report.whatif import render_section, whatif_section
+from app.views.whatif import whatif
+from collectors import traces
+from models import cachesim as cs
+
+runner = CliRunner()
+APP = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
+BPC = 2**20  # 1 MiB per chunk of 4 tokens (a made-up layout: 2 x [4096, 64] int16... any)
+
+
+def lm_line(ts, rid, hashes, chunk_size=4):
+    return json.dumps({"timestamp": ts, "request_id": rid, "model_name": "m", "chunk_size": chunk_size,
+                       "seq_len": len(hashes) * chunk_size + 2, "dtypes": ["int8"],
+                       "shapes": [[BPC]], "chunk_hashes": hashes})
+
+
+def trace_dir(tmp_path: Path) -> Path:
+    """Four users who each re-send their growing conversation 5 times (multi-turn), plus one
+    shared system chunk: reuse needs about 4 x 6 chunks to be kept."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    lines, t = [], 1.7e9
+    for turn in range(5):
+        for u in range(4):
+            hashes = ["0xsys"] + [f"0x{u}{k}" for k in range(turn + 1)]
+            lines.append(lm_line(t, f"u{u}t{turn}", hashes))
+            t += 1.0
+    (d / "lookup_hashes_20261201_000000_000000.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+@pytest.fixture
+def loaded(db, tmp_path):
+    traces.import_trace(db, "dep", [trace_dir(tmp_path)])
+    return db
+
+
+def test_view_numbers_are_the_models(loaded):
+    d = whatif(loaded, "dep", ranks=2, configured_gb=5 * BPC / 1e9, seconds_per_cached_token=0.01,
+               tokens_per_month=1e9)
+    trace, _ = traces.load_trace(loaded, "dep")
+    curve = cs.lru_curve(trace)
+    assert d["infinite_hit_rate"] == pytest.approx(curve.infinite_hit_rate)
+    for p in d["points"]:
+        assert p["hit_rate"] == pytest.approx(float(curve.hit_rate(p["capacity_chunks"])))
+        assert p["capacity_gb"] == pytest.approx(p["capacity_chunks"] * BPC / 1e9)
+        assert p["capacity_tokens"] == p["capacity_chunks"] * 4
+    assert d["configured"]["capacity_chunks"] == 5
+    assert d["trace"]["full_chunk_tokens"] == trace.references * 4 < d["trace"]["total_tokens"]
+    s = d["shared_vs_private"]
+    assert s["capacity_chunks"] == 5 and s["ranks"] == 2
+    rr = next(p for p in s["private"] if p["routing"] == "round_robin")
+    assert rr["hit_rate"] == pytest.approx(cs.topology(trace, 2, "round_robin").private_hit_rate(5))
+    assert d["best_capacity_gb"] == d["dollars"]["best"]["capacity_gb"]
+    assert d["dollars"]["usd_per_gpu_hour"] == 2.5  # the default price book
+    assert d["tiers"] is None
+    t2 = whatif(loaded, "dep", ranks=2, configured_gb=2 * BPC / 1e9, l2_gb=6 * BPC / 1e9)["tiers"]
+    assert t2["l1_chunks"] == 2 and t2["l2_chunks"] == 6
+    both = curve.hit_tokens(8)
+    assert t2["l1_hit_tokens"] + t2["l2_hit_tokens"] == both and t2["l1_hit_tokens"] >= curve.hit_tokens(2)
+
+
+def test_cli_import_and_whatif_json(tmp_path):
+    db = tmp_path / "k.duckdb"
+    logs = trace_dir(tmp_path)
+    r = runner.invoke(app, ["import-trace", "--deployment", "dep", "--db", str(db), str(logs)])
+    assert r.exit_code == 0, r.output
+    assert "20 new request(s)" in r.output.replace("\n", " ")
+    r = runner.invoke(app, ["import-trace", "--deployment", "dep", "--db", str(db), str(logs)])
+    assert "unchanged" in r.output
+    r = runner.invoke(app, ["whatif", "--deployment", "dep", "--db", str(db), "--json", "--ranks", "2",
+                            "--seconds-per-token", "0.01", "--tokens-per-month", "1e9"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert {"points", "infinite_hit_rate", "shared_vs_private", "best_capacity_gb"} <= d.keys()
+    assert set(d["points"][0]) >= {"capacity_tokens", "capacity_gb", "hit_rate"}
+    assert 0 < d["infinite_hit_rate"] < 1 and d["best_capacity_gb"] > 0
+    r = runner.invoke(app, ["whatif", "--deployment", "dep", "--db", str(db), "--ranks", "2"])
+    assert r.exit_code == 0 and "infinite-capacity hit rate" in r.output
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    db = tmp_path / "k.duckdb"
+    bad = tmp_path / "lookup_hashes_x.jsonl"
+    bad.write_text(lm_line(1.0, "a", ["0x1"]) + "\n{oops\n")
+    r = runner.invoke(app, ["import-trace", "--deployment", "dep", "--db", str(db), str(bad)])
+    assert r.exit_code == 2 and "lookup_hashes_x.jsonl:2" in r.output
+    r = runner.invoke(app, ["whatif", "--deployment", "nope", "--db", str(db)])
+    assert r.exit_code == 2 and "no trace" in r.output
+
+
+def test_report_section(loaded):
+    d = whatif(loaded, "dep", ranks=2, configured_gb=5 * BPC / 1e9, seconds_per_cached_token=0.01,
+               tokens_per_month=1e9)
+    html = render_section(d)
+    assert "Cache size and topology what-if" in html and "<svg" in html
+    assert fmt.pct(d["infinite_hit_rate"]) in html
+    assert "private, prefix affinity" in html and "Best:" in html
+    assert "No request trace" in whatif_section(loaded, "other")
+
+
+def test_whatif_page(loaded, monkeypatch):
+    monkeypatch.setenv("KVPLAN_DB", str(loaded.path))
+    t = AppTest.from_file(APP, default_timeout=120)
+    t.switch_page("pages/whatif.py")
+    t.run()
+    assert not t.exception, t.exception
+    m = {x.label: x.value for x in t.metric}
+    trace, _ = traces.load_trace(loaded, "dep")
+    assert m["Infinite-capacity hit rate"] == f"{cs.lru_curve(trace).infinite_hit_rate:.1%}"
+    titles = [json.loads(c.proto.spec).get("title") for c in t.get("vega_lite_chart")]
+    titles = [x.get("text") if isinstance(x, dict) else x for x in titles]
+    assert any(x and x.startswith("Hit rate against cache capacity") for x in titles)
+    assert any(x and x.startswith("One shared pool against 8 private caches") for x in titles)
+    # no GPU-seconds per token known (no metrics): dollars are explained, not invented
+    assert any("GPU-seconds per token" in i.value for i in t.info)
+    t.number_input(key="whatif_spt").set_value(0.01).run()
+    assert not t.exception
+    assert "Best capacity" in {x.label for x in t.metric}
+
+
+def test_whatif_page_without_traces(db, monkeypatch):
+    monkeypatch.setenv("KVPLAN_DB", str(db.path))
+    t = AppTest.from_file(APP, default_timeout=120)
+    t.switch_page("pages/whatif.py")
+    t.run()
+    assert not t.exception
+    assert any("kvplan import-trace" in i.value for i in t.info)
