@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
 
@@ -37,6 +38,23 @@ def db() -> Database:
     return database(str(s.db), s.lock_timeout_s)
 
 
+def view(fn, *args, **kwargs):
+    """``fn(source, *args, **kwargs)`` for a view function of ``app.views`` (or
+    ``app.gaps.timeline``), read through ONE connection (``Database.snapshot``) and cached
+    until the database file changes (``Database.data_version``: size and mtime of the file
+    and its WAL), for every session of the server: a page shown again with the same selection
+    and unchanged data is not read again. Views return frozen dataclasses the pages only read."""
+    d = db()
+    return _view(str(d.path), d.data_version(), f"{fn.__module__}.{fn.__qualname__}", args,
+                 tuple(sorted(kwargs.items())), _fn=fn, _db=d)
+
+
+@st.cache_resource(max_entries=128, ttl=3600, show_spinner=False)
+def _view(path: str, version: tuple, name: str, args: tuple, kwargs: tuple, *, _fn, _db: Database):
+    with _db.snapshot() as src:
+        return _fn(src, *args, **dict(kwargs))
+
+
 def cfg(deployment: str) -> DeploymentSettings:
     """What the config says about ``deployment`` (GPUs, GPUs per engine, default prices)."""
     return deployment_settings(settings(), deployment)
@@ -59,6 +77,12 @@ class Selection:
     model: str | None
     t_from: datetime
     t_to: datetime
+    tz: str = "UTC"
+    """IANA zone the time axes and captions speak (the sidebar's 'Time zone'; default UTC)."""
+
+    def local(self, ts: datetime) -> datetime:
+        """``ts`` (aware) on the wall clock of the picked zone."""
+        return ts.astimezone(ZoneInfo(self.tz))
 
     @property
     def step_s(self) -> int:
@@ -72,6 +96,13 @@ NICE_STEPS = (10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600
 RANGES = {"all data": None, "last 15 minutes": timedelta(minutes=15), "last hour": timedelta(hours=1),
           "last 6 hours": timedelta(hours=6), "last 24 hours": timedelta(days=1),
           "last 7 days": timedelta(days=7), "last 30 days": timedelta(days=30)}
+
+
+@st.cache_resource
+def zones() -> list[str]:
+    """UTC first, then every IANA zone (the 'Time zone' selector)."""
+    return ["UTC"] + sorted(z for z in available_timezones()
+                            if "/" in z and not z.startswith(("Etc/", "SystemV/", "posix/", "right/")))
 
 
 def empty_state() -> None:
@@ -117,19 +148,29 @@ def selection() -> Selection | None:
     model_opts = ["all models"] + models(path, name)
     model = sb.selectbox("Model", model_opts, key="model")
     rng = sb.selectbox("Time range", list(RANGES), key="range")
+    tz = sb.selectbox("Time zone", zones(), key="tz",
+                      help="The zone of the time axes and captions (24-hour clock). Stored data is UTC.")
     first, last = dep["first_ts"], dep["last_ts"]
     span = RANGES[rng]
     t_from = first if span is None else max(last - span, first)
     chunks = f", {dep['chunks']} Prometheus chunks ({dep['failed_chunks']} failed)" if dep["chunks"] else ""
     sb.caption(f"Data: {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC, {dep['scrapes']} scrapes "
                f"({dep['failed']} failed){chunks}. Ranges end at the last data point.")
-    return Selection(name, None if model == "all models" else model, t_from, last)
+    return Selection(name, None if model == "all models" else model, t_from, last, tz)
 
 
 def caption(sel: Selection, note: str = "") -> None:
     """The window every number on the page is about."""
-    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {sel.t_from:%Y-%m-%d %H:%M} .. "
-               f"{sel.t_to:%Y-%m-%d %H:%M} UTC" + (f" · {note}" if note else ""))
+    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {sel.local(sel.t_from):%Y-%m-%d %H:%M} .. "
+               f"{sel.local(sel.t_to):%Y-%m-%d %H:%M} {sel.tz}" + (f" · {note}" if note else ""))
+
+
+def timeline(sel: Selection, step_s: int):
+    """How the page's time charts are drawn: the picked zone, the bucket width, the
+    window's recorded gaps (failed scrapes, Prometheus gaps)."""
+    from app.gaps import timeline as tl
+
+    return view(tl, sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
 def badge(decision) -> None:

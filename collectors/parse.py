@@ -31,6 +31,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
 
+from collectors.relabel import model_label
 from models.errors import KvplanError
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
@@ -141,7 +142,7 @@ def check_content_type(source: str, content_type: str | None) -> str:
 
 def _split_labels(source: str, text: str, s, fam_type: str) -> tuple[str | None, str | None, float | None, tuple]:
     labels = s.labels
-    model = labels.get("model_name")
+    model = model_label(labels.get("model_name"))  # a path becomes its last component
     engine = labels.get("engine")
     le_raw = labels.get("le")
     le = None

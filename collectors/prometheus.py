@@ -46,6 +46,7 @@ from urllib3.util.retry import Retry
 
 from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
 from collectors.parse import detect_kind
+from collectors.relabel import model_label
 from collectors.scrape import redact_url
 from collectors.store import ensure_target, series_id
 from models.catalog import FAMILIES
@@ -323,7 +324,7 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
             continue
         tname = target_name(s.labels)
         rest = _rest(s.labels)
-        sid = series_id(target_ids[tname], s.name, s.labels.get("model_name"), s.labels.get("engine"),
+        sid = series_id(target_ids[tname], s.name, model_label(s.labels.get("model_name")), s.labels.get("engine"),
                         _le(s.labels), rest)
         if typ == "gauge":
             ends, vals = step_gauges(s.t, s.v, chunk.t0, chunk.t1, step)
@@ -349,7 +350,7 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
                 rows.inc[k].append(arr)
         se = rows.series
         for k, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", s.name), ("family", fam),
-                       ("type", typ), ("model_name", s.labels.get("model_name")),
+                       ("type", typ), ("model_name", model_label(s.labels.get("model_name"))),
                        ("engine", s.labels.get("engine")), ("le", _le(s.labels)),
                        ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
             se[k].append(val)

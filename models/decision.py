@@ -155,6 +155,10 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f} %"
 
 
+def _usd(x: float) -> str:
+    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+
+
 def _months(x: float, horizon: int) -> str:
     return "today" if x <= 0 else f"in month {x:.1f} of the {horizon}-month horizon"
 
@@ -188,25 +192,52 @@ def break_even(savings: PrefillSavings, benefit: Benefit, target_usd: float) -> 
 
 
 def _money_flips(savings: PrefillSavings, benefit: Benefit, target_usd: float,
-                 above: bool) -> list[str]:
-    """Break-even values as sentences; ``above``: the benefit must rise to the target."""
+                 above: bool, threshold: str = "") -> list[str]:
+    """Break-even values as sentences, one per input (hit rate, GPU price, fixed overhead):
+    the value that would change the verdict, or plainly that no value of that input would
+    (and why). ``above``: the benefit must rise to the target; ``threshold``: how the target
+    reads (e.g. "$146/month, 1.0 % of the fleet's $14,611/month")."""
     be = break_even(savings, benefit, target_usd)
     verb = "rises to" if above else "falls to"
+    said: list[str] = []
+
+    def goal() -> str:  # the target in full the first time, short after
+        if not above:
+            return f"${target_usd:,.0f}/month"
+        if said:
+            return f"the ${target_usd:,.0f}/month threshold"
+        said.append("x")
+        return f"the ${target_usd:,.0f}/month that makes reuse worth it" + (f" ({threshold})" if threshold else "")
+
     h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
+    gains = benefit.saved_prefill_usd + benefit.throughput_usd + benefit.deferral_usd
+    net = gains - benefit.hit_cost_usd
     out: list[str] = []
-    if be.hit_rate is not None:
-        out.append(f"hit rate {verb} ~{_pct(be.hit_rate)} (now {_pct(h)})" if be.hit_rate <= 1
-                   else f"no hit rate would do it (it would take ~{_pct(be.hit_rate)})")
+    if be.hit_rate is not None and be.hit_rate <= 1:
+        out.append(f"hit rate {verb} ~{_pct(be.hit_rate)} (now {_pct(h)})")
+    elif be.hit_rate is not None:  # above 100 %: report what 100 % would give instead
+        at_full = net * (1.0 - h0) / (h - h0) - benefit.fixed_overhead_usd
+        out.append(f"no hit rate would do it: even every prompt token from the cache (100 %, now {_pct(h)}) "
+                   f"would net ~{_usd(at_full)}/month, under {goal()}")
     elif above:
-        out.append("a hit rate above the baseline's (the cache saves nothing today)"
-                   if h <= h0 else "no hit rate: each hit's lookup/transfer costs as much GPU "
-                   "time as the prefill it saves")
+        out.append(f"a hit rate above the baseline's {_pct(h0)} (now {_pct(h)}): the cache saved nothing in this "
+                   "window, so the hit rate that would pay cannot be read from it; measure a window with cache hits"
+                   if h <= h0 else "no hit rate would do it: each hit's lookup/transfer costs as much GPU time "
+                   "as the prefill it saves")
     if be.usd_per_gpu_hour is not None:
         out.append(f"GPU price {verb} ~${be.usd_per_gpu_hour:,.2f}/GPU-hour "
                    f"(now ${benefit.usd_per_gpu_hour:,.2f})")
-    if be.fixed_overhead_usd is not None:
+    elif above and net > 0:
+        out.append(f"no GPU price would do it: the saved GPU time (${net:,.0f}/month at "
+                   f"${benefit.usd_per_gpu_hour:,.2f}/GPU-hour) stays under {goal()} at any price, as both "
+                   "scale with the price")
+    if be.fixed_overhead_usd is not None and (be.fixed_overhead_usd > 0 or not above):
         out.append(f"fixed cache overhead {'falls' if above else 'rises'} to "
                    f"~${be.fixed_overhead_usd:,.0f}/month (now ${benefit.fixed_overhead_usd:,.0f})")
+    elif above and benefit.fixed_overhead_usd > 0:
+        out.append(f"no fixed cache overhead would do it: even at $0/month (now "
+                   f"${benefit.fixed_overhead_usd:,.0f}) the saved GPU time (${max(net, 0):,.0f}/month) stays "
+                   f"under {goal()}")
     return out
 
 
@@ -294,18 +325,26 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
             f"(${total:,.0f}/month net).", flips)
 
     # 4. money
+    threshold = f"{_pct(p.min_benefit_share_of_fleet_cost)} of the fleet's ${fleet_cost:,.0f}/month"
     if total <= 0:
-        return Decision(
-            "NOT_WORTH_IT", f"The cache costs ${benefit.overhead_usd:,.0f}/month and saves "
-            f"${total + benefit.overhead_usd:,.0f}/month at a {_pct(savings.hit_rate or 0)} "
-            f"hit rate ({benefit.realisation}): overhead exceeds the saved prefill.",
-            _money_flips(savings, benefit, meaningful, above=True) + switch)
+        saved = total + benefit.overhead_usd
+        h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
+        if saved <= 0:
+            why = (f"the cache saved no prefill in this window (hit rate {_pct(h)}, baseline without it "
+                   f"{_pct(h0)})" if h <= h0 else f"the cache saved no prefill GPU time at a {_pct(h)} hit rate")
+            cost = (f" and costs ${benefit.overhead_usd:,.0f}/month" if benefit.overhead_usd > 0
+                    else "; no overhead is priced either")
+            reason = f"Nothing to gain: {why}{cost} ({benefit.realisation})."
+        else:
+            reason = (f"The cache costs ${benefit.overhead_usd:,.0f}/month and saves ${saved:,.0f}/month at a "
+                      f"{_pct(h)} hit rate ({benefit.realisation}): overhead exceeds the saved prefill.")
+        return Decision("NOT_WORTH_IT", reason,
+                        _money_flips(savings, benefit, meaningful, above=True, threshold=threshold) + switch)
     if total < meaningful:
         return Decision(
             "NOT_WORTH_IT", f"Reuse nets only ${total:,.0f}/month, under "
-            f"{_pct(p.min_benefit_share_of_fleet_cost)} of the fleet's "
-            f"${fleet_cost:,.0f}/month: effort is better spent elsewhere.",
-            _money_flips(savings, benefit, meaningful, above=True) + switch)
+            f"{threshold}: effort is better spent elsewhere.",
+            _money_flips(savings, benefit, meaningful, above=True, threshold=threshold) + switch)
     # 5. uncertain
     if benefit.monthly_benefit_low_usd <= 0:
         return Decision(

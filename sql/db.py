@@ -277,6 +277,18 @@ class Database:
         with self.read() as con:
             return _rows(self.run(con, query, **params))
 
+    def data_version(self) -> tuple:
+        """Changes whenever the file's data may have: (size, mtime) of the file and of its
+        write-ahead log. A cache key for what is read from it, found without opening it."""
+        out: list = []
+        for p in (self.path, self.path.with_name(self.path.name + ".wal")):
+            try:
+                st = p.stat()
+                out += [st.st_size, st.st_mtime_ns]
+            except FileNotFoundError:
+                out += [None, None]
+        return tuple(out)
+
     @contextmanager
     def snapshot(self) -> Iterator["Snapshot"]:
         """One read-only connection for a batch of named queries (a dashboard page run, a

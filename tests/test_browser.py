@@ -21,6 +21,7 @@ import pytest
 
 from app.data.store import deployments_with_data, load_pricebook
 from app.data.window import load_window
+from app.launch import streamlit_command
 from app.report import fmt
 from app.views.runs import runs_view
 from models.pricebook import PriceBook
@@ -48,9 +49,7 @@ def start_server(db_path: Path, log_path: Path):
     goes to ``log_path``, printed in the failure when it does not come up."""
     port = free_port()
     env = dict(os.environ, KVPLAN_DB=str(db_path), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"),
-           "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
-           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    cmd = streamlit_command(port, address="127.0.0.1", extra={"server.fileWatcherType": "none"})
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -293,3 +292,143 @@ def test_demo_dataset_pages(demo_server, page, path):
     if path == "runs":
         assert page.get_by_text("CPU-scale", exact=False).count() >= 1
     shot(page, f"demo-{path or 'overview'}")
+
+
+# ---- issue 14: charts read right, minimal toolbar, no machine paths --------------------------------
+import re  # noqa: E402
+
+CHARTS_JS = """() => [...document.querySelectorAll('.vega-embed svg')].map(svg => {
+  const x = [...svg.querySelectorAll('g.role-axis')].find(g => (g.getAttribute('aria-label') || '').startsWith('X-axis'));
+  const paths = sel => [...svg.querySelectorAll(sel)].map(p => p.getAttribute('d') || '');
+  return {
+    title: [...svg.querySelectorAll('.role-title-text text')].map(t => t.textContent).join(' '),
+    xtitle: x ? [...x.querySelectorAll('.role-axis-title text')].map(t => t.textContent).join(' ') : '',
+    xlabels: x ? [...x.querySelectorAll('.role-axis-label text')].map(t => t.textContent) : [],
+    gaps: [...svg.querySelectorAll('.mark-rect.role-mark path')]
+      .map(p => [p.getAttribute('aria-label') || '', p.getAttribute('d') || ''])
+      .filter(([label]) => label.includes('; gap: ')),
+    lines: paths('.mark-line.role-mark path').concat(paths('.mark-area.role-mark path')),
+    texts: [...svg.querySelectorAll('.mark-text.role-mark text')].map(t => t.textContent),
+  };
+})"""
+LABEL_24H = re.compile(r"([01]\d|2[0-3]):[0-5]\d(:[0-5]\d)?|\d\d [A-Z][a-z]{2}")
+NUM = r"(-?[\d.]+(?:e-?\d+)?)"
+
+
+def time_charts(pg) -> list[dict]:
+    pg.wait_for_timeout(800)  # let Vega draw
+    return [c for c in pg.evaluate(CHARTS_JS) if c["xtitle"].startswith("time (")]
+
+
+def subpaths(d: str) -> list[list[float]]:
+    """The x coordinates of each piece of an SVG path (a new piece at every M)."""
+    return [[float(x) for x, _ in re.findall(NUM + "," + NUM, "M" + part)] for part in d.split("M") if part.strip()]
+
+
+def band(d: str) -> tuple[float, float]:
+    x, _, w = re.match(r"M" + NUM + "," + NUM + "h" + NUM, d).groups()
+    return min(float(x), float(x) + float(w)), max(float(x), float(x) + float(w))
+
+
+@pytest.mark.parametrize("path", ["", "cache", "latency"])
+def test_demo_charts_break_at_gaps_and_speak_24_hour_utc(demo_server, page, path):
+    url, db, dep = demo_server
+    open_page(page, url, path, wait_for="h1")
+    charts = time_charts(page)
+    assert len(charts) >= 2, [c["title"] for c in charts]
+    crossed, no_data_bands = [], 0
+    for c in charts:
+        assert c["xtitle"] == "time (UTC, 24-hour)", c
+        assert c["xlabels"] and all(LABEL_24H.fullmatch(x) for x in c["xlabels"]), (c["title"], c["xlabels"])
+        for label, d in c["gaps"]:
+            if "gap: no value" not in label:
+                continue
+            no_data_bands += 1
+            x0, x1 = band(d)
+            for line in c["lines"]:
+                for xs in subpaths(line):
+                    inside = [x for x in xs if x0 + 0.5 < x < x1 - 0.5]
+                    across = xs and min(xs) < x0 - 0.5 and max(xs) > x1 + 0.5
+                    if inside or across:
+                        crossed.append((c["title"], label.split("; gap: ")[1][:40], (x0, x1), xs))
+    assert not crossed, crossed[:3]
+    # the demo's idle phases leave buckets without hit-rate or latency values: shaded, not bridged
+    assert no_data_bands >= 1
+    # the recorded restart of vllm-1 is a labelled band on the charts
+    restart = [c for c in charts if any("vllm-1:" in label and "failed scrape" in label for label, _ in c["gaps"])]
+    assert restart and all(any(t.startswith("vllm-1: ") for t in c["texts"]) for c in restart)
+    shot(page, f"demo-gaps-{path or 'overview'}")
+
+
+def _shift(label: str, hours: int) -> str:
+    if not re.fullmatch(r"\d\d:\d\d", label):
+        return label
+    h, m = map(int, label.split(":"))
+    return f"{(h + hours) % 24:02d}:{m:02d}"
+
+
+def test_the_time_zone_picked_moves_the_axis_and_is_named_on_it(demo_server, page):
+    url, db, dep = demo_server
+    open_page(page, url, "", wait_for="h1")
+    utc = time_charts(page)[0]["xlabels"]
+    page.get_by_role("combobox", name="Time zone").click()
+    page.keyboard.type("Asia/Tokyo")
+    page.get_by_role("option", name="Asia/Tokyo", exact=True).click()
+    settle(page)
+    tokyo = time_charts(page)
+    assert {c["xtitle"] for c in tokyo} == {"time (Asia/Tokyo, 24-hour)"}
+    labels = tokyo[0]["xlabels"]
+    assert all(LABEL_24H.fullmatch(x) for x in labels), labels
+    # UTC+9, no daylight saving: the same ticks 9 hours later; 15:00 UTC is midnight (the date)
+    assert [_shift(x, 9) for x in utc if x != "15:00"] == [x for x in labels if x != "01 Dec"]
+    assert ("15:00" in utc) == ("01 Dec" in labels)
+    assert "Asia/Tokyo" in page.locator("[data-testid='stMain'] [data-testid='stCaptionContainer']").first.inner_text()
+    shot(page, "demo-overview-asia-tokyo")
+
+
+def test_no_deploy_button(demo_server, page):
+    url, db, dep = demo_server
+    open_page(page, url, "", wait_for="h1")
+    page.wait_for_selector("[data-testid='stHeader']", state="attached")
+    page.wait_for_timeout(1000)  # the toolbar's buttons come with the header
+    assert page.locator("[data-testid='stAppDeployButton']").count() == 0
+    assert page.get_by_role("button", name="Deploy").count() == 0
+
+
+MACHINE_PATH = re.compile(r"/root/|/home/|\.cache/|/models/")
+
+
+def test_no_machine_path_in_the_topology_or_the_model_selector(demo_server, page):
+    url, db, dep = demo_server
+    open_page(page, url, "report", wait_for="h1")
+    frame = page.frame_locator("iframe")
+    topo = frame.locator("h2", has_text="3. Topology")
+    topo.wait_for()
+    report = frame.locator("body").inner_text()
+    section = report[report.index("3. Topology"):report.index("4. Pilot")]
+    assert "tiny-llama" in section and not MACHINE_PATH.search(section), section
+    assert not MACHINE_PATH.search(report)
+    page.get_by_role("combobox", name="Model").click()
+    options = [o.inner_text() for o in page.get_by_role("option").all()]
+    assert "tiny-llama" in options and not any(MACHINE_PATH.search(o) for o in options), options
+
+
+def test_report_page_time_in_the_browser(demo_server, page):
+    """The Report page on the demo, from clicking it in the navigation to the preview shown:
+    the first visit of this test (report built and its charts rendered by vl-convert, unless
+    an earlier test on the same server built it already) and a later one (served from the
+    cache until the data changes; target 2 s). Printed for the record."""
+    url, db, dep = demo_server
+    open_page(page, url, "", wait_for="h1")
+    took = []
+    for _ in range(2):
+        t = time.monotonic()
+        page.locator("[data-testid='stSidebarNav'] a", has_text="Report").click()
+        page.frame_locator("iframe").locator("h1").wait_for()
+        page.wait_for_selector(IDLE)
+        took.append(time.monotonic() - t)
+        page.locator("[data-testid='stSidebarNav'] a", has_text="Overview").click()
+        page.wait_for_selector("[data-testid='stMetric']")
+        settle(page)
+    print(f"\nReport page on the demo: first visit {took[0]:.2f} s, later visit {took[1]:.2f} s")
+    assert took[1] < 2.0, took

@@ -80,9 +80,10 @@ def test_capacity_leaves_out_unreachable_months():
 
 def test_hit_rate_axis_is_a_share_of_tokens():
     spec = charts.tier_hit_rate_chart([{"bucket": datetime(2026, 11, 2), "tier": "x", "hit_rate": 0.4}]).to_dict()
-    y = spec["encoding"]["y"]
+    enc = spec["layer"][-1]["encoding"]  # (the chart is a layer: gap bands, when any, under the line)
+    y = enc["y"]
     assert y["scale"]["domain"] == [0, 1] and y["axis"]["format"] == "%"
-    assert spec["encoding"]["x"]["scale"]["type"] == "utc"
+    assert enc["x"]["scale"]["type"] == "utc"
 
 
 BUILDERS = {
@@ -116,3 +117,82 @@ def test_improvement_factors_read_as_the_change_they_are():
     assert fmt.change(2.6, "lower") == "2.6x lower"
     assert fmt.change(0.5, "higher") == "2.0x lower"
     assert fmt.change(None, "higher") == "n/a"
+
+
+# ---- time axes and gaps ---------------------------------------------------------------------------
+import re  # noqa: E402
+from datetime import timedelta  # noqa: E402
+
+T0 = datetime(2026, 11, 30, 13, 0)
+
+
+def _layers(spec: dict):
+    for layer in spec.get("layer", []):
+        if "layer" in layer:
+            yield from _layers(layer)
+        else:
+            yield layer
+
+
+def _layer(chart, mark: str) -> pd.DataFrame:
+    spec = chart.to_dict()
+    for layer in _layers(spec):
+        m = layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"]
+        if m == mark:
+            return pd.DataFrame(spec["datasets"][layer.get("data", spec.get("data"))["name"]])
+    raise AssertionError(f"no {mark} layer")
+
+
+def _axis_labels(chart) -> list[str]:
+    """The x-axis labels as vl-convert draws them (the report's renderer, Vega's own code)."""
+    svg = vl_convert.vegalite_to_svg(chart.to_dict())
+    axis = svg[svg.index('aria-label="X-axis'):]
+    axis = axis[:axis.index('aria-label="Y-axis')] if 'aria-label="Y-axis' in axis else axis
+    return [x for x in re.findall(r"<text[^>]*>([^<]+)</text>", axis) if not x.startswith("time (")]
+
+
+def test_a_line_breaks_at_a_missing_bucket_and_the_gap_is_shaded():
+    rows = [{"bucket": T0 + timedelta(minutes=5 * i), "tier": "device", "hit_rate": 0.5} for i in (0, 1, 2, 5, 6)]
+    tl = charts.Timeline(step_s=300, t_from=T0, t_to=T0 + timedelta(minutes=30))
+    c = charts.tier_hit_rate_chart(rows, tl=tl)
+    line = _layer(c, "line")
+    nulls = line[line["hit_rate"].isna()]
+    # 13:15 and 13:20 have no value: a null row each, so Vega-Lite stops the line there
+    assert sorted(nulls["when"]) == ["2026-11-30 13:15", "2026-11-30 13:20"]
+    rect = _layer(c, "rect")
+    assert rect[["from", "to"]].values.tolist() == [["2026-11-30 13:12", "2026-11-30 13:22"]]
+
+
+def test_no_band_and_no_null_rows_without_gaps():
+    rows = [{"bucket": T0 + timedelta(minutes=5 * i), "tier": "device", "hit_rate": 0.5} for i in range(4)]
+    c = charts.tier_hit_rate_chart(rows, tl=charts.Timeline(step_s=300, t_from=T0, t_to=T0 + timedelta(minutes=20)))
+    assert [la["mark"]["type"] for la in c.to_dict()["layer"]] == ["line"]
+    assert _layer(c, "line")["hit_rate"].notna().all()
+
+
+def test_a_recorded_gap_is_shaded_and_one_series_breaks_inside_it():
+    rows = [{"bucket": T0 + timedelta(minutes=5 * i), "series": s, "mean": 0.1, "max": 0.2}
+            for i in range(8) for s in ("vllm-0", "vllm-1") if not (s == "vllm-1" and i in (3, 4))]
+    gap = charts.Gap(T0 + timedelta(minutes=12), T0 + timedelta(minutes=26), "vllm-1: 3 failed scrape(s)")
+    c = charts.gauge_chart(rows, "g", tl=charts.Timeline(step_s=300, t_from=T0, t_to=T0 + timedelta(minutes=40),
+                                                        gaps=(gap,)))
+    rect = _layer(c, "rect")
+    assert rect[["reason", "from", "to"]].values.tolist() == [["vllm-1: 3 failed scrape(s)", "2026-11-30 13:12",
+                                                               "2026-11-30 13:26"]]
+    assert _layer(c, "text")["label"].tolist() == ["vllm-1: 3 failed scrape(s)"]  # said on the chart
+    line = _layer(c, "line")
+    assert sorted(line[line["mean"].isna()]["series"]) == ["vllm-1", "vllm-1"]
+
+
+def test_axis_labels_are_24_hour_in_the_zone_named_on_the_axis():
+    rows = [{"bucket": T0 + timedelta(minutes=10 * i), "tier": "t", "hit_rate": 0.5} for i in range(13)]
+    utc = charts.tier_hit_rate_chart(rows, tl=charts.Timeline(step_s=600))
+    labels = _axis_labels(utc)
+    assert labels and all(re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", x) for x in labels), labels
+    assert "13:00" in labels and "15:00" in labels and "time (UTC, 24-hour)" in vl_convert.vegalite_to_svg(utc.to_dict())
+    tokyo = charts.tier_hit_rate_chart(rows, tl=charts.Timeline(tz="Asia/Tokyo", step_s=600))
+    labels = _axis_labels(tokyo)  # UTC+9: 13:00 UTC is 22:00, 15:00 UTC is midnight (the date)
+    assert "22:00" in labels and "01 Dec" in labels and not any(re.search(r"AM|PM", x) for x in labels)
+    assert "time (Asia/Tokyo, 24-hour)" in vl_convert.vegalite_to_svg(tokyo.to_dict())
+    when = _layer(tokyo, "line")["when"]
+    assert when.iloc[0] == "2026-11-30 22:00"

@@ -1,6 +1,7 @@
 """The verdict, its flips, and the sensitivity rows."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -195,3 +196,42 @@ def test_sensitivity_is_empty_without_an_estimate():
 def test_planning_inputs_validate(change, field):
     with pytest.raises(KvplanError, match=field):
         PlanningInputs(**change)
+
+
+# ---- the flip sentences: a value to act on, or plainly none ----------------------------------------
+def test_an_unreachable_hit_rate_says_what_100_percent_would_give_not_a_percentage_above_100():
+    # 1 % hit rate: gains $73 against $400 of ops; at 100 % gains would be 5,844.48 / 0.8 = $7,305.60
+    pb = dataclasses.replace(PB, ops_hours_per_month=80.0)  # $8,000/month fixed overhead
+    ev = evaluate(PlanInputs(window(hit_rate=0.01), pb, PlanningInputs(ttft_p99_slo_seconds=2)))
+    assert ev.decision.kind == "NOT_WORTH_IT"
+    flips = ev.decision.flips
+    assert not any(re.search(r"\d{3,}\.\d %", f) for f in flips), flips  # no "~1324.6 %"
+    hit = next(f for f in flips if "hit rate" in f)
+    assert hit.startswith("no hit rate would do it: even every prompt token from the cache (100 %, now 1.0 %) "
+                          "would net ~-$694/month")  # 5,844.48 / 0.8 - 8,000 = -694.4
+    assert "under the $146/month that makes reuse worth it (1.0 % of the fleet's $14,611/month)" in hit
+    # $73 of saved GPU time is under the $146 threshold: no price, no overhead would do it either
+    assert any(f.startswith("no GPU price would do it") and "the $146/month threshold" in f for f in flips)
+    assert any(f.startswith("no fixed cache overhead would do it: even at $0/month (now $8,000)") for f in flips)
+
+
+def test_when_no_value_of_an_input_would_do_it_the_sentence_says_so_plainly():
+    # gains $73 < the $146 threshold: neither the GPU price nor dropping the overhead helps
+    ev = run(window(hit_rate=0.01))
+    flips = ev.decision.flips
+    assert any(f.startswith("no GPU price would do it: the saved GPU time ($73/month at $2.50/GPU-hour) "
+                            "stays under the $146/month that makes reuse worth it (1.0 % of the fleet's "
+                            "$14,611/month) at any price") for f in flips), flips
+    assert any(f.startswith("no fixed cache overhead would do it: even at $0/month (now $400) the saved GPU "
+                            "time ($73/month) stays under the $146/month threshold") for f in flips), flips
+    assert not any("falls to ~$0/month" in f for f in flips)
+
+
+def test_nothing_saved_and_nothing_spent_is_not_called_overhead_exceeding_the_savings():
+    free = dataclasses.replace(PB, ops_hours_per_month=0.0)
+    ev = evaluate(PlanInputs(window(hit_rate=0.0), free, PlanningInputs(ttft_p99_slo_seconds=2)))
+    assert ev.decision.kind == "NOT_WORTH_IT"
+    assert "overhead exceeds" not in ev.decision.reason
+    assert ev.decision.reason == ("Nothing to gain: the cache saved no prefill in this window (hit rate 0.0 %, "
+                                  "baseline without it 0.0 %); no overhead is priced either (shrink).")
+    assert any(f.startswith("a hit rate above the baseline's 0.0 % (now 0.0 %)") for f in ev.decision.flips)

@@ -132,7 +132,8 @@ def _sse(events: list[dict]) -> bytes:
     return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
 
 
-def fake_transport(seen: list[tuple[str, dict]], fail_server: str | None = None) -> httpx.MockTransport:
+def fake_transport(seen: list[tuple[str, dict]], fail_server: str | None = None,
+                   cached=None) -> httpx.MockTransport:
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         base = f"{request.url.scheme}://{request.url.host}:{request.url.port}"
@@ -141,18 +142,20 @@ def fake_transport(seen: list[tuple[str, dict]], fail_server: str | None = None)
             return httpx.Response(500, text="boom")
         n = body["max_tokens"]
         events = [{"choices": [{"index": 0, "text": f"t{i} "}]} for i in range(n)]
-        events.append({"choices": [], "usage": {"prompt_tokens": len(body["prompt"]) // 4,
-                                                "completion_tokens": n, "total_tokens": 0}})
+        usage = {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": n, "total_tokens": 0}
+        if cached is not None:  # vLLM with --enable-prompt-tokens-details
+            usage["prompt_tokens_details"] = {"cached_tokens": cached(body["prompt"])}
+        events.append({"choices": [], "usage": usage})
         return httpx.Response(200, content=_sse(events),
                               headers={"content-type": "text/event-stream"})
     return httpx.MockTransport(handler)
 
 
-def _run_fake(servers, w, fail_server=None) -> tuple[RunResult, list]:
+def _run_fake(servers, w, fail_server=None, cached=None) -> tuple[RunResult, list]:
     seen: list = []
 
     async def go():
-        async with httpx.AsyncClient(transport=fake_transport(seen, fail_server)) as client:
+        async with httpx.AsyncClient(transport=fake_transport(seen, fail_server, cached)) as client:
             return await wl.run_async(servers, "m", w, client=client)
 
     return asyncio.run(go()), seen
@@ -257,3 +260,39 @@ def test_sync_run_works_inside_a_running_event_loop():
 
     r = asyncio.run(inside())
     assert not r.ok and r.error
+
+
+def test_cached_tokens_per_request_are_recorded_stored_and_give_the_request_weighted_share(tmp_path):
+    """usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details) per
+    request -> run_requests.cached_tokens -> the Runs page's request-weighted share."""
+    from app.views.runs import runs_view
+    from collectors.runs import save_run
+    from sql.db import Database
+
+    w = Workload(scenario="multi_turn", users=3, turns=2, output_tokens=5, prefix_chars=300, tail_chars=50)
+    # turn 2 re-sends turn 1 (longer prompt): the server found 64 of its tokens cached
+    res, _ = _run_fake(["http://a:1"], w, cached=lambda prompt: 64 if len(prompt) > 400 else 0)
+    assert sorted((r.turn, r.cached_tokens) for r in res.results) == [(0, 0)] * 3 + [(1, 64)] * 3
+    db = Database(tmp_path / "runs.duckdb")
+    db.migrate()
+    save_run(db, "d", res, measured_on="test")
+    # a server without the flag reports nothing: "not recorded", not 0 %
+    plain, _ = _run_fake(["http://a:1"], w)
+    assert {r.cached_tokens for r in plain.results} == {None}
+    save_run(db, "d", plain, measured_on="test")
+    runs = {r["run_id"]: r for r in runs_view(db, "d").runs}
+    assert runs[1]["requests_with_cache_share"] == 0.5
+    assert runs[1]["cached_token_share"] == pytest.approx(3 * 64 / sum(r.prompt_tokens for r in res.results))
+    assert runs[2]["requests_with_cache_share"] is None and runs[2]["cached_token_share"] is None
+
+
+def test_the_local_stack_asks_vllm_for_per_request_cached_tokens(tmp_path):
+    """Without --enable-prompt-tokens-details vLLM leaves usage.prompt_tokens_details out and
+    every run's request-weighted share reads 'not recorded'."""
+    from deploy.local import stack as stk
+
+    for extra in ((), ("--no-enable-prefix-caching",)):
+        s = stk._vllm_server("vllm-0", 8000, py=tmp_path / "python", model=tmp_path / "m", model_name="m",
+                             run_dir=tmp_path, lmcache_rpc_port=None, kv_space_gib=1, max_model_len=4096,
+                             extra_args=extra)
+        assert "--enable-prompt-tokens-details" in s.cmd

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -34,26 +33,19 @@ def dashboard(
     env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()), **{ENV: "1" if secrets_file else "0"})
     if config:
         env["KVPLAN_CONFIG"] = str(config.resolve())
-    script = Path(__file__).parents[1] / "streamlit_app.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(script), *streamlit_flags(address, port)]
-    if secrets_file:
-        cmd += ["--secrets.files", str(secrets_file)]
+    from app.launch import streamlit_command
+
+    # app/launch.py: headless, minimal toolbar, no outbound call; listening on --address only.
+    # kvplan opens the browser itself once the server answers.
+    if not 1 <= port <= 65535:
+        raise typer.BadParameter(f"--port {port}: must be from 1 to 65535")
+    cmd = streamlit_command(port, address=address,
+                            extra={"secrets.files": str(secrets_file)} if secrets_file else None)
     url = f"http://{'localhost' if address in ('127.0.0.1', '0.0.0.0', '::') else address}:{port}"
     out.print(f"kvplan dashboard on {url} (database {s.db}); Ctrl+C stops it")
     if not headless:
         threading.Thread(target=_open_when_up, args=(url, webbrowser.open), daemon=True).start()
     raise typer.Exit(subprocess.call(cmd, env=env, stdin=subprocess.DEVNULL))
-
-
-def streamlit_flags(address: str, port: int) -> list[str]:
-    """Streamlit's flags: headless (its first start would otherwise ask for an e-mail on
-    stdin; kvplan opens the browser itself), listening on ``address`` only, and no outbound
-    call: no usage statistics, and no welcome message (for a headless server on 0.0.0.0 it
-    looks up the machine's external IP at checkip.amazonaws.com)."""
-    if not 1 <= port <= 65535:
-        raise typer.BadParameter(f"--port {port}: must be from 1 to 65535")
-    return ["--server.address", address, "--server.port", str(port), "--server.headless", "true",
-            "--browser.gatherUsageStats", "false", "--logger.hideWelcomeMessage", "true"]
 
 
 def _open_when_up(url: str, opener, timeout_s: float = 60.0) -> bool:

@@ -160,6 +160,48 @@ def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, st
     return [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
 
 
+def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                            model: str | None = None,
+                            names: list[str] | None = None) -> tuple[Window, list[TimeBucket]]:
+    """``load_window`` and ``window_buckets`` of one window in one pass: when both read the
+    same raw edges (always for daily points, and for short windows without rolled-up days),
+    each edge's sample pairs are scanned once (``span_increases_and_buckets``) instead of
+    twice; the rolled-up days as in each. Same rows as the two calls."""
+    f, t = aware_utc(t_from), aware_utc(t_to)
+    names = names or CHART_NAMES
+    step = chart_step(f, t, step_s)
+    spans = plan_spans(_rolled_days(source, deployment, f, t), f, t)
+    if step != 86400 and spans.raw != ((f, f, t),):  # the buckets read raw what the window reads rolled
+        return (load_window(source, deployment, f, t, model),
+                window_buckets(source, deployment, f, t, step_s, model, names))
+    rows: list[Increase] = []
+    raw: list[dict] = []
+    for lb, after, end in spans.raw:
+        origin = floor_day(after) if step == 86400 else f
+        for r in source.fetch("span_increases_and_buckets", deployment=deployment, t_lookback=lb, t_after=after,
+                              t_to=end, model=model, step_s=step, origin=origin, names=names):
+            part = r.pop("part")
+            bucket = r.pop("bucket")
+            if part == "window":
+                rows.append(Increase(**r))
+            else:
+                raw.append(dict(r, bucket=bucket))
+    if spans.rolled:
+        rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
+                                                     t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
+        if step == 86400:
+            for r in source.fetch("daily_series", deployment=deployment, t_from=spans.rolled[0],
+                                  t_to=spans.rolled[1], model=model, names=names):
+                r["bucket"] = r["day"]
+                raw.append(r)
+    by: dict[datetime, list[Increase]] = {}
+    for r in raw:
+        by.setdefault(as_instant(r["bucket"]), []).append(
+            Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
+    win = Window(deployment, model, f, t, tuple(rows), window_stats(rows), spans)
+    return win, [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
+
+
 def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
                  model: str | None = None, names: list[str] | None = None) -> list[dict]:
     """Gauge mean / max / last per time bucket, target and series (daily from

@@ -12,9 +12,10 @@ from models.catalog import KV_USAGE, LM_L1_USAGE
 st.title("Cache")
 sel = state.selection()
 if sel is not None:
-    v = cache_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    v = state.view(cache_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
     s = v.window.stats
     state.caption(sel, v.window.source_note)
+    tl = state.timeline(sel, v.step_s)
 
     st.subheader("Hit rate by tier (token-weighted)")
     cols = st.columns(3) + st.columns(3)
@@ -24,7 +25,7 @@ if sel is not None:
                         f"{fmt.number(t.queries, none='not reported')} looked-up tokens over the window.")
     st.caption("Each tier's summed hit tokens / its summed looked-up tokens over the window (never a mean of "
                "per-interval ratios). 'not reported' = these servers do not expose the metric.")
-    state.chart(charts.tier_hit_rate_chart(v.tier_points))
+    state.chart(charts.tier_hit_rate_chart(v.tier_points, tl=tl))
 
     st.subheader("Cached prompt tokens by tier")
     cached = sum(s.cached_tokens_by_tier.values())
@@ -32,7 +33,7 @@ if sel is not None:
         st.dataframe(pd.DataFrame(
             [{"tier (source)": k, "tokens": fmt.number(t), "share of cached": fmt.pct(t / cached if cached else None)}
              for k, t in sorted(s.cached_tokens_by_tier.items())]), hide_index=True)
-        state.chart(charts.cached_tokens_chart(v.cached_points))
+        state.chart(charts.cached_tokens_chart(v.cached_points, tl=tl))
     else:
         st.info("vllm:prompt_tokens_cached_by_source_total is not reported by this vLLM version.")
     if s.prompt_tokens_by_source:
@@ -45,12 +46,12 @@ if sel is not None:
         last = {g["series"]: g["last"] for g in l1}
         st.metric("L1 usage (latest, highest server)", fmt.pct(max(last.values())),
                   help="lmcache_mp_l1_usage_ratio: L1 used / total, last sample of the window.")
-        state.chart(charts.gauge_chart(l1, "LMCache L1 usage (lmcache_mp_l1_usage_ratio), per server"))
+        state.chart(charts.gauge_chart(l1, "LMCache L1 usage (lmcache_mp_l1_usage_ratio), per server", tl=tl))
     else:
         st.info("No LMCache multi-process server reports lmcache_mp_l1_usage_ratio in this window.")
     kv = [g for g in v.gauge_points if g["name"] == KV_USAGE]
     if kv:
-        state.chart(charts.gauge_chart(kv, "vLLM KV-cache usage (vllm:kv_cache_usage_perc), per engine"))
+        state.chart(charts.gauge_chart(kv, "vLLM KV-cache usage (vllm:kv_cache_usage_perc), per engine", tl=tl))
 
     st.subheader("Request-weighted")
     st.info(REQUEST_WEIGHTED_NOTE)

@@ -14,7 +14,7 @@ def ts(v):
 st.title("Collection")
 sel = state.selection()
 if sel is not None:
-    v = collection_view(state.db(), sel.deployment, sel.t_from, sel.t_to)
+    v = state.view(collection_view, sel.deployment, sel.t_from, sel.t_to)
     state.caption(sel)
     c = st.columns(4)
     c[0].metric("Targets", len(v.targets))

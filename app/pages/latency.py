@@ -11,10 +11,11 @@ from app.views.latency import latency_view
 st.title("Latency")
 sel = state.selection()
 if sel is not None:
-    v = latency_view(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model,
+    v = state.view(latency_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model,
                      prices=state.cfg(sel.deployment).prices)
     q, slo = v.quantiles, v.slo
     state.caption(sel, v.window.source_note)
+    tl = state.timeline(sel, v.step_s)
     for w in v.warnings:
         st.warning(w)
 
@@ -31,7 +32,7 @@ if sel is not None:
         st.caption(slo.note)
     state.chart(charts.quantile_band_chart(
         v.points, "TTFT", "Time to first token: p50 and p99, shaded between the bounds of the bucket each lies in",
-        slo.target_s))
+        slo.target_s, tl=tl))
 
     st.subheader("Queue time")
     c = st.columns(3)
@@ -39,7 +40,7 @@ if sel is not None:
     c[1].metric("Queue p99", fmt.quantile(q["queue p99"]), help=fmt.bucket(q["queue p99"]))
     c[2].metric("Queue mean", fmt.secs(v.means["queue"], "not reported"))
     state.chart(charts.quantile_band_chart(v.points, "queue", "Time waiting in the queue "
-                                           "(vllm:request_queue_time_seconds)"))
+                                           "(vllm:request_queue_time_seconds)", tl=tl))
 
     st.subheader("Prefill against decode")
     c = st.columns(4)
@@ -47,7 +48,7 @@ if sel is not None:
     c[1].metric("Prefill mean", fmt.secs(v.means["prefill"], "not reported"))
     c[2].metric("Decode p50", fmt.quantile(q["decode p50"]), help=fmt.bucket(q["decode p50"]))
     c[3].metric("Decode mean", fmt.secs(v.means["decode"], "not reported"))
-    state.chart(charts.phases_chart(v.points))
+    state.chart(charts.phases_chart(v.points, tl=tl))
 
     st.dataframe(pd.DataFrame([{"quantile": k, "value": fmt.quantile(x, "not reported"), "lies in": fmt.bucket(x)}
                                for k, x in q.items()]), hide_index=True)

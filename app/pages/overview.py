@@ -6,11 +6,12 @@ import streamlit as st
 from app import charts, state
 from app.report import fmt
 from app.views.overview import overview
+from models.spans import chart_step
 
 st.title("Overview")
 sel = state.selection()
 if sel is not None:
-    ov = overview(state.db(), sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s, cfg=state.cfg(sel.deployment))
+    ov = state.view(overview, sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s, cfg=state.cfg(sel.deployment))
     s, p, slo = ov.window.stats, ov.plan, ov.slo
     state.caption(sel, ov.window.source_note)
     state.badge(p.decision)
@@ -45,6 +46,7 @@ if sel is not None:
     if slo.share is not None:
         st.caption(f"SLO attainment: {fmt.pct(slo.share)} of requests had TTFT ≤ {slo.bound_s:g} s ({slo.note}).")
 
-    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["key"] in ("device", "external")]))
+    tl = state.timeline(sel, chart_step(sel.t_from, sel.t_to, sel.step_s))
+    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["key"] in ("device", "external")], tl=tl))
     state.chart(charts.quantile_band_chart(ov.latency_points, "TTFT", "Time to first token (p50, p99, bucket bands)",
-                                           target))
+                                           target, tl=tl))

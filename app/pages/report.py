@@ -6,15 +6,14 @@ import base64
 import streamlit as st
 
 from app import report, state
-from app.data.store import data_months, load_pricebook
+from app.data.store import data_months
 from app.report import fmt
-from app.views.runs import runs_view
 
 
 @st.cache_data(show_spinner="Building the report...", max_entries=8)
 def build(path: str, deployment: str, month: str, model: str | None, version: tuple) -> tuple[str, dict]:
     """(HTML, headline numbers) of one report; ``version`` changes when its data does."""
-    d = report.build(state.db(), deployment, month, model=model, cfg=state.cfg(deployment))
+    d = report.build(state.db(), deployment, month, model=model, cfg=state.cfg(deployment))  # one snapshot
     s, p = d.overview.window.stats, d.overview.plan
     numbers = {"Decision": p.decision.kind, "Monthly benefit": fmt.usd(p.monthly_benefit_usd),
                "Prefix-cache hit rate": fmt.pct(s.prefix_cache_hit_rate), "TTFT p50": fmt.quantile(s.ttft_p50),
@@ -26,14 +25,11 @@ st.title("Report")
 sel = state.selection()
 if sel is not None:
     db = state.db()
-    months = data_months(db, sel.deployment)
+    months = state.view(data_months, sel.deployment)
     month = st.selectbox("Month (UTC)", months, key="report_month",
                          help="The report covers this calendar month, clipped to the data inside it; the sidebar's "
                               "time range does not apply. The model selector does.")
-    dep = next(d for d in state.deployments(str(db.path)) if d["deployment"] == sel.deployment)
-    version = (tuple(sorted(str(x) for x in dep.items())),
-               load_pricebook(db, sel.deployment, state.cfg(sel.deployment).prices).origin,
-               len(runs_view(db, sel.deployment).runs))
+    version = (db.data_version(), state.cfg(sel.deployment))  # any write (scrapes, price book, runs)
     html, numbers = build(str(db.path), sel.deployment, month, sel.model, version)
     st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {month} · the same report as "
                f"`kvplan report --deployment {sel.deployment} --month {month} -o report.pdf`")

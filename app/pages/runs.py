@@ -12,7 +12,7 @@ from models.runs import CPU_NOTE, compare_runs
 st.title("Runs")
 sel = state.selection()
 if sel is not None:
-    v = runs_view(state.db(), sel.deployment)
+    v = state.view(runs_view, sel.deployment)
     state.caption(sel, "runs are not filtered by the time range")
     if not v.runs:
         st.info("No workload runs for this deployment. Record a pair on the same servers, e.g.\n\n"
@@ -21,14 +21,19 @@ if sel is not None:
                 "--measured-on '8x H100'`")
     else:
         st.dataframe(pd.DataFrame([{
-            "run": r["run_id"], "label": r["label"], "scenario": r["scenario"], "routing": r["routing"],
+            "run": r["run_id"], "label": r["label"], "scenario": r["scenario"],
+            "requests with cached tokens": fmt.pct(r["requests_with_cache_share"], "not recorded"),
+            "cached / prompt tokens": fmt.pct(r["cached_token_share"], "not recorded"), "routing": r["routing"],
             "started (UTC)": f"{r['started_at']:%Y-%m-%d %H:%M:%S}", "measured on": r["measured_on"],
             "requests": r["requests"], "failed": r["failed"], "total time": fmt.secs(r["wall_s"]),
             "TTFT p50": fmt.secs(r["ttft_p50_s"]), "TTFT p99": fmt.secs(r["ttft_p99_s"]),
             "tok/s p50 per user": fmt.number(r["tokens_per_s_p50"]),
-            "aggregate tok/s": fmt.number(r["aggregate_tokens_per_s"]),
-            "requests with cached tokens": fmt.pct(r["requests_with_cache_share"], "not recorded")}
+            "aggregate tok/s": fmt.number(r["aggregate_tokens_per_s"])}
             for r in v.runs]), hide_index=True)
+        st.caption("Requests with cached tokens: the share of a run's requests whose response reported at least one "
+                   "cached prompt token (usage.prompt_tokens_details.cached_tokens; vLLM reports it with "
+                   "--enable-prompt-tokens-details) -- the request-weighted hit rate the server metrics cannot give. "
+                   "'not recorded': the server did not report it.")
 
         pair = v.default_pair()
         if pair is None:

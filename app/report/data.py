@@ -8,14 +8,17 @@ from models.errors import KvplanError
 from dataclasses import dataclass
 from datetime import datetime
 
+from app.charts import Timeline
 from app.data.store import DeploymentSettings, month_window
-from app.data.window import load_window, window_buckets
+from app.data.window import load_window_and_buckets
+from app.gaps import timeline
 from app.views.cache import CacheView, cache_view
 from app.views.collection import CollectionView, collection_view, topology_view
 from app.views.latency import LatencyView, latency_view
 from app.views.overview import Overview, overview
 from app.views.runs import RunsView, runs_view
 from models.runs import is_cpu_scale
+from models.spans import chart_step
 from models.topology import Topology
 from sql.db import Database, queries
 
@@ -23,7 +26,7 @@ QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increase
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
                 "dashboard_topology", "get_pricebook", "run_summaries", "run_cache_shares",
                 "scrape_count_in_window", "failed_scrapes_in_window", "recent_failed_scrapes", "ingest_ledger",
-                "ingest_gaps", "collector_runs", "targets")
+                "ingest_gaps", "scrape_gaps", "collector_runs", "targets")
 """Named queries (sql/queries/*.sql) the report's numbers come from, listed in its provenance."""
 
 
@@ -44,6 +47,8 @@ class ReportData:
     ledger: list[dict]
     measured_on: str | None
     """What served the metrics (hardware, model), as given; None: not recorded."""
+    timeline: Timeline = Timeline()
+    """How the report's time charts are drawn (UTC, the bucket width, the recorded gaps)."""
     whatif_html: str = ""
     """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
 
@@ -75,11 +80,10 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
-        win = load_window(src, deployment, t_from, t_to, model)
+        win, buckets = load_window_and_buckets(src, deployment, t_from, t_to, step, model)
         if not win.rows:
             raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
                               + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
-        buckets = window_buckets(src, deployment, t_from, t_to, step, model)
         ov = overview(src, deployment, t_from, t_to, model, cfg=cfg, win=win)
         runs = runs_view(src, deployment)
         return ReportData(
@@ -91,4 +95,5 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
             collection=collection_view(src, deployment, t_from, t_to),
             scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
             ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
-            measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html)
+            measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
+            timeline=timeline(src, deployment, t_from, t_to, chart_step(t_from, t_to, step)))

@@ -77,7 +77,7 @@ def _reuse(d: ReportData) -> str:
             + table(["tier", "hit rate", "hit tokens", "looked-up tokens"], tiers, {1, 2, 3})
             + "<h3>Cached prompt tokens by tier</h3>" + table(["tier (source)", "tokens", "share"], by_tier, {1, 2})
             + "<h3>Prompt tokens by source</h3>" + table(["source", "tokens"], by_src, {1})
-            + svg(charts.tier_hit_rate_chart(c.tier_points))
+            + svg(charts.tier_hit_rate_chart(c.tier_points, tl=d.timeline))
             + f"<h3>Request-weighted</h3><p>{escape(REQUEST_WEIGHTED_NOTE)}</p>"
             + table(["run", "measured on", "requests with cached tokens", "cached / prompt tokens"], runs, {2, 3}))
 
@@ -97,7 +97,7 @@ def _tail(d: ReportData) -> str:
               f"{'n/a' if slo.bound_s is None else f'{slo.bound_s:g} s'} ({escape(slo.note)}).</p>"
             + "<h3>Mean time per request</h3>" + table(["phase", "mean"], means, {1})
             + svg(charts.quantile_band_chart(lv.points, "TTFT", "Time to first token: p50, p99 and their buckets",
-                                             slo.target_s)))
+                                             slo.target_s, tl=d.timeline)))
 
 
 def _topology(d: ReportData) -> str:
@@ -117,13 +117,15 @@ def _pilot(d: ReportData) -> str:
                 "(<code>kvplan pilot</code> stores them).</p>")
     rows = [[r["run_id"], r["label"], r["scenario"], ts(r["started_at"]), r["requests"], r["failed"],
              fmt.secs(r["wall_s"]), fmt.secs(r["ttft_p50_s"]), fmt.number(r["tokens_per_s_p50"]),
-             fmt.number(r["aggregate_tokens_per_s"])] for r in runs]
+             fmt.number(r["aggregate_tokens_per_s"]), fmt.pct(r["requests_with_cache_share"], "not recorded")]
+            for r in runs]
     where: dict[str, list[str]] = {}
     for r in runs:
         where.setdefault(r["measured_on"], []).append(f"#{r['run_id']}")
     out = ("<h2>4. Pilot comparison</h2>"
            + table(["run", "label", "scenario", "started (UTC)", "requests", "failed", "total time",
-                    "TTFT p50", "tok/s p50 per user", "aggregate tok/s"], rows, {4, 5, 6, 7, 8, 9})
+                    "TTFT p50", "tok/s p50 per user", "aggregate tok/s", "requests with cached tokens"], rows,
+                   {4, 5, 6, 7, 8, 9, 10})
            + "".join(f"<p>Runs {', '.join(ids)} measured on: {escape(m)}.</p>" for m, ids in sorted(where.items())))
     pair = d.runs.default_pair()
     if pair:

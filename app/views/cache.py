@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from app.data.window import TimeBucket, Window, gauge_points, load_window, window_buckets
+from app.data.window import TimeBucket, Window, gauge_points, load_window, load_window_and_buckets, window_buckets
 from app.views.overview import tier_points
 from app.views.runs import runs_view
 from models.catalog import GAUGE_LABELS
@@ -44,6 +44,8 @@ def series_label(g: dict) -> str:
 def cache_view(source, deployment: str, t_from, t_to, step_s: int, model: str | None = None, *,
                win: Window | None = None, buckets: list[TimeBucket] | None = None) -> CacheView:
     """``win`` / ``buckets``: already loaded ones (the report shares them)."""
+    if win is None and buckets is None:  # one scan of the raw edges for both
+        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
     win = win or load_window(source, deployment, t_from, t_to, model)
     if buckets is None:
         buckets = window_buckets(source, deployment, t_from, t_to, step_s, model)

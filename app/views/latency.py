@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.data.store import load_pricebook
-from app.data.window import TimeBucket, Window, load_window, window_buckets
+from app.data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
 from app.views.overview import latency_points
 from models.metrics import Quantile, latency_quantiles
 from models.slo import Slo, slo_attainment
@@ -46,6 +46,8 @@ def latency_view(source, deployment: str, t_from, t_to, step_s: int, model: str 
                  buckets: list[TimeBucket] | None = None) -> LatencyView:
     """SLO snapped to a bucket bound; ``win`` / ``buckets``: already loaded ones (the report
     shares them); ``prices``: the config's default price table."""
+    if win is None and buckets is None:  # one scan of the raw edges for both
+        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
     win = win or load_window(source, deployment, t_from, t_to, model)
     if slo_s is None:
         slo_s = load_pricebook(source, deployment, prices).planning.ttft_p99_slo_seconds

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.data.store import DeploymentSettings, Fleet, Prices, fleet, load_pricebook
-from app.data.window import TimeBucket, Window, engines_in_window, load_window, window_buckets
+from app.data.window import TimeBucket, Window, engines_in_window, load_window, load_window_and_buckets, window_buckets
 from models.decision import PlanInputs, PlanningInputs
 from models.metrics import latency_quantiles, tiers
 from models.plan import PlanResult
@@ -80,9 +80,12 @@ def overview(source, deployment: str, t_from, t_to, model: str | None = None, st
     """Overview page: the window's plan (monthly benefit, decision), hit rate, TTFT vs SLO;
     with ``step_s`` also the hit-rate and latency points over time. ``win``: the window,
     if already loaded (the report shares one across its sections)."""
-    win = win or load_window(source, deployment, t_from, t_to, model)
+    if win is None and step_s:  # one scan of the raw edges for both
+        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
+    else:
+        win = win or load_window(source, deployment, t_from, t_to, model)
+        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model) if step_s else []
     pw = plan_window(source, win, cfg)
-    buckets = window_buckets(source, deployment, t_from, t_to, step_s, model) if step_s else []
     return Overview(win, pw.plan, pw.prices.origin, pw.fleet.gpus, pw.fleet.origin,
                     slo_attainment(win.rows, pw.plan.inputs.planning.ttft_p99_slo_seconds),
                     tier_points(buckets), latency_points(buckets))

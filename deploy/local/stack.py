@@ -431,6 +431,9 @@ def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str
         "--max-model-len", str(max_model_len),
         "--dtype", "bfloat16",
         "--disable-hybrid-kv-cache-manager",
+        # usage.prompt_tokens_details.cached_tokens in every response: the workload driver
+        # records it per request (the request-weighted hit share of a run)
+        "--enable-prompt-tokens-details",
     ]
     if "--no-enable-prefix-caching" not in extra_args:
         cmd.append("--enable-prefix-caching")

@@ -62,6 +62,30 @@ WHERE i.ts > $t_after AND se.name IN (SELECT unnest($names))
 GROUP BY ALL
 ORDER BY bucket, se.name, se.le, se.labels;
 
+-- name: span_increases_and_buckets
+-- span_increases and span_buckets of one raw span from ONE scan of its sample pairs (a page
+-- that shows both reads the raw edge once): rows with part = 'window' are span_increases'
+-- (every series, summed over targets and engines), rows with part = 'bucket' are
+-- span_buckets' (the chosen names per time bucket (start, start + $step_s] on $origin).
+WITH i AS MATERIALIZED (
+    SELECT i.ts, i.delta, i.reset, se.name, se.family, se.model_name, se.le, se.labels
+    FROM increments($deployment, $t_lookback, $t_to, $model) i
+    JOIN series se ON se.series_id = i.series_id
+    WHERE i.ts > $t_after
+)
+SELECT 'window' AS part, CAST(NULL AS TIMESTAMP) AS bucket, name, family, model_name, le, labels,
+       sum(delta) AS increase, count(*) AS pairs, sum(CAST(reset AS INTEGER)) AS resets
+FROM i
+GROUP BY name, family, model_name, le, labels
+UNION ALL
+SELECT 'bucket' AS part,
+       time_bucket(to_seconds(CAST($step_s AS BIGINT)), ts - INTERVAL 1 MICROSECOND,
+                   CAST($origin AS TIMESTAMP)) AS bucket,
+       name, NULL AS family, NULL AS model_name, le, labels, sum(delta) AS increase, NULL AS pairs, NULL AS resets
+FROM i
+WHERE name IN (SELECT unnest($names))
+GROUP BY 2, name, le, labels;
+
 -- name: span_gauges
 -- Gauges of chosen names per time bucket [start, start + $step_s) aligned on $origin, over
 -- samples in [$t_from, $t_to): mean, max and last per target and series. A model filter
@@ -191,3 +215,30 @@ JOIN deployments d ON d.deployment_id = t.deployment_id
 WHERE d.name = $deployment AND NOT sc.ok
 ORDER BY sc.ts DESC, t.name
 LIMIT $limit;
+
+-- name: scrape_gaps
+-- Stretches a target of a deployment had no data inside a window because its scrapes
+-- failed: each run of consecutive failed scrapes of one target as [the last ok scrape
+-- before it (else the first failure), the next ok scrape after it (else the last failure)],
+-- with how many scrapes failed and the first error. Only targets with a failure in the
+-- window are scanned.
+WITH f AS (
+    SELECT DISTINCT sc.target_id
+    FROM scrapes sc JOIN targets t ON t.target_id = sc.target_id
+    JOIN deployments d ON d.deployment_id = t.deployment_id
+    WHERE d.name = $deployment AND NOT sc.ok AND sc.ts BETWEEN $t_from AND $t_to
+),
+s AS (
+    SELECT sc.target_id, sc.ts, sc.ok, sc.error,
+           lead(sc.ts) OVER w AS next_ts,
+           sum(CASE WHEN sc.ok THEN 1 ELSE 0 END) OVER w AS grp
+    FROM scrapes sc JOIN f ON f.target_id = sc.target_id
+    WINDOW w AS (PARTITION BY sc.target_id ORDER BY sc.ts)
+)
+SELECT t.name AS target, min(s.ts) AS t_from, max(coalesce(s.next_ts, s.ts)) FILTER (WHERE NOT s.ok) AS t_to,
+       count(*) FILTER (WHERE NOT s.ok) AS failed, arg_min(s.error, s.ts) FILTER (WHERE NOT s.ok) AS error
+FROM s JOIN targets t ON t.target_id = s.target_id
+GROUP BY t.name, s.grp
+HAVING count(*) FILTER (WHERE NOT s.ok) > 0
+   AND max(coalesce(s.next_ts, s.ts)) FILTER (WHERE NOT s.ok) >= $t_from AND min(s.ts) <= $t_to
+ORDER BY t_from, target;

@@ -1,0 +1,30 @@
+"""The recorded gaps of a window, for the time charts (``app.charts.Timeline``): runs of
+failed scrapes per target (query ``scrape_gaps``) and Prometheus ingestion gaps
+(``ingest_gaps``). Time buckets without data are found by the charts themselves."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.charts import Gap, Timeline
+
+
+def recorded_gaps(source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:
+    """``source``: a ``Database`` or a ``Snapshot``."""
+    out = [Gap(r["t_from"], r["t_to"], f"{r['target']}: {r['failed']} failed scrape(s) ({_short(r['error'])})")
+           for r in source.fetch("scrape_gaps", deployment=deployment, t_from=t_from, t_to=t_to)]
+    out += [Gap(r["t_from"], r["t_to"], f"{r['target'] or 'whole deployment'}: {r['reason']}")
+            for r in source.fetch("ingest_gaps", deployment=deployment, t_from=t_from, t_to=t_to)]
+    return tuple(sorted(out, key=lambda g: g.t_from))
+
+
+def _short(error: str | None, limit: int = 90) -> str:
+    e = " ".join((error or "no error recorded").split())
+    return e if len(e) <= limit else e[: limit - 1] + "…"
+
+
+def timeline(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+             tz: str = "UTC") -> Timeline:
+    """How the time charts of a window are drawn: zone, bucket width, recorded gaps."""
+    return Timeline(tz=tz, step_s=step_s, t_from=t_from, t_to=t_to,
+                    gaps=recorded_gaps(source, deployment, t_from, t_to))
