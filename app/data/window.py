@@ -66,12 +66,20 @@ def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model
     if spans.rolled:
         rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
                                                      t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
+    return Window(deployment, model, t_from, t_to, tuple(rows),
+                  _noted_stats(source, deployment, t_from, t_to, model, rows, spans), spans)
+
+
+def _noted_stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None,
+                 rows: list[Increase], spans: Spans) -> WindowStats:
+    """``window_stats`` with notes: why every figure is null (no increase at all), and stored
+    rows the raw edges left out (rolled-up days were summed by the same guarded macro)."""
     st = window_stats(rows)
     if not rows:
         st.notes += why_empty(source, deployment, t_from, t_to, model)
-    for _lb, after, end in spans.raw:  # rolled-up days were summed by the same guarded macro
+    for _lb, after, end in spans.raw:
         st.notes += data_notes(source, deployment, after, end, model)
-    return Window(deployment, model, t_from, t_to, tuple(rows), st, spans)
+    return st
 
 
 def window_increases(source, deployment: str, t_from: datetime, t_to: datetime,
@@ -198,7 +206,7 @@ def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: dat
     for r in raw:
         by.setdefault(as_instant(r["bucket"]), []).append(
             Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
-    win = Window(deployment, model, f, t, tuple(rows), window_stats(rows), spans)
+    win = Window(deployment, model, f, t, tuple(rows), _noted_stats(source, deployment, f, t, model, rows, spans), spans)
     return win, [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
 
 
