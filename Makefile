@@ -12,8 +12,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DB ?= var/demo.duckdb
 PORT ?= 8501
 # Debian packages: Prometheus (promtool too) for live ingestion and its tests, Chromium for
-# the browser tests, poppler-utils (pdftotext) for report checks, Pango for WeasyPrint.
-APT_PACKAGES := prometheus chromium poppler-utils libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core
+# the browser tests, strace (the test that the dashboard connects nowhere at start),
+# poppler-utils (pdftotext) for report checks, Pango for WeasyPrint.
+APT_PACKAGES := prometheus chromium strace poppler-utils libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core
 
 .PHONY: demo test test-fast sysdeps venv stack bench clean
 

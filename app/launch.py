@@ -4,7 +4,11 @@ the options the user gets are the ones the tests check.
 * ``server.headless``: never stop at Streamlit's first-run e-mail prompt;
 * ``client.toolbarMode = minimal``: no "Deploy" button and no developer menu entries
   (kvplan is not deployed to Streamlit's cloud);
-* ``browser.gatherUsageStats = false``: no telemetry.
+* ``browser.gatherUsageStats = false``: no telemetry;
+* ``logger.hideWelcomeMessage = true``: no welcome message, whose "External URL" line makes a
+  headless server on 0.0.0.0 call checkip.amazonaws.com at every start: kvplan makes no
+  outbound call (tests/test_hardening.py checks it under strace). ``kvplan dashboard`` adds
+  ``server.address`` (127.0.0.1 unless ``--address``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ STREAMLIT_OPTIONS = {
     "server.headless": "true",
     "client.toolbarMode": "minimal",
     "browser.gatherUsageStats": "false",
+    "logger.hideWelcomeMessage": "true",
 }
 
 

@@ -23,6 +23,9 @@ PAGES = Path(__file__).parent / "pages"
 log = logging.getLogger("kvplan.dashboard")
 
 st.set_page_config(page_title="kvplan", page_icon=":material/calculate:", layout="wide")
+from app.auth import require_login  # noqa: E402
+
+require_login()  # kvplan dashboard --auth-secrets: OpenID Connect login before any page
 pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/dashboard:", default=True),
          st.Page(str(PAGES / "cache.py"), title="Cache", icon=":material/database:", url_path="cache"),
          st.Page(str(PAGES / "latency.py"), title="Latency", icon=":material/timer:", url_path="latency"),

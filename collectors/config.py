@@ -42,6 +42,7 @@ from models.decision import PLANNING_FIELDS, PlanningInputs
 from models.errors import KvplanError
 from models.pricebook import FIELDS as PRICEBOOK_FIELDS
 from models.pricebook import PriceBook
+from models.redact import register_secret
 
 DEFAULT_CONFIG = Path("kvplan.toml")
 SECRET_KEYS = ("password", "bearer_token")
@@ -68,9 +69,22 @@ def _check_duration(v: str) -> str:
 def _check_url(v: str | None) -> str | None:
     if v is None:
         return v
+    return check_url(v)
+
+
+def check_url(v: str) -> str:
+    """An http(s) URL with a host and a valid port; the message never shows a password."""
+    from models.redact import redact
+
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{v!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
+        raise ValueError(f"{redact(v)!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
+    try:
+        parts.port
+    except ValueError:
+        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535") from None
+    if parts.port == 0:
+        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535")
     return v
 
 
@@ -96,7 +110,7 @@ def check_selector(v: str) -> str:
 class TargetConfig(BaseModel):
     """One /metrics endpoint kvplan scrapes directly."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="Name of the target inside its deployment, e.g. node1-vllm-0.")
     url: str = Field(description="Full /metrics URL, e.g. http://10.0.0.5:8000/metrics.")
@@ -109,7 +123,7 @@ class TargetConfig(BaseModel):
 class DeploymentConfig(BaseModel):
     """A serving deployment: the vLLM and LMCache servers whose economics are modelled together."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1, description="Deployment name used in the database, CLI and dashboard.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Endpoints scraped directly.")
@@ -128,6 +142,13 @@ class DeploymentConfig(BaseModel):
 
     _sel = field_validator("prometheus_selector")(check_selector)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v.strip() or v != v.strip():
+            raise ValueError(f"{v!r}: a deployment name is non-empty, without leading or trailing blanks")
+        return v
+
     @model_validator(mode="after")
     def _unique_targets(self):
         seen: set[str] = set()
@@ -141,7 +162,7 @@ class DeploymentConfig(BaseModel):
 class PrometheusConfig(BaseModel):
     """Where kvplan queries an existing Prometheus (or Thanos/Mimir) for range ingestion."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     url: str | None = Field(default=None, description="Base URL, e.g. http://prometheus:9090.")
     step: str = Field(default="1m", description="Resolution of ingested increases (PromQL duration).")
@@ -151,10 +172,10 @@ class PrometheusConfig(BaseModel):
                                                      "sample; two samples further apart than this are a gap, "
                                                      "not an increase.")
     gap_after: str = Field(default="5m", description="A target silent for longer than this is recorded as a gap.")
-    timeout_s: float = Field(default=30.0, gt=0, description="Seconds before one Prometheus query is abandoned.")
-    retries: int = Field(default=2, ge=0, description="Retries of a query that failed with a connection error "
+    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds before one Prometheus query is abandoned.")
+    retries: int = Field(default=2, ge=0, le=10, description="Retries of a query that failed with a connection error "
                                                       "or HTTP 429/5xx.")
-    concurrency: int = Field(default=4, ge=1, description="Queries in flight at once.")
+    concurrency: int = Field(default=4, ge=1, le=64, description="Queries in flight at once.")
     verify_tls: bool = Field(default=True, description="Verify the server's TLS certificate.")
     ca_file: str | None = Field(default=None, description="CA bundle for a private TLS certificate.")
     username: str | None = Field(default=None, description="Basic-auth user (password from the environment).")
@@ -201,22 +222,22 @@ class PrometheusConfig(BaseModel):
 class ScheduleConfig(BaseModel):
     """What the collector daemon runs when."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    scrape_interval_s: float = Field(default=15.0, gt=0, description="Seconds between direct scrapes of "
+    scrape_interval_s: float = Field(default=15.0, gt=0, le=86400, description="Seconds between direct scrapes of "
                                                                       "every target.")
     nightly_cron: str = Field(default="0 2 * * *", description="Cron expression (local time) of the nightly "
                                                                "ingestion, rollups and report.")
     timezone: str | None = Field(default=None, description="Time zone of nightly_cron (IANA name); default: "
                                                            "the machine's.")
-    misfire_grace_s: float = Field(default=6 * 3600, gt=0, description="A nightly run missed by less than this "
+    misfire_grace_s: float = Field(default=6 * 3600, gt=0, le=7 * 86400, description="A nightly run missed by less than this "
                                                                        "(daemon busy or down) still runs.")
-    catchup_days: int = Field(default=7, ge=1, description="On start, missed or failed nightly days up to this "
+    catchup_days: int = Field(default=7, ge=1, le=366, description="On start, missed or failed nightly days up to this "
                                                           "many back are run again.")
     report_dir: Path | None = Field(default=None, description="Where the nightly job writes capacity reports "
                                                             "(default: reports/ next to the database).")
     report_format: Literal["pdf", "html"] = Field(default="pdf", description="Format of the nightly reports.")
-    keep_scrape_runs_days: int = Field(default=14, ge=1, description="Scrape-round rows in collector_runs are "
+    keep_scrape_runs_days: int = Field(default=14, ge=1, le=3650, description="Scrape-round rows in collector_runs are "
                                                                      "kept this many days.")
 
     @field_validator("nightly_cron")
@@ -248,11 +269,15 @@ class Settings(BaseSettings):
     """Everything kvplan can be configured with."""
 
     model_config = SettingsConfigDict(env_prefix="KVPLAN_", env_nested_delimiter="__",
-                                      secrets_nested_delimiter="__", extra="forbid")
+                                      secrets_nested_delimiter="__", extra="forbid", allow_inf_nan=False)
 
     db: Path = Field(default=Path("kvplan.duckdb"), description="DuckDB file kvplan reads and writes.")
-    scrape_timeout_s: float = Field(default=10.0, gt=0, description="Seconds before a /metrics scrape is abandoned.")
-    lock_timeout_s: float = Field(default=30.0, gt=0, description="Seconds to wait for the DuckDB file when another "
+    scrape_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="Total seconds one /metrics scrape may "
+                                    "take (connect, headers and body together); past it the scrape is a recorded gap.")
+    scrape_max_bytes: int = Field(default=16 * 2**20, ge=1024, le=2**31, description="Largest /metrics body read "
+                                  "(bytes, after decompression; default 16 MiB, a vLLM payload is ~60 KB); a larger "
+                                  "one is a recorded gap and reading stops at the cap.")
+    lock_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds to wait for the DuckDB file when another "
                                                                   "process holds it.")
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
@@ -314,10 +339,39 @@ def _refuse_secrets_in_file(path: Path) -> None:
         raise ConfigError(f"{path}: not valid TOML: {e}") from None
     prom = data.get("prometheus")
     bad = [f"prometheus.{k}" for k in SECRET_KEYS if isinstance(prom, dict) and k in prom]
+    urls = [("prometheus.url", prom.get("url") if isinstance(prom, dict) else None)]
+    for i, d in enumerate(data.get("deployments") or []):
+        for j, t in enumerate((d.get("targets") or []) if isinstance(d, dict) else []):
+            urls.append((f"deployments.{i}.targets.{j}.url", t.get("url") if isinstance(t, dict) else None))
+    in_url = [k for k, u in urls if isinstance(u, str) and _has_password(u)]
+    if in_url:
+        raise ConfigError(f"{path}: {', '.join(in_url)}: a password inside a URL is a secret and does not belong "
+                          "in the config file; put the user in prometheus.username and the password in "
+                          "KVPLAN_PROMETHEUS__PASSWORD or a file under KVPLAN_SECRETS_DIR")
     if bad:
         raise ConfigError(f"{path}: {', '.join(bad)}: secrets do not belong in the config file; set "
                           + " / ".join(f"KVPLAN_PROMETHEUS__{k.split('.')[1].upper()}" for k in bad)
                           + " or put them in files under KVPLAN_SECRETS_DIR")
+
+
+def _has_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return False
+
+
+def _blame(err: dict, path: Path | None) -> tuple[str, str]:
+    """(where, problem) of one validation error: the environment variable that set the key
+    when there is one (KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S=...), else the config file."""
+    loc = _loc(err)
+    msg = err["msg"].removeprefix("Value error, ")
+    parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+    for n in range(len(parts), 0, -1):
+        var = "KVPLAN_" + "__".join(parts[:n]).upper()
+        if var in os.environ:
+            return var, f"{loc or '(top level)'} (from the environment variable {var}): {msg}"
+    return str(path) if path else "defaults", f"{loc or '(top level)'}: {msg}"
 
 
 def _loc(err: dict) -> str:
@@ -339,11 +393,18 @@ def load_settings(config: Path | None = None, **overrides) -> Settings:
         raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
     _CONFIG_PATH[0] = path
     try:
-        return Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
+        s = Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
+        for secret in (s.prometheus.bearer_token, s.prometheus.password):
+            if secret is not None:
+                register_secret(secret.get_secret_value())
+        if s.prometheus.url:
+            register_secret(urlsplit(s.prometheus.url).password)
+        return s
     except ValidationError as e:
-        where = str(path) if path else "environment"
-        problems = "; ".join(f"{_loc(err) or '(top level)'}: {err['msg'].removeprefix('Value error, ')}"
-                             for err in e.errors())
+        blamed = [_blame(err, path) for err in e.errors()]
+        from_env = {w for w, _ in blamed if w.startswith("KVPLAN_")}
+        where = str(path) if path and len(from_env) < len(blamed) else "environment"
+        problems = "; ".join(p for _, p in blamed)
         raise ConfigError(f"{where}: invalid configuration: {problems}") from None
     finally:
         _CONFIG_PATH[0] = None

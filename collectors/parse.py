@@ -20,8 +20,11 @@ Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
 from __future__ import annotations
 
 import math
+import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from prometheus_client.openmetrics.parser import (
     text_fd_to_metric_families as _openmetrics_families,
@@ -37,6 +40,11 @@ KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
 # login page or a proxy, application/json from an API) is not metrics.
 _TEXT_TYPES = ("text/plain",)
 _OPENMETRICS_TYPES = ("application/openmetrics-text",)
+
+
+_UNDERSCORED = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm_", re.M)
+_COLON = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm:", re.M)
+_UNDERSCORED_SUB = re.compile(r"^((?:# (?:HELP|TYPE|UNIT) )?)vllm_", re.M)
 
 
 class PayloadError(KvplanError):
@@ -132,11 +140,25 @@ def check_content_type(source: str, content_type: str | None) -> str:
     )
 
 
-def _split_labels(labels: dict[str, str]) -> tuple[str | None, str | None, float | None, tuple]:
+def _split_labels(source: str, text: str, s, fam_type: str) -> tuple[str | None, str | None, float | None, tuple]:
+    labels = s.labels
     model = model_label(labels.get("model_name"))  # a path becomes its last component
     engine = labels.get("engine")
     le_raw = labels.get("le")
-    le = float(le_raw) if le_raw is not None else None
+    le = None
+    if fam_type == "histogram" and s.name.endswith("_bucket") and le_raw is None:
+        where = _find_line(text, s.name, labels)
+        raise PayloadError(source, f"{s.name}{_fmt_labels(labels)}: a histogram bucket without an le label",
+                           line=where[0] if where else None)
+    if le_raw is not None:
+        try:
+            le = float(le_raw)
+        except ValueError:
+            le = None
+        if le is None or math.isnan(le):
+            where = _find_line(text, s.name, labels)
+            raise PayloadError(source, f"{s.name}{_fmt_labels(labels)}: le={le_raw!r} is not a number",
+                               line=where[0] if where else None)
     rest = tuple(sorted((k, v) for k, v in labels.items() if k not in ("model_name", "engine", "le")))
     return model, engine, le, rest
 
@@ -155,14 +177,37 @@ def _find_line(text: str, sample_name: str, labels: dict[str, str]) -> list[int]
     return hits
 
 
+MAX_COUNTER = float(2**53)
+"""The largest counter value kept: above 2**53 a double cannot count by one any more, so
+such a value is corrupt (or a test of 1e308), not traffic."""
+CREATED_AHEAD_S = 366 * 86400
+"""A ``_created`` time more than this after the scrape time is impossible: refused."""
+HIT_PAIRS = (
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    ("vllm:external_prefix_cache_hits_total", "vllm:external_prefix_cache_queries_total"),
+    ("lmcache_mp_lookup_hit_tokens_total", "lmcache_mp_lookup_requested_tokens_total"),
+    ("lmcache_mp_lookup_hit_l1_tokens_total", "lmcache_mp_lookup_requested_tokens_total"),
+    ("lmcache_mp_lookup_hit_l2_tokens_total", "lmcache_mp_lookup_requested_tokens_total"),
+    ("lmcache:num_hit_tokens_total", "lmcache:num_requested_tokens_total"),
+)
+"""(hits, queries) counters of one series: hits can never exceed queries in one payload."""
+
+
+def _monotonic(fam_type: str, name: str) -> bool:
+    """Samples that only count up from 0: counters, histogram buckets and counts, summary counts."""
+    return fam_type == "counter" or (fam_type in ("histogram", "summary") and name.endswith(("_bucket", "_count")))
+
+
 def parse_payload(text: str, source: str, *, content_type: str | None = None,
-                  kind: str | None = None) -> Payload:
-    """Parse and validate one payload. ``kind`` forces the payload kind; otherwise it is
-    detected from the family names. Raises :class:`PayloadError`.
+                  kind: str | None = None, at: datetime | None = None) -> Payload:
+    """Parse and validate one payload taken at ``at`` (default now). ``kind`` forces the
+    payload kind; otherwise it is detected from the family names. Raises :class:`PayloadError`
+    naming the source, the line and the series of the first impossible value.
 
     Long on purpose: one pass over the parser's families holds every acceptance rule (type,
-    finiteness, duplicates, buckets) next to the line it names; split up, the rules would be
-    read out of the order a payload is checked in."""
+    finiteness, sign and size, _created, duplicates, buckets) next to the line it names; split
+    up, the rules would be read out of the order a payload is checked in."""
+    at_s = at.timestamp() if at is not None else time.time()
     if kind is not None and kind not in KINDS:
         raise PayloadError(source, f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     fmt = check_content_type(source, content_type)
@@ -175,6 +220,13 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     if head.startswith("{") or head.startswith("["):
         raise PayloadError(source, "this looks like JSON, not Prometheus text exposition", line=1)
 
+    mapped = []
+    if _UNDERSCORED.search(text) and not _COLON.search(text):
+        # prometheus_client (OpenMetrics, or UTF-8 name escaping) may write vLLM's names with
+        # '_' for ':'. vLLM names every metric vllm:..., so map them back and say so.
+        text = _UNDERSCORED_SUB.sub(r"\1vllm:", text)
+        mapped.append("metric names written vllm_... were read as vLLM's vllm:... (saved by a client that "
+                      "replaced ':' with '_')")
     lines = _CountingLines(text)
     parser = _openmetrics_families if fmt == "openmetrics" else _text_families
     raw_families = []
@@ -195,7 +247,16 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
         for s in fam.samples:
             base = s.name[: -len("_created")] if s.name.endswith("_created") else None
             if base is not None and kept.get(base) in ("counter", "histogram", "summary"):
-                created[(base, tuple(sorted(s.labels.items())))] = s.value
+                c = float(s.value)
+                why = ("is not a number" if math.isnan(c) else "is not finite" if not math.isfinite(c)
+                       else "is before 1970" if c <= 0
+                       else "is more than a year after the scrape time" if c > at_s + CREATED_AHEAD_S else None)
+                if why:
+                    where = _find_line(text, s.name, s.labels)
+                    raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a _created time "
+                                               f"(unix seconds of the series' start) {why}",
+                                       line=where[0] if where else None)
+                created[(base, tuple(sorted(s.labels.items())))] = c
                 continue
             plain.append((fam.name, fam.type, s))
             if fam.name.endswith("_created"):
@@ -212,14 +273,25 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     seen: dict[tuple, Sample] = {}
     warnings: list[str] = []
     for fam_name, fam_type, s in plain:
-        model, engine, le, rest = _split_labels(s.labels)
+        model, engine, le, rest = _split_labels(source, text, s, fam_type)
         value = float(s.value)
+        quantile = fam_type == "summary" and "quantile" in s.labels
         if not math.isfinite(value):
-            if fam_type in ("counter", "histogram", "summary"):
+            if fam_type in ("counter", "histogram", "summary") and not quantile:
                 lines_at = _find_line(text, s.name, s.labels)
                 raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} is {s.value}: a {fam_type} "
                                            "must be a finite number", line=lines_at[0] if lines_at else None)
+            # a gauge, or a summary quantile (NaN when nothing was observed lately): kept out
             warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value}; not stored")
+            continue
+        too_big = abs(value) > MAX_COUNTER
+        if _monotonic(fam_type, s.name) and (value < 0 or too_big):
+            lines_at = _find_line(text, s.name, s.labels)
+            why = "negative" if value < 0 else f"above 2**53 ({MAX_COUNTER:.4g}), beyond exact counting"
+            raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a {fam_type} value cannot be "
+                                       f"{why}", line=lines_at[0] if lines_at else None)
+        if too_big:
+            warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value} (above 2**53); not stored")
             continue
         base = fam_name
         labels_no_le = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
@@ -236,7 +308,8 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
         samples.append(sample)
 
     _check_histograms(source, samples)
-    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=warnings)
+    _check_hits(source, text, samples)
+    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=mapped + warnings)
 
 
 def _fmt_labels(labels: dict[str, str]) -> str:
@@ -272,3 +345,20 @@ def _check_histograms(source: str, samples: list[Sample]) -> None:
             raise PayloadError(source, f"histogram {label}: _count {counts[ident]} != +Inf bucket {bs[-1].value}")
         if ident not in counts:
             raise PayloadError(source, f"histogram {label} has buckets but no _count: payload truncated?")
+
+
+def _check_hits(source: str, text: str, samples: list[Sample]) -> None:
+    """Within one payload, a hits counter never exceeds the queries counter of its series."""
+    by_key = {(x.name, x.model_name, x.engine, x.labels): x for x in samples}
+    for hits_name, queries_name in HIT_PAIRS:
+        for (name, model, engine, labels), h in by_key.items():
+            if name != hits_name:
+                continue
+            q = by_key.get((queries_name, model, engine, labels))
+            if q is not None and h.value > q.value:
+                lbl = dict(labels, **({"model_name": model} if model is not None else {}),
+                           **({"engine": engine} if engine is not None else {}))
+                where = _find_line(text, hits_name, lbl)
+                raise PayloadError(source, f"{hits_name}{_fmt_labels(lbl)} = {h.value:g} is above "
+                                           f"{queries_name} = {q.value:g}: hits cannot exceed queries",
+                                   line=where[0] if where else None)

@@ -12,7 +12,9 @@ what an earlier ingestion of the same range wrote (re-running a range never dupl
 * counters and histogram parts: per series and step, the sum of the increases between
   consecutive raw samples (p, c) whose later sample c lies in the step (``prom_increments``),
   with the rule of the ``increments()`` macro: a drop is a reset (the increase is the new
-  value); a series' ``_created`` time after p is a zero point (the process restarted);
+  value) unless the series' ``_created`` is known and unchanged (or went backwards), which is
+  a broken or replaced target and counts nothing; a series' ``_created`` time after p is a
+  zero point (the process restarted);
   samples further apart than ``lookback`` are a gap, not an increase. The sample before t0
   (within ``lookback``) is fetched too, so the first pair of a chunk is not lost;
 * gauges: the last raw value inside each step, at the step end (``samples``);
@@ -49,6 +51,7 @@ from collectors.scrape import redact_url
 from collectors.store import ensure_target, series_id
 from models.catalog import FAMILIES
 from models.errors import KvplanError
+from models.redact import redact
 from models.timeutil import aware_utc, from_epoch_ms, from_epoch_s, utcnow
 from sql.db import Database
 
@@ -177,10 +180,15 @@ def step_increments(t, v, created, c0: int, c1: int, step: int, max_span: int):
     restart = np.isfinite(cr) & (cr > tp) & (cr <= tc)          # the process (re)started after p
     start = np.where(restart, cr, tp)
     keep = (has_p | restart) & (tc - start <= max_span)
+    crp = np.where(has_p, created[np.maximum(prev, 0)], np.nan)
     with np.errstate(invalid="ignore"):
         drop = has_p & (vc < vp)
-        delta = np.where(restart | drop, vc, vc - vp)
-        resets = np.where(restart, has_p & (vp > 0), drop)
+        # _created known on both sides and unchanged (or gone backwards): a decrease is no
+        # restart but a broken or replaced target; the pair counts nothing (increments() macro)
+        known = np.isfinite(cr) & np.isfinite(crp) & ~restart
+        broken = known & ((drop & (cr == crp)) | (cr < crp))
+        delta = np.where(broken, 0.0, np.where(restart | drop, vc, vc - vp))
+        resets = np.where(broken, False, np.where(restart, has_p & (vp > 0), drop))
     ends = (t[cur] + step - 1) // step * step
     far = int(((has_p | restart) & ~keep).sum())
     return (*_per_step(ends[keep], delta[keep], resets[keep].astype(np.int64)), far)
@@ -253,7 +261,7 @@ def fetch_chunk(client: PromClient, selector: str, t0: int, t1: int, lookback: i
         for result in pool.map(lambda q: client.range_vector(q, t1 / 1000), queries):
             chunk.series.extend(Raw.from_result(r) for r in result)
     except PromError as e:
-        chunk.series, chunk.error = [], str(e)
+        chunk.series, chunk.error = [], redact(str(e))
     return chunk
 
 

@@ -38,6 +38,7 @@ from collectors.scrape import Target, scrape_target
 from collectors.store import ensure_target
 from collectors.traces import ingest_trace_dir
 from models.errors import KvplanError
+from models.redact import redact
 from models.timeutil import day_start, utcnow
 from sql.db import Database
 
@@ -56,7 +57,7 @@ class Outcome:
 
     @property
     def message(self) -> str | None:
-        return "; ".join(self.notes)[:2000] or None
+        return redact("; ".join(self.notes))[:2000] or None
 
 
 def fetch_rw(db: Database, query: str, **params) -> list[dict]:
@@ -118,7 +119,8 @@ class Scraper:
                 out.notes.append(f"{dep}/{t.name}: previous scrape still running, skipped")
                 continue
             futures[key] = self.inflight[key] = self.pool.submit(
-                scrape_target, self.db, dep, t, timeout_s=self.settings.scrape_timeout_s)
+                scrape_target, self.db, dep, t, timeout_s=self.settings.scrape_timeout_s,
+                max_bytes=self.settings.scrape_max_bytes)
         wait(futures.values(), timeout=self.settings.schedule.scrape_interval_s * 0.9)
         for (dep, name), f in futures.items():
             if not f.done():
@@ -127,7 +129,7 @@ class Scraper:
             elif f.exception() is not None:
                 out.errors += 1
                 out.notes.append(f"{dep}/{name}: {f.exception()}")
-                log.error("scrape %s/%s: %s", dep, name, f.exception())
+                log.error("scrape %s/%s: %s", dep, name, redact(str(f.exception())))
             elif f.result().status == "failed-recorded":
                 out.errors += 1
                 out.notes.append(f"{dep}/{name}: failed (see the scrape log)")
@@ -214,7 +216,7 @@ class Nightly:
                 except Exception as e:  # a bad deployment must not stop the others
                     out.errors += 1
                     out.notes.append(f"{dep.name}: {type(e).__name__}: {e}")
-                    log.error("nightly %s: ingest %s: %s", day, dep.name, e)
+                    log.error("nightly %s: ingest %s: %s", day, dep.name, redact(str(e)))
                     continue
                 out.rows += res.rows
                 out.errors += res.failed

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from collectors.parse import Payload
 from models.errors import KvplanError
+from models.redact import redact
 from models.timeutil import naive_utc
 from sql.db import Database
 
@@ -42,7 +43,18 @@ def series_id(target_id: int, name: str, model: str | None, engine: str | None,
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 
 
+def check_name(name: str, what: str) -> str:
+    """Deployment and target names: non-empty, no surrounding blanks, at most 200 characters."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or len(name) > 200 \
+            or any(ord(c) < 32 for c in name):
+        raise KvplanError(f"{name!r} is not a usable name: non-empty, no leading or trailing blanks or control "
+                          "characters, at most 200 characters", source=what)
+    return name
+
+
 def ensure_target(con, deployment: str, target: str, kind: str, url: str | None) -> int:
+    check_name(deployment, "--deployment")
+    check_name(target, "target")
     row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
     dep_id = row[0] if row else Database.run(con, "insert_deployment", name=deployment).fetchone()[0]
     row = Database.run(con, "get_target", deployment_id=dep_id, name=target).fetchone()
@@ -83,7 +95,7 @@ def insert_payload(con, *, deployment: str, target: str, ts: datetime, payload: 
             "refusing to overwrite it")
     Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=True, error=None,
                  duration_s=duration_s, source=source, payload_sha256=sha256,
-                 n_samples=len(payload.samples), warnings="\n".join(payload.warnings) or None)
+                 n_samples=len(payload.samples), warnings=redact("\n".join(payload.warnings)) or None)
     ids, names, families, types, models, engines, les, labels = [], [], [], [], [], [], [], []
     values, created = [], []
     for s in payload.samples:
@@ -127,6 +139,6 @@ def insert_failure(con, *, deployment: str, target: str, kind: str, ts: datetime
     ts = naive_utc(ts)
     target_id = ensure_target(con, deployment, target, kind, url)
     if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
-        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=error,
+        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=redact(error),
                      duration_s=duration_s, source=source, payload_sha256=None, n_samples=0, warnings=None)
     return StoreResult(target, ts, "failed-recorded", 0)

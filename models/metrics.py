@@ -36,6 +36,7 @@ class Increase:
     target: str = ""
     pairs: int = 0
     resets: int = 0
+    broken: int = 0  # decreases with an unchanged _created: not counted (increments() macro)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,11 @@ class WindowStats:
     prefill_computed_tokens: float | None = None
     estimated_flops: float | None = None
     counter_resets: int = 0
+    counter_decreases: int = 0
+    """Decreases of a counter whose _created did not change (or went backwards): a broken or
+    replaced target, not a restart; those pairs count nothing."""
+    notes: list[str] = field(default_factory=list)
+    """Why a figure is missing or what was left out of it, in words (printed with the figures)."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -183,7 +189,7 @@ def window_stats(rows: list[Increase]) -> WindowStats:
     if lm_req is None:
         lm_req = total(rows, c.total_name(c.LM_INPROC_REQUESTED))
         lm_hit = total(rows, c.total_name(c.LM_INPROC_HIT))
-    return WindowStats(
+    st = WindowStats(
         prefix_cache_hit_rate=ratio(hits, queries),
         external_prefix_cache_hit_rate=ratio(ext_hits, ext_queries),
         cached_prompt_tokens=cached,
@@ -208,7 +214,52 @@ def window_stats(rows: list[Increase]) -> WindowStats:
         prefill_computed_tokens=total(rows, c.sum_name(c.PREFILL_COMPUTED)),
         estimated_flops=total(rows, c.total_name(c.ESTIMATED_FLOPS)),
         counter_resets=sum(r.resets for r in rows),
+        counter_decreases=sum(r.broken or 0 for r in rows),
+        notes=_decrease_notes(rows),
     )
+    for name in RATE_FIELDS:
+        v = getattr(st, name)
+        if v is not None and not 0 <= v <= 1:
+            setattr(st, name, None)
+            st.notes.append(f"{name}: not reported: the counters give {v:.4g}, outside [0, 1] (inconsistent "
+                            "hits and queries in this window)")
+    return st
+
+
+RATE_FIELDS = ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "lmcache_lookup_hit_rate",
+               "lmcache_l1_hit_rate", "lmcache_l2_hit_rate")
+
+
+def _decrease_notes(rows: list[Increase]) -> list[str]:
+    broken: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r.broken:
+            broken[f"{r.name} ({r.target})" if r.target else r.name] += r.broken
+    if not broken:
+        return []
+    names = ", ".join(f"{k}: {v}" for k, v in sorted(broken.items())[:5])
+    more = f" and {len(broken) - 5} more series" if len(broken) > 5 else ""
+    return [f"warning: {sum(broken.values())} counter decrease(s) with an unchanged _created were not counted "
+            f"(not a restart: a broken or replaced target) - {names}{more}"]
+
+
+def null_reasons(ok_scrapes: dict[str, int], data_span: tuple | None, model: str | None,
+                 models: list[str]) -> list[str]:
+    """Why every figure of a window is null, from what the database holds: ``ok_scrapes``
+    (successful scrapes per target inside the window), the deployment's data span, the
+    model asked for and the models in the data."""
+    if model is not None and model not in models:
+        return [f"no data for model {model!r}: the data has {', '.join(map(repr, models)) or 'no model_name'}"]
+    if not any(ok_scrapes.values()):
+        where = (f"; the data spans {data_span[0]:%Y-%m-%d %H:%M} .. {data_span[1]:%Y-%m-%d %H:%M} UTC"
+                 if data_span and data_span[0] is not None else "")
+        return [f"no data in the window: no successful scrape in it{where}"]
+    if max(ok_scrapes.values()) < 2:
+        return [f"only one scrape per target in the window ({len(ok_scrapes)} target(s): "
+                f"{', '.join(sorted(ok_scrapes)[:4])}{' ...' if len(ok_scrapes) > 4 else ''}): an increase needs two "
+                "scrapes of the same target. Snapshots of one server must share its target name: name the files "
+                "NAME@TIME.prom (e.g. vllm-0@2026-11-30T11:00:00Z.prom) or pass --target"]
+    return ["no counter increase in the window (no traffic, or the counters' scrapes are not in it)"]
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def test_scrape_of_a_dead_url_is_recorded_and_reported(tmp_path):
     s.close()  # nothing listens there now
     db = str(tmp_path / "k.duckdb")
     r = runner.invoke(app, ["scrape", "--deployment", "p", f"http://127.0.0.1:{port}/metrics", "--db", db])
-    assert r.exit_code == 1
+    assert r.exit_code == 2                        # the README's promise for an unreachable URL
     assert f"http://127.0.0.1:{port}/metrics" in r.output and "ConnectError" in r.output
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from collectors.config import Settings, load_settings
 from models.errors import KvplanError
+from models.redact import redact
 from models.timeutil import parse_time as _parse_time
 from sql.db import Database
 
@@ -27,7 +28,7 @@ ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config
 
 def fail(message: str) -> NoReturn:
     """End the command with ``message`` and exit code 2 (an input the user can fix)."""
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[red]error:[/red] {redact(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

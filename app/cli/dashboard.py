@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -14,6 +14,11 @@ def dashboard(
     db: DbOpt = None, config: ConfigOpt = None,
     port: Annotated[int, typer.Option(help="Port to serve on.")] = 8501,
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
+    address: Annotated[str, typer.Option(help="Address to listen on: 127.0.0.1 (this machine only) unless you "
+                                              "put it behind a login (--auth-secrets or a proxy), e.g. 0.0.0.0.")] = "127.0.0.1",
+    auth_secrets: Annotated[Optional[Path], typer.Option(
+        envvar="KVPLAN_DASHBOARD_AUTH_SECRETS",
+        help="Streamlit secrets file with an [auth] table (OpenID Connect): every page asks for a login.")] = None,
 ) -> None:
     """Open the Streamlit dashboard on the DuckDB file."""
     import os
@@ -21,17 +26,22 @@ def dashboard(
     import threading
     import webbrowser
 
+    from app.auth import ENV, check_auth_secrets
+
     s = settings(config, db)
-    env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()))
+    secrets_file = check_auth_secrets(auth_secrets) if auth_secrets else None
+    env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()), **{ENV: "1" if secrets_file else "0"})
     if config:
         env["KVPLAN_CONFIG"] = str(config.resolve())
     from app.launch import streamlit_command
 
-    # Streamlit always runs headless (otherwise its first start on a machine stops to ask for
-    # an e-mail address on stdin) with the minimal toolbar (no Deploy button): app/launch.py.
+    # app/launch.py: headless, minimal toolbar, no outbound call; listening on --address only.
     # kvplan opens the browser itself once the server answers.
-    cmd = streamlit_command(port)
-    url = f"http://localhost:{port}"
+    if not 1 <= port <= 65535:
+        raise typer.BadParameter(f"--port {port}: must be from 1 to 65535")
+    cmd = streamlit_command(port, address=address,
+                            extra={"secrets.files": str(secrets_file)} if secrets_file else None)
+    url = f"http://{'localhost' if address in ('127.0.0.1', '0.0.0.0', '::') else address}:{port}"
     out.print(f"kvplan dashboard on {url} (database {s.db}); Ctrl+C stops it")
     if not headless:
         threading.Thread(target=_open_when_up, args=(url, webbrowser.open), daemon=True).start()

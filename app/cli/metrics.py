@@ -18,8 +18,8 @@ from models.errors import KvplanError
 def import_metrics(
     files: Annotated[list[Path], typer.Argument(help="Saved /metrics payloads (one vLLM or LMCache server each).")],
     deployment: Annotated[str, typer.Option(help="Deployment the scrapes belong to.")],
-    at: Annotated[str, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone).")],
-    target: Annotated[Optional[str], typer.Option(help="Target name (default: each file's name without extension).")] = None,
+    at: Annotated[Optional[str], typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); not needed for files named NAME@TIME.prom.")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the file's name without extension).")] = None,
     kind: Annotated[Optional[str], typer.Option(help=f"Force the kind: {', '.join(KINDS)}.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -28,11 +28,11 @@ def import_metrics(
     Importing the same file for the same time again changes nothing."""
     from collectors.scrape import import_files
 
-    ts = parse_time(at, "--at")
-    if target and len(files) > 1:
-        raise KvplanError("names one target; with several files each file's name is its target", source="--target")
-    database = open_db(settings(config, db))
-    results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind)
+    ts = parse_time(at, "--at") if at else None
+    s = settings(config, db)
+    database = open_db(s)
+    results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind,
+                           max_bytes=s.scrape_max_bytes)
     for f, r in zip(files, results):
         out.print(f"{f}: {r.status} ({r.samples} samples) as target {r.target!r} at {r.ts.isoformat()}Z")
 
@@ -43,23 +43,29 @@ def scrape(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Scrape /metrics URLs once and store the result (a failed scrape is recorded as a gap)."""
-    from collectors.scrape import Target, default_target_name, scrape_target
+    from collectors.config import check_url
+    from collectors.scrape import Target, default_target_name, redact_url, scrape_target
 
+    for url in urls:
+        try:
+            check_url(url)
+        except ValueError as e:
+            raise KvplanError(str(e), source="url") from None
     s = settings(config, db)
     database = open_db(s)
     failed = 0
     for url in urls:
         r = scrape_target(database, deployment, Target(default_target_name(url), url),
-                          timeout_s=s.scrape_timeout_s)
+                          timeout_s=s.scrape_timeout_s, max_bytes=s.scrape_max_bytes)
         if r.status == "failed-recorded":
             failed += 1
             last = database.fetch("scrape_log", deployment=deployment, limit=50)
             msg = next((x["error"] for x in last if x["target"] == r.target and not x["ok"]), "failed")
-            err.print(f"[red]{url}[/red]: {msg}", highlight=False, soft_wrap=True)
+            err.print(f"[red]{redact_url(url)}[/red]: {msg}", highlight=False, soft_wrap=True)
         else:
-            out.print(f"{url}: {r.status} ({r.samples} samples) as target {r.target!r}")
-    if failed:
-        raise typer.Exit(1)
+            out.print(f"{redact_url(url)}: {r.status} ({r.samples} samples) as target {r.target!r}")
+    if failed:  # every URL was tried; a failed one is a recorded gap and exit 2
+        raise typer.Exit(2)
 
 
 def stats(
@@ -93,3 +99,5 @@ def stats(
         v = d[k]
         table.add_row(k, "not reported" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)))
     out.print(table)
+    for note in st.notes:
+        err.print(note, highlight=False, soft_wrap=True)

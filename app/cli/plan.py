@@ -37,6 +37,8 @@ def plan(
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
         return
     out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}")
+    for note in (a for a in d["assumptions"] if a.startswith("note: ")):
+        out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]
     out.print("monthly benefit: " + ("n/a" if mb is None else f"${mb:,.0f} (${d['monthly_benefit_low_usd']:,.0f} .. "
                                       f"${d['monthly_benefit_high_usd']:,.0f})"))

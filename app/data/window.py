@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from models.catalog import CHART_NAMES, GAUGE_LABELS
-from models.metrics import Increase, WindowStats, window_stats
+from models.errors import KvplanError
+from models.metrics import Increase, WindowStats, null_reasons, window_stats
 from models.spans import Spans, as_instant, chart_step, longest_run, plan_spans
 from models.timeutil import DAY, aware_utc, ceil_day, floor_day
 
@@ -65,7 +66,20 @@ def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model
     if spans.rolled:
         rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
                                                      t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
-    return Window(deployment, model, t_from, t_to, tuple(rows), window_stats(rows), spans)
+    return Window(deployment, model, t_from, t_to, tuple(rows),
+                  _noted_stats(source, deployment, t_from, t_to, model, rows, spans), spans)
+
+
+def _noted_stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None,
+                 rows: list[Increase], spans: Spans) -> WindowStats:
+    """``window_stats`` with notes: why every figure is null (no increase at all), and stored
+    rows the raw edges left out (rolled-up days were summed by the same guarded macro)."""
+    st = window_stats(rows)
+    if not rows:
+        st.notes += why_empty(source, deployment, t_from, t_to, model)
+    for _lb, after, end in spans.raw:
+        st.notes += data_notes(source, deployment, after, end, model)
+    return st
 
 
 def window_increases(source, deployment: str, t_from: datetime, t_to: datetime,
@@ -76,8 +90,42 @@ def window_increases(source, deployment: str, t_from: datetime, t_to: datetime,
 
 
 def stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> WindowStats:
-    """The headline numbers of one deployment over [t_from, t_to] (``kvplan stats``)."""
-    return window_stats(window_increases(source, deployment, t_from, t_to, model))
+    """The headline numbers of one deployment over [t_from, t_to] (``kvplan stats``), with
+    notes on what was left out and why a figure is missing."""
+    check_model(source, deployment, model)
+    rows = window_increases(source, deployment, t_from, t_to, model)
+    st = window_stats(rows)
+    st.notes += data_notes(source, deployment, t_from, t_to, model)
+    if not rows:
+        st.notes += why_empty(source, deployment, t_from, t_to, model)
+    return st
+
+
+def data_notes(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+    """Stored rows the analysis left out (bad_samples): reported, never raised."""
+    rows = source.fetch("bad_samples", deployment=deployment, t_from=t_from, t_to=t_to, model=model)
+    return [f"warning: {r['name']}: {r['n']} stored sample(s) not used ({r['bad_values']} impossible value(s), "
+            f"{r['bad_created']} impossible _created time(s))" for r in rows]
+
+
+def check_model(source, deployment: str, model: str | None) -> None:
+    """A ``--model`` the deployment's data does not have is an error naming the ones it has."""
+    if model is None:
+        return
+    known = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+    if model not in known:
+        raise KvplanError(f"no model {model!r} in deployment {deployment!r} (known: "
+                          f"{', '.join(map(repr, known)) or 'none: no model_name label'})", source="--model")
+
+
+def why_empty(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+    """Why a window gave no increase at all, so every figure is null: no data in the window,
+    one scrape per target, or a model not in the data."""
+    per_target = source.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to)
+    span = next((d for d in source.fetch("deployments") if d["deployment"] == deployment), None)
+    models = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+    return null_reasons({r["target"]: r["ok"] for r in per_target},
+                        (span["first_scrape"], span["last_scrape"]) if span else None, model, models)
 
 
 @dataclass(frozen=True)
@@ -158,7 +206,7 @@ def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: dat
     for r in raw:
         by.setdefault(as_instant(r["bucket"]), []).append(
             Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
-    win = Window(deployment, model, f, t, tuple(rows), window_stats(rows), spans)
+    win = Window(deployment, model, f, t, tuple(rows), _noted_stats(source, deployment, f, t, model, rows, spans), spans)
     return win, [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
 
 

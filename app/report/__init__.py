@@ -12,12 +12,13 @@ passed.
 
 from __future__ import annotations
 
+from models.errors import KvplanError
+
 from datetime import datetime
 from pathlib import Path
 
 from app.data.store import DeploymentSettings, deployment_settings
 from app.report.data import ReportData, build
-from models.errors import KvplanError
 from sql.db import Database
 
 __all__ = ["ReportData", "build", "render_html", "render_pdf", "write_report", "nightly_reports"]
@@ -50,13 +51,29 @@ def write_report(db: Database, deployment: str, month: str, path: str | Path, *,
     suffix = path.suffix.lower()
     if suffix not in (".pdf", ".html", ".htm"):
         raise KvplanError(f"the report is written as .pdf or .html (got {suffix or 'no suffix'!r})", source=str(path))
+    _check_writable(path)
     html = render_html(build(db, deployment, month, model=model, measured_on=measured_on, cfg=cfg), generated_at)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".pdf":
-        path.write_bytes(render_pdf(html))
-    else:
-        path.write_text(html, encoding="utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if suffix == ".pdf":
+            path.write_bytes(render_pdf(html))
+        else:
+            path.write_text(html, encoding="utf-8")
+    except OSError as e:
+        raise KvplanError(f"cannot write the report: {e.strerror or e}", source=str(path)) from None
     return path
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse, before any rendering, an output that is a directory or lies under a file."""
+    if path.is_dir():
+        raise KvplanError("cannot write the report: it is a directory (give a file name such as "
+                          "report.pdf)", source=str(path))
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise KvplanError(f"cannot write the report: {parent} is a file, not a folder", source=str(path))
+            break
 
 
 def nightly_reports(settings, day) -> list[Path]:

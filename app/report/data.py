@@ -3,6 +3,8 @@ dashboard pages render (so a number reads the same in both)."""
 
 from __future__ import annotations
 
+from models.errors import KvplanError
+
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -79,6 +81,9 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
         win, buckets = load_window_and_buckets(src, deployment, t_from, t_to, step, model)
+        if not win.rows:
+            raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
+                              + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
         ov = overview(src, deployment, t_from, t_to, model, cfg=cfg, win=win)
         runs = runs_view(src, deployment)
         return ReportData(

@@ -32,7 +32,7 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
                gpus_per_engine=cfg.gpus_per_engine, override=gpus, config_key=cfg.config_key)
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
-             f"GPUs: {fl.gpus}, {fl.origin}")
+             f"GPUs: {fl.gpus}, {fl.origin}", *(f"note: {n}" for n in win.stats.notes))
     m = measurement_from_stats(win.stats, window_seconds=max(win.seconds, 1.0), num_gpus=max(fl.gpus, 1))
     result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
@@ -94,4 +94,7 @@ def overview(source, deployment: str, t_from, t_to, model: str | None = None, st
 def plan_range(source, deployment: str, t_from, t_to, model: str | None = None, *,
                cfg: DeploymentSettings = DeploymentSettings(), gpus: int | None = None) -> PlanResult:
     """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it."""
+    from app.data.window import check_model
+
+    check_model(source, deployment, model)
     return plan_window(source, load_window(source, deployment, t_from, t_to, model), cfg, gpus=gpus).plan

@@ -42,7 +42,8 @@ ORDER BY 1;
 -- pairs window_increases counts; the dashboard uses it for the raw edges of a window around
 -- rolled-up days (the same rule as rollup_day).
 SELECT se.name, se.family, se.model_name, se.le, se.labels,
-       sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets
+       sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets,
+       sum(CAST(i.broken AS INTEGER)) AS broken
 FROM increments($deployment, $t_lookback, $t_to, $model) i
 JOIN series se ON se.series_id = i.series_id
 WHERE i.ts > $t_after

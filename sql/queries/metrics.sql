@@ -2,7 +2,8 @@
 -- Increase of every counter and histogram series of a deployment over [$t_from, $t_to],
 -- optionally only one model (see the increments() macro for the exact rule).
 SELECT se.name, se.family, se.model_name, se.engine, se.le, se.labels, t.name AS target,
-       sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets
+       sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets,
+       sum(CAST(i.broken AS INTEGER)) AS broken
 FROM increments($deployment, $t_from, $t_to, $model) i
 JOIN series se ON se.series_id = i.series_id
 JOIN targets t ON t.target_id = se.target_id
@@ -74,3 +75,27 @@ JOIN deployments d ON d.deployment_id = t.deployment_id
 WHERE d.name = $deployment AND sc.ts BETWEEN $t_from AND $t_to
 GROUP BY ALL
 ORDER BY 1;
+
+-- name: bad_samples
+-- Stored samples of a deployment inside [$t_from, $t_to] that increments() leaves out (a
+-- value not finite, beyond 2**53 or negative where it may only count up; a _created not
+-- finite or outside 1970..3000), by series name: what an older kvplan let in.
+SELECT se.name, count(*) AS n,
+       count(*) FILTER (WHERE NOT (isfinite(sa.value) AND abs(sa.value) <= 9007199254740992.0)
+                               OR (sa.value < 0 AND se.type <> 'gauge' AND se.name NOT LIKE '%\_sum' ESCAPE '\'))
+           AS bad_values,
+       count(*) FILTER (WHERE sa.created IS NOT NULL
+                               AND NOT (isfinite(sa.created) AND sa.created > 0 AND sa.created < 32503680000.0))
+           AS bad_created
+FROM samples sa
+JOIN series se ON se.series_id = sa.series_id
+JOIN targets t ON t.target_id = se.target_id
+JOIN deployments d ON d.deployment_id = t.deployment_id
+WHERE d.name = $deployment AND sa.ts BETWEEN $t_from AND $t_to
+  AND ($model IS NULL OR se.model_name = $model)
+  AND (NOT (isfinite(sa.value) AND abs(sa.value) <= 9007199254740992.0)
+       OR (sa.value < 0 AND se.type <> 'gauge' AND se.name NOT LIKE '%\_sum' ESCAPE '\')
+       OR (sa.created IS NOT NULL AND NOT (isfinite(sa.created) AND sa.created > 0
+                                          AND sa.created < 32503680000.0)))
+GROUP BY se.name
+ORDER BY se.name;

@@ -1,0 +1,5 @@
+"""``python -m app.cli``: the kvplan command line."""
+
+from app.cli import main
+
+main()
