@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from app.data.window import stats as window_stats
-from app.views.overview import plan_range
 from app.report.data import build
 from app.report.html import render_html
+from app.views.overview import plan_range
 from collectors.scrape import import_file
 from models.errors import KvplanError
 from models.metrics import RATE_FIELDS

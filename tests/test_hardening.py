@@ -275,7 +275,7 @@ def test_hit_rate_outside_0_1_is_not_reported():
 def test_prometheus_ingestion_applies_the_same_decrease_rule():
     import numpy as np
 
-    from collectors.prometheus import step_increments
+    from collectors.prom_math import step_increments
 
     t = np.array([60_000, 120_000, 180_000], dtype=np.int64)
     v = np.array([100.0, 40.0, 50.0])

@@ -30,16 +30,8 @@ from app.data.window import stats
 from collectors.config import DeploymentConfig, PrometheusConfig
 from collectors.openmetrics import to_openmetrics
 from collectors.parse import Payload, parse_payload
-from collectors.prometheus import (
-    PromClient,
-    PromError,
-    chunk_bounds,
-    family_query,
-    ingest_range,
-    silent_stretches,
-    step_gauges,
-    step_increments,
-)
+from collectors.prom_math import silent_stretches, step_gauges, step_increments
+from collectors.prometheus import PromClient, PromError, chunk_bounds, family_query, ingest_range
 from collectors.store import payload_sha256, store_payload
 from models.errors import KvplanError
 from sql.db import Database
