@@ -186,3 +186,55 @@ def chart(c) -> None:
     import altair as alt
 
     st.altair_chart(c.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding")), width="stretch")
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def report(path: str, deployment: str, month: str, model: str | None, version: tuple) -> tuple[str, dict]:
+    """(HTML, headline numbers) of one capacity report, built once per data version (the same
+    document ``kvplan report`` writes). ``prewarm_reports`` fills it in the background."""
+    from app import report as rep
+    from app.report import fmt
+
+    d = rep.build(db(), deployment, month, model=model, cfg=cfg(deployment))  # one snapshot
+    s, p = d.overview.window.stats, d.overview.plan
+    numbers = {"Decision": p.decision.kind, "Monthly benefit": fmt.usd(p.monthly_benefit_usd),
+               "Prefix-cache hit rate": fmt.pct(s.prefix_cache_hit_rate), "TTFT p50": fmt.quantile(s.ttft_p50),
+               "TTFT p99": fmt.quantile(s.ttft_p99), "Requests": fmt.count(s.requests)}
+    return rep.render_html(d), numbers
+
+
+def report_version(deployment: str) -> tuple:
+    """What a report depends on: any write to the database, and the deployment's settings."""
+    return (db().data_version(), cfg(deployment))
+
+
+def prewarm_reports() -> None:
+    """Build the newest month's report of every deployment in a background thread, once per
+    data version, so the Report page (the slowest: five charts through vl-convert) opens from
+    the cache. Errors are logged, never shown: the page builds the report itself if needed."""
+    import logging
+    import threading
+
+    from app.data.store import data_months
+
+    path = str(settings().db)
+    if not db().path.exists():
+        return
+    key = db().data_version()
+    if _prewarmed.get(path) == key:
+        return
+    _prewarmed[path] = key
+
+    def run():
+        try:
+            for d in deployments_with_data(db()):
+                months = data_months(db(), d["deployment"])
+                if months:
+                    report(path, d["deployment"], months[0], None, report_version(d["deployment"]))
+        except Exception:  # the page will say what is wrong when it is opened
+            logging.getLogger("kvplan.dashboard").exception("report prewarm failed")
+
+    threading.Thread(target=run, name="kvplan-report-prewarm", daemon=True).start()
+
+
+_prewarmed: dict[str, tuple] = {}

@@ -23,6 +23,7 @@ PAGES = Path(__file__).parent / "pages"
 log = logging.getLogger("kvplan.dashboard")
 
 st.set_page_config(page_title="kvplan", page_icon=":material/calculate:", layout="wide")
+from app import state  # noqa: E402
 from app.auth import require_login  # noqa: E402
 
 require_login()  # kvplan dashboard --auth-secrets: OpenID Connect login before any page
@@ -35,6 +36,7 @@ pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/d
          st.Page(str(PAGES / "collection.py"), title="Collection", icon=":material/sensors:", url_path="collection"),
          st.Page(str(PAGES / "report.py"), title="Report", icon=":material/description:", url_path="report")]
 try:
+    state.prewarm_reports()
     st.navigation(pages).run()
 except KvplanError as e:
     st.error(str(e))

@@ -7,19 +7,6 @@ import streamlit as st
 
 from app import report, state
 from app.data.store import data_months
-from app.report import fmt
-
-
-@st.cache_data(show_spinner="Building the report...", max_entries=8)
-def build(path: str, deployment: str, month: str, model: str | None, version: tuple) -> tuple[str, dict]:
-    """(HTML, headline numbers) of one report; ``version`` changes when its data does."""
-    d = report.build(state.db(), deployment, month, model=model, cfg=state.cfg(deployment))  # one snapshot
-    s, p = d.overview.window.stats, d.overview.plan
-    numbers = {"Decision": p.decision.kind, "Monthly benefit": fmt.usd(p.monthly_benefit_usd),
-               "Prefix-cache hit rate": fmt.pct(s.prefix_cache_hit_rate), "TTFT p50": fmt.quantile(s.ttft_p50),
-               "TTFT p99": fmt.quantile(s.ttft_p99), "Requests": fmt.count(s.requests)}
-    return report.render_html(d), numbers
-
 
 st.title("Report")
 sel = state.selection()
@@ -29,8 +16,8 @@ if sel is not None:
     month = st.selectbox("Month (UTC)", months, key="report_month",
                          help="The report covers this calendar month, clipped to the data inside it; the sidebar's "
                               "time range does not apply. The model selector does.")
-    version = (db.data_version(), state.cfg(sel.deployment))  # any write (scrapes, price book, runs)
-    html, numbers = build(str(db.path), sel.deployment, month, sel.model, version)
+    with st.spinner("Building the report..."):
+        html, numbers = state.report(str(db.path), sel.deployment, month, sel.model, state.report_version(sel.deployment))
     st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {month} · the same report as "
                f"`kvplan report --deployment {sel.deployment} --month {month} -o report.pdf`")
     cols = st.columns(3) + st.columns(3)

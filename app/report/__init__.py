@@ -12,13 +12,12 @@ passed.
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 from datetime import datetime
 from pathlib import Path
 
 from app.data.store import DeploymentSettings, deployment_settings
 from app.report.data import ReportData, build
+from models.errors import KvplanError
 from sql.db import Database
 
 __all__ = ["ReportData", "build", "render_html", "render_pdf", "write_report", "nightly_reports"]

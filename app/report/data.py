@@ -3,8 +3,6 @@ dashboard pages render (so a number reads the same in both)."""
 
 from __future__ import annotations
 
-from models.errors import KvplanError
-
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,6 +15,7 @@ from app.views.collection import CollectionView, collection_view, topology_view
 from app.views.latency import LatencyView, latency_view
 from app.views.overview import Overview, overview
 from app.views.runs import RunsView, runs_view
+from models.errors import KvplanError
 from models.runs import is_cpu_scale
 from models.spans import chart_step
 from models.topology import Topology
