@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,13 @@ from collectors.config import DeploymentConfig, ScheduleConfig, Settings, Target
 from collectors.scrape import Target, scrape_target
 from sql.db import Database
 from tests.conftest import PAYLOADS
+from tests.loopback import Loopback
 
 GOOD = PAYLOADS / "restart" / "00_start_vllm-0.prom"
 AT = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 
 
-class Server:
+class Server(Loopback):
     """A loopback HTTP server; ``mode`` picks the behaviour of GET:
 
     * ``endless``: 200 text/plain, 64 KiB chunks with no end, up to ``limit`` bytes;
@@ -74,14 +75,8 @@ class Server:
             def log_message(self, *a):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/metrics"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(H)
+        self.url += "/metrics"
 
 
 @pytest.fixture
@@ -492,7 +487,7 @@ TOKEN = "tok-h4rden-Zq81xv"
 PASSWORD = "pw-h4rden-Hh27kd"
 
 
-class Echo:
+class Echo(Loopback):
     """Answers every request with ``status`` and a body echoing the request's headers, as a
     careless server or proxy does in its error pages."""
 
@@ -513,14 +508,7 @@ class Echo:
             def log_message(self, *a):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(H)
 
 
 def secret_free(db: Database, *texts: str) -> None:
