@@ -204,7 +204,9 @@ def test_latency_page_quantiles_buckets_and_slo_snapping(scen, monkeypatch):
     table = t.dataframe[0].value.set_index("quantile")
     assert table.loc["TTFT p99", "lies in"] == "bucket 0.25..0.5 s"
     phases = chart(t, "Prefill vs Decode")
-    assert set(phases["metric"].dropna()) == {"prefill", "decode"}  # (.dropna: the gap band layer)
+    # both phases are plotted (.dropna: the gap band layer). Streamlit may ship a dataset another
+    # chart of the page also uses (seen when views come from the cache), so this is a subset check
+    assert {"prefill", "decode"} <= set(phases["metric"].dropna())
     # a target on a bucket bound is exact: 90 of every 100 requests are under 0.25 s
     save_pricebook(scen, DEPLOYMENT, PriceBook(), PlanningInputs(ttft_p99_slo_seconds=0.25))
     t = run_app(monkeypatch, scen.path, "latency")
