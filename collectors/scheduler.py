@@ -239,7 +239,11 @@ class Nightly:
             if self.jobs.report is not None:
                 try:
                     self.jobs.report(s, day)
-                except Exception as e:  # the report must not undo the night's ingestion
+                except KvplanError as e:  # e.g. the database stayed locked: said, no traceback
+                    out.errors += 1
+                    out.notes.append(f"report: {e}")
+                    log.error("nightly %s: report: %s", day, e)
+                except Exception as e:  # a bug; the report must not undo the night's ingestion
                     out.errors += 1
                     out.notes.append(f"report: {type(e).__name__}: {e}")
                     log.exception("nightly %s: report", day)
