@@ -9,13 +9,14 @@ the same file always gives the same database.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from collectors.parse import PayloadError, parse_payload
+from collectors.parse import Payload, PayloadError, parse_payload
 from collectors.runs import save_run
 from collectors.store import insert_failure, insert_payload, payload_sha256
 from collectors.workload import RequestResult, RunResult, Workload
@@ -33,6 +34,15 @@ def records(path: Path = DEMO_FILE) -> Iterator[dict]:
                 yield json.loads(line)
             except json.JSONDecodeError as e:
                 raise PayloadError(str(path), f"not a JSON line: {e}", line=lineno) from None
+
+
+def stretched(p: Payload, t0: float, stretch: float) -> Payload:
+    """The payload with its series' ``_created`` times moved onto the stretched time axis, as
+    the scrape times are: a restart's new ``_created`` must still lie between the scrapes
+    around it, or the restart would read as a broken target (a decrease without a restart)."""
+    return dataclasses.replace(p, samples=[
+        s if s.created is None else dataclasses.replace(s, created=t0 + (s.created - t0) * stretch)
+        for s in p.samples])
 
 
 def load_demo(db: Database, path: Path = DEMO_FILE,
@@ -56,6 +66,7 @@ def load_demo(db: Database, path: Path = DEMO_FILE,
                 if r["type"] == "scrape":
                     p = parse_payload(r["body"], f"{path.name}:{r['target']}@{r['t']:.3f}",
                                       content_type=r.get("content_type"))
+                    p = stretched(p, t0, stretch)
                     res = insert_payload(con, deployment=deployment, target=r["target"], ts=on_axis(r["t"]),
                                          payload=p, sha256=payload_sha256(r["body"]), source="import", url=r["url"])
                     counts["scrapes" if res.status == "stored" else "duplicates"] += 1
