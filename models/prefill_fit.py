@@ -1,0 +1,703 @@
+"""What one request's prefill costs, fitted from the deployment's own metrics, and what the
+cache saved with it.
+
+**The data.** Per scrape interval (or per scrape round: every target's interval ending at about
+the same time, summed), the increases of the per-request histograms vLLM observes when a
+request finishes: requests prefilled ``n`` (``vllm:request_prefill_time_seconds_count``),
+prefill seconds ``y`` (``..._sum``), tokens computed ``T``
+(``vllm:request_prefill_kv_computed_tokens_sum``) and prompt tokens ``P``
+(``vllm:request_prompt_tokens_sum``); the cached tokens of the same requests are ``C = P - T``.
+vLLM's iteration counters split ``C`` into its own device cache ``D`` and the connector's
+(LMCache) ``E`` (``vllm:prompt_tokens_by_source_total``); LMCache's
+``lmcache_mp_l1_write_chunks_total`` x chunk size gives the tokens it stored ``S``.
+
+**The model.** Per request, in engine-seconds:
+
+    prefill = fixed + per_token x computed + attention x (P^2 - C^2) / 2
+              + store x stored + load x loaded
+
+``attention x (P^2 - C^2)/2`` is self-attention over the prefix: computing the token at position
+``j`` reads ``j`` keys, so the computed positions ``C..P`` cost ``(P^2 - C^2)/2`` key reads.
+Per interval the means ``P/n``, ``C/n`` stand in for each request (exact when the interval's
+requests are alike; scrape intervals are short).
+
+**The fit.** Weighted non-negative least squares on the per-request means of every interval
+with requests (weight ``n``: a mean of ``n`` requests is ``n`` times less noisy than one), the
+exact NNLS optimum (every subset of terms, best feasible). ``attention``, ``store`` and
+``load`` enter only where the data supports them: a term is kept when it is positive in at
+least ``SUPPORT`` of the bootstrap resamples. The band resamples whole intervals (``BOOTSTRAP``
+draws, fixed seed): every figure derived from the model carries the 5th-95th percentile of its
+draws. The fit reads the deployment's history (every interval of a look-back, not only the
+window being priced): a cache-heavy window alone computes few and alike tokens per request
+and cannot tell the per-request part from the per-token part; other hours (misses, unique
+sessions, other prompt lengths) can.
+
+**Not identifiable.** With fewer than ``MIN_ROWS`` intervals, or computed tokens per request
+that hardly vary (weighted coefficient of variation under ``MIN_SPREAD``), fixed and per-token
+cost cannot be separated: the model says so (``status = "unidentified"``) and names the
+measurement that would separate them, and no saving is priced from it.
+
+**Engine time, not timer time.** vLLM times each request's prefill separately. When several
+requests prefill in the same engine step their timers all cover that step: the sum counts it
+once per request. The iteration-token histogram (``vllm:iteration_tokens_total``) counts engine
+steps by size; steps with fewer tokens than a quarter of a mean prefill are decode-only, the
+rest carried prefill. With fewer prefill steps than requests, the interval's prefill seconds
+are scaled by ``prefill steps / requests``. Then no interval may claim more than ``interval x
+engines`` seconds of prefill (an engine cannot be busier than the clock). Decode tokens that
+share a prefill step are still charged to that step's prefill (a few tokens per step).
+
+**What the cache saved.** A cached token is priced at its marginal cost: ``per_token`` plus
+its attention, never the average cost per computed token (which carries the fixed part). For
+an interval with ``D`` device-cached and ``E`` connector-cached tokens (device first in the
+prefix):
+
+    device  = per_token x D + attention x D^2 / (2n)
+    lmcache = per_token x E + attention x ((D+E)^2 - D^2) / (2n)  -  load x E  -  store x S
+
+vLLM's own prefix cache comes with vLLM: its part is free. LMCache's part carries its
+overhead (storing every chunk it keeps, loading what it serves) and can be negative.
+
+What this cannot know: prompt lengths within an interval (means stand in), prefill work that
+overlaps decode on the GPU, anything the deployment's history did not exercise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+TERMS = ("fixed", "per_token", "attention", "store", "load")
+UNITS = {"fixed": "s/request", "per_token": "s/token", "attention": "s/token^2",
+         "store": "s/stored token", "load": "s/loaded token"}
+OPTIONAL_TERMS = ("attention", "store", "load")
+BOOTSTRAP = 200
+"""Bootstrap resamples of the intervals."""
+SEED = 20240613
+"""Fixed seed: the same history always gives the same band."""
+BAND = (5.0, 95.0)
+"""Percentiles of the bootstrap draws reported as the band."""
+SUPPORT = 0.8
+"""An optional term stays when it is positive in at least this share of the resamples."""
+MIN_ROWS = 3
+"""Fewer intervals with requests than this cannot identify fixed vs per-token cost."""
+MIN_SPREAD = 0.15
+"""Weighted coefficient of variation of computed tokens per request below which fixed and
+per-token cost cannot be told apart."""
+DECODE_STEP_SHARE = 0.25
+"""Engine steps with fewer tokens than this share of a mean prefill count as decode-only."""
+IDENTIFY_FIX = ("run `kvplan pilot` twice on the same servers, once with "
+                "--scenario unique and once with --scenario shared_prefix (and a few "
+                "--prefix-chars values), so that requests compute many and few tokens, then "
+                "plan again")
+
+
+# ---- observations ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Interval:
+    """Increases of one target (or one scrape round of a deployment) over one scrape
+    interval. ``None`` = not reported by these servers."""
+
+    t_start: float
+    """Start (the previous sample), unix seconds."""
+    t_end: float
+    """End (this sample), unix seconds."""
+    requests: float = 0.0
+    """Requests whose prefill finished (``vllm:request_prefill_time_seconds_count``)."""
+    prefill_seconds: float = 0.0
+    """Their summed prefill timers (``..._sum``), seconds."""
+    computed_tokens: float = 0.0
+    """Their computed prompt tokens (``vllm:request_prefill_kv_computed_tokens_sum``)."""
+    prompt_tokens: float | None = None
+    """Their prompt tokens (``vllm:request_prompt_tokens_sum``)."""
+    cached_tokens: float | None = None
+    """Cached prompt tokens counted by vLLM's iteration counters
+    (``vllm:prompt_tokens_cached_total``); used when ``prompt_tokens`` is missing."""
+    external_tokens: float | None = None
+    """Of the cached ones, supplied by the KV connector (LMCache)
+    (``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}``)."""
+    stored_tokens: float | None = None
+    """Tokens LMCache stored (``lmcache_mp_l1_write_chunks_total`` x chunk size)."""
+    engines: int = 0
+    """vLLM engines reporting in the interval."""
+    inference_seconds: float | None = None
+    """Summed running-phase timers (``vllm:request_inference_time_seconds_sum``)."""
+    generation_tokens: float | None = None
+    """Output tokens (``vllm:generation_tokens_total``)."""
+    step_buckets: tuple[tuple[float, float], ...] = ()
+    """Cumulative (le, steps) of ``vllm:iteration_tokens_total`` increases."""
+    targets: tuple[str, ...] = ()
+    """Targets summed into this row."""
+    reset: bool = False
+    """A counter restarted inside the interval."""
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.t_end - self.t_start)
+
+    @property
+    def request_cached(self) -> float:
+        """Cached tokens of the requests counted here (P - T), else the iteration counter."""
+        if self.prompt_tokens is not None:
+            return max(0.0, self.prompt_tokens - self.computed_tokens)
+        return max(0.0, self.cached_tokens or 0.0)
+
+    @property
+    def request_prompt(self) -> float:
+        return self.computed_tokens + self.request_cached
+
+    @property
+    def external_share(self) -> float:
+        """Share of cached tokens the connector supplied (0 when unknown or none)."""
+        if not self.cached_tokens or self.external_tokens is None:
+            return 0.0
+        return min(1.0, max(0.0, self.external_tokens / self.cached_tokens))
+
+    def prefill_steps(self) -> float | None:
+        """Engine steps that carried prefill tokens (see module docstring), or None."""
+        if not self.step_buckets or self.requests <= 0:
+            return None
+        threshold = DECODE_STEP_SHARE * self.computed_tokens / self.requests
+        buckets = sorted(self.step_buckets)
+        total = buckets[-1][1]
+        decode = max((c for le, c in buckets if le <= threshold), default=0.0)
+        return max(0.0, total - decode)
+
+
+def merge(rows: Sequence[Interval]) -> Interval:
+    """One row from several targets' intervals of the same scrape round (sums)."""
+    def opt_sum(name: str) -> float | None:
+        vals = [getattr(r, name) for r in rows if getattr(r, name) is not None]
+        return sum(vals) if vals else None
+
+    buckets: dict[float, float] = {}
+    for r in rows:
+        for le, c in r.step_buckets:
+            buckets[le] = buckets.get(le, 0.0) + c
+    return Interval(
+        t_start=min(r.t_start for r in rows), t_end=max(r.t_end for r in rows),
+        requests=sum(r.requests for r in rows),
+        prefill_seconds=sum(r.prefill_seconds for r in rows),
+        computed_tokens=sum(r.computed_tokens for r in rows),
+        prompt_tokens=(sum(r.request_prompt for r in rows)
+                       if any(r.prompt_tokens is not None for r in rows) else None),
+        cached_tokens=opt_sum("cached_tokens"), external_tokens=opt_sum("external_tokens"),
+        stored_tokens=opt_sum("stored_tokens"), engines=sum(r.engines for r in rows),
+        inference_seconds=opt_sum("inference_seconds"),
+        generation_tokens=opt_sum("generation_tokens"),
+        step_buckets=tuple(sorted(buckets.items())),
+        targets=tuple(t for r in rows for t in r.targets), reset=any(r.reset for r in rows))
+
+
+def rounds(intervals: Iterable[Interval], tolerance_s: float | None = None) -> list[Interval]:
+    """Group every target's intervals into scrape rounds (ends within ``tolerance_s``, default
+    a quarter of the median interval, at most 2 s; never two intervals of one target) and sum
+    each round: deployment-level rows, so LMCache's stores (a separate target) line up with the
+    vLLM intervals they belong to."""
+    rows = sorted(intervals, key=lambda r: r.t_end)
+    if not rows:
+        return []
+    if tolerance_s is None:
+        lengths = sorted(r.seconds for r in rows if r.seconds > 0)
+        tolerance_s = min(2.0, 0.25 * lengths[len(lengths) // 2]) if lengths else 0.0
+    out, group = [], [rows[0]]
+    for r in rows[1:]:
+        seen = {t for g in group for t in g.targets}
+        if r.t_end - group[0].t_end <= tolerance_s and not seen & set(r.targets):
+            group.append(r)
+        else:
+            out.append(merge(group))
+            group = [r]
+    out.append(merge(group))
+    return out
+
+
+def engine_prefill_seconds(iv: Interval) -> tuple[float, float, bool]:
+    """(engine prefill seconds, co-batching factor, capped) of one interval: the summed
+    timers scaled by prefill steps / requests when requests shared steps, then at most
+    ``interval x engines``."""
+    y = iv.prefill_seconds
+    steps = iv.prefill_steps()
+    factor = 1.0
+    if steps is not None and 0 < steps < iv.requests:
+        factor = steps / iv.requests
+    y *= factor
+    cap = iv.seconds * max(iv.engines, 1)
+    capped = cap > 0 and y > cap
+    return (min(y, cap) if cap > 0 else y), factor, capped
+
+
+# ---- the fitted model ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CostPart:
+    """One fitted part of the prefill cost, with its band."""
+
+    name: str
+    """fixed, per_token, attention, store or load."""
+    value: float
+    """Central value (the fit on all intervals)."""
+    low: float
+    """5th percentile of the bootstrap draws."""
+    high: float
+    """95th percentile."""
+    unit: str
+    """Engine-seconds per request / token / token^2."""
+
+
+@dataclass(frozen=True)
+class PrefillCostModel:
+    """Prefill cost per request in engine-seconds (see module docstring)."""
+
+    status: str
+    """``fitted``, ``unidentified``, ``no_data`` or ``given`` (a planning preset's)."""
+    parts: tuple[CostPart, ...]
+    """The terms in the model, in ``TERMS`` order (empty when not fitted)."""
+    history: str
+    """Which history the fit used (deployment, span, rows, requests)."""
+    rows: int = 0
+    """Intervals (scrape rounds) with requests that entered the fit."""
+    requests: float = 0.0
+    """Requests in those intervals."""
+    reason: str = ""
+    """Why the model is not fitted, when it is not."""
+    fix: str = ""
+    """The measurement that would fix it."""
+    rel_rms: float | None = None
+    """Weighted root-mean-square residual of the per-request means, relative to their
+    weighted mean (how well the model explains the history)."""
+    notes: tuple[str, ...] = ()
+    """Caveats produced while fitting."""
+    draws: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
+    """Bootstrap coefficient vectors in ``TERMS`` order (for bands of derived figures)."""
+    source: str = "fitted"
+    """``fitted`` (from metrics) or ``planning_preset``."""
+
+    @property
+    def identified(self) -> bool:
+        return self.status in ("fitted", "given")
+
+    def coef(self) -> dict[str, float]:
+        """Central value per term (0 for terms not in the model)."""
+        out = {t: 0.0 for t in TERMS}
+        out.update({p.name: p.value for p in self.parts})
+        return out
+
+    def coef_draws(self) -> list[dict[str, float]]:
+        """The bootstrap draws as dicts (the central value alone when there are none)."""
+        if not self.draws:
+            return [self.coef()]
+        return [dict(zip(TERMS, d)) for d in self.draws]
+
+    def part(self, name: str) -> CostPart | None:
+        return next((p for p in self.parts if p.name == name), None)
+
+    def marginal_seconds_per_token(self, position: float = 0.0) -> float:
+        """Engine-seconds to compute one more token at ``position`` (per-token + attention)."""
+        c = self.coef()
+        return c["per_token"] + c["attention"] * position
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "source": self.source, "history": self.history,
+                "rows": self.rows, "requests": self.requests, "reason": self.reason,
+                "fix": self.fix, "rel_rms": self.rel_rms, "notes": list(self.notes),
+                "parts": {p.name: {"value": p.value, "low": p.low, "high": p.high,
+                                   "unit": p.unit} for p in self.parts}}
+
+    @classmethod
+    def given(cls, *, per_token: float, fixed: float = 0.0, attention: float = 0.0,
+              source: str = "planning_preset", history: str = "") -> "PrefillCostModel":
+        """A model with known parts (a planning preset's, or a test's): no band."""
+        vals = {"fixed": fixed, "per_token": per_token, "attention": attention}
+        parts = tuple(CostPart(t, v, v, v, UNITS[t]) for t, v in vals.items()
+                      if t in ("fixed", "per_token") or v)
+        return cls("given", parts, history or source, source=source)
+
+
+def _design(rows: Sequence[Interval], terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray,
+                                                                        np.ndarray]:
+    """Per-request means: X (rows x terms), y (engine prefill seconds per request), w."""
+    X, y, w = [], [], []
+    for r in rows:
+        n = r.requests
+        t, cached = r.computed_tokens / n, r.request_cached / n
+        p = t + cached
+        cols = {"fixed": 1.0, "per_token": t, "attention": (p * p - cached * cached) / 2.0,
+                "store": (r.stored_tokens or 0.0) / n,
+                "load": cached * r.external_share}
+        X.append([cols[k] for k in terms])
+        y.append(engine_prefill_seconds(r)[0] / n)
+        w.append(n)
+    return np.asarray(X, float), np.asarray(y, float), np.asarray(w, float)
+
+
+def _nnls_gram(G: np.ndarray, h: np.ndarray, yy: float) -> np.ndarray:
+    """Exact NNLS from the normal equations (G = X'WX, h = X'Wy, yy = y'Wy): the best
+    feasible least-squares solution over every subset of columns (the NNLS optimum is the
+    unconstrained solution on its own positive set, so it is among them)."""
+    k = len(h)
+    best, best_x = yy, np.zeros(k)
+    for mask in range(1, 1 << k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        sub = G[np.ix_(cols, cols)]
+        try:
+            xs = np.linalg.solve(sub, h[cols])
+        except np.linalg.LinAlgError:
+            xs = np.linalg.lstsq(sub, h[cols], rcond=None)[0]
+        if np.any(xs < 0) or not np.all(np.isfinite(xs)):
+            continue
+        x = np.zeros(k)
+        x[cols] = xs
+        rss = yy - 2 * x @ h + x @ G @ x
+        if rss < best - 1e-12 * max(1.0, abs(best)):
+            best, best_x = rss, x
+    return best_x
+
+
+def _fit(X: np.ndarray, y: np.ndarray, w: np.ndarray, counts: np.ndarray | None = None
+         ) -> np.ndarray:
+    """Weighted NNLS (columns scaled to unit weighted RMS for conditioning)."""
+    ww = w if counts is None else w * counts
+    scale = np.sqrt((ww[:, None] * X * X).sum(axis=0) / max(ww.sum(), 1e-300))
+    scale[scale == 0] = 1.0
+    Xs = X / scale
+    G = Xs.T @ (ww[:, None] * Xs)
+    h = Xs.T @ (ww * y)
+    yy = float((ww * y * y).sum())
+    return _nnls_gram(G, h, yy) / scale
+
+
+def _bootstrap(X: np.ndarray, y: np.ndarray, w: np.ndarray, draws: int, seed: int
+               ) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    n = len(y)
+    out = np.empty((draws, X.shape[1]))
+    for i in range(draws):
+        counts = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
+        out[i] = _fit(X, y, w, counts)
+    return out
+
+
+def _pct(a: np.ndarray, q: float) -> float:
+    return float(np.percentile(a, q))
+
+
+def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
+                     bootstrap: int = BOOTSTRAP, seed: int = SEED,
+                     group_rounds: bool = True) -> PrefillCostModel:
+    """Fit the prefill cost model on ``intervals`` (one row per target and scrape interval;
+    grouped into scrape rounds unless ``group_rounds`` is False). ``history`` says which
+    history they are (shown with every figure derived from the model)."""
+    raw = list(intervals)
+    rows_all = rounds(raw) if group_rounds else raw
+    notes: list[str] = []
+    rows = [r for r in rows_all if r.requests >= 1 and r.prefill_seconds > 0
+            and r.computed_tokens > 0 and not r.reset]
+    skipped_reset = sum(1 for r in rows_all if r.reset and r.requests >= 1)
+    if skipped_reset:
+        notes.append(f"{skipped_reset} interval(s) with a counter restart left out")
+    req = float(sum(r.requests for r in rows))
+    if not rows:
+        return PrefillCostModel("no_data", (), history, 0, 0.0,
+                                reason="no interval with prefilled requests and prefill timing "
+                                       "(vllm:request_prefill_time_seconds, "
+                                       "vllm:request_prefill_kv_computed_tokens) in the history",
+                                fix=IDENTIFY_FIX, notes=tuple(notes))
+    co = [engine_prefill_seconds(r) for r in rows]
+    shared = sum(1 for _, f, _ in co if f < 1)
+    capped = sum(1 for _, _, c in co if c)
+    if shared:
+        notes.append(f"{shared} interval(s) prefilled several requests per engine step "
+                     "(iteration-token histogram): their timers were scaled to engine time")
+    if capped:
+        notes.append(f"{capped} interval(s) claimed more prefill seconds than interval x "
+                     "engines: capped at the engines' time")
+    t_mean = np.array([r.computed_tokens / r.requests for r in rows])
+    w = np.array([r.requests for r in rows])
+    m = float((w * t_mean).sum() / w.sum())
+    cv = float(math.sqrt((w * (t_mean - m) ** 2).sum() / w.sum()) / m) if m > 0 else 0.0
+    if len(rows) < MIN_ROWS or cv < MIN_SPREAD:
+        why = (f"only {len(rows)} interval(s) with requests" if len(rows) < MIN_ROWS else
+               f"computed tokens per request hardly vary across the {len(rows)} intervals "
+               f"({m:,.0f} +- {cv:.0%})")
+        return PrefillCostModel(
+            "unidentified", (), history, len(rows), req,
+            reason=f"cannot separate the per-request from the per-token prefill cost: {why}",
+            fix=IDENTIFY_FIX, notes=tuple(notes))
+
+    candidates = ["fixed", "per_token"]
+    has_cached = any(r.request_cached > 0 for r in rows)
+    if has_cached or len({round(x) for x in t_mean}) > 2:
+        candidates.append("attention")
+    if any((r.stored_tokens or 0) > 0 for r in rows):
+        candidates.append("store")
+    if any(r.external_share > 0 and r.request_cached > 0 for r in rows):
+        candidates.append("load")
+    X, y, w = _design(rows, candidates)
+    probe = _bootstrap(X, y, w, bootstrap, seed)
+    terms = []
+    for j, t in enumerate(candidates):
+        support = float(np.mean(probe[:, j] > 0))
+        if t in OPTIONAL_TERMS and support < SUPPORT:
+            if t == "store":
+                notes.append("LMCache's store cost could not be separated from the per-token "
+                             f"compute cost (positive in {support:.0%} of resamples): it is "
+                             "counted in per_token, so LMCache's overhead is understated; "
+                             "history with computed tokens it did not store (vLLM-only "
+                             "replicas, prefix hits with short tails) separates them")
+            elif t == "load":
+                notes.append("LMCache's load cost per served token is not supported by the "
+                             f"history (positive in {support:.0%} of resamples): counted as 0")
+            continue
+        terms.append(t)
+    X, y, w = _design(rows, terms)
+    beta = _fit(X, y, w)
+    draws = _bootstrap(X, y, w, bootstrap, seed + 1)
+    pred = X @ beta
+    ybar = float((w * y).sum() / w.sum())
+    rel_rms = float(math.sqrt((w * (y - pred) ** 2).sum() / w.sum()) / ybar) if ybar > 0 else None
+    parts = tuple(CostPart(t, float(beta[j]), _pct(draws[:, j], BAND[0]),
+                           _pct(draws[:, j], BAND[1]), UNITS[t]) for j, t in enumerate(terms))
+    full = np.zeros((len(draws), len(TERMS)))
+    for j, t in enumerate(terms):
+        full[:, TERMS.index(t)] = draws[:, j]
+    if beta[terms.index("per_token")] == 0 and "attention" not in terms:
+        notes.append("the fit put no cost on computed tokens: every prefill second is "
+                     "per-request; cached tokens are then worth nothing")
+    return PrefillCostModel("fitted", parts, history, len(rows), req, rel_rms=rel_rms,
+                            notes=tuple(notes), draws=tuple(map(tuple, full)))
+
+
+# ---- the priced window --------------------------------------------------------------------
+@dataclass(frozen=True)
+class PricedWindow:
+    """The window being priced, summed from its intervals (see ``from_intervals``)."""
+
+    asked_seconds: float
+    """Length of the range asked for."""
+    covered_seconds: float
+    """Seconds of it the data covers (union of the vLLM targets' scrape intervals)."""
+    requests: float
+    prompt_tokens: float
+    computed_tokens: float
+    device_cached: float
+    """Cached tokens from vLLM's own prefix cache."""
+    external_cached: float
+    """Cached tokens the connector (LMCache) supplied."""
+    stored_tokens: float
+    """Tokens LMCache stored."""
+    device_attention: float
+    """sum over intervals of D^2 / (2n), token^2."""
+    cached_attention: float
+    """sum of C^2 / (2n), token^2 (C = D + E)."""
+    prompt_attention: float
+    """sum of P^2 / (2n), token^2."""
+    engines: int
+    """Most vLLM engines reporting in one interval."""
+    prefill_engine_seconds: float
+    """The window's own prefill timers as engine time (co-batching scaled, capped)."""
+    generation_tokens: float = 0.0
+    """Output tokens."""
+    engine_busy_seconds: float | None = None
+    """Upper bound of the engines' busy time: per interval min(running-phase timers,
+    interval x engines). ``None`` when not reported."""
+
+    @property
+    def coverage(self) -> float:
+        return self.covered_seconds / self.asked_seconds if self.asked_seconds > 0 else 0.0
+
+    @property
+    def cached_tokens(self) -> float:
+        return self.device_cached + self.external_cached
+
+    @classmethod
+    def from_intervals(cls, intervals: Iterable[Interval], *, t_from: float, t_to: float
+                       ) -> "PricedWindow":
+        """Sum the intervals that lie inside [t_from, t_to] (unix seconds)."""
+        raw = [r for r in intervals if r.t_end > t_from and r.t_start >= t_from - 1e-6
+               and r.t_end <= t_to + 1e-6]
+        vllm_rows = [r for r in raw if r.engines > 0]
+        spans = sorted((max(r.t_start, t_from), min(r.t_end, t_to)) for r in vllm_rows)
+        covered, cur = 0.0, None
+        for a, b in spans:
+            if cur is None or a > cur[1]:
+                if cur is not None:
+                    covered += cur[1] - cur[0]
+                cur = [a, b]
+            else:
+                cur[1] = max(cur[1], b)
+        if cur is not None:
+            covered += cur[1] - cur[0]
+        rows = rounds(raw)
+        req = prompt = comp = dev = ext = stored = gen = 0.0
+        dev_att = cached_att = prompt_att = prefill = 0.0
+        busy: float | None = None
+        engines = 0
+        for r in rows:
+            stored += r.stored_tokens or 0.0
+            engines = max(engines, r.engines)
+            if r.inference_seconds is not None:
+                cap = r.seconds * max(r.engines, 1)
+                busy = (busy or 0.0) + min(r.inference_seconds, cap)
+            gen += r.generation_tokens or 0.0
+            if r.requests <= 0:
+                continue
+            n, c = r.requests, r.request_cached
+            e = c * r.external_share
+            d = c - e
+            p = r.request_prompt
+            req += n
+            prompt += p
+            comp += r.computed_tokens
+            dev += d
+            ext += e
+            dev_att += d * d / (2 * n)
+            cached_att += c * c / (2 * n)
+            prompt_att += p * p / (2 * n)
+            prefill += engine_prefill_seconds(r)[0]
+        return cls(asked_seconds=max(0.0, t_to - t_from), covered_seconds=covered,
+                   requests=req, prompt_tokens=prompt, computed_tokens=comp,
+                   device_cached=dev, external_cached=ext, stored_tokens=stored,
+                   device_attention=dev_att, cached_attention=cached_att,
+                   prompt_attention=prompt_att, engines=engines,
+                   prefill_engine_seconds=prefill, generation_tokens=gen,
+                   engine_busy_seconds=busy)
+
+    def at_hit_rate(self, hit_rate: float) -> "PricedWindow":
+        """The same traffic as if ``hit_rate`` of prompt tokens had been cached (the tiers in
+        today's proportions, stores in proportion to computed tokens; the attention sums scale
+        with the square of the cached tokens)."""
+        if not 0.0 <= hit_rate <= 1.0:
+            raise ValueError(f"hit_rate: must be in [0, 1]; got {hit_rate!r}")
+        cached_now = self.cached_tokens
+        cached = self.prompt_tokens * hit_rate
+        k = cached / cached_now if cached_now > 0 else 0.0
+        dev_share = self.device_cached / cached_now if cached_now > 0 else 1.0
+        comp = self.prompt_tokens - cached
+        stored = self.stored_tokens * comp / self.computed_tokens if self.computed_tokens else 0.0
+        if cached_now > 0:
+            dev_att, cached_att = self.device_attention * k * k, self.cached_attention * k * k
+        else:  # no cached tokens today: assume one mean prefix per request
+            n = max(self.requests, 1.0)
+            cached_att = cached * cached / (2 * n)
+            dev_att = cached_att
+        return replace(self, computed_tokens=comp, device_cached=cached * dev_share,
+                       external_cached=cached * (1 - dev_share), stored_tokens=stored,
+                       device_attention=dev_att, cached_attention=cached_att)
+
+
+# ---- what the cache saved ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Band:
+    """A figure with its band (engine-seconds unless said otherwise)."""
+
+    value: float
+    low: float
+    high: float
+
+    def scaled(self, k: float) -> "Band":
+        lo, hi = sorted((self.low * k, self.high * k))
+        return Band(self.value * k, lo, hi)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"value": self.value, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class TierSavings:
+    """Prefill the cache saved in one window, by tier, in engine-seconds (x GPUs per engine
+    for GPU-seconds)."""
+
+    device: Band
+    """vLLM's own prefix cache (free: it comes with vLLM)."""
+    lmcache_gross: Band
+    """Compute the tokens LMCache supplied would have cost."""
+    lmcache_overhead: Band
+    """LMCache's cost: storing chunks and loading hits (positive)."""
+    lmcache: Band
+    """LMCache's net part: gross - overhead (can be negative)."""
+    total: Band
+    """device + lmcache."""
+    gross: Band
+    """device + lmcache_gross: every cached token's compute, before LMCache's overhead."""
+    with_reuse: Band
+    """Modelled prefill engine time of the window as it ran."""
+    without_reuse: Band
+    """Modelled prefill engine time had nothing been cached (no LMCache either)."""
+    cap_factor: float = 1.0
+    """< 1 when the model claimed more prefill time than the engines had: every figure was
+    scaled by it."""
+
+
+def _tier_values(c: dict[str, float], w: PricedWindow) -> dict[str, float]:
+    b, a = c["per_token"], c["attention"]
+    device = b * w.device_cached + a * w.device_attention
+    gross = b * w.external_cached + a * (w.cached_attention - w.device_attention)
+    overhead = c["load"] * w.external_cached + c["store"] * w.stored_tokens
+    with_reuse = (c["fixed"] * w.requests + b * w.computed_tokens
+                  + a * (w.prompt_attention - w.cached_attention) + overhead)
+    without = c["fixed"] * w.requests + b * w.prompt_tokens + a * w.prompt_attention
+    return {"device": device, "lmcache_gross": gross, "lmcache_overhead": overhead,
+            "lmcache": gross - overhead, "total": device + gross - overhead,
+            "gross": device + gross,
+            "with_reuse": with_reuse, "without_reuse": without}
+
+
+def tier_savings(model: PrefillCostModel, window: PricedWindow) -> TierSavings | None:
+    """What the cache saved in ``window`` by tier (None when the model is not identified).
+    If the model says the window's prefill took more than ``covered x engines`` seconds, every
+    figure is scaled down to that (the engines cannot have been busier than the clock)."""
+    if not model.identified:
+        return None
+    central = _tier_values(model.coef(), window)
+    cap = window.covered_seconds * max(window.engines, 1)
+    k = 1.0
+    if cap > 0 and central["with_reuse"] > cap:
+        k = cap / central["with_reuse"]
+    draws = [_tier_values(d, window) for d in model.coef_draws()]
+
+    def band(name: str) -> Band:
+        vals = np.array([d[name] for d in draws])
+        return Band(float(central[name] * k), _pct(vals, BAND[0]) * k, _pct(vals, BAND[1]) * k)
+
+    return TierSavings(device=band("device"), lmcache_gross=band("lmcache_gross"),
+                       lmcache_overhead=band("lmcache_overhead"), lmcache=band("lmcache"),
+                       total=band("total"), gross=band("gross"), with_reuse=band("with_reuse"),
+                       without_reuse=band("without_reuse"), cap_factor=k)
+
+
+# ---- measured beats modelled -------------------------------------------------------------------
+@dataclass(frozen=True)
+class MeasuredAB:
+    """A measured A/B of one workload: engine time with reuse off and on (``kvplan pilot``
+    pairs, or deploy.local.ab). Where it exists it replaces the model, labelled "measured"."""
+
+    label: str
+    """What was measured, e.g. "pilot pair 'chat-ab' (runs 12 off, 13 on), 8x H100"."""
+    off_engine_seconds: float
+    """Engine time the workload took with reuse off."""
+    on_engine_seconds: float
+    """... with reuse on."""
+    on_cached_tokens: float
+    """Prompt tokens the reuse-on run served from cache."""
+    engine_seconds_source: str
+    """How engine time was measured (e.g. "worker CPU seconds (/proc)")."""
+
+    def __post_init__(self) -> None:
+        for name in ("off_engine_seconds", "on_engine_seconds", "on_cached_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"MeasuredAB.{name}: must be a finite number >= 0; got {v!r}")
+
+    @property
+    def saved_engine_seconds(self) -> float:
+        """off - on (negative when reuse cost more than it saved)."""
+        return self.off_engine_seconds - self.on_engine_seconds
+
+    @property
+    def saved_per_cached_token(self) -> float | None:
+        """Engine-seconds saved per cached token of the reuse-on run."""
+        if self.on_cached_tokens <= 0:
+            return None
+        return self.saved_engine_seconds / self.on_cached_tokens
