@@ -35,7 +35,7 @@ NAMES = [
     c.count(c.PREFILL_TIME), c.hsum(c.PREFILL_TIME), c.hsum(c.PREFILL_COMPUTED),
     c.hsum(c.PROMPT_LENGTH), c.total(c.PROMPT_TOKENS_CACHED), c.total(c.PROMPT_BY_SOURCE),
     c.total(c.EXTERNAL_QUERIES), c.hsum(c.INFERENCE_TIME), c.total(c.GENERATION_TOKENS),
-    c.bucket(c.ITERATION_TOKENS), c.total(c.LM_L1_WRITE_CHUNKS),
+    c.bucket(c.ITERATION_TOKENS), c.total(c.LM_L1_WRITE_CHUNKS), c.hsum(c.LM_LOOKUP_DURATION),
 ]
 """Sample names the prefill cost model reads."""
 
@@ -78,6 +78,7 @@ def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
             external_tokens=None if ext is None else float(ext),
             engines=max(int(r["engines"] or 0), 1),
             inference_seconds=None if r["inference_seconds"] is None else float(r["inference_seconds"]),
+            lookup_seconds=None if r["lookup_seconds"] is None else float(r["lookup_seconds"]),
             generation_tokens=None if r["generation_tokens"] is None else float(r["generation_tokens"]),
             step_buckets=tuple(sorted(buckets.items())), **base))
     return out

@@ -407,6 +407,41 @@ async def run_async(servers: Sequence[str], model: str, workload: Workload,
                      results=results, model=model, servers=bases, stopped_by=budget.stopped_by)
 
 
+async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], *,
+                            output_tokens: int = 8, scenario: Scenario = "unique",
+                            request_timeout_s: float = 300.0) -> RunResult:
+    """Send fixed prompts: user ``u`` sends ``prompts[u]`` one after another to
+    ``servers[u % len(servers)]``; users run concurrently. The same prompts make the same request
+    stream on any server (an A/B's two sides), whatever the model answers. Never raises for a
+    failed request."""
+    bases = [normalize_base_url(s) for s in servers]
+    if not bases:
+        raise ValueError("no servers given")
+    w = Workload(scenario=scenario, users=max(len(prompts), 1), turns=max((len(p) for p in prompts), default=1),
+                 output_tokens=output_tokens, request_timeout_s=request_timeout_s,
+                 max_requests=sum(len(p) for p in prompts), max_seconds=request_timeout_s * 10)
+    results: list[RequestResult] = []
+    started_at = time.time()
+    deadline = time.monotonic() + w.max_seconds
+    async with httpx.AsyncClient(timeout=httpx.Timeout(request_timeout_s, connect=10.0),
+                                 limits=httpx.Limits(max_connections=max(len(prompts), 1) * 2),
+                                 trust_env=False) as client:
+        async def user(u: int) -> None:
+            for turn, prompt in enumerate(prompts[u]):
+                res, _ = await _one_request(client, bases[u % len(bases)], model, prompt, w, u, turn, deadline)
+                results.append(res)
+
+        await asyncio.gather(*(user(u) for u in range(len(prompts))))
+    results.sort(key=lambda r: (r.started_at, r.user, r.turn))
+    return RunResult(scenario=scenario, started_at=started_at, ended_at=time.time(), workload=w,
+                     results=results, model=model, servers=bases)
+
+
+def run_prompts(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], **kw: Any) -> RunResult:
+    """Synchronous wrapper around run_prompts_async."""
+    return _run_sync(lambda: run_prompts_async(servers, model, prompts, **kw))
+
+
 def _run_sync(coro_fn):
     """Run a coroutine to completion from sync code. Inside a thread that already runs an
     event loop (Jupyter, Playwright's sync API, Streamlit callbacks) it runs in a fresh

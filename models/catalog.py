@@ -35,6 +35,7 @@ PREFILL_COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 PROMPT_LENGTH = "vllm:request_prompt_tokens"
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
 INFERENCE_TIME = "vllm:request_inference_time_seconds"
+LM_LOOKUP_DURATION = "vllm:lmcache_mp_lookup_duration_seconds"
 
 # -- vLLM gauges ----------------------------------------------------------------------------
 KV_USAGE = "vllm:kv_cache_usage_perc"
@@ -60,7 +61,7 @@ COUNTERS = (
 )
 """Counter families kvplan reads (Prometheus ingestion fetches exactly these)."""
 HISTOGRAMS = (TTFT, PREFILL_TIME, PREFILL_COMPUTED, QUEUE_TIME, E2E_LATENCY, DECODE_TIME, PROMPT_LENGTH,
-              ITERATION_TOKENS, INFERENCE_TIME)
+              ITERATION_TOKENS, INFERENCE_TIME, LM_LOOKUP_DURATION)
 """Histogram families kvplan reads."""
 GAUGES = (KV_USAGE, LM_L1_USAGE, RUNNING, WAITING)
 """Gauge families kvplan reads."""

@@ -218,15 +218,17 @@ class PrefillMeasurement:
         return self.requests / self.window_seconds
 
     def hit_cost_gpu_seconds(self) -> float:
-        """GPU-seconds the cache layer cost in the window (a hit is not free): the fitted
-        LMCache overhead (store + load) when the cost model has those terms, else the
-        transferred tokens x ``transfer_gpu_seconds_per_token``."""
+        """GPU-seconds the cache layer cost in the window (a hit is not free): with a fitted
+        cost model, LMCache's overhead (lookups as vLLM timed them, store and load as fitted),
+        plus the assumed transfer cost for loaded tokens when the model has no load term;
+        without one, the transferred tokens x ``transfer_gpu_seconds_per_token``."""
         model = self.cost_model
-        if model is not None and model.identified and self.window is not None \
-                and (model.part("store") or model.part("load")):
+        if model is not None and model.identified and self.window is not None:
             c = model.coef()
-            overhead = (c["load"] * self.window.external_cached
-                        + c["store"] * self.window.stored_tokens)
+            w = self.window
+            load = c["load"] if model.part("load") else self.transfer_gpu_seconds_per_token
+            overhead = (load * w.external_cached + c["store"] * w.stored_tokens * w.store_exposure
+                        + w.lookup_seconds)
             return overhead * self.tensor_parallel_size
         moved = self.transferred_cached_tokens
         if moved is None:

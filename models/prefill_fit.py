@@ -22,8 +22,9 @@ Per interval the means ``P/n``, ``C/n`` stand in for each request (exact when th
 requests are alike; scrape intervals are short).
 
 **The fit.** Weighted non-negative least squares on the per-request means of every interval
-with requests (weight ``n``: a mean of ``n`` requests is ``n`` times less noisy than one), the
-exact NNLS optimum (every subset of terms, best feasible). ``attention``, ``store`` and
+with requests (weight ``n``: a mean of ``n`` requests is ``n`` times less noisy than one; times
+how often a request had the engine alone, see below), the exact NNLS optimum (every subset of
+terms, best feasible). ``attention``, ``store`` and
 ``load`` enter only where the data supports them: a term is kept when it is positive in at
 least ``SUPPORT`` of the bootstrap resamples. The band resamples whole intervals (``BOOTSTRAP``
 draws, fixed seed): every figure derived from the model carries the 5th-95th percentile of its
@@ -40,11 +41,16 @@ measurement that would separate them, and no saving is priced from it.
 **Engine time, not timer time.** vLLM times each request's prefill separately. When several
 requests prefill in the same engine step their timers all cover that step: the sum counts it
 once per request. The iteration-token histogram (``vllm:iteration_tokens_total``) counts engine
-steps by size; steps with fewer tokens than a quarter of a mean prefill are decode-only, the
-rest carried prefill. With fewer prefill steps than requests, the interval's prefill seconds
+steps by size; steps no larger than the most requests that can have decoded together (and than
+a quarter of a mean prefill) are decode-only, the rest carried prefill. With fewer prefill steps than requests, the interval's prefill seconds
 are scaled by ``prefill steps / requests``. Then no interval may claim more than ``interval x
-engines`` seconds of prefill (an engine cannot be busier than the clock). Decode tokens that
-share a prefill step are still charged to that step's prefill (a few tokens per step).
+engines`` seconds of prefill (an engine cannot be busier than the clock). Under load a request's
+timer also runs while the engine works on other requests' steps (it starts when the scheduler
+admits the request), so it over-states that request's own cost even without shared steps: the
+share of decode-only steps that carried a single token says how often a request had the engine
+alone, and each interval weighs in the fit in proportion to it (at least ``ALONE_FLOOR``): the
+fit rests on the deployment's quieter intervals. Decode tokens that share a prefill step are
+still charged to that step's prefill (a few tokens per step).
 
 **What the cache saved.** A cached token is priced at its marginal cost: ``per_token`` plus
 its attention, never the average cost per computed token (which carries the fixed part). For
@@ -52,10 +58,17 @@ an interval with ``D`` device-cached and ``E`` connector-cached tokens (device f
 prefix):
 
     device  = per_token x D + attention x D^2 / (2n)
-    lmcache = per_token x E + attention x ((D+E)^2 - D^2) / (2n)  -  load x E  -  store x S
+    lmcache = per_token x E + attention x ((D+E)^2 - D^2) / (2n)
+              -  load x E  -  store x S  -  lookup seconds
 
 vLLM's own prefix cache comes with vLLM: its part is free. LMCache's part carries its
-overhead (storing every chunk it keeps, loading what it serves) and can be negative.
+overhead (storing every chunk it keeps, loading what it serves, and the lookups vLLM times
+itself: ``vllm:lmcache_mp_lookup_duration_seconds``, which hold up the scheduler before a
+request's prefill starts). Lookups and stores cost engine time only when the engine has nothing
+else to run: both are weighted by ``exp(-(B - 1))``, ``B`` the mean number of requests per
+decode-only step (the other requests running taken as Poisson with mean ``B - 1``): 1 for one
+request at a time, nearly 0 under load, where they overlap other requests' steps. LMCache's
+part can be negative.
 
 What this cannot know: prompt lengths within an interval (means stand in), prefill work that
 overlaps decode on the GPU, anything the deployment's history did not exercise.
@@ -86,6 +99,11 @@ MIN_ROWS = 3
 MIN_SPREAD = 0.15
 """Weighted coefficient of variation of computed tokens per request below which fixed and
 per-token cost cannot be told apart."""
+ALONE_FLOOR = 0.01
+"""Least weight (x requests) an interval whose requests always overlapped keeps in the fit."""
+LONG_INTERVAL = 10.0
+"""Intervals longer than this many times the median (e.g. from a server's start to kvplan's
+first scrape of it) are left out of the fit: their per-request means blur everything."""
 DECODE_STEP_SHARE = 0.25
 """Engine steps with fewer tokens than this share of a mean prefill count as decode-only."""
 IDENTIFY_FIX = ("run `kvplan pilot` twice on the same servers, once with "
@@ -120,6 +138,9 @@ class Interval:
     (``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}``)."""
     stored_tokens: float | None = None
     """Tokens LMCache stored (``lmcache_mp_l1_write_chunks_total`` x chunk size)."""
+    lookup_seconds: float | None = None
+    """Time vLLM spent in LMCache lookups (``vllm:lmcache_mp_lookup_duration_seconds_sum``):
+    measured, it blocks the scheduler before the request's prefill starts."""
     engines: int = 0
     """vLLM engines reporting in the interval."""
     inference_seconds: float | None = None
@@ -155,11 +176,50 @@ class Interval:
             return 0.0
         return min(1.0, max(0.0, self.external_tokens / self.cached_tokens))
 
+    def max_decode_batch(self) -> float:
+        """Most requests that can have decoded together in one step of this interval: the
+        requests that finished in it, or twice the mean number running (running-phase timers /
+        interval), whichever is larger."""
+        running = 0.0
+        if self.inference_seconds is not None and self.seconds > 0:
+            running = 2.0 * self.inference_seconds / (self.seconds * max(self.engines, 1))
+        return max(1.0, self.requests / max(self.engines, 1), math.ceil(running))
+
+    def alone_share(self) -> float:
+        """How often a request had the engine to itself: the share of decode-only steps that
+        carried a single token (1 when the histogram is missing: assume no concurrency)."""
+        if not self.step_buckets or self.requests <= 0:
+            return 1.0
+        buckets = sorted(self.step_buckets)
+        steps = self.prefill_steps() or 0.0
+        decode = buckets[-1][1] - steps
+        single = next((c for le, c in buckets if le >= 1.0), 0.0)
+        return min(1.0, single / decode) if decode > 0 else 1.0
+
+    def decode_batch(self) -> float | None:
+        """Mean requests per decode-only engine step: (output tokens - requests, the first
+        token of each coming from its prefill step) / decode-only steps; None without the
+        iteration-token histogram or output tokens."""
+        if not self.step_buckets or self.generation_tokens is None or self.requests <= 0:
+            return None
+        decode_steps = sorted(self.step_buckets)[-1][1] - (self.prefill_steps() or 0.0)
+        if decode_steps <= 0:
+            return None
+        return max(1.0, (self.generation_tokens - self.requests) / decode_steps)
+
+    def exposure(self) -> float:
+        """Chance that the engine had nothing else to run while a request waited on the cache
+        layer: ``exp(-(B - 1))`` with ``B`` the mean decode batch (the other requests running
+        taken as Poisson with mean ``B - 1``); 1 when unknown."""
+        b = self.decode_batch()
+        return 1.0 if b is None else math.exp(-(b - 1.0))
+
     def prefill_steps(self) -> float | None:
         """Engine steps that carried prefill tokens (see module docstring), or None."""
         if not self.step_buckets or self.requests <= 0:
             return None
-        threshold = DECODE_STEP_SHARE * self.computed_tokens / self.requests
+        threshold = min(DECODE_STEP_SHARE * self.computed_tokens / self.requests,
+                        self.max_decode_batch())
         buckets = sorted(self.step_buckets)
         total = buckets[-1][1]
         decode = max((c for le, c in buckets if le <= threshold), default=0.0)
@@ -184,7 +244,8 @@ def merge(rows: Sequence[Interval]) -> Interval:
         prompt_tokens=(sum(r.request_prompt for r in rows)
                        if any(r.prompt_tokens is not None for r in rows) else None),
         cached_tokens=opt_sum("cached_tokens"), external_tokens=opt_sum("external_tokens"),
-        stored_tokens=opt_sum("stored_tokens"), engines=sum(r.engines for r in rows),
+        stored_tokens=opt_sum("stored_tokens"), lookup_seconds=opt_sum("lookup_seconds"),
+        engines=sum(r.engines for r in rows),
         inference_seconds=opt_sum("inference_seconds"),
         generation_tokens=opt_sum("generation_tokens"),
         step_buckets=tuple(sorted(buckets.items())),
@@ -328,7 +389,7 @@ def _design(rows: Sequence[Interval], terms: Sequence[str]) -> tuple[np.ndarray,
                 "load": cached * r.external_share}
         X.append([cols[k] for k in terms])
         y.append(engine_prefill_seconds(r)[0] / n)
-        w.append(n)
+        w.append(n * max(r.alone_share(), ALONE_FLOOR))
     return np.asarray(X, float), np.asarray(y, float), np.asarray(w, float)
 
 
@@ -394,6 +455,15 @@ def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
     notes: list[str] = []
     rows = [r for r in rows_all if r.requests >= 1 and r.prefill_seconds > 0
             and r.computed_tokens > 0 and not r.reset]
+    lengths = sorted(r.seconds for r in rows)
+    if lengths:
+        limit = LONG_INTERVAL * lengths[len(lengths) // 2]
+        long_rows = [r for r in rows if r.seconds > limit]
+        if long_rows:
+            notes.append(f"{len(long_rows)} interval(s) longer than {LONG_INTERVAL:g}x the median "
+                         f"({limit:,.0f} s) left out of the fit (e.g. a server's start to its first "
+                         "scrape)")
+            rows = [r for r in rows if r.seconds <= limit]
     skipped_reset = sum(1 for r in rows_all if r.reset and r.requests >= 1)
     if skipped_reset:
         notes.append(f"{skipped_reset} interval(s) with a counter restart left out")
@@ -413,8 +483,17 @@ def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
     if capped:
         notes.append(f"{capped} interval(s) claimed more prefill seconds than interval x "
                      "engines: capped at the engines' time")
+    overlapped = sum(1 for r in rows if r.alone_share() < 0.5)
+    if overlapped:
+        notes.append(f"{overlapped} of {len(rows)} interval(s) ran requests concurrently (most "
+                     "decode steps carried several requests): a request's prefill timer then "
+                     "spans other requests' steps, so each interval weighs in proportion to how "
+                     "often a request had the engine alone")
+    if overlapped == len(rows):
+        notes.append("every interval ran requests concurrently: the fit rests on overlapping "
+                     "timers and leans high; a low-concurrency pilot (one user) would pin it")
     t_mean = np.array([r.computed_tokens / r.requests for r in rows])
-    w = np.array([r.requests for r in rows])
+    w = np.array([r.requests * max(r.alone_share(), ALONE_FLOOR) for r in rows])
     m = float((w * t_mean).sum() / w.sum())
     cv = float(math.sqrt((w * (t_mean - m) ** 2).sum() / w.sum()) / m) if m > 0 else 0.0
     if len(rows) < MIN_ROWS or cv < MIN_SPREAD:
@@ -502,6 +581,12 @@ class PricedWindow:
     engine_busy_seconds: float | None = None
     """Upper bound of the engines' busy time: per interval min(running-phase timers,
     interval x engines). ``None`` when not reported."""
+    lookup_seconds: float = 0.0
+    """Engine time lost to LMCache lookups: per interval the lookup time vLLM measured x the
+    chance the engine had nothing else to run (``Interval.exposure``)."""
+    store_exposure: float = 1.0
+    """Share of LMCache's stores the engine waited for (stores weighted by the same chance:
+    under load they overlap other requests' steps)."""
 
     @property
     def coverage(self) -> float:
@@ -530,16 +615,20 @@ class PricedWindow:
         if cur is not None:
             covered += cur[1] - cur[0]
         rows = rounds(raw)
-        req = prompt = comp = dev = ext = stored = gen = 0.0
+        req = prompt = comp = dev = ext = stored = gen = lookup = exposed = 0.0
         dev_att = cached_att = prompt_att = prefill = 0.0
         busy: float | None = None
         engines = 0
         for r in rows:
             stored += r.stored_tokens or 0.0
+            exposed += (r.stored_tokens or 0.0) * r.exposure()
             engines = max(engines, r.engines)
-            if r.inference_seconds is not None:
-                cap = r.seconds * max(r.engines, 1)
-                busy = (busy or 0.0) + min(r.inference_seconds, cap)
+            cap = r.seconds * max(r.engines, 1)
+            running = min(r.inference_seconds, cap) if r.inference_seconds is not None else None
+            if running is not None:
+                busy = (busy or 0.0) + running
+            if r.lookup_seconds:
+                lookup += r.lookup_seconds * r.exposure()
             gen += r.generation_tokens or 0.0
             if r.requests <= 0:
                 continue
@@ -562,7 +651,8 @@ class PricedWindow:
                    device_attention=dev_att, cached_attention=cached_att,
                    prompt_attention=prompt_att, engines=engines,
                    prefill_engine_seconds=prefill, generation_tokens=gen,
-                   engine_busy_seconds=busy)
+                   engine_busy_seconds=busy, lookup_seconds=lookup,
+                   store_exposure=exposed / stored if stored > 0 else 1.0)
 
     def at_hit_rate(self, hit_rate: float) -> "PricedWindow":
         """The same traffic as if ``hit_rate`` of prompt tokens had been cached (the tiers in
@@ -614,7 +704,7 @@ class TierSavings:
     lmcache_gross: Band
     """Compute the tokens LMCache supplied would have cost."""
     lmcache_overhead: Band
-    """LMCache's cost: storing chunks and loading hits (positive)."""
+    """LMCache's cost: lookups (measured), storing chunks and loading hits (fitted); positive."""
     lmcache: Band
     """LMCache's net part: gross - overhead (can be negative)."""
     total: Band
@@ -634,7 +724,8 @@ def _tier_values(c: dict[str, float], w: PricedWindow) -> dict[str, float]:
     b, a = c["per_token"], c["attention"]
     device = b * w.device_cached + a * w.device_attention
     gross = b * w.external_cached + a * (w.cached_attention - w.device_attention)
-    overhead = c["load"] * w.external_cached + c["store"] * w.stored_tokens
+    overhead = (c["load"] * w.external_cached + c["store"] * w.stored_tokens * w.store_exposure
+                + w.lookup_seconds)
     with_reuse = (c["fixed"] * w.requests + b * w.computed_tokens
                   + a * (w.prompt_attention - w.cached_attention) + overhead)
     without = c["fixed"] * w.requests + b * w.prompt_tokens + a * w.prompt_attention

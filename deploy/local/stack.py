@@ -420,9 +420,19 @@ def _wait_healthy(servers: Sequence[Server], stack_id: str, timeout_s: float) ->
 # --------------------------------------------------------------- server specs
 
 
+QUIET_DIR = HERE / "quiet"
+"""sitecustomize.py that turns vLLM's one-second busy-wait after every message into 1 ms sleeps
+(see its docstring): a worker's CPU seconds are then the work it did."""
+OMP_BIND = "0"
+"""VLLM_CPU_OMP_THREADS_BIND of every vLLM server: one compute thread, on core 0. vLLM's 'auto'
+gives a connected server two threads and a plain one one, so the same prompt costs different
+CPU time and wall time on the two sides of an A/B."""
+
+
 def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str, run_dir: Path,
                  lmcache_rpc_port: int | None, kv_space_gib: int, max_model_len: int,
-                 extra_args: Sequence[str]) -> Server:
+                 extra_args: Sequence[str], omp_bind: str | None = OMP_BIND,
+                 quiet: bool = True) -> Server:
     base = f"http://127.0.0.1:{port}"
     cmd = [
         str(py), "-m", "vllm.entrypoints.openai.api_server",
@@ -454,6 +464,10 @@ def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str
         "VLLM_HOST_IP": "127.0.0.1",
         "VLLM_LOOPBACK_IP": "127.0.0.1",
     }
+    if omp_bind is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind
+    if quiet:
+        env["PYTHONPATH"] = str(QUIET_DIR)
     return Server(
         name=name, kind="vllm", base_url=base, metrics_url=base + "/metrics", pid=None,
         log_path=str(run_dir / "logs" / f"{name}.log"), port=port,
@@ -615,11 +629,16 @@ def up(
     max_model_len: int = 4096,
     vllm_extra_args: Sequence[str] = (),
     start_timeout_s: float | None = None,
+    omp_bind: str | None = OMP_BIND,
+    quiet: bool = True,
 ) -> Stack:
     """Start LMCache, n_vllm connected + n_vllm_plain plain vLLM servers and Prometheus.
 
     ``n_vllm_nocache`` more vLLM servers run with no reuse at all (no connector,
     ``--no-enable-prefix-caching``): the cache-off side of an A/B.
+
+    ``omp_bind`` (``VLLM_CPU_OMP_THREADS_BIND``, default one thread on core 0; None = vLLM's
+    auto) and ``quiet`` (``QUIET_DIR``: no busy-wait) make engine time comparable across servers.
 
     Connected vLLM servers (LMCacheMPConnector) start together once LMCache
     answers; plain ones (vLLM's own prefix cache only) and Prometheus start at
@@ -651,7 +670,7 @@ def up(
         stack.servers.append(lm)
     common = dict(py=py, model=model, model_name=MODEL_NAME, run_dir=run,
                   kv_space_gib=kv_space_gib, max_model_len=max_model_len,
-                  extra_args=tuple(vllm_extra_args))
+                  extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
     connected = [
         _vllm_server(f"vllm-{i}", next(ports), lmcache_rpc_port=lm.rpc_port, **common)  # type: ignore[union-attr]
         for i in range(n_vllm)
