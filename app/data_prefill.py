@@ -36,6 +36,7 @@ NAMES = [
     c.hsum(c.PROMPT_LENGTH), c.total(c.PROMPT_TOKENS_CACHED), c.total(c.PROMPT_BY_SOURCE),
     c.total(c.EXTERNAL_QUERIES), c.hsum(c.INFERENCE_TIME), c.total(c.GENERATION_TOKENS),
     c.bucket(c.ITERATION_TOKENS), c.total(c.LM_L1_WRITE_CHUNKS), c.hsum(c.LM_LOOKUP_DURATION),
+    c.count(c.LM_LOOKUP_DURATION),
 ]
 """Sample names the prefill cost model reads."""
 
@@ -79,6 +80,7 @@ def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
             engines=max(int(r["engines"] or 0), 1),
             inference_seconds=None if r["inference_seconds"] is None else float(r["inference_seconds"]),
             lookup_seconds=None if r["lookup_seconds"] is None else float(r["lookup_seconds"]),
+            lookups=None if r["lookups"] is None else float(r["lookups"]),
             generation_tokens=None if r["generation_tokens"] is None else float(r["generation_tokens"]),
             step_buckets=tuple(sorted(buckets.items())), **base))
     return out
@@ -141,14 +143,17 @@ def measured_ab(db: Database, deployment: str) -> MeasuredAB | None:
 def plan_measurement(db: Database, deployment: str, t_from: datetime, t_to: datetime, *,
                      facts: DeploymentFacts | None = None, model: str | None = None,
                      lookback: timedelta = DEFAULT_LOOKBACK, stats: Any = None,
-                     use_measured_ab: bool = True) -> PrefillMeasurement:
+                     num_gpus: int | None = None, use_measured_ab: bool = True) -> PrefillMeasurement:
     """Everything ``models.plan`` needs about the prefill of [t_from, t_to]: the priced window
     (covered span), the cost model fitted on the look-back ending at ``t_to``, the deployment
     facts, and the latest measured A/B (which overrides the model). ``stats`` (the window's
-    ``WindowStats``) adds vLLM's FLOP counter for estimator B."""
+    ``WindowStats``) adds vLLM's FLOP counter for estimator B. ``num_gpus`` (the fleet, e.g.
+    ``kvplan plan --gpus``) overrides the engines seen: engines = num_gpus / GPUs per engine."""
     facts = facts or DeploymentFacts()
     window = priced_window(db, deployment, t_from, t_to, model, facts=facts)
     history_from = min(aware_utc(t_from), aware_utc(t_to) - lookback)
     cost = fit_history(db, deployment, t_to, model=model, facts=facts, t_from=history_from)
     ab = measured_ab(db, deployment) if use_measured_ab else None
-    return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=ab)
+    engines = max(1, num_gpus // facts.gpus_per_engine) if num_gpus else None
+    return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=ab,
+                                   engines=engines)

@@ -409,7 +409,8 @@ async def run_async(servers: Sequence[str], model: str, workload: Workload,
 
 async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], *,
                             output_tokens: int = 8, scenario: Scenario = "unique",
-                            request_timeout_s: float = 300.0) -> RunResult:
+                            request_timeout_s: float = 300.0,
+                            client: httpx.AsyncClient | None = None) -> RunResult:
     """Send fixed prompts: user ``u`` sends ``prompts[u]`` one after another to
     ``servers[u % len(servers)]``; users run concurrently. The same prompts make the same request
     stream on any server (an A/B's two sides), whatever the model answers. Never raises for a
@@ -423,15 +424,22 @@ async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequenc
     results: list[RequestResult] = []
     started_at = time.time()
     deadline = time.monotonic() + w.max_seconds
-    async with httpx.AsyncClient(timeout=httpx.Timeout(request_timeout_s, connect=10.0),
-                                 limits=httpx.Limits(max_connections=max(len(prompts), 1) * 2),
-                                 trust_env=False) as client:
-        async def user(u: int) -> None:
-            for turn, prompt in enumerate(prompts[u]):
-                res, _ = await _one_request(client, bases[u % len(bases)], model, prompt, w, u, turn, deadline)
-                results.append(res)
+    own = client is None
+    if client is None:
+        client = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout_s, connect=10.0),
+                                   limits=httpx.Limits(max_connections=max(len(prompts), 1) * 2),
+                                   trust_env=False)
 
+    async def user(u: int) -> None:
+        for turn, prompt in enumerate(prompts[u]):
+            res, _ = await _one_request(client, bases[u % len(bases)], model, prompt, w, u, turn, deadline)
+            results.append(res)
+
+    try:
         await asyncio.gather(*(user(u) for u in range(len(prompts))))
+    finally:
+        if own:
+            await client.aclose()
     results.sort(key=lambda r: (r.started_at, r.user, r.turn))
     return RunResult(scenario=scenario, started_at=started_at, ended_at=time.time(), workload=w,
                      results=results, model=model, servers=bases)

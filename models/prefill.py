@@ -228,7 +228,7 @@ class PrefillMeasurement:
             w = self.window
             load = c["load"] if model.part("load") else self.transfer_gpu_seconds_per_token
             overhead = (load * w.external_cached + c["store"] * w.stored_tokens * w.store_exposure
-                        + w.lookup_seconds)
+                        + c["lmcache_request"] * w.exposed_lookups + w.lookup_seconds)
             return overhead * self.tensor_parallel_size
         moved = self.transferred_cached_tokens
         if moved is None:
@@ -275,7 +275,7 @@ def fitted_tiers(m: PrefillMeasurement) -> TierSavings | None:
 def _fmt_parts(model: PrefillCostModel) -> str:
     units = {"fixed": ("ms/request", 1e3), "per_token": ("us/token", 1e6),
              "attention": ("ns/token^2", 1e9), "store": ("us/stored token", 1e6),
-             "load": ("us/loaded token", 1e6)}
+             "load": ("us/loaded token", 1e6), "lmcache_request": ("ms/LMCache request", 1e3)}
     out = []
     for p in model.parts:
         u, k = units[p.name]

@@ -14,7 +14,7 @@ vLLM's iteration counters split ``C`` into its own device cache ``D`` and the co
 **The model.** Per request, in engine-seconds:
 
     prefill = fixed + per_token x computed + attention x (P^2 - C^2) / 2
-              + store x stored + load x loaded
+              + store x stored + load x loaded + lmcache_request x [went through LMCache]
 
 ``attention x (P^2 - C^2)/2`` is self-attention over the prefix: computing the token at position
 ``j`` reads ``j`` keys, so the computed positions ``C..P`` cost ``(P^2 - C^2)/2`` key reads.
@@ -25,8 +25,11 @@ requests are alike; scrape intervals are short).
 with requests (weight ``n``: a mean of ``n`` requests is ``n`` times less noisy than one; times
 how often a request had the engine alone, see below), the exact NNLS optimum (every subset of
 terms, best feasible). ``attention``, ``store`` and
-``load`` enter only where the data supports them: a term is kept when it is positive in at
-least ``SUPPORT`` of the bootstrap resamples. The band resamples whole intervals (``BOOTSTRAP``
+``load``/``lmcache_request`` enter only where the data supports them, i.e. where their band
+excludes zero: attention when it is positive in at least ``SUPPORT`` (95 %) of the bootstrap
+resamples, LMCache's terms together when the cost they give an average LMCache request is (they
+compete with each other). Outlying intervals
+weigh less (Huber weights, ``HUBER_K``). The band resamples whole intervals (``BOOTSTRAP``
 draws, fixed seed): every figure derived from the model carries the 5th-95th percentile of its
 draws. The fit reads the deployment's history (every interval of a look-back, not only the
 window being priced): a cache-heavy window alone computes few and alike tokens per request
@@ -59,7 +62,7 @@ prefix):
 
     device  = per_token x D + attention x D^2 / (2n)
     lmcache = per_token x E + attention x ((D+E)^2 - D^2) / (2n)
-              -  load x E  -  store x S  -  lookup seconds
+              -  load x E  -  store x S  -  lmcache_request x lookups  -  lookup seconds
 
 vLLM's own prefix cache comes with vLLM: its part is free. LMCache's part carries its
 overhead (storing every chunk it keeps, loading what it serves, and the lookups vLLM times
@@ -82,18 +85,24 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-TERMS = ("fixed", "per_token", "attention", "store", "load")
+TERMS = ("fixed", "per_token", "attention", "store", "load", "lmcache_request")
 UNITS = {"fixed": "s/request", "per_token": "s/token", "attention": "s/token^2",
-         "store": "s/stored token", "load": "s/loaded token"}
-OPTIONAL_TERMS = ("attention", "store", "load")
+         "store": "s/stored token", "load": "s/loaded token",
+         "lmcache_request": "s/LMCache request"}
+OPTIONAL_TERMS = ("attention", "store", "load", "lmcache_request")
+LMCACHE_TERMS = ("store", "load", "lmcache_request")
+MIN_CONNECTED_SPREAD = 0.1
+"""The per-request LMCache term needs the share of requests that went through LMCache to vary
+across intervals (standard deviation at least this): e.g. vLLM-only replicas in the history."""
 BOOTSTRAP = 200
 """Bootstrap resamples of the intervals."""
 SEED = 20240613
 """Fixed seed: the same history always gives the same band."""
 BAND = (5.0, 95.0)
 """Percentiles of the bootstrap draws reported as the band."""
-SUPPORT = 0.8
-"""An optional term stays when it is positive in at least this share of the resamples."""
+SUPPORT = 1.0 - BAND[0] / 100.0
+"""An optional term stays when it is positive in at least this share of the resamples (95 %:
+its band excludes zero)."""
 MIN_ROWS = 3
 """Fewer intervals with requests than this cannot identify fixed vs per-token cost."""
 MIN_SPREAD = 0.15
@@ -141,6 +150,9 @@ class Interval:
     lookup_seconds: float | None = None
     """Time vLLM spent in LMCache lookups (``vllm:lmcache_mp_lookup_duration_seconds_sum``):
     measured, it blocks the scheduler before the request's prefill starts."""
+    lookups: float | None = None
+    """LMCache lookups vLLM made (``..._lookup_duration_seconds_count``): requests that went
+    through LMCache."""
     engines: int = 0
     """vLLM engines reporting in the interval."""
     inference_seconds: float | None = None
@@ -245,6 +257,7 @@ def merge(rows: Sequence[Interval]) -> Interval:
                        if any(r.prompt_tokens is not None for r in rows) else None),
         cached_tokens=opt_sum("cached_tokens"), external_tokens=opt_sum("external_tokens"),
         stored_tokens=opt_sum("stored_tokens"), lookup_seconds=opt_sum("lookup_seconds"),
+        lookups=opt_sum("lookups"),
         engines=sum(r.engines for r in rows),
         inference_seconds=opt_sum("inference_seconds"),
         generation_tokens=opt_sum("generation_tokens"),
@@ -386,7 +399,8 @@ def _design(rows: Sequence[Interval], terms: Sequence[str]) -> tuple[np.ndarray,
         p = t + cached
         cols = {"fixed": 1.0, "per_token": t, "attention": (p * p - cached * cached) / 2.0,
                 "store": (r.stored_tokens or 0.0) / n,
-                "load": cached * r.external_share}
+                "load": cached * r.external_share,
+                "lmcache_request": min(1.0, (r.lookups or 0.0) / n)}
         X.append([cols[k] for k in terms])
         y.append(engine_prefill_seconds(r)[0] / n)
         w.append(n * max(r.alone_share(), ALONE_FLOOR))
@@ -427,6 +441,25 @@ def _fit(X: np.ndarray, y: np.ndarray, w: np.ndarray, counts: np.ndarray | None 
     h = Xs.T @ (ww * y)
     yy = float((ww * y * y).sum())
     return _nnls_gram(G, h, yy) / scale
+
+
+HUBER_K = 1.5
+"""Residuals beyond this many robust standard deviations weigh less (Huber weights)."""
+
+
+def _huber(X: np.ndarray, y: np.ndarray, w: np.ndarray, iterations: int = 3) -> np.ndarray:
+    """Huber weights (1 for ordinary intervals, less for outliers) by iteratively reweighted
+    NNLS on relative residuals (timer noise is relative: a busy moment stretches a long prefill
+    as much as a short one): scale = 1.4826 x the median absolute weighted relative residual."""
+    h = np.ones_like(w)
+    for _ in range(iterations):
+        pred = X @ _fit(X, y, w * h)
+        r = (y - pred) / np.maximum(np.abs(pred), 1e-12) * np.sqrt(w)
+        scale = 1.4826 * float(np.median(np.abs(r)))
+        if scale <= 0:
+            break
+        h = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-300))
+    return h
 
 
 def _bootstrap(X: np.ndarray, y: np.ndarray, w: np.ndarray, draws: int, seed: int
@@ -513,26 +546,65 @@ def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
         candidates.append("store")
     if any(r.external_share > 0 and r.request_cached > 0 for r in rows):
         candidates.append("load")
-    X, y, w = _design(rows, candidates)
-    probe = _bootstrap(X, y, w, bootstrap, seed)
-    terms = []
-    for j, t in enumerate(candidates):
-        support = float(np.mean(probe[:, j] > 0))
-        if t in OPTIONAL_TERMS and support < SUPPORT:
-            if t == "store":
-                notes.append("LMCache's store cost could not be separated from the per-token "
-                             f"compute cost (positive in {support:.0%} of resamples): it is "
-                             "counted in per_token, so LMCache's overhead is understated; "
-                             "history with computed tokens it did not store (vLLM-only "
-                             "replicas, prefix hits with short tails) separates them")
-            elif t == "load":
-                notes.append("LMCache's load cost per served token is not supported by the "
-                             f"history (positive in {support:.0%} of resamples): counted as 0")
-            continue
-        terms.append(t)
-    X, y, w = _design(rows, terms)
-    beta = _fit(X, y, w)
-    draws = _bootstrap(X, y, w, bootstrap, seed + 1)
+    shares = np.array([min(1.0, (r.lookups or 0.0) / r.requests) for r in rows])
+    if shares.any():
+        if shares.std() >= MIN_CONNECTED_SPREAD:
+            candidates.append("lmcache_request")
+        else:
+            notes.append("every interval's requests went through LMCache alike: a per-request "
+                         "LMCache cost (beyond the lookups vLLM times) cannot be told from the "
+                         "fixed cost and stays in it; history with vLLM-only replicas separates "
+                         "them")
+    # vLLM-only intervals (no request went through LMCache, nothing stored) fix the compute
+    # model on their own where they can; LMCache's terms are then fitted on the excess of the
+    # other intervals over it (two stages). Otherwise one joint fit.
+    plain = np.array([not r.lookups and not r.stored_tokens and not
+                      (r.external_share > 0 and r.request_cached > 0) for r in rows])
+    lm_cand = [t for t in candidates if t in LMCACHE_TERMS]
+    two_stage = False
+    if lm_cand and plain.sum() >= MIN_ROWS and (~plain).sum() >= 1:
+        tp, wp = t_mean[plain], w[plain]
+        mp = float((wp * tp).sum() / wp.sum())
+        cvp = float(math.sqrt((wp * (tp - mp) ** 2).sum() / wp.sum()) / mp) if mp > 0 else 0.0
+        two_stage = cvp >= MIN_SPREAD
+    if two_stage:
+        notes.append(f"compute cost fitted on the {int(plain.sum())} interval(s) whose requests "
+                     f"did not go through LMCache; LMCache's cost on the excess of the other "
+                     f"{int((~plain).sum())}")
+    est = _Estimator(rows, candidates, plain if two_stage else None)
+    probe = est.bootstrap(bootstrap, seed)
+    terms = [t for t in candidates if t not in LMCACHE_TERMS]
+    if "attention" in terms:
+        support = float(np.mean(probe[:, candidates.index("attention")] > 0))
+        if support < SUPPORT:
+            terms.remove("attention")
+    if lm_cand:
+        # LMCache's terms compete with each other (a request that stores chunks also went
+        # through LMCache): judge them together, by the cost they give an average LMCache
+        # request of the history, and let the fit split it
+        idx = [candidates.index(t) for t in lm_cand]
+        Xc = est.X[:, idx]
+        connected = Xc.any(axis=1)
+        mean_row = Xc[connected].mean(axis=0) if connected.any() else Xc.mean(axis=0)
+        support = float(np.mean(probe[:, idx] @ mean_row > 0))
+        if support >= SUPPORT:
+            terms += lm_cand
+        else:
+            notes.append("LMCache's own cost (storing chunks, per-request work beyond the "
+                         "lookups vLLM times) is not supported by the history (positive in "
+                         f"{support:.0%} of resamples): only the timed lookups are counted; "
+                         "history with computed tokens LMCache did not store (vLLM-only "
+                         "replicas, prefix hits with short tails) separates it")
+    terms = [t for t in TERMS if t in terms]
+    est = _Estimator(rows, terms, plain if two_stage and any(t in LMCACHE_TERMS for t in terms)
+                     else None)
+    down = int((est.h < 1).sum())
+    if down:
+        notes.append(f"{down} interval(s) far from the fit weighed less (Huber): e.g. a moment "
+                     "the machine was busy with something else")
+    beta = est.fit()
+    draws = est.bootstrap(bootstrap, seed + 1)
+    X, y, w = est.X, est.y, est.w
     pred = X @ beta
     ybar = float((w * y).sum() / w.sum())
     rel_rms = float(math.sqrt((w * (y - pred) ** 2).sum() / w.sum()) / ybar) if ybar > 0 else None
@@ -546,6 +618,53 @@ def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
                      "per-request; cached tokens are then worth nothing")
     return PrefillCostModel("fitted", parts, history, len(rows), req, rel_rms=rel_rms,
                             notes=tuple(notes), draws=tuple(map(tuple, full)))
+
+
+class _Estimator:
+    """The fit of ``terms`` on ``rows``: one weighted NNLS, or -- with ``plain`` (a mask of
+    vLLM-only rows) -- the compute terms on those rows, then LMCache's terms on the other rows'
+    excess over them. Huber weights are computed once per stage; ``bootstrap`` resamples rows."""
+
+    def __init__(self, rows: Sequence[Interval], terms: Sequence[str], plain: np.ndarray | None):
+        self.X, self.y, w = _design(rows, terms)
+        self.terms = list(terms)
+        self.plain = plain
+        self.comp = [j for j, t in enumerate(terms) if t not in LMCACHE_TERMS]
+        self.lm = [j for j, t in enumerate(terms) if t in LMCACHE_TERMS]
+        if plain is None or not self.lm:
+            self.plain = None
+            self.h = _huber(self.X, self.y, w)
+        else:
+            self.h = np.ones_like(w)
+            Xp = self.X[np.ix_(plain, self.comp)]
+            self.h[plain] = _huber(Xp, self.y[plain], w[plain])
+            beta_c = _fit(Xp, self.y[plain], (w * self.h)[plain])
+            resid = self.y - self.X[:, self.comp] @ beta_c
+            conn = ~plain
+            self.h[conn] = _huber(self.X[np.ix_(conn, self.lm)], resid[conn], w[conn])
+        self.w = w * self.h
+
+    def fit(self, counts: np.ndarray | None = None) -> np.ndarray:
+        if self.plain is None:
+            return _fit(self.X, self.y, self.w, counts)
+        c = np.ones_like(self.w) if counts is None else counts
+        p, q = self.plain, ~self.plain
+        beta = np.zeros(len(self.terms))
+        if (c[p] > 0).sum() == 0:
+            return _fit(self.X, self.y, self.w, counts)
+        beta[self.comp] = _fit(self.X[np.ix_(p, self.comp)], self.y[p], self.w[p], c[p])
+        resid = self.y - self.X[:, self.comp] @ beta[self.comp]
+        if (c[q] > 0).sum():
+            beta[self.lm] = _fit(self.X[np.ix_(q, self.lm)], resid[q], self.w[q], c[q])
+        return beta
+
+    def bootstrap(self, draws: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        n = len(self.y)
+        out = np.empty((draws, len(self.terms)))
+        for i in range(draws):
+            out[i] = self.fit(np.bincount(rng.integers(0, n, n), minlength=n).astype(float))
+        return out
 
 
 # ---- the priced window --------------------------------------------------------------------
@@ -587,6 +706,8 @@ class PricedWindow:
     store_exposure: float = 1.0
     """Share of LMCache's stores the engine waited for (stores weighted by the same chance:
     under load they overlap other requests' steps)."""
+    exposed_lookups: float = 0.0
+    """Requests that went through LMCache, weighted by the same chance."""
 
     @property
     def coverage(self) -> float:
@@ -615,7 +736,7 @@ class PricedWindow:
         if cur is not None:
             covered += cur[1] - cur[0]
         rows = rounds(raw)
-        req = prompt = comp = dev = ext = stored = gen = lookup = exposed = 0.0
+        req = prompt = comp = dev = ext = stored = gen = lookup = exposed = lookups = 0.0
         dev_att = cached_att = prompt_att = prefill = 0.0
         busy: float | None = None
         engines = 0
@@ -629,6 +750,8 @@ class PricedWindow:
                 busy = (busy or 0.0) + running
             if r.lookup_seconds:
                 lookup += r.lookup_seconds * r.exposure()
+            if r.lookups:
+                lookups += r.lookups * r.exposure()
             gen += r.generation_tokens or 0.0
             if r.requests <= 0:
                 continue
@@ -652,7 +775,8 @@ class PricedWindow:
                    prompt_attention=prompt_att, engines=engines,
                    prefill_engine_seconds=prefill, generation_tokens=gen,
                    engine_busy_seconds=busy, lookup_seconds=lookup,
-                   store_exposure=exposed / stored if stored > 0 else 1.0)
+                   store_exposure=exposed / stored if stored > 0 else 1.0,
+                   exposed_lookups=lookups)
 
     def at_hit_rate(self, hit_rate: float) -> "PricedWindow":
         """The same traffic as if ``hit_rate`` of prompt tokens had been cached (the tiers in
@@ -725,7 +849,7 @@ def _tier_values(c: dict[str, float], w: PricedWindow) -> dict[str, float]:
     device = b * w.device_cached + a * w.device_attention
     gross = b * w.external_cached + a * (w.cached_attention - w.device_attention)
     overhead = (c["load"] * w.external_cached + c["store"] * w.stored_tokens * w.store_exposure
-                + w.lookup_seconds)
+                + c["lmcache_request"] * w.exposed_lookups + w.lookup_seconds)
     with_reuse = (c["fixed"] * w.requests + b * w.computed_tokens
                   + a * (w.prompt_attention - w.cached_attention) + overhead)
     without = c["fixed"] * w.requests + b * w.prompt_tokens + a * w.prompt_attention

@@ -114,32 +114,39 @@ def _threads(pids: Sequence[int]) -> list[int]:
 
 @contextmanager
 def priority(realtime: Sequence[int], high: Sequence[int] = ()) -> Iterator[str]:
-    """Run the process trees of ``realtime`` at ``SCHED_FIFO`` (every thread) and ``high`` (and
-    this process) at nice -20 for the duration; restores normal scheduling after. Yields the level
-    reached: ``realtime``, ``nice -20`` or ``normal`` (not permitted)."""
-    rt_threads = _threads([p for pid in realtime for p in process_tree(pid)])
-    hi_threads = _threads([p for pid in high for p in process_tree(pid)]) + _threads([os.getpid()])
+    """For the duration: every thread of the process trees of ``realtime`` (the vLLM servers)
+    and ``high`` (LMCache: its stores and lookups hold up the engine, so its latency must not
+    depend on what else the machine runs) at ``SCHED_FIFO`` priority 10, this process (the
+    driver: its delays would show in the wall time) at ``SCHED_FIFO`` 5; normal scheduling
+    restored after. None of them busy-waits (vLLM: ``QUIET_DIR``; LMCache idles at ~1 % of a
+    core), so real-time threads give the core back whenever they wait. Yields the level
+    reached: ``realtime``, ``nice -20`` (real-time not permitted) or ``normal``."""
+    servers = _threads([p for pid in list(realtime) + list(high) for p in process_tree(pid)])
+    driver = _threads([os.getpid()])
+    hi: list[int] = []
     level = "realtime"
     try:
-        for t in rt_threads:
-            try:
-                os.sched_setscheduler(t, os.SCHED_FIFO, os.sched_param(10))
-            except PermissionError:
-                level = "nice -20"
-                break
-            except OSError:
-                pass
-        for t in (rt_threads if level != "realtime" else []) + hi_threads:
+        for threads, prio in ((servers, 10), (driver, 5)):
+            for t in threads:
+                try:
+                    os.sched_setscheduler(t, os.SCHED_FIFO, os.sched_param(prio))
+                except PermissionError:
+                    level = "nice -20"
+                    break
+                except OSError:
+                    pass
+        for t in (servers + driver if level != "realtime" else []) + hi:
             try:
                 os.setpriority(os.PRIO_PROCESS, t, -20)
             except PermissionError:
-                level = "normal" if level != "realtime" else level
+                if level != "realtime":
+                    level = "normal"
                 break
             except OSError:
                 pass
         yield level
     finally:
-        for t in rt_threads + hi_threads:
+        for t in servers + driver + hi:
             try:
                 os.sched_setscheduler(t, os.SCHED_OTHER, os.sched_param(0))
                 os.setpriority(os.PRIO_PROCESS, t, 0)
@@ -237,10 +244,14 @@ class Scenario:
 
 
 def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str, measured_on: str,
-           pair: str, lmcache_pids: Sequence[int] = ()) -> tuple[SideResult, SideResult, str]:
+           pair: str, lmcache_pids: Sequence[int] = (), replicas: Sequence = (),
+           background: Scenario | None = None) -> tuple[SideResult, SideResult, str]:
     """Run ``scenario`` on both sides, interleaved by segment (see module docstring). Stores
-    one run per side (``reuse``, ``engine_seconds``, ``ab_pair``). Returns (off, on, priority
-    level)."""
+    one run per side (``reuse``, ``engine_seconds``, ``ab_pair``). With ``replicas`` (vLLM-only
+    servers of the reuse-on deployment, among ``on.extra_targets``) and a ``background`` stream,
+    segment ``k`` of the background runs on a replica after each segment pair, in its own scrape
+    round: the deployment's history then holds, at the same time as the A/B, computed tokens
+    LMCache did not store. Returns (off, on, priority level)."""
     sides = (off, on)
     wall = {s.reuse: 0.0 for s in sides}
     cpu = {s.reuse: 0.0 for s in sides}
@@ -248,9 +259,12 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str,
     results: dict[str, list] = {s.reuse: [] for s in sides}
     spans: dict[str, list[float]] = {s.reuse: [] for s in sides}
     per_seg: dict[str, list[tuple[float, float]]] = {s.reuse: [] for s in sides}
-    rt = [s.pid for side in sides for s in side.servers if s.pid]
+    rt = [s.pid for side in sides for s in side.servers if s.pid] + [r.pid for r in replicas if r.pid]
+    replica_side = Side(on.deployment, "on", list(replicas), [t for t in on.extra_targets if t not in replicas]
+                        + list(on.servers))
     with httpx.Client(timeout=10.0, trust_env=False) as client, priority(rt, lmcache_pids) as level:
-        expected = {s.name: _prefill_count(s.metrics_url, client) for side in sides for s in side.servers}
+        expected = {s.name: _prefill_count(s.metrics_url, client)
+                    for s in [*off.servers, *on.servers, *replicas]}
         starts = {s.reuse: _scrape(db, s) for s in sides}
         for k, seg in enumerate(scenario.segments):
             for side in (sides if k % 2 == 0 else sides[::-1]):
@@ -271,6 +285,14 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str,
                 cpu[side.reuse] += dc
                 per_seg[side.reuse].append((dt, dc))
                 _scrape(db, side)
+            if replicas and background is not None:
+                replica = replicas[k % len(replicas)]
+                bg = background.segments[k % len(background.segments)]
+                wl.run_prompts([replica.base_url], model, bg, output_tokens=background.output_tokens,
+                               scenario=background.kind)
+                expected[replica.name] += sum(len(p) for p in bg)
+                _settle(replica_side, expected, client)
+                _scrape(db, replica_side)
         ends = {s.reuse: datetime.now(timezone.utc) for s in sides}
     out = []
     for side in sides:
@@ -304,22 +326,27 @@ def _unique(seed: int, key: str, chars: int) -> str:
     return head + wl.text(seed, f"unique:{key}", max(chars - len(head), 0))
 
 
-def calibration(seed: int, segments: int = 48) -> Scenario:
-    """The history the fit may use besides the scenarios, one request per segment (so each
-    scrape interval holds one request and the per-request means are exact): in turn a unique
-    request (every token computed, and stored by LMCache) and a shared-prefix request (one of
-    two prefixes, then a tail of 60 characters to most of the model's length: few to many
-    computed tokens, mostly not stored), lengths spread over the model's range."""
+def calibration(seed: int, segments: int = 24) -> Scenario:
+    """The history the fit may use besides the scenarios: segments of two alike requests sent
+    back to back (as the scenarios send them: LMCache's stores then queue as they do under real
+    traffic; alike, so each interval's per-request means stay exact), in turn unique requests
+    (every token computed, and stored by LMCache) and shared-prefix requests (one of two
+    prefixes, then a tail of 60 characters to most of the model's length: few to many computed
+    tokens, mostly not stored), lengths spread over the model's range."""
     rng = random.Random(f"calibration:{seed}")
     prefixes = [wl.text(seed, f"calibration-prefix:{i}", n) for i, n in enumerate((4000, 9000))]
     segs = []
     for k in range(segments):
         if k % 2 == 0:
-            prompt = _unique(seed, f"cal:{k}", _chars(rng, 600, MAX_PROMPT_CHARS))
+            n = _chars(rng, 600, MAX_PROMPT_CHARS - 600)
+            prompts = [_unique(seed, f"cal:{k}:{j}", min(MAX_PROMPT_CHARS, int(n * rng.uniform(0.95, 1.05))))
+                       for j in range(2)]
         else:
             p = prefixes[rng.randrange(2)]
-            prompt = p + f"\nQ{k}: " + wl.text(seed, f"cal-q:{k}", _chars(rng, 60, MAX_PROMPT_CHARS - len(p) - 20))
-        segs.append([[prompt]])
+            n = _chars(rng, 60, MAX_PROMPT_CHARS - len(p) - 100)
+            prompts = [p + f"\nQ{k}.{j}: " + wl.text(seed, f"cal-q:{k}:{j}", int(n * rng.uniform(0.95, 1.05)))
+                       for j in range(2)]
+        segs.append([prompts])
     return Scenario("calibration", segs, kind="shared_prefix")
 
 
@@ -425,26 +452,32 @@ def validate_on_stack(db: Database, *, off_server, on_server, lmcache_server, mo
 
     suffix = f"-{repeat}" if repeat else ""
     off = Side(f"ab-off{suffix}", "off", [off_server])
-    on = Side(f"ab-on{suffix}", "on", [on_server], [lmcache_server] if lmcache_server else [])
+    on = Side(f"ab-on{suffix}", "on", [on_server], ([lmcache_server] if lmcache_server else []) + list(replicas))
     warm([off_server, on_server, *replicas], model, seed)
     lm_pids = [lmcache_server.pid] if lmcache_server and lmcache_server.pid else []
-    cal_start, cal_end = run_calibration(db, on, model=model, seed=seed, replicas=replicas,
-                                         lmcache_pids=lm_pids)
+    cal_start, cal_end = run_calibration(db, Side(on.deployment, "on", [on_server],
+                                                  [lmcache_server] if lmcache_server else []),
+                                         model=model, seed=seed, replicas=replicas, lmcache_pids=lm_pids)
     cases = cases or validation_cases(seed)
     out = []
     for name in names or list(cases):
         sc = cases[name]
         a, b, level = run_ab(db, sc, off, on, model=model, measured_on=MEASURED_ON,
-                             pair=f"{name}{suffix}-{seed}", lmcache_pids=lm_pids)
+                             pair=f"{name}{suffix}-{seed}", lmcache_pids=lm_pids, replicas=replicas,
+                             background=calibration(seed + 1 + len(out)))
         if a.errors or b.errors:
             raise RuntimeError(f"{name}: failed requests: {(a.errors + b.errors)[:1]}")
         history = prefill_intervals(db, on.deployment, cal_start, b.end)
-        on_iv = prefill_intervals(db, on.deployment, b.start, b.end)
+        replica_names = {r.name for r in replicas}
+        on_iv = [r for r in prefill_intervals(db, on.deployment, b.start, b.end)
+                 if not replica_names & set(r.targets)]
         off_iv = prefill_intervals(db, off.deployment, a.start, a.end)
         label = (f"{on.deployment!r}: calibration {cal_start:%H:%M:%S}..{cal_end:%H:%M:%S} UTC (mixed unique "
                  f"and shared-prefix requests, one user, on {on_server.name}"
                  + "".join(f" and {r.name}" for r in replicas)
-                 + f") + every scenario's reuse-on intervals up to {b.end:%H:%M:%S}")
+                 + f") + every scenario's reuse-on intervals up to {b.end:%H:%M:%S}"
+                 + (" with a calibration request on the vLLM-only replica after each segment"
+                    if replicas else ""))
         v = validate_ab(name, history=history, history_label=label, on=on_iv, off=off_iv,
                         on_span=(_epoch(b.start), _epoch(b.end)), off_engine_s=a.engine_seconds,
                         on_engine_s=b.engine_seconds, engine_time_source=f"{ENGINE_TIME} ({level})",

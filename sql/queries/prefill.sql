@@ -25,6 +25,7 @@ SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:generation_tokens_total') AS generation_tokens,
        sum(i.delta) FILTER (WHERE i.name = 'lmcache_mp_l1_write_chunks_total') AS lmcache_write_chunks,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_sum') AS lookup_seconds,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_count') AS lookups,
        list({'le': i.le, 'n': i.delta}) FILTER (WHERE i.name = 'vllm:iteration_tokens_total_bucket') AS step_buckets,
        bool_or(i.reset) AS reset
 FROM i
