@@ -6,9 +6,11 @@ model: CPU-scale seconds.
 
     .venv/bin/python bench/validation_bench.py [--run-dir DIR] [--repeat 3] [--json FILE]
 
---run-dir reuses a running stack (`python -m deploy.local.stack up --run-dir DIR --vllm 1
---plain 1 --nocache 1 --no-prometheus`); without it one is started and stopped. On a shared
-machine run it under the stack lock: `flock /tmp/kvplan-stack.lock .venv/bin/python ...`.
+Without --run-dir every repeat starts a fresh stack (empty caches, as CI runs the test) and stops
+it; --run-dir reuses a running stack for every repeat (`python -m deploy.local.stack up --run-dir
+DIR --vllm 1 --plain 1 --nocache 1 --no-prometheus`: later repeats then run with full KV caches
+and a full LMCache L1). On a shared machine run it under the stack lock:
+`flock /tmp/kvplan-stack.lock .venv/bin/python ...`.
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ def main() -> int:
     args = ap.parse_args()
     own = args.run_dir is None
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="kvplan-validation-"))
-    st = (stk.up(run_dir, n_vllm=1, n_vllm_plain=1, n_vllm_nocache=1, prometheus=False) if own
-          else stk.Stack.load(run_dir))
+    st = None if own else stk.Stack.load(run_dir)
     rows: dict[str, list] = {}
     sink = open(args.json, "a") if args.json else None
     try:
@@ -50,9 +51,16 @@ def main() -> int:
                   f"{'error':>8} {'rule':<28} {'ok':<5} {'CPU saved s':>12}")
             for rep in range(args.repeat):
                 seed = int(time.time() * 1000) % 10**9
-                vs = validate_on_stack(db, off_server=st.server("vllm-nocache-0"), on_server=st.server("vllm-0"),
-                                       lmcache_server=st.lmcache(), replicas=[st.server("vllm-plain-0")],
-                                       model=st.model_name, seed=seed, repeat=rep)
+                if own:
+                    st = stk.up(run_dir / f"stack-{rep}", n_vllm=1, n_vllm_plain=1, n_vllm_nocache=1,
+                                prometheus=False)
+                try:
+                    vs = validate_on_stack(db, off_server=st.server("vllm-nocache-0"), on_server=st.server("vllm-0"),
+                                           lmcache_server=st.lmcache(), replicas=[st.server("vllm-plain-0")],
+                                           model=st.model_name, seed=seed, repeat=rep)
+                finally:
+                    if own:
+                        stk.down(run_dir / f"stack-{rep}")
                 for v in vs:
                     t = v.tolerance
                     rows.setdefault(v.scenario, []).append(v)
@@ -72,8 +80,6 @@ def main() -> int:
     finally:
         if sink:
             sink.close()
-        if own:
-            stk.down(run_dir)
     return 0
 
 

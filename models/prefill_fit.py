@@ -24,17 +24,20 @@ requests are alike; scrape intervals are short).
 **The fit.** Weighted non-negative least squares on the per-request means of every interval
 with requests (weight ``n``: a mean of ``n`` requests is ``n`` times less noisy than one; times
 how often a request had the engine alone, see below), the exact NNLS optimum (every subset of
-terms, best feasible). ``attention``, ``store`` and
-``load``/``lmcache_request`` enter only where the data supports them, i.e. where their band
-excludes zero: attention when it is positive in at least ``SUPPORT`` (95 %) of the bootstrap
-resamples, LMCache's terms together when the cost they give an average LMCache request is (they
-compete with each other). Outlying intervals
-weigh less (Huber weights, ``HUBER_K``). The band resamples whole intervals (``BOOTSTRAP``
-draws, fixed seed): every figure derived from the model carries the 5th-95th percentile of its
-draws. The fit reads the deployment's history (every interval of a look-back, not only the
-window being priced): a cache-heavy window alone computes few and alike tokens per request
-and cannot tell the per-request part from the per-token part; other hours (misses, unique
-sessions, other prompt lengths) can.
+terms, best feasible); intervals far from the fit weigh less (Huber weights on relative
+residuals, ``HUBER_K``). The optional terms enter only where the data supports them, i.e. where
+their band excludes zero: attention when it is positive in at least ``SUPPORT`` (95 %) of the
+bootstrap resamples; LMCache's terms (``store``, ``load``, ``lmcache_request``) together, when
+the cost they give an average LMCache request is (they compete with each other). Where the
+history holds enough vLLM-only intervals (no request went through LMCache: e.g. replicas
+without the connector), the compute terms are fitted on those alone and LMCache's terms on the
+other intervals' excess over them (two stages): LMCache's cost is then not confounded with the
+per-token cost. The band resamples whole intervals (``BOOTSTRAP`` draws, fixed seed): every
+figure derived from the model carries the 5th-95th percentile of its draws. The fit reads the
+deployment's history (every interval of a look-back, not only the window being priced): a
+cache-heavy window alone computes few and alike tokens per request and cannot tell the
+per-request part from the per-token part; other hours (misses, unique sessions, other prompt
+lengths) can. Intervals much longer than the others (``LONG_INTERVAL``) are left out.
 
 **Not identifiable.** With fewer than ``MIN_ROWS`` intervals, or computed tokens per request
 that hardly vary (weighted coefficient of variation under ``MIN_SPREAD``), fixed and per-token
@@ -45,8 +48,8 @@ measurement that would separate them, and no saving is priced from it.
 requests prefill in the same engine step their timers all cover that step: the sum counts it
 once per request. The iteration-token histogram (``vllm:iteration_tokens_total``) counts engine
 steps by size; steps no larger than the most requests that can have decoded together (and than
-a quarter of a mean prefill) are decode-only, the rest carried prefill. With fewer prefill steps than requests, the interval's prefill seconds
-are scaled by ``prefill steps / requests``. Then no interval may claim more than ``interval x
+a quarter of a mean prefill) are decode-only, the rest carried prefill. With fewer prefill steps
+than requests, the interval's prefill seconds are scaled by ``prefill steps / requests``. Then no interval may claim more than ``interval x
 engines`` seconds of prefill (an engine cannot be busier than the clock). Under load a request's
 timer also runs while the engine works on other requests' steps (it starts when the scheduler
 admits the request), so it over-states that request's own cost even without shared steps: the
@@ -460,17 +463,6 @@ def _huber(X: np.ndarray, y: np.ndarray, w: np.ndarray, iterations: int = 3) -> 
             break
         h = np.minimum(1.0, HUBER_K * scale / np.maximum(np.abs(r), 1e-300))
     return h
-
-
-def _bootstrap(X: np.ndarray, y: np.ndarray, w: np.ndarray, draws: int, seed: int
-               ) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    n = len(y)
-    out = np.empty((draws, X.shape[1]))
-    for i in range(draws):
-        counts = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
-        out[i] = _fit(X, y, w, counts)
-    return out
 
 
 def _pct(a: np.ndarray, q: float) -> float:

@@ -354,8 +354,8 @@ def validation_cases(seed: int, *, segments: int = 24, loaded_segments: int = 20
                      loaded_users: int = 8) -> dict[str, Scenario]:
     """The four validation scenarios, prompts fixed from ``seed``, lengths varying:
 
-    * ``unique``: one user, every prompt new text (1,500-12,800 characters; the two of a
-      segment within 5 % of each other);
+    * ``unique``: one user, every prompt a new document (6,000-12,800 characters, about
+      1,700-3,600 tokens; the two of a segment within 5 % of each other);
     * ``shared_prefix``: one user, one of two system prompts (7,000 or 11,000 characters, by
       segment) then a question of 100-1,500 characters;
     * ``multi_turn``: eight conversations of six turns, two per segment, turns interleaved,
@@ -370,7 +370,7 @@ def validation_cases(seed: int, *, segments: int = 24, loaded_segments: int = 20
 
     unique = []
     for k in range(segments):
-        n = _chars(rng, 1500, MAX_PROMPT_CHARS - 600)
+        n = _chars(rng, 6000, MAX_PROMPT_CHARS - 600)
         unique.append([[_unique(seed, f"u:{k}:{j}", near(n)) for j in range(2)]])
     systems = [wl.text(seed, "system:a", 7000), wl.text(seed, "system:b", 11000)]
     shared = []
