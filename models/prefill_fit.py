@@ -47,8 +47,9 @@ measurement that would separate them, and no saving is priced from it.
 **Engine time, not timer time.** vLLM times each request's prefill separately. When several
 requests prefill in the same engine step their timers all cover that step: the sum counts it
 once per request. The iteration-token histogram (``vllm:iteration_tokens_total``) counts engine
-steps by size; steps no larger than the most requests that can have decoded together (and than
-a quarter of a mean prefill) are decode-only, the rest carried prefill. With fewer prefill steps
+steps by size; steps in the buckets up to the one that holds the most requests that can have
+decoded together (while its bound stays under a quarter of a mean prefill) are decode-only, the
+rest carried prefill. With fewer prefill steps
 than requests, the interval's prefill seconds are scaled by ``prefill steps / requests``. Then no interval may claim more than ``interval x
 engines`` seconds of prefill (an engine cannot be busier than the clock). Under load a request's
 timer also runs while the engine works on other requests' steps (it starts when the scheduler
@@ -233,11 +234,14 @@ class Interval:
         """Engine steps that carried prefill tokens (see module docstring), or None."""
         if not self.step_buckets or self.requests <= 0:
             return None
-        threshold = min(DECODE_STEP_SHARE * self.computed_tokens / self.requests,
-                        self.max_decode_batch())
+        limit = DECODE_STEP_SHARE * self.computed_tokens / self.requests
+        batch = self.max_decode_batch()
         buckets = sorted(self.step_buckets)
         total = buckets[-1][1]
-        decode = max((c for le, c in buckets if le <= threshold), default=0.0)
+        bound = next((le for le, _ in buckets if le >= batch), None)
+        if bound is None or bound > limit:  # decode batches as large as prefills: the smaller
+            bound = max((le for le, _ in buckets if le <= min(batch, limit)), default=None)
+        decode = next((c for le, c in buckets if le == bound), 0.0) if bound is not None else 0.0
         return max(0.0, total - decode)
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.prefill_fit import (Interval, MeasuredAB, PrefillCostModel, PricedWindow,
+from models.prefill_fit import (CostPart, Interval, MeasuredAB, PrefillCostModel, PricedWindow,
                                 engine_prefill_seconds, fit_prefill_cost, rounds, tier_savings)
 
 A, B = 0.010, 4e-5  # 10 ms per request, 40 us per computed token
@@ -106,9 +106,8 @@ def test_attention_makes_a_cached_prefix_worth_more_than_its_tokens():
 
 def test_tiers_device_is_free_lmcache_carries_its_overhead():
     model = PrefillCostModel.given(per_token=4e-5)
-    model = PrefillCostModel("fitted", model.parts + (
-        __import__("models.prefill_fit", fromlist=["CostPart"]).CostPart(
-            "store", 1e-5, 1e-5, 1e-5, "s/stored token"),), "h")
+    model = PrefillCostModel("fitted", model.parts + (CostPart("store", 1e-5, 1e-5, 1e-5, "s/stored token"),),
+                             "h")
     # 4 requests; 2,000 cached tokens of which a quarter came from LMCache; LMCache stored 8,000
     row = Interval(0, 10, requests=4, prefill_seconds=1.0, computed_tokens=8000, prompt_tokens=10000,
                    cached_tokens=2000, external_tokens=500, stored_tokens=8000, engines=1,
@@ -196,3 +195,52 @@ def test_measured_ab():
     assert ab.saved_engine_seconds == 3.0 and ab.saved_per_cached_token == pytest.approx(0.002)
     with pytest.raises(ValueError, match="off_engine_seconds"):
         MeasuredAB("x", math.nan, 1.0, 1.0, "y")
+
+
+def test_vllm_only_history_fixes_compute_and_lmcache_gets_the_excess():
+    # vLLM-only intervals follow 10 ms + 40 us/token; LMCache intervals add 3 ms per request
+    # (per-request LMCache work) + 20 us per stored token
+    rows = []
+    for i, t in enumerate([200, 800, 1500, 3000, 500, 2500, 1200, 100]):
+        rows.append(iv(20.0 * i, 2, t, target="plain"))
+        lm = iv(20.0 * i + 10, 2, t, target="vllm-0", s=2e-5, stored=2 * t)
+        lm = Interval(**{**lm.__dict__, "lookups": 2.0, "prefill_seconds": lm.prefill_seconds + 2 * 0.003})
+        rows.append(lm)
+    m = fit_prefill_cost(rows, history="h")
+    c = m.coef()
+    assert any("did not go through LMCache" in n for n in m.notes)
+    assert c["fixed"] == pytest.approx(A, rel=1e-4) and c["per_token"] == pytest.approx(B, rel=1e-4)
+    assert c["store"] == pytest.approx(2e-5, rel=1e-3)
+    assert c["lmcache_request"] == pytest.approx(0.003, rel=1e-3)
+
+
+def test_an_outlier_interval_weighs_less():
+    rows = history() + [Interval(**{**r.__dict__, "t_start": r.t_start + 100, "t_end": r.t_end + 100})
+                        for r in history()]
+    spike = rows[6]  # 1,200 tokens, at a moment the machine was busy: twice as slow
+    rows[6] = Interval(**{**spike.__dict__, "prefill_seconds": spike.prefill_seconds * 2})
+    m = fit_prefill_cost(rows, history="h")
+    assert m.coef()["per_token"] == pytest.approx(B, rel=0.02)
+    assert any("Huber" in n for n in m.notes)
+    # plain least squares would have moved it by more
+    X = np.array([[1.0, r.computed_tokens / r.requests] for r in rows])
+    y = np.array([r.prefill_seconds / r.requests for r in rows])
+    w = np.array([r.requests for r in rows])
+    ols = np.linalg.lstsq(X * np.sqrt(w)[:, None], y * np.sqrt(w), rcond=None)[0]
+    assert abs(ols[1] - B) > abs(m.coef()["per_token"] - B)
+
+
+def test_lookups_count_only_when_the_engine_had_nothing_else_to_run():
+    # sequential: decode steps carry one token (B = 1) -> every lookup second counts
+    seq = Interval(0, 10, requests=4, prefill_seconds=0.4, computed_tokens=4000, engines=1,
+                   generation_tokens=32, lookup_seconds=0.02, lookups=4,
+                   step_buckets=((1.0, 28.0), (8.0, 28.0), (1024.0, 32.0), (float("inf"), 32.0)))
+    assert seq.decode_batch() == pytest.approx(1.0) and seq.exposure() == pytest.approx(1.0)
+    # loaded: 28 decode tokens in 4 decode-only steps (B = 7) -> exp(-6) of them
+    # (running-phase timers 35 s in 10 s: up to 2 x 3.5 = 7 requests decoding together)
+    busy = Interval(0, 10, requests=4, prefill_seconds=0.4, computed_tokens=4000, engines=1,
+                    generation_tokens=32, lookup_seconds=0.02, lookups=4, inference_seconds=35.0,
+                    step_buckets=((1.0, 0.0), (8.0, 4.0), (1024.0, 8.0), (float("inf"), 8.0)))
+    assert busy.decode_batch() == pytest.approx(7.0)
+    w = PricedWindow.from_intervals([busy], t_from=0, t_to=10)
+    assert w.lookup_seconds == pytest.approx(0.02 * math.exp(-6))
