@@ -38,10 +38,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from models.decision import PLANNING_FIELDS, PlanningInputs
+from models.decision import prices_from_table
 from models.errors import KvplanError
-from models.pricebook import FIELDS as PRICEBOOK_FIELDS
-from models.pricebook import PriceBook
 from models.redact import register_secret
 
 DEFAULT_CONFIG = Path("kvplan.toml")
@@ -290,14 +288,8 @@ class Settings(BaseSettings):
     @classmethod
     def _prices(cls, v: dict[str, Any]) -> dict[str, Any]:
         """Every key a PriceBook or PlanningInputs field, every value in its bounds."""
-        pb_keys = {f.name for f in PRICEBOOK_FIELDS}
-        known = pb_keys | {f.name for f in PLANNING_FIELDS}
-        unknown = sorted(set(v) - known)
-        if unknown:
-            raise ValueError(f"{unknown[0]}: not a price-book or planning field (known: {', '.join(sorted(known))})")
         try:
-            PriceBook.from_dict({k: x for k, x in v.items() if k in pb_keys})
-            PlanningInputs.from_dict({k: x for k, x in v.items() if k not in pb_keys})
+            prices_from_table(v)
         except KvplanError as e:
             raise ValueError(str(e)) from None
         return v

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field, replace
 from models import fields as _fields
 from models.benefit import REALISATIONS, Benefit, monthly_benefit
 from models.capacity import CapacityResult, capacity_inputs_from, growth_that_lasts, hit_rate_that_lasts, plan_capacity
+from models.errors import KvplanError
 from models.fields import spec
 from models.prefill import PrefillMeasurement, PrefillSavings, estimate_savings, with_hit_rate
+from models.pricebook import FIELDS as PRICEBOOK_FIELDS
 from models.pricebook import PriceBook
 
 KINDS = ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
@@ -83,6 +85,19 @@ class PlanningInputs:
 
 PLANNING_FIELDS = _fields.specs(PlanningInputs)
 """One ``FieldSpec`` per ``PlanningInputs`` field (form, validation, docs)."""
+
+
+def prices_from_table(values: dict) -> tuple[PriceBook, PlanningInputs]:
+    """One flat table of price-book and planning fields (the config's ``[prices]``) as both;
+    ``KvplanError`` names an unknown key or the field out of bounds."""
+    pb_keys = {f.name for f in PRICEBOOK_FIELDS}
+    known = pb_keys | {f.name for f in PLANNING_FIELDS}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise KvplanError(f"not a price-book or planning field (known: {', '.join(sorted(known))})",
+                          source=unknown[0])
+    return (PriceBook.from_dict({k: v for k, v in values.items() if k in pb_keys}),
+            PlanningInputs.from_dict({k: v for k, v in values.items() if k not in pb_keys}))
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,8 @@ import json
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from models.decision import PlanningInputs
+from models.decision import PlanningInputs, prices_from_table
 from models.errors import KvplanError
-from models.pricebook import FIELDS as PB_FIELDS
 from models.pricebook import PriceBook
 from models.spans import as_instant
 from models.timeutil import DAY, aware_utc, month_start, next_month
@@ -70,12 +69,9 @@ def load_pricebook(source, deployment: str, defaults: dict | None = None) -> Pri
 
 
 def split_prices(values: dict, where: str) -> tuple[PriceBook, PlanningInputs]:
-    """One flat table of price-book and planning fields (the config's ``[prices]``) as both."""
-    pb_keys = {f.name for f in PB_FIELDS}
-    pb = {k: v for k, v in values.items() if k in pb_keys}
-    pl = {k: v for k, v in values.items() if k not in pb_keys}
+    """The config's ``[prices]`` as a price book and planning inputs; errors name ``where``."""
     try:
-        return PriceBook.from_dict(pb), PlanningInputs.from_dict(pl)
+        return prices_from_table(values)
     except KvplanError as e:
         raise KvplanError(str(e), source=where) from None
 
