@@ -141,3 +141,14 @@ def test_whatif_page_without_traces(db, monkeypatch):
     t.run()
     assert not t.exception
     assert any("kvplan import-trace" in i.value for i in t.info)
+
+
+def test_configured_size_and_prices_come_from_the_deployments_settings(loaded):
+    """Without --configured-gb the cache size is the price book's cache_tier_gb_cpu, and with no
+    book saved that is the config's [prices] table: the same source the plan reads."""
+    from app.data.store import DeploymentSettings
+
+    assert whatif(loaded, "dep", ranks=2)["configured"] is None  # the documented default book has 0 GB
+    d = whatif(loaded, "dep", ranks=2, cfg=DeploymentSettings(prices={"cache_tier_gb_cpu": 3 * BPC / 1e9}))
+    assert d["configured"]["capacity_chunks"] == 3
+    assert any("cache_tier_gb_cpu" in n for n in d["notes"])

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from app.cli.common import ConfigOpt, DbOpt, open_db, out, settings
+from app.data.store import deployment_settings
 from models.errors import KvplanError
 
 
@@ -57,11 +58,11 @@ def whatif(
 
     if ranks < 1 or points < 1:
         raise KvplanError("must be >= 1", source="--ranks/--points")
-    database = open_db(settings(config, db))
-    d = run(database, deployment, trace, model=model, ranks=ranks, capacity_gb=capacity_gb,
+    s = settings(config, db)
+    d = run(open_db(s), deployment, trace, model=model, ranks=ranks, capacity_gb=capacity_gb,
             configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
             seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
-            points=points, seed=seed, l2_gb=l2_gb)
+            points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment))
     if as_json:
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
         return

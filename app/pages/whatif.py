@@ -18,7 +18,7 @@ def compute(path: str, deployment: str, trace: str, ranks: int, configured_gb, b
             seconds_per_token, tokens_per_month) -> dict:
     return whatif(state.db(), deployment, trace, ranks=ranks, configured_gb=configured_gb,
                   bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
-                  tokens_per_month=tokens_per_month)
+                  tokens_per_month=tokens_per_month, cfg=state.cfg(deployment))
 
 
 db = state.db()

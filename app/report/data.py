@@ -75,7 +75,7 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     same data). ``KvplanError`` when the month holds no data."""
     from app.report.whatif import whatif_section
 
-    whatif_html = whatif_section(db, deployment)
+    whatif_html = whatif_section(db, deployment, cfg=cfg)
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))

@@ -1,8 +1,7 @@
 """The capacity report's what-if section (cache size and topology), as HTML.
 
-Not wired into ``app.report.html.render_html`` yet: call ``whatif_section(db, deployment)``
-and append its HTML where the sections are joined. It renders the same data
-(``app.views.whatif.whatif``) and charts (``app.charts_whatif``) as the What-if page."""
+Section 8 of every report (``app.report.data.build`` calls ``whatif_section``). It renders the
+same data (``app.views.whatif.whatif``) and charts (``app.charts_whatif``) as the What-if page."""
 
 from __future__ import annotations
 

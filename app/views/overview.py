@@ -10,7 +10,7 @@ from models.decision import PlanInputs, PlanningInputs
 from models.metrics import latency_quantiles, tiers
 from models.plan import PlanResult
 from models.plan import plan as run_plan
-from models.prefill import measurement_from_stats
+from models.prefill import PrefillMeasurement, measurement_from_stats
 from models.pricebook import PriceBook
 from models.slo import Slo, slo_attainment
 
@@ -22,6 +22,16 @@ class PlannedWindow:
     fleet: Fleet
 
 
+def window_measurement(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
+                       gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet]:
+    """The prefill model's input for a loaded window, with the fleet by ``app.data.store.fleet``
+    (the one GPU-count rule): what the plan and the what-if's dollars both price."""
+    fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
+               gpus_per_engine=cfg.gpus_per_engine, override=gpus, config_key=cfg.config_key)
+    m = measurement_from_stats(win.stats, window_seconds=max(win.seconds, 1.0), num_gpus=max(fl.gpus, 1))
+    return m, fl
+
+
 def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
                 pricebook: PriceBook | None = None, planning: PlanningInputs | None = None,
                 gpus: int | None = None) -> PlannedWindow:
@@ -29,11 +39,9 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     unless given, the fleet by ``app.data.store.fleet``. CLI, pages and report all call this."""
     prices = load_pricebook(source, win.deployment, cfg.prices)
     pb, pl = pricebook or prices.pricebook, planning or prices.planning
-    fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
-               gpus_per_engine=cfg.gpus_per_engine, override=gpus, config_key=cfg.config_key)
+    m, fl = window_measurement(source, win, cfg, gpus=gpus)
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
              f"GPUs: {fl.gpus}, {fl.origin}", *(f"note: {n}" for n in win.stats.notes))
-    m = measurement_from_stats(win.stats, window_seconds=max(win.seconds, 1.0), num_gpus=max(fl.gpus, 1))
     result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from app.data.store import DeploymentSettings, load_pricebook
 from collectors.traces import load_trace
 from models import cache_topology, cachesim, cachevalue
 from models.cachesim import GB
@@ -36,29 +37,23 @@ def _trace_span(db: Database, trace_id: int) -> tuple[float, float]:
     return float(row["t0"] or 0.0), float(row["t1"] or 0.0)
 
 
-def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1: float
-                                   ) -> float | None:
-    """``models.prefill``'s GPU-seconds per prompt token over [t0, t1] (unix), if measurable."""
-    from app.data.window import engines_in_window, load_window
-    from models.prefill import estimate_savings, measurement_from_stats
+def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1: float,
+                                   cfg: DeploymentSettings = DeploymentSettings()) -> float | None:
+    """``models.prefill``'s GPU-seconds per prompt token over [t0, t1] (unix), if measurable,
+    from the same measurement the plan prices (``app.views.overview.window_measurement``)."""
+    from app.data.window import load_window
+    from app.views.overview import window_measurement
+    from models.prefill import estimate_savings
 
     if t1 - t0 < 1 or t0 < 10**8:  # not unix times (a Mooncake trace starts at 0)
         return None
     a = datetime.fromtimestamp(t0, tz=timezone.utc)
     b = datetime.fromtimestamp(t1, tz=timezone.utc)
     try:
-        win = load_window(db, deployment, a, b)
-        gpus = max(engines_in_window(db, deployment, a, b), 1)
-        m = measurement_from_stats(win.stats, window_seconds=max(win.seconds, 1.0), num_gpus=gpus)
+        m, _ = window_measurement(db, load_window(db, deployment, a, b), cfg)
         return estimate_savings(m).gpu_seconds_per_token
     except (KvplanError, ValueError):  # no metrics for that span: the what-if still runs without dollars
         return None
-
-
-def _pricebook(db: Database, deployment: str):
-    from app.data.store import load_pricebook
-
-    return load_pricebook(db, deployment).pricebook
 
 
 def whatif(db: Database, deployment: str, trace: str | None = None, *, model: str | None = None,
@@ -66,7 +61,7 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
            seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
            configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
            tokens_per_month: float | None = None, capacity_gb: float | None = None,
-           l2_gb: float | None = None) -> dict[str, Any]:
+           l2_gb: float | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> dict[str, Any]:
     """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
     shared vs private (default: the configured size, else half the saturation size)."""
     tr, info = load_trace(db, deployment, trace, model=model)
@@ -84,7 +79,7 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
 
     sat = curve.saturation_chunks
     caps = cachesim.log_capacities(1, sat, points)
-    pb = _pricebook(db, deployment)
+    pb = load_pricebook(db, deployment, cfg.prices).pricebook
     if configured_gb is None and pb.cache_tier_gb_cpu > 0:
         configured_gb = pb.cache_tier_gb_cpu
         notes.append(f"configured size: the price book's cache_tier_gb_cpu ({configured_gb:g} GB)")
@@ -135,7 +130,7 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
     spt = seconds_per_cached_token
     spt_source = "option" if spt is not None else None
     if spt is None:
-        spt = seconds_per_token_from_metrics(db, deployment, t0, t1)
+        spt = seconds_per_token_from_metrics(db, deployment, t0, t1, cfg)
         spt_source = "models.prefill over the trace's time span" if spt is not None else None
     tpm = tokens_per_month
     tpm_source = "option" if tpm is not None else "the trace's own rate"
