@@ -94,11 +94,7 @@ def stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str 
     notes on what was left out and why a figure is missing."""
     check_model(source, deployment, model)
     rows = window_increases(source, deployment, t_from, t_to, model)
-    st = window_stats(rows)
-    st.notes += data_notes(source, deployment, t_from, t_to, model)
-    if not rows:
-        st.notes += why_empty(source, deployment, t_from, t_to, model)
-    return st
+    return _noted_stats(source, deployment, t_from, t_to, model, rows, Spans(None, ((t_from, t_from, t_to),)))
 
 
 def data_notes(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
@@ -139,6 +135,22 @@ class TimeBucket:
         return window_stats(list(self.rows))
 
 
+def _daily_rows(source, deployment: str, rolled: tuple[datetime, datetime], model: str | None,
+                names: list[str]) -> list[dict]:
+    """Whole rolled-up days as chart rows, one bucket per UTC day."""
+    return [dict(r, bucket=r["day"]) for r in source.fetch("daily_series", deployment=deployment, t_from=rolled[0],
+                                                           t_to=rolled[1], model=model, names=names)]
+
+
+def _buckets(raw: list[dict]) -> list[TimeBucket]:
+    """Chart rows (bucket, name, increase, le, labels) grouped into time buckets, in time order."""
+    by: dict[datetime, list[Increase]] = {}
+    for r in raw:
+        by.setdefault(as_instant(r["bucket"]), []).append(
+            Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
+    return [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
+
+
 def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
                    model: str | None = None, names: list[str] | None = None) -> list[TimeBucket]:
     """The chart names' increases per time bucket (start, start + step]. Windows of
@@ -154,18 +166,11 @@ def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, st
             raw += source.fetch("span_buckets", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
                                 model=model, step_s=step, origin=floor_day(after), names=names)
         if spans.rolled:
-            for r in source.fetch("daily_series", deployment=deployment, t_from=spans.rolled[0],
-                                  t_to=spans.rolled[1], model=model, names=names):
-                r["bucket"] = r["day"]
-                raw.append(r)
+            raw += _daily_rows(source, deployment, spans.rolled, model, names)
     else:
         raw = source.fetch("span_buckets", deployment=deployment, t_lookback=f, t_after=f, t_to=t,
                            model=model, step_s=step, origin=f, names=names)
-    by: dict[datetime, list[Increase]] = {}
-    for r in raw:
-        by.setdefault(as_instant(r["bucket"]), []).append(
-            Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
-    return [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
+    return _buckets(raw)
 
 
 def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
@@ -198,16 +203,9 @@ def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: dat
         rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
                                                      t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
         if step == 86400:
-            for r in source.fetch("daily_series", deployment=deployment, t_from=spans.rolled[0],
-                                  t_to=spans.rolled[1], model=model, names=names):
-                r["bucket"] = r["day"]
-                raw.append(r)
-    by: dict[datetime, list[Increase]] = {}
-    for r in raw:
-        by.setdefault(as_instant(r["bucket"]), []).append(
-            Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
+            raw += _daily_rows(source, deployment, spans.rolled, model, names)
     win = Window(deployment, model, f, t, tuple(rows), _noted_stats(source, deployment, f, t, model, rows, spans), spans)
-    return win, [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
+    return win, _buckets(raw)
 
 
 def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
