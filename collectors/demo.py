@@ -13,13 +13,14 @@ import dataclasses
 import gzip
 import json
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from collectors.parse import Payload, PayloadError, parse_payload
 from collectors.runs import save_run
 from collectors.store import insert_failure, insert_payload, payload_sha256
 from collectors.workload import RequestResult, RunResult, Workload
+from models.timeutil import from_epoch_s, naive_utc
 from sql.db import Database
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
@@ -56,7 +57,7 @@ def load_demo(db: Database, path: Path = DEMO_FILE,
     deployment = head["deployment"]
 
     def on_axis(t: float) -> datetime:
-        return datetime.fromtimestamp(t0 + (t - t0) * stretch, tz=timezone.utc)
+        return from_epoch_s(t0 + (t - t0) * stretch)
 
     counts = {"scrapes": 0, "duplicates": 0, "failures": 0, "runs": 0}
     body = [r for r in recs[1:] if r["type"] in ("scrape", "failure")]
@@ -84,7 +85,7 @@ def load_demo(db: Database, path: Path = DEMO_FILE,
             ended_at=t0 + (d["ended_at"] - t0) * stretch, workload=Workload(**d["workload"]),
             results=[RequestResult(**{**q, "started_at": t0 + (q["started_at"] - t0) * stretch}) for q in d["results"]],
             model=d.get("model", ""), servers=d.get("servers", []), stopped_by=d.get("stopped_by"))
-        key = (r["label"], datetime.fromtimestamp(run.started_at, tz=timezone.utc).replace(tzinfo=None))
+        key = (r["label"], naive_utc(from_epoch_s(run.started_at)))
         if any(k[0] == key[0] and abs((k[1] - key[1]).total_seconds()) < 1e-3 for k in have):
             continue
         save_run(db, deployment, run, label=r["label"], measured_on=head["measured_on"])

@@ -29,9 +29,10 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from collectors.parse import PayloadError, parse_payload
-from models.redact import redact
 from collectors.store import ConflictError, StoreResult, insert_payload, payload_sha256, store_failure, store_payload
 from models.errors import KvplanError
+from models.redact import redact
+from models.timeutil import aware_utc, utcnow
 from sql.db import Database
 
 
@@ -161,7 +162,7 @@ def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: f
                   client: httpx.Client | None = None, at: datetime | None = None,
                   max_bytes: int = DEFAULT_MAX_BYTES) -> StoreResult:
     """Scrape one target and store the result (a payload, or a recorded failure)."""
-    ts = at or datetime.now(timezone.utc)
+    ts = at or utcnow()
     safe = redact_url(target.url)
     t0 = time.monotonic()
     try:
@@ -183,7 +184,7 @@ AHEAD = timedelta(days=1)
 
 def check_time(ts: datetime, source: str) -> datetime:
     """A scrape time (``--at`` or NAME@TIME) between 2000-01-01 and now + 1 day."""
-    latest = datetime.now(timezone.utc) + AHEAD
+    latest = utcnow() + AHEAD
     if not EARLIEST <= ts <= latest:
         raise PayloadError(source, f"time {ts.isoformat()} is outside {EARLIEST:%Y-%m-%d} .. {latest:%Y-%m-%d %H:%M} "
                                    "UTC (a scrape cannot predate 2000 or lie more than a day ahead)")
@@ -220,7 +221,7 @@ def snapshot_name(path: Path) -> tuple[str, datetime | None]:
     except ValueError:
         raise PayloadError(str(path), f"{when!r} after '@' is not an ISO 8601 time: name snapshots "
                                       "NAME@TIME.prom, e.g. vllm-0@2026-11-30T11:00:00Z.prom") from None
-    return name, ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
+    return name, aware_utc(ts)
 
 
 def resolve_imports(items: list[tuple[Path, datetime | None, str | None]]) -> list[tuple[Path, datetime, str]]:

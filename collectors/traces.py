@@ -30,7 +30,6 @@ import hashlib
 import warnings
 from array import array
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +50,7 @@ from collectors.trace_parse import (
 )
 from models import cachesim
 from models.errors import KvplanError
+from models.timeutil import utcnow
 from sql.db import Database
 
 
@@ -74,10 +74,6 @@ class ImportResult:
     @property
     def requests(self) -> int:
         return sum(f.requests for f in self.files)
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
@@ -144,7 +140,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if row is None:
             trace_id = Database.run(
                 con, "insert_trace", deployment=deployment, name=trace_name, format=kind,
-                n_bytes_per_chunk=None, bytes_source=None, created_at=_utcnow()).fetchone()[0]
+                n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow()).fetchone()[0]
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
         for f, p in zip(files, parsed):  # someone else imported meanwhile: refuse, retry
@@ -169,7 +165,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
             if p.requests:
                 _insert_requests(con, trace_id, p, keymap)
             Database.run(con, "upsert_trace_file", trace_id=trace_id, file=p.path.name,
-                         sha256=p.sha256, n_bytes=p.bytes, n_lines=p.lines, imported_at=_utcnow())
+                         sha256=p.sha256, n_bytes=p.bytes, n_lines=p.lines, imported_at=utcnow())
     return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(results))
 
 

@@ -16,7 +16,6 @@ curve and once per routing for the private caches, and prices the curve with
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from collectors.traces import load_trace
 from models import cache_topology, cachesim, cachevalue
 from models.cachesim import GB
 from models.errors import KvplanError
+from models.timeutil import from_epoch_s
 from sql.db import Database
 
 DEFAULT_RANKS = 8
@@ -47,8 +47,7 @@ def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1:
 
     if t1 - t0 < 1 or t0 < 10**8:  # not unix times (a Mooncake trace starts at 0)
         return None
-    a = datetime.fromtimestamp(t0, tz=timezone.utc)
-    b = datetime.fromtimestamp(t1, tz=timezone.utc)
+    a, b = from_epoch_s(t0), from_epoch_s(t1)
     try:
         m, _ = window_measurement(db, load_window(db, deployment, a, b), cfg)
         return estimate_savings(m).gpu_seconds_per_token
