@@ -79,7 +79,9 @@ class ImportResult:
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                  fmt: str = "auto", bytes_per_chunk: int | None = None,
                  block: int = MOONCAKE_BLOCK) -> ImportResult:
-    """Validate every file, then store the new lines in one transaction (module doc)."""
+    """Validate every file, then store the new lines in one transaction (module doc). Long on
+    purpose: validation, the per-file resume/conflict rules and the one write transaction are
+    read top to bottom, so that nothing is written before every file passed."""
     files = expand_paths(paths)
     if not files:
         raise PayloadError("import-trace", "no file given")

@@ -238,7 +238,9 @@ class Distances:
 
 
 def stack_distances(trace: Trace) -> Distances:
-    """Exact LRU stack distances of every chunk reference under LMCache's lookup rule."""
+    """Exact LRU stack distances of every chunk reference under LMCache's lookup rule. Long on
+    purpose: one vectorised pass (previous/next occurrence, prefix-hit cut, counting) whose steps
+    share their arrays; split, each part would need the others' intermediates."""
     keys = trace.chunk_ids
     T = len(keys)
     R = trace.requests

@@ -62,7 +62,8 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
            tokens_per_month: float | None = None, capacity_gb: float | None = None,
            l2_gb: float | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> dict[str, Any]:
     """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
-    shared vs private (default: the configured size, else half the saturation size)."""
+    shared vs private (default: the configured size, else half the saturation size). Long on
+    purpose: the dict it returns is the ``kvplan whatif --json`` contract, written out in one place."""
     tr, info = load_trace(db, deployment, trace, model=model)
     bpc = bytes_per_chunk or info.bytes_per_chunk
     notes: list[str] = []
@@ -103,65 +104,14 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
     elif l2_gb is not None:
         notes.append("L1/L2 split needs the configured (L1) size and bytes per chunk")
 
-    # Shared pool against `ranks` private caches, at one total capacity and along the curve.
-    if capacity_gb is not None and bpc:
-        total_chunks = cachesim.capacity_chunks(capacity_gb * GB, bpc)
-    elif configured is not None:
-        total_chunks = configured["capacity_chunks"]
-    else:
-        total_chunks = max(ranks, sat // 2)
-    topo = {r: cache_topology.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
-    svp = {
-        "ranks": ranks, "capacity_chunks": int(total_chunks), "capacity_gb": gb(total_chunks),
-        "capacity_tokens": int(total_chunks) * chunk_tokens,
-        "per_rank_gb": gb(total_chunks // ranks), "seed": seed,
-        "shared_hit_rate": float(curve.hit_rate(total_chunks)),
-        "shared_infinite_hit_rate": curve.infinite_hit_rate,
-        "private": [{"routing": r, "hit_rate": t.private_hit_rate(total_chunks),
-                     "infinite_hit_rate": t.private_infinite_hit_rate} for r, t in topo.items()],
-        "points": [{"capacity_chunks": int(c), "capacity_gb": gb(c), "shared": float(h),
-                    **{r: t.private_hit_rate(int(c)) for r, t in topo.items()}}
-                   for c, h in zip(caps, rates) if c >= ranks],
-    }
-
-    # Dollars.
+    svp = _shared_vs_private(tr, curve, caps, rates, ranks=ranks, routings=routings, seed=seed,
+                             total_chunks=_compared_capacity(capacity_gb, bpc, configured, ranks, sat),
+                             gb=gb, chunk_tokens=chunk_tokens)
     t0, t1 = _trace_span(db, info.trace_id)
-    spt = seconds_per_cached_token
-    spt_source = "option" if spt is not None else None
-    if spt is None:
-        spt = seconds_per_token_from_metrics(db, deployment, t0, t1, cfg)
-        spt_source = "models.prefill over the trace's time span" if spt is not None else None
-    tpm = tokens_per_month
-    tpm_source = "option" if tpm is not None else "the trace's own rate"
-    if tpm is None and t1 > t0:
-        tpm = cachevalue.tokens_per_month(curve.total_tokens, t1 - t0)
-    dollars = None
-    best_gb = None
-    why = None
-    if not bpc:
-        why = "bytes per chunk unknown"
-    elif spt is None:
-        why = ("no GPU-seconds per token: no metrics for the trace's time span; give "
-               "--seconds-per-token")
-    elif tpm is None:
-        why = "the trace spans no time: give --tokens-per-month"
-    if why is None:
-        v = cachevalue.ValueInputs(bytes_per_chunk=int(bpc), requested_tokens_per_month=tpm,
-                                   seconds_per_cached_token=spt,
-                                   usd_per_gpu_hour=pb.effective_usd_per_gpu_hour(),
-                                   usd_per_gb_month=pb.usd_per_gb_month_cpu_memory)
-        opt = cachevalue.optimum(curve, v)
-        dollars = {
-            "seconds_per_cached_token": spt, "seconds_per_cached_token_source": spt_source,
-            "requested_tokens_per_month": tpm, "requested_tokens_per_month_source": tpm_source,
-            "usd_per_gpu_hour": v.usd_per_gpu_hour, "usd_per_gb_month": v.usd_per_gb_month,
-            "best": opt["best"].to_dict(),
-            "break_even": opt["break_even"].to_dict() if opt["break_even"] else None,
-            "saved_usd_per_month_at_infinite": opt["saved_usd_per_month_at_infinite"],
-            "points": [r.to_dict() for r in cachevalue.value_at(curve, v, caps)],
-        }
-        best_gb = opt["best"].capacity_gb
-    else:
+    dollars, why = _dollars(db, deployment, cfg, curve, caps, pb, bpc, t0, t1,
+                            seconds_per_cached_token, tokens_per_month)
+    best_gb = dollars["best"]["capacity_gb"] if dollars else None
+    if why is not None:
         notes.append(f"dollars left out: {why}")
 
     return {
@@ -188,3 +138,63 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
         "hit_rule": "LMCache cache-simulator: leading chunks present, then all chunks most "
                     "recent; LRU; capacity = max(1, bytes // bytes_per_chunk)",
     }
+
+
+def _compared_capacity(capacity_gb, bpc, configured, ranks: int, sat: int) -> int:
+    """Total chunks compared shared vs private: the asked size, else the configured one,
+    else half the saturation size (at least one chunk per rank)."""
+    if capacity_gb is not None and bpc:
+        return cachesim.capacity_chunks(capacity_gb * GB, bpc)
+    if configured is not None:
+        return configured["capacity_chunks"]
+    return max(ranks, sat // 2)
+
+
+def _shared_vs_private(tr, curve, caps, rates, *, ranks: int, routings, seed: int, total_chunks: int,
+                       gb, chunk_tokens: int) -> dict:
+    """One shared pool against ``ranks`` private caches, at one total capacity and along the curve."""
+    topo = {r: cache_topology.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
+    return {
+        "ranks": ranks, "capacity_chunks": int(total_chunks), "capacity_gb": gb(total_chunks),
+        "capacity_tokens": int(total_chunks) * chunk_tokens,
+        "per_rank_gb": gb(total_chunks // ranks), "seed": seed,
+        "shared_hit_rate": float(curve.hit_rate(total_chunks)),
+        "shared_infinite_hit_rate": curve.infinite_hit_rate,
+        "private": [{"routing": r, "hit_rate": t.private_hit_rate(total_chunks),
+                     "infinite_hit_rate": t.private_infinite_hit_rate} for r, t in topo.items()],
+        "points": [{"capacity_chunks": int(c), "capacity_gb": gb(c), "shared": float(h),
+                    **{r: t.private_hit_rate(int(c)) for r, t in topo.items()}}
+                   for c, h in zip(caps, rates) if c >= ranks],
+    }
+
+
+def _dollars(db: Database, deployment: str, cfg: DeploymentSettings, curve, caps, pb, bpc, t0: float, t1: float,
+             spt: float | None, tpm: float | None) -> tuple[dict | None, str | None]:
+    """Each capacity priced (saved prefill GPU time minus cache memory), the best one and the
+    break-even; or (None, why not)."""
+    spt_source = "option" if spt is not None else None
+    if spt is None:
+        spt = seconds_per_token_from_metrics(db, deployment, t0, t1, cfg)
+        spt_source = "models.prefill over the trace's time span" if spt is not None else None
+    tpm_source = "option" if tpm is not None else "the trace's own rate"
+    if tpm is None and t1 > t0:
+        tpm = cachevalue.tokens_per_month(curve.total_tokens, t1 - t0)
+    if not bpc:
+        return None, "bytes per chunk unknown"
+    if spt is None:
+        return None, "no GPU-seconds per token: no metrics for the trace's time span; give --seconds-per-token"
+    if tpm is None:
+        return None, "the trace spans no time: give --tokens-per-month"
+    v = cachevalue.ValueInputs(bytes_per_chunk=int(bpc), requested_tokens_per_month=tpm,
+                               seconds_per_cached_token=spt, usd_per_gpu_hour=pb.effective_usd_per_gpu_hour(),
+                               usd_per_gb_month=pb.usd_per_gb_month_cpu_memory)
+    opt = cachevalue.optimum(curve, v)
+    return {
+        "seconds_per_cached_token": spt, "seconds_per_cached_token_source": spt_source,
+        "requested_tokens_per_month": tpm, "requested_tokens_per_month_source": tpm_source,
+        "usd_per_gpu_hour": v.usd_per_gpu_hour, "usd_per_gb_month": v.usd_per_gb_month,
+        "best": opt["best"].to_dict(),
+        "break_even": opt["break_even"].to_dict() if opt["break_even"] else None,
+        "saved_usd_per_month_at_infinite": opt["saved_usd_per_month_at_infinite"],
+        "points": [r.to_dict() for r in cachevalue.value_at(curve, v, caps)],
+    }, None
