@@ -15,16 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # streamlit puts app/ first on sys.path, not the repo root
     sys.path.insert(0, str(ROOT))
 
-import streamlit as st  # noqa: E402
+import streamlit as st
 
-from models.errors import KvplanError  # noqa: E402
+from models.errors import KvplanError
 
 PAGES = Path(__file__).parent / "pages"
 log = logging.getLogger("kvplan.dashboard")
 
 st.set_page_config(page_title="kvplan", page_icon=":material/calculate:", layout="wide")
-from app import state  # noqa: E402
-from app.auth import require_login  # noqa: E402
+from app import state
+from app.auth import require_login
 
 require_login()  # kvplan dashboard --auth-secrets: OpenID Connect login before any page
 pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/dashboard:", default=True),

@@ -34,20 +34,20 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import pyarrow as pa  # noqa: E402
+import pyarrow as pa
 
-from collectors.parse import parse_payload  # noqa: E402
-from collectors.store import ensure_target, series_id  # noqa: E402
-from sql.db import Database  # noqa: E402
+from collectors.parse import parse_payload
+from collectors.store import ensure_target, series_id
+from sql.db import Database
 
 PAYLOADS = ROOT / "tests" / "fixtures" / "payloads"
-T0 = datetime(2026, 8, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 8, 1, tzinfo=UTC)
 ENGINES_PER_SERVER = 8
 USAGE_GAUGES = ("lmcache_mp_l1_usage_ratio", "vllm:kv_cache_usage_perc")
 

@@ -22,15 +22,15 @@ import json
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collectors.parse import parse_payload  # noqa: E402
-from collectors.store import insert_payload, payload_sha256, series_id, store_payload  # noqa: E402
-from sql.db import Database  # noqa: E402
+from collectors.parse import parse_payload
+from collectors.store import insert_payload, payload_sha256, series_id, store_payload
+from sql.db import Database
 
 
 def payload_files() -> list[Path]:
@@ -50,7 +50,7 @@ def main() -> None:
     vllm = max((t for t in texts if "vllm:" in t), key=len)
     lm = max((t for t in texts if "\nlmcache_mp_" in t and "\nvllm:" not in t), key=len, default=vllm)
     bodies = [("vllm", vllm), ("lmcache", lm)]
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     n = args.scrapes
 
     # parse only

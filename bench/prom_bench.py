@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -42,9 +42,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collectors.openmetrics import _labels  # noqa: E402
-from collectors.parse import Payload, parse_payload  # noqa: E402
-from collectors.prometheus import split_name  # noqa: E402
+from collectors.openmetrics import _labels
+from collectors.parse import Payload, parse_payload
+from collectors.prometheus import split_name
 
 DAY = 86400
 
@@ -218,7 +218,7 @@ def main() -> None:
         sys.exit("--interval must divide a day")
     work = args.workdir or Path(tempfile.mkdtemp(prefix="kvplan-prom-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    start = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=args.days + 1)
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=args.days + 1)
     t0 = int(start.timestamp())
     try:
         samples, _, _ = fill(work, args, t0)

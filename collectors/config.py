@@ -39,6 +39,7 @@ from pydantic_settings import (
 )
 
 from models.decision import prices_from_table
+from models.deployment import DeploymentFacts
 from models.errors import KvplanError
 from models.redact import register_secret
 
@@ -136,7 +137,11 @@ class DeploymentConfig(BaseModel):
                                   "for the cache-size what-if (kvplan whatif).")
     gpus_per_engine: int = Field(default=1, ge=1, le=1024,
                                  description="GPUs one vLLM engine runs on: tensor parallel x pipeline parallel "
-                                             "(not in vLLM's metrics).")
+                                             "(not in vLLM's metrics). Shorthand for facts.tensor_parallel.")
+    facts: dict[str, Any] | None = Field(
+        default=None, description="What the metrics cannot know (models.deployment.DeploymentFacts): "
+                                  "tensor_parallel, pipeline_parallel, gpu_type, gpu_peak_flops, model_params, "
+                                  "model_layers, hidden_size, assumed_prefill_mfu, lmcache_chunk_tokens.")
 
     _sel = field_validator("prometheus_selector")(check_selector)
 
@@ -146,6 +151,33 @@ class DeploymentConfig(BaseModel):
         if not v.strip() or v != v.strip():
             raise ValueError(f"{v!r}: a deployment name is non-empty, without leading or trailing blanks")
         return v
+
+    @field_validator("facts")
+    @classmethod
+    def _facts(cls, v):
+        if v is not None:
+            try:
+                DeploymentFacts.from_dict(v)
+            except KvplanError as e:
+                raise ValueError(f"facts: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _facts_agree(self):
+        if self.facts and {"tensor_parallel", "pipeline_parallel"} & set(self.facts) and self.gpus_per_engine != 1:
+            per = DeploymentFacts.from_dict(self.facts).gpus_per_engine
+            if per != self.gpus_per_engine:
+                raise ValueError(f"gpus_per_engine = {self.gpus_per_engine} but facts give tensor_parallel x "
+                                 f"pipeline_parallel = {per}: give one of them")
+        return self
+
+    def deployment_facts(self) -> DeploymentFacts:
+        """The facts table, with ``gpus_per_engine`` as the tensor-parallel size when the table
+        does not give the parallelism."""
+        d = dict(self.facts or {})
+        if not {"tensor_parallel", "pipeline_parallel"} & set(d):
+            d["tensor_parallel"] = self.gpus_per_engine
+        return DeploymentFacts.from_dict(d)
 
     @model_validator(mode="after")
     def _unique_targets(self):

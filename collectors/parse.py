@@ -42,9 +42,9 @@ _TEXT_TYPES = ("text/plain",)
 _OPENMETRICS_TYPES = ("application/openmetrics-text",)
 
 
-_UNDERSCORED = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm_", re.M)
-_COLON = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm:", re.M)
-_UNDERSCORED_SUB = re.compile(r"^((?:# (?:HELP|TYPE|UNIT) )?)vllm_", re.M)
+_UNDERSCORED = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm_", re.MULTILINE)
+_COLON = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm:", re.MULTILINE)
+_UNDERSCORED_SUB = re.compile(r"^((?:# (?:HELP|TYPE|UNIT) )?)vllm_", re.MULTILINE)
 
 
 class PayloadError(KvplanError):

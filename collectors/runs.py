@@ -16,15 +16,24 @@ from sql.db import Database
 
 
 def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None = None,
-             measured_on: str) -> int:
-    """Insert the run and its requests in one transaction; returns the run id."""
+             measured_on: str, reuse: str | None = None, engine_seconds: float | None = None,
+             engine_seconds_source: str | None = None, ab_pair: str | None = None,
+             cached_tokens: float | None = None) -> int:
+    """Insert the run and its requests in one transaction; returns the run id.
+
+    A side of a measured A/B also records ``reuse`` ('off' or 'on'), the ``engine_seconds`` it
+    took and how they were measured, the ``ab_pair`` both sides share, and the cached prompt
+    tokens the servers reported over the run: ``app.data.prefill.measured_ab`` reads them."""
+    if reuse not in (None, "off", "on"):
+        raise ValueError(f"reuse: must be 'off', 'on' or None; got {reuse!r}")
     w = run.workload
     with db.write() as con:
         run_id = Database.run(
             con, "insert_run", deployment=deployment, label=label or run.scenario, scenario=run.scenario,
             routing=w.routing, started_at=from_epoch_s(run.started_at), ended_at=from_epoch_s(run.ended_at), model=run.model,
             servers=json.dumps([redact_url(s) for s in run.servers]), workload=json.dumps(asdict(w)),
-            stopped_by=run.stopped_by, measured_on=measured_on).fetchone()[0]
+            stopped_by=run.stopped_by, measured_on=measured_on, reuse=reuse, engine_seconds=engine_seconds,
+            engine_seconds_source=engine_seconds_source, ab_pair=ab_pair, cached_tokens=cached_tokens).fetchone()[0]
         rs = run.results
         reqs = pa.table({  # noqa: F841 (read by DuckDB by name)
             "run_id": pa.array([run_id] * len(rs), pa.int64()),

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -176,7 +176,7 @@ def scrape_target(db: Database, deployment: str, target: Target, *, timeout_s: f
                          sha256=payload_sha256(body), source="scrape", url=safe, duration_s=elapsed)
 
 
-EARLIEST = datetime(2000, 1, 1, tzinfo=timezone.utc)
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 """Scrape times before this are refused (vLLM did not exist; a typo such as year 0001)."""
 AHEAD = timedelta(days=1)
 """Scrape times more than this after now are refused (a snapshot cannot come from the future)."""

@@ -38,8 +38,9 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import httpx
 
@@ -50,23 +51,7 @@ ROUTINGS: tuple[str, ...] = ("round_robin", "random", "affinity")
 
 # A fixed vocabulary: prompts are the same on every machine and Python build.
 VOCABULARY: tuple[str, ...] = tuple(
-    """
-    the of and to in is was for on that with as by at from this be are it an or have not
-    which but had they their has were been one all would there what when can more if no
-    will out so up said about into than them only other new some could time these two may
-    first then do any like my now over such our man me even most made after also did many
-    before must through back years where much your way well down should because each just
-    those people how too little state good very make world still own see men work long get
-    here between both life being under never day same another know while last might us
-    great old year off come since against go came right used take three cache token prefix
-    request server model memory latency budget queue batch tensor block layer worker engine
-    cluster node rank replica shard storage disk network bandwidth cost price hour month
-    invoice capacity planning forecast metric counter gauge histogram bucket quantile window
-    rate scrape target label series sample query report dashboard export review approval
-    finance platform operator deploy rollout pilot shadow baseline tail median average peak
-    load traffic session user agent assistant system prompt context document conversation
-    answer question summary table chart figure section chapter paragraph sentence word
-    """.split()
+    ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "this", "be", "are", "it", "an", "or", "have", "not", "which", "but", "had", "they", "their", "has", "were", "been", "one", "all", "would", "there", "what", "when", "can", "more", "if", "no", "will", "out", "so", "up", "said", "about", "into", "than", "them", "only", "other", "new", "some", "could", "time", "these", "two", "may", "first", "then", "do", "any", "like", "my", "now", "over", "such", "our", "man", "me", "even", "most", "made", "after", "also", "did", "many", "before", "must", "through", "back", "years", "where", "much", "your", "way", "well", "down", "should", "because", "each", "just", "those", "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men", "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same", "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against", "go", "came", "right", "used", "take", "three", "cache", "token", "prefix", "request", "server", "model", "memory", "latency", "budget", "queue", "batch", "tensor", "block", "layer", "worker", "engine", "cluster", "node", "rank", "replica", "shard", "storage", "disk", "network", "bandwidth", "cost", "price", "hour", "month", "invoice", "capacity", "planning", "forecast", "metric", "counter", "gauge", "histogram", "bucket", "quantile", "window", "rate", "scrape", "target", "label", "series", "sample", "query", "report", "dashboard", "export", "review", "approval", "finance", "platform", "operator", "deploy", "rollout", "pilot", "shadow", "baseline", "tail", "median", "average", "peak", "load", "traffic", "session", "user", "agent", "assistant", "system", "prompt", "context", "document", "conversation", "answer", "question", "summary", "table", "chart", "figure", "section", "chapter", "paragraph", "sentence", "word"]
 )
 
 
@@ -254,8 +239,7 @@ def plan(w: Workload, n_servers: int) -> list[tuple[int, int, int]]:
 
 def normalize_base_url(url: str) -> str:
     url = url.rstrip("/")
-    if url.endswith("/v1"):
-        url = url[:-3]
+    url = url.removesuffix("/v1")
     return url
 
 
@@ -405,6 +389,49 @@ async def run_async(servers: Sequence[str], model: str, workload: Workload,
     results.sort(key=lambda r: (r.started_at, r.user, r.turn))
     return RunResult(scenario=w.scenario, started_at=started_at, ended_at=time.time(), workload=w,
                      results=results, model=model, servers=bases, stopped_by=budget.stopped_by)
+
+
+async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], *,
+                            output_tokens: int = 8, scenario: Scenario = "unique",
+                            request_timeout_s: float = 300.0,
+                            client: httpx.AsyncClient | None = None) -> RunResult:
+    """Send fixed prompts: user ``u`` sends ``prompts[u]`` one after another to
+    ``servers[u % len(servers)]``; users run concurrently. The same prompts make the same request
+    stream on any server (an A/B's two sides), whatever the model answers. Never raises for a
+    failed request."""
+    bases = [normalize_base_url(s) for s in servers]
+    if not bases:
+        raise ValueError("no servers given")
+    w = Workload(scenario=scenario, users=max(len(prompts), 1), turns=max((len(p) for p in prompts), default=1),
+                 output_tokens=output_tokens, request_timeout_s=request_timeout_s,
+                 max_requests=sum(len(p) for p in prompts), max_seconds=request_timeout_s * 10)
+    results: list[RequestResult] = []
+    started_at = time.time()
+    deadline = time.monotonic() + w.max_seconds
+    own = client is None
+    if client is None:
+        client = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout_s, connect=10.0),
+                                   limits=httpx.Limits(max_connections=max(len(prompts), 1) * 2),
+                                   trust_env=False)
+
+    async def user(u: int) -> None:
+        for turn, prompt in enumerate(prompts[u]):
+            res, _ = await _one_request(client, bases[u % len(bases)], model, prompt, w, u, turn, deadline)
+            results.append(res)
+
+    try:
+        await asyncio.gather(*(user(u) for u in range(len(prompts))))
+    finally:
+        if own:
+            await client.aclose()
+    results.sort(key=lambda r: (r.started_at, r.user, r.turn))
+    return RunResult(scenario=scenario, started_at=started_at, ended_at=time.time(), workload=w,
+                     results=results, model=model, servers=bases)
+
+
+def run_prompts(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], **kw: Any) -> RunResult:
+    """Synchronous wrapper around run_prompts_async."""
+    return _run_sync(lambda: run_prompts_async(servers, model, prompts, **kw))
 
 
 def _run_sync(coro_fn):

@@ -62,8 +62,8 @@ trace, and whether the trace's period is representative.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -96,7 +96,7 @@ class Trace:
     def references(self) -> int:
         return int(self.offsets[-1])
 
-    def subset(self, mask: np.ndarray) -> "Trace":
+    def subset(self, mask: np.ndarray) -> Trace:
         """The requests where ``mask`` is true, in order."""
         mask = np.asarray(mask, dtype=bool)
         lengths = np.diff(self.offsets)

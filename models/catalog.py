@@ -34,6 +34,8 @@ E2E_LATENCY = "vllm:e2e_request_latency_seconds"
 PREFILL_COMPUTED = "vllm:request_prefill_kv_computed_tokens"
 PROMPT_LENGTH = "vllm:request_prompt_tokens"
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
+INFERENCE_TIME = "vllm:request_inference_time_seconds"
+LM_LOOKUP_DURATION = "vllm:lmcache_mp_lookup_duration_seconds"
 
 # -- vLLM gauges ----------------------------------------------------------------------------
 KV_USAGE = "vllm:kv_cache_usage_perc"
@@ -46,6 +48,7 @@ LM_HIT = "lmcache_mp_lookup_hit_tokens"
 LM_HIT_L1 = "lmcache_mp_lookup_hit_l1_tokens"
 LM_HIT_L2 = "lmcache_mp_lookup_hit_l2_tokens"
 LM_L1_USAGE = "lmcache_mp_l1_usage_ratio"
+LM_L1_WRITE_CHUNKS = "lmcache_mp_l1_write_chunks"
 
 # -- LMCache in-process (inside vLLM's process) ---------------------------------------------
 LM_INPROC_REQUESTED = "lmcache:num_requested_tokens"
@@ -54,10 +57,11 @@ LM_INPROC_HIT = "lmcache:num_hit_tokens"
 COUNTERS = (
     PREFIX_HITS, PREFIX_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, PROMPT_TOKENS, GENERATION_TOKENS,
     PROMPT_TOKENS_CACHED, PROMPT_BY_SOURCE, CACHED_BY_SOURCE, REQUEST_SUCCESS, PREEMPTIONS, ESTIMATED_FLOPS,
-    LM_REQUESTED, LM_HIT, LM_HIT_L1, LM_HIT_L2, LM_INPROC_REQUESTED, LM_INPROC_HIT,
+    LM_REQUESTED, LM_HIT, LM_HIT_L1, LM_HIT_L2, LM_INPROC_REQUESTED, LM_INPROC_HIT, LM_L1_WRITE_CHUNKS,
 )
 """Counter families kvplan reads (Prometheus ingestion fetches exactly these)."""
-HISTOGRAMS = (TTFT, PREFILL_TIME, PREFILL_COMPUTED, QUEUE_TIME, E2E_LATENCY, DECODE_TIME)
+HISTOGRAMS = (TTFT, PREFILL_TIME, PREFILL_COMPUTED, QUEUE_TIME, E2E_LATENCY, DECODE_TIME, PROMPT_LENGTH,
+              ITERATION_TOKENS, INFERENCE_TIME, LM_LOOKUP_DURATION)
 """Histogram families kvplan reads."""
 GAUGES = (KV_USAGE, LM_L1_USAGE, RUNNING, WAITING)
 """Gauge families kvplan reads."""

@@ -75,7 +75,7 @@ class PlanningInputs:
         _fields.check_all(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PlanningInputs":
+    def from_dict(cls, data: dict) -> PlanningInputs:
         """From a form, TOML table or saved JSON; ``KvplanError`` names the field."""
         return _fields.from_dict(cls, data)
 
@@ -274,14 +274,20 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
                        f"(need >= {p.min_window_seconds / 60:.0f} min)")
     if 0 < savings.requests < p.min_requests:
         missing.append(f"only {savings.requests:.0f} requests (need >= {p.min_requests:.0f})")
+    model = savings.cost_model
     if not savings.available:
-        missing.append("no estimate of prefill cost per token (need the prefill timer, or "
-                       "vLLM FLOPs / model params with gpu_peak_flops)")
+        if model is not None and not model.identified:
+            missing.append(f"the prefill cost model is not identified ({model.reason})")
+        else:
+            missing.append("no estimate of prefill cost per token (need the prefill timer, or "
+                           "vLLM FLOPs / model params with gpu_peak_flops)")
     if missing or capacity is None or benefit is None:
         if not missing:
             missing.append("load or hit rate unavailable")
         flips = [f"measure at least {p.min_window_seconds / 3600:g} h and "
                  f"{p.min_requests:.0f} requests with prefill timing or FLOPs metrics"]
+        if model is not None and not model.identified and model.fix:
+            flips.append(model.fix)
         return Decision("NEED_DATA", "Not enough data to price reuse: " + "; ".join(missing)
                         + ".", flips)
 

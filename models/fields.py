@@ -14,6 +14,9 @@ from typing import Any, NamedTuple
 
 from models.errors import KvplanError
 
+OPTIONAL_KINDS = ("optional_int", "optional_float")
+"""Kinds whose value may be None (not given)."""
+
 
 class FieldSpec(NamedTuple):
     """How to show, edit and validate one field."""
@@ -24,7 +27,7 @@ class FieldSpec(NamedTuple):
     help: str
     """One-sentence explanation."""
     kind: str
-    """'str', 'choice', 'float', 'int' or 'optional_int' (an int or None)."""
+    """'str', 'choice', 'float', 'int', 'optional_int' or 'optional_float' (None allowed)."""
     default: Any
     minimum: float | None = None
     """Smallest allowed value (None: no bound)."""
@@ -62,7 +65,7 @@ def coerce(owner: str, s: FieldSpec, value: Any) -> Any:
         if not isinstance(value, str):
             raise KvplanError(f"expected text, got {value!r}", source=where)
         return value
-    if value is None and s.kind == "optional_int":
+    if value is None and s.kind in OPTIONAL_KINDS:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise KvplanError(f"expected a finite number ({s.unit}), got {value!r}", source=where)
@@ -84,7 +87,7 @@ def check(owner: str, s: FieldSpec, value: Any) -> None:
         if not isinstance(value, str):
             raise KvplanError(f"expected text, got {value!r}", source=where)
         return
-    if value is None and s.kind == "optional_int":
+    if value is None and s.kind in OPTIONAL_KINDS:
         return
     coerce(owner, s, value)  # type and finiteness
     low = s.minimum is not None and (value <= s.minimum if s.exclusive_minimum else value < s.minimum)

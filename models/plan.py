@@ -13,14 +13,20 @@ from typing import Any
 
 from models.benefit import WaterfallRow
 from models.decision import Decision, Evaluation, PlanInputs, SensitivityRow, evaluate, sensitivity
-from models.prefill import EstimatorResult
+from models.prefill import EstimatorResult, PrefillMeasurement, PrefillSavings
+from models.pricebook import PriceBook
 
 ASSUMPTIONS: tuple[str, ...] = (
-    "A month is 30.44 days; the measured window is scaled linearly to a month and assumed "
-    "typical of it.",
-    "Prefill GPU time per token (estimator A) corrects vLLM's per-request prefill timer for "
-    "overlap: engine busy fraction = 1 - exp(-L), L = prefill seconds / (window x engines) "
-    "(Little's law, Poisson occupancy).",
+    "A month is 30.44 days; the span the data covers inside the range asked for is scaled "
+    "linearly to a month and assumed typical of it.",
+    "Prefill cost per request = fixed + per-token x computed tokens + attention x (P^2 - C^2)/2 "
+    "(+ LMCache store and load), fitted by non-negative least squares on the per-interval "
+    "increases of the deployment's history; band = 5th-95th percentile of 200 bootstrap "
+    "resamples of the intervals. Cached tokens are priced at the marginal cost (per-token + "
+    "attention). Requests sharing an engine step are counted once (iteration-token histogram) "
+    "and no interval claims more prefill time than interval x engines.",
+    "vLLM's own prefix cache is free (it comes with vLLM); with LMCache the plan prices only "
+    "what LMCache adds, net of its store and load cost.",
     "FLOPs estimators (B, C) convert FLOPs to GPU time at an assumed prefill MFU of the GPU's "
     "dense peak.",
     "Band = [lowest estimator x (1-u), highest x (1+u)], u from 1/sqrt(requests), a "
@@ -100,6 +106,37 @@ class PlanResult:
     """What the plan was computed from."""
     evaluation: Evaluation = field(repr=False)
     """Full intermediate results (savings, capacity, benefit)."""
+    window_seconds: float | None = None
+    """The span the data covers inside the range asked for: what was priced, seconds."""
+    asked_seconds: float | None = None
+    """Length of the range asked for, seconds (None when the measurement has no window)."""
+    coverage: float | None = None
+    """window_seconds / asked_seconds."""
+    saved_prefill_gpu_seconds: float | None = None
+    """GPU-seconds of prefill the caches saved in the covered span, net of LMCache's overhead
+    (device + lmcache)."""
+    saved_prefill_gpu_seconds_low: float | None = None
+    """Low end of its band."""
+    saved_prefill_gpu_seconds_high: float | None = None
+    """High end of its band."""
+    saving_source: str | None = None
+    """``measured`` (an A/B overrode the model), ``fitted`` (the cost model) or ``estimators``."""
+    priced_tier: str | None = None
+    """``lmcache`` (the decision weighs what LMCache adds) or ``all``."""
+    prefill_cost_model: dict[str, Any] | None = None
+    """The fitted parts with their bands, the history used, status and fix."""
+    saved_by_tier: dict[str, dict[str, float] | None] = field(default_factory=dict)
+    """``device`` (vLLM's own prefix cache, free) and ``lmcache`` (net of its overhead; also
+    ``gross`` and ``overhead``), GPU-seconds in the covered span, each with ``low``/``high``."""
+    usd_per_1m_prompt_tokens_with_reuse: float | None = None
+    """Prefill GPU cost per million prompt tokens as the window ran, $."""
+    usd_per_1m_prompt_tokens_without_reuse: float | None = None
+    """... had nothing been cached (no LMCache either), $."""
+    usd_per_1m_output_tokens_with_reuse: float | None = None
+    """Decode GPU cost per million output tokens (engine busy time - prefill time), $."""
+    usd_per_1m_output_tokens_without_reuse: float | None = None
+    """The same without reuse: decode work does not change with reuse, so it is equal (LMCache
+    work that lands in decode steps is not modelled)."""
 
     @property
     def reason(self) -> str:
@@ -114,14 +151,21 @@ class PlanResult:
             "saved_prefill_gpu_hours_low", "saved_prefill_gpu_hours_high", "hit_rate",
             "current_gpus", "gpus_needed_with_reuse", "gpus_needed_without_reuse",
             "runout_month_with_reuse", "runout_month_without_reuse", "deferral_months",
-            "assumptions")}
+            "assumptions", "window_seconds", "asked_seconds", "coverage",
+            "saved_prefill_gpu_seconds", "saved_prefill_gpu_seconds_low",
+            "saved_prefill_gpu_seconds_high", "saving_source", "priced_tier",
+            "prefill_cost_model", "saved_by_tier", "usd_per_1m_prompt_tokens_with_reuse",
+            "usd_per_1m_prompt_tokens_without_reuse", "usd_per_1m_output_tokens_with_reuse",
+            "usd_per_1m_output_tokens_without_reuse")}
         d["decision"] = self.decision.kind
         d["reason"] = self.decision.reason
         d["flips"] = list(self.decision.flips)
         d["waterfall"] = [r._asdict() for r in self.waterfall]
         d["sensitivity"] = [asdict(r) for r in self.sensitivity]
         d["estimators"] = [asdict(e) for e in self.estimators]
-        d["inputs"] = {"measurement": asdict(self.inputs.measurement),
+        meas = {k: v for k, v in asdict(self.inputs.measurement).items()
+                if k not in ("cost_model", "window", "measured_ab")}
+        d["inputs"] = {"measurement": meas,
                        "pricebook": self.inputs.pricebook.to_dict(),
                        "planning": asdict(self.inputs.planning)}
         return _clean(d)
@@ -134,6 +178,7 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
         raise ValueError(f"source: must be 'measured' or 'planning_preset'; got {source!r}")
     ev = evaluate(inputs)
     s, c, b = ev.savings, ev.capacity, ev.benefit
+    extra = prefill_figures(inputs.measurement, s, inputs.pricebook)
     notes = list(s.notes) + (list(b.notes) if b else [])
     notes += [f"estimator {e.name}: {e.note}" for e in s.estimators]
     return PlanResult(
@@ -160,5 +205,77 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
         sensitivity=sensitivity(inputs),
         estimators=list(s.estimators),
         assumptions=list(ASSUMPTIONS) + list(extra_assumptions) + notes,
-        inputs=inputs, evaluation=ev)
+        inputs=inputs, evaluation=ev, **extra)
+
+
+def _band(b: Any) -> dict[str, float]:
+    return {"value": b.value, "low": b.low, "high": b.high}
+
+
+def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBook
+                    ) -> dict[str, Any]:
+    """The prefill figures of a plan (the ``PlanResult`` fields from ``window_seconds`` to
+    ``usd_per_1m_output_tokens_without_reuse``) from the measurement and its savings."""
+    w = m.window
+    usd_per_gpu_s = pricebook.effective_usd_per_gpu_hour() / 3600.0
+    out: dict[str, Any] = {
+        "window_seconds": m.window_seconds,
+        "asked_seconds": w.asked_seconds if w is not None else None,
+        "coverage": w.coverage if w is not None else None,
+        "saving_source": s.source if s.available else None,
+        "priced_tier": m.priced_tier,
+        "prefill_cost_model": m.cost_model.to_dict() if m.cost_model is not None else None,
+    }
+    t = s.tiers
+    if t is not None:
+        out["saved_by_tier"] = {
+            "device": _band(t.device),
+            "lmcache": {**_band(t.lmcache), "gross": t.lmcache_gross.value,
+                        "overhead": t.lmcache_overhead.value}}
+        total = t.total
+        saved, lo, hi = total.value, total.low, total.high
+        with_reuse, without = t.with_reuse.value, t.without_reuse.value
+    else:
+        out["saved_by_tier"] = {"device": None, "lmcache": None}
+        saved = lo = hi = None
+        with_reuse = without = None
+        if s.available:
+            saved = s.saved_gpu_seconds - s.hit_cost_gpu_seconds
+            lo = s.saved_gpu_seconds_low - s.hit_cost_gpu_seconds
+            hi = s.saved_gpu_seconds_high - s.hit_cost_gpu_seconds
+        if s.gpu_seconds_per_token is not None:
+            with_reuse = s.gpu_seconds_per_token * m.computed_tokens + s.hit_cost_gpu_seconds
+            without = s.gpu_seconds_per_token * m.prompt_tokens
+    if s.source == "measured" and s.available:
+        # the A/B replaces the model for the priced tier; the other tier stays fitted
+        measured = s.saved_gpu_seconds
+        key = "lmcache" if m.priced_tier == "lmcache" else None
+        if key:
+            out["saved_by_tier"]["lmcache"] = {"value": measured, "low": s.saved_gpu_seconds_low,
+                                               "high": s.saved_gpu_seconds_high,
+                                               "source": "measured"}
+            device = out["saved_by_tier"]["device"]["value"] if out["saved_by_tier"]["device"] else 0.0
+            saved = device + measured
+            lo = device + s.saved_gpu_seconds_low
+            hi = device + s.saved_gpu_seconds_high
+        else:
+            saved, lo, hi = measured, s.saved_gpu_seconds_low, s.saved_gpu_seconds_high
+        if without is not None:
+            with_reuse = without - saved
+    out["saved_prefill_gpu_seconds"] = saved
+    out["saved_prefill_gpu_seconds_low"] = lo
+    out["saved_prefill_gpu_seconds_high"] = hi
+    prompt = m.prompt_tokens
+    out["usd_per_1m_prompt_tokens_with_reuse"] = (
+        with_reuse * usd_per_gpu_s / prompt * 1e6 if with_reuse is not None and prompt else None)
+    out["usd_per_1m_prompt_tokens_without_reuse"] = (
+        without * usd_per_gpu_s / prompt * 1e6 if without is not None and prompt else None)
+    decode = None
+    if w is not None and w.engine_busy_seconds is not None and with_reuse is not None:
+        decode = max(0.0, w.engine_busy_seconds * m.tensor_parallel_size - with_reuse)
+    gen = m.generation_tokens
+    per_out = decode * usd_per_gpu_s / gen * 1e6 if decode is not None and gen else None
+    out["usd_per_1m_output_tokens_with_reuse"] = per_out
+    out["usd_per_1m_output_tokens_without_reuse"] = per_out
+    return out
 

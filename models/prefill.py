@@ -1,31 +1,26 @@
 """GPU time the cache saved: prefill work that did not have to be redone, over one window.
 
 A cached prompt token is a token whose KV the server did not compute. What computing it
-would have cost is estimated independently in up to three ways, and their spread is reported:
+would have cost is estimated in up to three ways, and their spread is reported:
 
-A. ``measured_time`` -- GPU-seconds per computed prompt token, from vLLM's own prefill timer
-   (``vllm:request_prefill_time_seconds_sum``) divided by the tokens actually computed
-   (``vllm:request_prefill_kv_computed_tokens_sum``). The timer runs per request, and requests
-   batched together prefill at the same time, so the *sum* of per-request times is not GPU
-   time. Correction (Little's law + Poisson occupancy):
+A. ``measured_time`` -- the deployment's own prefill timer. With a fitted cost model
+   (``models.prefill_fit``: fixed + per-token + attention [+ LMCache store/load] per request,
+   non-negative least squares over the per-interval increases of the deployment's history,
+   bootstrap band) a cached token is priced at its marginal cost (per-token + its attention),
+   by tier: vLLM's own prefix cache (free) and LMCache (which carries its store and load
+   cost). This is the figure the plan uses, with the fit's band; the FLOP-based estimators
+   are shown beside it as a cross-check. A model that cannot separate the per-request from
+   the per-token cost (``status = "unidentified"``) prices nothing and says which
+   measurement would fix it.
 
-   * mean number of requests in prefill on one engine: ``L = prefill_seconds_sum /
-     (window_seconds * engines)`` (Little's law needs no distributional assumption);
-   * assume the count in prefill at a random instant is Poisson with that mean (requests
-     arrive independently; an M/G/inf occupancy). The engine is busy prefilling whenever at
-     least one request is, i.e. a fraction ``1 - exp(-L)`` of the window;
-   * busy prefill GPU-seconds = ``(1 - exp(-L)) * window_seconds * num_gpus``. It tends to
-     ``prefill_seconds_sum * tp`` when prefills rarely overlap (L << 1) and can never exceed
-     ``window_seconds * num_gpus`` (an engine cannot be more than fully busy).
-
-   Biases: with chunked prefill a step also carries decode tokens, so some decode time is
-   counted as prefill (over-estimate); fixed per-request overhead is spread over tokens
-   (over-estimate); early (cached) positions attend to fewer keys than late (computed) ones,
-   so a cached token is cheaper than an average computed one (over-estimate). GPU time spent
-   loading cached KV (``transfer_gpu_seconds_per_token``) is removed before dividing.
+   Without a cost model (a measurement built from window totals only) the fallback divides
+   the window's prefill seconds, corrected for requests prefilling concurrently (Little's law
+   ``L = prefill_seconds_sum / (window x engines)``, Poisson occupancy: busy share ``1 -
+   exp(-L)``), by the computed tokens. That average carries every request's fixed cost and,
+   under load, decode time sharing prefill steps: an upper bound, labelled as such.
 
 B. ``compute_vllm_flops`` -- FLOPs per token from vLLM's own estimate
-   (``vllm:estimated_flops_per_gpu_total``, per GPU, times the tensor-parallel size, divided
+   (``vllm:estimated_flops_per_gpu_total``, per GPU, times the GPUs per engine, divided
    by all tokens processed), converted to seconds at ``gpu_peak_flops * assumed_prefill_mfu``.
    It averages prefill and decode tokens (decode tokens attend to the whole context, so this
    leans high for long contexts).
@@ -35,17 +30,22 @@ C. ``compute_params`` -- FLOPs per cached token = ``2 * model_params`` (one mult
    term ``2 * num_layers * attention_width * c`` (``4 * L * d * i`` FLOPs at position ``i``,
    averaged over the cached prefix positions ``0..c``, ``c`` = cached tokens per request).
    Same conversion as B, so B and C share the MFU assumption; only A is independent of it.
+   B and C run whenever the deployment facts (``models.deployment.DeploymentFacts``) give
+   the GPU's peak FLOP/s and the model's size.
 
-Central value = median of the available estimators. Band: ``[min * (1 - u), max * (1 + u)]``
-with the relative uncertainty ``u`` of ``relative_uncertainty`` (sampling noise, short-window
-coverage, single-estimator model error, added in quadrature). Monthly figures scale the window
-linearly to 30.44 days: the window is assumed representative of the month.
+Central value: a measured A/B (``MeasuredAB``) when there is one (labelled "measured"); else
+the fitted model (A with a cost model); else the median of the available estimators. Band:
+the fit's bootstrap band, or ``[min * (1 - u), max * (1 + u)]`` over the estimators, widened
+by the relative uncertainty ``u`` of ``relative_uncertainty`` (short-window coverage; for the
+estimator band also sampling noise and single-estimator model error). Monthly figures scale the
+covered span linearly to 30.44 days: the span is assumed representative of the month.
 
-A cache hit is not free: loading cached KV costs lookup and transfer time. This module reports
-that time (``hit_cost_gpu_seconds``) next to the gross saving; ``benefit`` subtracts it.
+A cache hit is not free: loading cached KV and storing new chunks cost GPU time. This module
+reports that time (``hit_cost_gpu_seconds``: fitted LMCache overhead, else the assumed
+transfer cost) next to the gross saving; ``benefit`` subtracts it.
 
-What this module cannot know: whether the window's traffic mix is typical, how much of the
-transfer overlaps with compute (assumed none: conservative), decode interference.
+What this module cannot know: whether the window's traffic mix is typical, prefill work that
+overlaps decode on the GPU, anything the history did not exercise.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
+from models.prefill_fit import MeasuredAB, PrefillCostModel, PricedWindow, TierSavings, tier_savings
 from models.pricebook import SECONDS_PER_MONTH
 
 FULL_COVERAGE_SECONDS = 86400.0
@@ -126,7 +127,19 @@ class PrefillMeasurement:
     every incremental cached token (conservative)."""
     transfer_gpu_seconds_per_token: float = 0.0
     """GPU-seconds the GPU waits per transferred cached token (lookup + load). Assumed 0 unless
-    given; e.g. KV bytes per token / host-to-device bandwidth."""
+    given; e.g. KV bytes per token / host-to-device bandwidth. A fitted cost model's LMCache
+    overhead replaces it."""
+    cost_model: PrefillCostModel | None = None
+    """Prefill cost fitted from the deployment's history (``models.prefill_fit``); estimator A
+    uses it (with ``window``) instead of the window average."""
+    window: PricedWindow | None = None
+    """The priced window by tier (device / LMCache cached tokens, attention sums)."""
+    measured_ab: MeasuredAB | None = None
+    """A measured A/B of this deployment: overrides every estimator, labelled "measured"."""
+    priced_tier: str = "all"
+    """Which cached tokens the plan prices: ``all`` (every cache tier against no cache) or
+    ``lmcache`` (only what LMCache adds: the baseline keeps vLLM's own prefix cache, which
+    comes with vLLM for free; ``baseline_cached_prompt_tokens`` = its hits)."""
 
     def __post_init__(self) -> None:
         _positive("window_seconds", self.window_seconds)
@@ -154,6 +167,9 @@ class PrefillMeasurement:
         if self.cached_prompt_tokens > self.prompt_tokens:
             raise ValueError("PrefillMeasurement.cached_prompt_tokens: exceeds prompt_tokens "
                              f"({self.cached_prompt_tokens} > {self.prompt_tokens})")
+        if self.priced_tier not in ("all", "lmcache"):
+            raise ValueError("PrefillMeasurement.priced_tier: must be 'all' or 'lmcache'; "
+                             f"got {self.priced_tier!r}")
         if self.baseline_cached_prompt_tokens > self.cached_prompt_tokens:
             raise ValueError("PrefillMeasurement.baseline_cached_prompt_tokens: exceeds "
                              "cached_prompt_tokens")
@@ -202,7 +218,18 @@ class PrefillMeasurement:
         return self.requests / self.window_seconds
 
     def hit_cost_gpu_seconds(self) -> float:
-        """GPU-seconds spent loading cached KV in the window (a hit is not free)."""
+        """GPU-seconds the cache layer cost in the window (a hit is not free): with a fitted
+        cost model, LMCache's overhead (lookups as vLLM timed them, store and load as fitted),
+        plus the assumed transfer cost for loaded tokens when the model has no load term;
+        without one, the transferred tokens x ``transfer_gpu_seconds_per_token``."""
+        model = self.cost_model
+        if model is not None and model.identified and self.window is not None:
+            c = model.coef()
+            w = self.window
+            load = c["load"] if model.part("load") else self.transfer_gpu_seconds_per_token
+            overhead = (load * w.external_cached + c["store"] * w.stored_tokens * w.store_exposure
+                        + c["lmcache_request"] * w.exposed_lookups + w.lookup_seconds)
+            return overhead * self.tensor_parallel_size
         moved = self.transferred_cached_tokens
         if moved is None:
             moved = self.saved_tokens
@@ -238,9 +265,51 @@ class EstimatorResult:
     """How it was computed, or why it is unavailable."""
 
 
+def fitted_tiers(m: PrefillMeasurement) -> TierSavings | None:
+    """The fitted model's saving by tier over ``m.window`` (engine-seconds), or None."""
+    if m.cost_model is None or m.window is None or not m.cost_model.identified:
+        return None
+    return tier_savings(m.cost_model, m.window)
+
+
+def _fmt_parts(model: PrefillCostModel) -> str:
+    units = {"fixed": ("ms/request", 1e3), "per_token": ("us/token", 1e6),
+             "attention": ("ns/token^2", 1e9), "store": ("us/stored token", 1e6),
+             "load": ("us/loaded token", 1e6), "lmcache_request": ("ms/LMCache request", 1e3)}
+    out = []
+    for p in model.parts:
+        u, k = units[p.name]
+        out.append(f"{p.name} {p.value * k:.3g} {u} ({p.low * k:.3g}..{p.high * k:.3g})")
+    return ", ".join(out)
+
+
 def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
-    """Estimator A: vLLM's prefill timer, corrected for requests prefilling concurrently."""
+    """Estimator A: the deployment's prefill timer. With a cost model (``m.cost_model``,
+    ``m.window``) the fitted marginal cost of the cached tokens beyond the baseline; without
+    one, the window's average cost per computed token corrected for concurrent prefills (an
+    upper bound)."""
     name = "measured_time"
+    if m.cost_model is not None:
+        model = m.cost_model
+        if not model.identified:
+            return EstimatorResult(name, False, None, None,
+                                   f"{model.reason}; to fix: {model.fix}")
+        tiers = fitted_tiers(m)
+        if tiers is None:
+            return EstimatorResult(name, False, None, None, "no priced window given")
+        w, gpe = m.window, m.tensor_parallel_size
+        gross = tiers.lmcache_gross if m.priced_tier == "lmcache" else tiers.gross
+        c = model.coef()
+        computed_cost = (c["per_token"] * w.computed_tokens
+                         + c["attention"] * (w.prompt_attention - w.cached_attention))
+        per_token = gpe * computed_cost / w.computed_tokens if w.computed_tokens > 0 \
+            else gpe * model.marginal_seconds_per_token()
+        note = (f"fitted on {model.history}: {_fmt_parts(model)}; cached tokens priced at the "
+                f"marginal cost (per-token + attention), x {gpe} GPU(s) per engine")
+        if tiers.cap_factor < 1:
+            note += (f"; scaled by {tiers.cap_factor:.2f}: the model claimed more prefill time "
+                     "than the engines had")
+        return EstimatorResult(name, True, per_token, gross.value * gpe, note)
     if m.prefill_seconds_sum is None:
         return EstimatorResult(name, False, None, None,
                                "vllm:request_prefill_time_seconds not reported")
@@ -254,9 +323,10 @@ def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
     per_token = compute_gpu_s / m.computed_tokens
     no_overlap = min(m.prefill_seconds_sum, m.window_seconds * m.engines) \
         * m.tensor_parallel_size / m.computed_tokens
-    note = (f"mean requests in prefill per engine L={occupancy:.3g}, busy fraction "
-            f"1-exp(-L)={busy_fraction:.3g}; without the overlap correction it would be "
-            f"{no_overlap:.3g} GPU-s/token (upper bound)")
+    note = (f"window average, no fitted cost model: mean requests in prefill per engine "
+            f"L={occupancy:.3g}, busy fraction 1-exp(-L)={busy_fraction:.3g}; without the "
+            f"overlap correction it would be {no_overlap:.3g} GPU-s/token. The average carries "
+            "every request's fixed cost: an upper bound of the marginal cost")
     return EstimatorResult(name, True, per_token, per_token * m.saved_tokens, note)
 
 
@@ -356,10 +426,36 @@ class PrefillSavings:
     """The same, per month."""
     notes: tuple[str, ...] = ()
     """Caveats produced while estimating."""
+    source: str = "estimators"
+    """Where the central value comes from: ``measured`` (an A/B), ``fitted`` (the cost model
+    fitted from the deployment's metrics) or ``estimators`` (median of the estimators)."""
+    priced_tier: str = "all"
+    """``all`` (every cache tier against no cache) or ``lmcache`` (what LMCache adds)."""
+    tiers: TierSavings | None = None
+    """The fitted saving by tier over the window, GPU-seconds (device, LMCache gross, overhead
+    and net, total, and the window's prefill GPU time with and without reuse)."""
+    cost_model: PrefillCostModel | None = None
+    """The fitted prefill cost model, when one was given."""
+    asked_seconds: float | None = None
+    """Length of the range asked for (``window_seconds`` is the span the data covers)."""
+    estimator_spread: tuple[float, float] | None = None
+    """Lowest and highest saved GPU-seconds over the available estimators."""
+    measured_ab: MeasuredAB | None = None
+    """The A/B that overrode the model (``source == "measured"``)."""
 
     @property
     def available(self) -> bool:
         return self.saved_gpu_seconds is not None
+
+    @property
+    def prefill_gpu_seconds_with_reuse(self) -> float | None:
+        """Prefill GPU-seconds of the window as it ran (fitted model), or None."""
+        return self.tiers.with_reuse.value if self.tiers else None
+
+    @property
+    def prefill_gpu_seconds_without_reuse(self) -> float | None:
+        """Prefill GPU-seconds the window would have taken with nothing cached."""
+        return self.tiers.without_reuse.value if self.tiers else None
 
     @property
     def prefill_tokens_per_gpu_second(self) -> float | None:
@@ -367,6 +463,15 @@ class PrefillSavings:
         if not self.gpu_seconds_per_token:
             return None
         return 1.0 / self.gpu_seconds_per_token
+
+
+def _gpu_tiers(m: PrefillMeasurement) -> TierSavings | None:
+    tiers = fitted_tiers(m)
+    if tiers is None:
+        return None
+    k = float(m.tensor_parallel_size)
+    return TierSavings(**{f: (getattr(tiers, f).scaled(k) if f != "cap_factor" else tiers.cap_factor)
+                          for f in TierSavings.__dataclass_fields__})
 
 
 def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
@@ -381,33 +486,86 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
         results = (estimate_measured_time(m), estimate_compute_vllm_flops(m),
                    estimate_compute_params(m))
     ok = [r for r in results if r.available]
+    tiers = _gpu_tiers(m) if m.requests > 0 else None
+    fitted = tiers is not None and results[0].available
     u = relative_uncertainty(m.samples, m.window_seconds, len(ok))
+    u_cov = relative_uncertainty(float("inf"), m.window_seconds, 2)  # coverage only
+    asked = m.window.asked_seconds if m.window is not None else None
+    if m.window is not None and asked and m.window.covered_seconds < asked * 0.999:
+        notes.append(f"the data covers {m.window.covered_seconds / 3600:.2f} h of the "
+                     f"{asked / 3600:.2f} h asked for ({m.window.coverage:.0%}): the covered "
+                     "span is priced")
     if m.window_seconds < 3600:
         notes.append(f"window is {m.window_seconds / 60:.0f} min, shorter than an hour: "
                      "monthly figures are a long extrapolation")
-    if m.transfer_gpu_seconds_per_token == 0 and m.saved_tokens > 0 \
+    if m.cost_model is not None:
+        notes.extend(f"prefill cost model: {n}" for n in m.cost_model.notes)
+    if not fitted and m.transfer_gpu_seconds_per_token == 0 and m.saved_tokens > 0 \
             and m.transferred_cached_tokens != 0:
         notes.append("cost of a cache hit (lookup/transfer) not given: assumed 0")
+    spread = None
+    if ok:
+        vals = [r.saved_gpu_seconds for r in ok]
+        spread = (min(vals), max(vals))
+        if len(ok) > 1:
+            notes.append("estimators: " + ", ".join(f"{r.name} {r.saved_gpu_seconds:,.4g}"
+                                                    for r in ok) + " GPU-s saved")
+    common = dict(estimators=results, window_seconds=m.window_seconds, requests=m.requests,
+                  hit_rate=m.hit_rate, baseline_hit_rate=m.baseline_hit_rate,
+                  hit_cost_gpu_seconds=hit_cost,
+                  hit_cost_gpu_hours_per_month=hit_cost * to_month_hours,
+                  priced_tier=m.priced_tier, tiers=tiers, cost_model=m.cost_model,
+                  asked_seconds=asked, estimator_spread=spread, measured_ab=m.measured_ab)
+    per_token = statistics.median(r.gpu_seconds_per_token for r in ok) if ok else None
+    ab = m.measured_ab
+    if ab is not None and ab.saved_per_cached_token is not None:
+        # the A/B measured the net saving: the cache layer's cost is already in it
+        common.update(hit_cost_gpu_seconds=0.0, hit_cost_gpu_hours_per_month=0.0)
+        central = ab.saved_per_cached_token * m.saved_tokens * m.tensor_parallel_size
+        low, high = central * (1.0 - u_cov), central * (1.0 + u_cov)
+        low, high = min(low, high), max(low, high)
+        notes.append(f"measured beats modelled: {ab.label} saved "
+                     f"{ab.saved_engine_seconds:,.4g} engine-s over {ab.on_cached_tokens:,.0f} "
+                     f"cached tokens ({ab.engine_seconds_source}); applied to this window's "
+                     f"{m.saved_tokens:,.0f} cached tokens")
+        return PrefillSavings(
+            gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
+            saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=u_cov,
+            gpu_hours_per_month=central * to_month_hours,
+            gpu_hours_per_month_low=low * to_month_hours,
+            gpu_hours_per_month_high=high * to_month_hours,
+            notes=tuple(notes), source="measured", **common)
     if not ok:
         notes.append("no estimator available: " + "; ".join(f"{r.name}: {r.note}" for r in results))
-        return PrefillSavings(results, m.window_seconds, m.requests, m.hit_rate,
-                              m.baseline_hit_rate, None, None, None, None, u, None, None, None,
-                              hit_cost, hit_cost * to_month_hours, tuple(notes))
+        return PrefillSavings(gpu_seconds_per_token=None, saved_gpu_seconds=None,
+                              saved_gpu_seconds_low=None, saved_gpu_seconds_high=None,
+                              relative_uncertainty=u, gpu_hours_per_month=None,
+                              gpu_hours_per_month_low=None, gpu_hours_per_month_high=None,
+                              notes=tuple(notes), **common)
+    if fitted:
+        gross = tiers.lmcache_gross if m.priced_tier == "lmcache" else tiers.gross
+        central = results[0].saved_gpu_seconds
+        low = max(0.0, gross.low * (1.0 - u_cov))
+        high = gross.high * (1.0 + u_cov)
+        per_token = results[0].gpu_seconds_per_token
+        return PrefillSavings(
+            gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
+            saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=u_cov,
+            gpu_hours_per_month=central * to_month_hours,
+            gpu_hours_per_month_low=low * to_month_hours,
+            gpu_hours_per_month_high=high * to_month_hours,
+            notes=tuple(notes), source="fitted", **common)
     saved = [r.saved_gpu_seconds for r in ok]
     central = statistics.median(saved)
     low = max(0.0, min(saved) * (1.0 - u))
     high = max(saved) * (1.0 + u)
-    per_token = statistics.median(r.gpu_seconds_per_token for r in ok)
     return PrefillSavings(
-        estimators=results, window_seconds=m.window_seconds, requests=m.requests,
-        hit_rate=m.hit_rate, baseline_hit_rate=m.baseline_hit_rate,
         gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
         saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=u,
         gpu_hours_per_month=central * to_month_hours,
         gpu_hours_per_month_low=low * to_month_hours,
         gpu_hours_per_month_high=high * to_month_hours,
-        hit_cost_gpu_seconds=hit_cost, hit_cost_gpu_hours_per_month=hit_cost * to_month_hours,
-        notes=tuple(notes))
+        notes=tuple(notes), **common)
 
 
 def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
@@ -415,7 +573,9 @@ def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
     sensitivity analysis). Prefill seconds and FLOPs are scaled with the computed tokens
     (per-request seconds and FLOPs per computed token held fixed; estimator A's overlap
     correction is then re-applied to the new load); the baseline's hits are kept, clamped to
-    the new rate."""
+    the new rate. A priced window is scaled with it (``PricedWindow.at_hit_rate``: tiers in
+    today's proportions), and for ``priced_tier == "lmcache"`` the baseline follows its device
+    hits."""
     if not 0.0 <= hit_rate <= 1.0:
         raise ValueError(f"hit_rate: must be in [0, 1]; got {hit_rate!r}")
     cached = m.prompt_tokens * hit_rate
@@ -430,12 +590,16 @@ def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
     transferred = m.transferred_cached_tokens
     if transferred is not None and m.cached_prompt_tokens > 0:
         transferred = transferred * cached / m.cached_prompt_tokens
+    window = m.window.at_hit_rate(hit_rate) if m.window is not None else None
+    baseline = min(m.baseline_cached_prompt_tokens, cached)
+    if window is not None and m.priced_tier == "lmcache":
+        baseline = min(window.device_cached, cached)
     return replace(
         m, cached_prompt_tokens=cached, computed_prompt_tokens=computed_new,
         prefill_seconds_sum=(None if m.prefill_seconds_sum is None
                              else m.prefill_seconds_sum * scale),
         estimated_flops=flops, transferred_cached_tokens=transferred,
-        baseline_cached_prompt_tokens=min(m.baseline_cached_prompt_tokens, cached))
+        baseline_cached_prompt_tokens=baseline, window=window)
 
 
 def measurement_from_stats(stats: Any, *, window_seconds: float, num_gpus: int,
@@ -461,3 +625,43 @@ def measurement_from_stats(stats: Any, *, window_seconds: float, num_gpus: int,
     )
     kwargs.update(assumptions)
     return PrefillMeasurement(**kwargs)
+
+
+def measurement_from_window(window: PricedWindow, cost_model: PrefillCostModel | None, *,
+                            facts: Any = None, lmcache: bool | None = None,
+                            stats: Any = None, engines: int | None = None,
+                            measured_ab: MeasuredAB | None = None) -> PrefillMeasurement:
+    """The measurement of a priced window (``app.data.prefill.priced_window``) with its fitted
+    cost model and the deployment facts (``models.deployment.DeploymentFacts``):
+
+    * ``window_seconds`` is the span the data covers (not the range asked for);
+    * GPUs = engines (most seen in one interval, or ``engines``) x ``facts.gpus_per_engine``;
+    * with LMCache (``lmcache``; default: the window has LMCache hits or stores) the plan prices
+      what LMCache adds: the baseline keeps vLLM's own prefix-cache hits (free);
+    * ``stats`` (a ``models.metrics.WindowStats`` of the same range) supplies vLLM's FLOP
+      counter and generation tokens for estimator B."""
+    from models.deployment import DeploymentFacts
+
+    facts = facts or DeploymentFacts()
+    if lmcache is None:
+        lmcache = window.external_cached > 0 or window.stored_tokens > 0
+    gpe = facts.gpus_per_engine
+    n_engines = max(engines or window.engines, 1)
+    cached = window.cached_tokens
+    return PrefillMeasurement(
+        window_seconds=max(window.covered_seconds, 1.0), requests=window.requests,
+        prompt_tokens=window.prompt_tokens, cached_prompt_tokens=cached,
+        computed_prompt_tokens=window.computed_tokens, num_gpus=n_engines * gpe,
+        tensor_parallel_size=gpe, prefill_count=window.requests,
+        prefill_seconds_sum=window.prefill_engine_seconds,
+        estimated_flops=getattr(stats, "estimated_flops", None) if stats is not None else None,
+        generation_tokens=(getattr(stats, "generation_tokens", None) if stats is not None
+                           else window.generation_tokens),
+        mean_prompt_tokens=window.prompt_tokens / window.requests if window.requests else None,
+        model_params=facts.model_params, num_layers=facts.model_layers,
+        attention_width=facts.hidden_size, gpu_peak_flops=facts.gpu_peak_flops,
+        assumed_prefill_mfu=facts.assumed_prefill_mfu,
+        baseline_cached_prompt_tokens=min(window.device_cached, cached) if lmcache else 0.0,
+        transferred_cached_tokens=window.external_cached,
+        cost_model=cost_model, window=window, measured_ab=measured_ab,
+        priced_tier="lmcache" if lmcache else "all")

@@ -53,7 +53,7 @@ def synthetic_window(*, requests_per_second: float, prompt_tokens_per_request: f
                      baseline_hit_rate: float = 0.0, tensor_parallel_size: int = 1,
                      transfer_gpu_seconds_per_token: float = 0.0,
                      window_seconds: float = SYNTHETIC_WINDOW_SECONDS,
-                     **model: float | int | None) -> PrefillMeasurement:
+                     **model: float | None) -> PrefillMeasurement:
     """A window of steady traffic whose estimator A yields ``gpu_seconds_per_token``.
 
     busy GPU-seconds = computed tokens x cost + transfer time; busy fraction b = busy /

@@ -125,7 +125,7 @@ class PriceBook:
         return _fields.to_dict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PriceBook":
+    def from_dict(cls, data: dict[str, Any]) -> PriceBook:
         """Build from a dict; missing keys take defaults. Raises ``KvplanError`` naming the
         offending field for unknown keys, wrong types or out-of-range values."""
         return _fields.from_dict(cls, data)

@@ -7,11 +7,11 @@ without a zone is UTC.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 from models.errors import KvplanError
 
-UTC = timezone.utc
+UTC = UTC
 DAY = timedelta(days=1)
 
 

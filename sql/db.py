@@ -40,7 +40,7 @@ HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"
 QUERIES = HERE / "queries"
 
-_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.M)
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
 
 class DatabaseError(KvplanError):
@@ -290,7 +290,7 @@ class Database:
         return tuple(out)
 
     @contextmanager
-    def snapshot(self) -> Iterator["Snapshot"]:
+    def snapshot(self) -> Iterator[Snapshot]:
         """One read-only connection for a batch of named queries (a dashboard page run, a
         report): one open instead of one per query, and every query sees the same data."""
         with self.read() as con:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from collectors.parse import parse_payload
@@ -35,7 +35,7 @@ def manifest(case: str) -> dict:
 def scrapes(case: str) -> list[Scrape]:
     out = []
     for f in manifest(case)["files"]:
-        at = datetime.fromtimestamp(round(f["scraped_at"], 3), tz=timezone.utc)
+        at = datetime.fromtimestamp(round(f["scraped_at"], 3), tz=UTC)
         out.append(Scrape(PAYLOADS / case / f["file"], f["target"], f["kind"], at, f.get("content_type")))
     return sorted(out, key=lambda s: s.at)
 

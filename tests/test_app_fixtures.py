@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import shutil
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from collectors.parse import parse_payload
@@ -59,7 +59,7 @@ def _family(out: list[str], name: str, typ: str, help_: str, rows: list[str], cr
     out.append(f"# TYPE {name} {typ}")
     out.extend(rows)
     if created:
-        base = name[:-len("_total")] if name.endswith("_total") else name
+        base = name.removesuffix("_total")
         out.append(f"# HELP {base}_created {help_}")
         out.append(f"# TYPE {base}_created gauge")
         out.extend(created)
@@ -200,7 +200,7 @@ def put_text(db: Database, deployment: str, target: str, ts: datetime, text: str
 
 
 # ---- the shared scenario -------------------------------------------------------------------
-T0 = datetime(2026, 11, 2, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)
 HOURS = 48
 DEPLOYMENT = "prod"
 MODEL = "tiny-llama"

@@ -4,7 +4,7 @@ measured itself, and the pages show them."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -23,7 +23,7 @@ LMCACHE = ["lmcache_mp_lookup_requested_tokens_total", "lmcache_mp_lookup_hit_to
 
 
 def utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 def events(case: str) -> list[tuple[datetime, datetime, dict]]:
@@ -104,7 +104,7 @@ def test_cache_page_on_recorded_payloads(recorded, case, monkeypatch):
 
         last = {s.target: s for s in lm}
         ratios = [float(v) for s in last.values()
-                  for v in re.findall(r"^lmcache_mp_l1_usage_ratio\{[^}]*\} (\S+)$", s.file.read_text(), re.M)]
+                  for v in re.findall(r"^lmcache_mp_l1_usage_ratio\{[^}]*\} (\S+)$", s.file.read_text(), re.MULTILINE)]
         assert ratios, f"{case}: no lmcache_mp_l1_usage_ratio in the last LMCache scrapes"
         assert m["L1 usage (latest, highest server)"] == fmt.pct(max(ratios))
     else:

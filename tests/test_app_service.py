@@ -5,7 +5,7 @@ SLO snapping, topology, runs comparison, price-form validation."""
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -24,7 +24,7 @@ from sql.db import Database
 from tests.test_app_fixtures import DEPLOYMENT, hour, rollup, scenario_db
 from tests.test_store_stats import CREATED, one, put
 
-N = datetime(2026, 11, 1, tzinfo=timezone.utc)
+N = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def d(day: int, h: float = 0) -> datetime:
@@ -71,7 +71,7 @@ def _irregular_history(db) -> None:
         put(db, 50 * i, one(hits, queries, ttft, created=created))
 
 
-T = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+T = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_gauges_read_from_gauge_rollups_equal_raw(tmp_path, monkeypatch):
     before = window.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
     assert store.rollup_gauges_day(raw, DEPLOYMENT, hour(0)) == 2 * 2 + 2 * 2 + 2 * 2
     after = window.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
-    key = lambda r: (r["bucket"], r["target"], r["name"], r["labels"], r["engine"])  # noqa: E731
+    key = lambda r: (r["bucket"], r["target"], r["name"], r["labels"], r["engine"])
     assert [key(r) for r in before] == [key(r) for r in after]
     for x, y in zip(before, after):
         assert (x["mean"], x["max"], x["last"]) == pytest.approx((y["mean"], y["max"], y["last"]))
@@ -190,7 +190,7 @@ def test_prometheus_only_deployments_are_listed(db):
                     "true, NULL, 3, 10, 10, 0), (1, '2026-11-01 01:00', '2026-11-01 02:00', 60, 'x', false, 'down', 0, 0, 0, 0)")
     (dep,) = store.deployments_with_data(db)
     assert (dep["deployment"], dep["first_ts"], dep["last_ts"], dep["chunks"], dep["failed_chunks"]) == (
-        "prom", datetime(2026, 11, 1, tzinfo=timezone.utc), datetime(2026, 11, 1, 1, tzinfo=timezone.utc), 1, 1)
+        "prom", datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 1, 1, tzinfo=UTC), 1, 1)
 
 
 def test_month_window_clips_to_the_data_and_names_what_exists(tmp_path):

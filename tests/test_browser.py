@@ -294,7 +294,7 @@ def test_demo_dataset_pages(demo_server, page, path):
 
 
 # ---- issue 14: charts read right, minimal toolbar, no machine paths --------------------------------
-import re  # noqa: E402
+import re
 
 CHARTS_JS = """() => [...document.querySelectorAll('.vega-embed svg')].map(svg => {
   const x = [...svg.querySelectorAll('g.role-axis')].find(g => (g.getAttribute('aria-label') || '').startsWith('X-axis'));

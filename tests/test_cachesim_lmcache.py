@@ -135,7 +135,7 @@ def lmcache_simulate(d: Path, chunks: int, bpc: int, tmp: Path) -> tuple[int, in
     # install (LMCache imports it lazily): a failure there comes after the numbers.
     assert out.returncode == 0 or "No module named 'matplotlib'" in out.stderr, out.stderr[-2000:]
     assert "Hit tokens" in out.stdout, out.stdout[-2000:]
-    num = lambda rx: int(rx.search(out.stdout).group(1).replace(",", ""))  # noqa: E731
+    num = lambda rx: int(rx.search(out.stdout).group(1).replace(",", ""))
     return num(_HIT), num(_TOTAL), num(_CAP)
 
 

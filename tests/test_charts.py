@@ -120,8 +120,8 @@ def test_improvement_factors_read_as_the_change_they_are():
 
 
 # ---- time axes and gaps ---------------------------------------------------------------------------
-import re  # noqa: E402
-from datetime import timedelta  # noqa: E402
+import re
+from datetime import timedelta
 
 T0 = datetime(2026, 11, 30, 13, 0)
 

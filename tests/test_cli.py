@@ -88,7 +88,7 @@ def test_dashboard_opens_the_browser_only_once_streamlit_answers():
     from app.cli.dashboard import _open_when_up
 
     class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(200 if self.path == "/_stcore/health" else 404)
             self.end_headers()
 

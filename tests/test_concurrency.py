@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ DURATION_S = float(os.environ.get("CONCURRENCY_TEST_S", "60"))
 READERS = 3
 WRITER_WAIT_BOUND_S = 2.0      # the longest a writer may wait for the file at one write
 READER_WAIT_BOUND_S = 5.0      # the longest a reader may wait (the writer's transactions are short)
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 ENGINES = 64                   # one vLLM server with 64 (model, engine) series: ~600 samples a scrape
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -35,7 +35,7 @@ TTFT = "vllm:time_to_first_token_seconds"
 def counter(metrics_url: str, name: str) -> float:
     """A counter read straight off a server's /metrics text (summed over its series)."""
     text = httpx.get(metrics_url, timeout=10).text
-    vals = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    vals = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)]
     assert vals, f"{name} not on {metrics_url}"
     return sum(vals)
 
@@ -61,7 +61,7 @@ def e2e(local_stack, tmp_path_factory):
 
     def snap() -> tuple[datetime, dict]:
         time.sleep(1.5)  # let the servers' stats loggers publish the last requests
-        at = datetime.now(timezone.utc)
+        at = datetime.now(UTC)
         for t in targets:
             r = scrape_target(db, DEP, t, at=at)
             assert r.status == "stored", r
@@ -150,7 +150,7 @@ def test_e_two_servers_share_lmcache_and_reuse_is_attributed_per_server(local_st
 
     def snap():
         time.sleep(1.5)
-        at = datetime.now(timezone.utc)
+        at = datetime.now(UTC)
         for t in targets:
             scrape_target(db, DEP, t, at=at)
         return at
@@ -183,7 +183,7 @@ def test_d_restart_keeps_lmcache_hits_and_counts_no_negative_or_double(local_sta
 
     def snap():
         time.sleep(1.5)
-        at = datetime.now(timezone.utc)
+        at = datetime.now(UTC)
         for t in targets:
             scrape_target(db, DEP, t, at=at)
         return at, counter(v1.metrics_url, "vllm:prompt_tokens_total")

@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,7 +31,7 @@ from sql.db import Database
 from tests.conftest import PAYLOADS
 
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "300"))
-AT = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def _pairs() -> list[tuple[Path, Path]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from tests.conftest import PAYLOADS
 from tests.loopback import Loopback
 
 GOOD = PAYLOADS / "restart" / "00_start_vllm-0.prom"
-AT = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+AT = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
 class Server(Loopback):
@@ -147,9 +147,9 @@ def test_scrape_limits_have_defaults_and_bounds():
 
 
 # -- 2. poisoned rows: refused before storing; stored ones never crash an analysis --------------
-from collectors.parse import PayloadError  # noqa: E402
-from collectors.scrape import import_file  # noqa: E402
-from tests.payloads import vllm_text  # noqa: E402
+from collectors.parse import PayloadError
+from collectors.scrape import import_file
+from tests.payloads import vllm_text
 
 CREATED = 1.7e9  # 2023-11-14
 
@@ -282,11 +282,11 @@ def test_prometheus_ingestion_applies_the_same_decrease_rule():
 
 
 # -- 4. target identity; snapshots of one server; why a figure is null ---------------------------
-import json  # noqa: E402
+import json
 
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from app.cli import app  # noqa: E402
+from app.cli import app
 
 runner = CliRunner()
 

@@ -16,7 +16,7 @@ import math
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -40,7 +40,7 @@ from tests.prom_fixtures import create_blocks, free_port, scalar, start_promethe
 
 # -- the history ---------------------------------------------------------------------------
 
-T0 = datetime(2026, 1, 5, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 EVERY_S = 30
 SCRAPES = 81                      # k = 0..80: T0 .. T0 + 40 min
 RESTART_K = 41                    # engine 1 of target a restarts between k=40 and k=41
@@ -234,9 +234,9 @@ def test_silent_stretches_belong_to_the_chunk_holding_their_end():
 
 
 def test_chunks_are_step_aligned_and_queries_ask_for_raw_samples():
-    b = list(chunk_bounds(datetime(2026, 1, 1, 0, 0, 30, tzinfo=timezone.utc),
-                          datetime(2026, 1, 1, 1, 0, 10, tzinfo=timezone.utc), 60, 1800))
-    start = int(datetime(2026, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    b = list(chunk_bounds(datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC),
+                          datetime(2026, 1, 1, 1, 0, 10, tzinfo=UTC), 60, 1800))
+    start = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1000)
     assert [(x - start, y - start) for x, y in b] == [(0, 1_800_000), (1_800_000, 3_600_000),
                                                        (3_600_000, 3_660_000)]
     q = family_query("vllm:time_to_first_token_seconds", 'job="vllm"', 4200)
@@ -561,7 +561,7 @@ def test_recorded_real_payloads_ingested_from_prometheus_equal_their_direct_impo
     times, last = {}, 0
     for k, fs in sorted(by_step.items()):  # whole seconds, strictly increasing
         last = max(math.floor(min(f["scraped_at"] for f in fs)), last + 1)
-        times[k] = datetime.fromtimestamp(last, timezone.utc)
+        times[k] = datetime.fromtimestamp(last, UTC)
     rows = []
     for k, fs in sorted(by_step.items()):
         for f in fs:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from typer.testing import CliRunner
@@ -31,7 +31,7 @@ def scen(tmp_path):
 
 def text_of(html: str) -> str:
     """The visible text of the report, whitespace collapsed."""
-    body = re.sub(r"<style>.*?</style>|<svg.*?</svg>", " ", html, flags=re.S)
+    body = re.sub(r"<style>.*?</style>|<svg.*?</svg>", " ", html, flags=re.DOTALL)
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))
     return re.sub(r" ([,.)])", r"\1", text).replace("&#x27;", "'").replace("&quot;", '"').replace("&amp;", "&")
 
@@ -87,7 +87,7 @@ def test_same_data_same_report(scen, tmp_path):
     b = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "b.html").read_bytes()
     assert a == b
     assert b"Generated at" not in a
-    when = datetime(2026, 12, 1, 2, 0, tzinfo=timezone.utc)
+    when = datetime(2026, 12, 1, 2, 0, tzinfo=UTC)
     c = render_html(build(scen, DEPLOYMENT, "2026-11"), generated_at=when)
     assert "Generated at 2026-12-01 02:00 UTC." in c
     pa = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "a.pdf").read_bytes()

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -195,7 +195,7 @@ def test_prometheus_down_at_night_is_logged_and_retried_on_the_next_start(db, no
 
 
 def test_on_start_missed_nights_are_run_and_killed_runs_marked(db, no_report):
-    today = datetime.now(timezone.utc).date()
+    today = datetime.now(UTC).date()
     _nightly_row(db, today - timedelta(days=3), "ok")
     with db.write() as con:
         Database.run(con, "insert_collector_run", job="nightly", deployment=None, day=today - timedelta(days=2),
@@ -278,7 +278,7 @@ def test_a_killed_daemon_loses_nothing_committed_and_restarts_cleanly(tmp_path, 
     assert after >= before + 20
     text = log.read_text()
     assert text.count("collector started") == 2 and "Traceback" not in text
-    s = stats(db, "d", datetime(2000, 1, 1), datetime.now(timezone.utc))
+    s = stats(db, "d", datetime(2000, 1, 1), datetime.now(UTC))
     assert s.prefix_cache_hit_rate == pytest.approx(0.5)
 
 

@@ -1,7 +1,7 @@
 """Scrapes into DuckDB and exact window numbers out, on payload sequences whose answers
 are worked out by hand in each test."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -10,7 +10,7 @@ from collectors.parse import parse_payload
 from collectors.store import ConflictError, payload_sha256, store_failure, store_payload
 from tests.payloads import vllm_text
 
-T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 CREATED = T0.timestamp() - 3600  # servers started an hour before the first scrape
 
 
@@ -113,7 +113,7 @@ def test_reimport_is_a_no_op_and_a_different_payload_is_refused(db):
 
 
 def test_crash_mid_write_leaves_nothing(db, monkeypatch):
-    import collectors.store as store
+    from collectors import store
 
     put(db, 0, one(0, 0, [0, 0, 0]))
     real = store.pa.table

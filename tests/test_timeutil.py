@@ -3,7 +3,7 @@ TIMESTAMP at the border."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -12,7 +12,7 @@ from models.errors import KvplanError
 from models.timeutil import aware_utc, ceil_day, day_start, floor_day, month_start, naive_utc, next_month, parse_time
 from sql.db import Database
 
-UTC = timezone.utc
+UTC = UTC
 
 
 @pytest.mark.parametrize("text, want", [

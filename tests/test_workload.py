@@ -296,3 +296,19 @@ def test_the_local_stack_asks_vllm_for_per_request_cached_tokens(tmp_path):
                              run_dir=tmp_path, lmcache_rpc_port=None, kv_space_gib=1, max_model_len=4096,
                              extra_args=extra)
         assert "--enable-prompt-tokens-details" in s.cmd
+def test_fixed_prompts_make_the_same_stream_on_any_server():
+    prompts = [["a" * 40, "b" * 80], ["c" * 120]]
+    seen: list = []
+
+    async def go():
+        async with httpx.AsyncClient(transport=fake_transport(seen)) as client:
+            return await wl.run_prompts_async(["http://a:1", "http://b:2"], "m", prompts, output_tokens=3,
+                                              client=client)
+
+    res = asyncio.run(go())
+    assert len(res.results) == 3 and all(r.ok for r in res.results)
+    # user 0 on server a, in order; user 1 on server b
+    assert [(b, body["prompt"]) for b, body in seen if b == "http://a:1"] == [("http://a:1", "a" * 40),
+                                                                           ("http://a:1", "b" * 80)]
+    assert [body["prompt"] for b, body in seen if b == "http://b:2"] == ["c" * 120]
+    assert all(body["max_tokens"] == 3 for _, body in seen)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -22,8 +22,8 @@ from sql.db import Database
 err = Console(stderr=True)
 out = Console()
 
-DbOpt = Annotated[Optional[Path], typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
+DbOpt = Annotated[Path | None, typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
 
 
 def fail(message: str) -> NoReturn:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,7 +16,7 @@ def dashboard(
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
     address: Annotated[str, typer.Option(help="Address to listen on: 127.0.0.1 (this machine only) unless you "
                                               "put it behind a login (--auth-secrets or a proxy), e.g. 0.0.0.0.")] = "127.0.0.1",
-    auth_secrets: Annotated[Optional[Path], typer.Option(
+    auth_secrets: Annotated[Path | None, typer.Option(
         envvar="KVPLAN_DASHBOARD_AUTH_SECRETS",
         help="Streamlit secrets file with an [auth] table (OpenID Connect): every page asks for a login.")] = None,
 ) -> None:

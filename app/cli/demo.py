@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import Progress
@@ -17,7 +17,7 @@ def demo(
     load_only: Annotated[bool, typer.Option("--load-only", help="Only load the data; do not start the dashboard.")] = False,
     port: Annotated[int, typer.Option(help="Dashboard port.")] = 8501,
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
-    dataset: Annotated[Optional[Path], typer.Option(help="Dataset file (default: the one shipped in deploy/demo).")] = None,
+    dataset: Annotated[Path | None, typer.Option(help="Dataset file (default: the one shipped in deploy/demo).")] = None,
 ) -> None:
     """Load the demo dataset (recorded from the real vLLM + LMCache stack on CPU with a tiny
     model; time axis stretched, see its header) into the DuckDB file and open the dashboard."""

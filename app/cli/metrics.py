@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,9 +18,9 @@ from models.errors import KvplanError
 def import_metrics(
     files: Annotated[list[Path], typer.Argument(help="Saved /metrics payloads (one vLLM or LMCache server each).")],
     deployment: Annotated[str, typer.Option(help="Deployment the scrapes belong to.")],
-    at: Annotated[Optional[str], typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); not needed for files named NAME@TIME.prom.")] = None,
-    target: Annotated[Optional[str], typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the file's name without extension).")] = None,
-    kind: Annotated[Optional[str], typer.Option(help=f"Force the kind: {', '.join(KINDS)}.")] = None,
+    at: Annotated[str | None, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); not needed for files named NAME@TIME.prom.")] = None,
+    target: Annotated[str | None, typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the file's name without extension).")] = None,
+    kind: Annotated[str | None, typer.Option(help=f"Force the kind: {', '.join(KINDS)}.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Import saved /metrics texts as scrapes taken at --at (air-gapped clusters: curl now, import later).
@@ -72,7 +72,7 @@ def stats(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
-    model: Annotated[Optional[str], typer.Option(help="Only this model_name.")] = None,
+    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,8 +16,8 @@ def plan(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
-    model: Annotated[Optional[str], typer.Option(help="Only this model_name.")] = None,
-    gpus: Annotated[Optional[int], typer.Option(min=1, max=100_000, help="GPUs serving the deployment, for this "
+    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
+    gpus: Annotated[int | None, typer.Option(min=1, max=100_000, help="GPUs serving the deployment, for this "
                     "plan only (default: config deployments[].gpus, else vLLM engines seen x gpus_per_engine).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,

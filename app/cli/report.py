@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -15,11 +15,11 @@ def report(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     month: Annotated[str, typer.Option(help="UTC month, YYYY-MM (clipped to the data inside it).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="report.pdf or report.html.")],
-    model: Annotated[Optional[str], typer.Option(help="Only this model_name.")] = None,
-    measured_on: Annotated[Optional[str], typer.Option(
+    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
+    measured_on: Annotated[str | None, typer.Option(
         help="What served the metrics, e.g. '8x H100 80GB, Qwen3-235B' (default: the runs' measured_on "
              "when they agree, else 'not recorded').")] = None,
-    generated_at: Annotated[Optional[str], typer.Option(
+    generated_at: Annotated[str | None, typer.Option(
         help="Print this time (ISO 8601) as the generation time; by default none, so the same data "
              "gives the same report.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,

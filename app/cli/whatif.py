@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,9 +17,9 @@ from models.errors import KvplanError
 def import_trace(
     deployment: Annotated[str, typer.Option(help="Deployment the trace belongs to.")],
     paths: Annotated[list[Path], typer.Argument(help="Trace files, or an LMCache --lookup-hash-log-dir.")],
-    trace: Annotated[Optional[str], typer.Option(help="Trace name (default: 'lmcache' for lookup-hash logs, the file name for Mooncake).")] = None,
+    trace: Annotated[str | None, typer.Option(help="Trace name (default: 'lmcache' for lookup-hash logs, the file name for Mooncake).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto, lmcache or mooncake.")] = "auto",
-    bytes_per_chunk: Annotated[Optional[int], typer.Option(help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
+    bytes_per_chunk: Annotated[int | None, typer.Option(help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Import request traces with prefix-chunk hashes (LMCache lookup-hash logs, Mooncake
@@ -38,15 +38,15 @@ def import_trace(
 
 def whatif(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
-    trace: Annotated[Optional[str], typer.Option(help="Trace name (default: the newest).")] = None,
-    model: Annotated[Optional[str], typer.Option(help="Only this model_name.")] = None,
+    trace: Annotated[str | None, typer.Option(help="Trace name (default: the newest).")] = None,
+    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
     ranks: Annotated[int, typer.Option(help="Private caches to compare with one shared pool.")] = 8,
-    capacity_gb: Annotated[Optional[float], typer.Option(help="Total capacity compared shared vs private (default: configured size).")] = None,
-    configured_gb: Annotated[Optional[float], typer.Option(help="The cache size you run today, GB (default: price book cache_tier_gb_cpu).")] = None,
-    bytes_per_chunk: Annotated[Optional[int], typer.Option(help="KV bytes of one chunk (default: the trace's).")] = None,
-    l2_gb: Annotated[Optional[float], typer.Option(help="An L2 (disk) tier of this size under the configured L1: hits split by tier.")] = None,
-    seconds_per_token: Annotated[Optional[float], typer.Option(help="GPU-seconds one cached prompt token saves (default: from the deployment's metrics).")] = None,
-    tokens_per_month: Annotated[Optional[float], typer.Option(help="Prompt tokens per month (default: the trace's rate).")] = None,
+    capacity_gb: Annotated[float | None, typer.Option(help="Total capacity compared shared vs private (default: configured size).")] = None,
+    configured_gb: Annotated[float | None, typer.Option(help="The cache size you run today, GB (default: price book cache_tier_gb_cpu).")] = None,
+    bytes_per_chunk: Annotated[int | None, typer.Option(help="KV bytes of one chunk (default: the trace's).")] = None,
+    l2_gb: Annotated[float | None, typer.Option(help="An L2 (disk) tier of this size under the configured L1: hits split by tier.")] = None,
+    seconds_per_token: Annotated[float | None, typer.Option(help="GPU-seconds one cached prompt token saves (default: from the deployment's metrics).")] = None,
+    tokens_per_month: Annotated[float | None, typer.Option(help="Prompt tokens per month (default: the trace's rate).")] = None,
     points: Annotated[int, typer.Option(help="Capacities listed (the curve itself is exact at all).")] = 30,
     seed: Annotated[int, typer.Option(help="Seed of the random routing.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -24,9 +24,9 @@ def pilot(
     seed: Annotated[int, typer.Option(help="Prompt text seed.")] = 0,
     max_requests: Annotated[int, typer.Option(help="Hard bound on requests sent.")] = 1000,
     max_seconds: Annotated[float, typer.Option(help="Hard bound on wall time.")] = 600.0,
-    label: Annotated[Optional[str], typer.Option(help="Run label (default: the scenario).")] = None,
+    label: Annotated[str | None, typer.Option(help="Run label (default: the scenario).")] = None,
     measured_on: Annotated[str, typer.Option(help="What the numbers were measured on, e.g. '8x H100, Qwen3-235B'.")] = "unspecified hardware",
-    scrape: Annotated[Optional[list[str]], typer.Option(help="/metrics URL to scrape right before and after the run.")] = None,
+    scrape: Annotated[list[str] | None, typer.Option(help="/metrics URL to scrape right before and after the run.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Drive N concurrent streaming users for T turns against the servers, store the run

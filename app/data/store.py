@@ -1,7 +1,8 @@
 """Deployments, price books, fleet size, month windows and gauge rollups in DuckDB.
 
-Reads take a ``source`` (``Database`` or ``Snapshot``); the two writers (``save_pricebook``,
-``rollup_gauges_day``) take the ``Database`` and run one short write transaction each.
+Reads take a ``source`` (``Database`` or ``Snapshot``); the writers (``save_pricebook``,
+``save_facts``, ``rollup_gauges_day``) take the ``Database`` and run one short write
+transaction each.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from models.decision import PlanningInputs, prices_from_table
+from models.deployment import DeploymentFacts
 from models.errors import KvplanError
 from models.pricebook import PriceBook
 from models.spans import as_instant
@@ -89,6 +91,41 @@ def save_price_form(db: Database, deployment: str, pricebook_values: dict, plann
     return Prices(pb, pl, "saved")
 
 
+# -- deployment facts (what the metrics cannot know) ---------------------------------------------
+@dataclass(frozen=True)
+class Facts:
+    """The deployment facts in force for a deployment, and where they came from."""
+
+    facts: DeploymentFacts
+    origin: str
+
+
+def load_facts(source, deployment: str, cfg: DeploymentSettings | None = None) -> Facts:
+    """The facts saved for ``deployment`` on the dashboard, else the config's
+    ``[deployments.facts]`` table (with ``gpus_per_engine`` as the tensor-parallel size when the
+    table does not give the parallelism), else the defaults (one GPU per engine, no FLOP
+    estimators). A saved row that no longer validates is an error naming it."""
+    cfg = cfg or DeploymentSettings()
+    rows = source.fetch("get_facts", deployment=deployment)
+    if rows:
+        r = rows[0]
+        try:
+            facts = DeploymentFacts.from_dict(json.loads(r["facts"]))
+        except KvplanError as e:
+            raise KvplanError(f"{e} (re-save them on the Cost & decision page)",
+                              source=f"deployment facts saved for {deployment!r}") from None
+        return Facts(facts, f"saved for {deployment!r} at {r['updated_at']:%Y-%m-%d %H:%M} UTC")
+    return Facts(cfg.facts, cfg.facts_origin)
+
+
+def save_facts(db: Database, deployment: str, values: dict) -> DeploymentFacts:
+    """Validate the deployment-facts form (``KvplanError`` naming the field) and save it."""
+    facts = DeploymentFacts.from_dict(values)
+    with db.write() as con:
+        Database.run(con, "put_facts", deployment=deployment, facts=json.dumps(facts.to_dict()))
+    return facts
+
+
 # -- the fleet ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fleet:
@@ -159,12 +196,18 @@ def rollup_gauges_day(db: Database, deployment: str, day: date | datetime) -> in
 @dataclass(frozen=True)
 class DeploymentSettings:
     """What the config file says about one deployment that the metrics cannot know. Read
-    once (``deployment_settings``) and handed to every plan: CLI, pages, report, nightly job."""
+    once (``deployment_settings``) and handed to every plan: CLI, pages, report, nightly job.
+    Facts saved on the dashboard override ``facts`` (``load_facts``)."""
 
     configured_gpus: int | None = None
-    gpus_per_engine: int = 1
     prices: dict | None = None
     config_key: str = "deployments.N.gpus"
+    facts: DeploymentFacts = DeploymentFacts()
+    facts_origin: str = "defaults (1 GPU per engine; FLOP estimators off)"
+
+    @property
+    def gpus_per_engine(self) -> int:
+        return self.facts.gpus_per_engine
 
 
 def deployment_settings(settings, deployment: str) -> DeploymentSettings:
@@ -174,5 +217,6 @@ def deployment_settings(settings, deployment: str) -> DeploymentSettings:
     deps = list(settings.deployments) if settings is not None else []
     for i, d in enumerate(deps):
         if d.name == deployment:
-            return DeploymentSettings(d.gpus, d.gpus_per_engine, prices, f"deployments.{i}.gpus")
+            return DeploymentSettings(d.gpus, prices, f"deployments.{i}.gpus", d.deployment_facts(),
+                                      f"config deployments.{i}" + (".facts" if d.facts else ".gpus_per_engine"))
     return DeploymentSettings(prices=prices)

@@ -20,7 +20,7 @@ from app.report.data import ReportData, build
 from models.errors import KvplanError
 from sql.db import Database
 
-__all__ = ["ReportData", "build", "render_html", "render_pdf", "write_report", "nightly_reports"]
+__all__ = ["ReportData", "build", "nightly_reports", "render_html", "render_pdf", "write_report"]
 
 
 def render_html(data: ReportData, generated_at: datetime | None = None) -> str:

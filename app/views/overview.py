@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.data.store import DeploymentSettings, Fleet, Prices, fleet, load_pricebook
+from app.data.prefill import plan_measurement
+from app.data.store import DeploymentSettings, Facts, Fleet, Prices, fleet, load_facts, load_pricebook
 from app.data.window import TimeBucket, Window, engines_in_window, load_window, load_window_and_buckets, window_buckets
 from models.decision import PlanInputs, PlanningInputs
 from models.metrics import latency_quantiles, tiers
 from models.plan import PlanResult
 from models.plan import plan as run_plan
-from models.prefill import PrefillMeasurement, measurement_from_stats
+from models.prefill import PrefillMeasurement
 from models.pricebook import PriceBook
 from models.slo import Slo, slo_attainment
 
@@ -20,16 +21,21 @@ class PlannedWindow:
     plan: PlanResult
     prices: Prices
     fleet: Fleet
+    facts: Facts
 
 
 def window_measurement(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
-                       gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet]:
-    """The prefill model's input for a loaded window, with the fleet by ``app.data.store.fleet``
-    (the one GPU-count rule): what the plan and the what-if's dollars both price."""
+                       gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet, Facts]:
+    """The prefill model's input for a loaded window (``app.data.prefill.plan_measurement``: the
+    covered span, the cost model fitted on the deployment's history, the latest measured A/B),
+    with the deployment facts (``load_facts``) and the fleet by ``app.data.store.fleet`` (the
+    one GPU-count rule): what the plan and the what-if's dollars both price."""
+    facts = load_facts(source, win.deployment, cfg)
     fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
-               gpus_per_engine=cfg.gpus_per_engine, override=gpus, config_key=cfg.config_key)
-    m = measurement_from_stats(win.stats, window_seconds=max(win.seconds, 1.0), num_gpus=max(fl.gpus, 1))
-    return m, fl
+               gpus_per_engine=facts.facts.gpus_per_engine, override=gpus, config_key=cfg.config_key)
+    m = plan_measurement(source, win.deployment, win.t_from, win.t_to, facts=facts.facts, model=win.model,
+                         stats=win.stats, num_gpus=max(fl.gpus, 1))
+    return m, fl, facts
 
 
 def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
@@ -39,13 +45,14 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     unless given, the fleet by ``app.data.store.fleet``. CLI, pages and report all call this."""
     prices = load_pricebook(source, win.deployment, cfg.prices)
     pb, pl = pricebook or prices.pricebook, planning or prices.planning
-    m, fl = window_measurement(source, win, cfg, gpus=gpus)
+    m, fl, facts = window_measurement(source, win, cfg, gpus=gpus)
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
-             f"GPUs: {fl.gpus}, {fl.origin}", *(f"note: {n}" for n in win.stats.notes))
+             f"GPUs: {fl.gpus}, {fl.origin}", f"deployment facts: {facts.origin}",
+             *(f"note: {n}" for n in win.stats.notes))
     result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)
-    return PlannedWindow(result, prices, fl)
+    return PlannedWindow(result, prices, fl, facts)
 
 
 def tier_points(buckets: list[TimeBucket]) -> list[dict]:

@@ -49,7 +49,7 @@ def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1:
         return None
     a, b = from_epoch_s(t0), from_epoch_s(t1)
     try:
-        m, _ = window_measurement(db, load_window(db, deployment, a, b), cfg)
+        m, _, _ = window_measurement(db, load_window(db, deployment, a, b), cfg)
         return estimate_savings(m).gpu_seconds_per_token
     except (KvplanError, ValueError):  # no metrics for that span: the what-if still runs without dollars
         return None

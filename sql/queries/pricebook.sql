@@ -20,3 +20,12 @@ JOIN deployments d ON d.deployment_id = t.deployment_id
 WHERE d.name = $deployment AND t.kind = 'vllm' AND se.engine IS NOT NULL
   AND se.series_id IN (SELECT series_id FROM samples WHERE ts BETWEEN $t_from AND $t_to)
 ORDER BY 1, 2;
+
+-- name: get_facts
+-- The deployment facts saved for a deployment (dashboard form), else nothing.
+SELECT deployment, facts, updated_at FROM deployment_facts WHERE deployment = $deployment;
+
+-- name: put_facts
+-- Save a deployment's facts.
+INSERT OR REPLACE INTO deployment_facts (deployment, facts, updated_at)
+VALUES ($deployment, $facts, current_timestamp);

@@ -1,9 +1,9 @@
 -- name: insert_run
 -- Record one workload-driver run.
 INSERT INTO runs (deployment, label, scenario, routing, started_at, ended_at, model, servers, workload,
-                  stopped_by, measured_on)
+                  stopped_by, measured_on, reuse, engine_seconds, engine_seconds_source, ab_pair, cached_tokens)
 VALUES ($deployment, $label, $scenario, $routing, $started_at, $ended_at, $model, $servers, $workload,
-        $stopped_by, $measured_on)
+        $stopped_by, $measured_on, $reuse, $engine_seconds, $engine_seconds_source, $ab_pair, $cached_tokens)
 RETURNING run_id;
 
 -- name: run_summaries

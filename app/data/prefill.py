@@ -1,0 +1,158 @@
+"""What the prefill cost model reads from DuckDB: per-interval increases, the history it is
+fitted on, the priced window, and measured A/B pairs.
+
+* ``prefill_intervals`` -- one ``models.prefill_fit.Interval`` per target and scrape interval
+  (named query ``prefill_intervals``, macro ``interval_increments`` of migration 009);
+* ``fit_history`` -- the cost model fitted on every interval of a look-back ending at the
+  priced window's end (the deployment's history, not only the window), saying which;
+* ``priced_window`` -- the window as the plan prices it: the span the data covers inside the
+  range asked for, by cache tier;
+* ``measured_ab`` -- the latest measured A/B pair of a deployment (runs with ``reuse`` off/on
+  and ``engine_seconds``), which overrides the model;
+* ``plan_measurement`` -- all of it as one ``models.prefill.PrefillMeasurement`` for
+  ``models.plan``.
+
+Each function opens the database read-only for as long as its query takes (``sql.db``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from models import catalog as c
+from models.deployment import DeploymentFacts
+from models.prefill import PrefillMeasurement, measurement_from_window
+from models.prefill_fit import Interval, MeasuredAB, PrefillCostModel, PricedWindow, fit_prefill_cost
+from models.timeutil import aware_utc, naive_utc
+from sql.db import Database
+
+DEFAULT_LOOKBACK = timedelta(days=7)
+"""History the cost model is fitted on: the week before the priced window's end."""
+
+NAMES = [
+    c.count_name(c.PREFILL_TIME), c.sum_name(c.PREFILL_TIME), c.sum_name(c.PREFILL_COMPUTED),
+    c.sum_name(c.PROMPT_LENGTH), c.total_name(c.PROMPT_TOKENS_CACHED), c.total_name(c.PROMPT_BY_SOURCE),
+    c.total_name(c.EXTERNAL_QUERIES), c.sum_name(c.INFERENCE_TIME), c.total_name(c.GENERATION_TOKENS),
+    c.bucket_name(c.ITERATION_TOKENS), c.total_name(c.LM_L1_WRITE_CHUNKS), c.sum_name(c.LM_LOOKUP_DURATION),
+    c.count_name(c.LM_LOOKUP_DURATION),
+]
+"""Sample names the prefill cost model reads."""
+
+
+def _epoch(ts: datetime) -> float:
+    return aware_utc(ts).timestamp()
+
+
+def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: datetime,
+                      model: str | None = None, *,
+                      chunk_tokens: int = DeploymentFacts().lmcache_chunk_tokens) -> list[Interval]:
+    """One row per target and scrape interval in [t_from, t_to]: vLLM targets with their
+    prefill increases, LMCache targets with the tokens they stored (write chunks x
+    ``chunk_tokens``)."""
+    rows = db.fetch("prefill_intervals", deployment=deployment, t_from=naive_utc(t_from),
+                    t_to=naive_utc(t_to), model=model, names=NAMES)
+    out: list[Interval] = []
+    for r in rows:
+        if r["t_start"] is None:
+            continue
+        buckets: dict[float, float] = {}
+        for b in r["step_buckets"] or []:
+            if b["le"] is not None:
+                buckets[float(b["le"])] = buckets.get(float(b["le"]), 0.0) + float(b["n"])
+        base = dict(t_start=_epoch(r["t_start"]), t_end=_epoch(r["t_end"]),
+                    targets=(r["target"],), reset=bool(r["reset"]))
+        if r["requests"] is None:
+            chunks = r["lmcache_write_chunks"]
+            if chunks is not None:
+                out.append(Interval(stored_tokens=float(chunks) * chunk_tokens, **base))
+            continue
+        ext = r["external_tokens"]
+        if ext is None and r["by_source_tokens"] is None and r["external_queries"] is not None:
+            ext = 0.0  # a connector-less server exports external_* at 0 without by_source
+        out.append(Interval(
+            requests=float(r["requests"] or 0.0), prefill_seconds=float(r["prefill_seconds"] or 0.0),
+            computed_tokens=float(r["computed_tokens"] or 0.0),
+            prompt_tokens=None if r["prompt_tokens"] is None else float(r["prompt_tokens"]),
+            cached_tokens=None if r["cached_tokens"] is None else float(r["cached_tokens"]),
+            external_tokens=None if ext is None else float(ext),
+            engines=max(int(r["engines"] or 0), 1),
+            inference_seconds=None if r["inference_seconds"] is None else float(r["inference_seconds"]),
+            lookup_seconds=None if r["lookup_seconds"] is None else float(r["lookup_seconds"]),
+            lookups=None if r["lookups"] is None else float(r["lookups"]),
+            generation_tokens=None if r["generation_tokens"] is None else float(r["generation_tokens"]),
+            step_buckets=tuple(sorted(buckets.items())), **base))
+    return out
+
+
+def describe_history(deployment: str, intervals: list[Interval], t_from: datetime,
+                     t_to: datetime) -> str:
+    """One line saying which history a fit used."""
+    busy = [r for r in intervals if r.requests > 0]
+    req = sum(r.requests for r in busy)
+    if not busy:
+        return (f"{deployment!r}, {aware_utc(t_from):%Y-%m-%d %H:%M}..{aware_utc(t_to):%Y-%m-%d %H:%M} "
+                "UTC: no interval with requests")
+    first = min(r.t_start for r in busy)
+    last = max(r.t_end for r in busy)
+    fmt = "%Y-%m-%d %H:%M"
+    return (f"{deployment!r} history {datetime.fromtimestamp(first, aware_utc(t_from).tzinfo):{fmt}}.."
+            f"{datetime.fromtimestamp(last, aware_utc(t_from).tzinfo):{fmt}} UTC "
+            f"({len(busy)} target-intervals with requests, {req:,.0f} requests; look-back "
+            f"{(aware_utc(t_to) - aware_utc(t_from)).total_seconds() / 3600:g} h)")
+
+
+def fit_history(db: Database, deployment: str, t_to: datetime, *,
+                lookback: timedelta = DEFAULT_LOOKBACK, model: str | None = None,
+                facts: DeploymentFacts | None = None, t_from: datetime | None = None
+                ) -> PrefillCostModel:
+    """The prefill cost model fitted on every interval of [t_to - lookback, t_to] (or
+    [t_from, t_to])."""
+    facts = facts or DeploymentFacts()
+    start = t_from or (aware_utc(t_to) - lookback)
+    ivs = prefill_intervals(db, deployment, start, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+    return fit_prefill_cost(ivs, history=describe_history(deployment, ivs, start, t_to))
+
+
+def priced_window(db: Database, deployment: str, t_from: datetime, t_to: datetime,
+                  model: str | None = None, *, facts: DeploymentFacts | None = None) -> PricedWindow:
+    """The window [t_from, t_to] as the plan prices it (covered span, tiers, attention sums)."""
+    facts = facts or DeploymentFacts()
+    ivs = prefill_intervals(db, deployment, t_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+    return PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
+
+
+def measured_ab(db: Database, deployment: str) -> MeasuredAB | None:
+    """The latest A/B pair stored for ``deployment``: two runs with the same ``ab_pair``,
+    ``reuse`` off and on, both with ``engine_seconds``. Cached tokens of the reuse-on run come
+    from the clients' usage reports (``run_requests.cached_tokens``)."""
+    rows = db.fetch("measured_ab_pairs", deployment=deployment)
+    if not rows:
+        return None
+    r = rows[0]
+    if r["on_cached_tokens"] is None:
+        return None
+    return MeasuredAB(
+        label=(f"A/B pair {r['ab_pair']!r} (runs {r['off_run']} off, {r['on_run']} on, "
+               f"{r['measured_on']})"),
+        off_engine_seconds=float(r["off_engine_seconds"]), on_engine_seconds=float(r["on_engine_seconds"]),
+        on_cached_tokens=float(r["on_cached_tokens"]), engine_seconds_source=r["source"] or "unspecified")
+
+
+def plan_measurement(db: Database, deployment: str, t_from: datetime, t_to: datetime, *,
+                     facts: DeploymentFacts | None = None, model: str | None = None,
+                     lookback: timedelta = DEFAULT_LOOKBACK, stats: Any = None,
+                     num_gpus: int | None = None, use_measured_ab: bool = True) -> PrefillMeasurement:
+    """Everything ``models.plan`` needs about the prefill of [t_from, t_to]: the priced window
+    (covered span), the cost model fitted on the look-back ending at ``t_to``, the deployment
+    facts, and the latest measured A/B (which overrides the model). ``stats`` (the window's
+    ``WindowStats``) adds vLLM's FLOP counter for estimator B. ``num_gpus`` (the fleet, e.g.
+    ``kvplan plan --gpus``) overrides the engines seen: engines = num_gpus / GPUs per engine."""
+    facts = facts or DeploymentFacts()
+    window = priced_window(db, deployment, t_from, t_to, model, facts=facts)
+    history_from = min(aware_utc(t_from), aware_utc(t_to) - lookback)
+    cost = fit_history(db, deployment, t_to, model=model, facts=facts, t_from=history_from)
+    ab = measured_ab(db, deployment) if use_measured_ab else None
+    engines = max(1, num_gpus // facts.gpus_per_engine) if num_gpus else None
+    return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=ab,
+                                   engines=engines)

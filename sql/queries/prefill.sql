@@ -1,0 +1,49 @@
+-- name: prefill_intervals
+-- Per target and scrape interval over [$t_from, $t_to]: the increases the prefill cost model
+-- reads (app.data.prefill), one row per (target, interval end). $names lists the sample names
+-- (the macro reads only those). Iteration-token buckets are returned per engine; the reader sums
+-- them by bound.
+WITH i AS (
+    SELECT se.target_id, i.t_start, i.t_end, se.name, se.le, se.engine, se.labels, i.delta, i.reset
+    FROM interval_increments($deployment, $t_from, $t_to, $model, $names) i
+    JOIN series se ON se.series_id = i.series_id
+)
+SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
+       count(DISTINCT coalesce(i.engine, '')) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count')
+           AS engines,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count') AS requests,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_sum') AS prefill_seconds,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_kv_computed_tokens_sum') AS computed_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prompt_tokens_sum') AS prompt_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_cached_total') AS cached_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total'
+                              AND json_extract_string(i.labels, '$.source') = 'external_kv_transfer')
+           AS external_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total') AS by_source_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:external_prefix_cache_queries_total') AS external_queries,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_inference_time_seconds_sum') AS inference_seconds,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:generation_tokens_total') AS generation_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'lmcache_mp_l1_write_chunks_total') AS lmcache_write_chunks,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_sum') AS lookup_seconds,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_count') AS lookups,
+       list({'le': i.le, 'n': i.delta}) FILTER (WHERE i.name = 'vllm:iteration_tokens_total_bucket') AS step_buckets,
+       bool_or(i.reset) AS reset
+FROM i
+JOIN targets t ON t.target_id = i.target_id
+GROUP BY t.name, t.kind, i.t_end
+ORDER BY i.t_end, t.name;
+
+-- name: measured_ab_pairs
+-- Measured A/B pairs of a deployment: a reuse-off and a reuse-on run with the same ab_pair, both
+-- with engine time, newest first. Cached tokens of the reuse-on run: what the servers reported
+-- over the run (runs.cached_tokens), else the sum the clients were told (usage).
+SELECT a.ab_pair, a.run_id AS off_run, b.run_id AS on_run, a.engine_seconds AS off_engine_seconds,
+       b.engine_seconds AS on_engine_seconds, b.engine_seconds_source AS source, b.measured_on,
+       coalesce(b.cached_tokens,
+                (SELECT sum(q.cached_tokens) FROM run_requests q WHERE q.run_id = b.run_id AND q.ok))
+           AS on_cached_tokens
+FROM runs a
+JOIN runs b ON a.ab_pair = b.ab_pair AND a.deployment = b.deployment
+WHERE a.deployment = $deployment AND a.reuse = 'off' AND b.reuse = 'on'
+  AND a.engine_seconds IS NOT NULL AND b.engine_seconds IS NOT NULL
+ORDER BY b.ended_at DESC, b.run_id DESC;
