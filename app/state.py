@@ -180,6 +180,31 @@ def badge(decision) -> None:
     st.markdown(f"#### :{BADGE_COLORS[decision.kind]}-badge[{decision.kind}] {decision.reason}")
 
 
+def prefill_summary(p) -> None:
+    """What the cache saved by tier (vLLM's prefix cache: free; LMCache: net, what the decision
+    weighs), $ per 1M prompt/output tokens with and without reuse, and the cost model the
+    saving rests on (Overview and Cost pages; the report shows the same)."""
+    from app.report import fmt
+    from models.plan import tier_attribution
+
+    rows = {r["key"]: r for r in tier_attribution(p)}
+    c = st.columns(4)
+    for i, key in enumerate(("device", "lmcache")):
+        r = rows.get(key)
+        label = ("Saved by vLLM prefix cache" if key == "device" else "Added by LMCache (net)") + " · GPU-h/month"
+        c[i].metric(label, "n/a" if r is None else fmt.number(r["gpu_hours_per_month"]),
+                    help=None if r is None else (f"{r['note']}; band {fmt.number(r['low'])}..{fmt.number(r['high'])} "
+                                                 f"GPU-h/month, {fmt.usd(r['usd_per_month'])}/month; {r['source']}."))
+    c[2].metric("$ / 1M prompt tokens (with / without reuse)",
+                f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_with_reuse)} / "
+                f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_without_reuse)}",
+                help="Prefill GPU time per million prompt tokens at the price book's GPU-hour: as the window ran, "
+                     "and had nothing been cached. Compare with API prices per 1M input tokens.")
+    c[3].metric("$ / 1M output tokens", fmt.usd_cents(p.usd_per_1m_output_tokens_with_reuse),
+                help="Decode GPU time (engine busy time - prefill) per million output tokens; reuse does not change it.")
+    st.caption(fmt.cost_model_line(p))
+
+
 def chart(c) -> None:
     """An Altair chart across the page; its height is the plot's (legend and axes added),
     not squeezed into it as Streamlit's default autosize 'fit' would."""

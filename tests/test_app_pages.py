@@ -146,7 +146,33 @@ def test_overview_time_range_changes_the_numbers(scen, monkeypatch):
     assert m["LMCache hit rate (external)"] == EXP["external_day2"]
     assert m["Requests"] == EXP["requests_day2"]
     assert m["Monthly benefit"] == fmt.usd(scenario_plan(24, 48).monthly_benefit_usd)
-    assert m["Monthly benefit"] != before
+    # LMCache's part is all the plan prices and it is the same both days (200 tokens per request
+    # at 50 us/token), so the benefit stays; vLLM's own (free) prefix cache saved more on day 2:
+    # 400 requests/h x 1600 device tokens x 50 us = 32 GPU-s/h; month = 730.56 h -> 6.49 GPU-h
+    assert m["Monthly benefit"] == before
+    assert m["Saved by vLLM prefix cache · GPU-h/month"] == "6.49"
+    assert m["Added by LMCache (net) · GPU-h/month"] == "0.81"  # 400 x 200 x 50 us x 730.56 / 3600
+
+
+def test_overview_tiers_cost_per_token_and_cost_model(scen, monkeypatch):
+    """Hand-worked from the scenario (tests/test_app_fixtures.py): prefill = 0.035 s/request +
+    50 us x computed token, 4 engines x 100 requests/h, 48 h."""
+    t = run_app(monkeypatch, scen.path)
+    m = metrics(t)
+    # device tokens: day 1 1000, day 2 1600 per request on average -> 400 x 24 x 2600 x 50 us
+    # = 1,248 GPU-s in 48 h -> x 730.56 / 48 / 3600 = 5.28 GPU-h/month
+    assert m["Saved by vLLM prefix cache · GPU-h/month"] == "5.28"
+    assert m["Added by LMCache (net) · GPU-h/month"] == "0.81"
+    # $ per 1M prompt tokens at the default price book's GPU-hour: prefill GPU-s per prompt token
+    # with reuse (0.035 s / 2000 tokens + 50 us x computed share (2000 - 1300 - 200) / 2000) and
+    # without (0.035 / 2000 + 50 us)
+    usd_s = PriceBook().effective_usd_per_gpu_hour() / 3600
+    with_reuse = (0.035 / 2000 + 5e-5 * 500 / 2000) * usd_s * 1e6
+    without = (0.035 / 2000 + 5e-5) * usd_s * 1e6
+    assert m["$ / 1M prompt tokens (with / without reuse)"] == f"{fmt.usd_cents(with_reuse)} / {fmt.usd_cents(without)}"
+    line = " ".join(c.value for c in t.caption)
+    assert "Priced span: 48.0 h of data (100% of the range asked for)" in line
+    assert "fixed 35 ms/request" in line and "per_token 50 us/token" in line
 
 
 def test_overview_charts_plot_the_buckets(scen, monkeypatch):
@@ -199,7 +225,8 @@ def test_latency_page_quantiles_buckets_and_slo_snapping(scen, monkeypatch):
     assert (m["TTFT p50"], m["TTFT p99"]) == (EXP["ttft_p50"], EXP["ttft_p99"])
     assert m["SLO bound used"] == "2.5 s" and m["SLO attainment"] == "100.0%"
     assert any("snapped to the nearest bound, 2.5 s" in i.value for i in t.info)
-    assert m["Prefill mean"] == "65 ms"  # (90 x 0.05 + 10 x 0.2) / 100
+    # 0.9 x 0.02 + 0.1 x 0.17 + 50 us x mean computed tokens (400, 1200, 100, 300 by hour: 500)
+    assert m["Prefill mean"] == "60 ms"
     assert m["Decode mean"] == "400 ms"
     table = t.dataframe[0].value.set_index("quantile")
     assert table.loc["TTFT p99", "lies in"] == "bucket 0.25..0.5 s"

@@ -12,8 +12,6 @@ from models.errors import KvplanError
 from models.timeutil import aware_utc, ceil_day, day_start, floor_day, month_start, naive_utc, next_month, parse_time
 from sql.db import Database
 
-UTC = UTC
-
 
 @pytest.mark.parametrize("text, want", [
     ("2026-11-01T00:00+02:00", datetime(2026, 10, 31, 22, 0, tzinfo=UTC)),   # the ingest --from bug

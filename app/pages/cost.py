@@ -5,10 +5,11 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, state
-from app.data.store import save_price_form
+from app.data.store import save_facts, save_price_form
 from app.report import fmt
 from app.views.cost import cost_view
 from models.decision import PLANNING_FIELDS
+from models.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
 from models.errors import KvplanError
 from models.presets import PRESETS
 from models.pricebook import FIELDS
@@ -25,6 +26,16 @@ def save(deployment: str) -> None:
         st.session_state["pricebook_msg"] = ("error", f"Not saved: {e}")
 
 
+def save_deployment_facts(deployment: str) -> None:
+    """Form callback for the deployment facts."""
+    values = {f.name: st.session_state[f"df_{deployment}_{f.name}"] for f in DEPLOYMENT_FIELDS}
+    try:
+        save_facts(state.db(), deployment, values)
+        st.session_state["facts_msg"] = ("success", f"Deployment facts saved for {deployment!r}.")
+    except KvplanError as e:
+        st.session_state["facts_msg"] = ("error", f"Not saved: {e}")
+
+
 def field(prefix: str, spec, value) -> None:
     key, label = f"{prefix}_{spec.name}", f"{spec.name} ({spec.unit})" if spec.unit else spec.name
     if spec.kind == "choice":
@@ -33,6 +44,9 @@ def field(prefix: str, spec, value) -> None:
         st.text_input(label, value=value, key=key, help=spec.help)
     elif spec.kind in ("int", "optional_int"):
         st.number_input(label, value=value, step=1, key=key, help=spec.help, placeholder="measured")
+    elif spec.kind == "optional_float":
+        st.number_input(label, value=None if value is None else float(value), step=None, format="%g", key=key,
+                        help=spec.help, placeholder="not given")
     else:
         st.number_input(label, value=float(value), step=None, format="%g", key=key, help=spec.help)
 
@@ -61,6 +75,10 @@ if sel is not None:
         state.chart(charts.waterfall_chart(p.waterfall))
         st.dataframe(pd.DataFrame([{"term": r.label, "$ / month": fmt.usd(r.usd),
                                     "band": fmt.usd_band(r.low, r.high)} for r in p.waterfall]), hide_index=True)
+
+    st.subheader("Saved prefill by cache tier")
+    state.prefill_summary(p)
+    st.caption("The decision on LMCache weighs only LMCache's part; vLLM's own prefix cache comes free with vLLM.")
 
     st.subheader("Capacity projection")
     c = st.columns(4)
@@ -95,6 +113,21 @@ if sel is not None:
             for spec in PLANNING_FIELDS:
                 field(f"pl_{sel.deployment}", spec, getattr(v.planning, spec.name))
         st.form_submit_button("Save price book", on_click=save, args=(sel.deployment,))
+
+    st.subheader("Deployment facts")
+    facts = v.overview.facts
+    st.caption("What the metrics cannot know: GPUs per engine (tensor x pipeline parallel), the GPU and the model. "
+               f"In force: {facts.origin if facts else 'defaults'}. The FLOP-based estimators run when peak FLOP/s "
+               "and model parameters are given.")
+    kind, text = st.session_state.pop("facts_msg", (None, None))
+    if kind:
+        (st.success if kind == "success" else st.error)(text)
+    with st.form(f"facts_{sel.deployment}"):
+        cols = st.columns(3)
+        for i, spec in enumerate(DEPLOYMENT_FIELDS):
+            with cols[i % 3]:
+                field(f"df_{sel.deployment}", spec, getattr(facts.facts if facts else DeploymentFacts(), spec.name))
+        st.form_submit_button("Save deployment facts", on_click=save_deployment_facts, args=(sel.deployment,))
 
 st.subheader("Published planning presets")
 st.warning("These are the source articles' published scenarios turned into model inputs: PLANNING PRESETS, "

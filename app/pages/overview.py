@@ -26,6 +26,8 @@ if sel is not None:
                 help="Prompt tokens served from any cache tier / all prompt tokens (what the plan prices).")
     c[3].metric("GPUs", f"{ov.gpus}", help=f"GPUs serving the deployment: {ov.gpus_origin}.")
 
+    state.prefill_summary(p)
+
     c = st.columns(5)
     c[0].metric("Prefix-cache hit rate", fmt.pct(s.prefix_cache_hit_rate),
                 help="vLLM's own cache: prompt tokens found cached / prompt tokens looked up, summed over the window.")

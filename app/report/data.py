@@ -25,7 +25,8 @@ QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increase
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
                 "dashboard_topology", "get_pricebook", "run_summaries", "run_cache_shares",
                 "scrape_count_in_window", "failed_scrapes_in_window", "recent_failed_scrapes", "ingest_ledger",
-                "ingest_gaps", "scrape_gaps", "collector_runs", "targets")
+                "ingest_gaps", "scrape_gaps", "collector_runs", "targets", "prefill_intervals",
+                "measured_ab_pairs", "get_facts")
 """Named queries (sql/queries/*.sql) the report's numbers come from, listed in its provenance."""
 
 

@@ -90,3 +90,29 @@ def gpus(v: int | None) -> str:
 
 BADGE_COLORS = {"BUY": "red", "REUSE": "green", "NOT_WORTH_IT": "gray", "NEED_DATA": "orange"}
 """Decision verdict -> badge colour (page) and CSS class (report)."""
+
+
+def usd_cents(v: float | None, none: str = "n/a") -> str:
+    """Dollars with cents below $100 ($ per 1M tokens are often cents)."""
+    if v is None:
+        return none
+    return f"${v:,.2f}" if abs(v) < 100 else f"${v:,.0f}"
+
+
+def cost_model_line(p) -> str:
+    """Where the plan's saved prefill comes from: the priced span, the cost model (fitted parts
+    with bands, the history it used) or the measured A/B, and why not when it could not fit."""
+    cov = "" if p.coverage is None else (f"Priced span: {p.window_seconds / 3600:,.1f} h of data "
+                                         f"({p.coverage:.0%} of the range asked for). ")
+    m = p.inputs.measurement
+    ab = m.measured_ab
+    if p.saving_source == "measured" and ab is not None:
+        return cov + f"Saved prefill: measured ({ab.label}; engine time from {ab.engine_seconds_source})."
+    cm = m.cost_model
+    if cm is None:
+        return cov + "Saved prefill: estimators only (no cost model)."
+    if not cm.identified:
+        return cov + f"Prefill cost model not identified: {cm.reason}. To fix: {cm.fix}"
+    from models.prefill import cost_model_text
+
+    return cov + f"Prefill cost model ({cm.source}): {cost_model_text(cm)}; fitted on {cm.history}."

@@ -13,6 +13,7 @@ from app.report.data import ReportData
 from app.views.cache import REQUEST_WEIGHTED_NOTE
 from app.views.cost import capacity_schedule
 from models.decision import PLANNING_FIELDS
+from models.plan import tier_attribution
 from models.pricebook import FIELDS
 from models.runs import CPU_NOTE, compare_runs
 
@@ -153,12 +154,29 @@ def _pricing(d: ReportData) -> str:
     sens = [[r.name, f"{r.low_input:.4g} .. {r.high_input:.4g} {r.unit}", fmt.usd(r.low_benefit),
              fmt.usd(r.high_benefit)] for r in p.sensitivity]
     schedule = capacity_schedule(p)
-    return ("<h2>5. Pricing</h2>" + table(["term", "$ / month", "band"], wf, {1})
+    return ("<h2>5. Pricing</h2>" + _saved_prefill(d) + "<h3>Monthly benefit</h3>"
+            + table(["term", "$ / month", "band"], wf, {1})
            + (svg(charts.waterfall_chart(p.waterfall)) if p.waterfall else "")
            + "<h3>Capacity and deferral</h3>" + table(["", ""], cap, {1})
            + (svg(charts.capacity_chart(schedule, p.current_gpus)) if schedule else "")
            + "<h3>Sensitivity</h3>" + table(["input moved", "range", "benefit at low", "benefit at high"], sens, {2, 3})
            + (svg(charts.tornado_chart(p.sensitivity)) if p.sensitivity else ""))
+
+
+def _saved_prefill(d: ReportData) -> str:
+    """The saved prefill by tier, $ per 1M tokens and the cost model it rests on."""
+    p = d.overview.plan
+    tiers = [[r["tier"], fmt.number(r["gpu_hours_per_month"]), f"{fmt.number(r['low'])} .. {fmt.number(r['high'])}",
+              fmt.usd(r["usd_per_month"]), f"{r['note']} ({r['source']})"] for r in tier_attribution(p)]
+    per_token = [["prompt tokens", fmt.usd_cents(p.usd_per_1m_prompt_tokens_with_reuse),
+                  fmt.usd_cents(p.usd_per_1m_prompt_tokens_without_reuse)],
+                 ["output tokens", fmt.usd_cents(p.usd_per_1m_output_tokens_with_reuse),
+                  fmt.usd_cents(p.usd_per_1m_output_tokens_without_reuse)]]
+    return ("<h3>Saved prefill by cache tier</h3>"
+            + (table(["tier", "GPU-h / month", "band", "$ / month", ""], tiers, {1, 3}) if tiers
+               else "<p>No tier attribution: the saved prefill could not be modelled for this window.</p>")
+            + f"<p>{escape(fmt.cost_model_line(p))} Deployment facts: {escape(d.overview.facts.origin if d.overview.facts else 'defaults')}.</p>"
+            + "<h3>$ per 1M tokens</h3>" + table(["", "with reuse", "without reuse"], per_token, {1, 2}))
 
 
 def _assumptions(d: ReportData) -> str:

@@ -86,6 +86,8 @@ class Overview:
     gpus: int
     gpus_origin: str
     slo: Slo
+    facts: Facts | None = None
+    """The deployment facts in force and where they came from."""
     tier_points: list[dict] = field(default_factory=list)
     latency_points: list[dict] = field(default_factory=list)
 
@@ -102,7 +104,7 @@ def overview(source, deployment: str, t_from, t_to, model: str | None = None, st
         buckets = window_buckets(source, deployment, t_from, t_to, step_s, model) if step_s else []
     pw = plan_window(source, win, cfg)
     return Overview(win, pw.plan, pw.prices.origin, pw.fleet.gpus, pw.fleet.origin,
-                    slo_attainment(win.rows, pw.plan.inputs.planning.ttft_p99_slo_seconds),
+                    slo_attainment(win.rows, pw.plan.inputs.planning.ttft_p99_slo_seconds), pw.facts,
                     tier_points(buckets), latency_points(buckets))
 
 
