@@ -375,3 +375,20 @@ def test_long_window_reads_rollups_and_shows_the_same_numbers(scen, monkeypatch)
     # the collection page counts the rolled-up days
     t = run_app(monkeypatch, scen.path, "collection")
     assert metrics(t)["Days rolled up"] == "2"
+
+
+def test_cost_page_saves_deployment_facts_and_the_plan_uses_them(scen, monkeypatch):
+    from app.data.store import load_facts
+
+    t = run_app(monkeypatch, scen.path, "cost")
+    assert metrics(t)["GPUs today"] == "4"
+    t.number_input(key="df_prod_tensor_parallel").set_value(0)
+    [b for b in t.button if b.label == "Save deployment facts"][0].click().run()
+    assert any("DeploymentFacts.tensor_parallel: must be >= 1" in e.value for e in t.error)
+    t.number_input(key="df_prod_tensor_parallel").set_value(2)
+    t.number_input(key="df_prod_gpu_peak_flops").set_value(989e12)
+    [b for b in t.button if b.label == "Save deployment facts"][0].click().run()
+    assert [s.value for s in t.success] == ["Deployment facts saved for 'prod'."]
+    got = load_facts(scen, DEPLOYMENT).facts
+    assert (got.tensor_parallel, got.gpu_peak_flops, got.model_params) == (2, 989e12, None)
+    assert metrics(t)["GPUs today"] == "8"  # 4 engines x tensor parallel 2

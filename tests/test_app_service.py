@@ -304,3 +304,31 @@ def test_a_book_saved_with_the_old_current_gpus_field_still_loads(tmp_path):
 def test_one_rule_decides_the_fleet_size(kwargs, gpus, origin):
     f = store.fleet(4, **kwargs)
     assert (f.gpus, f.origin) == (gpus, origin)
+
+
+def test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine(tmp_path):
+    """Tensor parallel 2: every engine-second is 2 GPU-seconds. The scenario's 48 h (hand-worked,
+    tests/test_app_fixtures.py): LMCache supplied 400 requests/h x 48 h x 200 tokens at 50 us =
+    192 engine-s; vLLM's own cache 400 x 24 x (1000 + 1600) x 50 us = 1,248 engine-s."""
+    from app.data.store import DeploymentSettings, load_facts, save_facts
+    from app.views.overview import plan_range
+    from models.deployment import DeploymentFacts
+
+    db = scenario_db(tmp_path)
+    cfg = DeploymentSettings(facts=DeploymentFacts(tensor_parallel=4), facts_origin="config deployments.0.facts")
+    assert load_facts(db, DEPLOYMENT, cfg).facts.tensor_parallel == 4
+    one = plan_range(db, DEPLOYMENT, hour(0), hour(48)).to_dict()
+    assert one["saved_by_tier"]["lmcache"]["value"] == pytest.approx(192.0)
+    assert one["saved_by_tier"]["device"]["value"] == pytest.approx(1248.0)
+    assert one["current_gpus"] == 4
+    with pytest.raises(KvplanError, match="DeploymentFacts.tensor_parallel"):
+        save_facts(db, DEPLOYMENT, {"tensor_parallel": 0})
+    save_facts(db, DEPLOYMENT, {"tensor_parallel": 2})
+    got = load_facts(db, DEPLOYMENT, cfg)
+    assert got.facts.tensor_parallel == 2 and got.origin.startswith(f"saved for {DEPLOYMENT!r}")
+    two = plan_range(db, DEPLOYMENT, hour(0), hour(48), cfg=cfg).to_dict()
+    assert two["current_gpus"] == 8  # 4 engines x 2 GPUs (saved facts beat the config's 4)
+    assert two["saved_by_tier"]["lmcache"]["value"] == pytest.approx(384.0)
+    assert two["saved_by_tier"]["device"]["value"] == pytest.approx(2496.0)
+    assert two["saved_prefill_gpu_seconds"] == pytest.approx(2 * one["saved_prefill_gpu_seconds"])
+    assert any("deployment facts: saved for" in a for a in two["assumptions"])

@@ -77,6 +77,12 @@ def test_prices_are_price_book_and_planning_fields_in_bounds(tmp_path, line, mes
     (GOOD.replace('step = "1m"', 'stepp = "1m"'), "prometheus.stepp: Extra inputs are not permitted"),
     (GOOD.replace('name = "lm"', 'name = "v0"'), "deployments.0: target name 'v0' appears twice"),
     (GOOD + '[[deployments]]\nname = "prod"\n', "deployment name 'prod' appears twice"),
+    (GOOD.replace('prometheus_selector', 'facts = { tensor_parallel = 0 }\nprometheus_selector'),
+     "deployments.0.facts: facts: DeploymentFacts.tensor_parallel: must be >= 1"),
+    (GOOD.replace('prometheus_selector', 'facts = { tp = 2 }\nprometheus_selector'),
+     "deployments.0.facts: facts: DeploymentFacts.tp: unknown field"),
+    (GOOD.replace('prometheus_selector', 'gpus_per_engine = 4\nfacts = { tensor_parallel = 2 }\nprometheus_selector'),
+     "deployments.0: gpus_per_engine = 4 but facts give tensor_parallel x pipeline_parallel = 2"),
 ])
 def test_errors_name_the_file_and_the_key(tmp_path, bad, key):
     msg = error(tmp_path, bad)
@@ -153,3 +159,16 @@ def test_config_check_command(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "deployments.0.targets.0.url" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(app, ["config", "check", "--config", str(tmp_path / "missing.toml")])
     assert r.exit_code == 2 and "config file not found" in r.output
+
+
+def test_deployment_facts_come_from_the_config_with_gpus_per_engine_as_shorthand(tmp_path):
+    from app.data.store import deployment_settings
+
+    s = load_settings(write(tmp_path, GOOD.replace(
+        'prometheus_selector', 'facts = { tensor_parallel = 4, pipeline_parallel = 2, gpu_peak_flops = 989e12 }\n'
+        'prometheus_selector')))
+    cfg = deployment_settings(s, "prod")
+    assert (cfg.gpus_per_engine, cfg.facts.gpu_peak_flops, cfg.facts_origin) == (8, 989e12, "config deployments.0.facts")
+    s = load_settings(write(tmp_path, GOOD.replace('prometheus_selector', 'gpus_per_engine = 4\nprometheus_selector')))
+    cfg = deployment_settings(s, "prod")
+    assert (cfg.facts.tensor_parallel, cfg.gpus_per_engine, cfg.facts_origin) == (4, 4, "config deployments.0.gpus_per_engine")

@@ -251,3 +251,42 @@ def test_plan_on_the_live_stack(e2e):
     assert set(d["terms"]) == {"saved_prefill_usd", "throughput_usd", "deferral_usd", "overhead_usd"}
     # 40 requests over a minute: too little to price a fleet, and kvplan says so
     assert d["decision"] == "NEED_DATA"
+
+
+def test_pilot_ab_pair_is_stored_as_measured_and_overrides_the_model(local_stack, tmp_path):
+    """`kvplan pilot --reuse off|on --ab-pair` on the real stack (prefix caching off on
+    vllm-nocache-0, on with LMCache on vllm-0): the pair is stored with its engine time (the
+    runs' wall time by default) and `kvplan plan --json` over the pilot's window prices the
+    saved prefill from it, labelled "measured"."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    db = tmp_path / "ab.duckdb"
+    runner = CliRunner()
+    off, on = local_stack.server("vllm-nocache-0"), local_stack.server("vllm-0")
+    common = ["--deployment", "ab", "--model", local_stack.model_name, "--scenario", "shared_prefix", "--users", "2",
+              "--turns", "3", "--output-tokens", "4", "--prefix-chars", "3000", "--measured-on", "CPU stack (test)",
+              "--ab-pair", "t1", "--db", str(db)]
+    bad = runner.invoke(app, ["pilot", "--server", off.openai_url, "--reuse", "off", *common[:-4], "--db", str(db)])
+    assert bad.exit_code == 2 and "--ab-pair" in bad.output  # a side without its pair is refused
+    t0 = datetime.now(UTC)
+    sides = {}
+    for side, srv in (("off", off), ("on", on)):
+        r = runner.invoke(app, ["pilot", "--server", srv.openai_url, "--scrape", srv.metrics_url, "--reuse", side,
+                                *common])
+        assert r.exit_code == 0, r.output
+        sides[side] = json.loads(r.stdout[r.stdout.index("{"):])
+        assert sides[side]["reuse"] == side and sides[side]["engine_seconds"] > 0
+        assert "wall time" in sides[side]["engine_seconds_source"]
+    t1 = datetime.now(UTC)
+    r = runner.invoke(app, ["plan", "--deployment", "ab", "--from", t0.isoformat(), "--to", t1.isoformat(),
+                            "--json", "--db", str(db)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout[r.stdout.index("{"):])
+    assert d["saving_source"] == "measured", d
+    saved = sides["off"]["engine_seconds"] - sides["on"]["engine_seconds"]
+    notes = " ".join(d["assumptions"])
+    assert "measured beats modelled" in notes and f"{saved:,.4g} engine-s" in notes, notes
