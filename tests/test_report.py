@@ -64,6 +64,13 @@ def test_html_report_holds_every_section_and_the_numbers(scen, tmp_path):
     assert "no samples in Prometheus (target down or not scraped)" in text
     assert "span_increases sql/queries/dashboard.sql".replace("sql/queries/", "") in text
     assert "<svg" in html and html.count('class="chart"') == 5
+    # saved prefill by tier, hand-worked in tests/test_app_pages.py (5.28 and 0.81 GPU-h/month)
+    # at the scenario's $2.5/GPU-hour: 5.28 x 2.5 = $13, 0.81 x 2.5 = $2
+    assert "vLLM prefix cache 5.28 5.28.. 5.28 $13 free" in text and "LMCache, net of its overhead 0.81 0.81.. 0.81 $2" in text
+    # prompt tokens: (0.035 s / 2000 + 50 us x 500 / 2000) x 1e6 = 30 GPU-s -> $0.02; without reuse
+    # (0.035 / 2000 + 50 us) x 1e6 = 67.5 GPU-s -> $0.05; output tokens: no engine busy time reported
+    assert "prompt tokens $0.02 $0.05 output tokens n/a n/a" in text
+    assert "Prefill cost model (fitted): fixed 35 ms/request" in text and "per_token 50 us/token" in text
 
 
 def test_the_provenance_lists_only_queries_that_exist():
