@@ -332,3 +332,36 @@ def test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine(t
     assert two["saved_by_tier"]["device"]["value"] == pytest.approx(2496.0)
     assert two["saved_prefill_gpu_seconds"] == pytest.approx(2 * one["saved_prefill_gpu_seconds"])
     assert any("deployment facts: saved for" in a for a in two["assumptions"])
+
+
+def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
+    """The issue's JSON keys, and the human output's tier lines, on the scenario (hand-worked in
+    tests/test_app_pages.py: 5.28 and 0.81 GPU-h/month; 48 h covered of the 48 h asked)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from app.cli import app
+
+    db = scenario_db(tmp_path)
+    args = ["plan", "--deployment", DEPLOYMENT, "--from", hour(0).isoformat(), "--to", hour(48).isoformat(),
+            "--db", str(db.path)]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "saved by vLLM prefix cache: 5.28 GPU-h/month" in r.output
+    assert "saved by LMCache, net of its overhead: 0.81 GPU-h/month" in r.output
+    assert "$ per 1M prompt tokens: $0.02 with reuse, $0.05 without" in r.output
+    d = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    assert d["window_seconds"] == 48 * 3600 and d["coverage"] == 1.0
+    assert d["saved_prefill_gpu_seconds"] == pytest.approx(192.0 + 1248.0)  # device + LMCache, engine-s x 1 GPU
+    assert d["prefill_cost_model"]["parts"]["per_token"]["value"] == pytest.approx(5e-5)
+    assert d["prefill_cost_model"]["parts"]["fixed"]["value"] == pytest.approx(0.035)
+    assert set(d["saved_by_tier"]) == {"device", "lmcache"}
+    assert d["usd_per_1m_prompt_tokens_with_reuse"] < d["usd_per_1m_prompt_tokens_without_reuse"]
+    # a 30-day range over the same 48 h prices the same 48 h (never diluted)
+    wide = json.loads(CliRunner().invoke(app, ["plan", "--deployment", DEPLOYMENT, "--from", hour(0).isoformat(),
+                                                "--to", hour(30 * 24).isoformat(), "--db", str(db.path),
+                                                "--json"]).stdout)
+    assert wide["window_seconds"] == 48 * 3600 and wide["coverage"] == pytest.approx(48 / 720)
+    assert wide["saved_prefill_gpu_seconds"] == pytest.approx(d["saved_prefill_gpu_seconds"])
+    assert wide["monthly_benefit_usd"] == pytest.approx(d["monthly_benefit_usd"])

@@ -24,7 +24,9 @@ def plan(
 ) -> None:
     """Monthly benefit of KV-cache reuse and the decision (BUY, REUSE, NOT_WORTH_IT, NEED_DATA)
     for a measured window, with the price book saved in the database (or the defaults)."""
+    from app.report import fmt
     from app.views.overview import plan_range
+    from models.plan import tier_attribution
 
     t0, t1 = parse_window(from_, to)
     s = settings(config, db)
@@ -44,3 +46,11 @@ def plan(
                                       f"${d['monthly_benefit_high_usd']:,.0f})"))
     for k, v in d["terms"].items():
         out.print(f"  {k:<20} {'n/a' if v is None else f'${v:,.0f}'}")
+    for r in tier_attribution(result):
+        out.print(f"saved by {r['tier']}: {fmt.number(r['gpu_hours_per_month'])} GPU-h/month "
+                  f"({fmt.number(r['low'])} .. {fmt.number(r['high'])}), {fmt.usd(r['usd_per_month'])}/month, "
+                  f"{r['source']}", highlight=False)
+    out.print(f"$ per 1M prompt tokens: {fmt.usd_cents(d['usd_per_1m_prompt_tokens_with_reuse'])} with reuse, "
+              f"{fmt.usd_cents(d['usd_per_1m_prompt_tokens_without_reuse'])} without; per 1M output tokens: "
+              f"{fmt.usd_cents(d['usd_per_1m_output_tokens_with_reuse'])}", highlight=False)
+    out.print(fmt.cost_model_line(result), highlight=False, soft_wrap=True)
