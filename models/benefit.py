@@ -97,6 +97,7 @@ class _Hours:
     deferral: float
     freed: float
     traffic_factor: float  # mean traffic over the priced period / traffic now
+    headroom: float = 0.0  # freed hours not counted as deferral (absorb_growth)
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,8 @@ def _absorb(hours: float, capacity: CapacityResult, fill: float) -> _Hours:
         headroom.append(max(0.0, f - avoided))
     n = len(capacity.schedule)
     return _Hours(saved_prefill=0.0, throughput=fill * sum(headroom) / n,
-                  deferral=sum(deferral) / n, freed=sum(freed) / n, traffic_factor=sum(factors) / n)
+                  deferral=sum(deferral) / n, freed=sum(freed) / n, traffic_factor=sum(factors) / n,
+                  headroom=sum(headroom) / n)
 
 
 def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
@@ -235,8 +237,8 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
         if capacity.deferred_gpu_months is None:
             notes.append("baseline cannot meet the SLO on this GPU at all: every freed hour "
                          "counted as replacing capacity")
-        if headroom_fill_fraction == 0.0 and mid.throughput == 0.0 and mid.freed > mid.deferral:
-            notes.append(f"{mid.freed - mid.deferral:.0f} freed GPU-hours/month are idle "
+        if headroom_fill_fraction == 0.0 and mid.headroom > 0:
+            notes.append(f"{mid.headroom:.0f} freed GPU-hours/month are idle "
                          "headroom, counted as worth $0 (headroom_fill_fraction = 0)")
     fixed = pricebook.cache_overhead_usd_per_month(num_gpus)
     hit_cost = savings.hit_cost_gpu_hours_per_month * mid.traffic_factor * rate
