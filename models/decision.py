@@ -56,12 +56,12 @@ from models.capacity import (
 )
 from models.deployment import DeploymentFacts
 from models.errors import KvplanError
-from models.horizon import HorizonPlan, beyond_note, plan_horizon, purchase_text
-from models.replica import ReplicaFit, replica_fit
 from models.fields import spec
+from models.horizon import HorizonPlan, beyond_note, plan_horizon, purchase_text
 from models.prefill import PrefillMeasurement, PrefillSavings, estimate_savings, with_hit_rate
 from models.pricebook import FIELDS as PRICEBOOK_FIELDS
 from models.pricebook import PriceBook
+from models.replica import ReplicaFit, replica_fit
 
 KINDS = ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
 MAX_WHAT_IF_HIT_RATE = 0.99
