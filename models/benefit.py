@@ -6,17 +6,20 @@
 Freed GPU time is spent exactly once. ``realisation`` says how:
 
 * ``shrink`` -- the freed hours become fewer GPUs / fewer rented hours. Only
-  ``saved_prefill_usd`` is non-zero. It is capped at the GPUs the fleet can actually give up
-  while still meeting the TTFT SLO with reuse (``current - gpus_needed_with_reuse``): freed
-  time you cannot turn into a removed GPU removes nothing from the bill. Prices today's
-  traffic (month 0).
+  ``saved_prefill_usd`` is non-zero. It is capped at the GPUs reuse makes unnecessary under
+  the TTFT SLO (``gpus_needed_without_reuse - gpus_needed_with_reuse``), never at today's
+  over-provisioning (GPUs the fleet could give up without reuse too are not the cache's
+  credit): freed time you cannot turn into a removed GPU removes nothing from the bill.
+  Prices today's traffic (month 0).
 * ``absorb_growth`` -- the fleet stays as it is and the freed hours carry more traffic. Over
   the capacity horizon, month by month, freed hours grow with traffic (``H * (1+g)^m``) and
   are allocated in this order:
 
-  1. ``deferral``: hours replacing GPUs the baseline would have had to add that month to meet
-     the SLO and the reuse fleet does not (``capacity.schedule``), at most the freed hours;
-  2. ``throughput``: the rest is headroom on the existing GPUs. It is worth money only if
+  1. ``deferral``: GPU-hours of the GPUs the baseline would have had to add that month to meet
+     the SLO and the reuse fleet does not (``capacity.schedule``): priced from the purchase
+     schedules, not capped by the freed hours (whole replicas are bought, and the capacity
+     model, not the average freed time, says when the SLO breaks);
+  2. ``throughput``: freed hours beyond that are headroom on the existing GPUs. It is worth money only if
      traffic beyond the growth forecast will use it: ``headroom_fill_fraction`` of it is
      counted (default 0: idle headroom pays nothing -- "faster is not cheaper by itself").
 
@@ -25,7 +28,8 @@ Freed GPU time is spent exactly once. ``realisation`` says how:
 Every term is GPU-hours x ``PriceBook.effective_usd_per_gpu_hour()`` (cloud: rent; owned:
 capital annuity at the cost of capital + power and hosting, so a deferred purchase is valued
 with its capex and cost of capital). ``attributed_gpu_hours`` records the hours each term
-counted; their sum never exceeds ``freed_gpu_hours_per_month``.
+counted; a freed hour counted as deferral is never counted as throughput too (the deferral
+may exceed the freed hours: it is GPUs not bought).
 
 Overhead (a positive number, subtracted): the price book's fixed cache cost (service per node,
 cache RAM and disk, operations time) plus the GPU time spent loading cached KV
@@ -93,6 +97,7 @@ class _Hours:
     deferral: float
     freed: float
     traffic_factor: float  # mean traffic over the priced period / traffic now
+    headroom: float = 0.0  # freed hours not counted as deferral (absorb_growth)
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,12 @@ class Benefit:
 def _shrink(hours: float, capacity: CapacityResult | None) -> _Hours:
     saved = hours
     if capacity is not None and capacity.gpus_needed_with_reuse is not None:
-        removable = max(0, capacity.inputs.current_gpus - capacity.gpus_needed_with_reuse)
+        with_reuse = capacity.gpus_needed_with_reuse
+        # credit = GPUs reuse makes unnecessary, within today's fleet; when the baseline cannot
+        # meet the SLO at all, every GPU of the fleet above the reuse need
+        without = capacity.gpus_needed_without_reuse
+        ceiling = capacity.inputs.current_gpus if without is None else min(without, capacity.inputs.current_gpus)
+        removable = max(0, ceiling - with_reuse)
         saved = min(hours, removable * HOURS_PER_MONTH)
     return _Hours(saved_prefill=saved, throughput=0.0, deferral=0.0, freed=hours,
                   traffic_factor=1.0)
@@ -159,16 +169,22 @@ def _absorb(hours: float, capacity: CapacityResult, fill: float) -> _Hours:
         factor = (1.0 + growth) ** row.month
         f = hours * factor
         a_wo, a_w = added_without[row.month], added_with[row.month]
-        # baseline unable to meet the SLO at all: every freed hour replaces capacity
-        avoided = f if a_wo is None else (a_wo - a_w) * HOURS_PER_MONTH
-        absorbed = min(f, avoided)
+        # baseline unable to meet the SLO at all: every freed hour replaces capacity; reuse
+        # fleet unable (beyond the search limit) while the baseline is: nothing deferred
+        if a_wo is None:
+            avoided = f
+        elif a_w is None:
+            avoided = 0.0
+        else:
+            avoided = max(0, a_wo - a_w) * HOURS_PER_MONTH
         factors.append(factor)
         freed.append(f)
-        deferral.append(absorbed)
-        headroom.append(f - absorbed)
+        deferral.append(avoided)
+        headroom.append(max(0.0, f - avoided))
     n = len(capacity.schedule)
     return _Hours(saved_prefill=0.0, throughput=fill * sum(headroom) / n,
-                  deferral=sum(deferral) / n, freed=sum(freed) / n, traffic_factor=sum(factors) / n)
+                  deferral=sum(deferral) / n, freed=sum(freed) / n, traffic_factor=sum(factors) / n,
+                  headroom=sum(headroom) / n)
 
 
 def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
@@ -215,13 +231,14 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
             notes.append("SLO unreachable on this GPU even with reuse: shrink not capped")
         elif mid.saved_prefill < mid.freed:
             notes.append(f"shrink capped at {mid.saved_prefill:.0f} of {mid.freed:.0f} freed "
-                         "GPU-hours: the fleet cannot give up more GPUs and still meet the SLO")
+                         "GPU-hours: reuse makes no more GPUs unnecessary under the SLO (GPUs the "
+                         "fleet could give up without reuse too are not credited to the cache)")
     else:
         if capacity.deferred_gpu_months is None:
             notes.append("baseline cannot meet the SLO on this GPU at all: every freed hour "
                          "counted as replacing capacity")
-        if headroom_fill_fraction == 0.0 and mid.freed > mid.deferral:
-            notes.append(f"{mid.freed - mid.deferral:.0f} freed GPU-hours/month are idle "
+        if headroom_fill_fraction == 0.0 and mid.headroom > 0:
+            notes.append(f"{mid.headroom:.0f} freed GPU-hours/month are idle "
                          "headroom, counted as worth $0 (headroom_fill_fraction = 0)")
     fixed = pricebook.cache_overhead_usd_per_month(num_gpus)
     hit_cost = savings.hit_cost_gpu_hours_per_month * mid.traffic_factor * rate

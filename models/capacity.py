@@ -26,6 +26,18 @@ at ``PriceBook.usd_per_gpu_month()`` (cloud: rent; owned: capital annuity at the
 
 What this model cannot know: burstiness beyond Poisson, routing imbalance between replicas,
 prompt-length tails, preemption, the decode SLO.
+
+Two sizing methods (``CapacityInputs.method``):
+
+* ``goodput`` -- a measured ``Goodput`` per replica (requests/s at which TTFT p99 and TPOT p99
+  still meet their SLOs, from a load sweep, without and with reuse) is given: replicas =
+  ``ceil(peak-hour rate x (1 + headroom) / goodput)``, x GPUs per replica. Batching, KV-capped
+  concurrency and decode are in the measurement; the queue above is not used.
+* ``queueing_fallback`` -- no sweep: the M/M/c model above, on the peak-hour rate. Headroom is
+  not added: the p99 of the Poisson queue is the margin. Labelled as the fallback it is.
+
+Both size on the busiest hour's rate (``peak_requests_per_second``; the window's mean when not
+given). A fleet beyond ``MAX_FLEET_GPUS`` is not searched: it is reported as beyond the limit.
 """
 
 from __future__ import annotations
@@ -37,7 +49,34 @@ from models.prefill import PrefillMeasurement, PrefillSavings
 from models.pricebook import PriceBook
 
 MAX_REPLICAS = 1_000_000
-"""Search limit for the replica count (a guard, never reached by a sane input)."""
+"""Search limit for the replica count of ``replicas_needed`` called alone."""
+MAX_FLEET_GPUS = 10_000
+"""Search limit of a plan's fleet: more GPUs than this are "beyond 10,000 GPUs" (a BUY with a
+note), never searched (runaway growth would otherwise size fleets of millions)."""
+CAPACITY_METHODS = ("goodput", "queueing_fallback")
+
+
+class FleetBeyondLimit(ValueError):
+    """No fleet below the search limit meets the SLO."""
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Measured capacity of one replica (a load sweep, ``kvplan pilot --sweep``): the request
+    rate at which TTFT p99 and TPOT p99 still meet their SLOs."""
+
+    without_reuse_rps: float
+    """Goodput with reuse off, requests/s per replica."""
+    with_reuse_rps: float
+    """Goodput with reuse on, requests/s per replica."""
+    source: str
+    """Where it was measured (sweep id, stack, model): printed with the plan."""
+
+    def __post_init__(self) -> None:
+        for name in ("without_reuse_rps", "with_reuse_rps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"Goodput.{name}: must be a finite number >= 0; got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -68,6 +107,12 @@ class CapacityInputs:
     """Share of GPU time available to prefill (the rest goes to decode). 1 = optimistic."""
     slo_quantile: float = 0.99
     """Quantile the SLO applies to."""
+    goodput: Goodput | None = None
+    """Measured goodput per replica; None = size with the queueing fallback."""
+    peak_requests_per_second: float | None = None
+    """Arrival rate of the busiest hour; None = ``requests_per_second`` (the mean)."""
+    headroom: float = 0.0
+    """Goodput method: spare share kept above the peak-hour demand (0.2 = 20 %)."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -84,6 +129,9 @@ class CapacityInputs:
              and self.gpus_per_replica >= 1),
             ("prefill_capacity_share", 0 < self.prefill_capacity_share <= 1),
             ("slo_quantile", 0 < self.slo_quantile < 1),
+            ("peak_requests_per_second", self.peak_requests_per_second is None
+             or self.peak_requests_per_second >= 0),
+            ("headroom", 0 <= self.headroom <= 10),
         ]
         for name, ok in checks:
             if not ok:
@@ -96,9 +144,21 @@ class CapacityInputs:
             * self.prefill_capacity_share
         return self.mean_prompt_tokens * (1.0 - hit_rate) / rate
 
+    @property
+    def method(self) -> str:
+        """``goodput`` (a measured goodput is given) or ``queueing_fallback``."""
+        return "goodput" if self.goodput is not None else "queueing_fallback"
+
+    @property
+    def sizing_rate(self) -> float:
+        """Rate the fleet is sized on: the busiest hour's, else the mean."""
+        if self.peak_requests_per_second is not None:
+            return self.peak_requests_per_second
+        return self.requests_per_second
+
     def load_at(self, month: float) -> float:
-        """Request rate at ``month`` months from now."""
-        return self.requests_per_second * (1.0 + self.growth_rate_per_month) ** month
+        """Sizing (peak-hour) request rate at ``month`` months from now."""
+        return self.sizing_rate * (1.0 + self.growth_rate_per_month) ** month
 
 
 # ---- queueing primitives ----------------------------------------------------------------
@@ -139,19 +199,31 @@ def ttft_quantile(servers: int, arrival_rate: float, service_seconds: float, q: 
 
 
 def replicas_needed(arrival_rate: float, service_seconds: float, slo_seconds: float,
-                    q: float) -> int | None:
+                    q: float, limit: int = MAX_REPLICAS) -> int | None:
     """Fewest replicas whose TTFT q-quantile meets the SLO (at least 1). ``None`` when no
-    number of replicas can: a single prefill already takes longer than the SLO."""
+    number of replicas can: a single prefill already takes longer than the SLO.
+    ``FleetBeyondLimit`` (a ValueError) when more than ``limit`` replicas would be needed.
+
+    One pass of the Erlang B recursion, testing each size from the first stable one (the same
+    figures as ``ttft_quantile``, in O(c) instead of O(c^2))."""
     if service_seconds > slo_seconds:
         return None
     if arrival_rate <= 0 or service_seconds <= 0:
         return 1
-    c = max(1, math.floor(arrival_rate * service_seconds) + 1)  # first stable size
-    while c <= MAX_REPLICAS:
-        if ttft_quantile(c, arrival_rate, service_seconds, q) <= slo_seconds:
-            return c
-        c += 1
-    raise ValueError("replicas_needed: no fleet below the search limit meets the SLO")
+    a = arrival_rate * service_seconds
+    first = max(1, math.floor(a) + 1)  # first stable size
+    if first > limit:
+        raise FleetBeyondLimit(f"replicas_needed: more than {limit} replicas")
+    b = 1.0
+    for k in range(1, limit + 1):
+        b = a * b / (k + a * b)
+        if k < first:
+            continue
+        c = k * b / (k - a * (1.0 - b))
+        wait = 0.0 if c <= 1.0 - q else math.log(c / (1.0 - q)) / (k / service_seconds - arrival_rate)
+        if service_seconds + wait <= slo_seconds:
+            return k
+    raise FleetBeyondLimit(f"replicas_needed: no fleet of up to {limit} replicas meets the SLO")
 
 
 def max_arrival_rate(servers: int, service_seconds: float, slo_seconds: float, q: float) -> float:
@@ -194,9 +266,13 @@ class MonthRow:
     requests_per_second: float
     """Load that month."""
     gpus_needed_without_reuse: int | None
-    """GPUs meeting the SLO at the baseline hit rate."""
+    """GPUs meeting the SLO at the baseline hit rate (None: unreachable or beyond the limit)."""
     gpus_needed_with_reuse: int | None
     """GPUs meeting the SLO with reuse."""
+    beyond_without_reuse: bool = False
+    """True when ``gpus_needed_without_reuse`` is None because it exceeds ``MAX_FLEET_GPUS``."""
+    beyond_with_reuse: bool = False
+    """... with reuse."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +313,15 @@ class CapacityResult:
     """deferred_gpu_months x PriceBook.usd_per_gpu_month(), over the whole horizon."""
     schedule: tuple[MonthRow, ...]
     """GPUs needed month by month (0 .. horizon-1)."""
+    beyond_limit_with_reuse: bool = False
+    """True when today's load with reuse needs more than ``MAX_FLEET_GPUS`` GPUs."""
+    beyond_limit_without_reuse: bool = False
+    """... without reuse."""
+
+    @property
+    def method(self) -> str:
+        """``goodput`` or ``queueing_fallback``."""
+        return self.inputs.method
 
     @property
     def gpus_added_without_reuse(self) -> tuple[int | None, ...]:
@@ -253,18 +338,67 @@ def _added(needed: int | None, current: int) -> int | None:
     return None if needed is None else max(0, needed - current)
 
 
+def replica_goodput(inputs: CapacityInputs, hit_rate: float) -> float:
+    """Goodput method: the measured goodput per replica, with reuse when ``hit_rate`` is above
+    the baseline's, else without (the sweep measured those two points only)."""
+    g = inputs.goodput
+    assert g is not None
+    return g.with_reuse_rps if hit_rate > inputs.baseline_hit_rate else g.without_reuse_rps
+
+
+def size_fleet(inputs: CapacityInputs, hit_rate: float, arrival_rate: float) -> tuple[int | None, bool]:
+    """(GPUs meeting the SLO at ``arrival_rate`` and ``hit_rate``, beyond the search limit).
+    GPUs is None when unreachable (a single prefill exceeds the SLO, or a goodput of 0) or
+    beyond ``MAX_FLEET_GPUS`` (then the flag is True)."""
+    gpr = inputs.gpus_per_replica
+    limit = max(1, MAX_FLEET_GPUS // gpr)
+    if inputs.goodput is not None:
+        g = replica_goodput(inputs, hit_rate)
+        if g <= 0:
+            return None, False
+        reps = max(1, math.ceil(arrival_rate * (1.0 + inputs.headroom) / g - 1e-9))
+        return (None, True) if reps > limit else (reps * gpr, False)
+    try:
+        reps = replicas_needed(arrival_rate, inputs.service_seconds(hit_rate),
+                               inputs.ttft_p99_slo_seconds, inputs.slo_quantile, limit)
+    except FleetBeyondLimit:
+        return None, True
+    return (None, False) if reps is None else (reps * gpr, False)
+
+
 def gpus_needed(inputs: CapacityInputs, hit_rate: float, arrival_rate: float) -> int | None:
-    """GPUs meeting the SLO at ``arrival_rate`` and ``hit_rate``."""
-    reps = replicas_needed(arrival_rate, inputs.service_seconds(hit_rate),
-                           inputs.ttft_p99_slo_seconds, inputs.slo_quantile)
-    return None if reps is None else reps * inputs.gpus_per_replica
+    """GPUs meeting the SLO at ``arrival_rate`` and ``hit_rate`` (None: unreachable or beyond
+    the search limit; ``size_fleet`` tells which)."""
+    return size_fleet(inputs, hit_rate, arrival_rate)[0]
 
 
 def fleet_max_load(inputs: CapacityInputs, hit_rate: float) -> float:
     """Largest request rate the current fleet serves within the SLO at ``hit_rate``."""
-    return max_arrival_rate(inputs.current_gpus // inputs.gpus_per_replica,
-                            inputs.service_seconds(hit_rate), inputs.ttft_p99_slo_seconds,
+    replicas = inputs.current_gpus // inputs.gpus_per_replica
+    if inputs.goodput is not None:
+        return replicas * replica_goodput(inputs, hit_rate) / (1.0 + inputs.headroom)
+    return max_arrival_rate(replicas, inputs.service_seconds(hit_rate), inputs.ttft_p99_slo_seconds,
                             inputs.slo_quantile)
+
+
+def _schedule(inputs: CapacityInputs) -> tuple[MonthRow, ...]:
+    """GPUs needed month by month; once a path is beyond the limit under growth it stays so
+    (not searched again)."""
+    rows: list[MonthRow] = []
+    beyond_wo = beyond_w = False
+    growing = inputs.growth_rate_per_month >= 0
+    for m in range(inputs.horizon_months):
+        load = inputs.load_at(m)
+        if beyond_wo and growing:
+            wo: int | None = None
+        else:
+            wo, beyond_wo = size_fleet(inputs, inputs.baseline_hit_rate, load)
+        if beyond_w and growing:
+            w: int | None = None
+        else:
+            w, beyond_w = size_fleet(inputs, inputs.hit_rate, load)
+        rows.append(MonthRow(m, load, wo, w, beyond_wo, beyond_w))
+    return tuple(rows)
 
 
 def plan_capacity(inputs: CapacityInputs, pricebook: PriceBook) -> CapacityResult:
@@ -272,10 +406,10 @@ def plan_capacity(inputs: CapacityInputs, pricebook: PriceBook) -> CapacityResul
     h_with, h_without = inputs.hit_rate, inputs.baseline_hit_rate
     s_with, s_without = inputs.service_seconds(h_with), inputs.service_seconds(h_without)
     replicas_now = inputs.current_gpus // inputs.gpus_per_replica
-    lam, q = inputs.requests_per_second, inputs.slo_quantile
+    lam, q = inputs.sizing_rate, inputs.slo_quantile
 
     def ttft_now(s: float) -> float | None:
-        if replicas_now < 1:
+        if replicas_now < 1 or inputs.goodput is not None:
             return None
         t = ttft_quantile(replicas_now, lam, s, q)
         return None if math.isinf(t) else t
@@ -291,23 +425,21 @@ def plan_capacity(inputs: CapacityInputs, pricebook: PriceBook) -> CapacityResul
     else:
         deferral, lower_bound = run_with - run_without, False
 
-    schedule = tuple(
-        MonthRow(m, inputs.load_at(m), gpus_needed(inputs, h_without, inputs.load_at(m)),
-                 gpus_needed(inputs, h_with, inputs.load_at(m)))
-        for m in range(inputs.horizon_months))
+    schedule = _schedule(inputs)
     deferred: float | None = 0.0
     for row in schedule:
         add_without = _added(row.gpus_needed_without_reuse, inputs.current_gpus)
         add_with = _added(row.gpus_needed_with_reuse, inputs.current_gpus)
-        if add_without is None:  # the baseline cannot meet the SLO on this GPU at all
+        if add_without is None or add_with is None:  # unreachable or beyond the search limit
             deferred = None
             break
-        # add_with is never None here: reuse only shortens the prefill (hit_rate >= baseline)
         deferred += add_without - add_with
+    need_with, beyond_with = (schedule[0].gpus_needed_with_reuse, schedule[0].beyond_with_reuse)
+    need_without, beyond_without = (schedule[0].gpus_needed_without_reuse, schedule[0].beyond_without_reuse)
     return CapacityResult(
         inputs=inputs, service_seconds_with_reuse=s_with, service_seconds_without_reuse=s_without,
-        gpus_needed_with_reuse=gpus_needed(inputs, h_with, lam),
-        gpus_needed_without_reuse=gpus_needed(inputs, h_without, lam),
+        gpus_needed_with_reuse=need_with, gpus_needed_without_reuse=need_without,
+        beyond_limit_with_reuse=beyond_with, beyond_limit_without_reuse=beyond_without,
         ttft_p99_with_reuse_s=ttft_now(s_with), ttft_p99_without_reuse_s=ttft_now(s_without),
         max_requests_per_second_with_reuse=None if math.isinf(max_with) else max_with,
         max_requests_per_second_without_reuse=None if math.isinf(max_without) else max_without,
@@ -323,16 +455,19 @@ def growth_that_lasts(inputs: CapacityInputs, hit_rate: float) -> float | None:
     at ``hit_rate``: ``(max load / load now) ** (1 / horizon) - 1``. ``None`` if unbounded
     (no load or no prefill work); negative if the fleet is already short today."""
     max_load = fleet_max_load(inputs, hit_rate)
-    if inputs.requests_per_second <= 0 or math.isinf(max_load):
+    if inputs.sizing_rate <= 0 or math.isinf(max_load):
         return None
     if max_load <= 0:
         return -1.0
-    return (max_load / inputs.requests_per_second) ** (1.0 / inputs.horizon_months) - 1.0
+    return (max_load / inputs.sizing_rate) ** (1.0 / inputs.horizon_months) - 1.0
 
 
 def hit_rate_that_lasts(inputs: CapacityInputs) -> float | None:
     """Lowest hit rate at which the current fleet meets the SLO through the horizon at the
-    given growth (bisection; more hits = less prefill). ``None`` if even 100 % is not enough."""
+    given growth (bisection; more hits = less prefill). ``None`` if even 100 % is not enough,
+    or with a measured goodput (measured at two hit rates only: no curve to bisect)."""
+    if inputs.goodput is not None:
+        return None
     horizon_load = inputs.load_at(inputs.horizon_months)
 
     def lasts(h: float) -> bool:
@@ -352,7 +487,9 @@ def hit_rate_that_lasts(inputs: CapacityInputs) -> float | None:
 def capacity_inputs_from(measurement: PrefillMeasurement, savings: PrefillSavings, *,
                          ttft_p99_slo_seconds: float, growth_rate_per_month: float = 0.0,
                          horizon_months: int = 24, current_gpus: int | None = None,
-                         prefill_capacity_share: float = 1.0) -> CapacityInputs | None:
+                         prefill_capacity_share: float = 1.0, gpus_per_replica: int | None = None,
+                         goodput: Goodput | None = None, peak_requests_per_second: float | None = None,
+                         headroom: float = 0.0) -> CapacityInputs | None:
     """Capacity inputs from a measured window: load, prompt length and hit rates from the
     counters, per-GPU prefill speed from the central estimate of GPU-seconds per token.
     ``None`` when the window cannot provide them (no traffic, no estimator)."""
@@ -368,5 +505,6 @@ def capacity_inputs_from(measurement: PrefillMeasurement, savings: PrefillSaving
         prefill_tokens_per_gpu_second=speed,
         current_gpus=measurement.num_gpus if current_gpus is None else current_gpus,
         growth_rate_per_month=growth_rate_per_month, horizon_months=horizon_months,
-        gpus_per_replica=measurement.tensor_parallel_size,
-        prefill_capacity_share=prefill_capacity_share)
+        gpus_per_replica=gpus_per_replica or measurement.tensor_parallel_size,
+        prefill_capacity_share=prefill_capacity_share, goodput=goodput,
+        peak_requests_per_second=peak_requests_per_second, headroom=headroom)

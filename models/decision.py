@@ -1,20 +1,30 @@
 """Buy GPUs, reuse the cache, or neither: the verdict, what would flip it, and a tornado.
 
-``decide`` applies these rules, in order (thresholds in ``PlanningInputs``):
+``decide`` applies these rules, in order (thresholds in ``PlanningInputs``). Money is the
+cost of two paths over the horizon (``models.horizon``): the baseline buys whole replicas in
+the month the SLO would break; the reuse path pays the cache overhead every month and buys
+against the smaller need.
 
 1. ``NEED_DATA`` -- the window is too short (< ``min_window_seconds``), has too few requests
    (< ``min_requests``), or a metric the estimate needs is missing (no prefill timer and no
    FLOPs route, no prompt tokens).
-2. ``BUY`` -- even with reuse the current fleet misses the p99 TTFT SLO within the horizon
-   (or now, or no number of these GPUs can meet it).
-3. ``REUSE`` -- without reuse the fleet would miss the SLO within the horizon and with reuse it
-   does not: reuse covers the capacity gap.
-4. ``NOT_WORTH_IT`` -- the monthly benefit is <= 0 (overhead >= savings: the article's honest
-   answer when requests barely overlap) or below ``min_benefit_share_of_fleet_cost`` of what
-   the fleet costs per month (positive but not worth the effort).
-5. ``NEED_DATA`` -- positive and meaningful in the centre, but the low band is <= 0: measure
-   a longer window before committing.
-6. ``REUSE`` -- positive and meaningful.
+2. ``BUY`` -- nothing else holds the SLO: even with reuse no number of these GPUs meets it
+   (one prefill is longer than the target), the fleet needed is beyond the search limit, or
+   the reuse path too must add GPUs now (month 0).
+3. ``REUSE`` -- the reuse path costs less over the horizon, by at least
+   ``min_benefit_share_of_fleet_cost`` of the fleet's monthly cost per month ("REUSE now; BUY
+   2 GPUs in month 14 instead of month 5" when it only defers the purchase). Never when the
+   reuse path costs more.
+4. ``NEED_DATA`` -- rule 3 holds in the centre but flips in at least half of the resampled
+   scenarios (``flip_probability`` >= 0.5): measure a longer window before committing.
+5. ``BUY`` -- reuse does not pay (rule 3 fails) and the baseline must add GPUs within the
+   horizon: buy them when its schedule says.
+6. ``NOT_WORTH_IT`` -- reuse does not pay and no purchase is due: overhead >= savings (the
+   article's honest answer when requests barely overlap), or a saving below the threshold.
+
+``flip_probability``: share of 200 seeded draws (hit rate +-``hit_rate_range`` relative, the
+per-token cost across the saved-prefill band low/high, GPU price +-``price_range``, growth
++-``growth_range``, uniform) whose verdict by rules 2, 3, 5, 6 differs from the central one.
 
 Flips are the input values at which the verdict would change. Money flips use the benefit's
 linear dependence on hit rate, GPU price and overhead (approximate when the shrink cap or the
@@ -29,16 +39,29 @@ returns rows sorted by swing, for a tornado chart.
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field, replace
 
 from models import fields as _fields
 from models.benefit import REALISATIONS, Benefit, monthly_benefit
-from models.capacity import CapacityResult, capacity_inputs_from, growth_that_lasts, hit_rate_that_lasts, plan_capacity
+from models.capacity import (
+    CapacityInputs,
+    CapacityResult,
+    Goodput,
+    capacity_inputs_from,
+    growth_that_lasts,
+    hit_rate_that_lasts,
+    plan_capacity,
+)
+from models.deployment import DeploymentFacts
 from models.errors import KvplanError
 from models.fields import spec
+from models.horizon import HorizonPlan, beyond_note, plan_horizon, purchase_text
 from models.prefill import PrefillMeasurement, PrefillSavings, estimate_savings, with_hit_rate
 from models.pricebook import FIELDS as PRICEBOOK_FIELDS
 from models.pricebook import PriceBook
+from models.replica import ReplicaFit, replica_fit
 
 KINDS = ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
 MAX_WHAT_IF_HIT_RATE = 0.99
@@ -70,6 +93,15 @@ class PlanningInputs:
                                "1/sqrt(100) = 10 %).", maximum=1e12)
     min_benefit_share_of_fleet_cost: float = spec(0.01, "0-1", "A benefit below this share of the fleet's "
                                                   "monthly cost is NOT_WORTH_IT (1 %).", maximum=1.0)
+    headroom: float = spec(0.2, "0-1", "Spare capacity kept above the busiest hour's demand when sizing from a "
+                           "measured goodput (0.2 = 20 %). The queueing fallback sizes to the p99 instead.",
+                           maximum=10.0)
+    hit_rate_range: float = spec(0.1, "0-1", "Uncertainty: hit rate drawn within +- this share of the saving "
+                                 "over the baseline (0.1 = +-10 %).", maximum=1.0)
+    price_range: float = spec(0.2, "0-1", "Uncertainty: GPU price drawn within +- this share (0.2 = +-20 %).",
+                              maximum=0.99)
+    growth_range: float = spec(0.05, "1/month", "Uncertainty: monthly growth drawn within +- this many points "
+                               "(0.05 = +-5 %/month).", maximum=1.0)
 
     def __post_init__(self) -> None:
         _fields.check_all(self)
@@ -110,6 +142,16 @@ class PlanInputs:
     """Prices."""
     planning: PlanningInputs = field(default_factory=PlanningInputs)
     """User decisions and thresholds."""
+    facts: DeploymentFacts | None = None
+    """Deployment facts (parallelism, model size, KV per token) for the replica memory check;
+    None = TP from the measurement, memory not checked."""
+    goodput: Goodput | None = None
+    """Measured goodput per replica (load sweep); None = queueing fallback."""
+    peak_hour_requests_per_s: float | None = None
+    """Request rate of the busiest hour; None = the window's mean rate."""
+    concurrency_per_replica: float | None = None
+    """Measured running requests per replica (vllm:num_requests_running) for the KV part of the
+    memory check; None = 1 sequence."""
 
 
 @dataclass(frozen=True)
@@ -136,28 +178,70 @@ class Evaluation:
     """None when ``capacity`` is None."""
     decision: Decision
     """The verdict."""
+    horizon: HorizonPlan | None = None
+    """Both paths over the horizon (None with ``capacity``)."""
+    replica: ReplicaFit | None = None
+    """GPUs per replica and the memory check."""
+    flip_probability: float | None = None
+    """Share of resampled scenarios whose verdict differs (None: NEED_DATA for lack of data)."""
+
+
+FLIP_DRAWS = 200
+"""Scenarios drawn for ``flip_probability``."""
+FLIP_SEED = 20240611
+"""Fixed seed: the same inputs always give the same probability."""
 
 
 def evaluate(inputs: PlanInputs) -> Evaluation:
     """Run the whole model once on ``inputs``."""
     savings, capacity, benefit = _price(inputs)
     pb, p = inputs.pricebook, inputs.planning
-    alternative = None
+    alternative = horizon = flip = None
     if capacity is not None:
         other = next(r for r in REALISATIONS if r != p.realisation)
         alternative = monthly_benefit(savings, pb, capacity, other, p.headroom_fill_fraction)
+        horizon = _horizon(capacity, savings, pb, p.realisation)
+        flip = flip_probability(capacity, savings, pb, p)
     return Evaluation(savings, capacity, benefit,
-                      decide(savings, capacity, benefit, pb, p, alternative))
+                      decide(savings, capacity, benefit, pb, p, alternative, horizon=horizon,
+                             flip_probability=flip),
+                      horizon, replica_of(inputs), flip if benefit is not None else None)
+
+
+def replica_of(inputs: PlanInputs) -> ReplicaFit:
+    """GPUs per replica of a plan: from the facts when given, else the measurement's TP."""
+    m, pb = inputs.measurement, inputs.pricebook
+    facts = inputs.facts or DeploymentFacts(tensor_parallel=m.tensor_parallel_size,
+                                            model_params=None)
+    return replica_fit(facts, gpu_memory_gb=pb.gpu_memory_gb, gpu_type=pb.gpu_type or "GPU",
+                       concurrency=inputs.concurrency_per_replica, mean_prompt_tokens=m.mean_prompt,
+                       model_label=facts.gpu_type and "the model" or "the model")
+
+
+def _hit_cost_usd(capacity: CapacityResult, savings: PrefillSavings, pb: PriceBook) -> float:
+    """$/month of GPU time loading cached KV; 0 with a measured goodput (already in it)."""
+    if capacity.method == "goodput":
+        return 0.0
+    return savings.hit_cost_gpu_hours_per_month * pb.effective_usd_per_gpu_hour()
+
+
+def _horizon(capacity: CapacityResult, savings: PrefillSavings, pb: PriceBook, realisation: str) -> HorizonPlan:
+    return plan_horizon(capacity, pb, realisation=realisation,
+                        hit_cost_usd_per_month=_hit_cost_usd(capacity, savings, pb))
 
 
 def _price(inputs: PlanInputs) -> tuple[PrefillSavings, CapacityResult | None, Benefit | None]:
     """savings -> capacity -> benefit, without the verdict."""
     m, pb, p = inputs.measurement, inputs.pricebook, inputs.planning
     savings = estimate_savings(m)
+    fit = replica_of(inputs)
+    gpr = fit.gpus_per_replica
     cap_in = capacity_inputs_from(
         m, savings, ttft_p99_slo_seconds=p.ttft_p99_slo_seconds,
         growth_rate_per_month=p.growth_rate_per_month, horizon_months=p.horizon_months,
-        prefill_capacity_share=p.prefill_capacity_share)
+        prefill_capacity_share=p.prefill_capacity_share, gpus_per_replica=gpr,
+        goodput=inputs.goodput, peak_requests_per_second=inputs.peak_hour_requests_per_s,
+        headroom=p.headroom)
     capacity = plan_capacity(cap_in, pb) if cap_in is not None else None
     benefit = None
     if capacity is not None:
@@ -258,12 +342,14 @@ def _money_flips(savings: PrefillSavings, benefit: Benefit, target_usd: float,
 
 def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Benefit | None,
            pricebook: PriceBook, planning: PlanningInputs,
-           alternative: Benefit | None = None) -> Decision:
+           alternative: Benefit | None = None, *, horizon: HorizonPlan | None = None,
+           flip_probability: float | None = None) -> Decision:
     """The verdict for one evaluated window (rules in the module docstring). Long on purpose:
     the rules are tried in the documented order, top to bottom, in one place.
 
     ``alternative`` is the benefit under the other realisation; when it would land on the
-    other side of the money threshold, switching realisation is listed as a flip."""
+    other side of the money threshold, switching realisation is listed as a flip.
+    ``horizon``: both paths (computed here when not given); ``flip_probability``: rule 4."""
     p = planning
     # 1. enough data?
     missing: list[str] = []
@@ -304,52 +390,109 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
     growth_flip = (f"growth above ~{_pct(growth_ok)}/month (now "
                    f"{_pct(cap.growth_rate_per_month)}) would make even the reuse fleet run out"
                    if growth_ok is not None and growth_ok >= 0 else None)
+    if horizon is None:
+        horizon = plan_horizon(capacity, pricebook, realisation=p.realisation,
+                               hit_cost_usd_per_month=_hit_cost_usd(capacity, savings, pricebook))
+    kind = verdict_kind(capacity, horizon, meaningful)
+    b_path, r_path = horizon.baseline, horizon.reuse
+    months = cap.horizon_months
+    slo = f"{cap.ttft_p99_slo_seconds:g} s p99 TTFT target"
 
-    # 2. BUY: the reuse fleet misses the SLO within the horizon
+    def money() -> str:
+        if not b_path.holds and r_path.holds:
+            return f"the reuse path costs ${r_path.cost_usd:,.0f} over the {months}-month horizon"
+        return (f"${b_path.cost_usd:,.0f} over the {months}-month horizon without reuse vs "
+                f"${r_path.cost_usd:,.0f} with it, cache overhead included")
+
+    # 2. BUY: nothing else holds the SLO
     if capacity.gpus_needed_with_reuse is None:
+        if capacity.beyond_limit_with_reuse:
+            return Decision(
+                "BUY", f"Even with reuse today's load needs {beyond_note(r_path)}: buy, and size a "
+                "fleet that large by hand.", [f for f in [growth_flip] if f])
+        if cap.goodput is not None:
+            return Decision("BUY", f"The measured goodput with reuse is 0 requests/s per replica "
+                            f"({cap.goodput.source}): no number of these replicas meets the SLO.",
+                            ["a sweep with a goodput above 0"])
         return Decision(
             "BUY", "Even with reuse one prefill takes "
             f"{capacity.service_seconds_with_reuse:.2f} s, "
-            f"above the {cap.ttft_p99_slo_seconds:g} s p99 TTFT target: no number of these GPUs "
+            f"above the {slo}: no number of these GPUs "
             "meets it; buy faster GPUs (or more per replica).",
             [f"a TTFT target of at least {capacity.service_seconds_with_reuse:.2f} s",
              "a higher hit rate or shorter prompts"])
-    if capacity.runout_month_with_reuse is not None:
-        flips = []
-        if growth_ok is not None and growth_ok >= 0:
-            flips.append(f"growth at or below ~{_pct(growth_ok)}/month "
+    buy_flips: list[str] = []
+    if growth_ok is not None and growth_ok >= 0:
+        buy_flips.append(f"growth at or below ~{_pct(growth_ok)}/month "
                          f"(now {_pct(cap.growth_rate_per_month)})")
-        h_need = hit_rate_that_lasts(cap)
-        if h_need is not None and h_need > cap.hit_rate:
-            flips.append(f"hit rate of ~{_pct(h_need)} (now {_pct(cap.hit_rate)})")
-        need = capacity.gpus_needed_with_reuse
-        extra = (f"; reuse defers the purchase by {capacity.deferral_months:.1f} months"
-                 if capacity.deferral_months > 0 else "")
+    h_need = hit_rate_that_lasts(cap)
+    if h_need is not None and h_need > cap.hit_rate:
+        buy_flips.append(f"hit rate of ~{_pct(h_need)} (now {_pct(cap.hit_rate)})")
+    if kind == "BUY" and r_path.first_purchase is not None and r_path.first_purchase.month == 0:
+        cheaper = "with reuse" if horizon.reuse_cheaper else "without reuse"
+        without = purchase_text(b_path) if b_path.purchases else "none"
         return Decision(
-            "BUY", f"Even with reuse the {cap.current_gpus} GPUs miss the "
-            f"{cap.ttft_p99_slo_seconds:g} s p99 TTFT target "
-            f"{_months(capacity.runout_month_with_reuse, cap.horizon_months)} "
-            f"(today's load needs {need}){extra}.", flips)
-
-    # 3. REUSE covers a capacity gap
-    if capacity.runout_month_without_reuse is not None:
-        flips = [f for f in [growth_flip] if f]
-        lasts = hit_rate_that_lasts(cap)
-        if lasts is not None and lasts > cap.baseline_hit_rate:
-            flips.append(f"hit rate below ~{_pct(lasts)} (now {_pct(cap.hit_rate)}) would "
-                         "need a purchase within the horizon")
+            "BUY", f"Even with reuse the {cap.current_gpus} GPUs miss the {slo} today "
+            f"(today's load needs {capacity.gpus_needed_with_reuse}, "
+            f"{cap.gpus_per_replica} per replica): buy {purchase_text(r_path)} with reuse ({without} "
+            f"without; {b_path.gpus_bought if b_path.holds else 'beyond the search'} GPUs over the horizon). "
+            f"Cheaper {cheaper}: {money()}.", buy_flips)
+    if kind == "BUY" and not r_path.holds and not b_path.holds:
         return Decision(
-            "REUSE", f"Without reuse the fleet misses the {cap.ttft_p99_slo_seconds:g} s p99 "
-            f"TTFT target {_months(capacity.runout_month_without_reuse, cap.horizon_months)}; "
-            "with reuse it "
-            f"holds for the {cap.horizon_months}-month horizon "
-            f"(${total:,.0f}/month net).", flips)
+            "BUY", f"Growth outruns both paths: without reuse {beyond_note(b_path)}, with reuse "
+            f"{beyond_note(r_path)}. Buy {purchase_text(r_path) or 'as growth demands'} and re-plan "
+            "before then.", buy_flips)
 
-    # 4. money
+    # 3. REUSE: the reuse path costs less (rule 4: unless it flips in half the scenarios)
+    if kind == "REUSE":
+        saving = horizon.saving_usd
+        if not b_path.holds:
+            how = (f"without reuse {beyond_note(b_path)}; with reuse the fleet "
+                   + (f"holds by buying {purchase_text(r_path)}" if r_path.purchases else
+                      f"holds the {slo} for the {months}-month horizon"))
+        elif b_path.purchases and r_path.purchases:
+            rb, bb = r_path.first_purchase, b_path.first_purchase
+            how = (f"BUY {rb.gpus} GPU{'s' if rb.gpus != 1 else ''} in month {rb.month} instead of "
+                   f"{bb.gpus} in month {bb.month}" if rb.gpus != bb.gpus else
+                   f"BUY {rb.gpus} GPU{'s' if rb.gpus != 1 else ''} in month {rb.month} instead of month {bb.month}")
+        elif b_path.purchases:
+            how = (f"without reuse the fleet misses the {slo} "
+                   f"{_months(capacity.runout_month_without_reuse or b_path.first_purchase.month, months)} "
+                   f"(buy {purchase_text(b_path)}); with reuse it holds for the {months}-month horizon")
+        else:
+            wo, w = capacity.gpus_needed_without_reuse, capacity.gpus_needed_with_reuse
+            how = (f"the {slo} needs {w} GPU{'s' if w != 1 else ''} with reuse instead of {wo} without"
+                   + (f" (release {r_path.released_gpus - b_path.released_gpus} more)"
+                      if r_path.released_gpus > b_path.released_gpus else ""))
+        saved = "" if math.isinf(saving) else f"${saving:,.0f} cheaper ({money()}); "
+        flips = _money_flips(savings, benefit, meaningful, above=False) + switch
+        if growth_flip:
+            flips.append(growth_flip)
+        if flip_probability is not None and flip_probability >= 0.5:
+            return Decision(
+                "NEED_DATA", f"Reuse is cheaper in the centre ({saved.rstrip('; ') or money()}), but the "
+                f"verdict flips in {flip_probability:.0%} of resampled scenarios: measure a longer window "
+                "to be sure.", ["a window of a day or more (narrows the band)"] + flips)
+        return Decision("REUSE", f"REUSE now; {how}: {saved}saved prefill worth ${total:,.0f}/month "
+                        f"(net, freed GPU-hours).", flips)
+
+    # 5. BUY: reuse does not pay and the baseline must add GPUs
+    if b_path.purchases or not b_path.holds:
+        later = ""
+        if r_path.holds and b_path.first_purchase is not None and (
+                r_path.first_purchase is None or r_path.first_purchase.month > b_path.first_purchase.month):
+            later = (" Reuse would defer it" + (f" to month {r_path.first_purchase.month}"
+                                                if r_path.first_purchase else " past the horizon")
+                     + ", but its overhead costs more than the GPUs it defers.")
+        return Decision(
+            "BUY", f"Buy {purchase_text(b_path) or beyond_note(b_path)} without reuse: reuse does not pay for "
+            f"itself ({money()}).{later}", buy_flips + [f for f in switch])
+
+    # 6. NOT_WORTH_IT
     threshold = f"{_pct(p.min_benefit_share_of_fleet_cost)} of the fleet's ${fleet_cost:,.0f}/month"
+    h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
     if total <= 0:
         saved = total + benefit.overhead_usd
-        h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
         if saved <= 0:
             why = (f"the cache saved no prefill in this window (hit rate {_pct(h)}, baseline without it "
                    f"{_pct(h0)})" if h <= h0 else f"the cache saved no prefill GPU time at a {_pct(h)} hit rate")
@@ -359,27 +502,67 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
         else:
             reason = (f"The cache costs ${benefit.overhead_usd:,.0f}/month and saves ${saved:,.0f}/month at a "
                       f"{_pct(h)} hit rate ({benefit.realisation}): overhead exceeds the saved prefill.")
-        return Decision("NOT_WORTH_IT", reason,
-                        _money_flips(savings, benefit, meaningful, above=True, threshold=threshold) + switch)
-    if total < meaningful:
-        return Decision(
-            "NOT_WORTH_IT", f"Reuse nets only ${total:,.0f}/month, under "
-            f"{threshold}: effort is better spent elsewhere.",
-            _money_flips(savings, benefit, meaningful, above=True, threshold=threshold) + switch)
-    # 5. uncertain
-    if benefit.monthly_benefit_low_usd <= 0:
-        return Decision(
-            "NEED_DATA", f"Reuse nets ~${total:,.0f}/month but the band reaches "
-            f"${benefit.monthly_benefit_low_usd:,.0f}: measure a longer window to be sure.",
-            ["a window of a day or more (narrows the band)"])
-    # 6. REUSE on money
-    flips = _money_flips(savings, benefit, meaningful, above=False) + switch
-    if growth_flip:
-        flips.append(growth_flip)
-    return Decision(
-        "REUSE", f"Reuse nets ${total:,.0f}/month (${benefit.monthly_benefit_low_usd:,.0f} to "
-        f"${benefit.monthly_benefit_high_usd:,.0f}) by {benefit.realisation.replace('_', ' ')}"
-        f" and the fleet meets the SLO for the {cap.horizon_months}-month horizon.", flips)
+    elif total < meaningful:
+        reason = (f"Reuse nets only ${total:,.0f}/month, under {threshold}: effort is better spent "
+                  "elsewhere.")
+    else:
+        reason = (f"Reuse frees GPU time worth ${total:,.0f}/month net, but no whole GPU: no purchase is due "
+                  f"without it and it frees no replica the baseline would keep ({money()}).")
+    return Decision("NOT_WORTH_IT", reason,
+                    _money_flips(savings, benefit, meaningful, above=True, threshold=threshold) + switch)
+
+
+def verdict_kind(capacity: CapacityResult, horizon: HorizonPlan, meaningful_usd_per_month: float) -> str:
+    """``BUY``, ``REUSE`` or ``NOT_WORTH_IT`` by rules 2, 3, 5, 6 of the module docstring (the
+    data rules and the flip rule aside): what ``flip_probability`` compares."""
+    if capacity.gpus_needed_with_reuse is None:
+        return "BUY"
+    b, r = horizon.baseline, horizon.reuse
+    first = r.first_purchase
+    if first is not None and first.month == 0:
+        return "BUY"
+    if not b.holds and not r.holds:
+        return "BUY"
+    saving = horizon.saving_usd
+    if horizon.reuse_cheaper and saving >= meaningful_usd_per_month * horizon.horizon_months:
+        return "REUSE"
+    if b.purchases or not b.holds:
+        return "BUY"
+    return "NOT_WORTH_IT"
+
+
+def flip_probability(capacity: CapacityResult, savings: PrefillSavings, pricebook: PriceBook,
+                     planning: PlanningInputs, draws: int = FLIP_DRAWS, seed: int = FLIP_SEED) -> float:
+    """Share of ``draws`` seeded scenarios whose ``verdict_kind`` differs from the central one
+    (ranges in the module docstring). Deterministic: a fixed seed."""
+    cap, p = capacity.inputs, planning
+    rate = pricebook.effective_usd_per_gpu_hour()
+    hit_cost_hours = savings.hit_cost_gpu_hours_per_month if capacity.method != "goodput" else 0.0
+
+    def kind(c: CapacityResult, pb: PriceBook, hit_usd: float) -> str:
+        hz = plan_horizon(c, pb, realisation=p.realisation, hit_cost_usd_per_month=hit_usd)
+        return verdict_kind(c, hz, p.min_benefit_share_of_fleet_cost * cap.current_gpus * pb.usd_per_gpu_month())
+
+    central = kind(capacity, pricebook, hit_cost_hours * rate)
+    mid = savings.gpu_hours_per_month or 0.0
+    lo_k = (savings.gpu_hours_per_month_low or 0.0) / mid if mid > 0 else 1.0
+    hi_k = (savings.gpu_hours_per_month_high or 0.0) / mid if mid > 0 else 1.0
+    lo_k, hi_k = max(lo_k, 0.05), max(hi_k, 0.05)
+    h, h0 = cap.hit_rate, cap.baseline_hit_rate
+    rng = random.Random(seed)
+    flips = 0
+    for _ in range(draws):
+        h_draw = min(1.0, max(h0, h0 + (h - h0) * rng.uniform(1 - p.hit_rate_range, 1 + p.hit_rate_range)))
+        k = rng.uniform(lo_k, hi_k)  # per-token cost relative to the centre
+        price_k = rng.uniform(1 - p.price_range, 1 + p.price_range)
+        g = max(-0.99, cap.growth_rate_per_month + rng.uniform(-p.growth_range, p.growth_range))
+        ci: CapacityInputs = replace(cap, hit_rate=h_draw, growth_rate_per_month=g,
+                                     prefill_tokens_per_gpu_second=cap.prefill_tokens_per_gpu_second / k)
+        pb = _scale_price(pricebook, price_k)
+        c = plan_capacity(ci, pb)
+        if kind(c, pb, hit_cost_hours * k * pb.effective_usd_per_gpu_hour()) != central:
+            flips += 1
+    return flips / draws
 
 
 # ---- sensitivity -------------------------------------------------------------------------

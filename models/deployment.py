@@ -56,6 +56,22 @@ class DeploymentFacts:
                                    "lmcache_mp_l1_write_chunks increment stores this many tokens.", kind="int",
                                    minimum=1)
 
+    total_model_params: float | None = _f(None, "parameters", "Parameters held in GPU memory: all of them, every "
+                                          "expert of a mixture-of-experts model (235e9 for Qwen3-235B-A22B). Not "
+                                          "given: model_params. With weight_bytes_per_param, the weights of the "
+                                          "replica memory check.", kind="optional_float", minimum=1.0)
+    weight_bytes_per_param: float = _f(2.0, "bytes", "Bytes per stored weight: 2 for BF16/FP16, 1 for FP8/INT8, "
+                                       "0.5 for 4-bit.", minimum=0.0, exclusive_minimum=True, maximum=8.0)
+    kv_bytes_per_token: float | None = _f(None, "bytes/token", "KV cache per token of context, all layers: layers x "
+                                          "KV heads x head dim x 2 (K, V) x bytes per KV element (e.g. 94 x 4 x 128 "
+                                          "x 2 x 2 = 192,512). Not given: KV is left out of the memory check.",
+                                          kind="optional_float", minimum=0.0)
+    max_context_tokens: int | None = _f(None, "tokens", "Context one sequence may hold (--max-model-len); the memory "
+                                        "check reserves KV for the concurrency x this. Not given: the mean prompt.",
+                                        kind="optional_int", minimum=1)
+    gpu_memory_utilization: float = _f(0.9, "share", "Share of each GPU's memory vLLM may use "
+                                       "(--gpu-memory-utilization; vLLM's default 0.9).", minimum=0.05, maximum=1.0)
+
     def __post_init__(self) -> None:
         _fields.check_all(self)
 

@@ -31,8 +31,15 @@ ASSUMPTIONS: tuple[str, ...] = (
     "dense peak.",
     "Band = [lowest estimator x (1-u), highest x (1+u)], u from 1/sqrt(requests), a "
     "coverage penalty for windows under a day, and a model penalty when one estimator is left.",
-    "Fleet sizing: M/M/c (Erlang C) waiting time plus a deterministic prefill of the mean "
-    "computed prompt; replicas scale linearly with tensor parallelism.",
+    "Fleet sizing (capacity_method): 'goodput' = busiest-hour rate x (1 + headroom) / measured goodput "
+    "per replica (TTFT p99 and TPOT p99 within SLO), rounded up to whole replicas; "
+    "'queueing_fallback' (no sweep) = M/M/c (Erlang C) waiting time plus a deterministic prefill of "
+    "the mean computed prompt on the busiest-hour rate; replicas scale linearly with tensor parallelism.",
+    "GPUs per replica = max(TP x PP, ceil((weights + KV for the concurrency x context) / usable GPU "
+    "memory)): a model that does not fit the configured parallelism is sized with the GPUs it needs.",
+    "The verdict compares two paths over the horizon: the baseline buys whole replicas the month the "
+    "SLO would break; the reuse path pays the cache overhead every month and buys against its smaller "
+    "need. GPU-months x $/GPU-month + overhead; REUSE only when the reuse path costs less.",
     "Freed GPU time is spent once: either a smaller fleet (shrink, capped at GPUs removable "
     "under the SLO) or carried traffic (absorb_growth: deferral first, idle headroom valued "
     "only at headroom_fill_fraction).",
@@ -137,6 +144,22 @@ class PlanResult:
     usd_per_1m_output_tokens_without_reuse: float | None = None
     """The same without reuse: decode work does not change with reuse, so it is equal (LMCache
     work that lands in decode steps is not modelled)."""
+    capacity_method: str | None = None
+    """``goodput`` (a measured sweep sized the fleet) or ``queueing_fallback``."""
+    gpus_per_replica: int | None = None
+    """GPUs one replica needs: max(TP x PP, memory minimum)."""
+    replica_message: str | None = None
+    """Set when the configured replica does not fit in GPU memory (with the numbers)."""
+    peak_hour_requests_per_s: float | None = None
+    """Request rate the fleet was sized on: the busiest hour's (the mean when not given)."""
+    purchase_schedule_without_reuse: list[dict[str, int]] = field(default_factory=list)
+    """Baseline path purchases over the horizon: ``[{month, gpus}]``."""
+    purchase_schedule_with_reuse: list[dict[str, int]] = field(default_factory=list)
+    """Reuse path purchases: ``[{month, gpus}]``."""
+    horizon_cost_usd: dict[str, float | None] = field(default_factory=dict)
+    """``{baseline, reuse}``: cost of each path over the horizon, $ (None: the path breaks)."""
+    flip_probability: float | None = None
+    """Share of resampled scenarios whose verdict differs from this one (None: no verdict)."""
 
     @property
     def reason(self) -> str:
@@ -156,7 +179,9 @@ class PlanResult:
             "saved_prefill_gpu_seconds_high", "saving_source", "priced_tier",
             "prefill_cost_model", "saved_by_tier", "usd_per_1m_prompt_tokens_with_reuse",
             "usd_per_1m_prompt_tokens_without_reuse", "usd_per_1m_output_tokens_with_reuse",
-            "usd_per_1m_output_tokens_without_reuse")}
+            "usd_per_1m_output_tokens_without_reuse", "capacity_method", "gpus_per_replica",
+            "replica_message", "peak_hour_requests_per_s", "purchase_schedule_without_reuse",
+            "purchase_schedule_with_reuse", "horizon_cost_usd", "flip_probability")}
         d["decision"] = self.decision.kind
         d["reason"] = self.decision.reason
         d["flips"] = list(self.decision.flips)
@@ -165,9 +190,14 @@ class PlanResult:
         d["estimators"] = [asdict(e) for e in self.estimators]
         meas = {k: v for k, v in asdict(self.inputs.measurement).items()
                 if k not in ("cost_model", "window", "measured_ab")}
+        i = self.inputs
         d["inputs"] = {"measurement": meas,
-                       "pricebook": self.inputs.pricebook.to_dict(),
-                       "planning": asdict(self.inputs.planning)}
+                       "pricebook": i.pricebook.to_dict(),
+                       "planning": asdict(i.planning),
+                       "facts": i.facts.to_dict() if i.facts is not None else None,
+                       "goodput": asdict(i.goodput) if i.goodput is not None else None,
+                       "peak_hour_requests_per_s": i.peak_hour_requests_per_s,
+                       "concurrency_per_replica": i.concurrency_per_replica}
         return _clean(d)
 
 
@@ -180,6 +210,13 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
     s, c, b = ev.savings, ev.capacity, ev.benefit
     extra = prefill_figures(inputs.measurement, s, inputs.pricebook)
     notes = list(s.notes) + (list(b.notes) if b else [])
+    fit = ev.replica
+    if fit is not None:
+        notes += ([f"replica: {fit.message}"] if fit.message else []) + [f"replica: {n}" for n in fit.notes]
+    if c is not None and c.inputs.goodput is not None:
+        notes.append(f"goodput per replica: {c.inputs.goodput.without_reuse_rps:g} req/s without reuse, "
+                     f"{c.inputs.goodput.with_reuse_rps:g} with ({c.inputs.goodput.source})")
+    hz = ev.horizon
     notes += [f"estimator {e.name}: {e.note}" for e in s.estimators]
     return PlanResult(
         label=label, source=source, realisation=inputs.planning.realisation,
@@ -205,7 +242,15 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
         sensitivity=sensitivity(inputs),
         estimators=list(s.estimators),
         assumptions=list(ASSUMPTIONS) + list(extra_assumptions) + notes,
-        inputs=inputs, evaluation=ev, **extra)
+        inputs=inputs, evaluation=ev,
+        capacity_method=c.method if c else None,
+        gpus_per_replica=fit.gpus_per_replica if fit else None,
+        replica_message=fit.message if fit else None,
+        peak_hour_requests_per_s=c.inputs.sizing_rate if c else None,
+        purchase_schedule_without_reuse=hz.baseline.schedule() if hz else [],
+        purchase_schedule_with_reuse=hz.reuse.schedule() if hz else [],
+        horizon_cost_usd=hz.to_dict() if hz else {"baseline": None, "reuse": None},
+        flip_probability=ev.flip_probability, **extra)
 
 
 def _band(b: Any) -> dict[str, float]:

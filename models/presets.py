@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from models.decision import PlanInputs, PlanningInputs
+from models.deployment import DeploymentFacts
 from models.plan import PlanResult, plan
 from models.prefill import PrefillMeasurement
 from models.pricebook import PriceBook
@@ -88,6 +89,10 @@ L40S_PREFILL_TOKENS_PER_S = 5.5 * L40S_CONTEXT_TOKENS / L40S_TTFT_P50_UNIQUE_S
 (5.5th) waits 5.5 x 16,384 / R = the unique-session TTFT p50."""
 L40S_IMPLIED_HIT_RATE = 1.0 - L40S_TTFT_P50_SHARED_S / L40S_TTFT_P50_UNIQUE_S
 """~0.609: with TTFT proportional to the tokens computed, shared/unique TTFT = 1 - hit rate."""
+L40S_TOTAL_PARAMS = 30.5e9
+"""Qwen3-Coder-30B-A3B: 30.5e9 parameters in all (3.3e9 active)."""
+L40S_KV_BYTES_PER_TOKEN = 48 * 4 * 128 * 2 * 1
+"""48 layers x 4 KV heads x 128 dims x (K, V) x 1 byte (FP8 KV) = 49,152 bytes: the article's ~48 KB."""
 
 
 def l40s_agent() -> Preset:
@@ -97,7 +102,10 @@ def l40s_agent() -> Preset:
         hit_rate=L40S_IMPLIED_HIT_RATE, gpu_seconds_per_token=1.0 / L40S_PREFILL_TOKENS_PER_S,
         num_gpus=1, model_params=3.3e9, num_layers=48, attention_width=32 * 128,
         gpu_peak_flops=181e12, transferred_cached_tokens=0.0)
-    pb = PriceBook(gpu_type="L40S-48GB", pricing_mode="cloud", usd_per_gpu_hour=1.00,
+    facts = DeploymentFacts(gpu_type="L40S-48GB", gpu_peak_flops=181e12, model_params=3.3e9,
+                            total_model_params=L40S_TOTAL_PARAMS, weight_bytes_per_param=1.0,
+                            kv_bytes_per_token=L40S_KV_BYTES_PER_TOKEN, max_context_tokens=L40S_CONTEXT_TOKENS)
+    pb = PriceBook(gpu_type="L40S-48GB", gpu_memory_gb=48.0, pricing_mode="cloud", usd_per_gpu_hour=1.00,
                    cache_tier_gb_cpu=0.0, cache_service_node_usd_per_month=0.0,
                    ops_hours_per_month=1.0, usd_per_ops_hour=100.0, gpus_per_node=1)
     planning = PlanningInputs(ttft_p99_slo_seconds=5.0, growth_rate_per_month=0.05,
@@ -128,8 +136,12 @@ def l40s_agent() -> Preset:
             "service, 1 ops hour/month at $100.",
             "L40S: $1.00/GPU-hour cloud, 181 TFLOP/s dense BF16 peak, 40 % prefill MFU.",
             "p99 TTFT target 5 s, growth 5 %/month, 12-month horizon, freed time absorbs growth.",
+            "Replica memory: 30.5e9 parameters in FP8 (30.5 GB; the model ran on one 48 GB L40S, so "
+            "its weights cannot be BF16) + KV for the 10 users x 16,384 tokens x 48 KB (8.1 GB) "
+            "fits one L40S at vLLM's 90 % memory share (43.2 GB).",
+            "No load sweep: the fleet is sized with the queueing fallback.",
         ),
-        inputs=PlanInputs(m, pb, planning))
+        inputs=PlanInputs(m, pb, planning, facts=facts, concurrency_per_replica=float(L40S_USERS)))
 
 
 # ---- (b) 8x H100, Qwen3-235B-A22B, LMCache multi-process shared pool ---------------------
@@ -149,6 +161,12 @@ H100_PREFILL_TOKENS_PER_S = (1.0 - H100_PRIVATE_HIT_RATE) * H100_PROMPT_TOKENS \
 H100_KV_BYTES_PER_TOKEN = 94 * 4 * 128 * 2 * 2
 """94 layers x 4 KV heads x 128 dims x (K, V) x 2 bytes (BF16 KV) = 188 KB."""
 H100_HOST_TO_DEVICE_BYTES_PER_S = 25e9
+H100_FP8_DENSE_FLOPS = 1979e12
+"""H100 SXM dense FP8 peak (989e12 is dense BF16; 3,958e12 is FP8 with sparsity)."""
+H100_TOTAL_PARAMS = 235e9
+"""Qwen3-235B-A22B: 235e9 parameters held in memory (22e9 active per token)."""
+H100_CONCURRENCY_PER_REPLICA = 4.0
+"""Assumed running conversations per replica for the KV part of the memory check (not published)."""
 
 
 def h100_lmcache_mp() -> Preset:
@@ -157,8 +175,12 @@ def h100_lmcache_mp() -> Preset:
         hit_rate=H100_SHARED_HIT_RATE, baseline_hit_rate=H100_PRIVATE_HIT_RATE,
         gpu_seconds_per_token=1.0 / H100_PREFILL_TOKENS_PER_S, num_gpus=H100_RANKS,
         transfer_gpu_seconds_per_token=H100_KV_BYTES_PER_TOKEN / H100_HOST_TO_DEVICE_BYTES_PER_S,
-        model_params=22e9, num_layers=94, attention_width=64 * 128, gpu_peak_flops=989e12)
-    pb = PriceBook(gpu_type="H100-80GB", pricing_mode="owned", capex_usd_per_gpu=35000.0,
+        model_params=22e9, num_layers=94, attention_width=64 * 128, gpu_peak_flops=H100_FP8_DENSE_FLOPS)
+    facts = DeploymentFacts(gpu_type="H100-80GB", gpu_peak_flops=H100_FP8_DENSE_FLOPS, model_params=22e9,
+                            total_model_params=H100_TOTAL_PARAMS, weight_bytes_per_param=1.0,
+                            kv_bytes_per_token=float(H100_KV_BYTES_PER_TOKEN),
+                            max_context_tokens=H100_PROMPT_TOKENS)
+    pb = PriceBook(gpu_type="H100-80GB", gpu_memory_gb=80.0, pricing_mode="owned", capex_usd_per_gpu=35000.0,
                    amortisation_months=36, power_hosting_usd_per_gpu_month=300.0,
                    cost_of_capital_annual=0.08, usd_per_gb_month_cpu_memory=1.0,
                    cache_tier_gb_cpu=400.0, cache_service_node_usd_per_month=100.0,
@@ -192,14 +214,20 @@ def h100_lmcache_mp() -> Preset:
             "mean TTFT with private caches (no queueing assumed).",
             "Model: 22e9 active params, 94 layers, 64 x 128 attention width, 4 KV heads, BF16 "
             "KV (188 KB/token) loaded from host at 25 GB/s, the GPU waiting for it.",
-            "H100: 989 TFLOP/s dense FP8 peak, 40 % prefill MFU; owned at $35,000 per GPU "
+            "H100: 1,979 TFLOP/s dense FP8 peak (989 is dense BF16), 40 % prefill MFU; owned at $35,000 per GPU "
             "(server share included), 36 months, 8 % cost of capital, $300/GPU-month power and "
             "hosting.",
             "Cache: 400 GB host RAM at $1/GB-month, $100/month for the service's CPU, 8 ops "
             "hours/month at $100.",
             "p99 TTFT target 6 s, growth 10 %/month, 24-month horizon, freed time absorbs growth.",
+            "Replica memory: 235e9 parameters in FP8 = 235 GB of weights + KV for 4 running "
+            "conversations x 20,000 tokens x 188 KB (15.4 GB) = 250 GB, over 72 GB usable per H100 "
+            "(90 %): one replica needs >= 4 H100 (the 8 ranks are data-parallel attention over "
+            "expert-parallel weights: 8 private KV caches, one copy of the weights per 4+ GPUs). "
+            "The fleet is sized in 4-GPU replicas.",
+            "No load sweep: the fleet is sized with the queueing fallback.",
         ),
-        inputs=PlanInputs(m, pb, planning))
+        inputs=PlanInputs(m, pb, planning, facts=facts, concurrency_per_replica=H100_CONCURRENCY_PER_REPLICA))
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in (l40s_agent(), h100_lmcache_mp())}

@@ -76,6 +76,9 @@ class PriceBook:
     cost_of_capital_annual: float = _f(0.08, "1/year", "Annual cost of capital: the interest "
                                        "part of an owned GPU's annuity, i.e. what buying later "
                                        "is worth.", maximum=1.0)
+    gpu_memory_gb: float = _f(80.0, "GB", "Memory of one GPU of gpu_type (H100: 80, H200: 141, L40S: 48, A100: 40 "
+                              "or 80): the replica memory check sizes GPUs per replica with it.",
+                              minimum=1.0, maximum=10_000.0)
     gpus_per_node: int = _f(8, "GPUs/node", "GPUs in one server; one cache service runs per "
                             "node.", kind="int", minimum=1, maximum=1024)
 

@@ -61,16 +61,26 @@ def test_break_even_hit_rate_really_flips_the_money():
     at = run(with_hit_rate(window(), be.hit_rate))
     assert at.benefit.monthly_benefit_usd == pytest.approx(MEANINGFUL, rel=1e-9)
     below = run(with_hit_rate(window(), be.hit_rate * 0.99))
-    assert below.decision.kind == "NOT_WORTH_IT"
+    # the money view crosses the threshold there (the verdict itself is the horizon's: at a
+    # 2 s target the queue needs 6 replicas without reuse and 5 with, so it prices a whole GPU)
+    assert below.benefit.monthly_benefit_usd < MEANINGFUL
+
+
+OPS_2000 = dataclasses.replace(PB, ops_hours_per_month=20.0)  # $2,000/month of cache overhead
+GPU_MONTH = 2.5 * 730.56  # $1,826.40
 
 
 def test_not_worth_it_when_overlap_is_low():
-    ev = run(window(hit_rate=0.01))
-    # gains 5,844.48 * 0.01/0.8 = $73.06 < $400 overhead
-    assert ev.benefit.monthly_benefit_usd == pytest.approx(GAINS * 0.01 / 0.8 - 400)
+    ev = evaluate(PlanInputs(window(hit_rate=0.01), OPS_2000, PlanningInputs(ttft_p99_slo_seconds=2)))
+    # gains 5,844.48 * 0.01/0.8 = $73.06 < $2,000 overhead
+    assert ev.benefit.monthly_benefit_usd == pytest.approx(GAINS * 0.01 / 0.8 - 2000)
+    # the queue needs 6 replicas without reuse, 5 with: one GPU-month ($1,826.40) a month saved,
+    # less $2,000 of overhead: the reuse path costs 24 x 173.60 = $4,166.40 more
+    assert ev.horizon.reuse.cost_usd - ev.horizon.baseline.cost_usd == pytest.approx(24 * (2000 - GPU_MONTH))
     assert ev.decision.kind == "NOT_WORTH_IT"
     assert "overhead exceeds" in ev.decision.reason
-    assert any(f.startswith("hit rate rises to ~7.5 %") for f in ev.decision.flips)
+    # break-even hit rate = 0.8 x (2,000 + 146.112) / 5,844.48 = 29.4 %
+    assert any(f.startswith("hit rate rises to ~29.4 %") for f in ev.decision.flips)
 
 
 def test_not_worth_it_at_zero_hit_rate():
@@ -81,9 +91,13 @@ def test_not_worth_it_at_zero_hit_rate():
 
 
 def test_not_worth_it_when_positive_but_small():
-    # gains = 5,844.48 * 0.08/0.8 = $584.448; overhead 5 ops hours * $100 = $500
+    # gains = 5,844.48 * 0.08/0.8 = $584.448; overhead 5 ops hours * $100 = $500. No growth,
+    # the fleet kept (absorb_growth) and every freed hour used by extra traffic (fill 1): no
+    # purchase on either path, so the reuse path only adds the $500/month
     pb = dataclasses.replace(PB, ops_hours_per_month=5.0)
-    ev = evaluate(PlanInputs(window(hit_rate=0.08), pb, PlanningInputs(ttft_p99_slo_seconds=2)))
+    ev = evaluate(PlanInputs(window(hit_rate=0.08), pb, PlanningInputs(
+        ttft_p99_slo_seconds=2, realisation="absorb_growth", headroom_fill_fraction=1.0)))
+    assert ev.horizon.reuse.cost_usd - ev.horizon.baseline.cost_usd == pytest.approx(24 * 500)
     # net = 584.448 - 500 = 84.45 > 0 but < 146.11
     assert ev.benefit.monthly_benefit_usd == pytest.approx(84.448)
     assert ev.decision.kind == "NOT_WORTH_IT"
@@ -117,22 +131,50 @@ def test_need_data_without_any_cost_metric():
     assert "no estimate of prefill cost" in ev.decision.reason
 
 
-def test_need_data_when_the_band_crosses_zero():
+def test_a_wide_band_is_reported_as_a_flip_probability():
     # 2-hour window, 1 req/s, hit rate 0.95: cached 6.84e7 tokens * 4e-5 = 2,736 GPU-s
     # -> 2736/7200 * 730.56 = 277.61 GPU-h/month -> $694.03; net $294.03 > $146.11
     # band: u = sqrt(1/7200 + (0.5 * 22/24)^2 + 0.3^2) = 0.5479 -> low = 694.03*0.4521 - 400 < 0
     ev = run(window(hit_rate=0.95, requests=7200, window_seconds=7200))
     assert ev.benefit.monthly_benefit_usd == pytest.approx(2736 / 7200 * 730.56 * 2.5 - 400)
     assert ev.benefit.monthly_benefit_low_usd < 0
+    # the queue needs 2 GPUs without reuse (0.4 s prefills at 1 req/s), 1 with: each path keeps
+    # what it needs, the reuse path is 24 x (1,826.40 - 400) = $34,233.60 cheaper. Some draws of
+    # the per-token cost band (x0.45..x1.55) need 1 GPU without reuse too: they flip
+    assert ev.horizon.saving_usd == pytest.approx(24 * (GPU_MONTH - 400))
+    assert ev.decision.kind == "REUSE"
+    assert 0 < ev.flip_probability < 0.5
+
+
+def test_need_data_when_the_verdict_flips_in_most_scenarios():
+    # 1 % hits at a 2 s target: the queue needs 6 replicas of 0.4 s prefills at 10 req/s
+    # (offered load exactly 4) and 5 of 0.396 s: a whole GPU hangs on 1 % of the prompt. In the
+    # centre the reuse path is 24 x (1,826.40 - 400) cheaper, but most draws lose that replica
+    ev = run(window(hit_rate=0.01))
+    assert ev.horizon.saving_usd == pytest.approx(24 * (GPU_MONTH - 400))
+    assert ev.flip_probability >= 0.5
     assert ev.decision.kind == "NEED_DATA"
-    assert "band" in ev.decision.reason
+    assert "flips in" in ev.decision.reason
 
 
-def test_buy_when_even_the_reuse_fleet_runs_out():
+def test_reuse_now_buy_later_when_reuse_only_defers_the_purchase():
+    # 30 %/month for 24 months: both fleets run out, reuse years later; the reuse path is cheaper
     ev = run(growth_rate_per_month=0.30, horizon_months=24)
     assert ev.capacity.runout_month_with_reuse is not None
+    first_r, first_b = ev.horizon.reuse.first_purchase, ev.horizon.baseline.first_purchase
+    assert first_r.month > first_b.month
+    assert ev.horizon.reuse_cheaper
+    assert ev.decision.kind == "REUSE"
+    assert f"BUY {first_r.gpus} GPU" in ev.decision.reason and f"in month {first_b.month}" in ev.decision.reason
+
+
+def test_buy_when_even_the_reuse_fleet_misses_today():
+    # 100 req/s: with reuse a = 100 x 0.08 s = 8 replicas of pure prefill work: 8 GPUs cannot
+    # hold any queue; both paths buy now
+    ev = run(window(requests=DAY * 100))
+    assert ev.horizon.reuse.first_purchase.month == 0
     assert ev.decision.kind == "BUY"
-    assert any(f.startswith("growth at or below") for f in ev.decision.flips)
+    assert "today" in ev.decision.reason
 
 
 def test_buy_when_no_gpu_count_meets_the_target():
@@ -150,7 +192,8 @@ def test_reuse_when_it_covers_the_capacity_gap():
     assert ev.capacity.runout_month_without_reuse is not None
     assert ev.capacity.runout_month_with_reuse is None
     assert ev.decision.kind == "REUSE"
-    assert "Without reuse the fleet misses" in ev.decision.reason
+    assert "without reuse the fleet misses" in ev.decision.reason
+    assert ev.horizon.reuse.purchases == () and ev.horizon.baseline.purchases
 
 
 def test_switching_realisation_is_offered_as_a_flip():
@@ -217,12 +260,12 @@ def test_an_unreachable_hit_rate_says_what_100_percent_would_give_not_a_percenta
 
 def test_when_no_value_of_an_input_would_do_it_the_sentence_says_so_plainly():
     # gains $73 < the $146 threshold: neither the GPU price nor dropping the overhead helps
-    ev = run(window(hit_rate=0.01))
+    ev = evaluate(PlanInputs(window(hit_rate=0.01), OPS_2000, PlanningInputs(ttft_p99_slo_seconds=2)))
     flips = ev.decision.flips
     assert any(f.startswith("no GPU price would do it: the saved GPU time ($73/month at $2.50/GPU-hour) "
                             "stays under the $146/month that makes reuse worth it (1.0 % of the fleet's "
                             "$14,611/month) at any price") for f in flips), flips
-    assert any(f.startswith("no fixed cache overhead would do it: even at $0/month (now $400) the saved GPU "
+    assert any(f.startswith("no fixed cache overhead would do it: even at $0/month (now $2,000) the saved GPU "
                             "time ($73/month) stays under the $146/month threshold") for f in flips), flips
     assert not any("falls to ~$0/month" in f for f in flips)
 

@@ -93,7 +93,7 @@ def test_source_must_be_known():
 
 MODELS = pathlib.Path(__file__).resolve().parents[1] / "models"
 OWNED = ["pricebook.py", "prefill.py", "benefit.py", "capacity.py", "decision.py", "plan.py",
-         "presets.py"]
+         "presets.py", "horizon.py", "replica.py"]
 
 
 @pytest.mark.parametrize("name", OWNED)
@@ -126,5 +126,6 @@ def test_models_stay_pure(name):
             imported.add((node.module or "").split(".")[0])
         elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "open":
             pytest.fail(f"{name} opens a file")
+    # random: the seeded, deterministic flip probability of models.decision
     assert imported <= {"__future__", "math", "statistics", "dataclasses", "typing", "models",
-                        "json", "collections"}
+                        "json", "collections", "random"}

@@ -49,7 +49,7 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
              f"GPUs: {fl.gpus}, {fl.origin}", f"deployment facts: {facts.origin}",
              *(f"note: {n}" for n in win.stats.notes))
-    result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl),
+    result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl, facts=facts.facts),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)
     return PlannedWindow(result, prices, fl, facts)
