@@ -84,7 +84,7 @@ def _reuse(d: ReportData) -> str:
 
 def _tail(d: ReportData) -> str:
     lv = d.latency
-    rows = [[k, fmt.quantile(q), fmt.bucket(q)] for k, q in lv.quantiles.items()]
+    rows = [[k, fmt.reported_quantile(q), fmt.bucket(q)] for k, q in lv.quantiles.items()]
     means = [[k, fmt.secs(v, "not reported")] for k, v in lv.means.items()]
     warn = "".join(f'<p class="note">{escape(w)}</p>' for w in lv.warnings)
     slo = lv.slo
