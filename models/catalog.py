@@ -61,15 +61,19 @@ COUNTERS = (
 )
 """Counter families kvplan reads (Prometheus ingestion fetches exactly these)."""
 HISTOGRAMS = (TTFT, PREFILL_TIME, PREFILL_COMPUTED, QUEUE_TIME, E2E_LATENCY, DECODE_TIME, PROMPT_LENGTH,
-              ITERATION_TOKENS, INFERENCE_TIME, LM_LOOKUP_DURATION)
+              ITERATION_TOKENS, INFERENCE_TIME, LM_LOOKUP_DURATION, TPOT, ITL)
 """Histogram families kvplan reads."""
 GAUGES = (KV_USAGE, LM_L1_USAGE, RUNNING, WAITING)
 """Gauge families kvplan reads."""
 FAMILIES: dict[str, str] = {**{f: "counter" for f in COUNTERS}, **{f: "histogram" for f in HISTOGRAMS},
                             **{f: "gauge" for f in GAUGES}}
 
-LATENCIES = {"TTFT": TTFT, "queue": QUEUE_TIME, "prefill": PREFILL_TIME, "decode": DECODE_TIME}
-"""Latency histograms shown on the Latency page, by short name."""
+LATENCIES = {"TTFT": TTFT, "queue": QUEUE_TIME, "prefill": PREFILL_TIME, "decode": DECODE_TIME, "TPOT": TPOT,
+             "ITL": ITL}
+"""Latency histograms shown on the Latency page, by short name. TPOT is one observation per
+request (its decode time / (output tokens - 1)); ITL one per output token after the first (the
+gap between two tokens of one request), so a stall shows in the ITL tail even when it barely
+moves a request's mean."""
 GAUGE_LABELS = {LM_L1_USAGE: "LMCache L1 usage", KV_USAGE: "vLLM KV-cache usage"}
 """Gauges the Cache page charts, with their display labels (display only: code filters on the key)."""
 
@@ -99,5 +103,5 @@ def count_name(family: str) -> str:
 CHART_NAMES = [total_name(f) for f in (PREFIX_HITS, PREFIX_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, PROMPT_TOKENS,
                                   PROMPT_TOKENS_CACHED, PROMPT_BY_SOURCE, CACHED_BY_SOURCE, LM_REQUESTED,
                                   LM_HIT, LM_HIT_L1, LM_HIT_L2, LM_INPROC_REQUESTED, LM_INPROC_HIT)] + [
-    f(h) for h in (TTFT, QUEUE_TIME, PREFILL_TIME, DECODE_TIME) for f in (bucket_name, count_name, sum_name)]
+    f(h) for h in (TTFT, QUEUE_TIME, PREFILL_TIME, DECODE_TIME, TPOT, ITL) for f in (bucket_name, count_name, sum_name)]
 """Sample names the time charts read (summed per time bucket)."""

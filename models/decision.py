@@ -78,6 +78,10 @@ class PlanningInputs:
 
     ttft_p99_slo_seconds: float = spec(2.0, "s", "p99 time-to-first-token target. Default assumed: "
                                        "interactive chat.", minimum=0.0, exclusive_minimum=True, maximum=3600.0)
+    tpot_p99_slo_seconds: float = spec(0.1, "s", "p99 time-per-output-token target (a request's decode time / "
+                                       "(output tokens - 1); 0.1 s = 10 tokens/s, a vLLM TPOT bucket bound). "
+                                       "Default assumed: interactive chat.", minimum=0.0, exclusive_minimum=True,
+                                       maximum=3600.0)
     growth_rate_per_month: float = spec(0.0, "1/month", "Expected compound monthly growth of requests "
                                         "(0.05 = +5 %/month).", minimum=-0.99, maximum=2.0)
     horizon_months: int = spec(24, "months", "Planning horizon.", kind="int", minimum=1, maximum=120)

@@ -1,4 +1,4 @@
-"""Metric math over one window: token-weighted hit rates and TTFT quantiles.
+"""Metric math over one window: token-weighted hit rates and TTFT/TPOT/ITL quantiles.
 
 Inputs are per-series increases over the window (see ``sql`` macro ``increments``: the sum
 of increases between the scrapes inside the window, Prometheus's reset rule, no
@@ -134,6 +134,18 @@ class WindowStats:
     ttft_p99_s: float | None
     ttft_p50: Quantile | None = None
     ttft_p99: Quantile | None = None
+    tpot_p50_s: float | None = None
+    """Time per output token (``vllm:request_time_per_output_token_seconds``: one observation
+    per request, its decode time / (output tokens - 1))."""
+    tpot_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    """Inter-token latency (``vllm:inter_token_latency_seconds``: one observation per output
+    token after the first)."""
+    itl_p99_s: float | None = None
+    tpot_p50: Quantile | None = None
+    tpot_p99: Quantile | None = None
+    itl_p50: Quantile | None = None
+    itl_p99: Quantile | None = None
     lmcache_lookup_hit_rate: float | None = None
     lmcache_l1_hit_rate: float | None = None
     lmcache_l2_hit_rate: float | None = None
@@ -157,7 +169,7 @@ class WindowStats:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in ("ttft_p50", "ttft_p99"):
+        for k in QUANTILE_FIELDS:
             q = d.pop(k)
             if q is not None:
                 d[f"{k}_bucket"] = {"lower_s": q["lower"], "upper_s": q["upper"], "in_inf": q["in_inf"]}
@@ -177,9 +189,9 @@ def window_stats(rows: list[Increase]) -> WindowStats:
     by_tier = label_total(rows, c.total_name(c.CACHED_BY_SOURCE), "source")
     if cached is None and by_source:
         cached = by_source.get("local_cache_hit", 0.0) + by_source.get("external_kv_transfer", 0.0)
-    buckets = histogram_buckets(rows, TTFT)
-    p50 = bucket_quantile(0.5, buckets) if buckets else None
-    p99 = bucket_quantile(0.99, buckets) if buckets else None
+    p50, p99 = _p50_p99(rows, TTFT)
+    tpot50, tpot99 = _p50_p99(rows, c.TPOT)
+    itl50, itl99 = _p50_p99(rows, c.ITL)
 
     # LMCache: multi-process server (lmcache_mp_*), else in-process (lmcache:* inside vLLM)
     lm_req = total(rows, c.total_name(c.LM_REQUESTED))
@@ -199,6 +211,14 @@ def window_stats(rows: list[Increase]) -> WindowStats:
         ttft_p99_s=p99.value if p99 else None,
         ttft_p50=p50,
         ttft_p99=p99,
+        tpot_p50_s=tpot50.value if tpot50 else None,
+        tpot_p99_s=tpot99.value if tpot99 else None,
+        itl_p50_s=itl50.value if itl50 else None,
+        itl_p99_s=itl99.value if itl99 else None,
+        tpot_p50=tpot50,
+        tpot_p99=tpot99,
+        itl_p50=itl50,
+        itl_p99=itl99,
         lmcache_lookup_hit_rate=ratio(lm_hit, lm_req),
         lmcache_l1_hit_rate=ratio(lm_l1, lm_req),
         lmcache_l2_hit_rate=ratio(lm_l2, lm_req),
@@ -225,6 +245,18 @@ def window_stats(rows: list[Increase]) -> WindowStats:
                             "hits and queries in this window)")
     return st
 
+
+def _p50_p99(rows: list[Increase], family: str) -> tuple[Quantile | None, Quantile | None]:
+    """p50 and p99 of one histogram family over the window (None, None: not reported)."""
+    buckets = histogram_buckets(rows, family)
+    if not buckets:
+        return None, None
+    return bucket_quantile(0.5, buckets), bucket_quantile(0.99, buckets)
+
+
+QUANTILE_FIELDS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99")
+"""``WindowStats`` fields holding a ``Quantile``: ``to_dict`` writes each as ``<field>_bucket``
+(lower_s, upper_s, in_inf) next to its ``<field>_s`` value."""
 
 RATE_FIELDS = ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "lmcache_lookup_hit_rate",
                "lmcache_l1_hit_rate", "lmcache_l2_hit_rate")

@@ -5,8 +5,8 @@ The same payloads go (a) into kvplan by `import-metrics` and (b) into a real Pro
 are scrape times, Prometheus 2.x includes both end samples and does not extrapolate, so
 `increase()` is exact there and must equal kvplan's sums:
 
-    hit rate  sum(increase(hits[w])) / sum(increase(queries[w]))
-    TTFT      histogram_quantile(q, sum by (le) (increase(..._bucket[w])))
+    hit rate        sum(increase(hits[w])) / sum(increase(queries[w]))
+    TTFT/TPOT/ITL   histogram_quantile(q, sum by (le) (increase(..._bucket[w])))
 """
 
 import math
@@ -16,7 +16,7 @@ import pytest
 
 from app.data.window import stats, window_increases
 from collectors.openmetrics import to_openmetrics
-from models.metrics import bucket_quantile, histogram_buckets, window_stats
+from models.metrics import bucket_quantile, histogram_buckets, total, window_stats
 from tests.prom_fixtures import create_blocks, promql, scalar, start_prometheus
 from tests.recorded import cases, import_case, parsed, scrapes
 
@@ -28,7 +28,9 @@ HIT_RATES = {
                                        "vllm:external_prefix_cache_queries_total"),
     "lmcache_lookup_hit_rate": ("lmcache_mp_lookup_hit_tokens_total", "lmcache_mp_lookup_requested_tokens_total"),
 }
-TTFT = "vllm:time_to_first_token_seconds_bucket"
+LATENCY_FAMILIES = {"ttft": "vllm:time_to_first_token_seconds", "tpot": "vllm:request_time_per_output_token_seconds",
+                    "itl": "vllm:inter_token_latency_seconds"}
+"""WindowStats prefix -> histogram family (the names as the recorded servers expose them)."""
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,20 @@ def windows(case: str, kind: str):
     """Every pair of scrape times of one target kind: windows whose ends are samples."""
     times = sorted({s.at for s in scrapes(case) if s.kind == kind})
     return list(combinations(times, 2))
+
+
+def rounds(case: str, kind: str):
+    """Every pair of scrape rounds of one target kind, as {target: (t0, t1)}: each target's own
+    sample times, so Prometheus's increase() is exact for every series (no extrapolation to a
+    window end that falls between a target's samples)."""
+    by: dict[str, list] = {}
+    for s in scrapes(case):
+        if s.kind == kind:
+            by.setdefault(s.target, []).append(s.at)
+    times = {t: sorted(v) for t, v in by.items()}
+    n = {len(v) for v in times.values()}
+    assert len(n) == 1, f"{case}: targets scraped a different number of times"
+    return [{t: (v[i], v[j]) for t, v in times.items()} for i, j in combinations(range(n.pop()), 2)]
 
 
 def sel(case):
@@ -87,18 +103,32 @@ def test_hit_rates_equal_promql(loaded, case):
 
 @pytest.mark.parametrize("case", cases())
 @pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
-def test_ttft_quantiles_equal_histogram_quantile(loaded, case, q):
+@pytest.mark.parametrize("key", list(LATENCY_FAMILIES))
+def test_latency_quantiles_equal_histogram_quantile(loaded, case, q, key):
+    """TTFT, TPOT and ITL: kvplan's bucket_quantile, and for p50/p99 the window stats (what
+    `kvplan stats --json` prints), equal PromQL's histogram_quantile on every window. With two
+    servers each target's increase is taken over its own samples (``@`` at its last one)."""
     db, prom = loaded
+    family = LATENCY_FAMILIES[key]
     compared = 0
-    for t0, t1 in windows(case, "vllm"):
-        w = f"{round((t1 - t0).total_seconds() * 1000)}ms"
-        expr = f"histogram_quantile({q}, sum by (le) (increase({TTFT}{sel(case)}[{w}])))"
+    for win in rounds(case, "vllm"):
+        parts = []
+        for target, (a, b) in sorted(win.items()):
+            w = f"{round((b - a).total_seconds() * 1000)}ms"
+            parts.append(f'increase({family}_bucket{{case="{case}",instance="{target}"}}[{w}] @ {b.timestamp():.3f})')
+        expr = f"histogram_quantile({q}, sum by (le) ({' or '.join(parts)}))"
+        t0, t1 = min(a for a, _ in win.values()), max(b for _, b in win.values())
         expected = scalar(prom.url, expr, t1.timestamp())
         rows = window_increases(db, case, t0, t1)
-        got = bucket_quantile(q, histogram_buckets(rows, "vllm:time_to_first_token_seconds")).value
+        got = bucket_quantile(q, histogram_buckets(rows, family)).value
+        st = window_stats(rows)
+        from_stats = getattr(st, f"{key}_p{round(q * 100)}_s") if q in (0.5, 0.99) else got
         if expected is None or math.isnan(expected):
-            assert got is None and not window_stats(rows).requests, (t0, t1)
+            # no observation of this family in the window (TPOT is observed when a request
+            # finishes, TTFT at its first token: a window can hold TTFTs and no TPOT)
+            assert got is None and from_stats is None and not total(rows, f"{family}_count"), (t0, t1)
         else:
             assert got == pytest.approx(expected, rel=1e-9), (q, t0, t1, expr)
+            assert from_stats == pytest.approx(expected, rel=1e-9), (key, q, t0, t1, expr)
             compared += 1
     assert compared > 0

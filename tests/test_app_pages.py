@@ -241,6 +241,46 @@ def test_latency_page_quantiles_buckets_and_slo_snapping(scen, monkeypatch):
     assert not t.info and any("bucket bound: exact" in c.value for c in t.caption)
 
 
+def test_latency_page_decode_speed_tpot_itl_and_the_tpot_slo(scen, monkeypatch):
+    t = run_app(monkeypatch, scen.path, "latency")
+    m = metrics(t)
+    assert (m["TPOT p50"], m["TPOT p99"]) == (EXP["tpot_p50"], EXP["tpot_p99"])
+    assert (m["ITL p50"], m["ITL p99"]) == (EXP["itl_p50"], EXP["itl_p99"])
+    assert (m["TPOT mean"], m["ITL mean"]) == (EXP["tpot_mean"], EXP["itl_mean"])
+    # the default 0.1 s TPOT target is a bucket bound: exact, and every request (26.7 ms) meets it
+    assert m["TPOT SLO bound used"] == "0.1 s" and m["TPOT SLO attainment"] == "100.0%"
+    assert [x.delta for x in t.metric if x.label == "TPOT p99"] == ["-0.050 s vs 0.1 s SLO"]  # 49.75 - 100 ms
+    table = t.dataframe[0].value.set_index("quantile")
+    assert table.loc["TPOT p99", "lies in"] == EXP["tpot_bucket"]
+    assert table.loc["ITL p50", "lies in"] == EXP["itl_p50_bucket"]
+    assert table.loc["ITL p99", "lies in"] == EXP["itl_p99_bucket"]
+    tpot = chart(t, "Time per output token")
+    p99 = tpot[(tpot["quantile"] == "p99") & tpot["value"].notna()]
+    assert set(p99["value"].round(8)) == {EXP["tpot_p99_s"]} and set(p99["lower"]) == {0.025}
+    assert set(p99["upper"]) == {0.05} and 0.1 in set(tpot["slo"].dropna())  # the TPOT SLO rule
+    itl = chart(t, "Inter-token latency")
+    p99 = itl[(itl["quantile"] == "p99") & itl["value"].notna()]
+    assert set(p99["value"].round(8)) == {EXP["itl_p99_s"]} and set(p99["lower"]) == {0.075}
+    # a target between bounds is snapped: 0.03 s -> 0.025 s, which no request (26.7 ms) meets
+    save_pricebook(scen, DEPLOYMENT, PriceBook(), PlanningInputs(tpot_p99_slo_seconds=0.03))
+    t = run_app(monkeypatch, scen.path, "latency")
+    m = metrics(t)
+    assert m["TPOT SLO bound used"] == "0.025 s" and m["TPOT SLO attainment"] == "0.0%"
+    assert [x.delta for x in t.metric if x.label == "TPOT p99"] == ["+0.020 s vs 0.03 s SLO"]
+    assert any("not a bucket bound of vLLM's TPOT histogram; snapped to the nearest bound, 0.025 s" in c.value
+               for c in t.caption)
+    assert m["SLO bound used"] == "2.5 s"  # the TTFT target is its own
+
+
+def test_latency_page_says_not_reported_without_tpot_and_itl(db, monkeypatch):
+    put(db, 0, one(0, 0, [0, 0, 0]))
+    put(db, 1, one(10, 100, [2, 4, 4]))
+    t = run_app(monkeypatch, db.path, "latency")
+    assert "TPOT p50" not in metrics(t) and metrics(t)["TTFT p50"] == "100 ms"  # rank 2 of 4: the top of (0, 0.1]
+    assert any("vllm:request_time_per_output_token_seconds (TPOT)" in i.value for i in t.info)
+    assert not [title for title in charts(t) if title and title.startswith(("Time per output", "Inter-token"))]
+
+
 def test_latency_page_warns_when_a_quantile_lands_in_inf(db, monkeypatch):
     put(db, 0, one(0, 0, [0, 0, 0]))
     put(db, 1, one(10, 100, [2, 4, 4]))

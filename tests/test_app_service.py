@@ -162,6 +162,23 @@ def test_slo_is_snapped_to_the_nearest_bucket_bound_and_says_so():
     assert slo_attainment([], 2.0).share is None
 
 
+def test_tpot_slo_reads_the_tpot_histogram_not_the_ttft_one():
+    from models.catalog import TPOT
+    from models.slo import tpot_slo_attainment
+
+    # the same window: TTFT all above 0.1 s, TPOT 80 of 100 requests at or under 0.1 s
+    rows = ttft_rows({0.1: 0, 1.0: 100, float("inf"): 100}) + [
+        Increase(name=f"{TPOT}_bucket", increase=c, le=le) for le, c in
+        {0.05: 30, 0.075: 60, 0.1: 80, 0.15: 95, float("inf"): 100}.items()]
+    s = tpot_slo_attainment(rows, 0.1)  # the default target: a bucket bound
+    assert (s.bound_s, s.share, s.requests, s.snapped, s.metric) == (0.1, 0.8, 100, False, "TPOT")
+    s = tpot_slo_attainment(rows, 0.06)  # nearest bound 0.05
+    assert (s.bound_s, s.share, s.snapped) == (0.05, 0.3, True)
+    assert s.note == "SLO 0.06 s is not a bucket bound of vLLM's TPOT histogram; snapped to the nearest bound, 0.05 s"
+    assert tpot_slo_attainment(ttft_rows({1.0: 1, float("inf"): 1}), 0.1).note == "no TPOT histogram in this window"
+    assert slo_attainment(rows, 0.1).share == 0.0  # TTFT: unchanged
+
+
 # ---- deployments, engines, topology ----------------------------------------------------------
 def test_engines_in_window_agree_with_the_raw_engines_query(tmp_path):
     db = scenario_db(tmp_path)
@@ -248,6 +265,7 @@ def test_planning_fields_cover_and_document_every_planning_input():
     ({"headroom_fill_fraction": 1.5}, r"PlanningInputs.headroom_fill_fraction: must be >= 0 and <= 1"),
     ({"growth_rate_per_month": 1e6}, r"PlanningInputs.growth_rate_per_month: must be >= -0.99 and <= 2"),
     ({"ttft_p99_slo_seconds": float("nan")}, "PlanningInputs.ttft_p99_slo_seconds: expected a finite number"),
+    ({"tpot_p99_slo_seconds": 0}, r"PlanningInputs.tpot_p99_slo_seconds: must be > 0 and <= 3600 s"),
     ({"realisation": "sell"}, "PlanningInputs.realisation: must be one of"),
     ({"colour": 1}, r"PlanningInputs.colour: unknown field \(known: ttft_p99_slo_seconds"),
     ({"current_gpus": 8}, r"PlanningInputs.current_gpus: unknown field"),  # a deployment fact now

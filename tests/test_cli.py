@@ -37,6 +37,29 @@ def test_import_then_stats_json(tmp_path):
     assert d["external_prefix_cache_hit_rate"] is None and d["lmcache_lookup_hit_rate"] is None
     # p50: rank 2 of 4, all 3 first in (0, 0.1] -> 0.1 * 2/3
     assert abs(d["ttft_p50_s"] - 0.1 * 2 / 3) < 1e-12
+    # these payloads have no TPOT/ITL histograms: null (not reported), never 0
+    for k in ("tpot_p50", "tpot_p99", "itl_p50", "itl_p99"):
+        assert d[f"{k}_s"] is None and d[f"{k}_bucket"] is None
+    assert d["ttft_p50_bucket"] == {"lower_s": 0.0, "upper_s": 0.1, "in_inf": False}
+
+
+def test_stats_json_tpot_and_itl_on_the_scenario(tmp_path):
+    from tests.test_app_fixtures import DEPLOYMENT, scenario_db, scenario_expected
+
+    db = scenario_db(tmp_path, runs=False, collection=False)
+    exp = scenario_expected()
+    r = runner.invoke(app, ["stats", "--deployment", DEPLOYMENT, "--from", "2026-11-02T00:00:00Z",
+                            "--to", "2026-11-04T00:00:00Z", "--json", "--db", str(db.path)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert abs(d["tpot_p50_s"] - exp["tpot_p50_s"]) < 1e-12 and abs(d["tpot_p99_s"] - exp["tpot_p99_s"]) < 1e-12
+    assert d["tpot_p99_bucket"] == {"lower_s": 0.025, "upper_s": 0.05, "in_inf": False}
+    assert abs(d["itl_p50_s"] - exp["itl_p50_s"]) < 1e-12 and abs(d["itl_p99_s"] - exp["itl_p99_s"]) < 1e-12
+    assert d["itl_p50_bucket"] == {"lower_s": 0.01, "upper_s": 0.025, "in_inf": False}
+    assert d["itl_p99_bucket"] == {"lower_s": 0.075, "upper_s": 0.1, "in_inf": False}
+    r = runner.invoke(app, ["stats", "--deployment", DEPLOYMENT, "--from", "2026-11-02T00:00:00Z",
+                            "--to", "2026-11-04T00:00:00Z", "--db", str(db.path)])
+    assert r.exit_code == 0 and "itl_p99_s" in r.output and "0.0963" in r.output  # 96.25 ms
 
 
 def test_db_from_environment(tmp_path, monkeypatch):

@@ -24,10 +24,10 @@ def raw(case: str, file: str, name: str, **labels) -> float:
     raise KeyError((file, name, labels))
 
 
-def raw_buckets(case: str, file: str) -> dict[str, float]:
+def raw_buckets(case: str, file: str, family: str = "vllm:time_to_first_token_seconds") -> dict[str, float]:
     out = {}
     for line in (PAYLOADS / case / file).read_text().splitlines():
-        if line.startswith("vllm:time_to_first_token_seconds_bucket{"):
+        if line.startswith(family + "_bucket{"):
             le = line.split('le="')[1].split('"')[0]
             out[le] = float(line.rsplit(" ", 1)[1])
     return out
@@ -65,6 +65,43 @@ def test_unique_sessions_then_shared_prefix(db):
     for q, got in ((0.5, s.ttft_p50_s), (0.99, s.ttft_p99_s)):
         assert got == pytest.approx(by_hand_quantile(q, raw_buckets(case, b), raw_buckets(case, c)))
     assert s.lmcache_lookup_hit_rate is not None and s.counter_resets == 0
+
+
+def test_tpot_and_itl_quantiles_and_what_vllm_counts(db):
+    """TPOT and ITL of the recorded runs: p50/p99 by hand from the bucket lines, and what the
+    real server counts: one TPOT per request (sum x 15 = the decode-time sum: 16 output tokens
+    each, TPOT = decode time / (tokens - 1)) and one ITL per output token after the first."""
+    case, a, b, c = "shared_vs_unique", "00_start_vllm-0.prom", "02_after_unique_vllm-0.prom", "05_after_shared_vllm-0.prom"
+    import_case(db, case)
+    tpot, itl = "vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds"
+    for first, last in ((a, b), (b, c), (a, c)):
+        s = stats(db, case, *window(case, first, last))
+        for fam, got in ((tpot, (s.tpot_p50_s, s.tpot_p99_s)), (itl, (s.itl_p50_s, s.itl_p99_s))):
+            for q, v in zip((0.5, 0.99), got):
+                assert v == pytest.approx(by_hand_quantile(q, raw_buckets(case, first, fam),
+                                                           raw_buckets(case, last, fam))), (fam, q, first, last)
+
+        def delta(name, first=first, last=last):
+            return raw(case, last, name) - raw(case, first, name)
+
+        requests, tokens = delta("vllm:time_to_first_token_seconds_count"), delta("vllm:generation_tokens_total")
+        assert delta(f"{tpot}_count") == requests == 20 * (2 if (first, last) == (a, c) else 1)
+        assert tokens == 16 * requests and delta(f"{itl}_count") == tokens - requests
+        assert delta(f"{tpot}_sum") * 15 == pytest.approx(delta("vllm:request_decode_time_seconds_sum"))
+    # the unique run (02 - 00, 00 is all zeros), cumulative buckets read off 02:
+    # TPOT 0.05: 4, 0.075: 12, 0.1: 17, 0.15: 20 of 20 -> p50 rank 10 = 0.05 + 0.025 x 6/8 = 68.75 ms,
+    # p99 rank 19.8 = 0.1 + 0.05 x 2.8/3 = 146.7 ms; 17 of 20 requests at or under the 0.1 s TPOT SLO.
+    # ITL 0.025: 23, 0.05: 167, 0.2: 282, 0.3: 297 of 300 -> p50 rank 150 = 0.025 + 0.025 x 127/144,
+    # p99 rank 297 = the top of (0.2, 0.3]
+    from app.data.window import window_increases
+    from models.slo import tpot_slo_attainment
+
+    s = stats(db, case, *window(case, a, b))
+    assert s.tpot_p50_s == pytest.approx(0.06875) and s.tpot_p99_s == pytest.approx(0.1 + 0.05 * 2.8 / 3)
+    assert (s.tpot_p99.lower, s.tpot_p99.upper) == (0.1, 0.15)
+    assert s.itl_p50_s == pytest.approx(0.025 + 0.025 * 127 / 144) and s.itl_p99_s == pytest.approx(0.3)
+    slo = tpot_slo_attainment(window_increases(db, case, *window(case, a, b)), 0.1)
+    assert (slo.bound_s, slo.share, slo.requests, slo.snapped) == (0.1, 0.85, 20, False)
 
 
 def test_restart_between_scrapes_counts_both_processes_once(db):

@@ -63,7 +63,7 @@ def test_html_report_holds_every_section_and_the_numbers(scen, tmp_path):
     assert "failed scrape: http://node2:8000/metrics: connection refused" in text
     assert "no samples in Prometheus (target down or not scraped)" in text
     assert "span_increases sql/queries/dashboard.sql".replace("sql/queries/", "") in text
-    assert "<svg" in html and html.count('class="chart"') == 5
+    assert "<svg" in html and html.count('class="chart"') == 7  # + the TPOT and ITL charts
     # saved prefill by tier, hand-worked in tests/test_app_pages.py (5.28 and 0.81 GPU-h/month)
     # at the scenario's $2.5/GPU-hour: 5.28 x 2.5 = $13, 0.81 x 2.5 = $2
     assert "vLLM prefix cache 5.28 5.28.. 5.28 $13 free" in text and "LMCache, net of its overhead 0.81 0.81.. 0.81 $2" in text
@@ -71,6 +71,28 @@ def test_html_report_holds_every_section_and_the_numbers(scen, tmp_path):
     # (0.035 / 2000 + 50 us) x 1e6 = 67.5 GPU-s -> $0.05; output tokens: no engine busy time reported
     assert "prompt tokens $0.02 $0.05 output tokens n/a n/a" in text
     assert "Prefill cost model (fitted): fixed 35 ms/request" in text and "per_token 50 us/token" in text
+
+
+def test_report_tail_baseline_has_decode_speed(scen, tmp_path):
+    html = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "r.html").read_text()
+    text = text_of(html)
+    assert (f"TPOT p50 {EXP['tpot_p50']}, p99 {EXP['tpot_p99']} (one value per request" in text
+            and f"ITL p50 {EXP['itl_p50']}, p99 {EXP['itl_p99']} (one value per generated token)" in text)
+    assert f"TPOT p99 {EXP['tpot_p99']} {EXP['tpot_bucket']}" in text  # the quantile table
+    assert f"ITL p99 {EXP['itl_p99']} {EXP['itl_p99_bucket']}" in text
+    assert "TPOT SLO attainment: 100.0% of requests had TPOT ≤ 0.1 s (the 0.1 s SLO is a bucket bound: exact)" in text
+    assert f"TPOT {EXP['tpot_mean']}" in text and f"ITL {EXP['itl_mean']}" in text  # the means table
+    # the charts: TTFT, then TPOT with its SLO rule, then ITL
+    tail = html[html.index("<h2>2. Tail baseline</h2>"):html.index("<h2>3. Topology</h2>")]
+    assert tail.count('class="chart"') == 3 and "SLO 0.1 s" in tail
+
+
+def test_report_without_tpot_and_itl_says_not_reported(db, tmp_path):
+    put(db, 0, one(0, 0, [0, 0, 0]))
+    put(db, 1, one(10, 100, [2, 4, 4]))
+    text = text_of(write_report(db, "d", "2026-11", tmp_path / "r.html").read_text())
+    assert "Not reported: these servers expose neither vllm:request_time_per_output_token_seconds" in text
+    assert "TPOT p99 not reported" in text  # the quantile table
 
 
 def test_the_provenance_lists_only_queries_that_exist():

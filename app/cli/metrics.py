@@ -76,8 +76,8 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
-    """Hit rates, cached tokens and TTFT p50/p99 of a deployment over a window (exact: sums of
-    counter increases between scrapes inside the window, then ratios)."""
+    """Hit rates, cached tokens and TTFT/TPOT/ITL p50/p99 of a deployment over a window (exact:
+    sums of counter increases between scrapes inside the window, then ratios)."""
     from app.data.window import stats as window
 
     t0, t1 = parse_window(from_, to)
@@ -95,7 +95,8 @@ def stats(
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k in ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "lmcache_lookup_hit_rate",
-              "cached_prompt_tokens", "prompt_tokens", "requests", "ttft_p50_s", "ttft_p99_s"):
+              "cached_prompt_tokens", "prompt_tokens", "requests", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
+              "tpot_p99_s", "itl_p50_s", "itl_p99_s"):
         v = d[k]
         table.add_row(k, "not reported" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v)))
     out.print(table)

@@ -1,7 +1,7 @@
 """The capacity report: one deployment, one UTC month, as HTML or PDF.
 
 Contents follow the evaluation in the domain notes: measured reuse (hit rates by tier), the
-tail baseline (TTFT p50/p99 with their buckets), topology (servers and engines per node,
+tail baseline (TTFT, TPOT and ITL p50/p99 with their buckets), topology (servers and engines per node,
 shared or private caches), the pilot comparison (workload runs, each with ``measured_on``),
 pricing (benefit waterfall, capacity, deferral, decision, sensitivity), assumptions and the
 price book, and data provenance (window, scrape counts, gaps, the queries used). Charts are

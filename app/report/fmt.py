@@ -28,6 +28,12 @@ def quantile(q: Quantile | None, none: str = "no requests") -> str:
     return secs(q.value) + (" (≥, in +Inf bucket)" if q.in_inf else "")
 
 
+def reported_quantile(q: Quantile | None) -> str:
+    """``quantile`` for a family a vLLM version may not expose (TPOT, ITL): None (no such
+    histogram in the window) reads "not reported", a histogram without observations "no requests"."""
+    return quantile(q, NOT_REPORTED if q is None else "no requests")
+
+
 def bucket(q: Quantile | None) -> str:
     """The histogram bucket a quantile lies in."""
     if q is None or q.value is None:

@@ -85,7 +85,7 @@ def _reuse(d: ReportData) -> str:
 
 def _tail(d: ReportData) -> str:
     lv = d.latency
-    rows = [[k, fmt.quantile(q), fmt.bucket(q)] for k, q in lv.quantiles.items()]
+    rows = [[k, fmt.reported_quantile(q), fmt.bucket(q)] for k, q in lv.quantiles.items()]
     means = [[k, fmt.secs(v, "not reported")] for k, v in lv.means.items()]
     warn = "".join(f'<p class="note">{escape(w)}</p>' for w in lv.warnings)
     slo = lv.slo
@@ -96,9 +96,31 @@ def _tail(d: ReportData) -> str:
             + table(["quantile", "value", "lies in"], rows, {1}) + warn
             + f"<p>SLO attainment: <b>{fmt.pct(slo.share, 'no requests')}</b> of requests had TTFT ≤ "
               f"{'n/a' if slo.bound_s is None else f'{slo.bound_s:g} s'} ({escape(slo.note)}).</p>"
-            + "<h3>Mean time per request</h3>" + table(["phase", "mean"], means, {1})
+            + "<h3>Means (histogram sum / count)</h3>" + table(["histogram", "mean"], means, {1})
             + svg(charts.quantile_band_chart(lv.points, "TTFT", "Time to first token: p50, p99 and their buckets",
-                                             slo.target_s, tl=d.timeline)))
+                                             slo.target_s, tl=d.timeline))
+            + _decode(d))
+
+
+def _decode(d: ReportData) -> str:
+    """Decode speed: TPOT (per request) and ITL (per token) p50/p99, the TPOT SLO, their charts."""
+    lv, q, ts = d.latency, d.latency.quantiles, d.latency.tpot_slo
+    head = "<h3>Decode speed: time per output token (TPOT) and inter-token latency (ITL)</h3>"
+    if q["TPOT p50"] is None and q["ITL p50"] is None:
+        return head + ('<p class="meta">Not reported: these servers expose neither '
+                       "vllm:request_time_per_output_token_seconds nor vllm:inter_token_latency_seconds.</p>")
+    bound = "n/a" if ts.bound_s is None else f"{ts.bound_s:g} s"
+    return (head
+            + f"<p>TPOT p50 <b>{fmt.reported_quantile(q['TPOT p50'])}</b>, p99 "
+              f"<b>{fmt.reported_quantile(q['TPOT p99'])}</b> (one value per request: decode time / (output "
+              f"tokens - 1)); ITL p50 <b>{fmt.reported_quantile(q['ITL p50'])}</b>, p99 "
+              f"<b>{fmt.reported_quantile(q['ITL p99'])}</b> (one value per generated token).</p>"
+            + f"<p>TPOT SLO attainment: <b>{fmt.pct(ts.share, 'no requests')}</b> of requests had TPOT ≤ "
+              f"{bound} ({escape(ts.note)}).</p>"
+            + svg(charts.quantile_band_chart(lv.points, "TPOT", "Time per output token: p50, p99 and their buckets",
+                                             ts.target_s, tl=d.timeline))
+            + svg(charts.quantile_band_chart(lv.points, "ITL", "Inter-token latency: p50, p99 and their buckets",
+                                             tl=d.timeline)))
 
 
 def _topology(d: ReportData) -> str:

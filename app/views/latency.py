@@ -1,4 +1,5 @@
-"""Latency page: TTFT/queue/prefill/decode p50 and p99 with their buckets, SLO attainment."""
+"""Latency page: TTFT/queue/prefill/decode/TPOT/ITL p50 and p99 with their buckets, TTFT and
+TPOT SLO attainment."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from app.data.store import load_pricebook
 from app.data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
 from app.views.overview import latency_points
 from models.metrics import Quantile, latency_quantiles
-from models.slo import Slo, slo_attainment
+from models.slo import Slo, slo_attainment, tpot_slo_attainment
 from models.spans import chart_step
 
 
@@ -17,8 +18,11 @@ from models.spans import chart_step
 class LatencyView:
     window: Window
     slo: Slo
+    """TTFT SLO attainment (``ttft_p99_slo_seconds``)."""
+    tpot_slo: Slo
+    """TPOT SLO attainment (``tpot_p99_slo_seconds``): share of requests at or under it."""
     quantiles: dict[str, Quantile | None]
-    """'TTFT p50', 'TTFT p99', 'queue p50', ... over the window."""
+    """'TTFT p50', 'TTFT p99', 'queue p50', ..., 'TPOT p99', 'ITL p99' over the window."""
     means: dict[str, float | None]
     """Mean seconds per latency (histogram _sum / _count)."""
     points: list[dict]
@@ -42,18 +46,21 @@ def inf_warnings(qs: dict[str, Quantile | None], points: list[dict]) -> list[str
 
 
 def latency_view(source, deployment: str, t_from, t_to, step_s: int, model: str | None = None,
-                 slo_s: float | None = None, *, prices: dict | None = None, win: Window | None = None,
-                 buckets: list[TimeBucket] | None = None) -> LatencyView:
-    """SLO snapped to a bucket bound; ``win`` / ``buckets``: already loaded ones (the report
-    shares them); ``prices``: the config's default price table."""
+                 slo_s: float | None = None, *, tpot_slo_s: float | None = None, prices: dict | None = None,
+                 win: Window | None = None, buckets: list[TimeBucket] | None = None) -> LatencyView:
+    """SLOs (TTFT ``slo_s``, TPOT ``tpot_slo_s``; None: the deployment's planning inputs)
+    snapped to a bucket bound; ``win`` / ``buckets``: already loaded ones (the report shares
+    them); ``prices``: the config's default price table."""
     if win is None and buckets is None:  # one scan of the raw edges for both
         win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
     win = win or load_window(source, deployment, t_from, t_to, model)
-    if slo_s is None:
-        slo_s = load_pricebook(source, deployment, prices).planning.ttft_p99_slo_seconds
+    if slo_s is None or tpot_slo_s is None:
+        planning = load_pricebook(source, deployment, prices).planning
+        slo_s = planning.ttft_p99_slo_seconds if slo_s is None else slo_s
+        tpot_slo_s = planning.tpot_p99_slo_seconds if tpot_slo_s is None else tpot_slo_s
     qs, means = latency_quantiles(win.rows)
     if buckets is None:
         buckets = window_buckets(source, deployment, t_from, t_to, step_s, model)
     points = latency_points(buckets)
-    return LatencyView(win, slo_attainment(win.rows, slo_s), qs, means, points, inf_warnings(qs, points),
-                       chart_step(t_from, t_to, step_s))
+    return LatencyView(win, slo_attainment(win.rows, slo_s), tpot_slo_attainment(win.rows, tpot_slo_s), qs, means,
+                       points, inf_warnings(qs, points), chart_step(t_from, t_to, step_s))
