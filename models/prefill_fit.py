@@ -705,6 +705,10 @@ class PricedWindow:
     under load they overlap other requests' steps)."""
     exposed_lookups: float = 0.0
     """Requests that went through LMCache, weighted by the same chance."""
+    peak_hour_requests_per_s: float | None = None
+    """Request rate of the busiest UTC hour (requests / seconds of it the data covers; hours
+    covered for less than ``PEAK_HOUR_MIN_COVER_S`` are left out unless none is longer);
+    ``None`` when the window has no requests."""
 
     @property
     def coverage(self) -> float:
@@ -732,6 +736,7 @@ class PricedWindow:
                 cur[1] = max(cur[1], b)
         if cur is not None:
             covered += cur[1] - cur[0]
+        peak = peak_hour_rate(vllm_rows, spans)
         rows = rounds(raw)
         req = prompt = comp = dev = ext = stored = gen = lookup = exposed = lookups = 0.0
         dev_att = cached_att = prompt_att = prefill = 0.0
@@ -773,7 +778,7 @@ class PricedWindow:
                    prefill_engine_seconds=prefill, generation_tokens=gen,
                    engine_busy_seconds=busy, lookup_seconds=lookup,
                    store_exposure=exposed / stored if stored > 0 else 1.0,
-                   exposed_lookups=lookups)
+                   exposed_lookups=lookups, peak_hour_requests_per_s=peak)
 
     def at_hit_rate(self, hit_rate: float) -> PricedWindow:
         """The same traffic as if ``hit_rate`` of prompt tokens had been cached (the tiers in
@@ -796,6 +801,45 @@ class PricedWindow:
         return replace(self, computed_tokens=comp, device_cached=cached * dev_share,
                        external_cached=cached * (1 - dev_share), stored_tokens=stored,
                        device_attention=dev_att, cached_attention=cached_att)
+
+
+PEAK_HOUR_MIN_COVER_S = 600.0
+"""An hour covered by less data than this does not compete for the busiest hour (a few
+seconds at an hour's edge would give a rate from a handful of requests)."""
+
+
+def peak_hour_rate(rows: Sequence[Interval], spans: Sequence[tuple[float, float]]) -> float | None:
+    """Requests per second of the busiest UTC hour: each interval's requests are spread over the
+    hours it spans in proportion to time (a missed scrape makes one interval of two); an hour's rate divides by the seconds of it the data covers (``spans``, the vLLM
+    targets' intervals, merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
+    only when no hour is covered longer."""
+    def hours(a: float, b: float):
+        h = int(a // 3600)
+        while h * 3600 < b:
+            yield h, max(0.0, min(b, (h + 1) * 3600) - max(a, h * 3600))
+            h += 1
+
+    reqs: dict[int, float] = {}
+    for r in rows:
+        if r.requests > 0 and r.t_end > r.t_start:
+            for h, sec in hours(r.t_start, r.t_end):  # a long interval (a missed scrape) is spread
+                reqs[h] = reqs.get(h, 0.0) + r.requests * sec / (r.t_end - r.t_start)
+    if not reqs:
+        return None
+    cover: dict[int, float] = {}
+    merged: list[list[float]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    for a, b in merged:
+        for h, sec in hours(a, b):
+            cover[h] = cover.get(h, 0.0) + sec
+    rates = {h: n / cover[h] for h, n in reqs.items() if cover.get(h, 0.0) > 0}
+    long = {h: v for h, v in rates.items() if cover[h] >= PEAK_HOUR_MIN_COVER_S}
+    pick = long or rates
+    return max(pick.values()) if pick else None
 
 
 # ---- what the cache saved ---------------------------------------------------------------------

@@ -375,6 +375,7 @@ def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
     assert d["prefill_cost_model"]["parts"]["per_token"]["value"] == pytest.approx(5e-5)
     assert d["prefill_cost_model"]["parts"]["fixed"]["value"] == pytest.approx(0.035)
     assert set(d["saved_by_tier"]) == {"device", "lmcache"}
+    assert d["peak_hour_requests_per_s"] == pytest.approx(400 / 3600)  # 4 engines x 100 requests every hour
     assert d["usd_per_1m_prompt_tokens_with_reuse"] < d["usd_per_1m_prompt_tokens_without_reuse"]
     # a 30-day range over the same 48 h prices the same 48 h (never diluted)
     wide = json.loads(CliRunner().invoke(app, ["plan", "--deployment", DEPLOYMENT, "--from", hour(0).isoformat(),

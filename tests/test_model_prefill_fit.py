@@ -253,3 +253,26 @@ def test_lookups_count_only_when_the_engine_had_nothing_else_to_run():
     assert busy.decode_batch() == pytest.approx(7.0)
     w = PricedWindow.from_intervals([busy], t_from=0, t_to=10)
     assert w.lookup_seconds == pytest.approx(0.02 * math.exp(-6))
+
+
+def test_peak_hour_rate_is_the_busiest_covered_hour():
+    from models.prefill_fit import peak_hour_rate
+
+    def iv(a, b, n):
+        return Interval(t_start=a, t_end=b, requests=n, prefill_seconds=0.0, computed_tokens=0.0, engines=1)
+
+    rows = [iv(0, 3600, 100),                    # hour 0: 100 / 3600 s
+            iv(3600, 5400, 720),                 # hour 1: 720 requests over the 1800 s it is covered -> 0.4/s
+            iv(7200, 7500, 200)]                 # hour 2: 300 s only (0.67/s): too short to compete
+    spans = [(r.t_start, r.t_end) for r in rows]
+    assert peak_hour_rate(rows, spans) == pytest.approx(0.4)
+    assert peak_hour_rate(rows[2:], spans[2:]) == pytest.approx(200 / 300)  # nothing longer: it counts
+    assert peak_hour_rate([iv(0, 60, 0)], [(0, 60)]) is None
+
+
+def test_peak_hour_spreads_an_interval_over_the_hours_it_spans():
+    from models.prefill_fit import peak_hour_rate
+
+    # a missed scrape: one interval over hours 0 and 1 with 720 requests is 360 in each
+    rows = [Interval(t_start=0, t_end=7200, requests=720, prefill_seconds=0.0, computed_tokens=0.0, engines=1)]
+    assert peak_hour_rate(rows, [(0, 7200)]) == pytest.approx(0.1)

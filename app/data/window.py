@@ -239,3 +239,15 @@ def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step
 def engines_in_window(source, deployment: str, t_from: datetime, t_to: datetime) -> int:
     """vLLM engines (target x engine) with data in the window, without reading raw samples."""
     return len(source.fetch("dashboard_engines", deployment=deployment, t_from=t_from, t_to=t_to))
+
+
+def peak_running_per_engine(source, deployment: str, t_from: datetime, t_to: datetime,
+                            model: str | None = None) -> float | None:
+    """The most requests one vLLM engine ran at once in the window (``vllm:num_requests_running``,
+    the highest sample of any engine): the concurrency one replica must hold KV for (the replica
+    memory check). None when the gauge is not reported."""
+    from models.catalog import RUNNING
+
+    rows = gauge_points(source, deployment, t_from, t_to, 3600, model, names=[RUNNING])
+    peaks = [r["max"] for r in rows if r.get("max") is not None]
+    return float(max(peaks)) if peaks else None
