@@ -498,8 +498,17 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
     if total <= 0:
         saved = total + benefit.overhead_usd
         if saved <= 0:
-            why = (f"the cache saved no prefill in this window (hit rate {_pct(h)}, baseline without it "
-                   f"{_pct(h0)})" if h <= h0 else f"the cache saved no prefill GPU time at a {_pct(h)} hit rate")
+            hours = savings.gpu_hours_per_month or 0.0
+            if h <= h0:
+                why = (f"the cache saved no prefill in this window (hit rate {_pct(h)}, baseline without it "
+                       f"{_pct(h0)})")
+            elif hours > 0 and benefit.realisation == "shrink":
+                n = capacity.gpus_needed_with_reuse if capacity is not None else None
+                needed = f"{n} GPU{'s' if n != 1 else ''}" if n is not None else "the same GPUs"
+                why = (f"the {hours:,.2f} GPU-hours/month of prefill it saves free no GPU ({needed} needed "
+                       "with or without reuse)")
+            else:
+                why = f"the cache saved no prefill GPU time at a {_pct(h)} hit rate"
             cost = (f" and costs ${benefit.overhead_usd:,.0f}/month" if benefit.overhead_usd > 0
                     else "; no overhead is priced either")
             reason = f"Nothing to gain: {why}{cost} ({benefit.realisation})."

@@ -435,3 +435,18 @@ def test_cost_page_saves_deployment_facts_and_the_plan_uses_them(scen, monkeypat
     got = load_facts(scen, DEPLOYMENT).facts
     assert (got.tensor_parallel, got.gpu_peak_flops, got.model_params) == (2, 989e12, None)
     assert metrics(t)["GPUs today"] == "8"  # 4 engines x tensor parallel 2
+
+
+def test_cost_page_capacity_paths_over_the_horizon(scen, monkeypatch):
+    """The scenario's busiest hour is 400 requests / 3600 s; one GPU holds it with or without reuse,
+    so both paths give back the 3 spare GPUs (shrink) and buy nothing over 24 months. Costs by
+    hand: 1 GPU x $2.5 x 730.56 h x 24 = $43,834; with reuse + $400 ops x 24 = $53,434."""
+    t = run_app(monkeypatch, scen.path, "cost")
+    m = metrics(t)
+    assert (m["Sized by"], m["GPUs per replica"], m["Busiest hour"]) == ("queueing (fallback)", "1", "0.11 req/s")
+    assert m["Decision flips in"] == "0.0%"
+    paths = t.dataframe[[i for i, d in enumerate(t.dataframe) if "path" in d.value.columns][0]].value
+    assert paths["purchases"].tolist() == ["no purchase within the horizon"] * 2
+    assert paths["cost over the horizon"].tolist() == ["$43,834", "$53,434"]
+    badge = [md.value for md in t.markdown if "-badge[" in md.value][0]
+    assert "NOT_WORTH_IT" in badge and "0.81 GPU-hours/month of prefill it saves free no GPU" in badge

@@ -89,6 +89,24 @@ if sel is not None:
                 f"{fmt.months(p.runout_month_without_reuse, 'never')}",
                 help=f"Within the {v.planning.horizon_months}-month horizon at "
                      f"{v.planning.growth_rate_per_month:.0%}/month growth; 'never' = not within it.")
+    c = st.columns(4)
+    c[0].metric("Sized by", "goodput" if p.capacity_method == "goodput" else "queueing (fallback)",
+                help=fmt.capacity_method(p) + ". A `kvplan pilot --sweep` replaces the formula with measured goodput.")
+    c[1].metric("GPUs per replica", fmt.gpus(p.gpus_per_replica),
+                help="Tensor x pipeline parallel, or more when weights + KV do not fit in one GPU's memory.")
+    c[2].metric("Busiest hour", fmt.number(p.peak_hour_requests_per_s, "req/s"),
+                help="Requests per second of the busiest hour in the window: what the fleet is sized for.")
+    c[3].metric("Decision flips in", fmt.pct(p.flip_probability),
+                help="Share of 200 resampled scenarios (hit rate, per-token cost, price, growth ranges) whose "
+                     "decision differs from this one.")
+    if p.replica_message:
+        st.warning(p.replica_message)
+    hz = p.horizon_cost_usd or {}
+    st.dataframe(pd.DataFrame([
+        {"path": "without reuse (buy when the SLO breaks)", "purchases": fmt.schedule(p.purchase_schedule_without_reuse),
+         "cost over the horizon": fmt.usd(hz.get("baseline"))},
+        {"path": "with reuse (cache overhead now, buy later)", "purchases": fmt.schedule(p.purchase_schedule_with_reuse),
+         "cost over the horizon": fmt.usd(hz.get("reuse"))}]), hide_index=True)
     if v.schedule:
         state.chart(charts.capacity_chart(v.schedule, p.current_gpus))
 

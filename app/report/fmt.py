@@ -122,3 +122,20 @@ def cost_model_line(p) -> str:
     from models.prefill import cost_model_text
 
     return cov + f"Prefill cost model ({cm.source}): {cost_model_text(cm)}; fitted on {cm.history}."
+
+
+def schedule(rows: list[dict] | None) -> str:
+    """A purchase schedule ([{month, gpus}]) as text: "2 GPUs in month 5, 1 in month 14"."""
+    if not rows:
+        return "no purchase within the horizon"
+    parts = [f"{r['gpus']} GPU{'s' if r['gpus'] != 1 else ''} in month {r['month']}" for r in rows]
+    return ", ".join(parts)
+
+
+def capacity_method(p) -> str:
+    """How the fleet was sized, in words."""
+    if p.capacity_method == "goodput":
+        return "measured goodput per replica (load sweep)"
+    if p.capacity_method == "queueing_fallback":
+        return "queueing formula (fallback: no load sweep measured)"
+    return "n/a"

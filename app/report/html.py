@@ -171,6 +171,14 @@ def _pricing(d: ReportData) -> str:
            ["fleet runs out with reuse", fmt.months(p.runout_month_with_reuse)],
            ["fleet runs out without reuse", fmt.months(p.runout_month_without_reuse)],
            ["purchase deferred by", "n/a" if p.deferral_months is None else f"{p.deferral_months:.1f} months"],
+           ["sized by", fmt.capacity_method(p)],
+           ["GPUs per replica", fmt.gpus(p.gpus_per_replica) + (f" ({p.replica_message})" if p.replica_message else "")],
+           ["busiest hour", fmt.number(p.peak_hour_requests_per_s, "req/s")],
+           ["purchases without reuse", fmt.schedule(p.purchase_schedule_without_reuse)],
+           ["purchases with reuse", fmt.schedule(p.purchase_schedule_with_reuse)],
+           ["cost over the horizon without / with reuse",
+            f"{fmt.usd((p.horizon_cost_usd or {}).get('baseline'))} / {fmt.usd((p.horizon_cost_usd or {}).get('reuse'))}"],
+           ["decision flips in", f"{fmt.pct(p.flip_probability)} of resampled scenarios"],
            ["saved prefill GPU-hours / month", f"{fmt.number(p.saved_prefill_gpu_hours)} "
             f"({fmt.number(p.saved_prefill_gpu_hours_low)} .. {fmt.number(p.saved_prefill_gpu_hours_high)})"]]
     sens = [[r.name, f"{r.low_input:.4g} .. {r.high_input:.4g} {r.unit}", fmt.usd(r.low_benefit),
