@@ -8,7 +8,8 @@ Levels are either
 * ``concurrency``: closed loop, ``c`` users each sending their requests one after another
   (``requests_per_level`` in all, rounded up to a multiple of ``c``), or
 * ``rate``: open loop, Poisson arrivals at ``r`` requests/s (a seeded schedule, the same on both
-  sides), ``max(requests_per_level, r x level_seconds)`` requests; arrivals do not wait for
+  sides, conditioned to offer exactly ``r`` over the level), ``max(requests_per_level,
+  r x level_seconds)`` requests; arrivals do not wait for
   answers, so past its capacity a replica builds a queue as under real traffic.
 
 Prompts follow a ``collectors.workload`` scenario (``shared_prefix``: one system prompt and a
@@ -62,6 +63,9 @@ class SweepPlan:
     """Rate levels: arrivals spread over about this long (at least ``requests_per_level``)."""
     request_timeout_s: float = 120.0
     warmup: bool = True
+    first_request: int = 0
+    """Request numbering offset: another run with the same seed (same system prompt) but an
+    offset past the sweep's sends new tails."""
 
     def __post_init__(self) -> None:
         if self.load_kind not in LOAD_KINDS:
@@ -95,17 +99,22 @@ class SweepPlan:
 
     def prompts(self, level_idx: int, n: int) -> list[str]:
         """The ``n`` prompts of level ``level_idx``: request ``i`` is workload user
-        ``level_idx x 100000 + i``, turn 0 (its own tail; the shared system prompt)."""
+        ``first_request + level_idx x 100000 + i``, turn 0 (its own tail; the shared system prompt)."""
         w = self.workload()
-        return [wl.prompt_for(w, level_idx * 100_000 + i, 0) for i in range(n)]
+        return [wl.prompt_for(w, self.first_request + level_idx * 100_000 + i, 0) for i in range(n)]
 
     def arrivals(self, level_idx: int, rate: float, n: int) -> list[float]:
-        """Seeded Poisson arrival offsets (seconds) of a rate level: the same on both sides."""
+        """Seeded Poisson arrival offsets (seconds) of a rate level, the same on both sides:
+        exponential gaps, scaled so that the ``n`` arrivals span ``n / rate`` seconds (a Poisson
+        stream conditioned on its count: bursts as in real traffic, but a short level still
+        offers exactly its rate)."""
         rng = random.Random(f"kvplan-sweep:{self.seed}:{level_idx}:{rate!r}")
+        gaps = [rng.expovariate(rate) for _ in range(n)]
+        scale = (n / rate) / sum(gaps)
         t, out = 0.0, []
-        for _ in range(n):
+        for g in gaps:
             out.append(t)
-            t += rng.expovariate(rate)
+            t += g * scale
         return out
 
     def to_dict(self) -> dict:

@@ -127,8 +127,9 @@ def side_goodput(points: Sequence[SweepPoint], ttft_slo_s: float,
     p = pts[best]
     after = [i for i in range(best + 1, len(pts)) if fails[i]]
     if not after:
+        upto = "" if pts[-1] is p else f" up to {pts[-1].offered:g}"
         return SideGoodput(p.throughput_rps, NOT_REACHED, p, None,
-                           f"no level above {p.offered:g} missed {slos}: goodput is at least "
+                           f"no level from {p.offered:g}{upto} missed {slos}: goodput is at least "
                            f"{p.throughput_rps:.3g} req/s (a lower bound; sweep higher)")
     f = pts[after[0]]
     crossings = []

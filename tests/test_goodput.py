@@ -7,8 +7,18 @@ import dataclasses
 import pytest
 
 from models.errors import KvplanError
-from models.goodput import (ERRORS, LOWEST_FAILS, NOT_REACHED, TPOT, TTFT, Goodput, SweepPoint, failed_metrics,
-                            side_goodput, sweep_goodput)
+from models.goodput import (
+    ERRORS,
+    LOWEST_FAILS,
+    NOT_REACHED,
+    TPOT,
+    TTFT,
+    Goodput,
+    SweepPoint,
+    failed_metrics,
+    side_goodput,
+    sweep_goodput,
+)
 
 
 def pt(offered, rps, ttft99, tpot99=0.01, failed=0):

@@ -13,8 +13,8 @@ from models.errors import KvplanError
 
 def pilot(
     deployment: Annotated[str, typer.Option(help="Deployment the run is stored under.")],
-    server: Annotated[list[str] | None, typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")] = None,
     model: Annotated[str, typer.Option(help="Served model name.")],
+    server: Annotated[list[str] | None, typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")] = None,
     scenario: Annotated[str, typer.Option(help="shared_prefix | unique | multi_turn")] = "shared_prefix",
     users: Annotated[int, typer.Option(help="Concurrent streaming users.")] = 10,
     turns: Annotated[int, typer.Option(help="Turns per user (sequential).")] = 3,
