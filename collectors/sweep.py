@@ -249,7 +249,7 @@ def save_sweep(db: Database, deployment: str, sweep: SweepResult, *, pair: str, 
     check_name(deployment, "--deployment")
     with db.write() as con:
         sweep_id = Database.run(
-            con, "insert_sweep", deployment=deployment, pair=pair, reuse=sweep.reuse,
+            con, "insert_sweep", deployment=deployment, pair=pair, side=sweep.reuse,
             load_kind=sweep.plan.load_kind, server=redact_url(sweep.server), model=sweep.model,
             scenario=sweep.plan.scenario, workload=json.dumps(sweep.plan.to_dict()),
             started_at=from_epoch_s(sweep.started_at), ended_at=from_epoch_s(sweep.ended_at),

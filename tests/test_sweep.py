@@ -5,6 +5,7 @@ like vLLM's completions endpoint."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from http.server import BaseHTTPRequestHandler
@@ -54,10 +55,10 @@ def test_plan_sizes_levels_and_keeps_prompts_and_arrivals_the_same_on_both_sides
     r = SweepPlan(levels=(2.5,), load_kind="rate", requests_per_level=20, level_seconds=10)
     assert r.requests_at(2.5) == 25 and r.requests_at(1.0) == 20
     a, b = r.arrivals(0, 2.5, 400), r.arrivals(0, 2.5, 400)
-    assert a == b and a[0] == 0.0 and all(y > x for x, y in zip(a, a[1:]))
+    assert a == b and a[0] == 0.0 and all(y > x for x, y in itertools.pairwise(a))
     # 400 arrivals at 2.5/s span 160 s: the last one comes one (scaled) gap before the end
     assert 159 < a[-1] < 160
-    gaps = sorted(y - x for x, y in zip(a, a[1:]))
+    gaps = sorted(y - x for x, y in itertools.pairwise(a))
     assert gaps[0] < 0.05 and gaps[-1] > 1.0  # bursts and lulls, not a metronome
     ps = c.prompts(1, 3)
     system = wl.system_prompt(c.workload())
@@ -65,9 +66,9 @@ def test_plan_sizes_levels_and_keeps_prompts_and_arrivals_the_same_on_both_sides
     assert ps == c.prompts(1, 3) and set(ps).isdisjoint(c.prompts(0, 3))
 
 
-@pytest.mark.parametrize("kw", [dict(levels=(1.5,)), dict(levels=()), dict(levels=(2, 2)),
-                                dict(levels=(1,), scenario="multi_turn"), dict(levels=(1,), load_kind="qps"),
-                                dict(levels=(0,), load_kind="rate")])
+@pytest.mark.parametrize("kw", [{"levels": (1.5,)}, {"levels": ()}, {"levels": (2, 2)},
+                                {"levels": (1,), "scenario": "multi_turn"}, {"levels": (1,), "load_kind": "qps"},
+                                {"levels": (0,), "load_kind": "rate"}])
 def test_bad_plans_are_user_errors(kw):
     with pytest.raises(KvplanError):
         SweepPlan(**kw)
