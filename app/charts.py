@@ -366,3 +366,41 @@ def tornado_chart(rows: Sequence) -> alt.Chart:
         alt.Chart(pd.DataFrame({"base": [base_val]})).mark_rule(color="black").encode(x="base:Q"),
         title="Sensitivity: monthly benefit with one input moved",
     ).properties(height=max(120, 44 * len(rows)))
+
+
+def sweep_curves_chart(rows: Sequence[dict], ttft_slo_s: float | None = None,
+                       goodput_rows: Sequence[dict] = (), load_kind: str = "concurrency") -> alt.LayerChart:
+    """``SweepView.rows`` (side, offered, throughput_rps, ttft_p99_s, passes, ...): achieved
+    throughput against TTFT p99, one line per side (without / with reuse) through the levels in
+    order of offered load, levels that miss the SLOs as hollow points; the TTFT SLO as a dashed
+    rule and, from ``SweepView.goodput_rows`` (side, goodput_rps), each side's goodput as a
+    dotted rule in its colour."""
+    unit = "users" if load_kind == "concurrency" else "req/s offered"
+    df = frame(rows, ["side", "offered", "throughput_rps", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "passes",
+                      "misses"])
+    df = df.sort_values(["side", "offered"], kind="stable").reset_index(drop=True)
+    sides = alt.Scale(domain=["without reuse", "with reuse"], range=["#c62828", "#1565c0"])
+    x = alt.X("throughput_rps:Q", title="achieved throughput (requests/s)")
+    base = alt.Chart(df).encode(x=x, color=alt.Color("side:N", scale=sides, legend=LEGEND))
+    tips = ["side:N", alt.Tooltip("offered:Q", title=f"level ({unit})"),
+            alt.Tooltip("throughput_rps:Q", format=".2f", title="requests/s"),
+            alt.Tooltip("ttft_p50_s:Q", format=".3f", title="TTFT p50 (s)"),
+            alt.Tooltip("ttft_p99_s:Q", format=".3f", title="TTFT p99 (s)"),
+            alt.Tooltip("tpot_p99_s:Q", format=".4f", title="TPOT p99 (s)"), alt.Tooltip("misses:N", title="misses")]
+    layers: list = [
+        base.mark_line().encode(y=alt.Y("ttft_p99_s:Q", title="TTFT p99 (s)"), order="offered:Q"),
+        base.mark_point(size=70).encode(y="ttft_p99_s:Q", tooltip=tips,
+                                        fill=alt.condition("datum.passes", alt.Color("side:N", scale=sides),
+                                                           alt.value("white"))),
+    ]
+    if ttft_slo_s is not None:
+        layers.append(alt.Chart(pd.DataFrame({"slo": [ttft_slo_s], "label": [f"TTFT p99 SLO {ttft_slo_s:g} s"]}))
+                      .mark_rule(strokeDash=[6, 4], color="gray").encode(y="slo:Q", tooltip=["label:N"]))
+    if goodput_rows:
+        g = frame(goodput_rows, ["side", "goodput_rps", "limited_by"])
+        layers.append(alt.Chart(g).mark_rule(strokeDash=[2, 3]).encode(
+            x="goodput_rps:Q", color=alt.Color("side:N", scale=sides, legend=LEGEND),
+            tooltip=["side:N", alt.Tooltip("goodput_rps:Q", format=".2f", title="goodput (requests/s)"),
+                     alt.Tooltip("limited_by:N", title="limited by")]))
+    return alt.layer(*layers, title="Load sweep: throughput against TTFT p99, without and with reuse"
+                     ).properties(height=280)

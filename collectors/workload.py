@@ -429,6 +429,50 @@ async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequenc
                      results=results, model=model, servers=bases)
 
 
+async def run_arrivals_async(server: str, model: str, prompts: Sequence[str], offsets_s: Sequence[float], *,
+                             output_tokens: int = 8, scenario: Scenario = "shared_prefix",
+                             request_timeout_s: float = 120.0,
+                             client: httpx.AsyncClient | None = None) -> RunResult:
+    """Open loop: prompt ``i`` is sent at ``offsets_s[i]`` seconds after the start whether or
+    not earlier ones have been answered (arrivals do not wait for the server, so a replica
+    past its capacity builds a queue, as it would under real traffic). Request ``i`` is
+    recorded as user ``i``, turn 0. Never raises for a failed request."""
+    if len(prompts) != len(offsets_s):
+        raise ValueError("one offset per prompt")
+    base = normalize_base_url(server)
+    w = Workload(scenario=scenario, users=max(len(prompts), 1), turns=1, output_tokens=output_tokens,
+                 request_timeout_s=request_timeout_s, max_requests=len(prompts),
+                 max_seconds=(max(offsets_s, default=0.0) + request_timeout_s) * 2)
+    results: list[RequestResult] = []
+    started_at = time.time()
+    t0 = time.monotonic()
+    deadline = t0 + w.max_seconds
+    own = client is None
+    if client is None:
+        client = httpx.AsyncClient(timeout=httpx.Timeout(request_timeout_s, connect=10.0),
+                                   limits=httpx.Limits(max_connections=max(len(prompts), 1)),
+                                   trust_env=False)
+
+    async def one(i: int) -> None:
+        await asyncio.sleep(max(t0 + offsets_s[i] - time.monotonic(), 0.0))
+        res, _ = await _one_request(client, base, model, prompts[i], w, i, 0, deadline)
+        results.append(res)
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(len(prompts))))
+    finally:
+        if own:
+            await client.aclose()
+    results.sort(key=lambda r: (r.started_at, r.user))
+    return RunResult(scenario=scenario, started_at=started_at, ended_at=time.time(), workload=w,
+                     results=results, model=model, servers=[base])
+
+
+def run_arrivals(server: str, model: str, prompts: Sequence[str], offsets_s: Sequence[float], **kw: Any) -> RunResult:
+    """Synchronous wrapper around run_arrivals_async."""
+    return _run_sync(lambda: run_arrivals_async(server, model, prompts, offsets_s, **kw))
+
+
 def run_prompts(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], **kw: Any) -> RunResult:
     """Synchronous wrapper around run_prompts_async."""
     return _run_sync(lambda: run_prompts_async(servers, model, prompts, **kw))

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from models.goodput import Goodput
 from models.prefill import PrefillMeasurement, PrefillSavings
 from models.pricebook import PriceBook
 
@@ -58,25 +59,6 @@ CAPACITY_METHODS = ("goodput", "queueing_fallback")
 
 class FleetBeyondLimit(ValueError):
     """No fleet below the search limit meets the SLO."""
-
-
-@dataclass(frozen=True)
-class Goodput:
-    """Measured capacity of one replica (a load sweep, ``kvplan pilot --sweep``): the request
-    rate at which TTFT p99 and TPOT p99 still meet their SLOs."""
-
-    without_reuse_rps: float
-    """Goodput with reuse off, requests/s per replica."""
-    with_reuse_rps: float
-    """Goodput with reuse on, requests/s per replica."""
-    source: str
-    """Where it was measured (sweep id, stack, model): printed with the plan."""
-
-    def __post_init__(self) -> None:
-        for name in ("without_reuse_rps", "with_reuse_rps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"Goodput.{name}: must be a finite number >= 0; got {v!r}")
 
 
 @dataclass(frozen=True)

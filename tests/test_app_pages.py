@@ -450,3 +450,22 @@ def test_cost_page_capacity_paths_over_the_horizon(scen, monkeypatch):
     assert paths["cost over the horizon"].tolist() == ["$43,834", "$53,434"]
     badge = [md.value for md in t.markdown if "-badge[" in md.value][0]
     assert "NOT_WORTH_IT" in badge and "0.81 GPU-hours/month of prefill it saves free no GPU" in badge
+
+
+def test_cost_page_sizes_from_a_stored_load_sweep(scen, monkeypatch):
+    """With a sweep pair stored (tests/test_sweep.py's helpers), the plan is sized by measured
+    goodput, the page shows the curves and both goodputs, and says they are CPU-scale."""
+    from collectors.sweep import save_sweep
+    from tests.test_sweep import even, side
+
+    off = side("off", [(2, even(2, 0.5)), (4, even(4, 1.0)), (8, even(8, 3.0))])  # misses the 2 s SLO at 8
+    on = side("on", [(2, even(2, 0.03)), (4, even(4, 0.04)), (8, even(8, 0.05))])
+    for s in (off, on):
+        save_sweep(scen, DEPLOYMENT, s, pair="p1", measured_on=MEASURED_ON)
+    t = run_app(monkeypatch, scen.path, "cost")
+    assert metrics(t)["Sized by"] == "goodput"
+    assert any(k and "sweep" in k.lower() for k in charts(t)), list(charts(t))
+    table = [d.value for d in t.dataframe if "goodput (req/s)" in d.value.columns][0]
+    assert table["side"].tolist() == ["without reuse", "with reuse"]
+    assert table["limited by"].tolist()[0] == "ttft_p99"
+    assert any("CPU-scale seconds, not GPU results" in c.value for c in t.caption)

@@ -188,3 +188,20 @@ def test_the_nightly_job_writes_the_report(scen, tmp_path):
 @pytest.mark.skipif(shutil.which("pdftotext") is None, reason="poppler-utils not installed")
 def test_pdftotext_is_available():
     assert subprocess.run(["pdftotext", "-v"], capture_output=True).returncode == 0
+
+
+def test_report_shows_the_load_sweep_it_sized_from(scen, tmp_path):
+    from collectors.sweep import save_sweep
+    from tests.test_sweep import even, side
+
+    no = text_of(write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "a.html").read_text())
+    assert "sized by queueing formula (fallback: no load sweep measured)" in no and "No load sweep stored" in no
+    for s in (side("off", [(2, even(2, 0.5)), (4, even(4, 1.0)), (8, even(8, 3.0))]),
+              side("on", [(2, even(2, 0.03)), (4, even(4, 0.04)), (8, even(8, 0.05))])):
+        save_sweep(scen, DEPLOYMENT, s, pair="p1", measured_on=MEASURED_ON)
+    html = write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "b.html").read_text()
+    text = text_of(html)
+    assert "sized by measured goodput per replica (load sweep)" in text
+    assert "Load sweep load sweep 'p1'" in text and "CPU-scale seconds from a tiny model" in text
+    assert "without reuse" in text and "ttft_p99" in text
+    assert html.count('class="chart"') == 8  # + the sweep curves

@@ -10,7 +10,11 @@ from sql.db import Database, DatabaseError, migrations, queries
 SPECIAL = {"model": None, "step_s": 60, "names": ["x"], "limit": 10, "ok": True, "url": None,
            "error": None, "warnings": None, "duration_s": None, "payload_sha256": None, "n_samples": 0,
            "stopped_by": None, "reuse": None, "engine_seconds": None, "engine_seconds_source": None,
-           "ab_pair": None, "cached_tokens": None}
+           "ab_pair": None, "cached_tokens": None,
+           # migration 011 (sweeps): CHECK constraints and numeric columns
+           "side": "on", "load_kind": "rate", "offered": 1.0, "level_idx": 0, "requests": 1, "failed": 0,
+           "span_s": None, "throughput_rps": None, "ttft_p50_s": None, "ttft_p99_s": None, "tpot_p50_s": None,
+           "tpot_p99_s": None}
 
 
 def sample_param(name: str):

@@ -13,8 +13,8 @@ from models.errors import KvplanError
 
 def pilot(
     deployment: Annotated[str, typer.Option(help="Deployment the run is stored under.")],
-    server: Annotated[list[str], typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")],
     model: Annotated[str, typer.Option(help="Served model name.")],
+    server: Annotated[list[str] | None, typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")] = None,
     scenario: Annotated[str, typer.Option(help="shared_prefix | unique | multi_turn")] = "shared_prefix",
     users: Annotated[int, typer.Option(help="Concurrent streaming users.")] = 10,
     turns: Annotated[int, typer.Option(help="Turns per user (sequential).")] = 3,
@@ -35,11 +35,34 @@ def pilot(
     engine_seconds: Annotated[float | None, typer.Option(help="Engine time the run took, seconds (e.g. GPU busy "
                                                                "time from DCGM). Default: the run's wall time.")] = None,
     engine_seconds_source: Annotated[str | None, typer.Option(help="How --engine-seconds was measured.")] = None,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Load sweep: raise the load in levels against --off-url "
+                                         "(reuse off) and --on-url (reuse on); store both curves and print the goodputs.")] = False,
+    off_url: Annotated[str | None, typer.Option(help="--sweep: the replica with KV reuse off.")] = None,
+    on_url: Annotated[str | None, typer.Option(help="--sweep: the replica with KV reuse on.")] = None,
+    levels: Annotated[str | None, typer.Option(help="--sweep: concurrency levels (closed loop), e.g. 1,2,4,8.")] = None,
+    rates: Annotated[str | None, typer.Option(help="--sweep: request rates per second (open loop, Poisson), e.g. 2,4,8.")] = None,
+    requests_per_level: Annotated[int, typer.Option(help="--sweep: requests per level (at least).")] = 24,
+    level_seconds: Annotated[float, typer.Option(help="--sweep: rate levels send for about this long.")] = 10.0,
+    ttft_slo: Annotated[float | None, typer.Option(help="--sweep: p99 TTFT SLO, s (default: the planning inputs').")] = None,
+    tpot_slo: Annotated[float | None, typer.Option(help="--sweep: p99 TPOT SLO, s (default: not checked).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Drive N concurrent streaming users for T turns against the servers, store the run
     (client-side TTFT, total time, tokens/s per request) and optionally scrape the servers'
-    /metrics right before and after it, so the run's window has server-side numbers too."""
+    /metrics right before and after it, so the run's window has server-side numbers too.
+
+    With --sweep: raise the offered load in levels (--levels: concurrent users, or --rates:
+    requests/s) against one replica with reuse off (--off-url) and one with reuse on (--on-url),
+    the same prompts on both (--scenario shared_prefix or unique, with this command's prompt and
+    output shape); store both curves and print each side's goodput at the SLOs."""
+    if sweep:
+        _sweep(deployment=deployment, model=model, off_url=off_url, on_url=on_url, levels=levels, rates=rates,
+               scenario=scenario, output_tokens=output_tokens, prefix_chars=prefix_chars, tail_chars=tail_chars,
+               seed=seed, requests_per_level=requests_per_level, level_seconds=level_seconds,
+               ttft_slo=ttft_slo, tpot_slo=tpot_slo, label=label, measured_on=measured_on, db=db, config=config)
+        return
+    if not server:
+        raise KvplanError("give at least one --server (or --sweep with --off-url and --on-url)", source="--server")
     from collectors import workload as wl
     from collectors.runs import save_run
     from collectors.scrape import Target, default_target_name, scrape_target
@@ -77,3 +100,72 @@ def pilot(
     out.print_json(json.dumps(summary))
     if run.errors:
         err.print(f"[yellow]{len(run.errors)} request(s) failed; first: {run.errors[0].error}[/yellow]")
+
+
+def _levels(text: str, what: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise KvplanError("a comma-separated list of numbers, e.g. 1,2,4,8", source=f"{what} {text}") from None
+
+
+def _sweep(*, deployment: str, model: str, off_url: str | None, on_url: str | None, levels: str | None,
+           rates: str | None, scenario: str, output_tokens: int, prefix_chars: int, tail_chars: int, seed: int,
+           requests_per_level: int, level_seconds: float, ttft_slo: float | None, tpot_slo: float | None,
+           label: str | None, measured_on: str, db, config) -> None:
+    """``kvplan pilot --sweep``: both sides, stored, with a progress bar per level."""
+    from datetime import UTC, datetime
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from app.data.store import load_pricebook
+    from collectors.sweep import SweepPlan, run_pair, save_sweep
+    from models.goodput import sweep_goodput
+
+    if not off_url or not on_url:
+        raise KvplanError("a sweep needs the replica with reuse off and the one with reuse on",
+                          source="--off-url/--on-url")
+    if (levels is None) == (rates is None):
+        raise KvplanError("give either --levels (concurrency) or --rates (requests/s)", source="--levels/--rates")
+    kind, text = ("concurrency", levels) if levels is not None else ("rate", rates)
+    plan = SweepPlan(levels=_levels(text or "", "--levels" if levels else "--rates"), load_kind=kind,
+                     scenario=scenario, prefix_chars=prefix_chars, tail_chars=tail_chars,
+                     output_tokens=output_tokens, seed=seed, requests_per_level=requests_per_level,
+                     level_seconds=level_seconds)
+    s = settings(config, db)
+    database = open_db(s)
+    if ttft_slo is None:
+        ttft_slo = load_pricebook(database, deployment, s.prices).planning.ttft_p99_slo_seconds
+    unit = "users" if kind == "concurrency" else "req/s"
+    with Progress(TextColumn("sweep {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("warm-up", total=2 * len(plan.levels))
+
+        def step(reuse: str, k: int, p) -> None:
+            bar.update(task, advance=1, description=f"reuse {reuse} at {p.offered:g} {unit}: "
+                       f"{p.throughput_rps:.2f} req/s, TTFT p99 {p.ttft_p99_s or float('nan'):.3f} s")
+
+        off, on = run_pair(off_url, on_url, model, plan, progress=step)
+    pair = label or f"sweep {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
+    ids = [save_sweep(database, deployment, side, pair=pair, measured_on=measured_on) for side in (off, on)]
+    sg = sweep_goodput(off.points, on.points, ttft_slo, tpot_slo, label=f"load sweep {pair!r} ({measured_on})")
+    summary = {
+        "pair": pair, "sweep_ids": {"off": ids[0], "on": ids[1]}, "load_kind": kind, "measured_on": measured_on,
+        "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,
+        "levels": [{"reuse": side.reuse, "offered": p.offered, "throughput_rps": round(p.throughput_rps, 4),
+                    "ttft_p50_s": _r(p.ttft_p50_s), "ttft_p99_s": _r(p.ttft_p99_s), "tpot_p99_s": _r(p.tpot_p99_s),
+                    "requests": p.requests, "failed": p.failed}
+                   for side in (off, on) for p in side.points],
+        "goodput": {"without_reuse_rps": round(sg.goodput.without_reuse_rps, 4),
+                    "with_reuse_rps": round(sg.goodput.with_reuse_rps, 4),
+                    "limited_by": {"off": sg.off.limited_by, "on": sg.on.limited_by},
+                    "notes": {"off": sg.off.note, "on": sg.on.note}, "source": sg.goodput.source},
+    }
+    out.print_json(json.dumps(summary))
+    errors = off.errors + on.errors
+    if errors:
+        err.print(f"[yellow]{len(errors)} request(s) failed; first: {errors[0]}[/yellow]")
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)

@@ -109,6 +109,18 @@ if sel is not None:
          "cost over the horizon": fmt.usd(hz.get("reuse"))}]), hide_index=True)
     if v.schedule:
         state.chart(charts.capacity_chart(v.schedule, p.current_gpus))
+    sw = v.sweep
+    if sw is not None and not sw.empty:
+        st.markdown(f"**{sw.pair.label[0].upper() + sw.pair.label[1:]}**")
+        if sw.cpu_scale:
+            st.caption("Measured on a CPU stack with a tiny model: CPU-scale seconds, not GPU results.")
+        state.chart(charts.sweep_curves_chart(sw.rows, sw.ttft_slo_s, sw.goodput_rows, sw.load_kind or "concurrency"))
+        st.dataframe(pd.DataFrame([{"side": r["side"], "goodput (req/s)": fmt.number(r["goodput_rps"]),
+                                    "limited by": r["limited_by"], "note": r["note"]} for r in sw.goodput_rows]),
+                     hide_index=True)
+    else:
+        st.caption("No load sweep stored: sized with the queueing formula. `kvplan pilot --sweep --off-url URL "
+                   "--on-url URL --rates 2,4,8,16` measures each replica's goodput at the SLOs.")
 
     st.subheader("Sensitivity")
     if p.sensitivity:

@@ -15,6 +15,7 @@ from app.views.collection import CollectionView, collection_view, topology_view
 from app.views.latency import LatencyView, latency_view
 from app.views.overview import Overview, overview
 from app.views.runs import RunsView, runs_view
+from app.views.sweeps import SweepView, sweep_view
 from models.errors import KvplanError
 from models.runs import is_cpu_scale
 from models.spans import chart_step
@@ -26,7 +27,7 @@ QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increase
                 "dashboard_topology", "get_pricebook", "run_summaries", "run_cache_shares",
                 "scrape_count_in_window", "failed_scrapes_in_window", "recent_failed_scrapes", "ingest_ledger",
                 "ingest_gaps", "scrape_gaps", "collector_runs", "targets", "prefill_intervals",
-                "measured_ab_pairs", "get_facts")
+                "measured_ab_pairs", "get_facts", "latest_sweep_pair", "sweep_points")
 """Named queries (sql/queries/*.sql) the report's numbers come from, listed in its provenance."""
 
 
@@ -50,6 +51,8 @@ class ReportData:
     timeline: Timeline = Timeline()
     """How the report's time charts are drawn (UTC, the bucket width, the recorded gaps)."""
     whatif_html: str = ""
+    sweep: SweepView | None = None
+    """The deployment's latest load sweep at the planning SLOs (sizing by goodput), if any."""
     """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
 
     @property
@@ -97,4 +100,6 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
             scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
             ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
             measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
+            sweep=sweep_view(src, deployment, ov.plan.inputs.planning.ttft_p99_slo_seconds,
+                             ov.plan.inputs.planning.tpot_p99_slo_seconds, prices=cfg.prices),
             timeline=timeline(src, deployment, t_from, t_to, chart_step(t_from, t_to, step)))

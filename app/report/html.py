@@ -188,7 +188,7 @@ def _pricing(d: ReportData) -> str:
             + table(["term", "$ / month", "band"], wf, {1})
            + (svg(charts.waterfall_chart(p.waterfall)) if p.waterfall else "")
            + "<h3>Capacity and deferral</h3>" + table(["", ""], cap, {1})
-           + (svg(charts.capacity_chart(schedule, p.current_gpus)) if schedule else "")
+           + (svg(charts.capacity_chart(schedule, p.current_gpus)) if schedule else "") + _sweep(d)
            + "<h3>Sensitivity</h3>" + table(["input moved", "range", "benefit at low", "benefit at high"], sens, {2, 3})
            + (svg(charts.tornado_chart(p.sensitivity)) if p.sensitivity else ""))
 
@@ -207,6 +207,19 @@ def _saved_prefill(d: ReportData) -> str:
                else "<p>No tier attribution: the saved prefill could not be modelled for this window.</p>")
             + f"<p>{escape(fmt.cost_model_line(p))} Deployment facts: {escape(d.overview.facts.origin if d.overview.facts else 'defaults')}.</p>"
             + "<h3>$ per 1M tokens</h3>" + table(["", "with reuse", "without reuse"], per_token, {1, 2}))
+
+
+def _sweep(d: ReportData) -> str:
+    """The load sweep the fleet was sized from (goodput per replica at the SLOs), if any."""
+    sw = d.sweep
+    if sw is None or sw.empty:
+        return ("<p>No load sweep stored: the fleet was sized with the queueing formula (a labelled fallback). "
+                "<code>kvplan pilot --sweep</code> measures each replica's goodput at the SLOs.</p>")
+    rows = [[r["side"], fmt.number(r["goodput_rps"]), r["limited_by"] or "", r["note"]] for r in sw.goodput_rows]
+    cpu = " CPU-scale seconds from a tiny model, not GPU results." if sw.cpu_scale else ""
+    return (f"<h3>Load sweep</h3><p>{escape(sw.pair.label)}.{cpu}</p>"
+            + table(["side", "goodput (req/s)", "limited by", "note"], rows, {1})
+            + svg(charts.sweep_curves_chart(sw.rows, sw.ttft_slo_s, sw.goodput_rows, sw.load_kind or "concurrency")))
 
 
 def _assumptions(d: ReportData) -> str:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.data.store import DeploymentSettings
 from app.views.overview import Overview, overview
+from app.views.sweeps import SweepView, sweep_view
 from models.decision import PlanningInputs
 from models.plan import PlanResult
 from models.pricebook import PriceBook
@@ -18,6 +19,8 @@ class CostView:
     planning: PlanningInputs
     schedule: list[dict]
     """Capacity projection: month, GPUs needed with and without reuse (None: unreachable)."""
+    sweep: SweepView | None = None
+    """The deployment's latest load sweep at the planning SLOs (empty when none is stored)."""
 
 
 def capacity_schedule(plan: PlanResult) -> list[dict]:
@@ -32,4 +35,6 @@ def capacity_schedule(plan: PlanResult) -> list[dict]:
 def cost_view(source, deployment: str, t_from, t_to, model: str | None = None, *,
               cfg: DeploymentSettings = DeploymentSettings()) -> CostView:
     ov = overview(source, deployment, t_from, t_to, model, cfg=cfg)
-    return CostView(ov, ov.plan.inputs.pricebook, ov.plan.inputs.planning, capacity_schedule(ov.plan))
+    pl = ov.plan.inputs.planning
+    sweep = sweep_view(source, deployment, pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds, prices=cfg.prices)
+    return CostView(ov, ov.plan.inputs.pricebook, pl, capacity_schedule(ov.plan), sweep)

@@ -6,8 +6,16 @@ from dataclasses import dataclass, field
 
 from app.data.prefill import plan_measurement
 from app.data.store import DeploymentSettings, Facts, Fleet, Prices, fleet, load_facts, load_pricebook
-from app.data.window import (TimeBucket, Window, engines_in_window, load_window, load_window_and_buckets,
-                             peak_running_per_engine, window_buckets)
+from app.data.sweeps import latest_sweep_pair
+from app.data.window import (
+    TimeBucket,
+    Window,
+    engines_in_window,
+    load_window,
+    load_window_and_buckets,
+    peak_running_per_engine,
+    window_buckets,
+)
 from models.decision import PlanInputs, PlanningInputs
 from models.metrics import latency_quantiles, tiers
 from models.plan import PlanResult
@@ -50,10 +58,12 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
              f"GPUs: {fl.gpus}, {fl.origin}", f"deployment facts: {facts.origin}",
              *(f"note: {n}" for n in win.stats.notes))
+    pair = latest_sweep_pair(source, win.deployment)
+    goodput = pair.goodput(pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds).goodput if pair is not None else None
     peak = m.window.peak_hour_requests_per_s if m.window is not None else None
     running = peak_running_per_engine(source, win.deployment, win.t_from, win.t_to, win.model)
     result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl, facts=facts.facts,
-                                 peak_hour_requests_per_s=peak, concurrency_per_replica=running),
+                                 goodput=goodput, peak_hour_requests_per_s=peak, concurrency_per_replica=running),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)
     return PlannedWindow(result, prices, fl, facts)

@@ -1,0 +1,69 @@
+"""Goodput from a load sweep on the real stack (CPU, tiny model), issue 11's validation.
+
+``deploy.local.sweep_check``: a rate sweep (2-48 requests/s, open-loop Poisson arrivals, one
+8,000-character system prompt + 200-character tails, 8 output tokens) on ``vllm-nocache-0``
+(reuse off) and ``vllm-0`` (vLLM prefix cache + LMCache), interleaved by level. TTFT SLO = 3 x
+the reuse-off TTFT p50 at 2 requests/s, rounded up to 10 ms (about 0.3-0.4 s here); TPOT SLO
+0.25 s. Then one run on each side at the midpoint of the two goodputs: the reuse-off
+replica must miss the TTFT SLO there, the reuse-on replica meet it. About 2 minutes of stack
+time after startup; run under ``flock /tmp/kvplan-stack.lock``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.data.sweeps import latest_sweep_pair
+from deploy.local.sweep_check import MEASURED_ON, table, validate_sweep_on_stack
+from models.goodput import TTFT
+from sql.db import Database
+
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def validation(local_stack, tmp_path_factory):
+    db = Database(tmp_path_factory.mktemp("sweep") / "kvplan.duckdb")
+    db.migrate()
+    seed = int(time.time() * 1000) % 10**9
+    t0 = time.monotonic()
+    v = validate_sweep_on_stack(db, off_server=local_stack.server("vllm-nocache-0"),
+                                on_server=local_stack.server("vllm-0"), lmcache_server=local_stack.lmcache(),
+                                model=local_stack.model_name, seed=seed)
+    print(f"\nload sweep (seed {seed}, {time.monotonic() - t0:.0f} s of stack time)\n{table(v)}")
+    return db, v
+
+
+def test_every_request_of_the_sweep_was_answered(validation):
+    _, v = validation
+    assert v.off.errors == [] and v.on.errors == []
+    assert len(v.off.points) == len(v.on.points) == 8
+
+
+def test_reuse_raises_the_goodput_and_ttft_limits_the_cache_off_replica(validation):
+    _, v = validation
+    g = v.goodput
+    assert v.separated, table(v)
+    assert g.off.limited_by == TTFT, g.off.note
+    # the cache-off replica's curve crosses the SLO inside the sweep, not below its lowest level
+    assert 0 < g.goodput.without_reuse_rps < g.goodput.with_reuse_rps
+
+
+def test_between_the_goodputs_the_cache_off_replica_misses_the_slo_and_the_cache_on_one_meets_it(validation):
+    _, v = validation
+    g = v.goodput.goodput
+    assert g.without_reuse_rps < v.check_rps < g.with_reuse_rps
+    assert v.off_misses, table(v)
+    assert v.on_meets, table(v)
+
+
+def test_the_stored_pair_reads_back_with_the_same_goodput(validation):
+    db, v = validation
+    pair = latest_sweep_pair(db, "local-stack")
+    assert pair is not None and (pair.off.sweep_id, pair.on.sweep_id) == v.sweep_ids
+    assert pair.on.measured_on == MEASURED_ON and pair.off.load_kind == "rate"
+    back = pair.goodput(v.ttft_slo_s, v.tpot_slo_s).goodput
+    assert back.without_reuse_rps == pytest.approx(v.goodput.goodput.without_reuse_rps)
+    assert back.with_reuse_rps == pytest.approx(v.goodput.goodput.with_reuse_rps)
