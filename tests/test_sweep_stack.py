@@ -67,3 +67,21 @@ def test_the_stored_pair_reads_back_with_the_same_goodput(validation):
     back = pair.goodput(v.ttft_slo_s, v.tpot_slo_s).goodput
     assert back.without_reuse_rps == pytest.approx(v.goodput.goodput.without_reuse_rps)
     assert back.with_reuse_rps == pytest.approx(v.goodput.goodput.with_reuse_rps)
+
+
+def test_the_plan_predicts_what_the_check_run_measured(validation):
+    """Sized from the measured goodputs at the check run's load (no headroom: the check is the
+    SLO at exactly that load), one replica holds the SLO with reuse and the baseline needs more
+    replicas: what the check run measured (cache-off misses, cache-on meets)."""
+    from models.capacity import CapacityInputs, plan_capacity
+    from models.pricebook import PriceBook
+
+    _, v = validation
+    g = v.goodput.goodput
+    c = plan_capacity(CapacityInputs(
+        ttft_p99_slo_seconds=v.ttft_slo_s, requests_per_second=v.check_rps, mean_prompt_tokens=2000.0,
+        hit_rate=0.9, prefill_tokens_per_gpu_second=1e4, current_gpus=1, goodput=g,
+        peak_requests_per_second=v.check_rps, headroom=0.0), PriceBook())
+    assert c.method == "goodput"
+    assert c.gpus_needed_with_reuse == 1 and v.on_meets
+    assert c.gpus_needed_without_reuse >= 2 and v.off_misses
