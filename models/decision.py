@@ -22,9 +22,11 @@ against the smaller need.
 6. ``NOT_WORTH_IT`` -- reuse does not pay and no purchase is due: overhead >= savings (the
    article's honest answer when requests barely overlap), or a saving below the threshold.
 
-``flip_probability``: share of 200 seeded draws (hit rate +-``hit_rate_range`` relative, the
-per-token cost across the saved-prefill band low/high, GPU price +-``price_range``, growth
-+-``growth_range``, uniform) whose verdict by rules 2, 3, 5, 6 differs from the central one.
+``flip_probability``: share of 200 seeded draws whose verdict by rules 2, 3, 5, 6 differs from
+the central one. Each draw takes the hit rate and the load from one bootstrap resample of the
+window's measured intervals (``PricedWindow.resamples``; without them the hit-rate gain moves
++-``hit_rate_range`` relative and the load stays), the per-token cost across the saved-prefill
+band low/high, GPU price +-``price_range`` and growth +-``growth_range`` (uniform).
 
 Flips are the input values at which the verdict would change. Money flips use the benefit's
 linear dependence on hit rate, GPU price and overhead (approximate when the shrink cap or the
@@ -205,7 +207,8 @@ def evaluate(inputs: PlanInputs) -> Evaluation:
         other = next(r for r in REALISATIONS if r != p.realisation)
         alternative = monthly_benefit(savings, pb, capacity, other, p.headroom_fill_fraction)
         horizon = _horizon(capacity, savings, pb, p.realisation)
-        flip = flip_probability(capacity, savings, pb, p)
+        w = inputs.measurement.window
+        flip = flip_probability(capacity, savings, pb, p, resamples=w.resamples if w is not None else ())
     return Evaluation(savings, capacity, benefit,
                       decide(savings, capacity, benefit, pb, p, alternative, horizon=horizon,
                              flip_probability=flip),
@@ -545,9 +548,12 @@ def verdict_kind(capacity: CapacityResult, horizon: HorizonPlan, meaningful_usd_
 
 
 def flip_probability(capacity: CapacityResult, savings: PrefillSavings, pricebook: PriceBook,
-                     planning: PlanningInputs, draws: int = FLIP_DRAWS, seed: int = FLIP_SEED) -> float:
+                     planning: PlanningInputs, draws: int = FLIP_DRAWS, seed: int = FLIP_SEED,
+                     resamples: tuple[tuple[float, float], ...] = ()) -> float:
     """Share of ``draws`` seeded scenarios whose ``verdict_kind`` differs from the central one
-    (ranges in the module docstring). Deterministic: a fixed seed."""
+    (ranges in the module docstring). Deterministic: a fixed seed. ``resamples`` (bootstrap
+    resamples of the measured intervals: hit rate, load factor) replace the planning input's
+    hit-rate range and add the load's sampling spread when the window has them."""
     cap, p = capacity.inputs, planning
     rate = pricebook.effective_usd_per_gpu_hour()
     hit_cost_hours = savings.hit_cost_gpu_hours_per_month if capacity.method != "goodput" else 0.0
@@ -564,12 +570,22 @@ def flip_probability(capacity: CapacityResult, savings: PrefillSavings, priceboo
     h, h0 = cap.hit_rate, cap.baseline_hit_rate
     rng = random.Random(seed)
     flips = 0
-    for _ in range(draws):
-        h_draw = min(1.0, max(h0, h0 + (h - h0) * rng.uniform(1 - p.hit_rate_range, 1 + p.hit_rate_range)))
+    h_mid = sum(x for x, _ in resamples) / len(resamples) if resamples else 0.0
+    for i in range(draws):
+        load_k = 1.0
+        if resamples and h_mid > 0:
+            h_s, load_k = resamples[i % len(resamples)]
+            gain_k = h_s / h_mid
+        else:
+            gain_k = rng.uniform(1 - p.hit_rate_range, 1 + p.hit_rate_range)
+        h_draw = min(1.0, max(h0, h0 + (h - h0) * gain_k))
         k = rng.uniform(lo_k, hi_k)  # per-token cost relative to the centre
         price_k = rng.uniform(1 - p.price_range, 1 + p.price_range)
         g = max(-0.99, cap.growth_rate_per_month + rng.uniform(-p.growth_range, p.growth_range))
+        peak = None if cap.peak_requests_per_second is None else cap.peak_requests_per_second * load_k
         ci: CapacityInputs = replace(cap, hit_rate=h_draw, growth_rate_per_month=g,
+                                     requests_per_second=cap.requests_per_second * load_k,
+                                     peak_requests_per_second=peak,
                                      prefill_tokens_per_gpu_second=cap.prefill_tokens_per_gpu_second / k)
         pb = _scale_price(pricebook, price_k)
         c = plan_capacity(ci, pb)

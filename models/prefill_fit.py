@@ -705,6 +705,10 @@ class PricedWindow:
     under load they overlap other requests' steps)."""
     exposed_lookups: float = 0.0
     """Requests that went through LMCache, weighted by the same chance."""
+    resamples: tuple[tuple[float, float], ...] = ()
+    """(hit rate, request-rate factor) of ``RESAMPLES`` bootstrap resamples of the window's
+    intervals (seeded): how much the measured hit rate and load move with the sample. The
+    decision's flip probability draws from them."""
     peak_hour_requests_per_s: float | None = None
     """Request rate of the busiest UTC hour (requests / seconds of it the data covers; hours
     covered for less than ``PEAK_HOUR_MIN_COVER_S`` are left out unless none is longer);
@@ -738,6 +742,7 @@ class PricedWindow:
             covered += cur[1] - cur[0]
         peak = peak_hour_rate(vllm_rows, spans)
         rows = rounds(raw)
+        boot = resample_hit_and_load(rows)
         req = prompt = comp = dev = ext = stored = gen = lookup = exposed = lookups = 0.0
         dev_att = cached_att = prompt_att = prefill = 0.0
         busy: float | None = None
@@ -778,7 +783,7 @@ class PricedWindow:
                    prefill_engine_seconds=prefill, generation_tokens=gen,
                    engine_busy_seconds=busy, lookup_seconds=lookup,
                    store_exposure=exposed / stored if stored > 0 else 1.0,
-                   exposed_lookups=lookups, peak_hour_requests_per_s=peak)
+                   exposed_lookups=lookups, peak_hour_requests_per_s=peak, resamples=boot)
 
     def at_hit_rate(self, hit_rate: float) -> PricedWindow:
         """The same traffic as if ``hit_rate`` of prompt tokens had been cached (the tiers in
@@ -801,6 +806,27 @@ class PricedWindow:
         return replace(self, computed_tokens=comp, device_cached=cached * dev_share,
                        external_cached=cached * (1 - dev_share), stored_tokens=stored,
                        device_attention=dev_att, cached_attention=cached_att)
+
+
+RESAMPLES = 200
+RESAMPLE_SEED = 7
+
+
+def resample_hit_and_load(rows: Sequence[Interval], draws: int = RESAMPLES,
+                          seed: int = RESAMPLE_SEED) -> tuple[tuple[float, float], ...]:
+    """Bootstrap the window's intervals (with requests and prompt tokens): per resample the
+    token-weighted hit rate and the mean requests per interval relative to the window's. Empty
+    with fewer than 2 such intervals."""
+    use = [r for r in rows if r.requests > 0 and r.request_prompt > 0]
+    if len(use) < 2:
+        return ()
+    cached = np.array([r.request_cached for r in use], dtype=float)
+    prompt = np.array([r.request_prompt for r in use], dtype=float)
+    req = np.array([r.requests for r in use], dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(use), size=(draws, len(use)))
+    hit = cached[idx].sum(axis=1) / prompt[idx].sum(axis=1)
+    load = req[idx].mean(axis=1) / req.mean()
+    return tuple((float(h), float(k)) for h, k in zip(hit, load))
 
 
 PEAK_HOUR_MIN_COVER_S = 600.0

@@ -276,3 +276,21 @@ def test_peak_hour_spreads_an_interval_over_the_hours_it_spans():
     # a missed scrape: one interval over hours 0 and 1 with 720 requests is 360 in each
     rows = [Interval(t_start=0, t_end=7200, requests=720, prefill_seconds=0.0, computed_tokens=0.0, engines=1)]
     assert peak_hour_rate(rows, [(0, 7200)]) == pytest.approx(0.1)
+
+
+def test_resamples_of_the_window_move_hit_rate_and_load_within_what_was_measured():
+    from models.prefill_fit import resample_hit_and_load
+
+    def iv(n, prompt, computed):
+        return Interval(t_start=0, t_end=60, requests=n, prefill_seconds=1.0, computed_tokens=computed,
+                        prompt_tokens=prompt, engines=1)
+
+    same = resample_hit_and_load([iv(10, 1000, 400)] * 5)
+    assert len(same) == 200 and set(same) == {(0.6, 1.0)}  # nothing varies: every draw is the window
+    # hit rates 0.2 and 0.8 with 10 and 30 requests: draws stay inside, pooled 0.5 on average
+    mixed = resample_hit_and_load([iv(10, 1000, 800), iv(30, 1000, 200)] * 3)
+    hits = [h for h, _ in mixed]
+    loads = [k for _, k in mixed]
+    assert 0.2 <= min(hits) and max(hits) <= 0.8 and min(hits) < 0.5 < max(hits)
+    assert 0.5 <= min(loads) and max(loads) <= 1.5 and abs(sum(loads) / len(loads) - 1) < 0.1
+    assert resample_hit_and_load([iv(10, 1000, 400)]) == ()  # one interval: no spread to tell
