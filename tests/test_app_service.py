@@ -376,6 +376,12 @@ def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
     assert d["prefill_cost_model"]["parts"]["fixed"]["value"] == pytest.approx(0.035)
     assert set(d["saved_by_tier"]) == {"device", "lmcache"}
     assert d["peak_hour_requests_per_s"] == pytest.approx(400 / 3600)  # 4 engines x 100 requests every hour
+    # issue 11's keys: one GPU holds the busiest hour either way; both paths give back 3 GPUs and buy
+    # nothing; 1 GPU x $2.5 x 730.56 h x 24 months = $43,833.60, + $400 ops x 24 with reuse
+    assert (d["capacity_method"], d["gpus_per_replica"]) == ("queueing_fallback", 1)
+    assert d["purchase_schedule_without_reuse"] == d["purchase_schedule_with_reuse"] == []
+    assert d["horizon_cost_usd"] == pytest.approx({"baseline": 43_833.6, "reuse": 53_433.6})
+    assert d["flip_probability"] == 0.0 and d["decision"] == "NOT_WORTH_IT"
     assert d["usd_per_1m_prompt_tokens_with_reuse"] < d["usd_per_1m_prompt_tokens_without_reuse"]
     # a 30-day range over the same 48 h prices the same 48 h (never diluted)
     wide = json.loads(CliRunner().invoke(app, ["plan", "--deployment", DEPLOYMENT, "--from", hour(0).isoformat(),
