@@ -518,6 +518,15 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
                   priced_tier=m.priced_tier, tiers=tiers, cost_model=m.cost_model,
                   asked_seconds=asked, estimator_spread=spread, measured_ab=m.measured_ab)
     per_token = statistics.median(r.gpu_seconds_per_token for r in ok) if ok else None
+
+    def banded(per_token, central, low, high, rel_u, **kw) -> PrefillSavings:
+        """The savings with a band, in the window and per month."""
+        return PrefillSavings(
+            gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
+            saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=rel_u,
+            gpu_hours_per_month=central * to_month_hours, gpu_hours_per_month_low=low * to_month_hours,
+            gpu_hours_per_month_high=high * to_month_hours, notes=tuple(notes), **common, **kw)
+
     ab = m.measured_ab
     if ab is not None and ab.saved_per_cached_token is not None:
         # the A/B measured the net saving: the cache layer's cost is already in it
@@ -529,13 +538,7 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
                      f"{ab.saved_engine_seconds:,.4g} engine-s over {ab.on_cached_tokens:,.0f} "
                      f"cached tokens ({ab.engine_seconds_source}); applied to this window's "
                      f"{m.saved_tokens:,.0f} cached tokens")
-        return PrefillSavings(
-            gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
-            saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=u_cov,
-            gpu_hours_per_month=central * to_month_hours,
-            gpu_hours_per_month_low=low * to_month_hours,
-            gpu_hours_per_month_high=high * to_month_hours,
-            notes=tuple(notes), source="measured", **common)
+        return banded(per_token, central, low, high, u_cov, source="measured")
     if not ok:
         notes.append("no estimator available: " + "; ".join(f"{r.name}: {r.note}" for r in results))
         return PrefillSavings(gpu_seconds_per_token=None, saved_gpu_seconds=None,
@@ -549,24 +552,12 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
         low = max(0.0, gross.low * (1.0 - u_cov))
         high = gross.high * (1.0 + u_cov)
         per_token = results[0].gpu_seconds_per_token
-        return PrefillSavings(
-            gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
-            saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=u_cov,
-            gpu_hours_per_month=central * to_month_hours,
-            gpu_hours_per_month_low=low * to_month_hours,
-            gpu_hours_per_month_high=high * to_month_hours,
-            notes=tuple(notes), source="fitted", **common)
+        return banded(per_token, central, low, high, u_cov, source="fitted")
     saved = [r.saved_gpu_seconds for r in ok]
     central = statistics.median(saved)
     low = max(0.0, min(saved) * (1.0 - u))
     high = max(saved) * (1.0 + u)
-    return PrefillSavings(
-        gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
-        saved_gpu_seconds_low=low, saved_gpu_seconds_high=high, relative_uncertainty=u,
-        gpu_hours_per_month=central * to_month_hours,
-        gpu_hours_per_month_low=low * to_month_hours,
-        gpu_hours_per_month_high=high * to_month_hours,
-        notes=tuple(notes), **common)
+    return banded(per_token, central, low, high, u)
 
 
 def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
