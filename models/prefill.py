@@ -55,7 +55,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from models.prefill_fit import MeasuredAB, PrefillCostModel, PricedWindow, TierSavings, tier_savings
+from models.prefill_fit import PrefillCostModel
+from models.prefill_window import MeasuredAB, PricedWindow, TierSavings, tier_savings
 from models.pricebook import SECONDS_PER_MONTH
 
 FULL_COVERAGE_SECONDS = 86400.0

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from models.prefill_fit import Interval, PricedWindow, engine_prefill_seconds, fit_prefill_cost, rounds, tier_savings
+from models.prefill_fit import Interval, engine_prefill_seconds, fit_prefill_cost, rounds
+from models.prefill_window import PricedWindow, tier_savings
 
 REL_TOLERANCE = 0.15
 """Allowed error as a share of the measured saving, when the saving is large."""

@@ -436,7 +436,8 @@ def scenario_measurement(h0: int, h1: int, gpus: int = 4):
     attention term); LMCache supplied the external tokens, so the plan prices those (vLLM's own
     prefix hits are free)."""
     from models.prefill import measurement_from_window
-    from models.prefill_fit import PrefillCostModel, PricedWindow
+    from models.prefill_fit import PrefillCostModel
+    from models.prefill_window import PricedWindow
 
     hours = range(h0, h1)
     n = 4 * PER_HOUR

@@ -11,7 +11,8 @@ from models.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
 from models.errors import KvplanError
 from models.plan import plan
 from models.prefill import estimate_savings, measurement_from_window, with_hit_rate
-from models.prefill_fit import CostPart, Interval, MeasuredAB, PrefillCostModel, PricedWindow
+from models.prefill_fit import CostPart, Interval, PrefillCostModel
+from models.prefill_window import MeasuredAB, PricedWindow
 from models.pricebook import PriceBook
 
 HOUR = 3600.0

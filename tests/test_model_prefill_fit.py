@@ -7,17 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from models.prefill_fit import (
-    CostPart,
-    Interval,
-    MeasuredAB,
-    PrefillCostModel,
-    PricedWindow,
-    engine_prefill_seconds,
-    fit_prefill_cost,
-    rounds,
-    tier_savings,
-)
+from models.prefill_fit import CostPart, Interval, PrefillCostModel, engine_prefill_seconds, fit_prefill_cost, rounds
+from models.prefill_window import MeasuredAB, PricedWindow, tier_savings
 
 A, B = 0.010, 4e-5  # 10 ms per request, 40 us per computed token
 
@@ -256,7 +247,7 @@ def test_lookups_count_only_when_the_engine_had_nothing_else_to_run():
 
 
 def test_peak_hour_rate_is_the_busiest_covered_hour():
-    from models.prefill_fit import peak_hour_rate
+    from models.prefill_window import peak_hour_rate
 
     def iv(a, b, n):
         return Interval(t_start=a, t_end=b, requests=n, prefill_seconds=0.0, computed_tokens=0.0, engines=1)
@@ -271,7 +262,7 @@ def test_peak_hour_rate_is_the_busiest_covered_hour():
 
 
 def test_peak_hour_spreads_an_interval_over_the_hours_it_spans():
-    from models.prefill_fit import peak_hour_rate
+    from models.prefill_window import peak_hour_rate
 
     # a missed scrape: one interval over hours 0 and 1 with 720 requests is 360 in each
     rows = [Interval(t_start=0, t_end=7200, requests=720, prefill_seconds=0.0, computed_tokens=0.0, engines=1)]
@@ -279,7 +270,7 @@ def test_peak_hour_spreads_an_interval_over_the_hours_it_spans():
 
 
 def test_resamples_of_the_window_move_hit_rate_and_load_within_what_was_measured():
-    from models.prefill_fit import resample_hit_and_load
+    from models.prefill_window import resample_hit_and_load
 
     def iv(n, prompt, computed):
         return Interval(t_start=0, t_end=60, requests=n, prefill_seconds=1.0, computed_tokens=computed,

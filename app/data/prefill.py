@@ -23,7 +23,8 @@ from typing import Any
 from models import catalog as c
 from models.deployment import DeploymentFacts
 from models.prefill import PrefillMeasurement, measurement_from_window
-from models.prefill_fit import Interval, MeasuredAB, PrefillCostModel, PricedWindow, fit_prefill_cost
+from models.prefill_fit import Interval, PrefillCostModel, fit_prefill_cost
+from models.prefill_window import MeasuredAB, PricedWindow
 from models.timeutil import aware_utc, naive_utc
 from sql.db import Database
 
