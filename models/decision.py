@@ -86,6 +86,10 @@ class PlanningInputs:
                                        maximum=3600.0)
     growth_rate_per_month: float = spec(0.0, "1/month", "Expected compound monthly growth of requests "
                                         "(0.05 = +5 %/month).", minimum=-0.99, maximum=2.0)
+    growth_source: str = spec("planning", "", "planning (growth_rate_per_month above) or measured_trend (the "
+                              "deployment's daily requests, log-linear fit over at least 14 whole days; the "
+                              "planning figure when there are fewer).", kind="choice", minimum=None,
+                              choices=("planning", "measured_trend"))
     horizon_months: int = spec(24, "months", "Planning horizon.", kind="int", minimum=1, maximum=120)
     realisation: str = spec("shrink", "", "shrink (fewer GPUs) or absorb_growth (same GPUs, more traffic).",
                             kind="choice", minimum=None, choices=REALISATIONS)

@@ -252,7 +252,7 @@ def test_planning_fields_cover_and_document_every_planning_input():
 
     assert [s.name for s in PLANNING_FIELDS] == [f.name for f in fields(PlanningInputs)]
     assert all(s.help for s in PLANNING_FIELDS)
-    assert {s.name for s in PLANNING_FIELDS if not s.unit} == {"realisation"}
+    assert {s.name for s in PLANNING_FIELDS if not s.unit} == {"realisation", "growth_source"}  # choices
     # every number has an upper bound: no form value can hang a plan (issue 9/13)
     assert all(s.maximum is not None for s in PLANNING_FIELDS if s.kind in ("int", "float"))
 
@@ -390,3 +390,17 @@ def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
     assert wide["window_seconds"] == 48 * 3600 and wide["coverage"] == pytest.approx(48 / 720)
     assert wide["saved_prefill_gpu_seconds"] == pytest.approx(d["saved_prefill_gpu_seconds"])
     assert wide["monthly_benefit_usd"] == pytest.approx(d["monthly_benefit_usd"])
+
+
+def test_growth_from_the_measured_trend_needs_whole_days(tmp_path):
+    """The scenario holds 2 whole days: no trend, the typed growth stays and the plan says why."""
+    from app.views.overview import plan_range
+
+    db = scenario_db(tmp_path)
+    store.save_pricebook(db, DEPLOYMENT, store.PriceBook(), PlanningInputs(growth_source="measured_trend",
+                                                                          growth_rate_per_month=0.05))
+    p = plan_range(db, DEPLOYMENT, hour(0), hour(48))
+    assert p.inputs.planning.growth_rate_per_month == 0.05
+    assert any("growth: +5.0%/month from the planning inputs (no measured trend: it needs 14 whole days" in a
+               for a in p.assumptions)
+    assert window.daily_requests(db, DEPLOYMENT, hour(0), hour(48)) == [(0.0, 9600.0), (1.0, 9600.0)]

@@ -251,3 +251,22 @@ def peak_running_per_engine(source, deployment: str, t_from: datetime, t_to: dat
     rows = gauge_points(source, deployment, t_from, t_to, 3600, model, names=[RUNNING])
     peaks = [r["max"] for r in rows if r.get("max") is not None]
     return float(max(peaks)) if peaks else None
+
+
+TREND_LOOKBACK = timedelta(days=90)
+"""How far back the measured growth trend reads whole days."""
+
+
+def daily_requests(source, deployment: str, first_ts: datetime, t_to: datetime,
+                   model: str | None = None) -> list[tuple[float, float]]:
+    """(day number, requests) of every whole UTC day of the deployment's data up to ``t_to``
+    (at most ``TREND_LOOKBACK``), for ``models.growth.measured_growth``: rolled-up days from the
+    nightly rollups, others from raw samples."""
+    from models.catalog import TTFT, count_name
+
+    end = floor_day(t_to)
+    start = max(ceil_day(first_ts), end - TREND_LOOKBACK)
+    if end - start < DAY:
+        return []
+    buckets = window_buckets(source, deployment, start, end, 86400, model, names=[count_name(TTFT)])
+    return [((b.start - start) / DAY, float(b.stats().requests or 0.0)) for b in buckets]

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.data.prefill import plan_measurement
-from app.data.store import DeploymentSettings, Facts, Fleet, Prices, fleet, load_facts, load_pricebook
+from app.data.store import (
+    DeploymentSettings,
+    Facts,
+    Fleet,
+    Prices,
+    deployments_with_data,
+    fleet,
+    load_facts,
+    load_pricebook,
+)
 from app.data.sweeps import latest_sweep_pair
 from app.data.window import (
     TimeBucket,
     Window,
+    daily_requests,
     engines_in_window,
     load_window,
     load_window_and_buckets,
@@ -17,6 +27,7 @@ from app.data.window import (
     window_buckets,
 )
 from models.decision import PlanInputs, PlanningInputs
+from models.growth import MIN_TREND_DAYS, measured_growth
 from models.metrics import latency_quantiles, tiers
 from models.plan import PlanResult
 from models.plan import plan as run_plan
@@ -54,9 +65,10 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     unless given, the fleet by ``app.data.store.fleet``. CLI, pages and report all call this."""
     prices = load_pricebook(source, win.deployment, cfg.prices)
     pb, pl = pricebook or prices.pricebook, planning or prices.planning
+    pl, growth = _growth(source, win, pl)
     m, fl, facts = window_measurement(source, win, cfg, gpus=gpus)
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
-             f"GPUs: {fl.gpus}, {fl.origin}", f"deployment facts: {facts.origin}",
+             f"GPUs: {fl.gpus}, {fl.origin}", f"deployment facts: {facts.origin}", f"growth: {growth}",
              *(f"note: {n}" for n in win.stats.notes))
     pair = latest_sweep_pair(source, win.deployment)
     goodput = pair.goodput(pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds).goodput if pair is not None else None
@@ -67,6 +79,19 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)
     return PlannedWindow(result, prices, fl, facts)
+
+
+def _growth(source, win: Window, pl: PlanningInputs) -> tuple[PlanningInputs, str]:
+    """The planning inputs with the measured growth trend when ``growth_source`` asks for it
+    (and the data holds one), and a note saying which growth the plan used."""
+    typed = f"{pl.growth_rate_per_month:+.1%}/month from the planning inputs"
+    if pl.growth_source != "measured_trend":
+        return pl, typed
+    first = next((d["first_ts"] for d in deployments_with_data(source) if d["deployment"] == win.deployment), None)
+    trend = measured_growth(daily_requests(source, win.deployment, first, win.t_to, win.model)) if first else None
+    if trend is None:
+        return pl, f"{typed} (no measured trend: it needs {MIN_TREND_DAYS} whole days with requests)"
+    return replace(pl, growth_rate_per_month=trend.rate_per_month), trend.note
 
 
 def tier_points(buckets: list[TimeBucket]) -> list[dict]:
