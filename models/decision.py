@@ -512,8 +512,8 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
             elif hours > 0 and benefit.realisation == "shrink":
                 n = capacity.gpus_needed_with_reuse if capacity is not None else None
                 needed = f"{n} GPU{'s' if n != 1 else ''}" if n is not None else "the same GPUs"
-                why = (f"the {hours:,.2f} GPU-hours/month of prefill it saves free no GPU ({needed} needed "
-                       "with or without reuse)")
+                why = (f"the {hours:,.2f} GPU-hours/month of prefill it saves (before its own cost) free no GPU "
+                       f"({needed} needed with or without reuse)")
             else:
                 why = f"the cache saved no prefill GPU time at a {_pct(h)} hit rate"
             cost = (f" and costs ${benefit.overhead_usd:,.0f}/month" if benefit.overhead_usd > 0

@@ -449,7 +449,7 @@ def test_cost_page_capacity_paths_over_the_horizon(scen, monkeypatch):
     assert paths["purchases"].tolist() == ["no purchase within the horizon"] * 2
     assert paths["cost over the horizon"].tolist() == ["$43,834", "$53,434"]
     badge = [md.value for md in t.markdown if "-badge[" in md.value][0]
-    assert "NOT_WORTH_IT" in badge and "0.81 GPU-hours/month of prefill it saves free no GPU" in badge
+    assert "NOT_WORTH_IT" in badge and "0.81 GPU-hours/month of prefill it saves (before its own cost) free no GPU" in badge
 
 
 def test_cost_page_sizes_from_a_stored_load_sweep(scen, monkeypatch):
