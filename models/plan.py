@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from models.benefit import WaterfallRow
-from models.decision import Decision, Evaluation, PlanInputs, SensitivityRow, evaluate, sensitivity
+from models.decision import Decision, Evaluation, PlanInputs, evaluate
 from models.prefill import EstimatorResult, PrefillMeasurement, PrefillSavings
 from models.pricebook import SECONDS_PER_MONTH, PriceBook
+from models.sensitivity import SensitivityRow, sensitivity
 
 ASSUMPTIONS: tuple[str, ...] = (
     "A month is 30.44 days; the span the data covers inside the range asked for is scaled "

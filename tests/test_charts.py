@@ -11,7 +11,7 @@ import vl_convert
 
 from app import charts
 from models.benefit import WaterfallRow
-from models.decision import SensitivityRow
+from models.sensitivity import SensitivityRow
 
 
 def data(chart) -> pd.DataFrame:
