@@ -216,15 +216,18 @@ def test_price_book_edit_changes_the_dollars_and_the_report_pdf_holds_the_page_n
     url, db = server
     open_page(page, url, "cost")
     before = metrics(page)["Monthly benefit"]
-    box = page.get_by_role("spinbutton", name="usd_per_gpu_hour ($/GPU-hour)")
-    box.fill("25")
+    # one GPU holds the scenario with or without reuse: the benefit is minus the ops time (4 h x $100),
+    # so the ops rate moves it: 4 h x $50 = -$200 (tests/test_app_pages.py)
+    assert before == "-$400"
+    box = page.get_by_role("spinbutton", name="usd_per_ops_hour ($/hour)")
+    box.fill("50")
     page.get_by_role("button", name="Save price book").click()
     page.wait_for_selector("text=Price book saved for 'prod'.")
     settle(page)
     after = metrics(page)["Monthly benefit"]
-    assert load_pricebook(db, DEPLOYMENT).pricebook.usd_per_gpu_hour == 25.0
-    ref = scenario_plan(0, 48, PriceBook(usd_per_gpu_hour=25.0))
-    assert after == fmt.usd(ref.monthly_benefit_usd) != before
+    assert load_pricebook(db, DEPLOYMENT).pricebook.usd_per_ops_hour == 50.0
+    ref = scenario_plan(0, 48, PriceBook(usd_per_ops_hour=50.0))
+    assert after == fmt.usd(ref.monthly_benefit_usd) == "-$200"
     shot(page, "4b-cost-after-price-edit")
 
     open_page(page, url, "report")
