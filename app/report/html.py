@@ -10,6 +10,7 @@ from html import escape
 from app import charts
 from app.report import fmt
 from app.report.data import ReportData
+from app.report.render import svg, table
 from app.views.cache import REQUEST_WEIGHTED_NOTE
 from app.views.cost import capacity_schedule
 from models.decision import PLANNING_FIELDS
@@ -32,21 +33,6 @@ td.n { text-align: right; white-space: nowrap; }
 .chart svg { max-width: 100%; height: auto; } .chart { page-break-inside: avoid; }
 code { font-size: 8pt; }
 """
-
-
-def svg(chart) -> str:
-    import vl_convert
-
-    return f'<div class="chart">{vl_convert.vegalite_to_svg(chart.properties(width=620).to_dict())}</div>'
-
-
-def table(headers: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
-    if not rows:
-        return '<p class="meta">none</p>'
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f'<td{" class=n" if i in numeric else ""}>{escape(str(c))}</td>'
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def ts(v) -> str:

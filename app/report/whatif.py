@@ -9,7 +9,7 @@ from html import escape
 
 from app import charts_whatif
 from app.report import fmt
-from app.report.html import svg, table
+from app.report.render import svg, table
 from collectors.traces import TraceError
 from sql.db import Database
 
