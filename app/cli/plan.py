@@ -42,10 +42,10 @@ def plan(
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):
         out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]
-    out.print("monthly benefit: " + ("n/a" if mb is None else f"${mb:,.0f} (${d['monthly_benefit_low_usd']:,.0f} .. "
-                                      f"${d['monthly_benefit_high_usd']:,.0f})"))
+    out.print("monthly benefit: " + ("n/a" if mb is None else f"{fmt.usd(mb)} ({fmt.usd(d['monthly_benefit_low_usd'])} .. "
+                                      f"{fmt.usd(d['monthly_benefit_high_usd'])})"))
     for k, v in d["terms"].items():
-        out.print(f"  {k:<20} {'n/a' if v is None else f'${v:,.0f}'}")
+        out.print(f"  {k:<20} {fmt.usd(v)}")
     for r in tier_attribution(result):
         out.print(f"saved by {r['tier']}: {fmt.number(r['gpu_hours_per_month'])} GPU-h/month "
                   f"({fmt.number(r['low'])} .. {fmt.number(r['high'])}), {fmt.usd(r['usd_per_month'])}/month, "
