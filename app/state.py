@@ -191,16 +191,16 @@ def prefill_summary(p) -> None:
     c = st.columns(4)
     for i, key in enumerate(("device", "lmcache")):
         r = rows.get(key)
-        label = ("Saved by vLLM prefix cache" if key == "device" else "Added by LMCache (net)") + " · GPU-h/month"
+        label = "vLLM cache saves, GPU-h/mo" if key == "device" else "LMCache adds (net), GPU-h/mo"
         c[i].metric(label, "n/a" if r is None else fmt.number(r["gpu_hours_per_month"]),
-                    help=None if r is None else (f"{r['note']}; band {fmt.number(r['low'])}..{fmt.number(r['high'])} "
+                    help=None if r is None else (f"{r['tier']}: {r['note']}; band {fmt.number(r['low'])}..{fmt.number(r['high'])} "
                                                  f"GPU-h/month, {fmt.usd(r['usd_per_month'])}/month; {r['source']}."))
-    c[2].metric("$ / 1M prompt tokens (with / without reuse)",
+    c[2].metric("$/1M prompt, with / without",
                 f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_with_reuse)} / "
                 f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_without_reuse)}",
-                help="Prefill GPU time per million prompt tokens at the price book's GPU-hour: as the window ran, "
-                     "and had nothing been cached. Compare with API prices per 1M input tokens.")
-    c[3].metric("$ / 1M output tokens", fmt.usd_cents(p.usd_per_1m_output_tokens_with_reuse),
+                help="Prefill GPU cost per million prompt tokens at the price book's GPU-hour, with reuse (as the "
+                     "window ran) and without (had nothing been cached). Compare with API prices per 1M input tokens.")
+    c[3].metric("$/1M output tokens", fmt.usd_cents(p.usd_per_1m_output_tokens_with_reuse),
                 help="Decode GPU time (engine busy time - prefill) per million output tokens; reuse does not change it.")
     st.caption(fmt.cost_model_line(p))
 

@@ -150,8 +150,8 @@ def test_overview_time_range_changes_the_numbers(scen, monkeypatch):
     # at 50 us/token), so the benefit stays; vLLM's own (free) prefix cache saved more on day 2:
     # 400 requests/h x 1600 device tokens x 50 us = 32 GPU-s/h; month = 730.56 h -> 6.49 GPU-h
     assert m["Monthly benefit"] == before
-    assert m["Saved by vLLM prefix cache · GPU-h/month"] == "6.49"
-    assert m["Added by LMCache (net) · GPU-h/month"] == "0.81"  # 400 x 200 x 50 us x 730.56 / 3600
+    assert m["vLLM cache saves, GPU-h/mo"] == "6.49"
+    assert m["LMCache adds (net), GPU-h/mo"] == "0.81"  # 400 x 200 x 50 us x 730.56 / 3600
 
 
 def test_overview_tiers_cost_per_token_and_cost_model(scen, monkeypatch):
@@ -161,15 +161,15 @@ def test_overview_tiers_cost_per_token_and_cost_model(scen, monkeypatch):
     m = metrics(t)
     # device tokens: day 1 1000, day 2 1600 per request on average -> 400 x 24 x 2600 x 50 us
     # = 1,248 GPU-s in 48 h -> x 730.56 / 48 / 3600 = 5.28 GPU-h/month
-    assert m["Saved by vLLM prefix cache · GPU-h/month"] == "5.28"
-    assert m["Added by LMCache (net) · GPU-h/month"] == "0.81"
+    assert m["vLLM cache saves, GPU-h/mo"] == "5.28"
+    assert m["LMCache adds (net), GPU-h/mo"] == "0.81"
     # $ per 1M prompt tokens at the default price book's GPU-hour: prefill GPU-s per prompt token
     # with reuse (0.035 s / 2000 tokens + 50 us x computed share (2000 - 1300 - 200) / 2000) and
     # without (0.035 / 2000 + 50 us)
     usd_s = PriceBook().effective_usd_per_gpu_hour() / 3600
     with_reuse = (0.035 / 2000 + 5e-5 * 500 / 2000) * usd_s * 1e6
     without = (0.035 / 2000 + 5e-5) * usd_s * 1e6
-    assert m["$ / 1M prompt tokens (with / without reuse)"] == f"{fmt.usd_cents(with_reuse)} / {fmt.usd_cents(without)}"
+    assert m["$/1M prompt, with / without"] == f"{fmt.usd_cents(with_reuse)} / {fmt.usd_cents(without)}"
     line = " ".join(c.value for c in t.caption)
     assert "Priced span: 48.0 h of data (100% of the range asked for)" in line
     assert "fixed 35 ms/request" in line and "per_token 50 us/token" in line
