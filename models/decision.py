@@ -326,6 +326,9 @@ def _money_flips(savings: PrefillSavings, benefit: Benefit, target_usd: float,
         at_full = net * (1.0 - h0) / (h - h0) - benefit.fixed_overhead_usd
         out.append(f"no hit rate would do it: even every prompt token from the cache (100 %, now {_pct(h)}) "
                    f"would net ~{_usd(at_full)}/month, under {goal()}")
+    elif above and gains <= 0 < (savings.gpu_hours_per_month or 0.0) and benefit.realisation == "shrink":
+        out.append("no hit rate would do it at today's load: the prefill the cache saves frees no GPU to give back "
+                   "(shrink); traffic growth that needs more GPUs, or realisation absorb_growth, would")
     elif above:
         out.append(f"a hit rate above the baseline's {_pct(h0)} (now {_pct(h)}): the cache saved nothing in this "
                    "window, so the hit rate that would pay cannot be read from it; measure a window with cache hits"

@@ -443,11 +443,13 @@ def test_cost_page_capacity_paths_over_the_horizon(scen, monkeypatch):
     hand: 1 GPU x $2.5 x 730.56 h x 24 = $43,834; with reuse + $400 ops x 24 = $53,434."""
     t = run_app(monkeypatch, scen.path, "cost")
     m = metrics(t)
-    assert (m["Sized by"], m["GPUs per replica"], m["Busiest hour"]) == ("queueing (fallback)", "1", "0.11 req/s")
+    assert (m["Sized by"], m["GPUs per replica"], m["Busiest hour"]) == ("queueing", "1", "0.11 req/s")
     assert m["Decision flips in"] == "0.0%"
     paths = t.dataframe[[i for i, d in enumerate(t.dataframe) if "path" in d.value.columns][0]].value
     assert paths["purchases"].tolist() == ["no purchase within the horizon"] * 2
     assert paths["cost over the horizon"].tolist() == ["$43,834", "$53,434"]
+    flips = " ".join(md.value for md in t.markdown if "would change if" in md.value)
+    assert "no hit rate would do it at today's load: the prefill the cache saves frees no GPU" in flips
     badge = [md.value for md in t.markdown if "-badge[" in md.value][0]
     assert "NOT_WORTH_IT" in badge and "0.81 GPU-hours/month of prefill it saves (before its own cost) free no GPU" in badge
 

@@ -90,7 +90,7 @@ if sel is not None:
                 help=f"Within the {v.planning.horizon_months}-month horizon at "
                      f"{v.planning.growth_rate_per_month:.0%}/month growth; 'never' = not within it.")
     c = st.columns(4)
-    c[0].metric("Sized by", "goodput" if p.capacity_method == "goodput" else "queueing (fallback)",
+    c[0].metric("Sized by", "goodput" if p.capacity_method == "goodput" else "queueing",
                 help=fmt.capacity_method(p) + ". A `kvplan pilot --sweep` replaces the formula with measured goodput.")
     c[1].metric("GPUs per replica", fmt.gpus(p.gpus_per_replica),
                 help="Tensor x pipeline parallel, or more when weights + KV do not fit in one GPU's memory.")
