@@ -194,6 +194,8 @@ def test_every_page_renders_its_key_numbers(server, page, path):
         heading = page.frame_locator("iframe").locator("h1")
         assert heading.inner_text() == "Capacity report: prod, 2026-11"
     elif path not in ("runs", "collection"):
+        # the charts come after the numbers on the page; on a loaded machine they can land later
+        page.wait_for_selector("[data-testid='stVegaLiteChart'], .vega-embed", timeout=60_000)
         assert page.locator("[data-testid='stVegaLiteChart'], .vega-embed").count() >= 1
     shot(page, name)
 
