@@ -150,9 +150,13 @@ def plan_measurement(db: Database, deployment: str, t_from: datetime, t_to: date
     ``WindowStats``) adds vLLM's FLOP counter for estimator B. ``num_gpus`` (the fleet, e.g.
     ``kvplan plan --gpus``) overrides the engines seen: engines = num_gpus / GPUs per engine."""
     facts = facts or DeploymentFacts()
-    window = priced_window(db, deployment, t_from, t_to, model, facts=facts)
     history_from = min(aware_utc(t_from), aware_utc(t_to) - lookback)
-    cost = fit_history(db, deployment, t_to, model=model, facts=facts, t_from=history_from)
+    history = prefill_intervals(db, deployment, history_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+    # a window as long as the look-back is read once: its intervals are the history's
+    ivs = history if history_from == aware_utc(t_from) else prefill_intervals(
+        db, deployment, t_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+    window = PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
+    cost = fit_prefill_cost(history, history=describe_history(deployment, history, history_from, t_to))
     ab = measured_ab(db, deployment) if use_measured_ab else None
     engines = max(1, num_gpus // facts.gpus_per_engine) if num_gpus else None
     return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=ab,

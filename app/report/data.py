@@ -15,7 +15,7 @@ from app.views.collection import CollectionView, collection_view, topology_view
 from app.views.latency import LatencyView, latency_view
 from app.views.overview import Overview, overview
 from app.views.runs import RunsView, runs_view
-from app.views.sweeps import SweepView, sweep_view
+from app.views.sweeps import SweepView, sweep_view_of
 from models.errors import KvplanError
 from models.runs import is_cpu_scale
 from models.spans import chart_step
@@ -100,6 +100,6 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
             scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
             ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
             measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
-            sweep=sweep_view(src, deployment, ov.plan.inputs.planning.ttft_p99_slo_seconds,
-                             ov.plan.inputs.planning.tpot_p99_slo_seconds, prices=cfg.prices),
+            sweep=sweep_view_of(ov.sweep, ov.plan.inputs.planning.ttft_p99_slo_seconds,
+                                ov.plan.inputs.planning.tpot_p99_slo_seconds),
             timeline=timeline(src, deployment, t_from, t_to, chart_step(t_from, t_to, step)))

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.data.store import DeploymentSettings
 from app.views.overview import Overview, overview
-from app.views.sweeps import SweepView, sweep_view
+from app.views.sweeps import SweepView, sweep_view_of
 from models.decision import PlanningInputs
 from models.plan import PlanResult
 from models.pricebook import PriceBook
@@ -36,5 +36,5 @@ def cost_view(source, deployment: str, t_from, t_to, model: str | None = None, *
               cfg: DeploymentSettings = DeploymentSettings()) -> CostView:
     ov = overview(source, deployment, t_from, t_to, model, cfg=cfg)
     pl = ov.plan.inputs.planning
-    sweep = sweep_view(source, deployment, pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds, prices=cfg.prices)
+    sweep = sweep_view_of(ov.sweep, pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds)
     return CostView(ov, ov.plan.inputs.pricebook, pl, capacity_schedule(ov.plan), sweep)

@@ -15,7 +15,7 @@ from app.data.store import (
     load_facts,
     load_pricebook,
 )
-from app.data.sweeps import latest_sweep_pair
+from app.data.sweeps import SweepPair, latest_sweep_pair
 from app.data.window import (
     TimeBucket,
     Window,
@@ -42,6 +42,8 @@ class PlannedWindow:
     prices: Prices
     fleet: Fleet
     facts: Facts
+    sweep: SweepPair | None = None
+    """The newest load-sweep pair the plan was sized from (None: the queueing fallback)."""
 
 
 def window_measurement(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
@@ -78,7 +80,7 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
                                  goodput=goodput, peak_hour_requests_per_s=peak, concurrency_per_replica=running),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)
-    return PlannedWindow(result, prices, fl, facts)
+    return PlannedWindow(result, prices, fl, facts, pair)
 
 
 def _growth(source, win: Window, pl: PlanningInputs) -> tuple[PlanningInputs, str]:
@@ -127,6 +129,8 @@ class Overview:
     slo: Slo
     facts: Facts | None = None
     """The deployment facts in force and where they came from."""
+    sweep: SweepPair | None = None
+    """The newest load-sweep pair the plan was sized from."""
     tier_points: list[dict] = field(default_factory=list)
     latency_points: list[dict] = field(default_factory=list)
 
@@ -144,7 +148,7 @@ def overview(source, deployment: str, t_from, t_to, model: str | None = None, st
     pw = plan_window(source, win, cfg)
     return Overview(win, pw.plan, pw.prices.origin, pw.fleet.gpus, pw.fleet.origin,
                     slo_attainment(win.rows, pw.plan.inputs.planning.ttft_p99_slo_seconds), pw.facts,
-                    tier_points(buckets), latency_points(buckets))
+                    pw.sweep, tier_points(buckets), latency_points(buckets))
 
 
 def plan_range(source, deployment: str, t_from, t_to, model: str | None = None, *,

@@ -48,7 +48,11 @@ def sweep_view(source, deployment: str, ttft_slo_s: float | None = None, tpot_sl
     checked. ``prices``: the config's default price table (as the other views)."""
     if ttft_slo_s is None:
         ttft_slo_s = load_pricebook(source, deployment, prices).planning.ttft_p99_slo_seconds
-    pair = latest_sweep_pair(source, deployment)
+    return sweep_view_of(latest_sweep_pair(source, deployment), ttft_slo_s, tpot_slo_s)
+
+
+def sweep_view_of(pair: SweepPair | None, ttft_slo_s: float, tpot_slo_s: float | None = None) -> SweepView:
+    """``sweep_view`` of a pair already read (the plan reads it for its goodput)."""
     if pair is None:
         return SweepView(ttft_slo_s, tpot_slo_s)
     sg = pair.goodput(ttft_slo_s, tpot_slo_s)
