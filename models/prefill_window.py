@@ -101,17 +101,8 @@ class PricedWindow:
         raw = [r for r in intervals if r.t_end > t_from and r.t_start >= t_from - 1e-6
                and r.t_end <= t_to + 1e-6]
         vllm_rows = [r for r in raw if r.engines > 0]
-        spans = sorted((max(r.t_start, t_from), min(r.t_end, t_to)) for r in vllm_rows)
-        covered, cur = 0.0, None
-        for a, b in spans:
-            if cur is None or a > cur[1]:
-                if cur is not None:
-                    covered += cur[1] - cur[0]
-                cur = [a, b]
-            else:
-                cur[1] = max(cur[1], b)
-        if cur is not None:
-            covered += cur[1] - cur[0]
+        spans = merge_spans((max(r.t_start, t_from), min(r.t_end, t_to)) for r in vllm_rows)
+        covered = sum(b - a for a, b in spans)
         peak = peak_hour_rate(vllm_rows, spans)
         rows = rounds(raw)
         boot = resample_hit_and_load(rows)
@@ -201,6 +192,17 @@ def resample_hit_and_load(rows: Sequence[Interval], draws: int = RESAMPLES,
     return tuple((float(h), float(k)) for h, k in zip(hit, load))
 
 
+def merge_spans(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Time spans merged where they overlap or touch, in time order: the time the data covers."""
+    merged: list[list[float]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
 PEAK_HOUR_MIN_COVER_S = 600.0
 """An hour covered by less data than this does not compete for the busiest hour (a few
 seconds at an hour's edge would give a rate from a handful of requests)."""
@@ -225,13 +227,7 @@ def peak_hour_rate(rows: Sequence[Interval], spans: Sequence[tuple[float, float]
     if not reqs:
         return None
     cover: dict[int, float] = {}
-    merged: list[list[float]] = []
-    for a, b in sorted(spans):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    for a, b in merged:
+    for a, b in merge_spans(spans):
         for h, sec in hours(a, b):
             cover[h] = cover.get(h, 0.0) + sec
     rates = {h: n / cover[h] for h, n in reqs.items() if cover.get(h, 0.0) > 0}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models.catalog import CHART_NAMES, GAUGE_LABELS
+from models.catalog import CHART_NAMES, GAUGE_LABELS, RUNNING, TTFT, count_name
 from models.errors import KvplanError
 from models.metrics import Increase, WindowStats, null_reasons, window_stats
 from models.spans import Spans, as_instant, chart_step, longest_run, plan_spans
@@ -246,8 +246,6 @@ def peak_running_per_engine(source, deployment: str, t_from: datetime, t_to: dat
     """The most requests one vLLM engine ran at once in the window (``vllm:num_requests_running``,
     the highest sample of any engine): the concurrency one replica must hold KV for (the replica
     memory check). None when the gauge is not reported."""
-    from models.catalog import RUNNING
-
     rows = gauge_points(source, deployment, t_from, t_to, 3600, model, names=[RUNNING])
     peaks = [r["max"] for r in rows if r.get("max") is not None]
     return float(max(peaks)) if peaks else None
@@ -262,8 +260,6 @@ def daily_requests(source, deployment: str, first_ts: datetime, t_to: datetime,
     """(day number, requests) of every whole UTC day of the deployment's data up to ``t_to``
     (at most ``TREND_LOOKBACK``), for ``models.growth.measured_growth``: rolled-up days from the
     nightly rollups, others from raw samples."""
-    from models.catalog import TTFT, count_name
-
     end = floor_day(t_to)
     start = max(ceil_day(first_ts), end - TREND_LOOKBACK)
     if end - start < DAY:
