@@ -624,7 +624,7 @@ def measurement_from_window(window: PricedWindow, cost_model: PrefillCostModel |
                             facts: Any = None, lmcache: bool | None = None,
                             stats: Any = None, engines: int | None = None,
                             measured_ab: MeasuredAB | None = None) -> PrefillMeasurement:
-    """The measurement of a priced window (``app.data.prefill.priced_window``) with its fitted
+    """The measurement of a priced window (``app.data.prefill.plan_measurement``) with its fitted
     cost model and the deployment facts (``models.deployment.DeploymentFacts``):
 
     * ``window_seconds`` is the span the data covers (not the range asked for);

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from app.data.prefill import fit_history, measured_ab, plan_measurement, prefill_intervals, priced_window
+from app.data.prefill import measured_ab, plan_measurement, prefill_intervals
 from app.data.window import stats
 from collectors.runs import save_run
 from collectors.workload import RequestResult, RunResult, Workload
@@ -59,7 +59,7 @@ def test_multi_engine_counts_engines(db):
 def test_priced_window_covers_only_the_data(db):
     ss = import_case(db, "shared_vs_unique", "dep")
     t0, t1 = ss[0].at, ss[-1].at
-    w = priced_window(db, "dep", t0 - timedelta(days=1), t1 + timedelta(days=1))
+    w = plan_measurement(db, "dep", t0 - timedelta(days=1), t1 + timedelta(days=1)).window
     assert w.asked_seconds == pytest.approx((t1 - t0).total_seconds() + 2 * 86400)
     # from the servers' start (their counters' _created: 0 then) to the last scrape, not 2 days
     span = (t1 - t0).total_seconds()
@@ -69,7 +69,7 @@ def test_priced_window_covers_only_the_data(db):
 
 def test_a_short_recording_is_not_identifiable_and_says_so(db):
     ss = import_case(db, "shared_vs_unique", "dep")
-    m = fit_history(db, "dep", ss[-1].at, t_from=ss[0].at)
+    m = plan_measurement(db, "dep", ss[0].at, ss[-1].at, lookback=ss[-1].at - ss[0].at).cost_model
     assert m.status == "unidentified"
     assert "'dep' history" in m.history and "40 requests" in m.history
     meas = plan_measurement(db, "dep", ss[0].at, ss[-1].at, facts=DeploymentFacts(tensor_parallel=4))

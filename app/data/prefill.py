@@ -3,14 +3,13 @@ fitted on, the priced window, and measured A/B pairs.
 
 * ``prefill_intervals`` -- one ``models.prefill_fit.Interval`` per target and scrape interval
   (named query ``prefill_intervals``, macro ``interval_increments`` of migration 009);
-* ``fit_history`` -- the cost model fitted on every interval of a look-back ending at the
-  priced window's end (the deployment's history, not only the window), saying which;
-* ``priced_window`` -- the window as the plan prices it: the span the data covers inside the
-  range asked for, by cache tier;
+* ``describe_history`` -- one line saying which history a fit used;
 * ``measured_ab`` -- the latest measured A/B pair of a deployment (runs with ``reuse`` off/on
   and ``engine_seconds``), which overrides the model;
 * ``plan_measurement`` -- all of it as one ``models.prefill.PrefillMeasurement`` for
-  ``models.plan``.
+  ``models.plan``: the window as the plan prices it (the span the data covers inside the range
+  asked for, by cache tier) and the cost model fitted on every interval of a look-back ending at
+  the window's end (the deployment's history, not only the window), saying which.
 
 Each function opens the database read-only for as long as its query takes (``sql.db``).
 """
@@ -23,7 +22,7 @@ from typing import Any
 from models import catalog as c
 from models.deployment import DeploymentFacts
 from models.prefill import PrefillMeasurement, measurement_from_window
-from models.prefill_fit import Interval, PrefillCostModel, fit_prefill_cost
+from models.prefill_fit import Interval, fit_prefill_cost
 from models.prefill_window import MeasuredAB, PricedWindow
 from models.timeutil import aware_utc, naive_utc
 from sql.db import Database
@@ -101,26 +100,6 @@ def describe_history(deployment: str, intervals: list[Interval], t_from: datetim
             f"{datetime.fromtimestamp(last, aware_utc(t_from).tzinfo):{fmt}} UTC "
             f"({len(busy)} target-intervals with requests, {req:,.0f} requests; look-back "
             f"{(aware_utc(t_to) - aware_utc(t_from)).total_seconds() / 3600:g} h)")
-
-
-def fit_history(db: Database, deployment: str, t_to: datetime, *,
-                lookback: timedelta = DEFAULT_LOOKBACK, model: str | None = None,
-                facts: DeploymentFacts | None = None, t_from: datetime | None = None
-                ) -> PrefillCostModel:
-    """The prefill cost model fitted on every interval of [t_to - lookback, t_to] (or
-    [t_from, t_to])."""
-    facts = facts or DeploymentFacts()
-    start = t_from or (aware_utc(t_to) - lookback)
-    ivs = prefill_intervals(db, deployment, start, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
-    return fit_prefill_cost(ivs, history=describe_history(deployment, ivs, start, t_to))
-
-
-def priced_window(db: Database, deployment: str, t_from: datetime, t_to: datetime,
-                  model: str | None = None, *, facts: DeploymentFacts | None = None) -> PricedWindow:
-    """The window [t_from, t_to] as the plan prices it (covered span, tiers, attention sums)."""
-    facts = facts or DeploymentFacts()
-    ivs = prefill_intervals(db, deployment, t_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
-    return PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
 
 
 def measured_ab(db: Database, deployment: str) -> MeasuredAB | None:
