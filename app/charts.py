@@ -129,7 +129,7 @@ def with_breaks(df: pd.DataFrame, series: Sequence[str], values: Sequence[str], 
     for key in keys:
         mask = (have[list(series)] == pd.Series(key, index=list(series))).all(axis=1)
         present = set(have.loc[mask, "bucket"])
-        extra += [dict(zip(series, key), bucket=b) for b in g if b not in present]
+        extra += [dict(zip(series, key, strict=True), bucket=b) for b in g if b not in present]
     if extra:
         df = pd.concat([df, pd.DataFrame(extra)], ignore_index=True)
     return df.sort_values("bucket", kind="stable").reset_index(drop=True)

@@ -1,4 +1,4 @@
-"""Altair charts of the cache what-if (``app.views.whatif``): data in, chart out, no Streamlit.
+"""Altair charts of the cache what-if (``kvplan.app.views.whatif``): data in, chart out, no Streamlit.
 The What-if page and the report section render the same specs."""
 
 from __future__ import annotations

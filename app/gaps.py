@@ -1,4 +1,4 @@
-"""The recorded gaps of a window, for the time charts (``app.charts.Timeline``): runs of
+"""The recorded gaps of a window, for the time charts (``kvplan.app.charts.Timeline``): runs of
 failed scrapes per target (query ``scrape_gaps``) and Prometheus ingestion gaps
 (``ingest_gaps``). Time buckets without data are found by the charts themselves."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from app.charts import Gap, Timeline
+from kvplan.app.charts import Gap, Timeline
 
 
 def recorded_gaps(source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:

@@ -10,9 +10,9 @@ from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
 
-from app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
-from collectors.config import Settings, load_settings
-from sql.db import Database
+from kvplan.app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
+from kvplan.collectors.settings import Settings, load_settings
+from kvplan.sql.db import Database
 
 
 def settings() -> Settings:
@@ -39,8 +39,8 @@ def db() -> Database:
 
 
 def view(fn, *args, **kwargs):
-    """``fn(source, *args, **kwargs)`` for a view function of ``app.views`` (or
-    ``app.gaps.timeline``), read through ONE connection (``Database.snapshot``) and cached
+    """``fn(source, *args, **kwargs)`` for a view function of ``kvplan.app.views`` (or
+    ``kvplan.app.gaps.timeline``), read through ONE connection (``Database.snapshot``) and cached
     until the database file changes (``Database.data_version``: size and mtime of the file
     and its WAL), for every session of the server: a page shown again with the same selection
     and unchanged data is not read again. Views return frozen dataclasses the pages only read."""
@@ -168,14 +168,14 @@ def caption(sel: Selection, note: str = "") -> None:
 def timeline(sel: Selection, step_s: int):
     """How the page's time charts are drawn: the picked zone, the bucket width, the
     window's recorded gaps (failed scrapes, Prometheus gaps)."""
-    from app.gaps import timeline as tl
+    from kvplan.app.gaps import timeline as tl
 
     return view(tl, sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
 def badge(decision) -> None:
     """The verdict as a coloured badge and its one-sentence reason."""
-    from app.report.fmt import BADGE_COLORS
+    from kvplan.app.report.fmt import BADGE_COLORS
 
     st.markdown(f"#### :{BADGE_COLORS[decision.kind]}-badge[{decision.kind}] {decision.reason}")
 
@@ -184,8 +184,8 @@ def prefill_summary(p) -> None:
     """What the cache saved by tier (vLLM's prefix cache: free; LMCache: net, what the decision
     weighs), $ per 1M prompt/output tokens with and without reuse, and the cost model the
     saving rests on (Overview and Cost pages; the report shows the same)."""
-    from app.report import fmt
-    from models.plan import tier_attribution
+    from kvplan.app.report import fmt
+    from kvplan.models.decision.plan import tier_attribution
 
     rows = {r["key"]: r for r in tier_attribution(p)}
     c = st.columns(4)
@@ -217,8 +217,8 @@ def chart(c) -> None:
 def report(path: str, deployment: str, month: str, model: str | None, version: tuple) -> tuple[str, dict]:
     """(HTML, headline numbers) of one capacity report, built once per data version (the same
     document ``kvplan report`` writes). ``prewarm_reports`` fills it in the background."""
-    from app import report as rep
-    from app.report import fmt
+    from kvplan.app import report as rep
+    from kvplan.app.report import fmt
 
     d = rep.build(db(), deployment, month, model=model, cfg=cfg(deployment))  # one snapshot
     s, p = d.overview.window.stats, d.overview.plan
@@ -240,7 +240,7 @@ def prewarm_reports() -> None:
     import logging
     import threading
 
-    from app.data.store import data_months
+    from kvplan.app.data.store import data_months
 
     path = str(settings().db)
     if not db().path.exists():

@@ -1,30 +1,26 @@
 """kvplan dashboard entry point: `kvplan dashboard` runs `streamlit run` on this file.
 
-Pages are thin: they read the shared selectors, call one function of ``app.views`` (which
-reads DuckDB through ``app.data`` and computes through ``models``) and render what comes
+Pages are thin: they read the shared selectors, call one function of ``kvplan.app.views`` (which
+reads DuckDB through ``kvplan.app.data`` and computes through ``models``) and render what comes
 back. A ``KvplanError`` (an input the user can fix) reaching this file is shown as
 ``st.error`` naming the input; anything else is a bug: its traceback goes to the log and the
 page says so, never showing the traceback.
 """
 
 import logging
-import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # streamlit puts app/ first on sys.path, not the repo root
-    sys.path.insert(0, str(ROOT))
 
 import streamlit as st
 
-from models.errors import KvplanError
+from kvplan.models.core.errors import KvplanError
 
 PAGES = Path(__file__).parent / "pages"
 log = logging.getLogger("kvplan.dashboard")
 
+# set_page_config must run before any other Streamlit call, and importing state makes them
 st.set_page_config(page_title="kvplan", page_icon=":material/calculate:", layout="wide")
-from app import state
-from app.auth import require_login
+from kvplan.app import state  # noqa: E402
+from kvplan.app.auth import require_login  # noqa: E402
 
 require_login()  # kvplan dashboard --auth-secrets: OpenID Connect login before any page
 pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/dashboard:", default=True),

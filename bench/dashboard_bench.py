@@ -11,8 +11,8 @@ carry source 'replay'.
 
 The first scrape of each target goes through the real store; the rest are bulk-inserted in
 time order with the same series ids (the shape the collector leaves). Then every whole day
-is rolled up by the collector daemon's own nightly function (collectors.scheduler.rollup_day)
-and app.data.store.rollup_gauges_day, timed per day.
+is rolled up by the collector daemon's own nightly function (kvplan.collectors.scheduler.rollup_day)
+and kvplan.app.data.store.rollup_gauges_day, timed per day.
 
 Each page's view call (what the page script calls, with the page's step) is timed on
   1d       a database holding 1 day of history, time range "all data"
@@ -37,15 +37,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import pyarrow as pa
 
-from collectors.parse import parse_payload
-from collectors.store import ensure_target, series_id
-from sql.db import Database
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.store import ensure_target, series_id
+from kvplan.sql.db import Database
 
+ROOT = Path(__file__).resolve().parents[1]
 PAYLOADS = ROOT / "tests" / "fixtures" / "payloads"
 T0 = datetime(2026, 8, 1, tzinfo=UTC)
 ENGINES_PER_SERVER = 8
@@ -106,14 +104,14 @@ def replay(path: Path, case: str, days: int, engines: int, interval_min: int) ->
                         cum = smp.type in ("counter", "histogram", "summary")
                         tmpl_rows.append((sid, tid, smp.name, smp.type, before, max(0.0, smp.value - before) if cum
                                           else 0.0, smp.value, k, created if cum and kind == "vllm" else None))
-        cols = list(zip(*series_rows))
+        cols = list(zip(*series_rows, strict=True))
         st = pa.table({"series_id": pa.array(cols[0], pa.int64()), "target_id": pa.array(cols[1], pa.int32()),  # noqa: F841
                        "name": cols[2], "family": cols[3], "type": cols[4], "model_name": pa.array(cols[5], pa.string()),
                        "engine": pa.array(cols[6], pa.string()), "le": pa.array(cols[7], pa.float64()),
                        "labels": cols[8]})
         con.execute("INSERT INTO series SELECT * FROM st")
     # samples, scrapes: day by day in time order (what the collector leaves on disk)
-    t = list(zip(*tmpl_rows))
+    t = list(zip(*tmpl_rows, strict=True))
     tt = pa.table({"series_id": pa.array(t[0], pa.int64()), "target_id": pa.array(t[1], pa.int32()),  # noqa: F841
                    "name": t[2], "type": t[3], "before": t[4], "delta": t[5], "gauge": t[6], "k": t[7],
                    "created": pa.array(t[8], pa.float64())})
@@ -155,8 +153,8 @@ def replay(path: Path, case: str, days: int, engines: int, interval_min: int) ->
 
 
 def roll_up(db: Database, deployment: str, days: int) -> list[float]:
-    from app.data.store import rollup_gauges_day
-    from collectors.scheduler import rollup_day
+    from kvplan.app.data.store import rollup_gauges_day
+    from kvplan.collectors.scheduler import rollup_day
 
     took = []
     for d in range(days):
@@ -178,7 +176,7 @@ OWN_SNAPSHOT = {"report (month)"}
 
 def pages(db: Database, deployment: str, t_from: datetime, t_to: datetime, one_connection: bool = True) -> dict:
     """Each page's view call, with the step the page would use, through one read connection
-    per page run (``Database.snapshot``, as ``app.state.view`` runs a page's view) unless
+    per page run (``Database.snapshot``, as ``kvplan.app.state.view`` runs a page's view) unless
     ``one_connection`` is False (each query opens the file: before issue 14)."""
     calls = _calls(deployment, t_from, t_to)
 
@@ -196,17 +194,17 @@ def pages(db: Database, deployment: str, t_from: datetime, t_to: datetime, one_c
 def _calls(deployment: str, t_from: datetime, t_to: datetime) -> dict:
     """page -> fn(source): what the page reads (its view, and the recorded gaps its time
     charts shade)."""
-    from app import report
-    from app.data.store import data_months, deployments_with_data
-    from app.gaps import timeline
-    from app.state import Selection
-    from app.views.cache import cache_view
-    from app.views.collection import collection_view
-    from app.views.cost import cost_view
-    from app.views.latency import latency_view
-    from app.views.overview import overview
-    from app.views.runs import runs_view
-    from models.spans import chart_step
+    from kvplan.app import report
+    from kvplan.app.data.store import data_months, deployments_with_data
+    from kvplan.app.gaps import timeline
+    from kvplan.app.state import Selection
+    from kvplan.app.views.cache import cache_view
+    from kvplan.app.views.collection import collection_view
+    from kvplan.app.views.cost import cost_view
+    from kvplan.app.views.latency import latency_view
+    from kvplan.app.views.overview import overview
+    from kvplan.app.views.runs import runs_view
+    from kvplan.models.metrics.spans import chart_step
 
     step = Selection(deployment, None, t_from, t_to).step_s
 

@@ -25,14 +25,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.store import insert_payload, payload_sha256, series_id, store_payload
+from kvplan.sql.db import Database
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from collectors.parse import parse_payload
-from collectors.store import insert_payload, payload_sha256, series_id, store_payload
-from sql.db import Database
-
-
 def payload_files() -> list[Path]:
     files = sorted(p for p in (ROOT / "tests/fixtures/payloads").rglob("*") if p.suffix in (".prom", ".txt"))
     if not files:

@@ -39,13 +39,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from kvplan.collectors.openmetrics import _labels
+from kvplan.collectors.parse import Payload, parse_payload
+from kvplan.collectors.prometheus import split_name
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from collectors.openmetrics import _labels
-from collectors.parse import Payload, parse_payload
-from collectors.prometheus import split_name
-
 DAY = 86400
 
 
@@ -62,7 +60,7 @@ def templates() -> list[tuple[str, Payload]]:
     missing = {"vllm", "lmcache_mp"} - set(found)
     if missing:
         raise SystemExit(f"tests/fixtures/payloads holds no recorded {' or '.join(sorted(missing))} payload "
-                         "(record them with deploy/local/record_fixtures.py)")
+                         "(record them with deploy/local/recorders/record_fixtures.py)")
     return [(label, p) for _, label, p in found.values()]
 
 
@@ -102,7 +100,7 @@ def write_day(path: Path, series: list, t0: int, interval: int, g: dict[int, np.
                     vals = s.value * (0.5 + 0.5 * np.sin(g[eng][sl] * 7))
                 else:
                     vals = s.value * g[eng][sl]
-                f.write("".join(f"{name}{lab} {v!r} {t}\n" for v, t in zip(vals.tolist(), ts)))
+                f.write("".join(f"{name}{lab} {v!r} {t}\n" for v, t in zip(vals.tolist(), ts, strict=True)))
                 n += len(ts)
         f.write("# EOF\n")
     return n
@@ -141,7 +139,7 @@ def fill(work: Path, args, t0: int) -> tuple[int, float, float]:
             sys.exit(f"promtool failed on day {day}:\n{r.stderr[-2000:]}")
         src.unlink()
     print(f"history: {len(series)} series ({args.engines} vLLM + {nodes} LMCache targets), {samples:,} samples "
-          f"every {args.interval}s over {args.days} days; replayed from {', '.join(l for l, _ in tmpl)}; "
+          f"every {args.interval}s over {args.days} days; replayed from {', '.join(label for label, _ in tmpl)}; "
           f"OpenMetrics written in {gen_s:.1f}s, promtool {prom_s:.1f}s")
     return samples, gen_s, prom_s
 
@@ -159,7 +157,7 @@ def write_last(path: Path, series: list, t: int, g: dict, i: int) -> int:
 
 
 def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
-    from deploy.local.stack import free_ports
+    from kvplan.deploy.local.stack import free_ports
 
     (work / "prometheus.yml").write_text("global: {}\n")
     (port,) = free_ports(1)
@@ -181,10 +179,9 @@ def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
 
 CHILD = """
 import json, resource, sys, time
-sys.path.insert(0, {root!r})
 from datetime import datetime
-from collectors.config import load_settings
-from sql.db import Database
+from kvplan.collectors.settings import load_settings
+from kvplan.sql.db import Database
 s = load_settings(__import__('pathlib').Path({conf!r}))
 db = Database(s.db); db.migrate()
 t = time.perf_counter()
@@ -242,21 +239,21 @@ def run(work: Path, args, url: str, start: datetime, samples: int) -> None:
                     f'chunk = "{args.chunk}"\nlookback = "{lookback}s"\ngap_after = "{gap}s"\ntimeout_s = 600\n'
                     f'[[deployments]]\nname = "bench"\nprometheus_selector = \'job=~"vllm|lmcache"\'\n')
     rng = f"datetime.fromisoformat({start.isoformat()!r}), datetime.fromisoformat({end.isoformat()!r})"
-    back = child(conf, f"""from collectors.prometheus import ingest_range
+    back = child(conf, f"""from kvplan.collectors.prometheus import ingest_range
 r = ingest_range(db, s.prometheus, s.deployments[0], {rng})
 out = dict(raw=r.raw_samples, rows=r.rows, failed=r.failed, chunks=r.chunks, far=r.far_pairs, gaps=r.gaps)""")
-    rollups = child(conf, f"""from collectors.scheduler import rollup_day
+    rollups = child(conf, f"""from kvplan.collectors.scheduler import rollup_day
 from datetime import timedelta
 d0 = datetime.fromisoformat({start.date().isoformat()!r}).date()
 out = dict(rows=sum(rollup_day(db, 'bench', d0 + timedelta(days=i)) for i in range({args.days})))""")
     last = (end - timedelta(days=1)).date()
-    night = child(conf, f"""import collectors.scheduler as sch
+    night = child(conf, f"""import kvplan.collectors.scheduler as sch
 sch.REPORT_MODULE = 'app.no_such_report'
 o = sch.Nightly(s, db).run_day(datetime.fromisoformat({last.isoformat()!r}).date())
 out = dict(rows=o.rows, errors=o.errors)""")
     read = child(conf, f"""from concurrent.futures import ThreadPoolExecutor
-from collectors.prometheus import PromClient, fetch_chunk, chunk_bounds
-from collectors.config import duration_s
+from kvplan.collectors.prometheus import PromClient, fetch_chunk, chunk_bounds
+from kvplan.collectors.settings import duration_s
 c = PromClient(s.prometheus); n = 0
 d0 = datetime.fromisoformat({(end - timedelta(days=1)).isoformat()!r}); d1 = datetime.fromisoformat({end.isoformat()!r})
 with ThreadPoolExecutor(s.prometheus.concurrency) as pool:
@@ -280,9 +277,9 @@ out = dict(raw=n)""")
 
 
 def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:
-    from app.data.window import stats
-    from models.metrics import Increase, window_stats
-    from sql.db import Database
+    from kvplan.app.data.window import stats
+    from kvplan.models.metrics.window import Increase, window_stats
+    from kvplan.sql.db import Database
 
     db = Database(db_path)
     ttft = "vllm:time_to_first_token_seconds_bucket"
@@ -318,9 +315,9 @@ def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:
 
     def eq(x, y):
         return all((a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9))
-                   for a, b in zip(x, y))
+                   for a, b in zip(x, y, strict=True))
 
-    agree = sum(eq(p, i) and eq(p, r) for p, r, i in zip(prom, roll, inc))
+    agree = sum(eq(p, i) and eq(p, r) for p, r, i in zip(prom, roll, inc, strict=True))
     return dict(promql_s=promql_s, rollup_s=rollup_s, increments_s=increments_s, agree=agree)
 
 

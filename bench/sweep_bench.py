@@ -1,12 +1,12 @@
 """Load sweep on the real local stack: throughput, TTFT p50/p99 and TPOT p99 per offered load
 with KV reuse off (``vllm-nocache-0``) and on (``vllm-0``: vLLM prefix cache + LMCache), both
 goodputs at the derived SLOs, and the check run at a load between them
-(``deploy.local.sweep_check``). CPU stack, tiny random model: CPU-scale figures, not GPU ones.
+(``kvplan.deploy.local.recorders.sweep_check``). CPU stack, tiny random model: CPU-scale figures, not GPU ones.
 
     .venv/bin/python bench/sweep_bench.py [--run-dir DIR] [--repeat 1] [--json FILE]
 
 Without --run-dir it starts a stack (LMCache, ``vllm-0``, ``vllm-nocache-0``, no Prometheus) and
-stops it after; --run-dir reuses a running one (`python -m deploy.local.stack up --run-dir DIR
+stops it after; --run-dir reuses a running one (`python -m kvplan.deploy.local.stack up --run-dir DIR
 --vllm 1 --nocache 1 --no-prometheus`). On a shared machine run it under the stack lock:
 `flock /tmp/kvplan-stack.lock .venv/bin/python bench/sweep_bench.py`.
 """
@@ -20,14 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvplan.deploy.local import stack as stk
+from kvplan.deploy.local.recorders.sweep_check import table, validate_sweep_on_stack
+from kvplan.sql.db import Database
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from deploy.local import stack as stk
-from deploy.local.sweep_check import table, validate_sweep_on_stack
-from sql.db import Database
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir")

@@ -1,13 +1,13 @@
 """The savings model against a measured A/B on the real local stack, scenario by scenario:
 predicted vs measured saved engine time, the error, the stated tolerance, and the repeat-to-repeat
-noise (deploy.local.ab: interleaved segments, engine time = wall time of each side's segments with
+noise (kvplan.deploy.local.recorders.ab: interleaved segments, engine time = wall time of each side's segments with
 the servers at real-time priority; the worker processes' CPU seconds beside it). CPU stack, tiny
 model: CPU-scale seconds.
 
     .venv/bin/python bench/validation_bench.py [--run-dir DIR] [--repeat 3] [--json FILE]
 
 Without --run-dir every repeat starts a fresh stack (empty caches, as CI runs the test) and stops
-it; --run-dir reuses a running stack for every repeat (`python -m deploy.local.stack up --run-dir
+it; --run-dir reuses a running stack for every repeat (`python -m kvplan.deploy.local.stack up --run-dir
 DIR --vllm 1 --plain 1 --nocache 1 --no-prometheus`: later repeats then run with full KV caches
 and a full LMCache L1). On a shared machine run it under the stack lock:
 `flock /tmp/kvplan-stack.lock .venv/bin/python ...`.
@@ -23,14 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvplan.deploy.local import stack as stk
+from kvplan.deploy.local.recorders.ab import MEASURED_ON, validate_on_stack
+from kvplan.sql.db import Database
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from deploy.local import stack as stk
-from deploy.local.ab import MEASURED_ON, validate_on_stack
-from sql.db import Database
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run-dir")

@@ -3,7 +3,7 @@
   LMCache sweep   ``lmcache tool cache-simulator sweep``'s loop (``run_sweep``: load the
                   JSONL, then ``simulate(fast=True)`` once per capacity, LRUCacheFast), 30
                   log-spaced capacities, run from the stack venv (LMCache 0.5.6)
-  kvplan          ``collectors.traces.parse_file`` (validation included) + ``models.cachesim.
+  kvplan          ``kvplan.collectors.traces.parse_file`` (validation included) + ``kvplan.models.cache.sim.
                   lru_curve``: every capacity at once; then the same 30 capacities read off it
 
 Same trace file for both: an LMCache lookup-hash JSONL made from the Mooncake FAST'25
@@ -30,14 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from kvplan.collectors.traces import parse_file
+from kvplan.deploy.local import stack as stk
+from kvplan.models.cache import pools as ct
+from kvplan.models.cache import sim as cs
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from collectors.traces import parse_file
-from deploy.local import stack as stk
-from models import cache_topology as ct
-from models import cachesim as cs
-
 MOONCAKE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
 BLOCK = 512
 # KV of one 512-token chunk of a Llama-3-70B-shaped model (80 layers, K and V, 8 KV heads of
@@ -126,8 +124,7 @@ BUILD = textwrap.dedent("""
 BIG = textwrap.dedent("""
     import json, resource, sys, time
     import numpy as np
-    sys.path.insert(0, sys.argv[2])
-    from models import cachesim as cs
+    from kvplan.models.cache import sim as cs
     z = np.load(sys.argv[1])
     trace = cs.Trace(z["chunk_ids"], z["offsets"], z["seq_len"], z["chunk_size"])
     del z
@@ -163,7 +160,7 @@ def mooncake_curve(reqs: list[dict]) -> None:
     """The real conversation trace alone: ceiling, curve shape, shared vs 8 private caches."""
     def trace(partial: bool) -> cs.Trace:
         keep = [r["hash_ids"] if partial else r["hash_ids"][:r["input_length"] // BLOCK] for r in reqs]
-        return cs.make_trace((k, r["input_length"], BLOCK) for k, r in zip(keep, reqs))
+        return cs.make_trace((k, r["input_length"], BLOCK) for k, r in zip(keep, reqs, strict=True))
 
     tr = trace(False)
     curve = cs.lru_curve(tr)
@@ -229,7 +226,7 @@ def main() -> int:
     theirs = [p["hit_tokens"] for p in lm["points"]]
     same = ours == theirs and all(p["total_tokens"] == curve.total_tokens for p in lm["points"])
     print(f"\n{'capacity (GiB)':>16} {'chunks':>10} {'LMCache':>9} {'kvplan':>9}")
-    for p, o in zip(lm["points"], ours):
+    for p, o in zip(lm["points"], ours, strict=True):
         print(f"{p['capacity_bytes'] / 2**30:>16.3f} {p['capacity_chunks']:>10,} "
               f"{p['hit_tokens'] / p['total_tokens']:>9.4%} {o / curve.total_tokens:>9.4%}")
     print(f"\nidentical hit tokens at all {len(caps)} capacities: {same}")

@@ -1,5 +1,5 @@
 """Load the recorded demo dataset (deploy/demo/kvplan-demo.jsonl.gz, made by
-deploy/local/record_demo.py from the real CPU stack) into a DuckDB file through the same
+deploy/local/recorders/record_demo.py from the real CPU stack) into a DuckDB file through the same
 path as `kvplan import-metrics`. Loading twice changes nothing.
 
 The file's header says what the data is: recorded on CPU with a tiny random model, time
@@ -16,19 +16,19 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
-from collectors.parse import Payload, PayloadError, parse_payload
-from collectors.runs import save_run
-from collectors.store import insert_failure, insert_payload, payload_sha256
-from collectors.workload import RequestResult, RunResult, Workload
-from models.timeutil import from_epoch_s, naive_utc
-from sql.db import Database
+from kvplan.collectors.loadgen.runs import save_run
+from kvplan.collectors.loadgen.workload import RequestResult, RunResult, Workload
+from kvplan.collectors.parse import Payload, PayloadError, parse_payload
+from kvplan.collectors.store import insert_failure, insert_payload, payload_sha256
+from kvplan.models.core.timeutil import from_epoch_s, naive_utc
+from kvplan.sql.db import Database
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
 
 
 def records(path: Path = DEMO_FILE) -> Iterator[dict]:
     if not path.exists():
-        raise FileNotFoundError(f"{path}: demo dataset not found (record it with deploy/local/record_demo.py)")
+        raise FileNotFoundError(f"{path}: demo dataset not found (record it with deploy/local/recorders/record_demo.py)")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             try:

@@ -19,20 +19,22 @@ Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from prometheus_client.openmetrics.parser import (
     text_fd_to_metric_families as _openmetrics_families,
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
 
-from collectors.relabel import model_label
-from models.errors import KvplanError
+from kvplan.collectors.relabel import model_label
+from kvplan.models.core.errors import KvplanError
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
 
@@ -204,13 +206,25 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     payload kind; otherwise it is detected from the family names. Raises :class:`PayloadError`
     naming the source, the line and the series of the first impossible value.
 
-    Long on purpose: one pass over the parser's families holds every acceptance rule (type,
-    finiteness, sign and size, _created, duplicates, buckets) next to the line it names; split
-    up, the rules would be read out of the order a payload is checked in."""
+    The stages run in the order a payload is checked: it is metrics at all; the parser reads
+    its families; ``_created`` samples become series start times; the kind; every sample's
+    value (type, finiteness, sign and size, duplicates); histograms and hit pairs."""
     at_s = at.timestamp() if at is not None else time.time()
     if kind is not None and kind not in KINDS:
         raise PayloadError(source, f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     fmt = check_content_type(source, content_type)
+    _refuse_what_is_not_metrics(source, text)
+    text, mapped = _colon_names(text)
+    raw_families = _read_families(source, text, fmt)
+    families, created, plain = _split_created(source, text, raw_families, at_s)
+    kind = kind or _detected_kind(source, families)
+    samples, warnings = _checked_samples(source, text, plain, created)
+    _check_histograms(source, samples)
+    _check_hits(source, text, samples)
+    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=mapped + warnings)
+
+
+def _refuse_what_is_not_metrics(source: str, text: str) -> None:
     if not text.strip():
         raise PayloadError(source, "empty body: no metrics at all")
     head = text.lstrip()[:200].lower()
@@ -220,84 +234,88 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     if head.startswith("{") or head.startswith("["):
         raise PayloadError(source, "this looks like JSON, not Prometheus text exposition", line=1)
 
-    mapped = []
+
+def _colon_names(text: str) -> tuple[str, list[str]]:
+    """prometheus_client (OpenMetrics, or UTF-8 name escaping) may write vLLM's names with
+    '_' for ':'. vLLM names every metric vllm:..., so map them back and say so."""
     if _UNDERSCORED.search(text) and not _COLON.search(text):
-        # prometheus_client (OpenMetrics, or UTF-8 name escaping) may write vLLM's names with
-        # '_' for ':'. vLLM names every metric vllm:..., so map them back and say so.
-        text = _UNDERSCORED_SUB.sub(r"\1vllm:", text)
-        mapped.append("metric names written vllm_... were read as vLLM's vllm:... (saved by a client that "
-                      "replaced ':' with '_')")
+        return _UNDERSCORED_SUB.sub(r"\1vllm:", text), [
+            "metric names written vllm_... were read as vLLM's vllm:... (saved by a client that "
+            "replaced ':' with '_')"]
+    return text, []
+
+
+def _read_families(source: str, text: str, fmt: str) -> list[Any]:
+    """prometheus_client's families; a parse error names the line the parser stopped on."""
     lines = _CountingLines(text)
     parser = _openmetrics_families if fmt == "openmetrics" else _text_families
-    raw_families = []
     try:
-        for fam in parser(lines):
-            raw_families.append(fam)
+        return list(parser(lines))
     except (ValueError, IndexError, KeyError) as e:
         bad = text.splitlines()[lines.lineno - 1] if lines.lineno else ""
         raise PayloadError(source, f"cannot parse {bad[:120]!r}: {e}", line=lines.lineno or None) from None
 
-    # prometheus_client exposes X_created as its own gauge family in the text format and
-    # as a sample of the family in OpenMetrics; either way it is the series' start time.
+
+def _split_created(source: str, text: str, raw_families: list[Any], at_s: float
+                   ) -> tuple[dict[str, str], dict[tuple, float], list[tuple[str, str, Any]]]:
+    """(family -> type, (base family, labels without le) -> _created, the other samples).
+
+    prometheus_client exposes X_created as its own gauge family in the text format and as a
+    sample of the family in OpenMetrics; either way it is the series' start time."""
     kept = {f.name: f.type for f in raw_families if not f.name.endswith("_created")}
     families: dict[str, str] = dict(kept)
-    created: dict[tuple, float] = {}  # (base family, labels without le) -> created
-    plain: list[tuple[str, str, object]] = []  # (family, type, sample)
+    created: dict[tuple, float] = {}
+    plain: list[tuple[str, str, Any]] = []  # (family, type, sample)
     for fam in raw_families:
         for s in fam.samples:
             base = s.name[: -len("_created")] if s.name.endswith("_created") else None
             if base is not None and kept.get(base) in ("counter", "histogram", "summary"):
-                c = float(s.value)
-                why = ("is not a number" if math.isnan(c) else "is not finite" if not math.isfinite(c)
-                       else "is before 1970" if c <= 0
-                       else "is more than a year after the scrape time" if c > at_s + CREATED_AHEAD_S else None)
-                if why:
-                    where = _find_line(text, s.name, s.labels)
-                    raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a _created time "
-                                               f"(unix seconds of the series' start) {why}",
-                                       line=where[0] if where else None)
-                created[(base, tuple(sorted(s.labels.items())))] = c
+                created[(base, tuple(sorted(s.labels.items())))] = _created_time(source, text, s, at_s)
                 continue
             plain.append((fam.name, fam.type, s))
             if fam.name.endswith("_created"):
                 families[fam.name] = fam.type
+    return families, created, plain
 
+
+def _created_time(source: str, text: str, s: Any, at_s: float) -> float:
+    c = float(s.value)
+    why = ("is not a number" if math.isnan(c) else "is not finite" if not math.isfinite(c)
+           else "is before 1970" if c <= 0
+           else "is more than a year after the scrape time" if c > at_s + CREATED_AHEAD_S else None)
+    if why:
+        where = _find_line(text, s.name, s.labels)
+        raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a _created time "
+                                   f"(unix seconds of the series' start) {why}",
+                           line=where[0] if where else None)
+    return c
+
+
+def _detected_kind(source: str, families: dict[str, str]) -> str:
     detected = detect_kind(families)
-    if kind is None:
-        if detected is None:
-            raise PayloadError(source, "no vLLM (vllm:*) or LMCache (lmcache_mp_*, lmcache:*) metrics "
-                                       "in this payload; pass --kind to force one")
-        kind = detected
+    if detected is None:
+        raise PayloadError(source, "no vLLM (vllm:*) or LMCache (lmcache_mp_*, lmcache:*) metrics "
+                                   "in this payload; pass --kind to force one")
+    return detected
 
+
+def _checked_samples(source: str, text: str, plain: list[tuple[str, str, Any]], created: dict[tuple, float]
+                     ) -> tuple[list[Sample], list[str]]:
+    """Every sample's value checked (finite, not negative, at most 2**53 for counters) and
+    duplicates refused; gauges and summary quantiles that are not finite are left out, with a
+    warning."""
     samples: list[Sample] = []
     seen: dict[tuple, Sample] = {}
     warnings: list[str] = []
     for fam_name, fam_type, s in plain:
         model, engine, le, rest = _split_labels(source, text, s, fam_type)
         value = float(s.value)
-        quantile = fam_type == "summary" and "quantile" in s.labels
-        if not math.isfinite(value):
-            if fam_type in ("counter", "histogram", "summary") and not quantile:
-                lines_at = _find_line(text, s.name, s.labels)
-                raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} is {s.value}: a {fam_type} "
-                                           "must be a finite number", line=lines_at[0] if lines_at else None)
-            # a gauge, or a summary quantile (NaN when nothing was observed lately): kept out
-            warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value}; not stored")
+        if not _value_is_kept(source, text, s, fam_type, value, warnings):
             continue
-        too_big = abs(value) > MAX_COUNTER
-        if _monotonic(fam_type, s.name) and (value < 0 or too_big):
-            lines_at = _find_line(text, s.name, s.labels)
-            why = "negative" if value < 0 else f"above 2**53 ({MAX_COUNTER:.4g}), beyond exact counting"
-            raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a {fam_type} value cannot be "
-                                       f"{why}", line=lines_at[0] if lines_at else None)
-        if too_big:
-            warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value} (above 2**53); not stored")
-            continue
-        base = fam_name
         labels_no_le = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
         sample = Sample(
             name=s.name, family=fam_name, type=fam_type, value=value, model_name=model,
-            engine=engine, le=le, labels=rest, created=created.get((base, labels_no_le)),
+            engine=engine, le=le, labels=rest, created=created.get((fam_name, labels_no_le)),
         )
         if sample.key in seen:
             where = _find_line(text, s.name, s.labels)
@@ -306,10 +324,29 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
                                line=where[-1] if where else None)
         seen[sample.key] = sample
         samples.append(sample)
+    return samples, warnings
 
-    _check_histograms(source, samples)
-    _check_hits(source, text, samples)
-    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=mapped + warnings)
+
+def _value_is_kept(source: str, text: str, s: Any, fam_type: str, value: float, warnings: list[str]) -> bool:
+    quantile = fam_type == "summary" and "quantile" in s.labels
+    if not math.isfinite(value):
+        if fam_type in ("counter", "histogram", "summary") and not quantile:
+            lines_at = _find_line(text, s.name, s.labels)
+            raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} is {s.value}: a {fam_type} "
+                                       "must be a finite number", line=lines_at[0] if lines_at else None)
+        # a gauge, or a summary quantile (NaN when nothing was observed lately): kept out
+        warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value}; not stored")
+        return False
+    too_big = abs(value) > MAX_COUNTER
+    if _monotonic(fam_type, s.name) and (value < 0 or too_big):
+        lines_at = _find_line(text, s.name, s.labels)
+        why = "negative" if value < 0 else f"above 2**53 ({MAX_COUNTER:.4g}), beyond exact counting"
+        raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a {fam_type} value cannot be "
+                                   f"{why}", line=lines_at[0] if lines_at else None)
+    if too_big:
+        warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value} (above 2**53); not stored")
+        return False
+    return True
 
 
 def _fmt_labels(labels: dict[str, str]) -> str:
@@ -337,7 +374,7 @@ def _check_histograms(source: str, samples: list[Sample]) -> None:
         label = f"{family} (model_name={ident[1]}, engine={ident[2]})"
         if not math.isinf(bs[-1].le):
             raise PayloadError(source, f"histogram {label} has no le=\"+Inf\" bucket: payload truncated?")
-        for a, b in zip(bs, bs[1:]):
+        for a, b in itertools.pairwise(bs):
             if b.value < a.value:
                 raise PayloadError(source, f"histogram {label}: bucket le={b.le} ({b.value}) is below "
                                            f"le={a.le} ({a.value}); buckets must be cumulative")

@@ -44,17 +44,17 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from collectors.config import DeploymentConfig, PrometheusConfig, duration_s
-from collectors.parse import detect_kind
-from collectors.prom_math import Raw, silent_stretches, step_gauges, step_increments
-from collectors.relabel import model_label
-from collectors.scrape import redact_url
-from collectors.store import ensure_target, series_id
-from models.catalog import FAMILIES
-from models.errors import KvplanError
-from models.redact import redact
-from models.timeutil import aware_utc, from_epoch_ms, from_epoch_s, utcnow
-from sql.db import Database
+from kvplan.collectors.parse import detect_kind
+from kvplan.collectors.prom_math import Raw, silent_stretches, step_gauges, step_increments
+from kvplan.collectors.relabel import model_label
+from kvplan.collectors.scrape import redact_url
+from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig, duration_s
+from kvplan.collectors.store import ensure_target, series_id
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import redact
+from kvplan.models.core.timeutil import aware_utc, from_epoch_ms, from_epoch_s, utcnow
+from kvplan.models.metrics.catalog import FAMILIES
+from kvplan.sql.db import Database
 
 log = logging.getLogger("kvplan.prometheus")
 

@@ -14,7 +14,7 @@ the daemon was busy runs late within ``misfire_grace_s``; one missed while it wa
 found on start from ``collector_runs`` (every day since the last successful night, at most
 ``catchup_days`` back, failed days included) and run at once. Every run is a row of
 ``collector_runs``; a run still ``running`` when the daemon starts was killed and is marked
-``interrupted``. Writes are short transactions (see ``sql.db``): a SIGKILL loses only the
+``interrupted``. Writes are short transactions (see ``kvplan.sql.db``): a SIGKILL loses only the
 transaction in flight.
 """
 
@@ -33,14 +33,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from collectors.config import Settings
-from collectors.scrape import Target, scrape_target
-from collectors.store import ensure_target
-from collectors.traces import ingest_trace_dir
-from models.errors import KvplanError
-from models.redact import redact
-from models.timeutil import day_start, utcnow
-from sql.db import Database
+from kvplan.collectors.scrape import Target, scrape_target
+from kvplan.collectors.settings import Settings
+from kvplan.collectors.store import ensure_target
+from kvplan.collectors.traces import ingest_trace_dir
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import redact
+from kvplan.models.core.timeutil import day_start, utcnow
+from kvplan.sql.db import Database
 
 log = logging.getLogger("kvplan.collector")
 
@@ -66,7 +66,7 @@ def fetch_rw(db: Database, query: str, **params) -> list[dict]:
     with db.write() as con:
         cur = Database.run(con, query, **params)
         cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
 @contextmanager
@@ -202,7 +202,7 @@ class Nightly:
         return [self.run_day(d) for d in days]
 
     def run_day(self, day: date) -> Outcome:
-        from collectors.prometheus import ingest_range
+        from kvplan.collectors.prometheus import ingest_range
 
         s = self.settings
         t0, t1 = day_bounds(day)

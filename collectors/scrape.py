@@ -28,12 +28,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from collectors.parse import PayloadError, parse_payload
-from collectors.store import ConflictError, StoreResult, insert_payload, payload_sha256, store_failure, store_payload
-from models.errors import KvplanError
-from models.redact import redact
-from models.timeutil import aware_utc, utcnow
-from sql.db import Database
+from kvplan.collectors.parse import PayloadError, parse_payload
+from kvplan.collectors.store import (
+    ConflictError,
+    StoreResult,
+    insert_payload,
+    payload_sha256,
+    store_failure,
+    store_payload,
+)
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import redact
+from kvplan.models.core.timeutil import aware_utc, utcnow
+from kvplan.sql.db import Database
 
 
 @dataclass(frozen=True)
@@ -271,7 +278,7 @@ def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime
     results = []
     try:
         with db.batch() as con, Database.transaction(con):
-            for path, at, target, text, payload in parsed:
+            for _path, at, target, text, payload in parsed:
                 results.append(insert_payload(con, deployment=deployment, target=target, ts=at,
                                               payload=payload, sha256=payload_sha256(text), source="import"))
     except ConflictError as e:

@@ -17,11 +17,11 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from collectors.parse import Payload
-from models.errors import KvplanError
-from models.redact import redact
-from models.timeutil import naive_utc
-from sql.db import Database
+from kvplan.collectors.parse import Payload
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import redact
+from kvplan.models.core.timeutil import naive_utc
+from kvplan.sql.db import Database
 
 
 class ConflictError(KvplanError):

@@ -1,6 +1,6 @@
 """Read request-trace files (LMCache lookup-hash logs, the Mooncake format) and validate them
-whole: the parsing half of ``collectors.traces`` (which stores and replays them), as
-``collectors.parse`` is for ``/metrics`` payloads. Errors name the file and the line."""
+whole: the parsing half of ``kvplan.collectors.traces`` (which stores and replays them), as
+``kvplan.collectors.parse`` is for ``/metrics`` payloads. Errors name the file and the line."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collectors.parse import PayloadError
-from models.errors import KvplanError
+from kvplan.collectors.parse import PayloadError
+from kvplan.models.core.errors import KvplanError
 
 FORMATS = ("lmcache", "mooncake")
 LMCACHE_GLOB = "lookup_hashes_*.jsonl"
@@ -36,7 +36,7 @@ def kv_bytes_per_chunk(shapes: list, dtypes: list) -> int | None:
     if not shapes or not dtypes or len(shapes) != len(dtypes):
         return None
     total = 0
-    for shape, dt in zip(shapes, dtypes):
+    for shape, dt in zip(shapes, dtypes, strict=True):
         dt = dt.removeprefix("torch.")
         if dt not in DTYPE_BYTES:
             return None

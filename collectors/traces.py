@@ -14,7 +14,7 @@ Two formats, one JSON object per line:
   chunks: the partial tail is a miss under both.
 
 Every file is validated whole before anything is written; an error names the file and the
-line (:class:`collectors.parse.PayloadError`). Re-importing is a no-op: each file's imported
+line (:class:`kvplan.collectors.parse.PayloadError`). Re-importing is a no-op: each file's imported
 length and the sha256 of those bytes are recorded; a file seen again unchanged is skipped, a
 file that has grown since (the log LMCache is still writing) is imported from where the last
 import stopped, and a file whose imported part changed is refused (:class:`ConflictError`).
@@ -36,9 +36,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.parse import PayloadError
-from collectors.store import ConflictError
-from collectors.trace_parse import (
+from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.store import ConflictError
+from kvplan.collectors.trace_parse import (
     FORMATS,
     LMCACHE_GLOB,
     MOONCAKE_BLOCK,
@@ -48,10 +48,10 @@ from collectors.trace_parse import (
     expand_paths,
     parse_file,
 )
-from models import cachesim
-from models.errors import KvplanError
-from models.timeutil import utcnow
-from sql.db import Database
+from kvplan.models.cache import sim as cachesim
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.timeutil import utcnow
+from kvplan.sql.db import Database
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
                 n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow()).fetchone()[0]
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
-        for f, p in zip(files, parsed):  # someone else imported meanwhile: refuse, retry
+        for f, _p in zip(files, parsed, strict=True):  # someone else imported meanwhile: refuse, retry
             now = _one(con, "trace_file", trace_id=trace_id, file=f.name)
             was = state.get(f.name)
             if (now is None) != (was is None) or (now and now["bytes"] != was["bytes"]):
@@ -219,7 +219,7 @@ def _one(con, query: str, **params) -> dict | None:
     row = cur.fetchone()
     if row is None:
         return None
-    return dict(zip([d[0] for d in cur.description], row))
+    return dict(zip([d[0] for d in cur.description], row, strict=True))
 
 
 # --------------------------------------------------------------------------------------------

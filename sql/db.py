@@ -33,8 +33,8 @@ from pathlib import Path
 
 import duckdb
 
-from models.errors import KvplanError
-from models.timeutil import naive_utc
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.timeutil import naive_utc
 
 HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"
@@ -62,7 +62,7 @@ def queries() -> dict[str, Query]:
     for path in sorted(QUERIES.glob("*.sql")):
         text = path.read_text()
         marks = list(_NAME.finditer(text))
-        for m, nxt in zip(marks, marks[1:] + [None]):
+        for m, nxt in zip(marks, marks[1:] + [None], strict=True):
             body = text[m.end(): nxt.start() if nxt else len(text)].strip("\n")
             doc_lines, sql_lines = [], []
             for line in body.splitlines():
@@ -316,4 +316,4 @@ def _param(v):
 
 def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict]:
     cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, row)) for row in cur.fetchall()]
+    return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sql.db import Database
+from kvplan.sql.db import Database
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PAYLOADS = FIXTURES / "payloads"

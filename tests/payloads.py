@@ -23,7 +23,7 @@ def vllm_text(series: dict[tuple[str, str], dict]) -> str:
         out.append(f'vllm:prefix_cache_queries_created{{engine="{e}",model_name="{m}"}} {v["created"]}')
     out += ["# TYPE vllm:time_to_first_token_seconds histogram"]
     for (m, e), v in series.items():
-        for le, c in zip(TTFT_BOUNDS, v["ttft"]):
+        for le, c in zip(TTFT_BOUNDS, v["ttft"], strict=True):
             les = "+Inf" if le == float("inf") else repr(le)
             out.append(f'vllm:time_to_first_token_seconds_bucket{{engine="{e}",le="{les}",model_name="{m}"}} {float(c)}')
         out.append(f'vllm:time_to_first_token_seconds_count{{engine="{e}",model_name="{m}"}} {float(v["ttft"][-1])}')

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors.parse import parse_payload
-from collectors.scrape import import_file
-from sql.db import Database
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.scrape import import_file
+from kvplan.sql.db import Database
 
 PAYLOADS = Path(__file__).parent / "fixtures" / "payloads"
 

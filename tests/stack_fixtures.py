@@ -11,7 +11,7 @@ startup then takes a few minutes on 2 cores.
 
 Environment:
 - ``KVPLAN_STACK_RUN_DIR=DIR``: use (and keep) the stack already running in DIR
-  (``python -m deploy.local.stack up --run-dir DIR --vllm 2 --plain 1``) instead
+  (``python -m kvplan.deploy.local.stack up --run-dir DIR --vllm 2 --plain 1``) instead
   of starting one; handy while iterating on tests.
 - ``KVPLAN_STACK_KEEP_LOGS=DIR``: copy the run's logs there at the end.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import stack as stk
+from kvplan.deploy.local import stack as stk
 
 
 def _reuse(run_dir: str) -> stk.Stack:

@@ -14,9 +14,9 @@ from itertools import combinations
 
 import pytest
 
-from app.data.window import stats, window_increases
-from collectors.openmetrics import to_openmetrics
-from models.metrics import bucket_quantile, histogram_buckets, total, window_stats
+from kvplan.app.data.window import stats, window_increases
+from kvplan.collectors.openmetrics import to_openmetrics
+from kvplan.models.metrics.window import bucket_quantile, histogram_buckets, total, window_stats
 from tests.prom_fixtures import create_blocks, promql, scalar, start_prometheus
 from tests.recorded import cases, import_case, parsed, scrapes
 
@@ -36,7 +36,7 @@ LATENCY_FAMILIES = {"ttft": "vllm:time_to_first_token_seconds", "tpot": "vllm:re
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     """Every recorded case in one kvplan DB (a deployment per case) and one Prometheus."""
-    from sql.db import Database
+    from kvplan.sql.db import Database
 
     work = tmp_path_factory.mktemp("prom-oracle")
     db = Database(work / "kvplan.duckdb")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors.parse import parse_payload
-from collectors.store import payload_sha256, store_failure, store_payload
-from sql.db import Database
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.store import payload_sha256, store_failure, store_payload
+from kvplan.sql.db import Database
 
 TTFT_BOUNDS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
@@ -55,7 +55,7 @@ class Histogram:
 
     def lines(self, name: str, labels: str) -> list[str]:
         out, cum = [], 0.0
-        for le, c in zip(self.bounds + ["+Inf"], self.counts):
+        for le, c in zip(self.bounds + ["+Inf"], self.counts, strict=True):
             cum += c
             les = le if isinstance(le, str) else repr(float(le))
             out.append(f'{name}_bucket{{{labels},le="{les}"}} {cum}')
@@ -311,8 +311,8 @@ def build_scenario(db: Database, hours: int = HOURS) -> None:
 
 def add_runs(db: Database) -> None:
     """Two workload runs shaped like the article's table (values chosen, CPU stack)."""
-    from collectors.runs import save_run
-    from collectors.workload import RequestResult, RunResult, Workload
+    from kvplan.collectors.loadgen.runs import save_run
+    from kvplan.collectors.loadgen.workload import RequestResult, RunResult, Workload
 
     def run(scenario, ttft, total, cached, start):
         w = Workload(scenario=scenario, users=10, turns=1)
@@ -347,9 +347,9 @@ def add_collection(db: Database) -> None:
 
 def rollup(db: Database, deployment: str, day: datetime) -> None:
     """What the nightly job does for one UTC day: daily_rollups (the collector daemon's
-    collectors.scheduler.rollup_day) and gauge_rollups (app.data.store.rollup_gauges_day)."""
-    from app.data.store import rollup_gauges_day
-    from collectors.scheduler import rollup_day
+    kvplan.collectors.scheduler.rollup_day) and gauge_rollups (kvplan.app.data.store.rollup_gauges_day)."""
+    from kvplan.app.data.store import rollup_gauges_day
+    from kvplan.collectors.scheduler import rollup_day
 
     rollup_day(db, deployment, day.date())
     rollup_gauges_day(db, deployment, day.replace(tzinfo=None))
@@ -410,7 +410,7 @@ def test_lmcache_exposition_parses_as_lmcache_mp():
 
 
 def test_scenario_expected_numbers_match_the_store(tmp_path):
-    from app.data.window import stats
+    from kvplan.app.data.window import stats
 
     db = scenario_db(tmp_path)
     s = stats(db, DEPLOYMENT, hour(0), hour(HOURS))
@@ -435,9 +435,9 @@ def scenario_measurement(h0: int, h1: int, gpus: int = 4):
     50 us x computed. The cost model is that truth (fixed 0.035 s/request, 50 us/token, no
     attention term); LMCache supplied the external tokens, so the plan prices those (vLLM's own
     prefix hits are free)."""
-    from models.prefill import measurement_from_window
-    from models.prefill_fit import PrefillCostModel
-    from models.prefill_window import PricedWindow
+    from kvplan.models.prefill.fit import PrefillCostModel
+    from kvplan.models.prefill.measurement import measurement_from_window
+    from kvplan.models.prefill.window import PricedWindow
 
     hours = range(h0, h1)
     n = 4 * PER_HOUR
@@ -459,9 +459,10 @@ def scenario_measurement(h0: int, h1: int, gpus: int = 4):
 
 def scenario_plan(h0: int, h1: int, pricebook=None, planning=None, gpus: int = 4):
     """The plan the pages must show for [hour(h0), hour(h1)], from ``scenario_measurement``."""
-    from models.decision import PlanInputs, PlanningInputs
-    from models.plan import plan
-    from models.pricebook import PriceBook
+    from kvplan.models.decision.plan import plan
+    from kvplan.models.decision.verdict import PlanInputs
+    from kvplan.models.inputs.planning import PlanningInputs
+    from kvplan.models.inputs.pricebook import PriceBook
 
     return plan(PlanInputs(measurement=scenario_measurement(h0, h1, gpus), pricebook=pricebook or PriceBook(),
                            planning=planning or PlanningInputs()))

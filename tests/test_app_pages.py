@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.data.store import load_pricebook, save_pricebook
-from app.report import fmt
-from app.views.runs import runs_view
-from models.decision import PlanningInputs
-from models.pricebook import PriceBook
+from kvplan.app.data.store import load_pricebook, save_pricebook
+from kvplan.app.report import fmt
+from kvplan.app.views.runs import runs_view
+from kvplan.models.inputs.planning import PlanningInputs
+from kvplan.models.inputs.pricebook import PriceBook
 from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected, scenario_plan
 from tests.test_store_stats import one, put
 
@@ -421,7 +421,7 @@ def test_long_window_reads_rollups_and_shows_the_same_numbers(scen, monkeypatch)
 
 
 def test_cost_page_saves_deployment_facts_and_the_plan_uses_them(scen, monkeypatch):
-    from app.data.store import load_facts
+    from kvplan.app.data.store import load_facts
 
     t = run_app(monkeypatch, scen.path, "cost")
     assert metrics(t)["GPUs today"] == "4"
@@ -457,7 +457,7 @@ def test_cost_page_capacity_paths_over_the_horizon(scen, monkeypatch):
 def test_cost_page_sizes_from_a_stored_load_sweep(scen, monkeypatch):
     """With a sweep pair stored (tests/test_sweep.py's helpers), the plan is sized by measured
     goodput, the page shows the curves and both goodputs, and says they are CPU-scale."""
-    from collectors.sweep import save_sweep
+    from kvplan.collectors.loadgen.sweep import save_sweep
     from tests.test_sweep import even, side
 
     off = side("off", [(2, even(2, 0.5)), (4, even(4, 1.0)), (8, even(8, 3.0))])  # misses the 2 s SLO at 8

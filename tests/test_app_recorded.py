@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from app.data.window import load_window
-from app.report import fmt
+from kvplan.app.data.window import load_window
+from kvplan.app.report import fmt
 from tests.recorded import cases, import_case, manifest, scrapes
 from tests.test_app_pages import metrics, run_app
 
@@ -46,7 +46,7 @@ def events(case: str) -> list[tuple[datetime, datetime, dict]]:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    from sql.db import Database
+    from kvplan.sql.db import Database
 
     dbs = {}
     for case in CASES:
@@ -116,8 +116,8 @@ def test_runs_page_on_the_recorded_shared_vs_unique_runs(recorded, monkeypatch):
     """The recorder's two runs, stored as kvplan runs: the page's ratios are the recorder's."""
     if "shared_vs_unique" not in CASES:
         pytest.skip("shared_vs_unique not recorded")
-    from collectors.runs import save_run
-    from collectors.workload import RequestResult, RunResult, Workload
+    from kvplan.collectors.loadgen.runs import save_run
+    from kvplan.collectors.loadgen.workload import RequestResult, RunResult, Workload
 
     m = manifest("shared_vs_unique")
     db = recorded["shared_vs_unique"]

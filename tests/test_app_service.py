@@ -1,5 +1,5 @@
-"""The dashboard's data layer (app.data, app.views) and the pure helpers under it (models.spans,
-models.slo, models.topology, models.runs): rollup-backed windows give the raw-sample numbers,
+"""The dashboard's data layer (kvplan.app.data, kvplan.app.views) and the pure helpers under it (kvplan.models.metrics.spans,
+kvplan.models.metrics.slo, kvplan.models.metrics.serving, kvplan.models.metrics.runs): rollup-backed windows give the raw-sample numbers,
 SLO snapping, topology, runs comparison, price-form validation."""
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.data import store, window
-from app.views.collection import topology_view
-from app.views.runs import runs_view
-from models import spans
-from models.decision import PLANNING_FIELDS, PlanningInputs
-from models.errors import KvplanError
-from models.metrics import TTFT, Increase
-from models.runs import compare_runs
-from models.slo import slo_attainment
-from models.spans import plan_spans
-from models.timeutil import DAY
-from sql.db import Database
+from kvplan.app.data import store, window
+from kvplan.app.views.collection import topology_view
+from kvplan.app.views.runs import runs_view
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.timeutil import DAY
+from kvplan.models.inputs.planning import PLANNING_FIELDS, PlanningInputs
+from kvplan.models.metrics import spans
+from kvplan.models.metrics.runs import compare_runs
+from kvplan.models.metrics.slo import slo_attainment
+from kvplan.models.metrics.spans import plan_spans
+from kvplan.models.metrics.window import TTFT, Increase
+from kvplan.sql.db import Database
 from tests.test_app_fixtures import DEPLOYMENT, hour, rollup, scenario_db
 from tests.test_store_stats import CREATED, one, put
 
@@ -118,7 +118,7 @@ def test_daily_chart_points_from_rollups_equal_the_raw_ones(history):
     b = window.window_buckets(rolled, "d", t0, t1, step_s=600)
     assert [x.start for x in a] == [x.start for x in b] and len(a) == 4  # the 4 UTC days touched
     assert all(x.start.hour == 0 for x in b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert x.stats().prefix_cache_hits == y.stats().prefix_cache_hits
         assert x.stats().requests == y.stats().requests
     total = window.stats(raw, "d", t0, t1)
@@ -137,9 +137,10 @@ def test_gauges_read_from_gauge_rollups_equal_raw(tmp_path, monkeypatch):
     before = window.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
     assert store.rollup_gauges_day(raw, DEPLOYMENT, hour(0)) == 2 * 2 + 2 * 2 + 2 * 2
     after = window.gauge_points(raw, DEPLOYMENT, hour(0), hour(48), 600)
-    key = lambda r: (r["bucket"], r["target"], r["name"], r["labels"], r["engine"])
+    def key(r):
+        return (r["bucket"], r["target"], r["name"], r["labels"], r["engine"])
     assert [key(r) for r in before] == [key(r) for r in after]
-    for x, y in zip(before, after):
+    for x, y in zip(before, after, strict=True):
         assert (x["mean"], x["max"], x["last"]) == pytest.approx((y["mean"], y["max"], y["last"]))
     l1 = [r for r in after if r["name"] == "lmcache_mp_l1_usage_ratio" and r["bucket"] == hour(0)]
     # day 1: scrapes at hours 0..23, usage 0.1 + 0.02 x (h - 1) from hour 1 (0 at hour 0)
@@ -163,8 +164,8 @@ def test_slo_is_snapped_to_the_nearest_bucket_bound_and_says_so():
 
 
 def test_tpot_slo_reads_the_tpot_histogram_not_the_ttft_one():
-    from models.catalog import TPOT
-    from models.slo import tpot_slo_attainment
+    from kvplan.models.metrics.catalog import TPOT
+    from kvplan.models.metrics.slo import tpot_slo_attainment
 
     # the same window: TTFT all above 0.1 s, TPOT 80 of 100 requests at or under 0.1 s
     rows = ttft_rows({0.1: 0, 1.0: 100, float("inf"): 100}) + [
@@ -328,9 +329,9 @@ def test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine(t
     """Tensor parallel 2: every engine-second is 2 GPU-seconds. The scenario's 48 h (hand-worked,
     tests/test_app_fixtures.py): LMCache supplied 400 requests/h x 48 h x 200 tokens at 50 us =
     192 engine-s; vLLM's own cache 400 x 24 x (1000 + 1600) x 50 us = 1,248 engine-s."""
-    from app.data.store import DeploymentSettings, load_facts, save_facts
-    from app.views.overview import plan_range
-    from models.deployment import DeploymentFacts
+    from kvplan.app.data.store import DeploymentSettings, load_facts, save_facts
+    from kvplan.app.views.overview import plan_range
+    from kvplan.models.inputs.deployment import DeploymentFacts
 
     db = scenario_db(tmp_path)
     cfg = DeploymentSettings(facts=DeploymentFacts(tensor_parallel=4), facts_origin="config deployments.0.facts")
@@ -359,7 +360,7 @@ def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
 
     from typer.testing import CliRunner
 
-    from app.cli import app
+    from kvplan.app.cli import app
 
     db = scenario_db(tmp_path)
     args = ["plan", "--deployment", DEPLOYMENT, "--from", hour(0).isoformat(), "--to", hour(48).isoformat(),
@@ -394,7 +395,7 @@ def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
 
 def test_growth_from_the_measured_trend_needs_whole_days(tmp_path):
     """The scenario holds 2 whole days: no trend, the typed growth stays and the plan says why."""
-    from app.views.overview import plan_range
+    from kvplan.app.views.overview import plan_range
 
     db = scenario_db(tmp_path)
     store.save_pricebook(db, DEPLOYMENT, store.PriceBook(), PlanningInputs(growth_source="measured_trend",

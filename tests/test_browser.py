@@ -10,6 +10,7 @@ test-artifacts/screenshots/."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import time
@@ -18,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from app.data.store import deployments_with_data, load_pricebook
-from app.data.window import load_window
-from app.launch import streamlit_command
-from app.report import fmt
-from app.views.runs import runs_view
-from models.pricebook import PriceBook
+from kvplan.app.data.store import deployments_with_data, load_pricebook
+from kvplan.app.data.window import load_window
+from kvplan.app.launch import streamlit_command
+from kvplan.app.report import fmt
+from kvplan.app.views.runs import runs_view
+from kvplan.models.inputs.pricebook import PriceBook
 from tests.test_app_fixtures import DEPLOYMENT, scenario_db, scenario_expected, scenario_plan
 
 pytestmark = pytest.mark.browser
@@ -258,11 +259,11 @@ def test_price_book_edit_changes_the_dollars_and_the_report_pdf_holds_the_page_n
 # ---- the recorded demo dataset (real CPU-stack data, time axis stretched) ---------------------
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory):
-    from collectors.demo import DEMO_FILE, load_demo
-    from sql.db import Database
+    from kvplan.collectors.demo import DEMO_FILE, load_demo
+    from kvplan.sql.db import Database
 
     if not DEMO_FILE.exists():
-        pytest.fail(f"{DEMO_FILE} missing: it is committed; re-record with deploy/local/record_demo.py")
+        pytest.fail(f"{DEMO_FILE} missing: it is committed; re-record with deploy/local/recorders/record_demo.py")
     base = tmp_path_factory.mktemp("demo")
     db = Database(base / "demo.duckdb")
     db.migrate()
@@ -301,7 +302,6 @@ def test_demo_dataset_pages(demo_server, page, path):
 
 
 # ---- issue 14: charts read right, minimal toolbar, no machine paths --------------------------------
-import re
 
 CHARTS_JS = """() => [...document.querySelectorAll('.vega-embed svg')].map(svg => {
   const x = [...svg.querySelectorAll('g.role-axis')].find(g => (g.getAttribute('aria-label') || '').startsWith('X-axis'));

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import cache_topology as ct
-from models import cachesim as cs
+from kvplan.models.cache import pools as ct
+from kvplan.models.cache import sim as cs
 
 A, B, C, X = 1, 2, 3, 9
 

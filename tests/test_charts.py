@@ -1,17 +1,18 @@
-"""Altair chart builders (app.charts): the data each chart plots, and that every spec
+"""Altair chart builders (kvplan.app.charts): the data each chart plots, and that every spec
 renders through vl-convert (the report's path), with data and without."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 
 import pandas as pd
 import pytest
 import vl_convert
 
-from app import charts
-from models.benefit import WaterfallRow
-from models.sensitivity import SensitivityRow
+from kvplan.app import charts
+from kvplan.models.decision.benefit import WaterfallRow
+from kvplan.models.decision.sensitivity import SensitivityRow
 
 
 def data(chart) -> pd.DataFrame:
@@ -110,7 +111,7 @@ def test_every_chart_renders_to_svg(name, rows):
 
 
 def test_improvement_factors_read_as_the_change_they_are():
-    from app.report import fmt
+    from kvplan.app.report import fmt
 
     assert fmt.change(3.1, "lower", time_like=True) == "3.1x shorter"
     assert fmt.change(1 / 1.6, "lower", time_like=True) == "1.6x longer"
@@ -120,8 +121,6 @@ def test_improvement_factors_read_as_the_change_they_are():
 
 
 # ---- time axes and gaps ---------------------------------------------------------------------------
-import re
-from datetime import timedelta
 
 T0 = datetime(2026, 11, 30, 13, 0)
 

@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from app.cli import app
+from kvplan.app.cli import app
 from tests.payloads import vllm_text
 
 runner = CliRunner()
@@ -108,7 +108,7 @@ def test_dashboard_opens_the_browser_only_once_streamlit_answers():
     import http.server
     import threading
 
-    from app.cli.dashboard import _open_when_up
+    from kvplan.app.cli.dashboard import _open_when_up
 
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

@@ -1,7 +1,7 @@
 """The daemon writes while the dashboard reads: one writer process stores scrape-sized
 transactions as fast as it can while several reader processes query continuously.
 
-Claims (the design of ``sql.db``: no long-held connections, short write transactions,
+Claims (the design of ``kvplan.sql.db``: no long-held connections, short write transactions,
 read-only readers that close, bounded lock retries):
 * no error reaches a reader;
 * no sample is lost: what the writer says it committed is what the database holds;
@@ -42,9 +42,9 @@ def _payload(k: int) -> str:
 def writer(path: str, seconds: float, out: str) -> None:
     """Store one scrape after another for ``seconds``; report what was committed and the
     wait for the file at each write."""
-    from collectors.parse import parse_payload
-    from collectors.store import payload_sha256, store_payload
-    from sql.db import Database
+    from kvplan.collectors.parse import parse_payload
+    from kvplan.collectors.store import payload_sha256, store_payload
+    from kvplan.sql.db import Database
 
     class Timed(Database):
         @contextmanager
@@ -74,8 +74,8 @@ def writer(path: str, seconds: float, out: str) -> None:
 
 def reader(path: str, seconds: float, out: str) -> None:
     """Query continuously (window stats, deployments) for ``seconds``; report errors."""
-    from app.data.window import stats
-    from sql.db import Database
+    from kvplan.app.data.window import stats
+    from kvplan.sql.db import Database
 
     db = Database(path, lock_timeout_s=60)
     errors, waits, queries = [], [], 0
@@ -100,7 +100,7 @@ def _spawn(fn: str, *args) -> subprocess.Popen:
 
 
 def test_a_writer_and_readers_share_the_file_without_errors_or_losses(tmp_path):
-    from sql.db import Database
+    from kvplan.sql.db import Database
 
     db = Database(tmp_path / "k.duckdb")
     db.migrate()

@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from app.cli import app
-from collectors.config import ConfigError, Settings, check_selector, duration_s, load_settings
+from kvplan.app.cli import app
+from kvplan.collectors.settings import ConfigError, Settings, check_selector, duration_s, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = '''
@@ -142,10 +142,10 @@ def _fields(model: type[BaseModel], prefix: str = ""):
 def test_every_setting_is_documented():
     undocumented = [n for n, f in _fields(Settings) if not (f.description or "").strip()]
     assert undocumented == []
-    doc = (ROOT / "README.md").read_text()
+    doc = (ROOT / "collectors" / "README.md").read_text()
     for n, _ in _fields(Settings):
         if n.startswith(("prometheus.", "schedule.")):
-            assert f"`{n}`" in doc, f"{n} is not in the settings table of README.md"
+            assert f"`{n}`" in doc, f"{n} is not in the settings table of collectors/README.md"
 
 
 def test_config_check_command(tmp_path, monkeypatch):
@@ -162,7 +162,7 @@ def test_config_check_command(tmp_path, monkeypatch):
 
 
 def test_deployment_facts_come_from_the_config_with_gpus_per_engine_as_shorthand(tmp_path):
-    from app.data.store import deployment_settings
+    from kvplan.app.data.store import deployment_settings
 
     s = load_settings(write(tmp_path, GOOD.replace(
         'prometheus_selector', 'facts = { tensor_parallel = 4, pipeline_parallel = 2, gpu_peak_flops = 989e12 }\n'

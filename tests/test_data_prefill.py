@@ -1,4 +1,4 @@
-"""The prefill cost model's reader (app.data.prefill) on recorded real payloads: per-interval
+"""The prefill cost model's reader (kvplan.app.data.prefill) on recorded real payloads: per-interval
 increases add up to the window's, LMCache stores and connector tokens land in their intervals,
 the covered span, measured A/B pairs."""
 
@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from app.data.prefill import measured_ab, plan_measurement, prefill_intervals
-from app.data.window import stats
-from collectors.runs import save_run
-from collectors.workload import RequestResult, RunResult, Workload
-from models.deployment import DeploymentFacts
-from sql.db import Database
+from kvplan.app.data.prefill import measured_ab, plan_measurement, prefill_intervals
+from kvplan.app.data.window import stats
+from kvplan.collectors.loadgen.runs import save_run
+from kvplan.collectors.loadgen.workload import RequestResult, RunResult, Workload
+from kvplan.models.inputs.deployment import DeploymentFacts
+from kvplan.sql.db import Database
 from tests.recorded import import_case
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sql.db import Database
+from kvplan.sql.db import Database
 
 
 def test_data_version_changes_with_a_write_not_with_a_read(tmp_path):
@@ -37,7 +37,7 @@ def test_one_pass_reads_the_same_window_and_buckets_as_the_two_reads(tmp_path):
     points, and one whose buckets would read raw what the window reads rolled (fallback)."""
     from datetime import timedelta
 
-    from app.data.window import load_window, load_window_and_buckets, window_buckets
+    from kvplan.app.data.window import load_window, load_window_and_buckets, window_buckets
     from tests.test_app_fixtures import DEPLOYMENT, hour, rollup, scenario_db
 
     db = scenario_db(tmp_path)

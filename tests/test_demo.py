@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.data.store import deployments_with_data
-from app.data.window import load_window
-from collectors.demo import DEMO_FILE, load_demo, records
-from sql.db import Database
+from kvplan.app.data.store import deployments_with_data
+from kvplan.app.data.window import load_window
+from kvplan.collectors.demo import DEMO_FILE, load_demo, records
+from kvplan.sql.db import Database
 
 
 def test_the_demos_restart_is_a_restart_not_a_broken_target(tmp_path):

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from app.cli import app
-from collectors.config import load_settings
+from kvplan.app.cli import app
+from kvplan.collectors.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -185,7 +185,7 @@ def test_kvplan_pod_shares_one_volume_and_reads_its_secrets_dir():
 
 # -- documentation ----------------------------------------------------------------------------
 def test_every_deploy_file_is_explained_in_docs_collect():
-    doc = (ROOT / "README.md").read_text()
+    doc = (ROOT / "deploy" / "README.md").read_text()
     for d in ("prometheus", "systemd", "compose", "k8s"):
         for f in sorted((DEPLOY / d).iterdir()):
-            assert f"deploy/{d}/{f.name}" in doc, f"deploy/{d}/{f.name} is not explained in README.md"
+            assert f"deploy/{d}/{f.name}" in doc, f"deploy/{d}/{f.name} is not explained in deploy/README.md"

@@ -17,12 +17,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from app.data.window import stats, window_increases
-from collectors import workload as wl
-from collectors.runs import save_run
-from collectors.scrape import Target, scrape_target
-from deploy.local import stack as stk
-from sql.db import Database
+from kvplan.app.data.window import stats, window_increases
+from kvplan.collectors.loadgen import client as lg_client
+from kvplan.collectors.loadgen import workload as wl
+from kvplan.collectors.loadgen.runs import save_run
+from kvplan.collectors.scrape import Target, scrape_target
+from kvplan.deploy.local import stack as stk
+from kvplan.sql.db import Database
 from tests.prom_fixtures import promql, scalar
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(2400)]
@@ -73,7 +74,7 @@ def e2e(local_stack, tmp_path_factory):
     for label, scenario in (("unique sessions", "unique"), ("shared prefix", "shared_prefix")):
         w = wl.Workload(scenario=scenario, users=10, turns=2, output_tokens=16, seed=seed,
                         max_requests=40, max_seconds=300)
-        run = wl.run([v0.openai_url], local_stack.model_name, w)
+        run = lg_client.run([v0.openai_url], local_stack.model_name, w)
         assert not run.errors, run.errors[0].error
         save_run(db, DEP, run, label=label, measured_on=MEASURED_ON)
         t_next, raw_next = snap()
@@ -84,7 +85,7 @@ def e2e(local_stack, tmp_path_factory):
 
 def test_a_hit_rate_per_run_equals_the_servers_token_counters(e2e):
     db, windows = e2e
-    for scenario, w in windows.items():
+    for w in windows.values():
         s = stats(db, DEP, w.start, w.end)
         d = {k: w.raw["end"][k] - w.raw["start"][k] for k in w.raw["end"]}
         assert s.requests == d[f"{TTFT}_count"] == 20
@@ -159,7 +160,7 @@ def test_e_two_servers_share_lmcache_and_reuse_is_attributed_per_server(local_st
     # one conversation, turn 1 on vllm-0, turn 2 (turn 1 + answer + new question) on vllm-1
     w = wl.Workload(scenario="multi_turn", users=1, turns=2, output_tokens=16, seed=int(time.time()) % 10**9,
                     routing="round_robin", max_requests=2, max_seconds=120)
-    run = wl.run([v0.openai_url, v1.openai_url], local_stack.model_name, w)
+    run = lg_client.run([v0.openai_url, v1.openai_url], local_stack.model_name, w)
     assert not run.errors and [r.server for r in run.results] == [v0.base_url, v1.base_url]
     t1 = snap()
     rows = window_increases(db, DEP, t0, t1)
@@ -189,13 +190,13 @@ def test_d_restart_keeps_lmcache_hits_and_counts_no_negative_or_double(local_sta
         return at, counter(v1.metrics_url, "vllm:prompt_tokens_total")
 
     t0, p0 = snap()
-    r1, _ = wl.complete(v1.openai_url, local_stack.model_name, prompt)
+    r1, _ = lg_client.complete(v1.openai_url, local_stack.model_name, prompt)
     assert r1.ok, r1.error
     t1, p1 = snap()
     stk.restart(local_stack, "vllm-1")
     t2, p2 = snap()
     assert p2 < p1  # the new process counts from 0
-    r2, _ = wl.complete(v1.openai_url, local_stack.model_name, prompt)
+    r2, _ = lg_client.complete(v1.openai_url, local_stack.model_name, prompt)
     assert r2.ok, r2.error
     t3, p3 = snap()
     s = stats(db, DEP, t0, t3)
@@ -212,8 +213,8 @@ def test_d_restart_keeps_lmcache_hits_and_counts_no_negative_or_double(local_sta
 def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
     """The same runs ingested from the stack's Prometheus (prometheus-api-client, raw samples ->
     per-step increases) give the numbers kvplan computed from its own direct scrapes."""
-    from collectors.config import DeploymentConfig, PrometheusConfig
-    from collectors.prometheus import ingest_range
+    from kvplan.collectors.prometheus import ingest_range
+    from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
 
     db, windows = e2e
     time.sleep(3)  # Prometheus scrapes every second: let it take the last samples
@@ -238,7 +239,7 @@ def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
 
 def test_plan_on_the_live_stack(e2e):
     """`kvplan plan` on live data: the JSON keys the CLI promises, and a verdict."""
-    from app.views.overview import plan_range as plan
+    from kvplan.app.views.overview import plan_range as plan
 
     db, windows = e2e
     first = min(w.start for w in windows.values())
@@ -262,7 +263,7 @@ def test_pilot_ab_pair_is_stored_as_measured_and_overrides_the_model(local_stack
 
     from typer.testing import CliRunner
 
-    from app.cli import app
+    from kvplan.app.cli import app
 
     db = tmp_path / "ab.duckdb"
     runner = CliRunner()

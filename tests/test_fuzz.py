@@ -9,6 +9,7 @@ bounded by the test's timeout; no example database is kept.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -20,14 +21,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from app.data.window import stats as window_stats
-from app.report.data import build
-from app.report.html import render_html
-from app.views.overview import plan_range
-from collectors.scrape import import_file
-from models.errors import KvplanError
-from models.metrics import RATE_FIELDS
-from sql.db import Database
+from kvplan.app.data.window import stats as window_stats
+from kvplan.app.report.data import build
+from kvplan.app.report.html import render_html
+from kvplan.app.views.overview import plan_range
+from kvplan.collectors.scrape import import_file
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.metrics.window import RATE_FIELDS
+from kvplan.sql.db import Database
 from tests.conftest import PAYLOADS
 
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "300"))
@@ -43,7 +44,7 @@ def _pairs() -> list[tuple[Path, Path]]:
         for f in sorted(files, key=lambda f: f["scraped_at"]):
             by_target.setdefault(f["target"], []).append(manifest.parent / f["file"])
         for paths in by_target.values():
-            out += list(zip(paths, paths[1:]))
+            out += list(itertools.pairwise(paths))
     return out
 
 

@@ -1,4 +1,4 @@
-"""models.goodput: goodput read off a load sweep, with numbers worked out by hand."""
+"""kvplan.models.capacity.goodput: goodput read off a load sweep, with numbers worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from models.errors import KvplanError
-from models.goodput import (
+from kvplan.models.capacity.goodput import (
     ERRORS,
     LOWEST_FAILS,
     NOT_REACHED,
@@ -19,6 +18,7 @@ from models.goodput import (
     side_goodput,
     sweep_goodput,
 )
+from kvplan.models.core.errors import KvplanError
 
 
 def pt(offered, rps, ttft99, tpot99=0.01, failed=0):

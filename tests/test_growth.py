@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from models.growth import MIN_TREND_DAYS, measured_growth
+from kvplan.models.capacity.growth import MIN_TREND_DAYS, measured_growth
 
 
 def test_an_exact_exponential_gives_its_monthly_rate():

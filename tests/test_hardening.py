@@ -6,6 +6,7 @@ bounded in time and bytes, so a regression fails the test instead of eating the 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -13,12 +14,16 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from collectors.config import DeploymentConfig, ScheduleConfig, Settings, TargetConfig
-from collectors.scrape import Target, scrape_target
-from sql.db import Database
+from kvplan.app.cli import app
+from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.scrape import Target, import_file, scrape_target
+from kvplan.collectors.settings import DeploymentConfig, ScheduleConfig, Settings, TargetConfig
+from kvplan.sql.db import Database
 from tests.conftest import PAYLOADS
 from tests.loopback import Loopback
+from tests.payloads import vllm_text
 
 GOOD = PAYLOADS / "restart" / "00_start_vllm-0.prom"
 AT = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -122,7 +127,7 @@ def test_trickling_body_stops_at_the_total_deadline(db, server):
 
 
 def test_daemon_round_applies_the_cap(db, server):
-    from collectors.scheduler import Scraper
+    from kvplan.collectors.scheduler import Scraper
 
     srv = server("endless", limit=64 * 2**20)
     ok = server("ok")
@@ -142,14 +147,11 @@ def test_daemon_round_applies_the_cap(db, server):
 def test_scrape_limits_have_defaults_and_bounds():
     s = Settings()
     assert s.scrape_timeout_s == 10 and s.scrape_max_bytes == 16 * 2**20
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match='scrape_max_bytes'):
         Settings(scrape_max_bytes=0)
 
 
 # -- 2. poisoned rows: refused before storing; stored ones never crash an analysis --------------
-from collectors.parse import PayloadError
-from collectors.scrape import import_file
-from tests.payloads import vllm_text
 
 CREATED = 1.7e9  # 2023-11-14
 
@@ -213,8 +215,8 @@ def poison(db: Database, **set_sql) -> None:
 def test_stored_poisoned_rows_are_reported_not_raised(db, tmp_path, col, expr):
     from datetime import timedelta
 
-    from app.data.window import stats
-    from app.views.overview import plan_range as plan
+    from kvplan.app.data.window import stats
+    from kvplan.app.views.overview import plan_range as plan
 
     import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT)
     import_file(db, "d", payload(tmp_path, "b.prom", hits=10, queries=20, ttft=[1, 2, 2]), AT + timedelta(minutes=5))
@@ -230,7 +232,7 @@ def test_stored_poisoned_rows_are_reported_not_raised(db, tmp_path, col, expr):
 def two_scrapes(db, tmp_path, first: dict, second: dict, target: str = "v"):
     from datetime import timedelta
 
-    from app.data.window import stats
+    from kvplan.app.data.window import stats
 
     import_file(db, "d", payload(tmp_path, "a.prom", **first), AT, target=target)
     import_file(db, "d", payload(tmp_path, "b.prom", **second), AT + timedelta(minutes=5), target=target)
@@ -261,7 +263,7 @@ def test_created_going_backwards_is_not_traffic(db, tmp_path):
 
 
 def test_hit_rate_outside_0_1_is_not_reported():
-    from models.metrics import Increase, window_stats
+    from kvplan.models.metrics.window import Increase, window_stats
 
     st = window_stats([Increase("vllm:prefix_cache_hits_total", 30.0), Increase("vllm:prefix_cache_queries_total", 20.0)])
     assert st.prefix_cache_hit_rate is None and "outside [0, 1]" in st.notes[0]
@@ -270,7 +272,7 @@ def test_hit_rate_outside_0_1_is_not_reported():
 def test_prometheus_ingestion_applies_the_same_decrease_rule():
     import numpy as np
 
-    from collectors.prom_math import step_increments
+    from kvplan.collectors.prom_math import step_increments
 
     t = np.array([60_000, 120_000, 180_000], dtype=np.int64)
     v = np.array([100.0, 40.0, 50.0])
@@ -282,11 +284,8 @@ def test_prometheus_ingestion_applies_the_same_decrease_rule():
 
 
 # -- 4. target identity; snapshots of one server; why a figure is null ---------------------------
-import json
 
-from typer.testing import CliRunner
 
-from app.cli import app
 
 runner = CliRunner()
 
@@ -298,7 +297,7 @@ def targets(db: Database) -> dict[str, int]:
 
 
 def test_two_endpoints_on_one_host_port_are_two_targets(db, server):
-    from collectors.scrape import default_target_name
+    from kvplan.collectors.scrape import default_target_name
 
     ok = server("ok")
     base = ok.url.rsplit("/", 1)[0]
@@ -312,7 +311,7 @@ def test_two_endpoints_on_one_host_port_are_two_targets(db, server):
 
 
 def test_same_file_name_in_two_folders_is_two_targets(db, tmp_path):
-    from collectors.scrape import import_files
+    from kvplan.collectors.scrape import import_files
 
     (tmp_path / "n1").mkdir()
     (tmp_path / "n2").mkdir()
@@ -443,7 +442,7 @@ def test_scrape_interval_must_be_finite_and_bounded(tmp_path, value):
 
 
 def test_openmetrics_with_underscored_vllm_names_is_mapped_with_a_warning(db, tmp_path):
-    from collectors.parse import parse_payload
+    from kvplan.collectors.parse import parse_payload
 
     text = vllm_text({("m", "0"): {"created": CREATED, "hits": 1, "queries": 2, "ttft": [1, 2, 2]}})
     text = text.replace("vllm:", "vllm_")
@@ -527,10 +526,10 @@ def secret_free(db: Database, *texts: str) -> None:
 def test_echoed_authorization_never_reaches_db_or_report(db, tmp_path, monkeypatch, caplog):
     from datetime import timedelta
 
-    from collectors.config import PrometheusConfig
-    from collectors.prometheus import ingest_range
-    from collectors.scheduler import logged_run
-    from models.redact import register_secret
+    from kvplan.collectors.prometheus import ingest_range
+    from kvplan.collectors.scheduler import logged_run
+    from kvplan.collectors.settings import PrometheusConfig
+    from kvplan.models.core.redact import register_secret
 
     import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT, target="v")
     import_file(db, "d", payload(tmp_path, "b.prom"), AT + timedelta(minutes=5), target="v")
@@ -572,7 +571,7 @@ def test_password_inside_prometheus_url_is_refused_in_the_toml(tmp_path):
 
 
 def test_one_redaction_function():
-    from models.redact import redact
+    from kvplan.models.core.redact import redact
 
     assert redact(f"GET http://bob:{PASSWORD}@h/x?access_token={TOKEN} Authorization: Bearer {TOKEN}") == \
         "GET http://<redacted>@h/x?access_token=<redacted> Authorization: <redacted>"
@@ -630,7 +629,7 @@ def test_import_has_a_size_cap(db, tmp_path, monkeypatch):
 # -- 9. planning bounds everywhere a value enters ------------------------------------------------------
 @pytest.mark.parametrize("field, value", [("horizon_months", 10_000_000), ("growth_rate_per_month", 1e6)])
 def test_planning_bounds_name_the_field(field, value):
-    from models.decision import PlanningInputs
+    from kvplan.models.inputs.planning import PlanningInputs
 
     with pytest.raises(Exception) as e:
         PlanningInputs(**{field: value})
@@ -638,7 +637,7 @@ def test_planning_bounds_name_the_field(field, value):
 
 
 def test_price_book_bounds():
-    from models.pricebook import PriceBook
+    from kvplan.models.inputs.pricebook import PriceBook
 
     with pytest.raises(Exception) as e:
         PriceBook.from_dict({"usd_per_gpu_hour": 1e9})
@@ -658,7 +657,7 @@ def test_plan_gpus_is_bounded(db, tmp_path, gpus):
 
 
 def test_form_refuses_huge_planning_values(db):
-    from app.data.store import save_price_form
+    from kvplan.app.data.store import save_price_form
 
     with pytest.raises(Exception) as e:
         save_price_form(db, "d", {}, {"horizon_months": 10_000_000})
@@ -674,7 +673,7 @@ def test_dashboard_flags_bind_loopback_and_make_no_outbound_call(monkeypatch, tm
     r = runner.invoke(app, ["dashboard", "--headless", "--port", "8599", "--db", str(tmp_path / "k.duckdb")])
     assert r.exit_code == 0, r.output
     cmd = seen["cmd"]
-    flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2]))
+    flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2], strict=False))
     assert flags["--server.address"] == "127.0.0.1" and flags["--server.port"] == "8599"
     assert flags["--browser.gatherUsageStats"] == "false" and flags["--server.headless"] == "true"
     assert flags["--logger.hideWelcomeMessage"] == "true"          # no external-IP lookup
@@ -705,7 +704,7 @@ def test_dashboard_listens_on_loopback_only_and_connects_nowhere(tmp_path):
     trace = tmp_path / "trace"
     env = dict(os.environ, KVPLAN_DB=str(tmp_path / "k.duckdb"))
     proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace), sys.executable, "-m",
-                             "app.cli", "dashboard", "--headless", "--port", str(port), "--db", str(tmp_path / "k.duckdb")],
+                             "kvplan.app.cli", "dashboard", "--headless", "--port", str(port), "--db", str(tmp_path / "k.duckdb")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             cwd=Path(__file__).resolve().parents[1], start_new_session=True)
     try:
@@ -764,7 +763,7 @@ def test_dashboard_oidc_login_in_the_browser(db, tmp_path):
                            f'cookie_secret = "{"c" * 48}"\nclient_id = "kvplan"\nclient_secret = "{PASSWORD}"\n'
                            f'server_metadata_url = "http://127.0.0.1:{idp.server_port}/.well-known/openid-configuration"\n')
         log = open(tmp_path / "streamlit.log", "w")
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "dashboard", "--headless", "--port", str(port),
+        proc = subprocess.Popen([sys.executable, "-m", "kvplan.app.cli", "dashboard", "--headless", "--port", str(port),
                                  "--auth-secrets", str(secrets), "--db", str(db.path)],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 cwd=Path(__file__).resolve().parents[1])

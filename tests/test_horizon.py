@@ -13,13 +13,14 @@ import json
 
 import pytest
 
-from models.capacity import MAX_FLEET_GPUS, CapacityInputs, Goodput, plan_capacity
-from models.decision import PlanInputs, PlanningInputs, evaluate
-from models.deployment import DeploymentFacts
-from models.horizon import plan_horizon
-from models.plan import plan
-from models.prefill import PrefillMeasurement
-from models.pricebook import PriceBook
+from kvplan.models.capacity.fleet import MAX_FLEET_GPUS, CapacityInputs, Goodput, plan_capacity
+from kvplan.models.capacity.horizon import plan_horizon
+from kvplan.models.decision.plan import plan
+from kvplan.models.decision.verdict import PlanInputs, evaluate
+from kvplan.models.inputs.deployment import DeploymentFacts
+from kvplan.models.inputs.planning import PlanningInputs
+from kvplan.models.inputs.pricebook import PriceBook
+from kvplan.models.prefill.measurement import PrefillMeasurement
 
 DAY = 86400.0
 GPU_MONTH = 2.5 * 730.56  # $1,826.40

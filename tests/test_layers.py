@@ -1,11 +1,18 @@
-"""Imports point down only: app -> collectors -> sql -> models.
+"""The structure, checked from the code's own imports (every import counts, including those
+inside functions):
 
-``models`` is pure (no I/O, imports no other layer); ``sql`` owns DuckDB and may use the
-models' errors and time helpers; ``collectors`` write into DuckDB; ``app`` (CLI, pages,
-report) reads through ``app.data`` and computes through ``models``. ``deploy/local`` is
-development tooling (the local stack, recorders, the A/B harness): the product packages never
-import it, except the thin ``kvplan stack``/``kvplan demo`` entry point. Nothing but tests
-imports ``tests``. Every import counts, including those inside functions.
+* one import package: the folders app/, collectors/, models/, sql/, deploy/ are installed as
+  ``kvplan.app``, ``kvplan.collectors``, ... and nothing imports them by their bare folder
+  names (``import models`` would load whatever else is called ``models``);
+* layers, imports pointing down only: app -> collectors -> sql -> models. ``deploy/local`` is
+  development tooling (the local stack, recorders, the A/B harness): the product packages never
+  import it, except the thin ``kvplan stack``/``kvplan demo`` entry point. Nothing but tests
+  imports ``tests``;
+* models/ is grouped by idea, on floors: a subpackage imports only from the floors below it
+  (``core`` imports nothing else from models); and it is pure: no I/O, no DuckDB, no Streamlit,
+  no network, no ``open()``.
+
+The file lists come from the tree, so a new file is checked the day it is added.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("app", "collectors", "models", "sql", "deploy")
 FORBIDDEN = {
     "models": {"app", "collectors", "sql", "deploy", "tests"},
     "sql": {"app", "collectors", "deploy", "tests"},
@@ -25,35 +33,98 @@ FORBIDDEN = {
     "deploy": {"tests"},
 }
 ALLOWED = {("app/cli/demo.py", "deploy")}
-"""(file, package) exceptions, each a documented entry point."""
+"""(file, layer) exceptions, each a documented entry point."""
+
+FLOORS = ("core", "inputs", "metrics", "prefill", "cache", "capacity", "decision")
+"""models/ subpackages from the ground up, in pipeline order."""
+
+PURE_IMPORTS = {"__future__", "bisect", "collections", "dataclasses", "datetime", "enum", "functools", "heapq",
+                "itertools", "json", "math", "numpy", "random", "re", "statistics", "threading", "typing",
+                "urllib"}
+"""What models/ may import besides itself: computation only (``urllib`` is for ``urllib.parse``;
+``threading`` for the redaction registry's lock; ``random`` for seeded, deterministic draws)."""
 
 
-def imports(path: Path) -> set[str]:
-    out = set()
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module an import statement of ``path`` names (``from a.b import c`` -> a.b)."""
+    out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
+            out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.add(node.module.split(".")[0])
+            out.add(node.module)
     return out
 
 
-def files(layer: str) -> list[Path]:
-    return sorted((ROOT / layer).rglob("*.py"))
+def layer_of(module: str) -> str | None:
+    """``kvplan.app.cli`` -> ``app``; ``tests.recorded`` -> ``tests``; anything else -> None."""
+    parts = module.split(".")
+    if parts[0] == "kvplan" and len(parts) > 1:
+        return parts[1]
+    return "tests" if parts[0] == "tests" else None
+
+
+def files(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def rel(f: Path) -> str:
+    return str(f.relative_to(ROOT))
+
+
+def test_nothing_imports_the_bare_folder_names():
+    bad = [f"{rel(f)} imports {m}" for folder in (*PACKAGES, "tests", "bench") for f in files(folder)
+           for m in imported_modules(f) if m.split(".")[0] in PACKAGES]
+    assert bad == []
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_no_layer_imports_a_higher_one(layer):
-    bad = []
-    for f in files(layer):
-        rel = str(f.relative_to(ROOT))
-        for pkg in imports(f) & FORBIDDEN[layer]:
-            if (rel, pkg) not in ALLOWED:
-                bad.append(f"{rel} imports {pkg}")
+    bad = [f"{rel(f)} imports {m}" for f in files(layer) for m in imported_modules(f)
+           if layer_of(m) in FORBIDDEN[layer] and (rel(f), layer_of(m)) not in ALLOWED]
     assert bad == []
 
 
-def test_the_check_sees_imports_inside_functions(tmp_path):
+def floor_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["kvplan", "models"] and len(parts) > 2 else None
+
+
+def test_models_is_grouped_on_the_floors_and_nothing_else():
+    top = sorted(p.name for p in (ROOT / "models").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert top == sorted(FLOORS)
+    loose = sorted(p.name for p in (ROOT / "models").glob("*.py") if p.name != "__init__.py")
+    assert loose == [], "every model module belongs to a group"
+
+
+@pytest.mark.parametrize("floor", FLOORS)
+def test_a_models_group_imports_only_from_the_floors_below(floor):
+    allowed = set(FLOORS[:FLOORS.index(floor) + 1])
+    bad = [f"{rel(f)} imports {m}" for f in files(f"models/{floor}") for m in imported_modules(f)
+           if floor_of(m) is not None and floor_of(m) not in allowed]
+    assert bad == []
+
+
+@pytest.mark.parametrize("path", [rel(f) for f in files("models")])
+def test_models_stay_pure(path):
+    """No I/O in models/: no DuckDB, Streamlit, network, subprocess or file access."""
+    f = ROOT / path
+    outside = {m for m in imported_modules(f) if not m.startswith("kvplan.models")}
+    assert {m.split(".")[0] for m in outside} <= PURE_IMPORTS, sorted(outside)
+    assert not {m for m in outside if m.startswith("urllib") and m != "urllib.parse"}
+    opens = [n.lineno for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", "") == "open"]
+    assert opens == [], f"{path} opens a file"
+
+
+def test_the_checks_see_imports_inside_functions(tmp_path):
     f = tmp_path / "x.py"
-    f.write_text("def f():\n    from app.cli import main\n    import tests.recorded\n")
-    assert imports(f) == {"app", "tests"}
+    f.write_text("def f():\n    from kvplan.app.cli import main\n    import tests.recorded\n    import models\n")
+    assert imported_modules(f) == {"kvplan.app.cli", "tests.recorded", "models"}
+    assert {layer_of(m) for m in imported_modules(f)} == {"app", "tests", None}
+
+
+def test_an_upward_import_between_model_groups_is_seen(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("from kvplan.models.decision.plan import plan\nfrom kvplan.models.core.errors import KvplanError\n")
+    assert {floor_of(m) for m in imported_modules(f)} == {"decision", "core"}

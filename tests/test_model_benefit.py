@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from models.benefit import monthly_benefit
-from models.capacity import CapacityInputs, plan_capacity
-from models.prefill import PrefillSavings
-from models.pricebook import PriceBook
+from kvplan.models.capacity.fleet import CapacityInputs, plan_capacity
+from kvplan.models.decision.benefit import monthly_benefit
+from kvplan.models.inputs.pricebook import PriceBook
+from kvplan.models.prefill.savings import PrefillSavings
 
 H = 730.56  # hours in a 30.44-day month
 

@@ -4,19 +4,16 @@ import math
 
 import pytest
 
-from models.capacity import (
-    CapacityInputs,
+from kvplan.models.capacity.fleet import CapacityInputs, growth_that_lasts, hit_rate_that_lasts, plan_capacity
+from kvplan.models.capacity.queueing import (
     erlang_c,
-    growth_that_lasts,
-    hit_rate_that_lasts,
     max_arrival_rate,
-    plan_capacity,
     replicas_needed,
     runout_month,
     ttft_quantile,
     wait_quantile,
 )
-from models.pricebook import PriceBook
+from kvplan.models.inputs.pricebook import PriceBook
 
 
 def erlang_c_by_factorials(c: int, a: float) -> float:

@@ -5,11 +5,12 @@ import re
 
 import pytest
 
-from models.decision import PlanInputs, PlanningInputs, break_even, evaluate
-from models.errors import KvplanError
-from models.prefill import PrefillMeasurement, with_hit_rate
-from models.pricebook import PriceBook
-from models.sensitivity import sensitivity
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.decision.sensitivity import sensitivity
+from kvplan.models.decision.verdict import PlanInputs, break_even, evaluate
+from kvplan.models.inputs.planning import PlanningInputs
+from kvplan.models.inputs.pricebook import PriceBook
+from kvplan.models.prefill.measurement import PrefillMeasurement, with_hit_rate
 
 # One day, 10 requests/s of 10,000-token prompts on 8 GPUs. Only estimator C (2 x 1e9 params
 # at 50 % of 1e14 FLOP/s = 4e-5 GPU-s/token, i.e. 25,000 tokens/s per GPU) so the money is

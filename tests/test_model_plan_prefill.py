@@ -6,14 +6,17 @@ import json
 
 import pytest
 
-from models.decision import PlanInputs, PlanningInputs
-from models.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
-from models.errors import KvplanError
-from models.plan import plan
-from models.prefill import estimate_savings, measurement_from_window, with_hit_rate
-from models.prefill_fit import CostPart, Interval, PrefillCostModel
-from models.prefill_window import MeasuredAB, PricedWindow
-from models.pricebook import PriceBook
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.decision.plan import plan
+from kvplan.models.decision.verdict import PlanInputs
+from kvplan.models.inputs.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
+from kvplan.models.inputs.planning import PlanningInputs
+from kvplan.models.inputs.pricebook import PriceBook
+from kvplan.models.prefill.fit import CostPart, PrefillCostModel
+from kvplan.models.prefill.interval import Interval
+from kvplan.models.prefill.measurement import measurement_from_window, with_hit_rate
+from kvplan.models.prefill.savings import estimate_savings
+from kvplan.models.prefill.window import MeasuredAB, PricedWindow
 
 HOUR = 3600.0
 # cost model: 20 ms per request + 100 us per computed token (engine-seconds)

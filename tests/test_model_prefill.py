@@ -5,15 +5,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from models.prefill import (
-    PrefillMeasurement,
+from kvplan.models.prefill.measurement import PrefillMeasurement, measurement_from_stats, with_hit_rate
+from kvplan.models.prefill.savings import (
     estimate_compute_params,
     estimate_compute_vllm_flops,
     estimate_measured_time,
     estimate_savings,
-    measurement_from_stats,
     relative_uncertainty,
-    with_hit_rate,
 )
 
 # A one-hour window on 2 GPUs (2 engines, TP 1). Every number below is chosen so the

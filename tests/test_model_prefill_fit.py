@@ -1,4 +1,4 @@
-"""The prefill cost model fitted from per-interval increases (models.prefill_fit): exact
+"""The prefill cost model fitted from per-interval increases (kvplan.models.prefill.fit): exact
 recovery, identifiability, engine time under load, marginal pricing, tiers, coverage. Every
 expected number is worked out by hand in the comments."""
 
@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from models.prefill_fit import CostPart, Interval, PrefillCostModel, engine_prefill_seconds, fit_prefill_cost, rounds
-from models.prefill_window import MeasuredAB, PricedWindow, tier_savings
+from kvplan.models.prefill.fit import CostPart, PrefillCostModel, fit_prefill_cost
+from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
+from kvplan.models.prefill.window import MeasuredAB, PricedWindow, tier_savings
 
 A, B = 0.010, 4e-5  # 10 ms per request, 40 us per computed token
 
@@ -247,7 +248,7 @@ def test_lookups_count_only_when_the_engine_had_nothing_else_to_run():
 
 
 def test_peak_hour_rate_is_the_busiest_covered_hour():
-    from models.prefill_window import peak_hour_rate
+    from kvplan.models.prefill.window import peak_hour_rate
 
     def iv(a, b, n):
         return Interval(t_start=a, t_end=b, requests=n, prefill_seconds=0.0, computed_tokens=0.0, engines=1)
@@ -262,7 +263,7 @@ def test_peak_hour_rate_is_the_busiest_covered_hour():
 
 
 def test_peak_hour_spreads_an_interval_over_the_hours_it_spans():
-    from models.prefill_window import peak_hour_rate
+    from kvplan.models.prefill.window import peak_hour_rate
 
     # a missed scrape: one interval over hours 0 and 1 with 720 requests is 360 in each
     rows = [Interval(t_start=0, t_end=7200, requests=720, prefill_seconds=0.0, computed_tokens=0.0, engines=1)]
@@ -270,7 +271,7 @@ def test_peak_hour_spreads_an_interval_over_the_hours_it_spans():
 
 
 def test_resamples_of_the_window_move_hit_rate_and_load_within_what_was_measured():
-    from models.prefill_window import resample_hit_and_load
+    from kvplan.models.prefill.window import resample_hit_and_load
 
     def iv(n, prompt, computed):
         return Interval(t_start=0, t_end=60, requests=n, prefill_seconds=1.0, computed_tokens=computed,

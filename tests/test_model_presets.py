@@ -5,10 +5,10 @@ import math
 
 import pytest
 
-from models import presets
-from models.decision import PlanInputs
-from models.prefill import estimate_measured_time
-from models.presets import PRESETS, synthetic_window
+from kvplan.models.decision import presets
+from kvplan.models.decision.presets import PRESETS, synthetic_window
+from kvplan.models.decision.verdict import PlanInputs
+from kvplan.models.prefill.savings import estimate_measured_time
 
 
 def test_l40s_derivations_from_published_figures():

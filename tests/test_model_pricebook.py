@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from models.errors import KvplanError
-from models.pricebook import FIELDS, HOURS_PER_MONTH, SECONDS_PER_MONTH, PriceBook
+from kvplan.models.core.calendar import HOURS_PER_MONTH, SECONDS_PER_MONTH
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.inputs.pricebook import FIELDS, PriceBook
 
 
 def test_month_is_30_44_days():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from collectors.parse import PayloadError, check_content_type, parse_payload
+from kvplan.collectors.parse import PayloadError, check_content_type, parse_payload
 
 GOOD = """\
 # HELP vllm:prefix_cache_hits_total Prefix cache hits

@@ -4,7 +4,7 @@
 The history: three targets scraped every 30 s for 40 minutes (two vLLM servers, one with a
 restart of one engine, one silent for 7 minutes; one LMCache MP server), built as text
 exposition so the direct import reads exactly what Prometheus holds. The key check: after
-ingesting from Prometheus, ``app.data.window.stats`` over step-aligned windows equals (a) the
+ingesting from Prometheus, ``kvplan.app.data.window.stats`` over step-aligned windows equals (a) the
 stats of the direct import of the same payloads and (b) PromQL on the same Prometheus.
 """
 
@@ -25,16 +25,16 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app
-from app.data.window import stats
-from collectors.config import DeploymentConfig, PrometheusConfig
-from collectors.openmetrics import to_openmetrics
-from collectors.parse import Payload, parse_payload
-from collectors.prom_math import silent_stretches, step_gauges, step_increments
-from collectors.prometheus import PromClient, PromError, chunk_bounds, family_query, ingest_range
-from collectors.store import payload_sha256, store_payload
-from models.errors import KvplanError
-from sql.db import Database
+from kvplan.app.cli import app
+from kvplan.app.data.window import stats
+from kvplan.collectors.openmetrics import to_openmetrics
+from kvplan.collectors.parse import Payload, parse_payload
+from kvplan.collectors.prom_math import silent_stretches, step_gauges, step_increments
+from kvplan.collectors.prometheus import PromClient, PromError, chunk_bounds, family_query, ingest_range
+from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
+from kvplan.collectors.store import payload_sha256, store_payload
+from kvplan.models.core.errors import KvplanError
+from kvplan.sql.db import Database
 from tests.loopback import Loopback
 from tests.prom_fixtures import create_blocks, free_port, scalar, start_prometheus
 
@@ -94,7 +94,7 @@ def vllm_payload(k: int, model: str, engines: tuple[int, ...], restarted: bool =
     fam = "vllm:time_to_first_token_seconds"
     out.append(f"# TYPE {fam} histogram")
     for e, (v, _) in rows.items():
-        for le, key in zip(BOUNDS, ("b0", "b1", "binf")):
+        for le, key in zip(BOUNDS, ("b0", "b1", "binf"), strict=True):
             le_label = ',le="' + le + '"'
             out.append(f"{fam}_bucket{lab(e, le_label)} {float(v[key])}")
         out.append(f"{fam}_count{lab(e)} {float(v['binf'])}")

@@ -3,7 +3,7 @@
 
 import math
 
-from models.metrics import bucket_quantile
+from kvplan.models.metrics.window import bucket_quantile
 
 INF = math.inf
 

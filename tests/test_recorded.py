@@ -5,9 +5,9 @@ against PromQL on a real Prometheus."""
 
 import pytest
 
-from app.data.window import stats
-from collectors.parse import parse_payload
-from collectors.store import payload_sha256, store_payload
+from kvplan.app.data.window import stats
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.store import payload_sha256, store_payload
 from tests.recorded import PAYLOADS, import_case, scrapes
 
 
@@ -77,7 +77,7 @@ def test_tpot_and_itl_quantiles_and_what_vllm_counts(db):
     for first, last in ((a, b), (b, c), (a, c)):
         s = stats(db, case, *window(case, first, last))
         for fam, got in ((tpot, (s.tpot_p50_s, s.tpot_p99_s)), (itl, (s.itl_p50_s, s.itl_p99_s))):
-            for q, v in zip((0.5, 0.99), got):
+            for q, v in zip((0.5, 0.99), got, strict=True):
                 assert v == pytest.approx(by_hand_quantile(q, raw_buckets(case, first, fam),
                                                            raw_buckets(case, last, fam))), (fam, q, first, last)
 
@@ -93,8 +93,8 @@ def test_tpot_and_itl_quantiles_and_what_vllm_counts(db):
     # p99 rank 19.8 = 0.1 + 0.05 x 2.8/3 = 146.7 ms; 17 of 20 requests at or under the 0.1 s TPOT SLO.
     # ITL 0.025: 23, 0.05: 167, 0.2: 282, 0.3: 297 of 300 -> p50 rank 150 = 0.025 + 0.025 x 127/144,
     # p99 rank 297 = the top of (0.2, 0.3]
-    from app.data.window import window_increases
-    from models.slo import tpot_slo_attainment
+    from kvplan.app.data.window import window_increases
+    from kvplan.models.metrics.slo import tpot_slo_attainment
 
     s = stats(db, case, *window(case, a, b))
     assert s.tpot_p50_s == pytest.approx(0.06875) and s.tpot_p99_s == pytest.approx(0.1 + 0.05 * 2.8 / 3)
@@ -131,7 +131,7 @@ def test_server_without_lmcache_reports_none_not_zero(db):
 
 
 def test_two_servers_share_lmcache_and_are_attributed_per_server(db):
-    from app.data.window import window_increases
+    from kvplan.app.data.window import window_increases
 
     import_case(db, "two_servers")
     ss = scrapes("two_servers")
@@ -170,7 +170,7 @@ def test_p99_in_inf_bucket_is_flagged(db):
 
 
 def test_data_parallel_engines_are_summed_and_kept_apart(db):
-    from app.data.window import engines_in_window, window_increases
+    from kvplan.app.data.window import engines_in_window, window_increases
 
     case = "multi_engine"
     import_case(db, case)

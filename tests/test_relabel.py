@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.parse import parse_payload
-from collectors.relabel import model_label, relabel_exposition
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.relabel import model_label, relabel_exposition
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE_PATH = re.compile(r"/root/|/home/|\.cache/")
@@ -62,8 +62,8 @@ def test_the_demo_dataset_and_the_fixtures_hold_no_path_of_the_recording_machine
 def test_the_demo_runs_show_the_request_weighted_share_and_no_path(tmp_path, monkeypatch):
     """The demo was recorded with --enable-prompt-tokens-details: every run has its share of
     requests with cached tokens (0 % for unique sessions and cache off, most for shared prefixes)."""
-    from collectors.demo import load_demo
-    from sql.db import Database
+    from kvplan.collectors.demo import load_demo
+    from kvplan.sql.db import Database
     from tests.test_app_pages import run_app
 
     db = Database(tmp_path / "demo.duckdb")
@@ -71,7 +71,7 @@ def test_the_demo_runs_show_the_request_weighted_share_and_no_path(tmp_path, mon
     load_demo(db)
     t = run_app(monkeypatch, db.path, "runs")
     table = t.dataframe[0].value
-    shares = dict(zip(table["label"] + " #" + table["run"].astype(str), table["requests with cached tokens"]))
+    shares = dict(zip(table["label"] + " #" + table["run"].astype(str), table["requests with cached tokens"], strict=True))
     assert "not recorded" not in shares.values(), shares
     assert {v for k, v in shares.items() if k.startswith("unique sessions")} == {"0.0%"}
     assert all(float(v.rstrip("%")) > 50 for k, v in shares.items() if k.startswith("shared prefix #"))

@@ -2,10 +2,10 @@
 
 import pytest
 
-from models.deployment import DeploymentFacts
-from models.errors import KvplanError
-from models.presets import PRESETS
-from models.replica import replica_fit
+from kvplan.models.capacity.replica import replica_fit
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.decision.presets import PRESETS
+from kvplan.models.inputs.deployment import DeploymentFacts
 
 
 def test_qwen3_235b_fp8_needs_four_h100():

@@ -1,4 +1,4 @@
-"""The capacity report (app.report, `kvplan report`): contents per the evaluation in the
+"""The capacity report (kvplan.app.report, `kvplan report`): contents per the evaluation in the
 domain notes, deterministic for the same data, a valid PDF whose text (pdftotext) holds
 the numbers, CPU-scale provenance, clear errors."""
 
@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app as cli
-from app.report import build, fmt, render_html, write_report
-from models.errors import KvplanError
+from kvplan.app.cli import app as cli
+from kvplan.app.report import build, fmt, render_html, write_report
+from kvplan.models.core.errors import KvplanError
 from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected, scenario_plan
 from tests.test_store_stats import one, put
 
@@ -96,8 +96,8 @@ def test_report_without_tpot_and_itl_says_not_reported(db, tmp_path):
 
 
 def test_the_provenance_lists_only_queries_that_exist():
-    from app.report.data import QUERIES_USED
-    from sql.db import queries
+    from kvplan.app.report.data import QUERIES_USED
+    from kvplan.sql.db import queries
 
     assert set(QUERIES_USED) <= set(queries()), set(QUERIES_USED) - set(queries())
 
@@ -173,10 +173,10 @@ def test_cli_report_writes_pdf_and_html(scen, tmp_path):
 
 
 def test_the_nightly_job_writes_the_report(scen, tmp_path):
-    """app.report.nightly_reports, the report job the CLI gives the scheduler: one report per
+    """kvplan.app.report.nightly_reports, the report job the CLI gives the scheduler: one report per
     deployment with data that month; a deployment without data is skipped."""
-    from app.report import nightly_reports
-    from collectors.config import Settings
+    from kvplan.app.report import nightly_reports
+    from kvplan.collectors.settings import Settings
 
     s = Settings(db=scen.path)
     s.schedule.report_dir = tmp_path / "reports"
@@ -191,7 +191,7 @@ def test_pdftotext_is_available():
 
 
 def test_report_shows_the_load_sweep_it_sized_from(scen, tmp_path):
-    from collectors.sweep import save_sweep
+    from kvplan.collectors.loadgen.sweep import save_sweep
     from tests.test_sweep import even, side
 
     no = text_of(write_report(scen, DEPLOYMENT, "2026-11", tmp_path / "a.html").read_text())

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-import collectors.scheduler as sch
-from app.data.window import stats
-from collectors.config import DeploymentConfig, PrometheusConfig, ScheduleConfig, Settings, TargetConfig
-from collectors.scheduler import Nightly, Scraper, days_to_run, fetch_rw, run_daemon
-from models.metrics import Increase, window_stats
-from sql.db import Database
+import kvplan.collectors.scheduler as sch
+from kvplan.app.data.window import stats
+from kvplan.collectors.scheduler import Nightly, Scraper, days_to_run, fetch_rw, run_daemon
+from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig, ScheduleConfig, Settings, TargetConfig
+from kvplan.models.metrics.window import Increase, window_stats
+from kvplan.sql.db import Database
 from tests.loopback import Loopback
 from tests.payloads import vllm_text
 from tests.test_prom_ingest import DEP, END, T0, import_direct, prom, same  # noqa: F401 (fixture)
@@ -136,7 +136,7 @@ def test_days_to_run_catches_up_missed_and_failed_days_within_the_bound(db):
 
 
 @pytest.mark.prometheus
-def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monkeypatch, caplog):
+def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monkeypatch, caplog):  # noqa: F811 (the fixture imported above)
     import_direct(db)
     s = Settings(db=db.path, deployments=[DEP, DeploymentConfig(name="direct")],
                  prometheus=PrometheusConfig(url=prom.url, chunk="6h", retries=0))
@@ -218,7 +218,7 @@ def test_on_start_missed_nights_are_run_and_killed_runs_marked(db, no_report):
 
 # -- SIGKILL ---------------------------------------------------------------------------------
 def _daemon(conf: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "from app.cli import main; main()", "collect", "--daemon",
+    return subprocess.Popen([sys.executable, "-c", "from kvplan.app.cli import main; main()", "collect", "--daemon",
                              "--config", str(conf)],
                             cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             env={k: v for k, v in os.environ.items() if not k.startswith("KVPLAN_")})
@@ -285,7 +285,7 @@ def test_a_killed_daemon_loses_nothing_committed_and_restarts_cleanly(tmp_path, 
 def test_collect_command_scrapes_once_and_runs_a_night(tmp_path, metrics, no_report):
     from typer.testing import CliRunner
 
-    from app.cli import app
+    from kvplan.app.cli import app
 
     conf = tmp_path / "kvplan.toml"
     conf.write_text(f'db = "{tmp_path / "k.duckdb"}"\n[[deployments]]\nname = "d"\n'

@@ -5,7 +5,7 @@ from datetime import datetime
 
 import pytest
 
-from sql.db import Database, DatabaseError, migrations, queries
+from kvplan.sql.db import Database, DatabaseError, migrations, queries
 
 SPECIAL = {"model": None, "step_s": 60, "names": ["x"], "limit": 10, "ok": True, "url": None,
            "error": None, "warnings": None, "duration_s": None, "payload_sha256": None, "n_samples": 0,

@@ -12,8 +12,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors import workload as wl
-from deploy.local import stack as stk
+from kvplan.collectors.loadgen import client as lg_client
+from kvplan.collectors.loadgen import workload as wl
+from kvplan.deploy.local import stack as stk
 
 # The first test pays for the session's stack start (and, on a fresh machine, the
 # stack venv install): a few minutes on 2 cores.
@@ -72,7 +73,7 @@ def test_topology(local_stack: stk.Stack):
     run = stk.Stack.load(local_stack.run_dir)
     assert run.to_dict() == local_stack.to_dict()
     # The generated config is a valid kvplan config naming every endpoint.
-    from collectors.config import load_settings
+    from kvplan.collectors.settings import load_settings
 
     settings = load_settings(stk.Path(local_stack.run_dir) / "kvplan.toml")
     targets = {t.name: (d.name, t.kind, t.url) for d in settings.deployments for t in d.targets}
@@ -105,7 +106,7 @@ def test_workload_records_ttfts_and_cache_hits(local_stack: stk.Stack, connected
     before = [scrape(u + "/metrics") for u in connected_urls]
     w = wl.Workload(scenario="shared_prefix", users=4, turns=2, output_tokens=8, seed=11,
                     max_seconds=300)
-    res = wl.run(connected_urls, local_stack.model_name, w)
+    res = lg_client.run(connected_urls, local_stack.model_name, w)
     assert len(res.results) == 8, res.summary()
     assert all(r.ok for r in res.results), [r.error for r in res.errors]
     for r in res.results:
@@ -115,16 +116,16 @@ def test_workload_records_ttfts_and_cache_hits(local_stack: stk.Stack, connected
     assert res.summary()["ttft_p50_s"] > 0
     after = [scrape(u + "/metrics") for u in connected_urls]
     prompt_tokens = sum(total(a, "vllm:prompt_tokens_total") - total(b, "vllm:prompt_tokens_total")
-                        for a, b in zip(after, before))
+                        for a, b in zip(after, before, strict=True))
     assert prompt_tokens == sum(r.prompt_tokens for r in res.results)
     hits = sum(total(a, "vllm:prefix_cache_hits_total") - total(b, "vllm:prefix_cache_hits_total")
-               for a, b in zip(after, before))
+               for a, b in zip(after, before, strict=True))
     queries = sum(total(a, "vllm:prefix_cache_queries_total")
-                  - total(b, "vllm:prefix_cache_queries_total") for a, b in zip(after, before))
+                  - total(b, "vllm:prefix_cache_queries_total") for a, b in zip(after, before, strict=True))
     assert queries == prompt_tokens
     assert hits / queries > 0.5  # one shared ~1,100-token system prompt, short tails
     done = sum(total(a, "vllm:request_success_total") - total(b, "vllm:request_success_total")
-               for a, b in zip(after, before))
+               for a, b in zip(after, before, strict=True))
     assert done == 8
 
 
@@ -132,7 +133,7 @@ def test_unique_workload_has_no_prefix_hits(local_stack: stk.Stack):
     plain = [s.base_url for s in local_stack.vllm() if not s.connector]
     before = scrape(plain[0] + "/metrics")
     w = wl.Workload(scenario="unique", users=3, turns=2, output_tokens=4, seed=12, max_seconds=300)
-    res = wl.run(plain, local_stack.model_name, w)
+    res = lg_client.run(plain, local_stack.model_name, w)
     assert all(r.ok for r in res.results), [r.error for r in res.errors]
     after = scrape(plain[0] + "/metrics")
     assert total(after, "vllm:prefix_cache_hits_total") == total(before, "vllm:prefix_cache_hits_total")
@@ -141,7 +142,7 @@ def test_unique_workload_has_no_prefix_hits(local_stack: stk.Stack):
 
 def test_metric_families(local_stack: stk.Stack, connected_urls: list[str]):
     # LMCache's counters exist only after traffic went through it: send some.
-    res, _ = wl.complete(connected_urls[0], local_stack.model_name,
+    res, _ = lg_client.complete(connected_urls[0], local_stack.model_name,
                          wl.text(13, "families", 3000), output_tokens=2)
     assert res.ok, res.error
     for s in local_stack.vllm():

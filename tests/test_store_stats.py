@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.data.window import stats, window_buckets
-from collectors.parse import parse_payload
-from collectors.store import ConflictError, payload_sha256, store_failure, store_payload
+from kvplan.app.data.window import stats, window_buckets
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.store import ConflictError, payload_sha256, store_failure, store_payload
 from tests.payloads import vllm_text
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -113,7 +113,7 @@ def test_reimport_is_a_no_op_and_a_different_payload_is_refused(db):
 
 
 def test_crash_mid_write_leaves_nothing(db, monkeypatch):
-    from collectors import store
+    from kvplan.collectors import store
 
     put(db, 0, one(0, 0, [0, 0, 0]))
     real = store.pa.table

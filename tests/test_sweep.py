@@ -14,13 +14,13 @@ import pytest
 import vl_convert
 from typer.testing import CliRunner
 
-from app import charts
-from app.cli import app
-from app.data.sweeps import latest_sweep_pair
-from app.views.sweeps import sweep_view
-from collectors import workload as wl
-from collectors.sweep import Level, SweepPlan, SweepResult, level_point, save_sweep
-from models.errors import KvplanError
+from kvplan.app import charts
+from kvplan.app.cli import app
+from kvplan.app.data.sweeps import latest_sweep_pair
+from kvplan.app.views.sweeps import sweep_view
+from kvplan.collectors.loadgen import workload as wl
+from kvplan.collectors.loadgen.sweep import Level, SweepPlan, SweepResult, level_point, save_sweep
+from kvplan.models.core.errors import KvplanError
 from tests.loopback import Loopback
 
 
@@ -166,7 +166,7 @@ def test_pilot_sweep_stores_both_sides_and_prints_goodput(tmp_path):
     # every cache-off request waits 0.15 s for its first token: no level meets a 0.1 s SLO
     assert d["goodput"]["without_reuse_rps"] == 0 and d["goodput"]["limited_by"]["off"] == "lowest level fails"
     assert d["goodput"]["with_reuse_rps"] > 0
-    from sql.db import Database
+    from kvplan.sql.db import Database
     pair = latest_sweep_pair(Database(db), "d")
     assert pair is not None and pair.on.measured_on == "loopback test server"
     assert all(p.ttft_p50_s >= 0.15 for p in pair.off.points)

@@ -1,6 +1,6 @@
 """Goodput from a load sweep on the real stack (CPU, tiny model), issue 11's validation.
 
-``deploy.local.sweep_check``: a rate sweep (2-48 requests/s, open-loop Poisson arrivals, one
+``kvplan.deploy.local.recorders.sweep_check``: a rate sweep (2-48 requests/s, open-loop Poisson arrivals, one
 8,000-character system prompt + 200-character tails, 8 output tokens) on ``vllm-nocache-0``
 (reuse off) and ``vllm-0`` (vLLM prefix cache + LMCache), interleaved by level. TTFT SLO = 3 x
 the reuse-off TTFT p50 at 2 requests/s, rounded up to 10 ms (about 0.3-0.4 s here); TPOT SLO
@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from app.data.sweeps import latest_sweep_pair
-from deploy.local.sweep_check import MEASURED_ON, table, validate_sweep_on_stack
-from models.goodput import TTFT
-from sql.db import Database
+from kvplan.app.data.sweeps import latest_sweep_pair
+from kvplan.deploy.local.recorders.sweep_check import MEASURED_ON, table, validate_sweep_on_stack
+from kvplan.models.capacity.goodput import TTFT
+from kvplan.sql.db import Database
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 
@@ -73,8 +73,8 @@ def test_the_plan_predicts_what_the_check_run_measured(validation):
     """Sized from the measured goodputs at the check run's load (no headroom: the check is the
     SLO at exactly that load), one replica holds the SLO with reuse and the baseline needs more
     replicas: what the check run measured (cache-off misses, cache-on meets)."""
-    from models.capacity import CapacityInputs, plan_capacity
-    from models.pricebook import PriceBook
+    from kvplan.models.capacity.fleet import CapacityInputs, plan_capacity
+    from kvplan.models.inputs.pricebook import PriceBook
 
     _, v = validation
     g = v.goodput.goodput

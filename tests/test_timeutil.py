@@ -8,9 +8,18 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from models.errors import KvplanError
-from models.timeutil import aware_utc, ceil_day, day_start, floor_day, month_start, naive_utc, next_month, parse_time
-from sql.db import Database
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.timeutil import (
+    aware_utc,
+    ceil_day,
+    day_start,
+    floor_day,
+    month_start,
+    naive_utc,
+    next_month,
+    parse_time,
+)
+from kvplan.sql.db import Database
 
 
 @pytest.mark.parametrize("text, want", [
@@ -51,7 +60,7 @@ def test_day_and_month_helpers():
 
 
 def test_an_aware_time_with_an_offset_reads_the_same_rows_as_its_utc_instant(tmp_path):
-    """sql.db converts aware parameters to naive UTC: a gap stored at 22:00 UTC is found by a
+    """kvplan.sql.db converts aware parameters to naive UTC: a gap stored at 22:00 UTC is found by a
     window given as 00:00+02:00 (before, the offset was dropped and the window read 2 h off)."""
     db = Database(tmp_path / "k.duckdb")
     db.migrate()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors import traces
-from collectors.parse import PayloadError
-from collectors.store import ConflictError
-from models import cachesim as cs
+from kvplan.collectors import traces
+from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.store import ConflictError
+from kvplan.models.cache import sim as cs
 
 # shared/ sits next to the repository (worktrees and CI's clone alike)
 MOONCAKE = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
@@ -155,12 +155,12 @@ def test_the_mooncake_conversation_trace_imports(db):
 
 
 def test_the_nightly_job_imports_a_deployments_lookup_hash_logs(db, tmp_path):
-    """collectors.scheduler.Nightly imports lookup_hash_log_dir of every deployment that sets it."""
+    """kvplan.collectors.scheduler.Nightly imports lookup_hash_log_dir of every deployment that sets it."""
     import shutil
     from datetime import date
 
-    from collectors.config import DeploymentConfig, Settings
-    from collectors.scheduler import Nightly
+    from kvplan.collectors.scheduler import Nightly
+    from kvplan.collectors.settings import DeploymentConfig, Settings
 
     logs = tmp_path / "logs"
     shutil.copytree(FIX / "lmcache-stack", logs)

@@ -1,4 +1,4 @@
-"""The stated A/B tolerance (models.validation) and the local stack's quiet busy-wait patch,
+"""The stated A/B tolerance (kvplan.models.prefill.validation) and the local stack's quiet busy-wait patch,
 without servers."""
 
 import importlib.util
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from models.validation import tolerance
+from kvplan.models.prefill.validation import tolerance
 
 
 def test_large_saving_is_judged_against_itself():

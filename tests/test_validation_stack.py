@@ -1,17 +1,17 @@
 """The savings model against a measured A/B on the real stack (CPU, tiny model).
 
-Four scenarios (deploy.local.ab.validation_cases): unique sessions, shared prefix, multi-turn
+Four scenarios (kvplan.deploy.local.recorders.ab.validation_cases): unique sessions, shared prefix, multi-turn
 conversations and a loaded run of 8 concurrent users, each in at least 20 segments with prompt
 lengths that vary. Each runs on a vLLM server with no reuse (``vllm-nocache-0``) and on one with
 vLLM's prefix cache and LMCache (``vllm-0``), interleaved by segment. The model predicts the
 saved engine time from the reuse-on deployment's metrics alone (plus its calibration history:
 mixed unique and shared-prefix requests on ``vllm-0`` and on the vLLM-only replica
 ``vllm-plain-0``); the reuse-off side measures it (engine time = wall time of each side's
-segments, servers at real-time priority; deploy.local.ab says why not CPU time).
+segments, servers at real-time priority; kvplan.deploy.local.recorders.ab says why not CPU time).
 
-Stated tolerance (models.validation.tolerance): within 15 % of the measured saving where that
+Stated tolerance (kvplan.models.prefill.validation.tolerance): within 15 % of the measured saving where that
 saving exceeds 20 % of the cache-off prefill time, else within 5 % of the cache-off prefill time.
-The measured table, with repeat runs showing the noise, is in the README
+The measured table, with repeat runs showing the noise, is in models/README.md
 (``bench/validation_bench.py --repeat 3`` prints it).
 """
 
@@ -22,9 +22,9 @@ import time
 
 import pytest
 
-from deploy.local.ab import validate_on_stack
-from models.validation import ABS_TOLERANCE, BIG_SAVING, REL_TOLERANCE
-from sql.db import Database
+from kvplan.deploy.local.recorders.ab import validate_on_stack
+from kvplan.models.prefill.validation import ABS_TOLERANCE, BIG_SAVING, REL_TOLERANCE
+from kvplan.sql.db import Database
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 

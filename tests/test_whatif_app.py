@@ -10,13 +10,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 from typer.testing import CliRunner
 
-from app.cli import app
-from app.report import fmt
-from app.report.whatif import render_section, whatif_section
-from app.views.whatif import whatif
-from collectors import traces
-from models import cache_topology as ct
-from models import cachesim as cs
+from kvplan.app.cli import app
+from kvplan.app.report import fmt
+from kvplan.app.report.whatif import render_section, whatif_section
+from kvplan.app.views.whatif import whatif
+from kvplan.collectors import traces
+from kvplan.models.cache import pools as ct
+from kvplan.models.cache import sim as cs
 
 runner = CliRunner()
 APP = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
@@ -146,7 +146,7 @@ def test_whatif_page_without_traces(db, monkeypatch):
 def test_configured_size_and_prices_come_from_the_deployments_settings(loaded):
     """Without --configured-gb the cache size is the price book's cache_tier_gb_cpu, and with no
     book saved that is the config's [prices] table: the same source the plan reads."""
-    from app.data.store import DeploymentSettings
+    from kvplan.app.data.store import DeploymentSettings
 
     assert whatif(loaded, "dep", ranks=2)["configured"] is None  # the documented default book has 0 GB
     d = whatif(loaded, "dep", ranks=2, cfg=DeploymentSettings(prices={"cache_tier_gb_cpu": 3 * BPC / 1e9}))

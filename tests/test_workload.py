@@ -9,13 +9,14 @@ from collections import Counter
 import httpx
 import pytest
 
-from collectors import workload as wl
-from collectors.workload import RunResult, Workload, plan, prompt_for, route
+from kvplan.collectors.loadgen import client as lg_client
+from kvplan.collectors.loadgen import workload as wl
+from kvplan.collectors.loadgen.workload import RunResult, Workload, prompt_for, request_schedule, route
 
 
 def common_prefix_len(a: str, b: str) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x != y:
             break
         n += 1
@@ -80,7 +81,7 @@ def test_round_robin_moves_each_turn_to_the_next_server():
     w = Workload(users=4, turns=3, routing="round_robin")
     assert [route(w, 0, t, 2) for t in range(3)] == [0, 1, 0]
     assert [route(w, 1, t, 2) for t in range(3)] == [1, 0, 1]
-    counts = Counter(s for _, _, s in plan(w, 2))
+    counts = Counter(s for _, _, s in request_schedule(w, 2))
     assert counts[0] == counts[1] == 6
     for u in range(w.users):
         assert route(w, u, 0, 2) != route(w, u, 1, 2)
@@ -99,9 +100,9 @@ def test_affinity_keeps_a_user_on_one_server():
 
 def test_random_routing_is_seeded():
     w = Workload(users=20, turns=3, routing="random", seed=3)
-    assert plan(w, 4) == plan(Workload(users=20, turns=3, routing="random", seed=3), 4)
-    assert plan(w, 4) != plan(Workload(users=20, turns=3, routing="random", seed=4), 4)
-    assert {s for _, _, s in plan(w, 4)} == {0, 1, 2, 3}
+    assert request_schedule(w, 4) == request_schedule(Workload(users=20, turns=3, routing="random", seed=3), 4)
+    assert request_schedule(w, 4) != request_schedule(Workload(users=20, turns=3, routing="random", seed=4), 4)
+    assert {s for _, _, s in request_schedule(w, 4)} == {0, 1, 2, 3}
 
 
 def test_workload_validates():
@@ -121,8 +122,8 @@ def test_percentile():
 
 
 def test_normalize_base_url():
-    assert wl.normalize_base_url("http://h:1/v1/") == "http://h:1"
-    assert wl.normalize_base_url("http://h:1") == "http://h:1"
+    assert lg_client.normalize_base_url("http://h:1/v1/") == "http://h:1"
+    assert lg_client.normalize_base_url("http://h:1") == "http://h:1"
 
 
 # ------------------------------------------------------- driver against a fake server
@@ -156,7 +157,7 @@ def _run_fake(servers, w, fail_server=None, cached=None) -> tuple[RunResult, lis
 
     async def go():
         async with httpx.AsyncClient(transport=fake_transport(seen, fail_server, cached)) as client:
-            return await wl.run_async(servers, "m", w, client=client)
+            return await lg_client.run_async(servers, "m", w, client=client)
 
     return asyncio.run(go()), seen
 
@@ -176,7 +177,7 @@ def test_driver_sends_stream_requests_and_records_usage():
         assert r.server == ["http://a:1", "http://b:2"][route(w, r.user, r.turn, 2)]
     # turn 2 of a multi-turn user re-sends turn 1 and its answer
     by_user = {}
-    for base, body in seen:
+    for _base, body in seen:
         by_user.setdefault(body["prompt"][:40], []).append(body["prompt"])
     for prompts in by_user.values():
         assert len(prompts) == 2
@@ -200,7 +201,7 @@ def test_driver_connection_errors_are_recorded():
     # Nothing listens on port 9 of loopback: connection refused, recorded per request.
     w = Workload(scenario="unique", users=2, turns=1, output_tokens=2, prefix_chars=50,
                  tail_chars=5, max_seconds=20)
-    res = wl.run(["http://127.0.0.1:9"], "m", w)
+    res = lg_client.run(["http://127.0.0.1:9"], "m", w)
     assert len(res.results) == 2
     assert all(not r.ok and r.error for r in res.results)
 
@@ -223,7 +224,7 @@ def test_max_seconds_bounds_the_run():
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.MockTransport(slow_handler)) as client:
-            return await wl.run_async(["http://a:1"], "m", w, client=client)
+            return await lg_client.run_async(["http://a:1"], "m", w, client=client)
 
     import time
     t0 = time.monotonic()
@@ -241,7 +242,7 @@ def test_run_result_is_json_serialisable():
 
 
 def test_complete_records_connection_error():
-    res, text = wl.complete("http://127.0.0.1:9/v1", "m", "hello", output_tokens=1, timeout_s=10)
+    res, text = lg_client.complete("http://127.0.0.1:9/v1", "m", "hello", output_tokens=1, timeout_s=10)
     assert not res.ok and res.error and text == ""
     assert res.server == "http://127.0.0.1:9"
 
@@ -251,11 +252,10 @@ def test_sync_run_works_inside_a_running_event_loop():
     main thread: the sync wrapper must not call asyncio.run() there."""
     import asyncio
 
-    from collectors import workload as wl
 
     async def inside():
         # a dead loopback port: the request fails, recorded as an error, not raised
-        r, _ = wl.complete("http://127.0.0.1:9", "m", "hello", timeout_s=2)
+        r, _ = lg_client.complete("http://127.0.0.1:9", "m", "hello", timeout_s=2)
         return r
 
     r = asyncio.run(inside())
@@ -265,9 +265,9 @@ def test_sync_run_works_inside_a_running_event_loop():
 def test_cached_tokens_per_request_are_recorded_stored_and_give_the_request_weighted_share(tmp_path):
     """usage.prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details) per
     request -> run_requests.cached_tokens -> the Runs page's request-weighted share."""
-    from app.views.runs import runs_view
-    from collectors.runs import save_run
-    from sql.db import Database
+    from kvplan.app.views.runs import runs_view
+    from kvplan.collectors.loadgen.runs import save_run
+    from kvplan.sql.db import Database
 
     w = Workload(scenario="multi_turn", users=3, turns=2, output_tokens=5, prefix_chars=300, tail_chars=50)
     # turn 2 re-sends turn 1 (longer prompt): the server found 64 of its tokens cached
@@ -289,7 +289,7 @@ def test_cached_tokens_per_request_are_recorded_stored_and_give_the_request_weig
 def test_the_local_stack_asks_vllm_for_per_request_cached_tokens(tmp_path):
     """Without --enable-prompt-tokens-details vLLM leaves usage.prompt_tokens_details out and
     every run's request-weighted share reads 'not recorded'."""
-    from deploy.local import stack as stk
+    from kvplan.deploy.local import stack as stk
 
     for extra in ((), ("--no-enable-prefix-caching",)):
         s = stk._vllm_server("vllm-0", 8000, py=tmp_path / "python", model=tmp_path / "m", model_name="m",
@@ -302,7 +302,7 @@ def test_fixed_prompts_make_the_same_stream_on_any_server():
 
     async def go():
         async with httpx.AsyncClient(transport=fake_transport(seen)) as client:
-            return await wl.run_prompts_async(["http://a:1", "http://b:2"], "m", prompts, output_tokens=3,
+            return await lg_client.run_prompts_async(["http://a:1", "http://b:2"], "m", prompts, output_tokens=3,
                                               client=client)
 
     res = asyncio.run(go())

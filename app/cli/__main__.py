@@ -1,5 +1,5 @@
-"""``python -m app.cli``: the kvplan command line."""
+"""``python -m kvplan.app.cli``: the kvplan command line."""
 
-from app.cli import main
+from kvplan.app.cli import main
 
 main()

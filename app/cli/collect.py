@@ -16,8 +16,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, parse_time, settings
-from models.errors import KvplanError
+from kvplan.app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, parse_time, settings
+from kvplan.models.core.errors import KvplanError
 
 
 def _logging(verbose: bool = False) -> None:
@@ -42,9 +42,9 @@ def ingest(
     command's whole job, read top to bottom."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from collectors.config import DeploymentConfig, check_selector, duration_s
-    from collectors.prometheus import ingest_range, ingest_window
-    from collectors.scheduler import logged_run
+    from kvplan.collectors.prometheus import ingest_range, ingest_window
+    from kvplan.collectors.scheduler import logged_run
+    from kvplan.collectors.settings import DeploymentConfig, check_selector, duration_s
 
     t0, t1 = ingest_window(parse_time(from_, "--from"), parse_time(to, "--to"))
     if t1 <= t0:
@@ -106,9 +106,9 @@ def collect(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Collect: one scrape round of every configured target, or run the daemon / the nightly job."""
-    from app.data.store import rollup_gauges_day
-    from app.report import nightly_reports
-    from collectors.scheduler import Nightly, NightlyJobs, Scraper, run_daemon
+    from kvplan.app.data.store import rollup_gauges_day
+    from kvplan.app.report import nightly_reports
+    from kvplan.collectors.scheduler import Nightly, NightlyJobs, Scraper, run_daemon
 
     jobs = NightlyJobs(rollup_gauges=rollup_gauges_day, report=nightly_reports)
 
@@ -151,7 +151,7 @@ def collect(
 
 def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     """Validate the configuration (TOML + KVPLAN_* environment + secret files); errors name the key."""
-    from collectors.scrape import redact_url
+    from kvplan.collectors.scrape import redact_url
 
     s = settings(config, db)
     p = s.prometheus

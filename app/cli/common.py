@@ -1,6 +1,6 @@
 """What every ``kvplan`` command shares: options, consoles, settings, the database, errors.
 
-Command modules import from here, never from ``app.cli`` (the package registers them).
+Command modules import from here, never from ``kvplan.app.cli`` (the package registers them).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from collectors.config import Settings, load_settings
-from models.errors import KvplanError
-from models.redact import redact
-from models.timeutil import parse_time as _parse_time
-from sql.db import Database
+from kvplan.collectors.settings import Settings, load_settings
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import redact
+from kvplan.models.core.timeutil import parse_time as _parse_time
+from kvplan.sql.db import Database
 
 err = Console(stderr=True)
 out = Console()
@@ -34,7 +34,7 @@ def fail(message: str) -> NoReturn:
 
 def user_errors(fn):
     """The one place a command's ``KvplanError`` becomes a message and exit code 2; any other
-    exception is a bug and keeps its traceback. ``app.cli`` wraps every command with it."""
+    exception is a bug and keeps its traceback. ``kvplan.app.cli`` wraps every command with it."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
         try:

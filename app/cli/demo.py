@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, settings
+from kvplan.app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, settings
 
 
 def demo(
@@ -21,8 +21,8 @@ def demo(
 ) -> None:
     """Load the demo dataset (recorded from the real vLLM + LMCache stack on CPU with a tiny
     model; time axis stretched, see its header) into the DuckDB file and open the dashboard."""
-    from app.cli.dashboard import dashboard
-    from collectors.demo import DEMO_FILE, load_demo
+    from kvplan.app.cli.dashboard import dashboard
+    from kvplan.collectors.demo import DEMO_FILE, load_demo
 
     s = settings(config, db)
     database = open_db(s)
@@ -46,7 +46,7 @@ def stack_up(run_dir: RunDir = Path("var/stack"),
              plain: Annotated[int, typer.Option(help="vLLM servers with vLLM's own prefix cache only.")] = 0,
              nocache: Annotated[int, typer.Option(help="vLLM servers with no reuse (prefix caching off).")] = 0) -> None:
     """Install (first time, ~3 min), build the tiny model and start the stack on free ports."""
-    from deploy.local import stack as stk
+    from kvplan.deploy.local import stack as stk
 
     try:
         st = stk.up(run_dir, n_vllm=vllm, n_vllm_plain=plain, n_vllm_nocache=nocache)
@@ -59,7 +59,7 @@ def stack_up(run_dir: RunDir = Path("var/stack"),
 
 def stack_down(run_dir: RunDir = Path("var/stack")) -> None:
     """Stop exactly the processes `kvplan stack up` started (by pid)."""
-    from deploy.local import stack as stk
+    from kvplan.deploy.local import stack as stk
 
     for line in stk.down(run_dir):
         out.print(line)
@@ -67,7 +67,7 @@ def stack_down(run_dir: RunDir = Path("var/stack")) -> None:
 
 def stack_status(run_dir: RunDir = Path("var/stack")) -> None:
     """Health of every server of the stack."""
-    from deploy.local import stack as stk
+    from kvplan.deploy.local import stack as stk
 
     for row in stk.status(run_dir):
         out.print(row)

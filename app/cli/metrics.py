@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import ConfigOpt, DbOpt, err, open_db, out, parse_time, parse_window, settings
-from app.data.store import require_deployment
-from models.catalog import KINDS
-from models.errors import KvplanError
+from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, parse_time, parse_window, settings
+from kvplan.app.data.store import require_deployment
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.metrics.catalog import KINDS
 
 
 def import_metrics(
@@ -26,14 +26,14 @@ def import_metrics(
     """Import saved /metrics texts as scrapes taken at --at (air-gapped clusters: curl now, import later).
 
     Importing the same file for the same time again changes nothing."""
-    from collectors.scrape import import_files
+    from kvplan.collectors.scrape import import_files
 
     ts = parse_time(at, "--at") if at else None
     s = settings(config, db)
     database = open_db(s)
     results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind,
                            max_bytes=s.scrape_max_bytes)
-    for f, r in zip(files, results):
+    for f, r in zip(files, results, strict=True):
         out.print(f"{f}: {r.status} ({r.samples} samples) as target {r.target!r} at {r.ts.isoformat()}Z")
 
 
@@ -43,8 +43,8 @@ def scrape(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Scrape /metrics URLs once and store the result (a failed scrape is recorded as a gap)."""
-    from collectors.config import check_url
-    from collectors.scrape import Target, default_target_name, redact_url, scrape_target
+    from kvplan.collectors.scrape import Target, default_target_name, redact_url, scrape_target
+    from kvplan.collectors.settings import check_url
 
     for url in urls:
         try:
@@ -78,7 +78,7 @@ def stats(
 ) -> None:
     """Hit rates, cached tokens and TTFT/TPOT/ITL p50/p99 of a deployment over a window (exact:
     sums of counter increases between scrapes inside the window, then ratios)."""
-    from app.data.window import stats as window
+    from kvplan.app.data.window import stats as window
 
     t0, t1 = parse_window(from_, to)
     database = open_db(settings(config, db))

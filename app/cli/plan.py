@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import ConfigOpt, DbOpt, open_db, out, parse_window, settings
-from app.data.store import deployment_settings, require_deployment
+from kvplan.app.cli.common import ConfigOpt, DbOpt, open_db, out, parse_window, settings
+from kvplan.app.data.store import deployment_settings, require_deployment
 
 
 def plan(
@@ -24,9 +24,9 @@ def plan(
 ) -> None:
     """Monthly benefit of KV-cache reuse and the decision (BUY, REUSE, NOT_WORTH_IT, NEED_DATA)
     for a measured window, with the price book saved in the database (or the defaults)."""
-    from app.report import fmt
-    from app.views.overview import plan_range
-    from models.plan import tier_attribution
+    from kvplan.app.report import fmt
+    from kvplan.app.views.overview import plan_range
+    from kvplan.models.decision.plan import tier_attribution
 
     t0, t1 = parse_window(from_, to)
     s = settings(config, db)

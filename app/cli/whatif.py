@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import ConfigOpt, DbOpt, open_db, out, settings
-from app.data.store import deployment_settings
-from models.errors import KvplanError
+from kvplan.app.cli.common import ConfigOpt, DbOpt, open_db, out, settings
+from kvplan.app.data.store import deployment_settings
+from kvplan.models.core.errors import KvplanError
 
 
 def import_trace(
@@ -25,7 +25,7 @@ def import_trace(
     """Import request traces with prefix-chunk hashes (LMCache lookup-hash logs, Mooncake
     format). Every file is validated first; re-importing is a no-op; a log that has grown is
     imported from where the last import stopped."""
-    from collectors.traces import import_trace as do_import
+    from kvplan.collectors.traces import import_trace as do_import
 
     database = open_db(settings(config, db))
     r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk)
@@ -54,7 +54,7 @@ def whatif(
 ) -> None:
     """Hit rate against cache capacity (exact, every capacity in one pass, LMCache's hit rule),
     one shared pool against private caches, and the capacity that pays best."""
-    from app.views.whatif import whatif as run
+    from kvplan.app.views.whatif import whatif as run
 
     if ranks < 1 or points < 1:
         raise KvplanError("must be >= 1", source="--ranks/--points")

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli.common import ConfigOpt, DbOpt, err, open_db, out, settings
-from models.errors import KvplanError
+from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, settings
+from kvplan.models.core.errors import KvplanError
 
 
 def pilot(
@@ -63,9 +63,10 @@ def pilot(
         return
     if not server:
         raise KvplanError("give at least one --server (or --sweep with --off-url and --on-url)", source="--server")
-    from collectors import workload as wl
-    from collectors.runs import save_run
-    from collectors.scrape import Target, default_target_name, scrape_target
+    from kvplan.collectors.loadgen import client as lg_client
+    from kvplan.collectors.loadgen import workload as wl
+    from kvplan.collectors.loadgen.runs import save_run
+    from kvplan.collectors.scrape import Target, default_target_name, scrape_target
 
     if (reuse is None) != (ab_pair is None):
         raise KvplanError("a measured A/B side needs both --reuse off|on and --ab-pair NAME",
@@ -83,7 +84,7 @@ def pilot(
     for t in targets:
         scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
     with err.status(f"{scenario}: {users} users x {turns} turns against {len(server)} server(s)..."):
-        run = wl.run(server, model, w)
+        run = lg_client.run(server, model, w)
     for t in targets:
         scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
     ab = {}
@@ -118,9 +119,9 @@ def _sweep(*, deployment: str, model: str, off_url: str | None, on_url: str | No
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from app.data.store import load_pricebook
-    from collectors.sweep import SweepPlan, run_pair, save_sweep
-    from models.goodput import sweep_goodput
+    from kvplan.app.data.store import load_pricebook
+    from kvplan.collectors.loadgen.sweep import SweepPlan, run_pair, save_sweep
+    from kvplan.models.capacity.goodput import sweep_goodput
 
     if not off_url or not on_url:
         raise KvplanError("a sweep needs the replica with reuse off and the one with reuse on",

@@ -1,17 +1,17 @@
 """What the prefill cost model reads from DuckDB: per-interval increases, the history it is
 fitted on, the priced window, and measured A/B pairs.
 
-* ``prefill_intervals`` -- one ``models.prefill_fit.Interval`` per target and scrape interval
+* ``prefill_intervals`` -- one ``kvplan.models.prefill.fit.Interval`` per target and scrape interval
   (named query ``prefill_intervals``, macro ``interval_increments`` of migration 009);
 * ``describe_history`` -- one line saying which history a fit used;
 * ``measured_ab`` -- the latest measured A/B pair of a deployment (runs with ``reuse`` off/on
   and ``engine_seconds``), which overrides the model;
-* ``plan_measurement`` -- all of it as one ``models.prefill.PrefillMeasurement`` for
-  ``models.plan``: the window as the plan prices it (the span the data covers inside the range
+* ``plan_measurement`` -- all of it as one ``kvplan.models.prefill.savings.PrefillMeasurement`` for
+  ``kvplan.models.decision.plan``: the window as the plan prices it (the span the data covers inside the range
   asked for, by cache tier) and the cost model fitted on every interval of a look-back ending at
   the window's end (the deployment's history, not only the window), saying which.
 
-Each function opens the database read-only for as long as its query takes (``sql.db``).
+Each function opens the database read-only for as long as its query takes (``kvplan.sql.db``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from models import catalog as c
-from models.deployment import DeploymentFacts
-from models.prefill import PrefillMeasurement, measurement_from_window
-from models.prefill_fit import Interval, fit_prefill_cost
-from models.prefill_window import MeasuredAB, PricedWindow
-from models.timeutil import aware_utc, naive_utc
-from sql.db import Database
+from kvplan.models.core.timeutil import aware_utc, naive_utc
+from kvplan.models.inputs.deployment import DeploymentFacts
+from kvplan.models.metrics import catalog as c
+from kvplan.models.prefill.fit import fit_prefill_cost
+from kvplan.models.prefill.interval import Interval
+from kvplan.models.prefill.measurement import PrefillMeasurement, measurement_from_window
+from kvplan.models.prefill.window import MeasuredAB, PricedWindow
+from kvplan.sql.db import Database
 
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""
@@ -123,7 +124,7 @@ def plan_measurement(db: Database, deployment: str, t_from: datetime, t_to: date
                      facts: DeploymentFacts | None = None, model: str | None = None,
                      lookback: timedelta = DEFAULT_LOOKBACK, stats: Any = None,
                      num_gpus: int | None = None, use_measured_ab: bool = True) -> PrefillMeasurement:
-    """Everything ``models.plan`` needs about the prefill of [t_from, t_to]: the priced window
+    """Everything ``kvplan.models.decision.plan`` needs about the prefill of [t_from, t_to]: the priced window
     (covered span), the cost model fitted on the look-back ending at ``t_to``, the deployment
     facts, and the latest measured A/B (which overrides the model). ``stats`` (the window's
     ``WindowStats``) adds vLLM's FLOP counter for estimator B. ``num_gpus`` (the fleet, e.g.

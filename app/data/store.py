@@ -11,13 +11,13 @@ import json
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from models.decision import PlanningInputs, prices_from_table
-from models.deployment import DeploymentFacts
-from models.errors import KvplanError
-from models.pricebook import PriceBook
-from models.spans import as_instant
-from models.timeutil import DAY, aware_utc, month_start, next_month
-from sql.db import Database
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.timeutil import DAY, aware_utc, month_start, next_month
+from kvplan.models.inputs.deployment import DeploymentFacts
+from kvplan.models.inputs.planning import PlanningInputs, prices_from_table
+from kvplan.models.inputs.pricebook import PriceBook
+from kvplan.models.metrics.spans import as_instant
+from kvplan.sql.db import Database
 
 
 def deployments_with_data(source) -> list[dict]:
@@ -211,7 +211,7 @@ class DeploymentSettings:
 
 
 def deployment_settings(settings, deployment: str) -> DeploymentSettings:
-    """The ``DeploymentSettings`` of ``deployment`` in a loaded ``collectors.config.Settings``
+    """The ``DeploymentSettings`` of ``deployment`` in a loaded ``kvplan.collectors.settings.Settings``
     (defaults when the config does not list it)."""
     prices = dict(settings.prices) if settings is not None and settings.prices else None
     deps = list(settings.deployments) if settings is not None else []

@@ -1,7 +1,7 @@
 """What the goodput reads from DuckDB: the latest load-sweep pair of a deployment
-(``kvplan pilot --sweep``, migration 011) as ``models.goodput.SweepPoint`` curves.
+(``kvplan pilot --sweep``, migration 011) as ``kvplan.models.capacity.goodput.SweepPoint`` curves.
 
-Opens the database read-only for as long as its queries take (``sql.db``).
+Opens the database read-only for as long as its queries take (``kvplan.sql.db``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from models.goodput import SweepGoodput, SweepPoint, sweep_goodput
-from sql.db import Database
+from kvplan.models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
+from kvplan.sql.db import Database
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class SweepPair:
                 f"{self.off.load_kind} levels; measured on {self.on.measured_on})")
 
     def goodput(self, ttft_slo_s: float, tpot_slo_s: float | None = None) -> SweepGoodput:
-        """Both goodputs at these SLOs (``models.goodput.sweep_goodput``)."""
+        """Both goodputs at these SLOs (``kvplan.models.capacity.goodput.sweep_goodput``)."""
         return sweep_goodput(self.off.points, self.on.points, ttft_slo_s, tpot_slo_s, label=self.label)
 
 

@@ -2,7 +2,7 @@
 
 Long windows read whole UTC days from the nightly rollups (``daily_rollups``; gauges:
 ``gauge_rollups``) and only the partial days at their edges from raw samples, as planned by
-``models.spans.plan_spans``; the result counts exactly the pairs a raw read would.
+``kvplan.models.metrics.spans.plan_spans``; the result counts exactly the pairs a raw read would.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from models.catalog import CHART_NAMES, GAUGE_LABELS, RUNNING, TTFT, count_name
-from models.errors import KvplanError
-from models.metrics import Increase, WindowStats, null_reasons, window_stats
-from models.spans import Spans, as_instant, chart_step, longest_run, plan_spans
-from models.timeutil import DAY, aware_utc, ceil_day, floor_day
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
+from kvplan.models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, RUNNING, TTFT, count_name
+from kvplan.models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
+from kvplan.models.metrics.window import Increase, WindowStats, null_reasons, window_stats
 
 
 @dataclass(frozen=True)
@@ -258,7 +258,7 @@ TREND_LOOKBACK = timedelta(days=90)
 def daily_requests(source, deployment: str, first_ts: datetime, t_to: datetime,
                    model: str | None = None) -> list[tuple[float, float]]:
     """(day number, requests) of every whole UTC day of the deployment's data up to ``t_to``
-    (at most ``TREND_LOOKBACK``), for ``models.growth.measured_growth``: rolled-up days from the
+    (at most ``TREND_LOOKBACK``), for ``kvplan.models.capacity.growth.measured_growth``: rolled-up days from the
     nightly rollups, others from raw samples."""
     end = floor_day(t_to)
     start = max(ceil_day(first_ts), end - TREND_LOOKBACK)

@@ -4,10 +4,10 @@ and what can and cannot be said request-weighted."""
 import pandas as pd
 import streamlit as st
 
-from app import charts, state
-from app.report import fmt
-from app.views.cache import REQUEST_WEIGHTED_NOTE, cache_view
-from models.catalog import KV_USAGE, LM_L1_USAGE
+from kvplan.app import charts, state
+from kvplan.app.report import fmt
+from kvplan.app.views.cache import REQUEST_WEIGHTED_NOTE, cache_view
+from kvplan.models.metrics.catalog import KV_USAGE, LM_L1_USAGE
 
 st.title("Cache")
 sel = state.selection()
@@ -19,7 +19,7 @@ if sel is not None:
 
     st.subheader("Hit rate by tier (token-weighted)")
     cols = st.columns(3) + st.columns(3)
-    for col, t in zip(cols, v.tiers):
+    for col, t in zip(cols, v.tiers, strict=True):
         col.metric(t.label, fmt.pct(t.hit_rate),
                    help=f"{fmt.number(t.hits, none='not reported')} hit tokens / "
                         f"{fmt.number(t.queries, none='not reported')} looked-up tokens over the window.")

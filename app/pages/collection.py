@@ -3,8 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from app import state
-from app.views.collection import collection_view
+from kvplan.app import state
+from kvplan.app.views.collection import collection_view
 
 
 def ts(v):

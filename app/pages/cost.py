@@ -4,15 +4,15 @@ the editable price book and planning inputs, and the articles' planning presets.
 import pandas as pd
 import streamlit as st
 
-from app import charts, state
-from app.data.store import save_facts, save_price_form
-from app.report import fmt
-from app.views.cost import cost_view
-from models.decision import PLANNING_FIELDS
-from models.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
-from models.errors import KvplanError
-from models.presets import PRESETS
-from models.pricebook import FIELDS
+from kvplan.app import charts, state
+from kvplan.app.data.store import save_facts, save_price_form
+from kvplan.app.report import fmt
+from kvplan.app.views.cost import cost_view
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.decision.presets import PRESETS
+from kvplan.models.inputs.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
+from kvplan.models.inputs.planning import PLANNING_FIELDS
+from kvplan.models.inputs.pricebook import FIELDS
 
 
 def save(deployment: str) -> None:

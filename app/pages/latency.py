@@ -4,9 +4,9 @@ against decode, and decode speed: TPOT and inter-token latency p50/p99 with the 
 import pandas as pd
 import streamlit as st
 
-from app import charts, state
-from app.report import fmt
-from app.views.latency import latency_view
+from kvplan.app import charts, state
+from kvplan.app.report import fmt
+from kvplan.app.views.latency import latency_view
 
 st.title("Latency")
 sel = state.selection()

@@ -3,10 +3,10 @@ rate, TTFT p50/p99 against the SLO, and the decision."""
 
 import streamlit as st
 
-from app import charts, state
-from app.report import fmt
-from app.views.overview import overview
-from models.spans import chart_step
+from kvplan.app import charts, state
+from kvplan.app.report import fmt
+from kvplan.app.views.overview import overview
+from kvplan.models.metrics.spans import chart_step
 
 st.title("Overview")
 sel = state.selection()

@@ -5,8 +5,8 @@ import base64
 
 import streamlit as st
 
-from app import report, state
-from app.data.store import data_months
+from kvplan.app import report, state
+from kvplan.app.data.store import data_months
 
 st.title("Report")
 sel = state.selection()
@@ -21,7 +21,7 @@ if sel is not None:
     st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {month} · the same report as "
                f"`kvplan report --deployment {sel.deployment} --month {month} -o report.pdf`")
     cols = st.columns(3) + st.columns(3)
-    for col, (label, value) in zip(cols, numbers.items()):
+    for col, (label, value) in zip(cols, numbers.items(), strict=True):
         col.metric(label, value)
     name = f"kvplan-{sel.deployment}-{month}"
     c = st.columns(2)

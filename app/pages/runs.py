@@ -4,10 +4,10 @@ per user, aggregate throughput, with ratios), each with what it was measured on.
 import pandas as pd
 import streamlit as st
 
-from app import state
-from app.report import fmt
-from app.views.runs import runs_view
-from models.runs import CPU_NOTE, compare_runs
+from kvplan.app import state
+from kvplan.app.report import fmt
+from kvplan.app.views.runs import runs_view
+from kvplan.models.metrics.runs import CPU_NOTE, compare_runs
 
 st.title("Runs")
 sel = state.selection()
@@ -47,7 +47,7 @@ if sel is not None:
             rows = compare_runs(a, b)
             cols = st.columns(4)
             for col, r in zip(cols, [r for r in rows if r["metric"] in
-                                     ("total time", "TTFT p50", "tok/s p50 per user", "aggregate throughput")]):
+                                     ("total time", "TTFT p50", "tok/s p50 per user", "aggregate throughput")], strict=True):
                 col.metric(r["metric"], fmt.change(r["factor"], r["better"], r["metric"] == "total time"),
                            help=f"{fmt.number(r['baseline'], r['unit'])} → {fmt.number(r['candidate'], r['unit'])}")
             st.dataframe(pd.DataFrame([{

@@ -1,13 +1,13 @@
 """What-if: hit rate against cache capacity from a stored trace (exact at every capacity),
 the configured size marked, one shared pool against per-GPU caches, and the capacity that
-pays best. Reads ``app.views.whatif.whatif``."""
+pays best. Reads ``kvplan.app.views.whatif.whatif``."""
 
 import pandas as pd
 import streamlit as st
 
-from app import charts_whatif, state
-from app.report import fmt
-from app.views.whatif import whatif
+from kvplan.app import charts_whatif, state
+from kvplan.app.report import fmt
+from kvplan.app.views.whatif import whatif
 
 st.title("What-if: cache size and topology")
 state.through_navigation()

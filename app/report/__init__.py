@@ -15,16 +15,16 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from app.data.store import DeploymentSettings, deployment_settings
-from app.report.data import ReportData, build
-from models.errors import KvplanError
-from sql.db import Database
+from kvplan.app.data.store import DeploymentSettings, deployment_settings
+from kvplan.app.report.data import ReportData, build
+from kvplan.models.core.errors import KvplanError
+from kvplan.sql.db import Database
 
 __all__ = ["ReportData", "build", "nightly_reports", "render_html", "render_pdf", "write_report"]
 
 
 def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
-    from app.report.html import render_html as _render
+    from kvplan.app.report.html import render_html as _render
 
     return _render(data, generated_at)
 
@@ -76,12 +76,12 @@ def _check_writable(path: Path) -> None:
 
 
 def nightly_reports(settings, day) -> list[Path]:
-    """The nightly job's report step (``collectors.scheduler.NightlyJobs.report``): each
+    """The nightly job's report step (``kvplan.collectors.scheduler.NightlyJobs.report``): each
     deployment's capacity report for the month of ``day`` (so far) into
     ``schedule.report_dir``. A deployment without data that month is skipped."""
     import logging
 
-    from collectors.scheduler import fetch_rw  # the daemon's scrape threads hold read-write connections
+    from kvplan.collectors.scheduler import fetch_rw  # the daemon's scrape threads hold read-write connections
 
     log = logging.getLogger("kvplan.report")
     db = Database(settings.db, lock_timeout_s=settings.lock_timeout_s)

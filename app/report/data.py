@@ -1,4 +1,4 @@
-"""Everything the capacity report shows, gathered once from the same ``app.views`` the
+"""Everything the capacity report shows, gathered once from the same ``kvplan.app.views`` the
 dashboard pages render (so a number reads the same in both)."""
 
 from __future__ import annotations
@@ -6,21 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.charts import Timeline
-from app.data.store import DeploymentSettings, month_window
-from app.data.window import load_window_and_buckets
-from app.gaps import timeline
-from app.views.cache import CacheView, cache_view
-from app.views.collection import CollectionView, collection_view, topology_view
-from app.views.latency import LatencyView, latency_view
-from app.views.overview import Overview, overview
-from app.views.runs import RunsView, runs_view
-from app.views.sweeps import SweepView, sweep_view_of
-from models.errors import KvplanError
-from models.runs import is_cpu_scale
-from models.spans import chart_step
-from models.topology import Topology
-from sql.db import Database, queries
+from kvplan.app.charts import Timeline
+from kvplan.app.data.store import DeploymentSettings, month_window
+from kvplan.app.data.window import load_window_and_buckets
+from kvplan.app.gaps import timeline
+from kvplan.app.views.cache import CacheView, cache_view
+from kvplan.app.views.collection import CollectionView, collection_view, topology_view
+from kvplan.app.views.latency import LatencyView, latency_view
+from kvplan.app.views.overview import Overview, overview
+from kvplan.app.views.runs import RunsView, runs_view
+from kvplan.app.views.sweeps import SweepView, sweep_view_of
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.metrics.runs import is_cpu_scale
+from kvplan.models.metrics.serving import Topology
+from kvplan.models.metrics.spans import chart_step
+from kvplan.sql.db import Database, queries
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
@@ -77,7 +77,7 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
     same data). ``KvplanError`` when the month holds no data."""
-    from app.report.whatif import whatif_section
+    from kvplan.app.report.whatif import whatif_section
 
     whatif_html = whatif_section(db, deployment, cfg=cfg)
     with db.snapshot() as src:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from models.metrics import Quantile
+from kvplan.models.metrics.window import Quantile
 
 NOT_REPORTED = "not reported"
 
@@ -119,7 +119,7 @@ def cost_model_line(p) -> str:
         return cov + "Saved prefill: estimators only (no cost model)."
     if not cm.identified:
         return cov + f"Prefill cost model not identified: {cm.reason}. To fix: {cm.fix}"
-    from models.prefill import cost_model_text
+    from kvplan.models.prefill.savings import cost_model_text
 
     return cov + f"Prefill cost model ({cm.source}): {cost_model_text(cm)}; fitted on {cm.history}."
 

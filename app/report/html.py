@@ -7,16 +7,16 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
-from app import charts
-from app.report import fmt
-from app.report.data import ReportData
-from app.report.render import svg, table
-from app.views.cache import REQUEST_WEIGHTED_NOTE
-from app.views.cost import capacity_schedule
-from models.decision import PLANNING_FIELDS
-from models.plan import tier_attribution
-from models.pricebook import FIELDS
-from models.runs import CPU_NOTE, compare_runs
+from kvplan.app import charts
+from kvplan.app.report import fmt
+from kvplan.app.report.data import ReportData
+from kvplan.app.report.render import svg, table
+from kvplan.app.views.cache import REQUEST_WEIGHTED_NOTE
+from kvplan.app.views.cost import capacity_schedule
+from kvplan.models.decision.plan import tier_attribution
+from kvplan.models.inputs.planning import PLANNING_FIELDS
+from kvplan.models.inputs.pricebook import FIELDS
+from kvplan.models.metrics.runs import CPU_NOTE, compare_runs
 
 CSS = """
 @page { size: A4; margin: 16mm 14mm; @bottom-right { content: "page " counter(page) " of " counter(pages); font-size: 8pt; } }

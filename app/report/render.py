@@ -1,6 +1,6 @@
 """HTML pieces every report section uses: a chart as inline SVG (vl-convert renders the
-dashboard's own Altair spec) and a table. Both the report (``app.report.html``) and its what-if
-section (``app.report.whatif``) import them from here."""
+dashboard's own Altair spec) and a table. Both the report (``kvplan.app.report.html``) and its what-if
+section (``kvplan.app.report.whatif``) import them from here."""
 
 from __future__ import annotations
 

@@ -1,17 +1,17 @@
 """The capacity report's what-if section (cache size and topology), as HTML.
 
-Section 8 of every report (``app.report.data.build`` calls ``whatif_section``). It renders the
-same data (``app.views.whatif.whatif``) and charts (``app.charts_whatif``) as the What-if page."""
+Section 8 of every report (``kvplan.app.report.data.build`` calls ``whatif_section``). It renders the
+same data (``kvplan.app.views.whatif.whatif``) and charts (``kvplan.app.charts_whatif``) as the What-if page."""
 
 from __future__ import annotations
 
 from html import escape
 
-from app import charts_whatif
-from app.report import fmt
-from app.report.render import svg, table
-from collectors.traces import TraceError
-from sql.db import Database
+from kvplan.app import charts_whatif
+from kvplan.app.report import fmt
+from kvplan.app.report.render import svg, table
+from kvplan.collectors.traces import TraceError
+from kvplan.sql.db import Database
 
 TITLE = "8. Cache size and topology what-if"
 
@@ -21,7 +21,7 @@ def _cap(gb, tokens) -> str:
 
 
 def render_section(d: dict, charts: bool = True) -> str:
-    """The section for an already computed what-if (``app.views.whatif.whatif``)."""
+    """The section for an already computed what-if (``kvplan.app.views.whatif.whatif``)."""
     t = d["trace"]
     out = [f"<h2>{TITLE}</h2>",
            f"<p>Replayed trace <b>{escape(t['name'])}</b> ({escape(t['format'])}): {t['requests']:,} requests, "
@@ -73,7 +73,7 @@ def render_section(d: dict, charts: bool = True) -> str:
 
 def whatif_section(db: Database, deployment: str, **kw) -> str:
     """The section for a deployment's newest trace, or a one-line note when it has none."""
-    from app.views.whatif import whatif
+    from kvplan.app.views.whatif import whatif
 
     try:
         d = whatif(db, deployment, **kw)

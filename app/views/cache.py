@@ -5,12 +5,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from app.data.window import TimeBucket, Window, gauge_points, load_window, load_window_and_buckets, window_buckets
-from app.views.overview import tier_points
-from app.views.runs import runs_view
-from models.catalog import GAUGE_LABELS
-from models.metrics import Tier, tiers
-from models.spans import chart_step
+from kvplan.app.data.window import (
+    TimeBucket,
+    Window,
+    gauge_points,
+    load_window,
+    load_window_and_buckets,
+    window_buckets,
+)
+from kvplan.app.views.overview import tier_points
+from kvplan.app.views.runs import runs_view
+from kvplan.models.metrics.catalog import GAUGE_LABELS
+from kvplan.models.metrics.spans import chart_step
+from kvplan.models.metrics.window import Tier, tiers
 
 REQUEST_WEIGHTED_NOTE = (
     "Request-weighted hit rate (the share of requests with at least one cached token) is not in "

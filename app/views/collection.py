@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.timeutil import DAY, ceil_day, floor_day
-from models.topology import Topology, topology
+from kvplan.models.core.timeutil import DAY, ceil_day, floor_day
+from kvplan.models.metrics.serving import Topology, topology
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.data.store import DeploymentSettings
-from app.views.overview import Overview, overview
-from app.views.sweeps import SweepView, sweep_view_of
-from models.decision import PlanningInputs
-from models.plan import PlanResult
-from models.pricebook import PriceBook
+from kvplan.app.data.store import DeploymentSettings
+from kvplan.app.views.overview import Overview, overview
+from kvplan.app.views.sweeps import SweepView, sweep_view_of
+from kvplan.models.decision.plan import PlanResult
+from kvplan.models.inputs.planning import PlanningInputs
+from kvplan.models.inputs.pricebook import PriceBook
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.data.store import load_pricebook
-from app.data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
-from app.views.overview import latency_points
-from models.metrics import Quantile, latency_quantiles
-from models.slo import Slo, slo_attainment, tpot_slo_attainment
-from models.spans import chart_step
+from kvplan.app.data.store import load_pricebook
+from kvplan.app.data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
+from kvplan.app.views.overview import latency_points
+from kvplan.models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
+from kvplan.models.metrics.spans import chart_step
+from kvplan.models.metrics.window import Quantile, latency_quantiles
 
 
 @dataclass(frozen=True)

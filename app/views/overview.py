@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from app.data.prefill import plan_measurement
-from app.data.store import (
+from kvplan.app.data.prefill import plan_measurement
+from kvplan.app.data.store import (
     DeploymentSettings,
     Facts,
     Fleet,
@@ -15,8 +15,8 @@ from app.data.store import (
     load_facts,
     load_pricebook,
 )
-from app.data.sweeps import SweepPair, latest_sweep_pair
-from app.data.window import (
+from kvplan.app.data.sweeps import SweepPair, latest_sweep_pair
+from kvplan.app.data.window import (
     TimeBucket,
     Window,
     daily_requests,
@@ -26,14 +26,15 @@ from app.data.window import (
     peak_running_per_engine,
     window_buckets,
 )
-from models.decision import PlanInputs, PlanningInputs
-from models.growth import MIN_TREND_DAYS, measured_growth
-from models.metrics import latency_quantiles, tiers
-from models.plan import PlanResult
-from models.plan import plan as run_plan
-from models.prefill import PrefillMeasurement
-from models.pricebook import PriceBook
-from models.slo import Slo, slo_attainment
+from kvplan.models.capacity.growth import MIN_TREND_DAYS, measured_growth
+from kvplan.models.decision.plan import PlanResult
+from kvplan.models.decision.plan import plan as run_plan
+from kvplan.models.decision.verdict import PlanInputs
+from kvplan.models.inputs.planning import PlanningInputs
+from kvplan.models.inputs.pricebook import PriceBook
+from kvplan.models.metrics.slo import Slo, slo_attainment
+from kvplan.models.metrics.window import latency_quantiles, tiers
+from kvplan.models.prefill.measurement import PrefillMeasurement
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,9 @@ class PlannedWindow:
 
 def window_measurement(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
                        gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet, Facts]:
-    """The prefill model's input for a loaded window (``app.data.prefill.plan_measurement``: the
+    """The prefill model's input for a loaded window (``kvplan.app.data.prefill.plan_measurement``: the
     covered span, the cost model fitted on the deployment's history, the latest measured A/B),
-    with the deployment facts (``load_facts``) and the fleet by ``app.data.store.fleet`` (the
+    with the deployment facts (``load_facts``) and the fleet by ``kvplan.app.data.store.fleet`` (the
     one GPU-count rule): what the plan and the what-if's dollars both price."""
     facts = load_facts(source, win.deployment, cfg)
     fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
@@ -64,7 +65,7 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
                 pricebook: PriceBook | None = None, planning: PlanningInputs | None = None,
                 gpus: int | None = None) -> PlannedWindow:
     """The buy-vs-reuse plan of a loaded window: the saved (or config, or default) prices
-    unless given, the fleet by ``app.data.store.fleet``. CLI, pages and report all call this."""
+    unless given, the fleet by ``kvplan.app.data.store.fleet``. CLI, pages and report all call this."""
     prices = load_pricebook(source, win.deployment, cfg.prices)
     pb, pl = pricebook or prices.pricebook, planning or prices.planning
     pl, growth = _growth(source, win, pl)
@@ -154,7 +155,7 @@ def overview(source, deployment: str, t_from, t_to, model: str | None = None, st
 def plan_range(source, deployment: str, t_from, t_to, model: str | None = None, *,
                cfg: DeploymentSettings = DeploymentSettings(), gpus: int | None = None) -> PlanResult:
     """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it."""
-    from app.data.window import check_model
+    from kvplan.app.data.window import check_model
 
     check_model(source, deployment, model)
     return plan_window(source, load_window(source, deployment, t_from, t_to, model), cfg, gpus=gpus).plan

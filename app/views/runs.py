@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.metrics import ratio
-from models.runs import default_pair, is_cpu_scale
+from kvplan.models.metrics.runs import default_pair, is_cpu_scale
+from kvplan.models.metrics.window import ratio
 
 
 @dataclass(frozen=True)

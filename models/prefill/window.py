@@ -1,0 +1,354 @@
+"""The window being priced and what the cache saved in it, by tier (issue 10).
+
+``PricedWindow`` sums a window's per-interval increases (``kvplan.models.prefill.fit.Interval``) into
+what the plan prices: the span the data covers, requests, prompt / computed / cached tokens by
+tier, the attention sums, the busiest hour and bootstrap resamples of hit rate and load.
+``tier_savings`` applies a fitted ``PrefillCostModel`` to it. ``MeasuredAB`` is a measured
+A/B that overrides the model.
+
+**What the cache saved.** A cached token is priced at its marginal cost: ``per_token`` plus
+its attention, never the average cost per computed token (which carries the fixed part). For
+an interval with ``D`` device-cached and ``E`` connector-cached tokens (device first in the
+prefix):
+
+    device  = per_token x D + attention x D^2 / (2n)
+    lmcache = per_token x E + attention x ((D+E)^2 - D^2) / (2n)
+              -  load x E  -  store x S  -  lmcache_request x lookups  -  lookup seconds
+
+vLLM's own prefix cache comes with vLLM: its part is free. LMCache's part carries its
+overhead (storing every chunk it keeps, loading what it serves, and the lookups vLLM times
+itself: ``vllm:lmcache_mp_lookup_duration_seconds``, which hold up the scheduler before a
+request's prefill starts). Lookups and stores cost engine time only when the engine has nothing
+else to run: both are weighted by ``exp(-(B - 1))``, ``B`` the mean number of requests per
+decode-only step (the other requests running taken as Poisson with mean ``B - 1``): 1 for one
+request at a time, nearly 0 under load, where they overlap other requests' steps. LMCache's
+part can be negative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from kvplan.models.prefill.fit import BAND, PrefillCostModel, percentile
+from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
+
+
+# ---- the priced window --------------------------------------------------------------------
+@dataclass(frozen=True)
+class PricedWindow:
+    """The window being priced, summed from its intervals (see ``from_intervals``)."""
+
+    asked_seconds: float
+    """Length of the range asked for."""
+    covered_seconds: float
+    """Seconds of it the data covers (union of the vLLM targets' scrape intervals)."""
+    requests: float
+    prompt_tokens: float
+    computed_tokens: float
+    device_cached: float
+    """Cached tokens from vLLM's own prefix cache."""
+    external_cached: float
+    """Cached tokens the connector (LMCache) supplied."""
+    stored_tokens: float
+    """Tokens LMCache stored."""
+    device_attention: float
+    """sum over intervals of D^2 / (2n), token^2."""
+    cached_attention: float
+    """sum of C^2 / (2n), token^2 (C = D + E)."""
+    prompt_attention: float
+    """sum of P^2 / (2n), token^2."""
+    engines: int
+    """Most vLLM engines reporting in one interval."""
+    prefill_engine_seconds: float
+    """The window's own prefill timers as engine time (co-batching scaled, capped)."""
+    generation_tokens: float = 0.0
+    """Output tokens."""
+    engine_busy_seconds: float | None = None
+    """Upper bound of the engines' busy time: per interval min(running-phase timers,
+    interval x engines). ``None`` when not reported."""
+    lookup_seconds: float = 0.0
+    """Engine time lost to LMCache lookups: per interval the lookup time vLLM measured x the
+    chance the engine had nothing else to run (``Interval.exposure``)."""
+    store_exposure: float = 1.0
+    """Share of LMCache's stores the engine waited for (stores weighted by the same chance:
+    under load they overlap other requests' steps)."""
+    exposed_lookups: float = 0.0
+    """Requests that went through LMCache, weighted by the same chance."""
+    resamples: tuple[tuple[float, float], ...] = ()
+    """(hit rate, request-rate factor) of ``RESAMPLES`` bootstrap resamples of the window's
+    intervals (seeded): how much the measured hit rate and load move with the sample. The
+    decision's flip probability draws from them."""
+    peak_hour_requests_per_s: float | None = None
+    """Request rate of the busiest UTC hour (requests / seconds of it the data covers; hours
+    covered for less than ``PEAK_HOUR_MIN_COVER_S`` are left out unless none is longer);
+    ``None`` when the window has no requests."""
+
+    @property
+    def coverage(self) -> float:
+        return self.covered_seconds / self.asked_seconds if self.asked_seconds > 0 else 0.0
+
+    @property
+    def cached_tokens(self) -> float:
+        return self.device_cached + self.external_cached
+
+    @classmethod
+    def from_intervals(cls, intervals: Iterable[Interval], *, t_from: float, t_to: float
+                       ) -> PricedWindow:
+        """Sum the intervals that lie inside [t_from, t_to] (unix seconds)."""
+        raw = [r for r in intervals if r.t_end > t_from and r.t_start >= t_from - 1e-6
+               and r.t_end <= t_to + 1e-6]
+        vllm_rows = [r for r in raw if r.engines > 0]
+        spans = merge_spans((max(r.t_start, t_from), min(r.t_end, t_to)) for r in vllm_rows)
+        covered = sum(b - a for a, b in spans)
+        peak = peak_hour_rate(vllm_rows, spans)
+        rows = rounds(raw)
+        boot = resample_hit_and_load(rows)
+        req = prompt = comp = dev = ext = stored = gen = lookup = exposed = lookups = 0.0
+        dev_att = cached_att = prompt_att = prefill = 0.0
+        busy: float | None = None
+        engines = 0
+        for r in rows:
+            stored += r.stored_tokens or 0.0
+            exposed += (r.stored_tokens or 0.0) * r.exposure()
+            engines = max(engines, r.engines)
+            cap = r.seconds * max(r.engines, 1)
+            running = min(r.inference_seconds, cap) if r.inference_seconds is not None else None
+            if running is not None:
+                busy = (busy or 0.0) + running
+            if r.lookup_seconds:
+                lookup += r.lookup_seconds * r.exposure()
+            if r.lookups:
+                lookups += r.lookups * r.exposure()
+            gen += r.generation_tokens or 0.0
+            if r.requests <= 0:
+                continue
+            n, c = r.requests, r.request_cached
+            e = c * r.external_share
+            d = c - e
+            p = r.request_prompt
+            req += n
+            prompt += p
+            comp += r.computed_tokens
+            dev += d
+            ext += e
+            dev_att += d * d / (2 * n)
+            cached_att += c * c / (2 * n)
+            prompt_att += p * p / (2 * n)
+            prefill += engine_prefill_seconds(r)[0]
+        return cls(asked_seconds=max(0.0, t_to - t_from), covered_seconds=covered,
+                   requests=req, prompt_tokens=prompt, computed_tokens=comp,
+                   device_cached=dev, external_cached=ext, stored_tokens=stored,
+                   device_attention=dev_att, cached_attention=cached_att,
+                   prompt_attention=prompt_att, engines=engines,
+                   prefill_engine_seconds=prefill, generation_tokens=gen,
+                   engine_busy_seconds=busy, lookup_seconds=lookup,
+                   store_exposure=exposed / stored if stored > 0 else 1.0,
+                   exposed_lookups=lookups, peak_hour_requests_per_s=peak, resamples=boot)
+
+    def at_hit_rate(self, hit_rate: float) -> PricedWindow:
+        """The same traffic as if ``hit_rate`` of prompt tokens had been cached (the tiers in
+        today's proportions, stores in proportion to computed tokens; the attention sums scale
+        with the square of the cached tokens)."""
+        if not 0.0 <= hit_rate <= 1.0:
+            raise ValueError(f"hit_rate: must be in [0, 1]; got {hit_rate!r}")
+        cached_now = self.cached_tokens
+        cached = self.prompt_tokens * hit_rate
+        k = cached / cached_now if cached_now > 0 else 0.0
+        dev_share = self.device_cached / cached_now if cached_now > 0 else 1.0
+        comp = self.prompt_tokens - cached
+        stored = self.stored_tokens * comp / self.computed_tokens if self.computed_tokens else 0.0
+        if cached_now > 0:
+            dev_att, cached_att = self.device_attention * k * k, self.cached_attention * k * k
+        else:  # no cached tokens today: assume one mean prefix per request
+            n = max(self.requests, 1.0)
+            cached_att = cached * cached / (2 * n)
+            dev_att = cached_att
+        return replace(self, computed_tokens=comp, device_cached=cached * dev_share,
+                       external_cached=cached * (1 - dev_share), stored_tokens=stored,
+                       device_attention=dev_att, cached_attention=cached_att)
+
+
+RESAMPLES = 200
+RESAMPLE_SEED = 7
+
+
+def resample_hit_and_load(rows: Sequence[Interval], draws: int = RESAMPLES,
+                          seed: int = RESAMPLE_SEED) -> tuple[tuple[float, float], ...]:
+    """Bootstrap the window's intervals (with requests and prompt tokens): per resample the
+    token-weighted hit rate and the mean requests per interval relative to the window's. Empty
+    with fewer than 2 such intervals."""
+    use = [r for r in rows if r.requests > 0 and r.request_prompt > 0]
+    if len(use) < 2:
+        return ()
+    cached = np.array([r.request_cached for r in use], dtype=float)
+    prompt = np.array([r.request_prompt for r in use], dtype=float)
+    req = np.array([r.requests for r in use], dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(use), size=(draws, len(use)))
+    hit = cached[idx].sum(axis=1) / prompt[idx].sum(axis=1)
+    load = req[idx].mean(axis=1) / req.mean()
+    return tuple((float(h), float(k)) for h, k in zip(hit, load, strict=True))
+
+
+def merge_spans(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Time spans merged where they overlap or touch, in time order: the time the data covers."""
+    merged: list[list[float]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+PEAK_HOUR_MIN_COVER_S = 600.0
+"""An hour covered by less data than this does not compete for the busiest hour (a few
+seconds at an hour's edge would give a rate from a handful of requests)."""
+
+
+def peak_hour_rate(rows: Sequence[Interval], spans: Sequence[tuple[float, float]]) -> float | None:
+    """Requests per second of the busiest UTC hour: each interval's requests are spread over the
+    hours it spans in proportion to time (a missed scrape makes one interval of two); an hour's rate divides by the seconds of it the data covers (``spans``, the vLLM
+    targets' intervals, merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
+    only when no hour is covered longer."""
+    def hours(a: float, b: float):
+        h = int(a // 3600)
+        while h * 3600 < b:
+            yield h, max(0.0, min(b, (h + 1) * 3600) - max(a, h * 3600))
+            h += 1
+
+    reqs: dict[int, float] = {}
+    for r in rows:
+        if r.requests > 0 and r.t_end > r.t_start:
+            for h, sec in hours(r.t_start, r.t_end):  # a long interval (a missed scrape) is spread
+                reqs[h] = reqs.get(h, 0.0) + r.requests * sec / (r.t_end - r.t_start)
+    if not reqs:
+        return None
+    cover: dict[int, float] = {}
+    for a, b in merge_spans(spans):
+        for h, sec in hours(a, b):
+            cover[h] = cover.get(h, 0.0) + sec
+    rates = {h: n / cover[h] for h, n in reqs.items() if cover.get(h, 0.0) > 0}
+    long = {h: v for h, v in rates.items() if cover[h] >= PEAK_HOUR_MIN_COVER_S}
+    pick = long or rates
+    return max(pick.values()) if pick else None
+
+
+# ---- what the cache saved ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Band:
+    """A figure with its band (engine-seconds unless said otherwise)."""
+
+    value: float
+    low: float
+    high: float
+
+    def scaled(self, k: float) -> Band:
+        lo, hi = sorted((self.low * k, self.high * k))
+        return Band(self.value * k, lo, hi)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"value": self.value, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True)
+class TierSavings:
+    """Prefill the cache saved in one window, by tier, in engine-seconds (x GPUs per engine
+    for GPU-seconds)."""
+
+    device: Band
+    """vLLM's own prefix cache (free: it comes with vLLM)."""
+    lmcache_gross: Band
+    """Compute the tokens LMCache supplied would have cost."""
+    lmcache_overhead: Band
+    """LMCache's cost: lookups (measured), storing chunks and loading hits (fitted); positive."""
+    lmcache: Band
+    """LMCache's net part: gross - overhead (can be negative)."""
+    total: Band
+    """device + lmcache."""
+    gross: Band
+    """device + lmcache_gross: every cached token's compute, before LMCache's overhead."""
+    with_reuse: Band
+    """Modelled prefill engine time of the window as it ran."""
+    without_reuse: Band
+    """Modelled prefill engine time had nothing been cached (no LMCache either)."""
+    cap_factor: float = 1.0
+    """< 1 when the model claimed more prefill time than the engines had: every figure was
+    scaled by it."""
+
+
+def _tier_values(c: dict[str, float], w: PricedWindow) -> dict[str, float]:
+    b, a = c["per_token"], c["attention"]
+    device = b * w.device_cached + a * w.device_attention
+    gross = b * w.external_cached + a * (w.cached_attention - w.device_attention)
+    overhead = (c["load"] * w.external_cached + c["store"] * w.stored_tokens * w.store_exposure
+                + c["lmcache_request"] * w.exposed_lookups + w.lookup_seconds)
+    with_reuse = (c["fixed"] * w.requests + b * w.computed_tokens
+                  + a * (w.prompt_attention - w.cached_attention) + overhead)
+    without = c["fixed"] * w.requests + b * w.prompt_tokens + a * w.prompt_attention
+    return {"device": device, "lmcache_gross": gross, "lmcache_overhead": overhead,
+            "lmcache": gross - overhead, "total": device + gross - overhead,
+            "gross": device + gross,
+            "with_reuse": with_reuse, "without_reuse": without}
+
+
+def tier_savings(model: PrefillCostModel, window: PricedWindow) -> TierSavings | None:
+    """What the cache saved in ``window`` by tier (None when the model is not identified).
+    If the model says the window's prefill took more than ``covered x engines`` seconds, every
+    figure is scaled down to that (the engines cannot have been busier than the clock)."""
+    if not model.identified:
+        return None
+    central = _tier_values(model.coef(), window)
+    cap = window.covered_seconds * max(window.engines, 1)
+    k = 1.0
+    if cap > 0 and central["with_reuse"] > cap:
+        k = cap / central["with_reuse"]
+    draws = [_tier_values(d, window) for d in model.coef_draws()]
+
+    def band(name: str) -> Band:
+        vals = np.array([d[name] for d in draws])
+        return Band(float(central[name] * k), percentile(vals, BAND[0]) * k, percentile(vals, BAND[1]) * k)
+
+    return TierSavings(device=band("device"), lmcache_gross=band("lmcache_gross"),
+                       lmcache_overhead=band("lmcache_overhead"), lmcache=band("lmcache"),
+                       total=band("total"), gross=band("gross"), with_reuse=band("with_reuse"),
+                       without_reuse=band("without_reuse"), cap_factor=k)
+
+
+# ---- measured beats modelled -------------------------------------------------------------------
+@dataclass(frozen=True)
+class MeasuredAB:
+    """A measured A/B of one workload: engine time with reuse off and on (``kvplan pilot``
+    pairs, or kvplan.deploy.local.recorders.ab). Where it exists it replaces the model, labelled "measured"."""
+
+    label: str
+    """What was measured, e.g. "pilot pair 'chat-ab' (runs 12 off, 13 on), 8x H100"."""
+    off_engine_seconds: float
+    """Engine time the workload took with reuse off."""
+    on_engine_seconds: float
+    """... with reuse on."""
+    on_cached_tokens: float
+    """Prompt tokens the reuse-on run served from cache."""
+    engine_seconds_source: str
+    """How engine time was measured (e.g. "worker CPU seconds (/proc)")."""
+
+    def __post_init__(self) -> None:
+        for name in ("off_engine_seconds", "on_engine_seconds", "on_cached_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"MeasuredAB.{name}: must be a finite number >= 0; got {v!r}")
+
+    @property
+    def saved_engine_seconds(self) -> float:
+        """off - on (negative when reuse cost more than it saved)."""
+        return self.off_engine_seconds - self.on_engine_seconds
+
+    @property
+    def saved_per_cached_token(self) -> float | None:
+        """Engine-seconds saved per cached token of the reuse-on run."""
+        if self.on_cached_tokens <= 0:
+            return None
+        return self.saved_engine_seconds / self.on_cached_tokens
