@@ -12,6 +12,7 @@ import pytest
 from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.workload import RunResult, Workload, prompt_for, request_schedule, route
+from kvplan.models.core.errors import KvplanError
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -105,13 +106,15 @@ def test_random_routing_is_seeded():
     assert {s for _, _, s in request_schedule(w, 4)} == {0, 1, 2, 3}
 
 
-def test_workload_validates():
-    with pytest.raises(ValueError):
+def test_workload_validates_naming_the_field():
+    with pytest.raises(KvplanError, match="^scenario: must be one of"):
         Workload(scenario="nope")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(KvplanError, match="^routing: "):
         Workload(routing="sticky")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(KvplanError, match="^users: must be >= 1; got 0"):
         Workload(users=0)
+    with pytest.raises(KvplanError, match="^max_seconds: "):
+        Workload(max_seconds=float("nan"))
 
 
 def test_percentile():

@@ -6,6 +6,7 @@ Command modules import from here, never from ``kvplan.app.cli`` (the package reg
 from __future__ import annotations
 
 import functools
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -24,6 +25,24 @@ out = Console()
 
 DbOpt = Annotated[Path | None, typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
+
+
+def finite(value: float | None) -> float | None:
+    """Typer callback: a float option must be a finite number (``nan``/``inf`` pass range checks)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number; got {value}")
+    return value
+
+
+def positive(value: float | None) -> float | None:
+    """Typer callback: a finite number above 0."""
+    if finite(value) is not None and not value > 0:  # type: ignore[operator]
+        raise typer.BadParameter(f"must be a number above 0; got {value}")
+    return value
+
+
+SEED_MAX = 2**32 - 1
+"""Seeds are 32-bit: every option that takes one is bounded by it."""
 
 
 def fail(message: str) -> NoReturn:

@@ -9,13 +9,13 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, settings
+from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, settings
 
 
 def demo(
     db: DbOpt = None, config: ConfigOpt = None,
     load_only: Annotated[bool, typer.Option("--load-only", help="Only load the data; do not start the dashboard.")] = False,
-    port: Annotated[int, typer.Option(help="Dashboard port.")] = 8501,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
     dataset: Annotated[Path | None, typer.Option(help="Dataset file (default: the one shipped in deploy/demo).")] = None,
 ) -> None:
@@ -42,16 +42,13 @@ RunDir = Annotated[Path, typer.Option(help="Where the stack keeps its logs, pids
 
 
 def stack_up(run_dir: RunDir = Path("var/stack"),
-             vllm: Annotated[int, typer.Option(help="vLLM servers connected to LMCache.")] = 2,
-             plain: Annotated[int, typer.Option(help="vLLM servers with vLLM's own prefix cache only.")] = 0,
-             nocache: Annotated[int, typer.Option(help="vLLM servers with no reuse (prefix caching off).")] = 0) -> None:
+             vllm: Annotated[int, typer.Option(min=0, max=16, help="vLLM servers connected to LMCache.")] = 2,
+             plain: Annotated[int, typer.Option(min=0, max=16, help="vLLM servers with vLLM's own prefix cache only.")] = 0,
+             nocache: Annotated[int, typer.Option(min=0, max=16, help="vLLM servers with no reuse (prefix caching off).")] = 0) -> None:
     """Install (first time, ~3 min), build the tiny model and start the stack on free ports."""
     from kvplan.deploy.local import stack as stk
 
-    try:
-        st = stk.up(run_dir, n_vllm=vllm, n_vllm_plain=plain, n_vllm_nocache=nocache)
-    except stk.StackError as e:
-        fail(str(e))
+    st = stk.up(run_dir, n_vllm=vllm, n_vllm_plain=plain, n_vllm_nocache=nocache)  # StackError: exit 2
     for s_ in st.servers:
         out.print(f"{s_.name:<16} {s_.kind:<10} {s_.metrics_url}")
     out.print(f"kvplan config: {Path(run_dir) / stk.KVPLAN_TOML}  (kvplan collect --daemon --config ...)")

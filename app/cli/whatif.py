@@ -9,9 +9,13 @@ from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, open_db, out, settings
+from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, open_db, out, positive, settings
 from kvplan.app.data.store import deployment_settings
-from kvplan.models.core.errors import KvplanError
+
+MAX_RANKS = 4096
+"""Most private caches a what-if compares (the replay is linear in ranks x requests)."""
+MAX_GB = 1e6
+"""Largest cache capacity an option takes, GB (a petabyte)."""
 
 
 def import_trace(
@@ -19,7 +23,8 @@ def import_trace(
     paths: Annotated[list[Path], typer.Argument(help="Trace files, or an LMCache --lookup-hash-log-dir.")],
     trace: Annotated[str | None, typer.Option(help="Trace name (default: 'lmcache' for lookup-hash logs, the file name for Mooncake).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto, lmcache or mooncake.")] = "auto",
-    bytes_per_chunk: Annotated[int | None, typer.Option(help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
+    bytes_per_chunk: Annotated[int | None, typer.Option(min=1, max=2**40,
+                                                   help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Import request traces with prefix-chunk hashes (LMCache lookup-hash logs, Mooncake
@@ -40,15 +45,16 @@ def whatif(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     trace: Annotated[str | None, typer.Option(help="Trace name (default: the newest).")] = None,
     model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
-    ranks: Annotated[int, typer.Option(help="Private caches to compare with one shared pool.")] = 8,
-    capacity_gb: Annotated[float | None, typer.Option(help="Total capacity compared shared vs private (default: configured size).")] = None,
-    configured_gb: Annotated[float | None, typer.Option(help="The cache size you run today, GB (default: price book cache_tier_gb_cpu).")] = None,
-    bytes_per_chunk: Annotated[int | None, typer.Option(help="KV bytes of one chunk (default: the trace's).")] = None,
-    l2_gb: Annotated[float | None, typer.Option(help="An L2 (disk) tier of this size under the configured L1: hits split by tier.")] = None,
-    seconds_per_token: Annotated[float | None, typer.Option(help="GPU-seconds one cached prompt token saves (default: from the deployment's metrics).")] = None,
-    tokens_per_month: Annotated[float | None, typer.Option(help="Prompt tokens per month (default: the trace's rate).")] = None,
-    points: Annotated[int, typer.Option(help="Capacities listed (the curve itself is exact at all).")] = 30,
-    seed: Annotated[int, typer.Option(help="Seed of the random routing.")] = 0,
+    ranks: Annotated[int, typer.Option(min=1, max=MAX_RANKS, help="Private caches to compare with one shared pool.")] = 8,
+    capacity_gb: Annotated[float | None, typer.Option(max=MAX_GB, callback=positive, help="Total capacity compared shared vs private (default: configured size).")] = None,
+    configured_gb: Annotated[float | None, typer.Option(max=MAX_GB, callback=positive, help="The cache size you run today, GB (default: price book cache_tier_gb_cpu).")] = None,
+    bytes_per_chunk: Annotated[int | None, typer.Option(min=1, max=2**40,
+                                                   help="KV bytes of one chunk (default: the trace's).")] = None,
+    l2_gb: Annotated[float | None, typer.Option(max=MAX_GB, callback=positive, help="An L2 (disk) tier of this size under the configured L1: hits split by tier.")] = None,
+    seconds_per_token: Annotated[float | None, typer.Option(max=1.0, callback=positive, help="GPU-seconds one cached prompt token saves (default: from the deployment's metrics).")] = None,
+    tokens_per_month: Annotated[float | None, typer.Option(max=1e18, callback=positive, help="Prompt tokens per month (default: the trace's rate).")] = None,
+    points: Annotated[int, typer.Option(min=1, max=10_000, help="Capacities listed (the curve itself is exact at all).")] = 30,
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the random routing.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -56,8 +62,6 @@ def whatif(
     one shared pool against private caches, and the capacity that pays best."""
     from kvplan.app.views.whatif import whatif as run
 
-    if ranks < 1 or points < 1:
-        raise KvplanError("must be >= 1", source="--ranks/--points")
     s = settings(config, db)
     d = run(open_db(s), deployment, trace, model=model, ranks=ranks, capacity_gb=capacity_gb,
             configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,

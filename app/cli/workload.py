@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, settings
+from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, err, open_db, out, positive, settings
 from kvplan.models.core.errors import KvplanError
 
 
@@ -15,24 +15,29 @@ def pilot(
     deployment: Annotated[str, typer.Option(help="Deployment the run is stored under.")],
     model: Annotated[str, typer.Option(help="Served model name.")],
     server: Annotated[list[str] | None, typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")] = None,
-    scenario: Annotated[str, typer.Option(help="shared_prefix | unique | multi_turn")] = "shared_prefix",
-    users: Annotated[int, typer.Option(help="Concurrent streaming users.")] = 10,
-    turns: Annotated[int, typer.Option(help="Turns per user (sequential).")] = 3,
-    output_tokens: Annotated[int, typer.Option(help="Tokens generated per request (ignore_eos).")] = 16,
-    prefix_chars: Annotated[int, typer.Option(help="Shared prefix / opening context length in characters.")] = 4000,
-    tail_chars: Annotated[int, typer.Option(help="Per-request tail in characters.")] = 200,
-    routing: Annotated[str, typer.Option(help="round_robin | random | affinity")] = "round_robin",
-    seed: Annotated[int, typer.Option(help="Prompt text seed.")] = 0,
-    max_requests: Annotated[int, typer.Option(help="Hard bound on requests sent.")] = 1000,
-    max_seconds: Annotated[float, typer.Option(help="Hard bound on wall time.")] = 600.0,
+    scenario: Annotated[Literal["shared_prefix", "unique", "multi_turn"], typer.Option(
+        help="What the users send.")] = "shared_prefix",
+    users: Annotated[int, typer.Option(min=1, max=10_000, help="Concurrent streaming users.")] = 10,
+    turns: Annotated[int, typer.Option(min=1, max=1_000, help="Turns per user (sequential).")] = 3,
+    output_tokens: Annotated[int, typer.Option(min=1, max=1_000_000,
+                                               help="Tokens generated per request (ignore_eos).")] = 16,
+    prefix_chars: Annotated[int, typer.Option(min=0, max=100_000_000,
+                                              help="Shared prefix / opening context length in characters.")] = 4000,
+    tail_chars: Annotated[int, typer.Option(min=0, max=100_000_000, help="Per-request tail in characters.")] = 200,
+    routing: Annotated[Literal["round_robin", "random", "affinity"], typer.Option(
+        help="How a user's turns are routed across the servers.")] = "round_robin",
+    seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Prompt text seed.")] = 0,
+    max_requests: Annotated[int, typer.Option(min=1, max=100_000_000, help="Hard bound on requests sent.")] = 1000,
+    max_seconds: Annotated[float, typer.Option(max=30 * 86400.0, callback=positive,
+                                             help="Hard bound on wall time, s.")] = 600.0,
     label: Annotated[str | None, typer.Option(help="Run label (default: the scenario).")] = None,
     measured_on: Annotated[str, typer.Option(help="What the numbers were measured on, e.g. '8x H100, Qwen3-235B'.")] = "unspecified hardware",
     scrape: Annotated[list[str] | None, typer.Option(help="/metrics URL to scrape right before and after the run.")] = None,
-    reuse: Annotated[str | None, typer.Option(help="Side of a measured A/B: 'off' (prefix caching / LMCache off on "
+    reuse: Annotated[Literal["off", "on"] | None, typer.Option(help="Side of a measured A/B: 'off' (prefix caching / LMCache off on "
                                                     "the servers) or 'on'. Needs --ab-pair.")] = None,
     ab_pair: Annotated[str | None, typer.Option(help="Name both sides of a measured A/B share: the newest pair "
                                                       "overrides the modelled saved prefill, labelled 'measured'.")] = None,
-    engine_seconds: Annotated[float | None, typer.Option(help="Engine time the run took, seconds (e.g. GPU busy "
+    engine_seconds: Annotated[float | None, typer.Option(callback=positive, help="Engine time the run took, seconds (e.g. GPU busy "
                                                                "time from DCGM). Default: the run's wall time.")] = None,
     engine_seconds_source: Annotated[str | None, typer.Option(help="How --engine-seconds was measured.")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="Load sweep: raise the load in levels against --off-url "
@@ -41,10 +46,10 @@ def pilot(
     on_url: Annotated[str | None, typer.Option(help="--sweep: the replica with KV reuse on.")] = None,
     levels: Annotated[str | None, typer.Option(help="--sweep: concurrency levels (closed loop), e.g. 1,2,4,8.")] = None,
     rates: Annotated[str | None, typer.Option(help="--sweep: request rates per second (open loop, Poisson), e.g. 2,4,8.")] = None,
-    requests_per_level: Annotated[int, typer.Option(help="--sweep: requests per level (at least).")] = 24,
-    level_seconds: Annotated[float, typer.Option(help="--sweep: rate levels send for about this long.")] = 10.0,
-    ttft_slo: Annotated[float | None, typer.Option(help="--sweep: p99 TTFT SLO, s (default: the planning inputs').")] = None,
-    tpot_slo: Annotated[float | None, typer.Option(help="--sweep: p99 TPOT SLO, s (default: not checked).")] = None,
+    requests_per_level: Annotated[int, typer.Option(min=1, max=1_000_000, help="--sweep: requests per level (at least).")] = 24,
+    level_seconds: Annotated[float, typer.Option(max=86400.0, callback=positive, help="--sweep: rate levels send for about this long.")] = 10.0,
+    ttft_slo: Annotated[float | None, typer.Option(max=3600.0, callback=positive, help="--sweep: p99 TTFT SLO, s (default: the planning inputs').")] = None,
+    tpot_slo: Annotated[float | None, typer.Option(max=3600.0, callback=positive, help="--sweep: p99 TPOT SLO, s (default: not checked).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Drive N concurrent streaming users for T turns against the servers, store the run
@@ -71,10 +76,6 @@ def pilot(
     if (reuse is None) != (ab_pair is None):
         raise KvplanError("a measured A/B side needs both --reuse off|on and --ab-pair NAME",
                           source="--reuse" if reuse is None else "--ab-pair")
-    if reuse not in (None, "off", "on"):
-        raise KvplanError(f"must be 'off' or 'on'; got {reuse!r}", source="--reuse")
-    if engine_seconds is not None and not engine_seconds > 0:
-        raise KvplanError(f"must be > 0 seconds; got {engine_seconds!r}", source="--engine-seconds")
     s = settings(config, db)
     database = open_db(s)
     w = wl.Workload(scenario=scenario, users=users, turns=turns, output_tokens=output_tokens,

@@ -44,6 +44,8 @@ from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import from_epoch_s
 from kvplan.sql.db import Database
 
+MAX_LEVEL = {"concurrency": 10_000, "rate": 100_000.0}
+"""Highest level a sweep takes: concurrent users, or requests/s."""
 LOAD_KINDS = ("concurrency", "rate")
 SWEEP_SCENARIOS = ("shared_prefix", "unique")
 
@@ -78,9 +80,10 @@ class SweepPlan:
         if not self.levels:
             raise KvplanError("give at least one level", source="--levels/--rates")
         for x in self.levels:
-            if not math.isfinite(x) or x <= 0 or (self.load_kind == "concurrency" and x != int(x)):
-                raise KvplanError("levels must be positive (whole numbers of users for concurrency)",
-                                  source=f"level {x!r}")
+            top = MAX_LEVEL[self.load_kind]
+            if not math.isfinite(x) or x <= 0 or x > top or (self.load_kind == "concurrency" and x != int(x)):
+                raise KvplanError(f"levels must be positive and at most {top:,} (whole numbers of users for "
+                                  "concurrency)", source=f"level {x!r}")
         if len(set(self.levels)) != len(self.levels):
             raise KvplanError("a level is given twice", source="--levels/--rates")
         if self.output_tokens < 1 or self.requests_per_level < 1 or self.level_seconds <= 0:

@@ -38,6 +38,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from kvplan.models.core.errors import KvplanError
+
 Scenario = Literal["shared_prefix", "unique", "multi_turn"]
 Routing = Literal["round_robin", "random", "affinity"]
 SCENARIOS: tuple[str, ...] = ("shared_prefix", "unique", "multi_turn")
@@ -83,14 +85,18 @@ class Workload:
     temperature: float = 0.0
 
     def __post_init__(self) -> None:
+        """Values a user passes (``kvplan pilot``): a ``KvplanError`` naming the field."""
         if self.scenario not in SCENARIOS:
-            raise ValueError(f"scenario must be one of {SCENARIOS}, not {self.scenario!r}")
+            raise KvplanError(f"must be one of {', '.join(SCENARIOS)}; got {self.scenario!r}", source="scenario")
         if self.routing not in ROUTINGS:
-            raise ValueError(f"routing must be one of {ROUTINGS}, not {self.routing!r}")
-        if self.users < 1 or self.turns < 1 or self.output_tokens < 1:
-            raise ValueError("users, turns and output_tokens must be >= 1")
-        if self.max_requests < 0 or self.max_seconds <= 0:
-            raise ValueError("max_requests must be >= 0 and max_seconds > 0")
+            raise KvplanError(f"must be one of {', '.join(ROUTINGS)}; got {self.routing!r}", source="routing")
+        for name in ("users", "turns", "output_tokens"):
+            if getattr(self, name) < 1:
+                raise KvplanError(f"must be >= 1; got {getattr(self, name)!r}", source=name)
+        if self.max_requests < 0:
+            raise KvplanError(f"must be >= 0; got {self.max_requests!r}", source="max_requests")
+        if not self.max_seconds > 0 or not math.isfinite(self.max_seconds):
+            raise KvplanError(f"must be a finite number > 0; got {self.max_seconds!r}", source="max_seconds")
 
 
 @dataclass

@@ -35,6 +35,8 @@ from typing import Any
 
 import httpx
 
+from kvplan.models.core.errors import KvplanError
+
 HERE = Path(__file__).resolve().parent
 INSTALL_SCRIPT = HERE / "install_stack.sh"
 REQUIREMENTS = HERE / "requirements-stack.txt"
@@ -51,8 +53,9 @@ VLLM_START_TIMEOUT = float(os.environ.get("KVPLAN_STACK_START_TIMEOUT", "900"))
 AUX_START_TIMEOUT = 180.0
 
 
-class StackError(RuntimeError):
-    """A stack operation failed."""
+class StackError(KvplanError):
+    """A stack operation failed (a port taken, a server that did not start, no Prometheus
+    binary): an error the user can act on, so ``kvplan stack`` ends with its message."""
 
 
 class StackStartError(StackError):
@@ -63,7 +66,7 @@ class StackStartError(StackError):
         text = message
         for name, tail in self.logs.items():
             text += f"\n\n----- last {LOG_TAIL_LINES} lines of {name}'s log -----\n{tail}"
-        super().__init__(text)
+        super().__init__(text, source="kvplan stack")
 
 
 def _log(msg: str) -> None:
