@@ -18,7 +18,7 @@ from kvplan.app.views.runs import RunsView, runs_view
 from kvplan.app.views.sweeps import SweepView, sweep_view_of
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.metrics.runs import is_cpu_scale
-from kvplan.models.metrics.serving import Topology
+from kvplan.models.metrics.serving import ServingTopology
 from kvplan.models.metrics.spans import chart_step
 from kvplan.sql.db import Database, queries
 
@@ -42,7 +42,7 @@ class ReportData:
     cache: CacheView
     latency: LatencyView
     runs: RunsView
-    topology: Topology
+    topology: ServingTopology
     collection: CollectionView
     scrape_counts: list[dict]
     ledger: list[dict]

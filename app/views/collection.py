@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.models.core.timeutil import DAY, ceil_day, floor_day
-from kvplan.models.metrics.serving import Topology, topology
+from kvplan.models.metrics.serving import ServingTopology, serving_topology
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,6 @@ def collection_view(source, deployment: str, t_from, t_to) -> CollectionView:
         rolled_days=len(days))
 
 
-def topology_view(source, deployment: str, t_from, t_to) -> Topology:
+def topology_view(source, deployment: str, t_from, t_to) -> ServingTopology:
     """Servers and engines per node (host of the target URL), shared or private caches."""
-    return topology(source.fetch("dashboard_topology", deployment=deployment, t_from=t_from, t_to=t_to))
+    return serving_topology(source.fetch("dashboard_topology", deployment=deployment, t_from=t_from, t_to=t_to))

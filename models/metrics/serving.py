@@ -11,7 +11,7 @@ UNKNOWN_HOST = "unknown (imported payloads)"
 
 
 @dataclass(frozen=True)
-class Topology:
+class ServingTopology:
     targets: list[dict]
     nodes: list[dict]
     """Per host: vLLM servers, engines, LMCache MP servers."""
@@ -19,7 +19,7 @@ class Topology:
     """Shared or private caches, in one sentence."""
 
 
-def topology(targets: list[dict]) -> Topology:
+def serving_topology(targets: list[dict]) -> ServingTopology:
     """Group targets (rows with kind, url, engines, kv_connector) per host and say whether the
     engines share one cache."""
     nodes: dict[str, dict] = {}
@@ -36,7 +36,7 @@ def topology(targets: list[dict]) -> Topology:
             n["kv_connector"] |= bool(r["kv_connector"])
         elif r["kind"] in (LMCACHE_MP, LMCACHE_INPROC):
             n[r["kind"]] += 1
-    return Topology(out, sorted(nodes.values(), key=lambda n: n["host"]), verdict(out))
+    return ServingTopology(out, sorted(nodes.values(), key=lambda n: n["host"]), verdict(out))
 
 
 def verdict(targets: list[dict]) -> str:

@@ -1,0 +1,25 @@
+"""What prefill costs and what the cache saved: the per-interval observations, the fitted cost
+model (fixed + per-token + attention [+ LMCache] per request, with a bootstrap band), the priced
+window by tier, the measurement and its estimators, and the validation against a measured A/B.
+
+The public names of the group, re-exported; each module says more."""
+
+from __future__ import annotations
+
+from kvplan.models.prefill.fit import CostPart, PrefillCostModel, fit_prefill_cost
+from kvplan.models.prefill.interval import Interval, rounds
+from kvplan.models.prefill.measurement import (
+    PrefillMeasurement,
+    measurement_from_stats,
+    measurement_from_window,
+    with_hit_rate,
+)
+from kvplan.models.prefill.savings import PrefillSavings, estimate_savings
+from kvplan.models.prefill.validation import ABValidation, validate_ab
+from kvplan.models.prefill.window import MeasuredAB, PricedWindow, TierSavings, tier_savings
+
+__all__ = [
+    "ABValidation", "CostPart", "Interval", "MeasuredAB", "PrefillCostModel", "PrefillMeasurement",
+    "PrefillSavings", "PricedWindow", "TierSavings", "estimate_savings", "fit_prefill_cost",
+    "measurement_from_stats", "measurement_from_window", "rounds", "tier_savings", "validate_ab", "with_hit_rate"
+]
