@@ -170,7 +170,7 @@ def decorate(df: pd.DataFrame, tl: Timeline) -> pd.DataFrame:
 
 
 def gap_layer(df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> alt.Chart | None:
-    """Grey bands over buckets where the chart has no value, orange ones over recorded gaps
+    """Light grey bands over buckets where the chart has no value, dark ones over recorded gaps
     (inside the plotted time range), each with its reason as tooltip; None when there are none."""
     step = pd.Timedelta(seconds=tl.step_s or 0)
     half = step / 2

@@ -167,7 +167,7 @@ def roll_up(db: Database, deployment: str, days: int) -> list[float]:
 
 
 TARGET_S = {"report (month)": 2.0}
-"""Target per page (issue 14): every page under 1 s at 90 days x 64 engines; the report, which
+"""Target per page: every page under 1 s at 90 days x 64 engines; the report, which
 renders its charts through vl-convert, under 2 s."""
 DEFAULT_TARGET_S = 1.0
 OWN_SNAPSHOT = {"report (month)"}
@@ -177,7 +177,7 @@ OWN_SNAPSHOT = {"report (month)"}
 def pages(db: Database, deployment: str, t_from: datetime, t_to: datetime, one_connection: bool = True) -> dict:
     """Each page's view call, with the step the page would use, through one read connection
     per page run (``Database.snapshot``, as ``kvplan.app.state.view`` runs a page's view) unless
-    ``one_connection`` is False (each query opens the file: before issue 14)."""
+    ``one_connection`` is False (each query opens the file, as kvplan once did)."""
     calls = _calls(deployment, t_from, t_to)
 
     def scoped(page, fn):
@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", type=Path, help="where to build the databases (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="reuse the databases already built in --dir")
     ap.add_argument("--per-query-connections", action="store_true",
-                    help="open the file for every query (before issue 14) instead of once per page run")
+                    help="open the file for every query (as kvplan once did) instead of once per page run")
     a = ap.parse_args(argv)
     if not (PAYLOADS / a.case / "manifest.json").exists():
         sys.exit(f"no recorded payloads {PAYLOADS / a.case}/manifest.json")

@@ -236,11 +236,6 @@ class TraceInfo:
     bytes_source: str | None
 
 
-def list_traces(db: Database, deployment: str) -> list[dict]:
-    """Every trace of a deployment with its size (named query ``traces``)."""
-    return db.fetch("traces", deployment=deployment)
-
-
 def load_trace(db: Database, deployment: str, name: str | None = None, *,
                model: str | None = None) -> tuple[cachesim.Trace, TraceInfo]:
     """A stored trace in replay order, columnar (no per-request Python objects)."""

@@ -316,7 +316,7 @@ def test_cost_page_price_book_edit_changes_the_dollars_and_errors_name_the_field
     t = run_app(monkeypatch, scen.path, "cost")
     before = metrics(t)["Monthly benefit"]
     # the scenario's 4 engines are needed with and without reuse (no GPU to give back, so the freed
-    # prefill is not credited, issue 11): the benefit is minus the ops time, 4 h x $100 -> 4 h x $50
+    # prefill is not credited): the benefit is minus the ops time, 4 h x $100 -> 4 h x $50
     assert before == "-$400"
     t.number_input(key="pb_prod_usd_per_ops_hour").set_value(50.0)
     [b for b in t.button if b.label == "Save price book"][0].click().run()

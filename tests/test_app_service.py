@@ -254,7 +254,7 @@ def test_planning_fields_cover_and_document_every_planning_input():
     assert [s.name for s in PLANNING_FIELDS] == [f.name for f in fields(PlanningInputs)]
     assert all(s.help for s in PLANNING_FIELDS)
     assert {s.name for s in PLANNING_FIELDS if not s.unit} == {"realisation", "growth_source"}  # choices
-    # every number has an upper bound: no form value can hang a plan (issue 9/13)
+    # every number has an upper bound: no form value can hang a plan
     assert all(s.maximum is not None for s in PLANNING_FIELDS if s.kind in ("int", "float"))
 
 
@@ -377,7 +377,7 @@ def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
     assert d["prefill_cost_model"]["parts"]["fixed"]["value"] == pytest.approx(0.035)
     assert set(d["saved_by_tier"]) == {"device", "lmcache"}
     assert d["peak_hour_requests_per_s"] == pytest.approx(400 / 3600)  # 4 engines x 100 requests every hour
-    # issue 11's keys: one GPU holds the busiest hour either way; both paths give back 3 GPUs and buy
+    # the capacity keys: one GPU holds the busiest hour either way; both paths give back 3 GPUs and buy
     # nothing; 1 GPU x $2.5 x 730.56 h x 24 months = $43,833.60, + $400 ops x 24 with reuse
     assert (d["capacity_method"], d["gpus_per_replica"]) == ("queueing_fallback", 1)
     assert d["purchase_schedule_without_reuse"] == d["purchase_schedule_with_reuse"] == []

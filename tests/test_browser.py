@@ -301,7 +301,7 @@ def test_demo_dataset_pages(demo_server, page, path):
     shot(page, f"demo-{path or 'overview'}")
 
 
-# ---- issue 14: charts read right, minimal toolbar, no machine paths --------------------------------
+# ---- charts read right, minimal toolbar, no machine paths --------------------------------
 
 CHARTS_JS = """() => [...document.querySelectorAll('.vega-embed svg')].map(svg => {
   const x = [...svg.querySelectorAll('g.role-axis')].find(g => (g.getAttribute('aria-label') || '').startsWith('X-axis'));
@@ -427,16 +427,22 @@ def test_report_page_time_in_the_browser(demo_server, page):
     newest month's report in the background from the first page view (state.prewarm_reports)."""
     url, db, dep = demo_server
     open_page(page, url, "", wait_for="h1")
-    took = []
+    took, shown = [], []
     for _ in range(2):
         t = time.monotonic()
         page.locator("[data-testid='stSidebarNav'] a", has_text="Report").click()
-        page.frame_locator("iframe").locator("h1").wait_for()
+        frame = page.frame_locator("iframe")
+        frame.locator("h1").wait_for()
         page.wait_for_selector(IDLE)
         took.append(time.monotonic() - t)
+        shown.append((frame.locator("h1").inner_text(), frame.locator("body").inner_text()))
         page.locator("[data-testid='stSidebarNav'] a", has_text="Overview").click()
         page.wait_for_selector("[data-testid='stMetric']")
         settle(page)
     # the times are a measurement, not a pass/fail line (speed goals live in the benchmarks):
     # printed for the README's record; the assertions are that both visits show the report
     print(f"\nReport page on the demo: first visit {took[0]:.2f} s, later visit {took[1]:.2f} s")
+    for title, body in shown:
+        assert title.startswith(f"Capacity report: {dep}, "), title
+        assert "1. Measured reuse" in body and "Monthly benefit" in body
+    assert shown[0] == shown[1], "the later visit (from the cache) shows the same report"

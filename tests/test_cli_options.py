@@ -45,7 +45,7 @@ def options(fn: Callable[..., Any]) -> Iterator[tuple[str, Any, Any, Any]]:
 def _core(t: Any) -> Any:
     """``int | None`` -> int; ``Literal[...] | None`` -> the Literal."""
     args = [a for a in typing.get_args(t) if a is not type(None)]
-    return args[0] if typing.get_origin(t) in (typing.Union, getattr(__import__("types"), "UnionType")) and \
+    return args[0] if typing.get_origin(t) in (typing.Union, __import__("types").UnionType) and \
         len(args) == 1 else t
 
 

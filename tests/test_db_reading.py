@@ -1,4 +1,4 @@
-"""Database.data_version: the key the dashboard caches its page views under (issue 14)."""
+"""Database.data_version: the key the dashboard caches its page views under."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fuzzing in the suite (issue 13): mutated real payloads (tests/fixtures/payloads) go through
+"""Fuzzing in the suite: mutated real payloads (tests/fixtures/payloads) go through
 import, stats, plan and the capacity report.
 
 Each mutated payload is either rejected with a message naming the file, or accepted and then

@@ -78,7 +78,7 @@ def test_over_provisioned_fleet_gets_no_shrink_credit():
 
 
 def test_huge_overhead_with_a_purchase_due_is_buy_not_reuse():
-    # issue 11: 1 % hits, $50,000/month of cache, the baseline running out within the horizon:
+    # 1 % hits, $50,000/month of cache, the baseline running out within the horizon:
     # buying the GPU ($1,826.40/month) is the answer, never REUSE at -$50,000/month
     pb = dataclasses.replace(PB, ops_hours_per_month=500.0)
     ev = run(window(hit_rate=0.01), pb, growth_rate_per_month=0.10, horizon_months=12, realisation="absorb_growth")

@@ -109,7 +109,7 @@ def test_absorb_growth_without_growth_has_nothing_to_defer():
 
 def test_deferral_is_not_capped_by_freed_hours():
     # freed hours tiny (1 h/month), but the capacity model says reuse avoids a whole GPU in
-    # months 8..11: the deferral is that GPU's hours, 4 x 730.56 / 12 (issue 11: a cap at the
+    # months 8..11: the deferral is that GPU's hours, 4 x 730.56 / 12 (a cap at the
     # freed hours priced a 1-2 GPU deferral at a fraction of a GPU)
     b = monthly_benefit(savings(hours=1, low=1, high=1, hit_cost_hours=0), PB, cap(),
                         "absorb_growth")

@@ -1,4 +1,4 @@
-"""Goodput from a load sweep on the real stack (CPU, tiny model), issue 11's validation.
+"""Goodput from a load sweep on the real stack (CPU, tiny model): the validation of the capacity model.
 
 ``kvplan.deploy.local.recorders.sweep_check``: a rate sweep (2-48 requests/s, open-loop Poisson arrivals, one
 8,000-character system prompt + 200-character tails, 8 output tokens) on ``vllm-nocache-0``

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
 
 import httpx
@@ -35,9 +39,17 @@ def test_text_is_deterministic_and_exact_length():
 
 
 def test_text_known_value_is_stable_across_runs():
-    # A fixed value: prompts must not change between Python runs (no hash randomisation).
-    assert wl.text(0, "system", 40) == wl.text(0, "system", 40)
-    assert len(wl.text(7, "k", 123)) == 123
+    """Prompts must be the same on every machine, Python build and run (no hash randomisation):
+    the recorded A/Bs and fixtures were sent with them. The values were read off this
+    generator when the fixtures were recorded."""
+    assert wl.text(0, "system", 40) == "now agent them be label get assistant ye"
+    assert hashlib.sha256(wl.text(3, "user-1", 4000).encode()).hexdigest() == \
+        "f7a1281a3abdc9c5814fd62b05f87d837659b714e914b2f45e9a372faa0695c8"
+    code = "from kvplan.collectors.loadgen import workload as wl; print(wl.text(0, 'system', 40))"
+    for seed in ("1", "2"):
+        other = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
+                               capture_output=True, text=True, check=True).stdout.strip()
+        assert other == "now agent them be label get assistant ye"
 
 
 def test_shared_prefix_prompts_share_the_system_prompt():

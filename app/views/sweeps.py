@@ -1,4 +1,4 @@
-"""Load-sweep view (issue 11): the latest sweep pair of a deployment as plain rows for
+"""Load-sweep view: the latest sweep pair of a deployment as plain rows for
 ``kvplan.app.charts.sweep_curves_chart``, with both goodputs at the SLOs and how each was limited.
 Not wired into a page yet."""
 

@@ -229,23 +229,6 @@ def run_pair(off_url: str, on_url: str, model: str, plan: SweepPlan, *,
     return sides["off"], sides["on"]
 
 
-def run_side(url: str, model: str, plan: SweepPlan, reuse: str, *,
-             progress: Progress | None = None) -> SweepResult:
-    """One side alone (e.g. a second look at one replica)."""
-    s = SweepResult(reuse, lg_client.normalize_base_url(url), model, plan, time.time())
-    if plan.warmup:
-        warm_up(s.server, model, plan)
-    for k in range(len(plan.levels)):
-        lv = run_level(s.server, model, plan, k)
-        s.levels.append(lv)
-        if progress is not None:
-            progress(reuse, k, lv.point)
-    s.levels.sort(key=lambda lv: lv.offered)
-    s.started_at = min([lv.run.started_at for lv in s.levels] or [s.started_at])
-    s.ended_at = max([lv.run.ended_at for lv in s.levels] or [time.time()])
-    return s
-
-
 def save_sweep(db: Database, deployment: str, sweep: SweepResult, *, pair: str, measured_on: str) -> int:
     """Insert one side, its levels and its requests in one transaction; returns the sweep id."""
     from kvplan.collectors.store import check_name

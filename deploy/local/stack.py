@@ -2,8 +2,9 @@
 
 Stdlib + httpx only, importable from the kvplan venv as ``kvplan.deploy.local.stack``.
 The serving processes run from their own venv (see ``install_stack.sh``) and
-serve the tiny random Llama built by ``build_model.py``. Recipe and traps:
-shared ``docs/local-stack.md``.
+serve the tiny random Llama built by ``build_model.py``. The recipe and its traps (start
+order, the flags that matter on CPU, engine time from the worker's CPU seconds) are in
+deploy/README.md ("Try it live").
 
     python -m kvplan.deploy.local.stack up --run-dir DIR [--vllm 2] [--plain 0]
     python -m kvplan.deploy.local.stack status --run-dir DIR

@@ -1,4 +1,4 @@
-"""Goodput of one replica from a load sweep (issue 11, part 1).
+"""Goodput of one replica from a load sweep.
 
 A sweep raises the offered load on one replica in levels (concurrent users, or requests/s) and
 records, per level, the achieved throughput (completed requests/s) and the client-side TTFT and

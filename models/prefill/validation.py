@@ -1,4 +1,4 @@
-"""Validation of the savings model against a measured A/B (issue 10: the claim that makes the
+"""Validation of the savings model against a measured A/B (the claim that makes the
 tool trustworthy).
 
 Method: the same request stream runs on a server with no reuse and on one with reuse, on the

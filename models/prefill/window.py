@@ -1,4 +1,4 @@
-"""The window being priced and what the cache saved in it, by tier (issue 10).
+"""The window being priced and what the cache saved in it, by tier.
 
 ``PricedWindow`` sums a window's per-interval increases (``kvplan.models.prefill.fit.Interval``) into
 what the plan prices: the span the data covers, requests, prompt / computed / cached tokens by

@@ -1,4 +1,4 @@
--- 009: what the prefill cost model reads (issue 10).
+-- 009: what the prefill cost model reads.
 --
 -- interval_increments(): the increases of named series per scrape interval, with the interval's
 -- start. The same rules as increments() (008): only sane samples, Prometheus's reset rule, a

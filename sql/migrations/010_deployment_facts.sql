@@ -1,4 +1,4 @@
--- 010: deployment facts the metrics cannot know (issue 10), saved from the dashboard per
+-- 010: deployment facts the metrics cannot know, saved from the dashboard per
 -- deployment. JSON validated by models.deployment.DeploymentFacts; the config file's
 -- [deployments.facts] table is the default when no row is saved.
 CREATE TABLE deployment_facts (

@@ -1,4 +1,4 @@
--- 011: load sweeps (issue 11, `kvplan pilot --sweep`): the offered load on one replica raised in
+-- 011: load sweeps (`kvplan pilot --sweep`): the offered load on one replica raised in
 -- levels, once with KV reuse off and once with it on; per level the client-side throughput and
 -- latency percentiles. Goodput is read off these points at the SLOs of the moment
 -- (models.goodput), so the SLOs are not stored. `measured_on` says what produced the numbers.

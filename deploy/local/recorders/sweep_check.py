@@ -1,4 +1,4 @@
-"""Goodput from a load sweep, validated on the real stack (issue 11). Used by
+"""Goodput from a load sweep, validated on the real stack. Used by
 ``tests/test_sweep_stack.py`` and ``bench/sweep_bench.py``.
 
 1. A rate sweep (``kvplan.collectors.loadgen.sweep``, open loop, Poisson arrivals) on ``vllm-nocache-0``
