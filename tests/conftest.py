@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from kvplan.sql.db import Database
+
+if TYPE_CHECKING:
+    from tests.hostile import Server
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PAYLOADS = FIXTURES / "payloads"
@@ -29,3 +33,19 @@ def db(tmp_path) -> Database:
     d = Database(tmp_path / "kvplan.duckdb")
     d.migrate()
     return d
+
+
+@pytest.fixture
+def server(request):
+    """Make misbehaving loopback servers (tests.hostile.Server); all closed at the end."""
+    made = []
+
+    def make(mode: str, limit: float = 0, body: Path | None = None) -> Server:
+        from tests.hostile import GOOD, Server
+
+        made.append(Server(mode, limit, body or GOOD))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()

@@ -4,11 +4,14 @@ SLO snapping, topology, runs comparison, price-form validation."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from typer.testing import CliRunner
 
+from kvplan.app.cli import app
 from kvplan.app.data import store, window
 from kvplan.app.views.collection import topology_view
 from kvplan.app.views.runs import runs_view
@@ -304,7 +307,6 @@ def test_config_prices_are_the_default_book_and_a_saved_one_wins(tmp_path):
 
 
 def test_a_book_saved_with_the_old_current_gpus_field_still_loads(tmp_path):
-    import json
 
     db = scenario_db(tmp_path)
     with db.write() as con:
@@ -356,11 +358,8 @@ def test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine(t
 def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
     """The issue's JSON keys, and the human output's tier lines, on the scenario (hand-worked in
     tests/test_app_pages.py: 5.28 and 0.81 GPU-h/month; 48 h covered of the 48 h asked)."""
-    import json
 
-    from typer.testing import CliRunner
 
-    from kvplan.app.cli import app
 
     db = scenario_db(tmp_path)
     args = ["plan", "--deployment", DEPLOYMENT, "--from", hour(0).isoformat(), "--to", hour(48).isoformat(),
@@ -405,3 +404,12 @@ def test_growth_from_the_measured_trend_needs_whole_days(tmp_path):
     assert any("growth: +5.0%/month from the planning inputs (no measured trend: it needs 14 whole days" in a
                for a in p.assumptions)
     assert window.daily_requests(db, DEPLOYMENT, hour(0), hour(48)) == [(0.0, 9600.0), (1.0, 9600.0)]
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+def test_form_refuses_huge_planning_values(db):
+    from kvplan.app.data.store import save_price_form
+
+    with pytest.raises(Exception) as e:
+        save_price_form(db, "d", {}, {"horizon_months": 10_000_000})
+    assert "horizon_months" in str(e.value)

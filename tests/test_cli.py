@@ -1,10 +1,18 @@
 """The kvplan CLI end to end on files: import, stats --json, and clean errors."""
 
-import json
+from __future__ import annotations
 
+import json
+import threading
+import time
+
+import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
+from kvplan.collectors.scrape import import_file
+from tests import hostile
+from tests.hostile import AT, payload
 from tests.payloads import vllm_text
 
 runner = CliRunner()
@@ -106,7 +114,6 @@ def test_scrape_of_a_dead_url_is_recorded_and_reported(tmp_path):
 
 def test_dashboard_opens_the_browser_only_once_streamlit_answers():
     import http.server
-    import threading
 
     from kvplan.app.cli.dashboard import _open_when_up
 
@@ -129,3 +136,16 @@ def test_dashboard_opens_the_browser_only_once_streamlit_answers():
         srv.shutdown()
     assert not _open_when_up("http://127.0.0.1:9", opened.append, timeout_s=1)  # nothing listens
     assert opened == [url]
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+@pytest.mark.parametrize("gpus", ["-5", "0", "1000000000"])
+def test_plan_gpus_is_bounded(db, tmp_path, gpus):
+    from datetime import timedelta
+
+    import_file(db, "d", payload(tmp_path, "a.prom"), AT)
+    import_file(db, "d", payload(tmp_path, "b.prom", hits=20, queries=40), AT + timedelta(minutes=5))
+    t0 = time.monotonic()
+    r = hostile.runner.invoke(app, ["plan", "--deployment", "d", "--from", "2026-01-05T11:00:00Z", "--to",
+                            "2026-01-05T13:00:00Z", "--gpus", gpus, "--db", str(db.path)])
+    assert r.exit_code == 2 and "--gpus" in r.output and time.monotonic() - t0 < 30, r.output

@@ -10,7 +10,14 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.collectors.settings import ConfigError, Settings, check_selector, duration_s, load_settings
+from kvplan.collectors.settings import (
+    ConfigError,
+    Settings,
+    check_selector,
+    duration_s,
+    load_settings,
+)
+from tests.hostile import PASSWORD, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = '''
@@ -172,3 +179,56 @@ def test_deployment_facts_come_from_the_config_with_gpus_per_engine_as_shorthand
     s = load_settings(write(tmp_path, GOOD.replace('prometheus_selector', 'gpus_per_engine = 4\nprometheus_selector')))
     cfg = deployment_settings(s, "prod")
     assert (cfg.facts.tensor_parallel, cfg.gpus_per_engine, cfg.facts_origin) == (4, 4, "config deployments.0.gpus_per_engine")
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+def test_scrape_limits_have_defaults_and_bounds():
+    s = Settings()
+    assert s.scrape_timeout_s == 10 and s.scrape_max_bytes == 16 * 2**20
+    with pytest.raises(ValueError, match='scrape_max_bytes'):
+        Settings(scrape_max_bytes=0)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "1e12"])
+def test_scrape_interval_must_be_finite_and_bounded(tmp_path, value):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(f"[schedule]\nscrape_interval_s = {value}\n")
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and "schedule.scrape_interval_s" in r.output, r.output
+
+
+def test_password_inside_prometheus_url_is_refused_in_the_toml(tmp_path):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(f'[prometheus]\nurl = "http://bob:{PASSWORD}@prom:9090"\n')
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and "prometheus.url" in r.output and PASSWORD not in r.output, r.output
+
+
+@pytest.mark.parametrize("toml, key", [
+    ('[[deployments]]\nname = "p"\ngpus = -5\n', "deployments.0.gpus"),
+    ('[[deployments]]\nname = "p"\ngpus = 1000000000\n', "deployments.0.gpus"),
+    ('[[deployments]]\nname = " "\n', "deployments.0.name"),
+    ('[[deployments]]\nname = "p"\n[[deployments.targets]]\nname = "t"\nurl = "http://h:99999/metrics"\n',
+     "deployments.0.targets.0.url"),
+])
+def test_impossible_config_values_are_refused(tmp_path, toml, key):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text(toml)
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and key in r.output, r.output
+
+
+def test_environment_errors_blame_the_variable(tmp_path, monkeypatch):
+    cfg = tmp_path / "k.toml"
+    cfg.write_text('[schedule]\nnightly_cron = "0 2 * * *"\n')
+    monkeypatch.setenv("KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S", "-1")
+    r = runner.invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2 and "KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S" in r.output, r.output
+    assert f"{cfg}:" not in r.output
+
+
+def test_auth_secrets_are_checked(tmp_path):
+    bad = tmp_path / "s.toml"
+    bad.write_text('[auth]\nclient_id = "x"\n')
+    r = runner.invoke(app, ["dashboard", "--headless", "--auth-secrets", str(bad), "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 2 and "cookie_secret" in r.output and "--auth-secrets" in r.output, r.output

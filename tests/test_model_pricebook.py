@@ -1,5 +1,7 @@
 """PriceBook: effective prices, overhead, field table, persistence and validation."""
 
+from __future__ import annotations
+
 import dataclasses
 import json
 
@@ -104,3 +106,21 @@ def test_from_dict_rejects_bad_values_naming_the_field(data, field):
 def test_constructor_validates_too():
     with pytest.raises(KvplanError, match="ops_hours_per_month"):
         PriceBook(ops_hours_per_month=-2)
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+@pytest.mark.parametrize("field, value", [("horizon_months", 10_000_000), ("growth_rate_per_month", 1e6)])
+def test_planning_bounds_name_the_field(field, value):
+    from kvplan.models.inputs.planning import PlanningInputs
+
+    with pytest.raises(Exception) as e:
+        PlanningInputs(**{field: value})
+    assert f"PlanningInputs.{field}" in str(e.value)
+
+
+def test_price_book_bounds():
+    from kvplan.models.inputs.pricebook import PriceBook
+
+    with pytest.raises(Exception) as e:
+        PriceBook.from_dict({"usd_per_gpu_hour": 1e9})
+    assert "usd_per_gpu_hour" in str(e.value)

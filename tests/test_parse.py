@@ -1,8 +1,14 @@
 """The parser: what it accepts, and the errors it gives for what it refuses."""
 
+from __future__ import annotations
+
 import pytest
 
+from kvplan.app.cli import app
 from kvplan.collectors.parse import PayloadError, check_content_type, parse_payload
+from kvplan.collectors.scrape import import_file
+from tests.hostile import AT, CREATED, bucket_line, payload, replace_line, runner
+from tests.payloads import vllm_text
 
 GOOD = """\
 # HELP vllm:prefix_cache_hits_total Prefix cache hits
@@ -111,3 +117,62 @@ def test_content_types():
         parse_payload(GOOD, "http://h:1/metrics", content_type="text/html; charset=utf-8")
     with pytest.raises(PayloadError, match="application/json"):
         check_content_type("u", "application/json")
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+@pytest.mark.parametrize("value", ["9.9e12", "1e26", "NaN", "-5", "+Inf"])
+def test_impossible_created_is_refused_naming_file_line_and_series(db, tmp_path, value):
+    p = payload(tmp_path)
+    line = replace_line(p, "vllm:prefix_cache_hits_created", value)
+    with pytest.raises(PayloadError) as e:
+        import_file(db, "d", p, AT)
+    msg = str(e.value)
+    assert f"{p}:{line}:" in msg and "vllm:prefix_cache_hits_created" in msg and "_created" in msg
+    with db.read() as con:
+        assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("value, why", [("-3", "negative"), ("1e308", "above"), ("1.5e16", "above")])
+def test_impossible_counter_values_are_refused(db, tmp_path, value, why):
+    p = payload(tmp_path)
+    line = replace_line(p, "vllm:prefix_cache_queries_total", value)
+    with pytest.raises(PayloadError) as e:
+        import_file(db, "d", p, AT)
+    assert f"{p}:{line}:" in str(e.value) and "vllm:prefix_cache_queries_total" in str(e.value)
+    assert why in str(e.value)
+
+
+def test_hits_above_queries_in_one_payload_are_refused(db, tmp_path):
+    p = payload(tmp_path, hits=30, queries=20)
+    with pytest.raises(PayloadError) as e:
+        import_file(db, "d", p, AT)
+    msg = str(e.value)
+    assert str(p) in msg and "vllm:prefix_cache_hits_total" in msg and "vllm:prefix_cache_queries_total" in msg
+    assert "model_name=\"m\"" in msg
+
+
+def test_bucket_without_le_names_file_and_line(db, tmp_path):
+    p = payload(tmp_path)
+    line = bucket_line(p, 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m"} 1.0')
+    r = runner.invoke(app, ["import-metrics", str(p), "--at", "2026-01-05T12:00:00Z", "--deployment", "d",
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and f"{p}:{line}:" in r.output and "without an le" in r.output, r.output
+
+
+def test_openmetrics_with_underscored_vllm_names_is_mapped_with_a_warning(db, tmp_path):
+    from kvplan.collectors.parse import parse_payload
+
+    text = vllm_text({("m", "0"): {"created": CREATED, "hits": 1, "queries": 2, "ttft": [1, 2, 2]}})
+    text = text.replace("vllm:", "vllm_")
+    p = parse_payload(text, "x.prom")
+    assert p.kind == "vllm" and any(s.name == "vllm:prefix_cache_hits_total" for s in p.samples)
+    assert any("vllm_" in w and "vllm:" in w for w in p.warnings)
+
+
+def test_nan_summary_quantiles_are_accepted(db, tmp_path):
+    p = payload(tmp_path)
+    p.write_text(p.read_text() + "# TYPE vllm:x_seconds summary\n"
+                 'vllm:x_seconds{model_name="m",quantile="0.5"} NaN\n'
+                 'vllm:x_seconds_count{model_name="m"} 0\nvllm:x_seconds_sum{model_name="m"} 0\n')
+    r = import_file(db, "d", p, AT)
+    assert r.status == "stored"

@@ -626,3 +626,18 @@ def test_a_directly_scraped_target_is_never_overwritten_by_prometheus_data(prom,
     with pytest.raises(KvplanError, match="target .vllm/a:8000. already holds direct scrapes"):
         ingest_range(db, cfg(prom.url), DEP, T0, at(20))
     assert counts(db)["prom_increments"] == 0
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+def test_prometheus_ingestion_applies_the_same_decrease_rule():
+    import numpy as np
+
+    from kvplan.collectors.prom_math import step_increments
+
+    t = np.array([60_000, 120_000, 180_000], dtype=np.int64)
+    v = np.array([100.0, 40.0, 50.0])
+    same = np.array([5_000.0] * 3)                   # _created known and unchanged: not a restart
+    _, delta, _, resets, _ = step_increments(t, v, same, 60_000, 180_000, 60_000, 600_000)
+    assert delta.tolist() == [0.0, 10.0] and resets.tolist() == [0, 0]
+    _, delta, _, resets, _ = step_increments(t, v, np.full(3, np.nan), 60_000, 180_000, 60_000, 600_000)
+    assert delta.tolist() == [40.0, 10.0] and resets.tolist() == [1, 0]   # unknown: Prometheus's rule

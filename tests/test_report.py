@@ -8,13 +8,19 @@ import re
 import shutil
 import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from kvplan.app.cli import app
 from kvplan.app.cli import app as cli
 from kvplan.app.report import build, fmt, render_html, write_report
+from kvplan.collectors.scrape import import_file
+from kvplan.collectors.settings import Settings
 from kvplan.models.core.errors import KvplanError
+from tests import hostile
+from tests.hostile import AT, payload
 from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected, scenario_plan
 from tests.test_store_stats import one, put
 
@@ -176,7 +182,6 @@ def test_the_nightly_job_writes_the_report(scen, tmp_path):
     """kvplan.app.report.nightly_reports, the report job the CLI gives the scheduler: one report per
     deployment with data that month; a deployment without data is skipped."""
     from kvplan.app.report import nightly_reports
-    from kvplan.collectors.settings import Settings
 
     s = Settings(db=scen.path)
     s.schedule.report_dir = tmp_path / "reports"
@@ -205,3 +210,39 @@ def test_report_shows_the_load_sweep_it_sized_from(scen, tmp_path):
     assert "Load sweep load sweep 'p1'" in text and "CPU-scale seconds from a tiny model" in text
     assert "without reuse" in text and "ttft_p99" in text
     assert html.count('class="chart"') == 8  # + the sweep curves
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+@pytest.mark.parametrize("where", ["dir", "under_file", "unwritable"])
+def test_report_output_that_cannot_be_written_is_an_error(db, tmp_path, where):
+    import os
+
+    from tests.recorded import import_case
+
+    import_case(db, "restart", deployment="d")
+    month = db.fetch("deployments")[0]["first_scrape"].strftime("%Y-%m")
+    if where == "dir":
+        out = tmp_path / "r.html"
+        out.mkdir()
+    elif where == "under_file":
+        (tmp_path / "f").write_text("x")
+        out = tmp_path / "f" / "r.html"
+    else:
+        if os.geteuid() == 0:
+            out = Path("/proc/kvplan-test/r.html")     # root writes anywhere else
+        else:
+            (tmp_path / "ro").mkdir(mode=0o500)
+            out = tmp_path / "ro" / "r.html"
+    r = hostile.runner.invoke(app, ["report", "--deployment", "d", "--month", month, "-o", str(out), "--db", str(db.path)])
+    assert r.exit_code == 2 and "Traceback" not in r.output and "cannot write" in r.output, r.output
+
+
+def test_empty_window_report_is_refused(db, tmp_path):
+    from datetime import timedelta
+
+    import_file(db, "d", payload(tmp_path, "a.prom"), AT)      # one scrape per target: no increase
+    import_file(db, "d", payload(tmp_path, "b.prom"), AT + timedelta(minutes=5))
+    out = tmp_path / "r.html"
+    r = hostile.runner.invoke(app, ["report", "--deployment", "d", "--month", "2026-01", "-o", str(out),
+                            "--db", str(db.path)])
+    assert r.exit_code == 2 and "one scrape" in r.output and not out.exists(), r.output

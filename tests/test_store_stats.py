@@ -1,13 +1,19 @@
 """Scrapes into DuckDB and exact window numbers out, on payload sequences whose answers
 are worked out by hand in each test."""
 
+from __future__ import annotations
+
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from kvplan.app.cli import app
 from kvplan.app.data.window import stats, window_buckets
 from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.scrape import import_file
 from kvplan.collectors.store import ConflictError, payload_sha256, store_failure, store_payload
+from tests.hostile import AT, payload, poison, runner, stats_json, two_scrapes
 from tests.payloads import vllm_text
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
@@ -169,3 +175,78 @@ def test_counter_absent_from_previous_scrape_counts_from_zero(db):
     assert s.lmcache_lookup_hit_rate == pytest.approx(512 / 2048)
     s = stats(db, "d", at(0.5), at(2))  # the scrape before its birth is outside the window
     assert s.lmcache_lookup_hit_rate == pytest.approx(256 / 1024)
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+@pytest.mark.parametrize("col, expr", [("created", "9.9e12"), ("created", "1e26"), ("created", "'NaN'::DOUBLE"),
+                                       ("value", "1e308"), ("value", "-5"), ("value", "'Infinity'::DOUBLE")])
+def test_stored_poisoned_rows_are_reported_not_raised(db, tmp_path, col, expr):
+    from datetime import timedelta
+
+    from kvplan.app.data.window import stats
+    from kvplan.app.views.overview import plan_range as plan
+
+    import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT)
+    import_file(db, "d", payload(tmp_path, "b.prom", hits=10, queries=20, ttft=[1, 2, 2]), AT + timedelta(minutes=5))
+    poison(db, **{col: (expr, "name = 'vllm:prefix_cache_hits_total'")})
+    t0, t1 = AT - timedelta(hours=1), AT + timedelta(hours=1)
+    st = stats(db, "d", t0, t1)
+    assert st.prefix_cache_hit_rate is None or 0 <= st.prefix_cache_hit_rate <= 1
+    assert any("vllm:prefix_cache_hits_total" in n and "not used" in n for n in st.notes), st.notes
+    plan(db, "d", t0, t1)
+
+
+def test_decrease_with_unchanged_created_is_not_traffic(db, tmp_path):
+    st = two_scrapes(db, tmp_path, dict(hits=100, queries=200, ttft=[5, 8, 8]),
+                     dict(hits=50, queries=100, ttft=[2, 3, 3]))
+    assert st.prefix_cache_hits == 0 and st.prefix_cache_queries == 0 and st.requests == 0
+    assert st.counter_resets == 0 and st.counter_decreases >= 3
+    assert any("unchanged _created" in n and "vllm:prefix_cache_hits_total" in n for n in st.notes), st.notes
+
+
+def test_decrease_with_a_new_created_is_a_reset(db, tmp_path):
+    # restarted 2 minutes after the first scrape: counted from 0 (Prometheus's rule + the zero point)
+    st = two_scrapes(db, tmp_path, dict(hits=100, queries=200, ttft=[5, 8, 8]),
+                     dict(hits=50, queries=100, ttft=[2, 3, 3], created=AT.timestamp() + 120))
+    assert st.prefix_cache_hits == 50 and st.prefix_cache_queries == 100 and st.requests == 3
+    assert st.counter_resets > 0 and st.counter_decreases == 0 and st.notes == []
+
+
+def test_created_going_backwards_is_not_traffic(db, tmp_path):
+    # two processes behind one URL answering in turn: the older one's counters are not an increase
+    st = two_scrapes(db, tmp_path, dict(hits=10, queries=20, ttft=[1, 2, 2], created=AT.timestamp() - 7200),
+                     dict(hits=15, queries=30, ttft=[1, 3, 3], created=AT.timestamp() - 10800))
+    assert st.prefix_cache_hits == 0 and st.counter_decreases > 0
+
+
+def test_hit_rate_outside_0_1_is_not_reported():
+    from kvplan.models.metrics.window import Increase, window_stats
+
+    st = window_stats([Increase("vllm:prefix_cache_hits_total", 30.0), Increase("vllm:prefix_cache_queries_total", 20.0)])
+    assert st.prefix_cache_hit_rate is None and "outside [0, 1]" in st.notes[0]
+
+
+def test_stats_say_why_figures_are_null(db, tmp_path):
+    # the natural mistake: snapshots of one server imported under their file names
+    a = payload(tmp_path, "vllm-0-1200.prom", hits=0, queries=0, ttft=[0, 0, 0])
+    b = payload(tmp_path, "vllm-0-1205.prom", hits=30, queries=40, ttft=[3, 4, 4])
+    for f, at in ((a, "2026-01-05T12:00:00Z"), (b, "2026-01-05T12:05:00Z")):
+        assert runner.invoke(app, ["import-metrics", str(f), "--at", at, "--deployment", "d",
+                                   "--db", str(db.path)]).exit_code == 0
+    d = stats_json(db)
+    assert d["prefix_cache_hit_rate"] is None
+    assert any("one scrape" in n and "NAME@TIME" in n for n in d["notes"]), d["notes"]
+    r = runner.invoke(app, ["stats", "--deployment", "d", "--from", "2026-02-05T11:00:00Z",
+                            "--to", "2026-02-05T13:00:00Z", "--json", "--db", str(db.path)])
+    assert any("no data in the window" in n for n in json.loads(r.stdout)["notes"])
+    r = runner.invoke(app, ["plan", "--deployment", "d", "--from", "2026-01-05T11:00:00Z",
+                            "--to", "2026-01-05T13:00:00Z", "--db", str(db.path)])
+    assert r.exit_code == 0 and "one scrape" in r.output, r.output
+
+
+def test_unknown_model_is_refused_with_the_known_ones(db, tmp_path):
+    import_file(db, "d", payload(tmp_path), AT)
+    for cmd in ("stats", "plan"):
+        r = runner.invoke(app, [cmd, "--deployment", "d", "--from", "2026-01-05T11:00:00Z", "--to",
+                                "2026-01-05T13:00:00Z", "--model", "ghost", "--db", str(db.path)])
+        assert r.exit_code == 2 and "'ghost'" in r.output and "'m'" in r.output, r.output

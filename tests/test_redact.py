@@ -1,0 +1,56 @@
+"""Secrets never reach the database, the output, the logs or the report: one redaction function."""
+
+from __future__ import annotations
+
+from kvplan.app.cli import app
+from kvplan.collectors.scrape import import_file
+from kvplan.collectors.settings import DeploymentConfig
+from tests.hostile import AT, PASSWORD, TOKEN, Echo, payload, runner, secret_free
+
+
+# -- hostile or careless inputs --------------------------------------------------------------
+def test_echoed_authorization_never_reaches_db_or_report(db, tmp_path, monkeypatch, caplog):
+    from datetime import timedelta
+
+    from kvplan.collectors.prometheus import ingest_range
+    from kvplan.collectors.scheduler import logged_run
+    from kvplan.collectors.settings import PrometheusConfig
+    from kvplan.models.core.redact import register_secret
+
+    import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT, target="v")
+    import_file(db, "d", payload(tmp_path, "b.prom"), AT + timedelta(minutes=5), target="v")
+    echo = Echo(400, "application/json")
+    try:
+        cfg = PrometheusConfig(url=echo.url, step="1m", chunk="10m", retries=0, timeout_s=5, bearer_token=TOKEN)
+        register_secret(TOKEN)                       # what load_settings does for configured secrets
+        with logged_run(db, "ingest", deployment="d") as run:
+            res = ingest_range(db, cfg, DeploymentConfig(name="d", prometheus_selector='job="v"'),
+                               AT, AT + timedelta(minutes=10))
+            run.errors, run.notes = res.failed, res.errors[:3]
+        assert res.failed == 1 and "denied" in res.errors[0]
+    finally:
+        echo.close()
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", "--deployment", "d", "--month", "2026-01", "-o", str(out), "--db", str(db.path)])
+    assert r.exit_code == 0, r.output
+    html = out.read_text()
+    assert "denied" in html or "denied" in db.fetch("collector_runs", limit=5)[0]["message"]
+    secret_free(db, html, r.output, caplog.text, "\n".join(res.errors))
+
+
+def test_scrape_never_prints_or_stores_user_password(db):
+    echo = Echo(500)
+    try:
+        url = echo.url.replace("http://", f"http://bob:{PASSWORD}@") + "/metrics"
+        r = runner.invoke(app, ["scrape", url, "--deployment", "d", "--db", str(db.path)])
+    finally:
+        echo.close()
+    assert r.exit_code == 2 and "HTTP 500" in r.output, r.output
+    secret_free(db, r.output)
+
+
+def test_one_redaction_function():
+    from kvplan.models.core.redact import redact
+
+    assert redact(f"GET http://bob:{PASSWORD}@h/x?access_token={TOKEN} Authorization: Bearer {TOKEN}") == \
+        "GET http://<redacted>@h/x?access_token=<redacted> Authorization: <redacted>"
