@@ -45,14 +45,27 @@ PURE_IMPORTS = {"__future__", "bisect", "collections", "dataclasses", "datetime"
 ``threading`` for the redaction registry's lock; ``random`` for seeded, deterministic draws)."""
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every absolute module an import statement of ``path`` names (``from a.b import c`` -> a.b)."""
+def module_of(path: Path) -> list[str]:
+    """The dotted name of a file of the tree once installed (``models/core/errors.py`` ->
+    kvplan.models.core.errors; tests and bench keep their folder names)."""
+    parts = list(path.resolve().relative_to(ROOT).with_suffix("").parts)
+    return (["kvplan"] if parts[0] in PACKAGES else []) + parts
+
+
+def imported_modules(path: Path, source: str | None = None) -> set[str]:
+    """Every module an import statement of ``path`` names (``from a.b import c`` -> a.b), relative
+    imports resolved against the file's package (``from ..core import x`` in models/prefill/fit.py
+    -> kvplan.models.core)."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source, str(path))):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            pkg = module_of(path)[:-1]  # a module's package; an __init__.py's is its own folder
+            base = pkg[:len(pkg) - (node.level - 1)]
+            out.add(".".join(base + ([node.module] if node.module else [])))
     return out
 
 
@@ -115,6 +128,15 @@ def test_models_stay_pure(path):
     opens = [n.lineno for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.Call)
              and getattr(n.func, "id", "") == "open"]
     assert opens == [], f"{path} opens a file"
+
+
+def test_relative_imports_are_resolved_against_the_file():
+    seen = imported_modules(ROOT / "models" / "prefill" / "fit.py",
+                            "from ..core.errors import KvplanError\nfrom . import nnls\n")
+    assert seen == {"kvplan.models.core.errors", "kvplan.models.prefill"}
+    assert imported_modules(ROOT / "models" / "prefill" / "__init__.py", "from .fit import x\n") == \
+        {"kvplan.models.prefill.fit"}
+    assert floor_of("kvplan.models.core.errors") == "core"
 
 
 def test_the_checks_see_imports_inside_functions(tmp_path):
