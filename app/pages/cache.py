@@ -19,7 +19,7 @@ if sel is not None:
 
     st.subheader("Hit rate by tier (token-weighted)")
     cols = st.columns(3) + st.columns(3)
-    for col, t in zip(cols, v.tiers, strict=True):
+    for col, t in zip(cols, v.tiers, strict=False):  # six places, as many tiers as measured
         col.metric(t.label, fmt.pct(t.hit_rate),
                    help=f"{fmt.number(t.hits, none='not reported')} hit tokens / "
                         f"{fmt.number(t.queries, none='not reported')} looked-up tokens over the window.")

@@ -21,7 +21,7 @@ if sel is not None:
     st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {month} · the same report as "
                f"`kvplan report --deployment {sel.deployment} --month {month} -o report.pdf`")
     cols = st.columns(3) + st.columns(3)
-    for col, (label, value) in zip(cols, numbers.items(), strict=True):
+    for col, (label, value) in zip(cols, numbers.items(), strict=False):  # six places at most
         col.metric(label, value)
     name = f"kvplan-{sel.deployment}-{month}"
     c = st.columns(2)
