@@ -1,8 +1,16 @@
-"""Shared fixtures. Fast layer: `pytest -m "not stack and not browser and not prometheus"`."""
+"""Shared fixtures, and which tests are slow.
+
+Layers: `make test-fast` runs `-m "not stack and not browser and not prometheus and not slow"`
+(the inner loop, under two minutes); `make test` runs everything. A test is `slow` when it drives
+a whole integration each time (a Streamlit page through AppTest, a PDF/HTML report through
+vl-convert and WeasyPrint, a wheel build, a daemon process): marked here, in one place, by module
+or by test, so a test file needs no marker of its own. The fuzz runs in both layers: 300
+examples in `make test`, a short fixed-seed run in `make test-fast` (KVPLAN_FUZZ_EXAMPLES)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,10 +36,49 @@ def _isolated_env(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
+SLOW_MODULES = {
+    "test_app_pages.py": "every page through Streamlit's AppTest",
+    "test_app_recorded.py": "pages through AppTest on each recorded case",
+    "test_whatif_app.py": "the What-if page through AppTest",
+    "test_relabel.py": "the demo dataset through the Runs page",
+    "test_report.py": "the report rendered (vl-convert SVGs, WeasyPrint PDF)",
+    "test_demo.py": "the whole demo dataset loaded",
+    "test_packaging.py": "a wheel built and installed into a fresh venv",
+    "test_concurrency.py": "a writer and readers for CONCURRENCY_TEST_S seconds",
+}
+SLOW_TESTS = {
+    "test_scheduler.py::test_a_killed_daemon_loses_nothing_committed_and_restarts_cleanly": "a daemon killed",
+    "test_scheduler.py::test_the_daemon_scrapes_on_its_interval_while_one_target_hangs": "a daemon run",
+    "test_scheduler.py::test_a_slow_target_delays_no_other": "a daemon round against a slow target",
+    "test_scheduler.py::test_on_start_missed_nights_are_run_and_killed_runs_marked": "a daemon start",
+    "test_cli.py::test_stats_json_tpot_and_itl_on_the_scenario": "the scenario database through the CLI",
+    "test_app_fixtures.py::test_scenario_expected_numbers_match_the_store": "the scenario database read whole",
+    "test_db_reading.py::test_one_pass_reads_the_same_window_and_buckets_as_the_two_reads": "90 days read twice",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = Path(str(item.fspath)).name
+        if name in SLOW_MODULES or f"{name}::{getattr(item, 'originalname', item.name)}" in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One freshly migrated database file per session; ``db`` hands each test a copy (every
+    migration run once, not once per test)."""
+    path = tmp_path_factory.mktemp("template") / "kvplan.duckdb"
+    Database(path).migrate()
+    return path
+
+
 @pytest.fixture
-def db(tmp_path) -> Database:
-    d = Database(tmp_path / "kvplan.duckdb")
-    d.migrate()
+def db(tmp_path: Path, migrated_template: Path) -> Database:
+    dst = tmp_path / "kvplan.duckdb"
+    shutil.copyfile(migrated_template, dst)
+    d = Database(dst)
+    d.migrate()  # a no-op on the copy: every migration is recorded as applied
     return d
 
 
