@@ -20,7 +20,8 @@ pytestmark = pytest.mark.prometheus
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([prometheus_bin("promtool"), *args], check=False, capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run([prometheus_bin("promtool"), *args], check=False, capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
 
 
 def test_the_rule_pack_passes_promtool_check_rules():
@@ -57,3 +58,53 @@ def test_the_unit_tests_fail_on_a_broken_rule(tmp_path, old, new):
     r = promtool("test", "rules", UNIT.name, cwd=tmp_path)
     assert r.returncode != 0, "the unit tests passed a broken rule pack"
     assert "FAILED" in r.stdout + r.stderr
+
+
+# -- the pack is generated from the catalog ---------------------------------------------------
+def test_the_checked_in_pack_is_what_kvplan_rules_prints():
+    from typer.testing import CliRunner
+
+    from kvplan.app.cli import app
+
+    r = CliRunner().invoke(app, ["rules"])
+    assert r.exit_code == 0, r.output
+    assert r.output == PACK.read_text(), "regenerate: kvplan rules > deploy/prometheus/rules/kvplan.rules.yml"
+
+
+def test_every_catalog_family_and_every_older_spelling_has_its_sums():
+    import yaml
+
+    from kvplan.collectors.prom_rules import EXTRA_SPELLINGS, metric_part
+    from kvplan.models.metrics.catalog import FAMILIES
+
+    records = {r["record"] for g in yaml.safe_load(PACK.read_text())["groups"] for r in g["rules"]}
+    for fam, typ in {**FAMILIES, **EXTRA_SPELLINGS}.items():
+        want = {"counter": [":increase1m"], "histogram": ["_bucket:increase1m", "_count:increase1m", "_sum:increase1m"],
+                "gauge": [":max1m", ":sum1m"]}[typ]
+        for w in want:
+            assert f"deployment_model:{metric_part(fam)}{w}" in records, (fam, w)
+    for name in ("vllm_engines:count1m", "sglang_engines:count1m", "lmcache_mp_servers:count1m"):
+        assert f"deployment_model:{name}" in records
+
+
+def test_kvplan_rules_regenerates_with_other_labels_and_as_a_prometheusrule(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from kvplan.app.cli import app
+
+    r = CliRunner().invoke(app, ["rules", "--per-engine-labels", "instance,hostname", "--delay", "3m"])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "x.yml").write_text(r.output)
+    assert promtool("check", "rules", "x.yml", cwd=tmp_path).returncode == 0
+    assert "sum without (instance, hostname) (" in r.output and "offset 3m" in r.output
+    assert "kvplan_delay: 3m" in r.output and "engine," not in r.output
+    r = CliRunner().invoke(app, ["rules", "--format", "prometheusrule", "--label", "release=kps"])
+    doc = yaml.safe_load(r.output)
+    assert doc["kind"] == "PrometheusRule" and doc["metadata"]["labels"] == {"release": "kps"}
+    def exprs(groups):
+        return [(r["record"], r["expr"].strip(), r["labels"]) for g in groups for r in g["rules"]]
+
+    assert exprs(doc["spec"]["groups"]) == exprs(yaml.safe_load(PACK.read_text())["groups"])
+    bad = CliRunner().invoke(app, ["rules", "--per-engine-labels", "le"])
+    assert bad.exit_code == 2 and "--per-engine-labels" in bad.output
