@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -210,6 +211,8 @@ def main() -> None:
     ap.add_argument("--step", default="5m", help="kvplan's ingestion step")
     ap.add_argument("--chunk", default="6h", help="kvplan's range per query and transaction")
     ap.add_argument("--workdir", type=Path, help="keep everything here (default: a temp dir, removed)")
+    ap.add_argument("--modes", help="compare nights instead: e.g. raw,query,rules (aggregated with query-time "
+                                    "sums, aggregated from the rule pack's outputs, backfilled by promtool)")
     args = ap.parse_args()
     if DAY % args.interval:
         sys.exit("--interval must divide a day")
@@ -221,7 +224,10 @@ def main() -> None:
         samples, _, _ = fill(work, args, t0)
         proc, url = start_prometheus(work)
         try:
-            run(work, args, url, start, samples)
+            if args.modes:
+                proc, url = nights(work, args, proc, url, start, samples)
+            else:
+                run(work, args, url, start, samples)
         finally:
             proc.terminate()
             proc.wait(30)
@@ -251,14 +257,15 @@ out = dict(rows=sum(rollup_day(db, 'bench', d0 + timedelta(days=i)) for i in ran
 sch.REPORT_MODULE = 'app.no_such_report'
 o = sch.Nightly(s, db).run_day(datetime.fromisoformat({last.isoformat()!r}).date())
 out = dict(rows=o.rows, errors=o.errors)""")
-    read = child(conf, f"""from concurrent.futures import ThreadPoolExecutor
-from kvplan.collectors.prometheus import PromClient, fetch_chunk, chunk_bounds
+    read = child(conf, f"""from kvplan.collectors.prometheus import PromClient, fetch_chunk, chunk_bounds, in_order
 from kvplan.collectors.settings import duration_s
 c = PromClient(s.prometheus); n = 0
 d0 = datetime.fromisoformat({(end - timedelta(days=1)).isoformat()!r}); d1 = datetime.fromisoformat({end.isoformat()!r})
-with ThreadPoolExecutor(s.prometheus.concurrency) as pool:
-    for a, b in chunk_bounds(d0, d1, s.prometheus.step_s(), int(duration_s(s.prometheus.chunk))):
-        n += fetch_chunk(c, s.deployments[0].prometheus_selector, a, b, int(duration_s(s.prometheus.lookback) * 1000), pool).n_raw
+lb = int(duration_s(s.prometheus.lookback) * 1000)
+bounds = list(chunk_bounds(d0, d1, s.prometheus.step_s(), int(duration_s(s.prometheus.chunk))))
+for ch in in_order(lambda a, b: fetch_chunk(c, s.deployments[0].prometheus_selector, a, b, lb), bounds,
+                   s.prometheus.max_concurrency):
+    n += ch.n_raw
 out = dict(raw=n)""")
     daily = compare_daily(work / "bench.duckdb", url, start, args.days)
     print(f"backfill  {args.days} days: {back['raw']:,} raw samples in {back['seconds']:.1f}s = "
@@ -274,6 +281,83 @@ out = dict(raw=n)""")
     print(f"daily     {args.days} days of hit rate + TTFT p50/p99: PromQL {p:.2f}s; kvplan from rollups {r:.3f}s "
           f"({r / p:.2f}x PromQL's time), from step increases {i:.2f}s ({i / p:.2f}x); "
           f"values agree: {daily['agree']} of {args.days} days")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def nights(work: Path, args, proc, url: str, start: datetime, samples: int):
+    """One night (the last day: ingest + rollups) per mode, each in its own process with its
+    peak RSS, and Prometheus's own CPU time answering it; the rule pack's outputs backfilled
+    first by promtool (Prometheus evaluating the pack over the day, timed the same way)."""
+    from kvplan.collectors.prom_rules import render
+
+    modes = args.modes.split(",")
+    d0 = start + timedelta(days=args.days - 1)
+    d1 = start + timedelta(days=args.days)
+    rows = []
+    if "rules" in modes:
+        (work / "kvplan.rules.yml").write_text(render())
+        c0, t = _cpu_s(proc.pid), time.perf_counter()
+        r = subprocess.run(["promtool", "tsdb", "create-blocks-from", "rules", f"--url={url}",
+                            f"--start={int(d0.timestamp())}", f"--end={int(d1.timestamp()) + 1800}",
+                            f"--output-dir={work / 'rule-blocks'}", str(work / "kvplan.rules.yml")],
+                           capture_output=True, text=True, check=False)
+        if r.returncode:
+            sys.exit(f"promtool create-blocks-from rules failed:\n{r.stderr[-2000:]}")
+        rows.append(("rule pack over the day (promtool backfill)", time.perf_counter() - t, None,
+                     _cpu_s(proc.pid) - c0, _hwm_mb(proc.pid), ""))
+        proc.terminate()
+        proc.wait(60)
+        for blk in (work / "rule-blocks").iterdir():
+            if blk.is_dir():
+                shutil.move(str(blk), str(work / "tsdb" / blk.name))
+        proc, url = start_prometheus(work)
+    lookback, gap = max(600, 3 * args.interval), max(300, 2 * args.interval)
+    rng = f"datetime.fromisoformat({d0.isoformat()!r}), datetime.fromisoformat({d1.isoformat()!r})"
+    values = {}
+    for mode in modes:
+        conf = work / f"kvplan-{mode}.toml"
+        extra = "" if mode == "raw" else f'prometheus_mode = "aggregated"\nprometheus_sums = "{mode}"\n'
+        conf.write_text(f'db = "{work / f"night-{mode}.duckdb"}"\n[prometheus]\nurl = "{url}"\nstep = "{args.step}"\n'
+                        f'chunk = "{args.chunk}"\nlookback = "{lookback}s"\ngap_after = "{gap}s"\ntimeout_s = 3600\n'
+                        f'[[deployments]]\nname = "bench"\nprometheus_selector = \'job=~"vllm|lmcache"\'\n{extra}')
+        c0 = _cpu_s(proc.pid)
+        o = child(conf, f"""from kvplan.collectors.prometheus import ingest_range
+from kvplan.collectors.scheduler import rollup_day
+from kvplan.app.data.window import stats
+r = ingest_range(db, s.prometheus, s.deployments[0], {rng})
+n = rollup_day(db, 'bench', datetime.fromisoformat({d0.isoformat()!r}).date())
+w = stats(db, 'bench', {rng})
+out = dict(points=r.raw_samples, rows=r.rows, failed=r.failed, hit=w.prefix_cache_hit_rate, prompt=w.prompt_tokens,
+           lm=w.lmcache_lookup_hit_rate, p50=[w.ttft_p50.lower, w.ttft_p50.upper], p99=[w.ttft_p99.lower, w.ttft_p99.upper])""")
+        values[mode] = o
+        rows.append((f"night, {mode}", o["seconds"], o["maxrss_mb"], _cpu_s(proc.pid) - c0, _hwm_mb(proc.pid),
+                     f"{o['points']:,} points read, {o['rows']:,} rows, {o['failed']} failed"))
+    print(f"{args.engines} engines, {args.interval}s scrapes, the last of {args.days} day(s): {samples:,} samples "
+          f"in Prometheus")
+    print(f"{'what':44s} {'wall s':>8s} {'kvplan RSS MB':>14s} {'Prometheus CPU s':>17s} {'Prom. RSS MB':>13s}")
+    for what, sec, rss, pcpu, prss, note in rows:
+        print(f"{what:44s} {sec:8.1f} {'' if rss is None else f'{rss:14.0f}':>14s} {pcpu:17.1f} {prss:13.0f}  {note}")
+    base = values.get("raw")
+    for mode, o in values.items():
+        if base is None or mode == "raw":
+            continue
+        rel = {k: (o[k] - base[k]) / base[k] for k in ("hit", "prompt", "lm") if base[k]}
+        print(f"{mode} vs raw: " + ", ".join(f"{k} {v:+.3%}" for k, v in rel.items())
+              + f"; TTFT p50 bucket {'same' if o['p50'] == base['p50'] else 'DIFFERENT'}, "
+              f"p99 bucket {'same' if o['p99'] == base['p99'] else 'DIFFERENT'}")
+    return proc, url
 
 
 def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:

@@ -29,121 +29,33 @@ Credentials go to the HTTP session only: never to DuckDB, logs or error messages
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 
 import numpy as np
 import pyarrow as pa
-import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
-from urllib3.util.retry import Retry
 
 from kvplan.collectors.parse import detect_kind
-from kvplan.collectors.prom_math import Raw, silent_stretches, step_gauges, step_increments
-from kvplan.collectors.relabel import model_label
-from kvplan.collectors.scrape import redact_url
+from kvplan.collectors.prom_client import PromClient, PromError, _iso
+from kvplan.collectors.prom_fleet import LOST, fetch_fleet_chunk, fleet_gaps, fleet_names, fleet_rows
+from kvplan.collectors.prom_math import Raw, silent_stretches
+from kvplan.collectors.prom_rows import Rows, build_rows, family_query, split_name, target_name
+from kvplan.collectors.prom_rules import RULE_STEP_S
 from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig, duration_s
-from kvplan.collectors.store import ensure_target, series_id
+from kvplan.collectors.store import ensure_target
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.redact import redact
-from kvplan.models.core.timeutil import aware_utc, from_epoch_ms, from_epoch_s, utcnow
+from kvplan.models.core.timeutil import aware_utc, from_epoch_ms, utcnow
 from kvplan.models.metrics.catalog import FAMILIES
 from kvplan.sql.db import Database
 
 log = logging.getLogger("kvplan.prometheus")
-
-_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-             "gauge": ("",)}
-_OWN_LABELS = ("__name__", "instance", "job", "model_name", "engine", "le")
-
-
-class PromError(KvplanError):
-    """A Prometheus query that failed; the message names the URL and the query."""
-
-
-def family_query(family: str, selector: str, range_s: int) -> str:
-    names = "|".join(family + s for s in _SUFFIXES[FAMILIES[family]])
-    sel = f",{selector}" if selector else ""
-    return f'{{__name__=~"{names}"{sel}}}[{range_s}s]'
-
-
-def split_name(name: str) -> tuple[str, str, bool]:
-    """(family, type, is_created) of a sample name kvplan asked for."""
-    for fam, typ in FAMILIES.items():
-        for suffix in _SUFFIXES[typ]:
-            if name == fam + suffix:
-                return fam, typ, suffix == "_created"
-    raise KeyError(name)
-
-
-class PromClient:
-    """Range-vector instant queries with the configured auth and TLS. ``str()`` and every
-    error show the URL without credentials."""
-
-    def __init__(self, cfg: PrometheusConfig):
-        if not cfg.url:
-            raise PromError("no Prometheus URL configured (prometheus.url / KVPLAN_PROMETHEUS__URL)")
-        self.url = cfg.url.rstrip("/")
-        self.safe_url = redact_url(self.url)
-        self.timeout_s = cfg.timeout_s
-        session = requests.Session()
-        session.verify = cfg.ca_file if cfg.ca_file else cfg.verify_tls
-        headers = {}
-        if cfg.bearer_token is not None:
-            headers["Authorization"] = f"Bearer {cfg.bearer_token.get_secret_value()}"
-        auth = (cfg.username, cfg.password.get_secret_value() if cfg.password else "") if cfg.username else None
-        # a query that timed out is not retried (it would time out again); refused
-        # connections and 429/5xx answers are
-        retry = Retry(total=cfg.retries, read=False, backoff_factor=0.5, status_forcelist=(429, 500, 502, 503, 504),
-                      allowed_methods=("GET", "POST"), raise_on_status=False)
-        self._api = PrometheusConnect(self.url, headers=headers, auth=auth, retry=retry, session=session,
-                                      timeout=cfg.timeout_s, method="POST")
-
-    def __repr__(self) -> str:
-        return f"PromClient({self.safe_url})"
-
-    def range_vector(self, query: str, at: float) -> list[dict]:
-        """The raw samples of a range-vector query evaluated at unix time ``at``."""
-        where = f"{self.safe_url}/api/v1/query {query!r} at {_iso(at)}"
-        try:
-            result = self._api.custom_query(query, params={"time": f"{at:.3f}"})
-        except requests.Timeout:
-            raise PromError(f"{where}: no answer within {self.timeout_s:g}s (timeout)") from None
-        except (ValueError, KeyError, TypeError) as e:  # not JSON, or JSON without data.result
-            raise PromError(f"{where}: malformed response ({type(e).__name__}: {_short(e)})") from None
-        except requests.ConnectionError as e:
-            raise PromError(f"{where}: cannot connect ({_errno(e)})") from None
-        except requests.RequestException as e:
-            raise PromError(f"{where}: {type(e).__name__}: {_short(e)}") from None
-        except PrometheusApiClientException as e:
-            raise PromError(f"{where}: {_short(e)}") from None
-        if not isinstance(result, list) or not all(
-                isinstance(r, dict) and isinstance(r.get("metric"), dict) and isinstance(r.get("values"), list)
-                for r in result):
-            raise PromError(f"{where}: malformed response (expected a matrix of series with 'values')")
-        return result
-
-
-def _errno(e: Exception) -> str:
-    """The OS reason inside requests' long ConnectionError text (which repeats the query)."""
-    m = re.search(r"\[Errno -?\d+\][^'\")]*", str(e))
-    return m.group(0).strip() if m else _short(e, 200)
-
-
-def _short(e: Exception, n: int = 300) -> str:
-    s = str(e)
-    return s if len(s) <= n else s[:n] + "..."
-
-
-def _iso(t: float) -> str:
-    return from_epoch_s(t).isoformat().replace("+00:00", "Z")
-
 
 # -- one chunk ---------------------------------------------------------------------------
 @dataclass
@@ -160,110 +72,34 @@ class Chunk:
         return sum(int(((s.t > self.t0) & (s.t <= self.t1)).sum()) for s in self.series)
 
 
-def fetch_chunk(client: PromClient, selector: str, t0: int, t1: int, lookback: int,
-                pool: ThreadPoolExecutor) -> Chunk:
-    """Every family's raw samples in [t0 - lookback, t1] (ms). A failed query fails the chunk."""
+def fetch_chunk(client: PromClient, selector: str, t0: int, t1: int, lookback: int) -> Chunk:
+    """Every family's raw samples in [t0 - lookback, t1] (ms), one family query after the
+    other, each decoded as a stream. A failed query fails the chunk."""
     range_s = math.ceil((t1 - t0 + lookback) / 1000)
-    queries = [family_query(f, selector, range_s) for f in FAMILIES]
     chunk = Chunk(t0, t1)
     try:
-        for result in pool.map(lambda q: client.range_vector(q, t1 / 1000), queries):
-            chunk.series.extend(Raw.from_result(r) for r in result)
+        for f in FAMILIES:
+            chunk.series.extend(client.range_vector(family_query(f, selector, range_s), t1 / 1000))
     except PromError as e:
         chunk.series, chunk.error = [], redact(str(e))
     return chunk
 
 
-def target_name(labels: dict[str, str]) -> str:
-    return "/".join(x for x in (labels.get("job"), labels.get("instance")) if x) or "(no job/instance)"
-
-
-def _rest(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in labels.items() if k not in _OWN_LABELS))
-
-
-def _le(labels: dict[str, str]) -> float | None:
-    return float(labels["le"]) if "le" in labels else None
-
-
-def _created_index(series: list[Raw]) -> dict[tuple, Raw]:
-    out = {}
-    for s in series:
-        fam, _, is_created = split_name(s.name)
-        if is_created:
-            out[(target_name(s.labels), fam, tuple(sorted((k, v) for k, v in s.labels.items()
-                                                          if k not in ("__name__", "le"))))] = s
-    return out
-
-
-def _created_at(c: Raw | None, t: np.ndarray) -> np.ndarray:
-    """The _created value (ms) in force at each time of ``t`` (the latest at or before it)."""
-    if c is None or c.t.size == 0:
-        return np.full(t.shape, np.nan)
-    i = np.searchsorted(c.t, t, side="right") - 1
-    return np.where(i >= 0, c.v[np.maximum(i, 0)] * 1000.0, np.nan)
-
-
-@dataclass
-class Rows:
-    """Column lists of one chunk, ready for Arrow."""
-
-    series: dict[str, list] = field(default_factory=lambda: {k: [] for k in (
-        "series_id", "target_id", "name", "family", "type", "model_name", "engine", "le", "labels")})
-    inc: dict[str, list] = field(default_factory=lambda: {k: [] for k in (
-        "series_id", "ts", "delta", "pairs", "resets")})
-    gauge: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("series_id", "ts", "value")})
-    far: int = 0  # pairs of samples further apart than lookback: not counted
-
-
-def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: int) -> Rows:
-    rows = Rows()
-    created = _created_index(chunk.series)
-    # when each target was scraped, as far as this chunk's series show: a counter absent from
-    # one of its target's scrapes and present in the next was 0 at the earlier one (LMCache MP
-    # exposes counters only after their first increment, without _created); the same rule as
-    # migration 006 applies to direct scrapes
-    scraped: dict[str, np.ndarray] = {}
-    for s in chunk.series:
-        scraped.setdefault(target_name(s.labels), []).append(s.t)
-    scraped = {k: np.unique(np.concatenate(v)) for k, v in scraped.items()}
-    for s in chunk.series:
-        fam, typ, is_created = split_name(s.name)
-        if is_created:
-            continue
-        tname = target_name(s.labels)
-        rest = _rest(s.labels)
-        sid = series_id(target_ids[tname], s.name, model_label(s.labels.get("model_name")), s.labels.get("engine"),
-                        _le(s.labels), rest)
-        if typ == "gauge":
-            ends, vals = step_gauges(s.t, s.v, chunk.t0, chunk.t1, step)
-            if ends.size == 0:
-                continue
-            rows.gauge["series_id"].append(np.full(ends.size, sid, dtype=np.int64))
-            rows.gauge["ts"].append(ends)
-            rows.gauge["value"].append(vals)
-        else:
-            key = (tname, fam, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("__name__", "le"))))
-            t, v = s.t, s.v
-            times = scraped[tname]
-            k = int(np.searchsorted(times, t[0])) - 1 if t.size else -1
-            if k >= 0:  # born after the target's scrape at times[k]
-                t, v = np.concatenate([times[k:k + 1], t]), np.concatenate([[0.0], v])
-            cr = _created_at(created.get(key), t)
-            ends, delta, pairs, resets, far = step_increments(t, v, cr, chunk.t0, chunk.t1, step, lookback)
-            rows.far += far
-            if ends.size == 0:
-                continue
-            for k, arr in (("series_id", np.full(ends.size, sid, dtype=np.int64)), ("ts", ends),
-                           ("delta", delta), ("pairs", pairs), ("resets", resets)):
-                rows.inc[k].append(arr)
-        se = rows.series
-        for k, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", s.name), ("family", fam),
-                       ("type", typ), ("model_name", model_label(s.labels.get("model_name"))),
-                       ("engine", s.labels.get("engine")), ("le", _le(s.labels)),
-                       ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
-            se[k].append(val)
-    return rows
+def in_order(fetch: Callable[[int, int], Chunk], bounds: list[tuple[int, int]], in_flight: int) -> Iterator:
+    """``fetch`` of every chunk, at most ``in_flight`` running at once, yielded in order: the
+    chunks wait to be written at most ``in_flight`` deep, so memory is bounded by that many
+    chunks, not by the range."""
+    with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="prom-chunk") as pool:
+        pending: deque = deque()
+        it = iter(bounds)
+        for b in islice(it, in_flight):
+            pending.append(pool.submit(fetch, *b))
+        while pending:
+            ch = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(fetch, *nxt))
+            yield ch
 
 
 def _cat(parts: list, dtype) -> np.ndarray:
@@ -279,7 +115,7 @@ def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps
     """Replace whatever (t0, t1] held for this deployment with this chunk, in one
     transaction. A failed chunk keeps an earlier successful ingestion of the range."""
     t0, t1 = from_epoch_ms(chunk.t0), from_epoch_ms(chunk.t1)
-    span = dict(deployment_id=dep_id, t_from=t0, t_to=t1)
+    span = {"deployment_id": dep_id, "t_from": t0, "t_to": t1}
     with db.write() as con:
         if chunk.error is not None:
             if Database.run(con, "chunk_ingested_ok", **span).fetchone()[0]:
@@ -337,6 +173,13 @@ class IngestResult:
     gaps: int = 0
     far_pairs: int = 0  # increases not counted: samples further apart than lookback
     errors: list[str] = field(default_factory=list)
+    mode: str = "raw"
+    engines_max: int = 0  # aggregated: most engines reporting in one step
+
+    @property
+    def lost(self) -> str | None:
+        """What this ingestion leaves out (aggregated mode), for the CLI and logs."""
+        return None if self.mode == "raw" else LOST
 
     @property
     def rows(self) -> int:
@@ -353,15 +196,20 @@ def chunk_bounds(t_from: datetime, t_to: datetime, step_s: int, chunk_s: int) ->
         a = min(b, (a // size + 1) * size)
 
 
-def _ensure_targets(db: Database, deployment: str, series: list[Raw]) -> tuple[int, dict[str, int]]:
+def _raw_targets(series: list[Raw]) -> dict[str, tuple[str, dict]]:
     by_target: dict[str, tuple[dict, dict]] = {}
     for s in series:
         fams = by_target.setdefault(target_name(s.labels), ({}, s.labels))[0]
         fams[split_name(s.name)[0]] = ""
+    return {name: (detect_kind(fams) or "unknown", labels) for name, (fams, labels) in by_target.items()}
+
+
+def _ensure_targets(db: Database, deployment: str, targets: dict[str, tuple[str, dict]]) -> tuple[int, dict[str, int]]:
+    """Targets (name -> kind, labels holding job/instance) and the deployment, created as needed."""
     ids = {}
     with db.write() as con:
-        for name, (fams, labels) in by_target.items():
-            ids[name] = ensure_target(con, deployment, name, detect_kind(fams) or "unknown", None)
+        for name, (kind, labels) in targets.items():
+            ids[name] = ensure_target(con, deployment, name, kind, None)
             if Database.run(con, "scraped_target", target_id=ids[name]).fetchone()[0]:
                 raise KvplanError(f"deployment {deployment!r}: target {name!r} already holds direct scrapes; "
                                  "ingest Prometheus data into another deployment")
@@ -376,55 +224,86 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
                  t_to: datetime, *, step: str | None = None, chunk: str | None = None,
                  client: PromClient | None = None,
                  on_chunk: Callable[[int, int, IngestResult], None] | None = None) -> IngestResult:
-    """Ingest (t_from, t_to] of one deployment, chunk by chunk. Safe to re-run."""
+    """Ingest (t_from, t_to] of one deployment, chunk by chunk, ``prometheus.max_concurrency``
+    chunks fetched at once (written in order, one transaction each). Safe to re-run; a range
+    re-ingested in the other mode replaces what the first wrote."""
     step_s = int(duration_s(step or cfg.step))
     chunk_s = int(duration_s(chunk or cfg.chunk))
     if chunk_s % step_s:
         raise KvplanError(f"chunk {chunk or cfg.chunk} is not a multiple of step {step or cfg.step}", source="--chunk")
+    aggregated = deployment.prometheus_mode == "aggregated"
+    if aggregated and deployment.prometheus_sums == "rules" and step_s % RULE_STEP_S:
+        raise KvplanError(f"step {step or cfg.step} is not a multiple of the rule pack's minute "
+                          f"(deployments[{deployment.name}].prometheus_sums = \"rules\")", source="--step")
     lookback, gap_after = int(duration_s(cfg.lookback) * 1000), int(duration_s(cfg.gap_after) * 1000)
     client = client or PromClient(cfg)
-    res = IngestResult(deployment.name, t_from, t_to)
+    res = IngestResult(deployment.name, t_from, t_to, mode=_mode(deployment))
     bounds = list(chunk_bounds(t_from, t_to, step_s, chunk_s))
+    if aggregated:
+        def fetch(a: int, b: int):
+            return fetch_fleet_chunk(client, deployment, step_s, lookback // 1000, a, b)
+    else:
+        def fetch(a: int, b: int):
+            return fetch_chunk(client, deployment.prometheus_selector, a, b, lookback)
     seen: set[str] = set()
-    with ThreadPoolExecutor(cfg.concurrency) as pool:
-        for i, (t0, t1) in enumerate(bounds):
-            ch = fetch_chunk(client, deployment.prometheus_selector, t0, t1, lookback, pool)
-            dep_id, ids = _ensure_targets(db, deployment.name, ch.series)
-            gaps: list[tuple] = []
-            if ch.error is None:
-                times: dict[str, list] = {}
-                for s in ch.series:
-                    times.setdefault(target_name(s.labels), []).append(s.t)
-                for tname in sorted(seen | times.keys()):
-                    ts = np.concatenate(times.get(tname, [np.array([], np.int64)]))
-                    for a, b in silent_stretches(ts, t0, t1, gap_after, tname in seen):
-                        gaps.append((tname, a, b, "no samples in Prometheus (target down or not scraped)"))
-                if not ch.series:
-                    gaps.append((None, t0, t1, f"no series matched {{{deployment.prometheus_selector}}} "
-                                               f"at {client.safe_url}"))
-                seen |= times.keys()
+    for i, ch in enumerate(in_order(fetch, bounds, cfg.max_concurrency)):
+        targets = fleet_names(ch) if aggregated else _raw_targets(ch.series)
+        dep_id, ids = _ensure_targets(db, deployment.name, targets)
+        gaps: list[tuple] = []
+        rows = None
+        if ch.error is None:
+            if aggregated:
+                rows = Rows()
+                engine_steps = fleet_rows(ch, ids, rows)
+                gaps += fleet_gaps(engine_steps, seen, ch.t0, ch.t1, step_s * 1000, gap_after)
+                seen |= engine_steps.keys()
+                res.engines_max = max([res.engines_max] + [int(v.max()) for q, r in ch.parts
+                                       if q.family.startswith("kvplan:") and q.kind != "lmcache_mp"
+                                       for v in (r.v,) if v.size])
+            else:
+                gaps += _silent(ch, seen, gap_after)
                 rows = build_rows(ch, ids, step_s * 1000, lookback)
                 res.far_pairs += rows.far
-            else:
-                rows = None
-                res.failed += 1
-                res.errors.append(ch.error)
-                log.error("deployment %s: chunk %s..%s failed: %s", deployment.name, _iso(t0 / 1000),
-                          _iso(t1 / 1000), ch.error)
-            n_inc, n_g = write_chunk(db, dep_id, ch, rows, gaps, step_s, deployment.prometheus_selector)
-            res.chunks += 1
-            res.raw_samples += ch.n_raw
-            res.increments += n_inc
-            res.gauges += n_g
-            res.gaps += len(gaps) + (ch.error is not None)
-            if on_chunk:
-                on_chunk(i + 1, len(bounds), res)
+            if not ch.series:
+                gaps.append((None, ch.t0, ch.t1, f"no series matched {{{deployment.prometheus_selector}}} at "
+                                                 f"{client.safe_url}" + (" (aggregated)" if aggregated else "")))
+        else:
+            res.failed += 1
+            res.errors.append(ch.error)
+            log.error("deployment %s: chunk %s..%s failed: %s", deployment.name, _iso(ch.t0 / 1000),
+                      _iso(ch.t1 / 1000), ch.error)
+        n_inc, n_g = write_chunk(db, dep_id, ch, rows, gaps, step_s, deployment.prometheus_selector)
+        res.chunks += 1
+        res.raw_samples += ch.n_raw
+        res.increments += n_inc
+        res.gauges += n_g
+        res.gaps += len(gaps) + (ch.error is not None)
+        if on_chunk:
+            on_chunk(i + 1, len(bounds), res)
     if res.far_pairs:
         log.warning("deployment %s: %d increases not counted because consecutive samples were more than "
                     "prometheus.lookback (%s) apart; if Prometheus scrapes less often than that, raise "
                     "lookback (and gap_after) above the scrape interval", deployment.name, res.far_pairs,
                     cfg.lookback)
     return res
+
+
+def _mode(d: DeploymentConfig) -> str:
+    return "raw" if d.prometheus_mode == "raw" else f"aggregated ({d.prometheus_sums})"
+
+
+def _silent(ch: Chunk, seen: set[str], gap_after: int) -> list[tuple]:
+    """Targets silent for longer than gap_after in the chunk; ``seen`` grows by its targets."""
+    times: dict[str, list] = {}
+    for s in ch.series:
+        times.setdefault(target_name(s.labels), []).append(s.t)
+    gaps = []
+    for tname in sorted(seen | times.keys()):
+        ts = np.concatenate(times.get(tname, [np.array([], np.int64)]))
+        for a, b in silent_stretches(ts, ch.t0, ch.t1, gap_after, tname in seen):
+            gaps.append((tname, a, b, "no samples in Prometheus (target down or not scraped)"))
+    seen |= times.keys()
+    return gaps
 
 
 def ingest_window(t_from: datetime, t_to: datetime) -> tuple[datetime, datetime]:

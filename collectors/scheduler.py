@@ -91,6 +91,11 @@ def logged_run(db: Database, job: str, *, deployment: str | None = None, day: da
 
 
 # -- direct scrapes --------------------------------------------------------------------------
+TARGETS_PER_CORE_AT_15S = 80
+"""vLLM targets (a 749-sample recorded payload) one core scrapes, parses and stores every 15 s:
+measured by bench/scrape_bench.py on this project's 2-core machine under load (about 175 ms of
+kvplan CPU per scrape). Threads do not add cores (the parse holds the GIL): past this many per
+core, Prometheus should scrape (``kvplan config check`` says so)."""
 class Scraper:
     """Scrape rounds over every configured target, concurrently."""
 

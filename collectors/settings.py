@@ -21,6 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -38,6 +39,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from kvplan.collectors.prom_rules import PER_ENGINE_LABELS
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.redact import register_secret
 from kvplan.models.inputs.deployment import DeploymentFacts
@@ -129,6 +131,19 @@ class DeploymentConfig(BaseModel):
     prometheus_selector: str = Field(
         default="", description="PromQL label matchers picking this deployment's series in Prometheus, "
                                 "e.g. job=\"vllm\",namespace=\"prod\". Empty: not ingested from Prometheus.")
+    prometheus_mode: Literal["raw", "aggregated"] = Field(
+        default="raw", description="raw: every engine's raw samples, exact per series (default; small fleets, and "
+                                   "checking). aggregated: per-step sums across the engines by deployment, model and "
+                                   "bucket, computed by Prometheus, stored as one fleet target per engine kind and "
+                                   "model (per-engine detail and exact restart handling inside a step are lost).")
+    prometheus_sums: Literal["query", "rules"] = Field(
+        default="query", description="Aggregated mode: where the sums come from. query: PromQL at ingestion time "
+                                     "(Prometheus reads every raw sample then); rules: the outputs of "
+                                     "deploy/prometheus/rules/kvplan.rules.yml (needs step a multiple of 1m).")
+    prometheus_per_engine_labels: list[str] = Field(
+        default_factory=lambda: list(PER_ENGINE_LABELS),
+        description="Aggregated query mode: labels summed away (what tells one engine from another); every "
+                    "other label is kept. The rule pack's are fixed when it is generated (kvplan rules).")
     gpus: int | None = Field(default=None, ge=1, le=100_000,
                              description="GPUs currently serving this deployment (for capacity); default: the "
                                          "vLLM engines seen x gpus_per_engine.")
@@ -144,6 +159,16 @@ class DeploymentConfig(BaseModel):
                                   "model_layers, hidden_size, assumed_prefill_mfu, lmcache_chunk_tokens.")
 
     _sel = field_validator("prometheus_selector")(check_selector)
+
+    @field_validator("prometheus_per_engine_labels")
+    @classmethod
+    def _label_names(cls, v: list[str]) -> list[str]:
+        bad = [x for x in v if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", x)]
+        if bad:
+            raise ValueError(f"{bad}: not Prometheus label names")
+        if {"model_name", "le"} & set(v):
+            raise ValueError("model_name and le are what the sums are split by; they cannot be summed away")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -205,7 +230,10 @@ class PrometheusConfig(BaseModel):
     timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds before one Prometheus query is abandoned.")
     retries: int = Field(default=2, ge=0, le=10, description="Retries of a query that failed with a connection error "
                                                       "or HTTP 429/5xx.")
-    concurrency: int = Field(default=4, ge=1, le=64, description="Queries in flight at once.")
+    max_concurrency: int = Field(default=4, ge=1, le=64,
+                                 validation_alias=AliasChoices("max_concurrency", "concurrency"),
+                                 description="Chunks fetched at once (each its queries one after another); "
+                                             "peak memory is about this many chunks (old name: concurrency).")
     verify_tls: bool = Field(default=True, description="Verify the server's TLS certificate.")
     ca_file: str | None = Field(default=None, description="CA bundle for a private TLS certificate.")
     username: str | None = Field(default=None, description="Basic-auth user (password from the environment).")

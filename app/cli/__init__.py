@@ -2,7 +2,8 @@
 file and are registered here (each wrapped by ``common.user_errors``: an error the user can
 act on ends the command with its message and exit code 2, never a traceback).
 
-collectors -> DuckDB: ``import-metrics``, ``scrape``, ``ingest``, ``collect``, ``pilot``, ``config check``
+collectors -> DuckDB: ``import-metrics``, ``scrape``, ``ingest``, ``collect``, ``pilot``, ``config check``;
+                      ``rules`` (the recording-rule pack for Prometheus)
 DuckDB -> models:     ``stats``, ``plan``, ``report``, ``whatif`` (after ``import-trace``)
 the dashboard:        ``dashboard``, ``demo``; development: ``stack`` (deploy/local)
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from kvplan.app.cli import collect, dashboard, demo, metrics, plan, report, whatif, workload
+from kvplan.app.cli import collect, dashboard, demo, metrics, plan, report, rules, whatif, workload
 from kvplan.app.cli.common import user_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -23,7 +24,8 @@ stack_app = typer.Typer(no_args_is_help=True,
 for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.scrape), ("stats", metrics.stats),
                  ("ingest", collect.ingest), ("collect", collect.collect), ("pilot", workload.pilot),
                  ("plan", plan.plan), ("report", report.report), ("dashboard", dashboard.dashboard),
-                 ("demo", demo.demo), ("import-trace", whatif.import_trace), ("whatif", whatif.whatif)):
+                 ("demo", demo.demo), ("import-trace", whatif.import_trace), ("whatif", whatif.whatif),
+                 ("rules", rules.rules)):
     app.command(name)(user_errors(fn))
 config_app.command("check")(user_errors(collect.config_check))
 for name, fn in (("up", demo.stack_up), ("down", demo.stack_down), ("status", demo.stack_status)):

@@ -83,8 +83,12 @@ def ingest(
             res = ingest_range(database, s.prometheus, dep, t0, t1, step=step, chunk=chunk, on_chunk=tick)
             run.rows, run.errors, run.notes = res.rows, res.failed, res.errors[:3]
     gaps = database.fetch("ingest_gaps", deployment=deployment, t_from=t0, t_to=t1)
-    out.print(f"{deployment}: {res.chunks} chunks ({res.failed} failed), {res.raw_samples} raw samples -> "
-              f"{res.increments} step increases + {res.gauges} gauge values", highlight=False)
+    what = "raw samples" if res.lost is None else "per-step sums"
+    out.print(f"{deployment}: {res.chunks} chunks ({res.failed} failed), {res.raw_samples} {what} -> "
+              f"{res.increments} step increases + {res.gauges} gauge values [{res.mode}]", highlight=False)
+    if res.lost is not None:
+        out.print(f"{res.lost}; at most {res.engines_max} engines reported in one step", highlight=False,
+                  soft_wrap=True)
     if res.far_pairs:
         err.print(f"[yellow]warning:[/yellow] {res.far_pairs} increases not counted: consecutive samples more than "
                   f"prometheus.lookback ({s.prometheus.lookback}) apart; raise lookback above the scrape interval",
@@ -149,6 +153,23 @@ def collect(
         raise typer.Exit(1)
 
 
+def _scrape_capacity(s) -> None:
+    """Say where direct scraping should hand over to Prometheus (bench/scrape_bench.py)."""
+    import os
+
+    from kvplan.collectors.scheduler import TARGETS_PER_CORE_AT_15S
+
+    n = sum(len(d.targets) for d in s.deployments)
+    cores = os.cpu_count() or 1
+    can = int(TARGETS_PER_CORE_AT_15S * cores * s.schedule.scrape_interval_s / 15)
+    if n > can:
+        err.print(f"[yellow]warning:[/yellow] {n} direct targets every {s.schedule.scrape_interval_s:g}s: one core "
+                  f"parses and stores about {TARGETS_PER_CORE_AT_15S} vLLM targets per 15 s (measured, "
+                  f"bench/scrape_bench.py), so this machine ({cores} cores) keeps up with about {can}. Past that, "
+                  "let Prometheus scrape the engines and ingest with prometheus_selector "
+                  "(prometheus_mode = \"aggregated\" for fleets).", highlight=False, soft_wrap=True)
+
+
 def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     """Validate the configuration (TOML + KVPLAN_* environment + secret files); errors name the key."""
     from kvplan.collectors.scrape import redact_url
@@ -159,7 +180,15 @@ def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
               f"{sum(len(d.targets) for d in s.deployments)} direct target(s)", highlight=False)
     for d in s.deployments:
         sel = f", Prometheus selector {{{d.prometheus_selector}}}" if d.prometheus_selector else ""
-        out.print(f"  {d.name}: {len(d.targets)} target(s){sel}", highlight=False)
+        mode = "" if not d.prometheus_selector else (
+            ", raw samples (exact)" if d.prometheus_mode == "raw" else
+            f", aggregated ({'rule pack outputs' if d.prometheus_sums == 'rules' else 'query-time sums'}): "
+            "one fleet target per engine kind and model, no per-engine detail")
+        out.print(f"  {d.name}: {len(d.targets)} target(s){sel}{mode}", highlight=False, soft_wrap=True)
+        if d.prometheus_mode == "aggregated" and d.prometheus_sums == "rules" and p.step_s() % 60:
+            err.print(f"[yellow]warning:[/yellow] {d.name}: prometheus.step {p.step} is not a multiple of the rule "
+                      "pack's minute; ingestion will refuse it", highlight=False, soft_wrap=True)
+    _scrape_capacity(s)
     secrets = [n for n, v in (("bearer token", p.bearer_token), ("password", p.password)) if v is not None]
     out.print(f"  prometheus: {redact_url(p.url) if p.url else 'not configured'}, step {p.step}, chunk {p.chunk}"
               + (f", {' and '.join(secrets)} set" if secrets else ""), highlight=False)

@@ -142,7 +142,8 @@ GROUP BY ALL;
 
 -- name: dashboard_engines
 -- vLLM engines (target x engine index) of targets with data in a window: an ok scrape inside
--- it, or a successful Prometheus chunk overlapping it. Reads no raw samples.
+-- it, or a successful Prometheus chunk overlapping it. Reads no raw samples (a fleet target's
+-- engines-reporting gauge, one sample per step, excepted).
 WITH live AS (
     SELECT DISTINCT sc.target_id
     FROM scrapes sc JOIN targets t ON t.target_id = sc.target_id
@@ -158,6 +159,16 @@ WITH live AS (
 SELECT DISTINCT t.name AS target, se.engine
 FROM series se JOIN targets t ON t.target_id = se.target_id
 WHERE t.kind = 'vllm' AND se.engine IS NOT NULL AND t.target_id IN (SELECT target_id FROM live)
+UNION ALL
+-- a fleet target (aggregated ingestion) counts the most engines that reported in one step
+SELECT f.target, CAST(r.i AS VARCHAR) AS engine
+FROM (SELECT t.name AS target, CAST(max(sa.value) AS BIGINT) AS n
+      FROM samples sa JOIN series se ON se.series_id = sa.series_id
+      JOIN targets t ON t.target_id = se.target_id
+      JOIN deployments d ON d.deployment_id = t.deployment_id
+      WHERE d.name = $deployment AND se.name = 'kvplan:vllm_engines' AND sa.ts > $t_from AND sa.ts <= $t_to
+      GROUP BY t.name) f
+CROSS JOIN range(f.n) AS r(i)
 ORDER BY 1, 2;
 
 -- name: dashboard_topology
@@ -168,9 +179,16 @@ WITH sc AS (
            max(sc.ts) FILTER (WHERE sc.ok) AS last_ok
     FROM scrapes sc WHERE sc.ts BETWEEN $t_from AND $t_to
     GROUP BY 1
+),
+fe AS (  -- fleet targets (aggregated ingestion): the most engines reporting in one step
+    SELECT se.target_id, CAST(max(sa.value) AS BIGINT) AS n
+    FROM samples sa JOIN series se ON se.series_id = sa.series_id
+    WHERE se.name IN ('kvplan:vllm_engines', 'kvplan:sglang_engines') AND sa.ts BETWEEN $t_from AND $t_to
+    GROUP BY 1
 )
 SELECT t.name AS target, t.kind, t.url,
-       count(DISTINCT se.engine) FILTER (WHERE se.engine IS NOT NULL) AS engines,
+       greatest(count(DISTINCT se.engine) FILTER (WHERE se.engine IS NOT NULL),
+                coalesce(any_value(fe.n), 0)) AS engines,
        string_agg(DISTINCT se.model_name, ', ' ORDER BY se.model_name) AS models,
        bool_or(se.family = 'vllm:external_prefix_cache_queries') AS kv_connector,
        coalesce(any_value(sc.ok), 0) AS scrapes_ok, coalesce(any_value(sc.failed), 0) AS scrapes_failed,
@@ -179,6 +197,7 @@ FROM targets t
 JOIN deployments d ON d.deployment_id = t.deployment_id
 LEFT JOIN series se ON se.target_id = t.target_id
 LEFT JOIN sc ON sc.target_id = t.target_id
+LEFT JOIN fe ON fe.target_id = t.target_id
 WHERE d.name = $deployment
 GROUP BY t.name, t.kind, t.url
 ORDER BY t.name;

@@ -7,10 +7,19 @@ WITH i AS (
     SELECT se.target_id, i.t_start, i.t_end, se.name, se.le, se.engine, se.labels, i.delta, i.reset
     FROM interval_increments($deployment, $t_from, $t_to, $model, $names) i
     JOIN series se ON se.series_id = i.series_id
+),
+fe AS (  -- fleet targets (aggregated ingestion): engines reporting in each step
+    SELECT se.target_id, sa.ts, max(sa.value) AS n
+    FROM samples sa JOIN series se ON se.series_id = sa.series_id
+    JOIN targets t ON t.target_id = se.target_id
+    JOIN deployments d ON d.deployment_id = t.deployment_id
+    WHERE d.name = $deployment AND se.name = 'kvplan:vllm_engines' AND sa.ts > $t_from AND sa.ts <= $t_to
+      AND ($model IS NULL OR se.model_name = $model)
+    GROUP BY 1, 2
 )
 SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
-       count(DISTINCT coalesce(i.engine, '')) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count')
-           AS engines,
+       greatest(count(DISTINCT coalesce(i.engine, '')) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count'),
+                CAST(coalesce(max(fe.n), 0) AS BIGINT)) AS engines,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count') AS requests,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_sum') AS prefill_seconds,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_kv_computed_tokens_sum') AS computed_tokens,
@@ -30,6 +39,7 @@ SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
        bool_or(i.reset) AS reset
 FROM i
 JOIN targets t ON t.target_id = i.target_id
+LEFT JOIN fe ON fe.target_id = i.target_id AND fe.ts = i.t_end
 GROUP BY t.name, t.kind, i.t_end
 ORDER BY i.t_end, t.name;
 

@@ -1,0 +1,183 @@
+"""Aggregated ingestion: the per-step sums across a deployment's engines, as one "fleet" target
+per engine kind and model (``prometheus_mode = "aggregated"``).
+
+Per chunk (t0, t1] kvplan asks, for every family of ``collectors.prom_rules.queries`` (the
+catalog plus older spellings), either
+
+* ``prometheus_sums = "query"``: the sums themselves, one ``query_range`` per sample name
+  evaluated at every step end (Prometheus does the per-series work), or
+* ``prometheus_sums = "rules"``: the raw samples of the rule pack's outputs
+  (``deployment_model:*``), each covering the minute that ended ``kvplan_delay`` before its
+  timestamp, added up into kvplan's steps (a multiple of the minute),
+
+and stores them in the same tables as raw ingestion: counters and buckets in
+``prom_increments`` (one pair per step), each gauge's max over the engines in ``samples``, and
+the engines (servers) reporting per step as the gauge ``kvplan:vllm_engines`` (and
+``kvplan:sglang_engines``, ``kvplan:lmcache_mp_servers``) that the prefill fit, the replica
+check and the GPU count read. What is lost against raw mode: every per-engine series (targets,
+engines and nodes show as fleets), and exact restart handling inside a step (a restart's or a
+new series' value before its first sample in a step is not counted; ``_created`` is not read).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvplan.collectors.prom_math import Raw, silent_stretches
+from kvplan.collectors.prom_rules import DELAY_LABEL, RULE_STEP_S, Query, Window, queries
+from kvplan.collectors.prom_stream import stream_matrix
+from kvplan.collectors.relabel import model_label
+from kvplan.collectors.store import series_id
+from kvplan.models.core.redact import redact
+
+LOST = ("aggregated: per-engine series are not kept (one fleet target per engine kind and model), and a "
+        "restart's or a new series' count before its first sample in a step is not counted")
+"""What an aggregated ingestion says it leaves out (CLI, ledger)."""
+_DROP = ("__name__", "job", "model_name", "le", DELAY_LABEL)
+_DUR = re.compile(r"^(\d+)(s|m|h)$")
+
+
+def fleet_target(kind: str, model: str | None) -> str:
+    return f"fleet/{kind}" + (f"/{model}" if model else "")
+
+
+@dataclass
+class FleetChunk:
+    """What one chunk (t0, t1] of sums produced (times in ms, values per step end)."""
+
+    t0: int
+    t1: int
+    parts: list[tuple[Query, Raw]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def n_raw(self) -> int:
+        return sum(int(r.t.size) for _, r in self.parts)
+
+    @property
+    def series(self) -> list[Raw]:
+        return [r for _, r in self.parts]
+
+
+def fetch_sums(client, qs: list[Query], t0: int, t1: int, step_s: int) -> FleetChunk:
+    """Query-time sums: one query_range per sample name, at every step end in (t0, t1]."""
+    from kvplan.collectors.prom_client import PromError, _iso
+
+    ch = FleetChunk(t0, t1)
+    form = {"start": f"{(t0 + step_s * 1000) / 1000:.3f}", "end": f"{t1 / 1000:.3f}", "step": str(step_s)}
+    try:
+        for q in qs:
+            where = f"{client.safe_url}/api/v1/query_range {q.sample!r} sum, {_iso(t0 / 1000)}..{_iso(t1 / 1000)}"
+            ch.parts += [(q, r) for r in stream_matrix(client, "/api/v1/query_range", {**form, "query": q.expr}, where)]
+    except PromError as e:
+        ch.parts, ch.error = [], redact(str(e))
+    return ch
+
+
+def fetch_recorded(client, qs: list[Query], selector: str, t0: int, t1: int, step_s: int) -> FleetChunk:
+    """The rule pack's outputs: their raw samples, each moved back by its ``kvplan_delay`` to
+    the end of the minute it covers and added into kvplan's step holding that end."""
+    from kvplan.collectors.prom_client import PromError, _iso
+
+    by_record = {q.record: q for q in qs}
+    names = "|".join(re.escape(r) for r in by_record)
+    slack = 3600  # outputs are stamped after the minute they cover (by kvplan_delay, <= 1h)
+    query = f'{{__name__=~"{names}"{"," + selector if selector else ""}}}[{(t1 - t0) // 1000 + slack}s]'
+    at = t1 / 1000 + slack
+    where = f"{client.safe_url}/api/v1/query (rule pack outputs, {len(by_record)} names) at {_iso(at)}"
+    ch = FleetChunk(t0, t1)
+    step = step_s * 1000
+    try:
+        for r in stream_matrix(client, "/api/v1/query", {"query": query, "time": f"{at:.3f}"}, where):
+            q = by_record.get(r.name)
+            if q is None or r.t.size == 0:
+                continue
+            covered = r.t - _delay_ms(r.labels.get(DELAY_LABEL), where)
+            keep = (covered > t0) & (covered <= t1)
+            ends = (covered[keep] + step - 1) // step * step
+            if ends.size:
+                uniq, inv = np.unique(ends, return_inverse=True)
+                ch.parts.append((q, Raw(r.name, r.labels, uniq, np.bincount(inv, weights=r.v[keep]))))
+    except PromError as e:
+        ch.parts, ch.error = [], redact(str(e))
+    return ch
+
+
+def _delay_ms(text: str | None, where: str) -> int:
+    from kvplan.collectors.prom_client import PromError
+
+    m = _DUR.match(text or "")
+    if not m:
+        raise PromError(f"{where}: a rule output without a {DELAY_LABEL} label like 1m ({text!r}): "
+                        "load deploy/prometheus/rules/kvplan.rules.yml (or `kvplan rules`) unchanged")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] * 1000
+
+
+def fetch_fleet_chunk(client, deployment, step_s: int, lookback_s: int, t0: int, t1: int) -> FleetChunk:
+    """The chunk's sums, from the rule pack's outputs or computed at query time."""
+    if deployment.prometheus_sums == "rules":
+        qs = queries(Window(RULE_STEP_S, lookback_s, 60))
+        return fetch_recorded(client, qs, deployment.prometheus_selector, t0, t1, step_s)
+    qs = queries(Window(step_s, lookback_s, 0), selector=deployment.prometheus_selector,
+                 without=tuple(deployment.prometheus_per_engine_labels))
+    return fetch_sums(client, qs, t0, t1, step_s)
+
+
+def fleet_names(ch: FleetChunk) -> dict[str, tuple[str, dict]]:
+    """Fleet target name -> (kind, labels for prom_targets) of every series in the chunk."""
+    out = {}
+    for q, r in ch.parts:
+        name = fleet_target(q.kind, model_label(r.labels.get("model_name")))
+        out.setdefault(name, (q.kind, {"job": r.labels.get("job"), "instance": name}))
+    return out
+
+
+def fleet_rows(ch: FleetChunk, target_ids: dict[str, int], rows) -> dict[str, np.ndarray]:
+    """Fill ``rows`` (collectors.prometheus.Rows) from the chunk; returns each fleet target's
+    step ends with engines reporting (for the silent-stretch gaps)."""
+    seen: dict[str, list] = defaultdict(list)
+    added: set[int] = set()
+    for q, r in ch.parts:
+        model = model_label(r.labels.get("model_name"))
+        tname = fleet_target(q.kind, model)
+        rest = tuple(sorted((k, v) for k, v in r.labels.items() if k not in _DROP))
+        le = float(r.labels["le"]) if "le" in r.labels else None
+        sid = series_id(target_ids[tname], q.sample, model, None, le, rest)
+        ok = np.isfinite(r.v)
+        t, v = r.t[ok], r.v[ok]
+        if q.typ == "gauge":
+            rows.gauge["series_id"].append(np.full(t.size, sid, dtype=np.int64))
+            rows.gauge["ts"].append(t)
+            rows.gauge["value"].append(v)
+            if q.family.startswith("kvplan:"):
+                seen[tname].append(t[v > 0])
+        else:
+            for k, arr in (("series_id", np.full(t.size, sid, dtype=np.int64)), ("ts", t), ("delta", v),
+                           ("pairs", np.ones(t.size, dtype=np.int64)), ("resets", np.zeros(t.size, dtype=np.int64))):
+                rows.inc[k].append(arr)
+        if sid in added:
+            continue
+        added.add(sid)
+        se = rows.series
+        for k, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", q.sample), ("family", q.family),
+                       ("type", q.typ), ("model_name", model), ("engine", None), ("le", le),
+                       ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
+            se[k].append(val)
+    return {k: np.concatenate(v) if v else np.array([], np.int64) for k, v in seen.items()}
+
+
+def fleet_gaps(engine_steps: dict[str, np.ndarray], known: set[str], t0: int, t1: int, step_ms: int,
+               gap_after_ms: int) -> list[tuple]:
+    """Fleet targets that count engines (``known``: seen with an engine count before this
+    chunk) with no engine reporting for longer than gap_after: a gap, never zeros."""
+    gaps = []
+    for tname in sorted(known | engine_steps.keys()):
+        ends = engine_steps.get(tname, np.array([], np.int64))
+        for a, b in silent_stretches(ends, t0, t1, max(gap_after_ms, step_ms), tname in known):
+            gaps.append((tname, a, b, "no engine reported in Prometheus (aggregated)"))
+    return gaps
