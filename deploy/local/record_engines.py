@@ -5,7 +5,8 @@ today's vLLM): start one server on the tiny local model (``build_model.py``), se
 warm-up request, scrape ``/metrics``, drive a known workload, scrape again, stop the
 server. The fixtures land in ``tests/fixtures/payloads/engines/<engine>-<version>/``:
 
-- ``00_before.prom``, ``01_after.prom``: the bodies as the server sent them;
+- ``00_before.prom``, ``01_after.prom``: the bodies as the server sent them (``model_name``
+  paths written as their last component, see ``relabel``);
 - ``workload.json``: the versions, the server's arguments, and the workload's facts as the
   client saw them (prompt tokens sent, per request and summed; output tokens; cached tokens
   where the server reports them in ``usage``).
@@ -30,6 +31,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -81,6 +83,9 @@ class Release:
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    multiproc: bool = False
+    """Run with a shared PROMETHEUS_MULTIPROC_DIR (LMCache in-process needs one to show its
+    lmcache:* families on vLLM's /metrics)."""
 
     def command(self, port: int) -> list[str]:
         if self.engine == "sglang":
@@ -109,7 +114,8 @@ def release(spec: str) -> Release:
             "--kv-transfer-config", json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})],
             env={"LMCACHE_CHUNK_SIZE": "256", "LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": "1",
                  "LMCACHE_DISABLE_BANNER": "1"},
-            note="vLLM 0.32.0 with LMCache 0.5.6 in-process (LMCacheConnectorV1, local CPU backend)")
+            note="vLLM 0.32.0 with LMCache 0.5.6 in-process (LMCacheConnectorV1, local CPU backend)",
+            multiproc=True)
     engine, _, version = spec.partition("-")
     if engine == "vllm" and version == "0.32.0":
         return Release(spec, "vllm", stack_python())
@@ -143,9 +149,10 @@ def serving(rel: Release, logs: Path) -> Iterator[tuple[str, list[str]]]:
     cmd = rel.command(port)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     multiproc = Path(tempfile.mkdtemp(prefix="kvplan-prom-"))
-    env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_TARGET_DEVICE": "cpu", "PROMETHEUS_MULTIPROC_DIR":
-                str(multiproc), "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "INFO"})
+    env.update({"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"})
     env.update(rel.env)
+    if rel.multiproc:  # prometheus_client's multiprocess mode: no _created samples
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(multiproc)
     logs.parent.mkdir(parents=True, exist_ok=True)
     log(f"{rel.name}: starting {' '.join(cmd)}")
     fh = open(logs, "wb")
@@ -209,6 +216,16 @@ def complete(client: httpx.Client, base: str, prompt: list[int]) -> dict[str, An
             "total_s": round(elapsed, 4)}
 
 
+_PATH_LABEL = re.compile(r'(model_name=")/[^"]*/([^"/]+)"')
+
+
+def relabel(text: str) -> str:
+    """A ``model_name`` label that is a filesystem path (LMCache labels its series with vLLM's
+    ``--model`` path) written as its last component, as kvplan stores it: the one change to the
+    bodies as sent, so no fixture holds a path of the recording machine."""
+    return _PATH_LABEL.sub(r'\1\2"', text)
+
+
 def versions(py: Path) -> dict[str, str]:
     code = ("import importlib.metadata as m, json\nout={}\n"
             "for n in ('vllm-cpu','sglang','lmcache','torch','transformers','prometheus_client'):\n"
@@ -246,8 +263,8 @@ def record(rel: Release, out_root: Path, logs_dir: Path) -> Path:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    (out / "00_before.prom").write_bytes(before.content)
-    (out / "01_after.prom").write_bytes(after.content)
+    (out / "00_before.prom").write_text(relabel(before.text))
+    (out / "01_after.prom").write_text(relabel(after.text))
     cached = [r["cached_tokens"] for r in reqs]
     facts = {
         "header": (f"recorded from a real {rel.engine} server on this CPU machine (tiny random Llama, "
