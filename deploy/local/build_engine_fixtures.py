@@ -520,6 +520,13 @@ def _v1_common(v: dict[str, str]) -> list[Fam]:
             obs_of(TTFT), V1_TTFT),
         Fam("vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds.", v,
             obs_of(E2E), V09_LATENCY),
+        # a request's prefill phase is its TTFT here (no queueing in the constructed traffic)
+        Fam("vllm:request_prefill_time_seconds", "histogram", "Histogram of time spent in PREFILL phase for "
+            "request.", v, obs_of(TTFT), V09_LATENCY),
+        Fam("vllm:request_inference_time_seconds", "histogram", "Histogram of time spent in RUNNING phase for "
+            "request.", v, obs_of(E2E), V09_LATENCY),
+        Fam("vllm:request_queue_time_seconds", "histogram", "Histogram of time spent in WAITING phase for "
+            "request.", v, lambda p: [0.0] * int(cumulative(p, "requests")), V09_LATENCY),
     ]
 
 
