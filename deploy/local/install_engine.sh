@@ -48,7 +48,8 @@ extra_pins() {
         vllm-0.8.*)   echo "transformers==4.51.3 tokenizers==0.21.1" ;;
         vllm-0.9.*)   echo "transformers==4.53.2 tokenizers==0.21.2" ;;
         vllm-0.10.*)  echo "transformers==4.56.2 tokenizers==0.22.1" ;;
-        vllm-0.11.*)  echo "transformers==4.57.1 tokenizers==0.22.1" ;;
+        vllm-0.11.*|vllm-0.12.*|vllm-0.13.*|vllm-0.14.*|vllm-0.15.*)
+                      echo "transformers==4.57.1 tokenizers==0.22.1" ;;
         *) echo "" ;;
     esac
 }
