@@ -22,7 +22,7 @@ the token hit rate 0.6, on any block size that divides 768 (16 and 128 both do).
 Stdlib + httpx only (runs from the kvplan venv). Holds ``/tmp/kvplan-stack.lock`` while
 a server runs (the machine is shared).
 
-    .venv/bin/python deploy/local/record_engines.py --release vllm-0.10.2 [--release ...]
+    .venv/bin/python deploy/local/recorders/record_engines.py --release vllm-0.10.2 [--release ...]
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parents[1]
 OUT = REPO / "tests" / "fixtures" / "payloads" / "engines"
 CACHE = Path(os.environ.get("KVPLAN_ENGINE_HOME") or Path.home() / ".cache" / "kvplan")
 MODEL_DIR = Path(os.environ.get("KVPLAN_STACK_HOME") or CACHE / "stack") / "models" / "tiny-llama"
@@ -295,7 +295,7 @@ def record(rel: Release, out_root: Path, logs_dir: Path) -> Path:
     cached = [r["cached_tokens"] for r in reqs]
     facts = {
         "header": (f"recorded from a real {rel.engine} server on this CPU machine (tiny random Llama, "
-                   "CPU-scale latencies) by deploy/local/record_engines.py"),
+                   "CPU-scale latencies) by deploy/local/recorders/record_engines.py"),
         "release": rel.name, "engine": rel.engine, "note": rel.note, "versions": versions(rel.python),
         "server_args": public_args(cmd),
         "content_type": {"before": before.headers.get("content-type"), "after": after.headers.get("content-type")},

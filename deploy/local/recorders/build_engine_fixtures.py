@@ -20,7 +20,7 @@ The "before" payload holds an earlier, smaller history (5 requests, 4,800 prompt
 servers uses), with or without ``_created`` samples as the release's server writes them
 (vLLM V0 and SGLang run prometheus_client in multiprocess mode: no ``_created``).
 
-    .venv/bin/python deploy/local/build_engine_fixtures.py [--out tests/fixtures/payloads/engines]
+    .venv/bin/python deploy/local/recorders/build_engine_fixtures.py [--out tests/fixtures/payloads/engines]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OUT = REPO / "tests" / "fixtures" / "payloads" / "engines"
 CREATED = 1764580000.0  # fixed _created of every series (2025-12-01T09:06:40Z): builds are reproducible
 
@@ -106,10 +106,10 @@ class _Collector:
                     obs = list(v)
                     bounds = [*f.buckets, float("inf")]
                     counts = [sum(1 for x in obs if x <= b + 1e-12) for b in bounds]
-                    m.add_metric(values, [(_le(b), float(c)) for b, c in zip(bounds, counts)],
+                    m.add_metric(values, [(_le(b), float(c)) for b, c in zip(bounds, counts, strict=True)],
                                  sum_value=round(sum(obs), 6))
                     if self.created:
-                        m.add_sample(f.name + "_created", dict(zip(names, values)), CREATED)
+                        m.add_sample(f.name + "_created", dict(zip(names, values, strict=True)), CREATED)
             yield m
 
 
@@ -468,13 +468,17 @@ def lmcache_inproc_tp2() -> tuple[list[Fam], dict[str, Any]]:
         Fam("vllm:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.", v,
             obs_of(GAPS), V1_ITL),
         lm_counter("lmcache:num_lookup_requests", "lookup_req", "Total number of lookup requests sent to lmcache"),
-        lm_counter("lmcache:num_lookup_tokens", "lookup_tokens", "Total number of tokens requested in lookup from lmcache"),
-        lm_counter("lmcache:num_lookup_hits", "lookup_hits", "Total number of tokens hit in lookup from lmcache"),
-        lm_counter("lmcache:num_retrieve_requests", "retrieve_req", "Total number of retrieve requests sent to lmcache"),
+        lm_counter("lmcache:num_lookup_tokens", "lookup_tokens",
+                   "Total number of tokens requested in lookup from lmcache"),
+        lm_counter("lmcache:num_lookup_hits", "lookup_hits",
+                   "Total number of tokens hit in lookup from lmcache"),
+        lm_counter("lmcache:num_retrieve_requests", "retrieve_req",
+                   "Total number of retrieve requests sent to lmcache"),
         lm_counter("lmcache:num_requested_tokens", "requested", "Total number of tokens requested from lmcache"),
         lm_counter("lmcache:num_hit_tokens", "hit", "Total number of tokens hit in lmcache"),
         lm_counter("lmcache:num_store_requests", "store_req", "Total number of store requests sent to lmcache"),
-        lm_counter("lmcache:num_stored_tokens", "stored", "Total number of tokens stored in lmcache including evicted ones"),
+        lm_counter("lmcache:num_stored_tokens", "stored",
+                   "Total number of tokens stored in lmcache including evicted ones"),
         lm_counter("lmcache:num_vllm_hit_tokens", "vllm_hit", "Number of hit tokens in vllm"),
         lm_counter("lmcache:num_prompt_tokens", "prompt", "Number of prompt tokens in lmcache"),
         Fam("lmcache:retrieve_hit_rate", "gauge", "Hit rate of lmcache retrieve requests since last log", lm,
@@ -606,8 +610,8 @@ def header(name: str, meta: dict[str, Any]) -> str:
     at = src.get("tag") or src.get("commit", "")
     lines = [f"# kvplan fixture {name}: BUILT, not recorded ({meta['why_built']}).",
              f"# Families (names, types, labels, buckets, help) from {src['repo']} {src['file']} at {at}.",
-             "# Values are constructed (deploy/local/build_engine_fixtures.py): window = 10 requests, 10,000 prompt",
-             "# tokens, 6,000 cached (hit rate 0.6), 160 output tokens; see workload.json."]
+             "# Values are constructed (deploy/local/recorders/build_engine_fixtures.py): window = 10 requests,",
+             "# 10,000 prompt tokens, 6,000 cached (hit rate 0.6), 160 output tokens; see workload.json."]
     return "\n".join(lines) + "\n"
 
 
@@ -622,7 +626,8 @@ def build(name: str, out_root: Path) -> Path:
         (out / f"{i:02d}_{phase}.prom").write_text(header(name, meta) + text)
     facts = {
         "header": ("BUILT from the release's source, not recorded: the names, types, label names and bucket "
-                   "bounds are the release's; every value is constructed by deploy/local/build_engine_fixtures.py"),
+                   "bounds are the release's; every value is constructed by "
+                   "deploy/local/recorders/build_engine_fixtures.py"),
         "release": name, **meta,
         "workload": {"what": "constructed window between 00_before.prom and 01_after.prom",
                      "requests": 10, "prompt_tokens": 10000, "cached_tokens": 6000, "hit_rate": 0.6,
