@@ -44,7 +44,7 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
 
-from kvplan.collectors.parse import detect_kind
+from kvplan.collectors.parse import detect_kind, router_of
 from kvplan.collectors.prom_math import Raw, silent_stretches, step_gauges, step_increments
 from kvplan.collectors.relabel import model_label
 from kvplan.collectors.scrape import redact_url
@@ -337,6 +337,8 @@ class IngestResult:
     gaps: int = 0
     far_pairs: int = 0  # increases not counted: samples further apart than lookback
     errors: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    """Targets not stored, and why (a router's or gateway's series, not an engine's)."""
 
     @property
     def rows(self) -> int:
@@ -351,6 +353,22 @@ def chunk_bounds(t_from: datetime, t_to: datetime, step_s: int, chunk_s: int) ->
     while a < b:
         yield a, min(b, (a // size + 1) * size)
         a = min(b, (a // size + 1) * size)
+
+
+def _without_routers(series: list[Raw], res: IngestResult) -> list[Raw]:
+    """The series of every target that is not a router or gateway (``parse.router_of``, the same
+    rule as the scrape path): a production-stack router's vllm:* gauges named like counters would
+    otherwise be stored as an engine's. Refused targets are logged and listed in ``res.refused``."""
+    fams: dict[str, dict[str, str]] = {}
+    for s in series:
+        fams.setdefault(target_name(s.labels), {})[split_name(s.name)[0]] = ""
+    refused = {t: found[0] for t, f in fams.items() if (found := router_of(f)) is not None}
+    for t, what in refused.items():
+        if t not in res.refused:
+            log.warning("deployment %s: target %s is %s, not an engine: not stored (point kvplan at the "
+                        "engines' own /metrics)", res.deployment, t, what)
+            res.refused[t] = what
+    return [s for s in series if target_name(s.labels) not in refused] if refused else series
 
 
 def _ensure_targets(db: Database, deployment: str, series: list[Raw]) -> tuple[int, dict[str, int]]:
@@ -389,6 +407,7 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
     with ThreadPoolExecutor(cfg.concurrency) as pool:
         for i, (t0, t1) in enumerate(bounds):
             ch = fetch_chunk(client, deployment.prometheus_selector, t0, t1, lookback, pool)
+            ch.series = _without_routers(ch.series, res)
             dep_id, ids = _ensure_targets(db, deployment.name, ch.series)
             gaps: list[tuple] = []
             if ch.error is None:

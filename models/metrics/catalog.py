@@ -179,8 +179,11 @@ COUNTERS = (
 HISTOGRAMS = (OLD_TPOT, SG_TTFT, SG_ITL, SG_OLD_TPOT, SG_E2E, TTFT, PREFILL_TIME, PREFILL_COMPUTED, QUEUE_TIME, E2E_LATENCY, DECODE_TIME, PROMPT_LENGTH,
               ITERATION_TOKENS, INFERENCE_TIME, LM_LOOKUP_DURATION, TPOT, ITL)
 """Histogram families kvplan reads."""
+ROUTER_MARKERS = ("vllm:healthy_pods_total", "vllm:current_qps")
+"""Gauges only the vLLM production-stack router declares: fetched so Prometheus ingestion can tell
+its target from an engine's (its vllm:gpu_prefix_cache_*_total are gauges of the same names)."""
 GAUGES = (KV_USAGE, LM_L1_USAGE, RUNNING, WAITING, GPU_CACHE_USAGE, GPU_PREFIX_HIT_RATE, SG_TOKEN_USAGE,
-          SG_CACHE_HIT_RATE, LM_INPROC_USAGE)
+          SG_CACHE_HIT_RATE, LM_INPROC_USAGE, *ROUTER_MARKERS)
 """Gauge families kvplan reads."""
 FAMILIES: dict[str, str] = {**{f: "counter" for f in COUNTERS}, **{f: "histogram" for f in HISTOGRAMS},
                             **{f: "gauge" for f in GAUGES}}

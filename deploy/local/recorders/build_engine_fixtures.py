@@ -185,6 +185,10 @@ def vllm_066() -> tuple[list[Fam], dict[str, Any]]:
             lab, obs_of(GAPS), V0_TPOT),
         Fam("vllm:e2e_request_latency_seconds", "histogram", "Histogram of end to end request latency in seconds.",
             lab, obs_of(E2E), V0_LATENCY),
+        Fam("vllm:request_prefill_time_seconds", "histogram", "Histogram of time spent in PREFILL phase for request.",
+            lab, obs_of(TTFT), V0_LATENCY),
+        Fam("vllm:request_inference_time_seconds", "histogram", "Histogram of time spent in RUNNING phase for "
+            "request.", lab, obs_of(E2E), V0_LATENCY),
         Fam("vllm:request_prompt_tokens", "histogram", "Number of prefill tokens processed.", lab,
             lambda p: [960.0] * 5 + ([1000.0] * 10 if p == "after" else []), build_1_2_5(4096)),
         Fam("vllm:request_generation_tokens", "histogram", "Number of generation tokens processed.", lab,
