@@ -220,3 +220,25 @@ def test_cli_stats_and_plan_agree_on_a_release_without_computed_tokens(tmp_path)
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)
     assert "hit rate 1.0" not in r.stdout and plan["decision"] == "NEED_DATA"  # 10 requests: too few to price
+
+
+@pytest.mark.parametrize("loaded", ["vllm-0.6.6", "vllm-0.32.0-lmcache-inproc-tp2"], indirect=True)
+def test_cache_page_labels_lifetime_and_retrieve_apart(loaded, monkeypatch):
+    from tests.test_app_pages import metrics, run_app
+
+    db, release = loaded
+    t = run_app(monkeypatch, db.path, "cache")
+    m = metrics(t)
+    if release == "vllm-0.6.6":  # the V0 gauge, labelled lifetime; the window's device tier not reported
+        assert m["vLLM V0 prefix-cache block hit rate, LIFETIME (since each engine started)"] == fmt_pct(0.5351)
+        assert m["vLLM prefix cache (device)"] == "not reported"
+        assert any("lifetime figure, not this window's" in c.value for c in t.caption)
+    else:  # lookup 0.6 and retrieve success 1.0 as two figures
+        assert m["LMCache (in-process) lookup, L1+L2"] == fmt_pct(0.6)
+        assert m["LMCache (in-process) retrieve success: loaded / requested to load"] == fmt_pct(1.0)
+
+
+def fmt_pct(x: float) -> str:
+    from kvplan.app.report import fmt
+
+    return fmt.pct(x)
