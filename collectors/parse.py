@@ -131,10 +131,10 @@ def detect_kind(families: dict[str, str]) -> str | None:
     return None
 
 
+_PSTACK = "the vLLM production-stack router"
 _ROUTER_FAMILIES = {  # families only a router or gateway declares -> what it is
-    "vllm:healthy_pods_total": "the vLLM production-stack router", "vllm:current_qps": "the vLLM production-stack router",
-    "vllm:avg_latency": "the vLLM production-stack router", "vllm:num_incoming_requests": "the vLLM production-stack router",
-    "vllm:routing_decisions": "the vLLM production-stack router",
+    "vllm:healthy_pods_total": _PSTACK, "vllm:current_qps": _PSTACK, "vllm:avg_latency": _PSTACK,
+    "vllm:num_incoming_requests": _PSTACK, "vllm:routing_decisions": _PSTACK,
 }
 _ROUTER_PREFIXES = {"inference_pool_": "an llm-d / Gateway API Inference Extension endpoint picker (EPP)",
                     "inference_model_": "an llm-d / Gateway API Inference Extension endpoint picker (EPP)",

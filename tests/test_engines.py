@@ -242,3 +242,12 @@ def fmt_pct(x: float) -> str:
     from kvplan.app.report import fmt
 
     return fmt.pct(x)
+
+
+def test_cached_tokens_follow_each_targets_release_in_a_mixed_deployment(db):
+    # 0.14.1 (no prompt_tokens_cached: its hits, 7,680) next to 0.32.0 (its counter, 7,680)
+    import_release(db, "vllm-0.14.1", "mixed")
+    import_release(db, "vllm-0.32.0", "mixed")
+    s = stats(db, "mixed", T0, T1)
+    assert s.prompt_tokens == 2 * 12800 and s.cached_prompt_tokens == 2 * 7680  # not 7,680: one rule per target
+    assert plan_measurement(db, "mixed", T0, T1).cached_prompt_tokens == s.cached_prompt_tokens

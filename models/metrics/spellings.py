@@ -113,7 +113,28 @@ def cached_rule(counter: float | None, by_source: float | None, hits: float | No
 
 
 def cached_tokens(rows: list[Any]) -> tuple[float | None, str]:
-    """``cached_rule`` on a window's increases (``rows`` resolved to one spelling)."""
+    """``cached_rule`` on a window's increases (``rows`` resolved to one spelling), applied per
+    target and summed: a 0.14 server (no ``prompt_tokens_cached``: its hits) next to a 0.32 one
+    (its counter) count both. A target with prompt tokens but no way to tell its cached ones
+    makes the total unknown; targets without prompt tokens (an LMCache server) are not engines."""
+    by_target: dict[str, list[Any]] = defaultdict(list)
+    for r in rows:
+        by_target[r.target].append(r)
+    total, how = 0.0, set()
+    found = False
+    for target_rows in by_target.values():
+        v, where = _target_cached(target_rows)
+        if v is None:
+            if _total(target_rows, c.total_name(c.PROMPT_TOKENS)) is not None:
+                return None, ""
+            continue
+        found = True
+        total += v
+        how.add(where)
+    return (total, "; ".join(sorted(how))) if found else (None, "")
+
+
+def _target_cached(rows: list[Any]) -> tuple[float | None, str]:
     by_source = [r for r in rows if r.name == c.total_name(c.PROMPT_BY_SOURCE)]
     keep = ("local_cache_hit", "external_kv_transfer")
     src = (sum(r.increase for r in by_source if json.loads(r.labels or "{}").get("source") in keep)
