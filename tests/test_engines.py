@@ -251,3 +251,17 @@ def test_cached_tokens_follow_each_targets_release_in_a_mixed_deployment(db):
     s = stats(db, "mixed", T0, T1)
     assert s.prompt_tokens == 2 * 12800 and s.cached_prompt_tokens == 2 * 7680  # not 7,680: one rule per target
     assert plan_measurement(db, "mixed", T0, T1).cached_prompt_tokens == s.cached_prompt_tokens
+
+
+@pytest.mark.parametrize("loaded", ["vllm-0.6.6", "vllm-0.10.2"], indirect=True)
+def test_report_says_what_the_release_cannot_tell(loaded, tmp_path):
+    from kvplan.app.report import write_report
+    from tests.test_report import text_of
+
+    db, release = loaded
+    text = text_of(write_report(db, release, f"{T0:%Y-%m}", tmp_path / "r.html").read_text())
+    if release == "vllm-0.6.6":  # the plan's notes carry the null's reason and the lifetime gauge
+        assert "cached prompt tokens: not reported" in text and "lifetime figure, not this window's" in text
+    else:  # both spellings in the payload: the report's hit rate is the window's 60 %, never 100 %
+        assert "vLLM prefix cache (device) 60.0% 6,000 10,000" in text  # not 12,000 / 20,000 (both summed)
+        assert "hit rate 1.0" not in text
