@@ -223,6 +223,10 @@ def count_name(family: str) -> str:
 
 CHART_NAMES = [total_name(f) for f in (PREFIX_HITS, PREFIX_QUERIES, EXTERNAL_HITS, EXTERNAL_QUERIES, PROMPT_TOKENS,
                                   PROMPT_TOKENS_CACHED, PROMPT_BY_SOURCE, CACHED_BY_SOURCE, LM_REQUESTED,
-                                  LM_HIT, LM_HIT_L1, LM_HIT_L2, LM_INPROC_REQUESTED, LM_INPROC_HIT)] + [
-    f(h) for h in (TTFT, QUEUE_TIME, PREFILL_TIME, DECODE_TIME, TPOT, ITL) for f in (bucket_name, count_name, sum_name)]
-"""Sample names the time charts read (summed per time bucket)."""
+                                  LM_HIT, LM_HIT_L1, LM_HIT_L2, LM_INPROC_REQUESTED, LM_INPROC_HIT,
+                                  GPU_PREFIX_HITS, GPU_PREFIX_QUERIES, SG_PROMPT_TOKENS, SG_CACHED_TOKENS,
+                                  LM_INPROC_LOOKUP_TOKENS, LM_INPROC_LOOKUP_HITS)] + [
+    f(h) for h in (TTFT, QUEUE_TIME, PREFILL_TIME, DECODE_TIME, TPOT, ITL, OLD_TPOT, SG_TTFT, SG_ITL)
+    for f in (bucket_name, count_name, sum_name)]
+"""Sample names the time charts read (summed per time bucket; every release's spelling, one read per
+bucket by ``spellings.resolve``)."""
