@@ -171,9 +171,7 @@ def version_notes(st: Any, rows: list[Any], present: set[str], gauges: dict[str,
         q = c.QUANTITIES[key]
         if any(s.family in present for s in q.spellings):
             continue  # the family is there: it counted nothing in this window (no hits, no traffic)
-        if key == "cached_tokens" and st.prefix_cache_hits is not None:
-            continue
-        if key == "external_hits" and not any(f.startswith("vllm:") for f in present):
+        if q.lacking == "no release" or not _release_lacks(key, st, present):
             continue
         instead = _instead(key, present, gauges)
         notes.append(f"{what}: not reported: no {' / '.join(q.families)} in the data ({q.lacking})"
@@ -191,6 +189,20 @@ def version_notes(st: Any, rows: list[Any], present: set[str], gauges: dict[str,
         notes.append(f"{c.SG_CACHE_HIT_RATE} = {gauges[c.SG_CACHE_HIT_RATE]:.4g} is the last batch's prefix-cache "
                      "hit rate, not this window's: the window's is sglang:cached_tokens / sglang:prompt_tokens")
     return notes
+
+
+def _release_lacks(key: str, st: Any, present: set[str]) -> bool:
+    """Whether the payload shows a release that lacks the quantity (rather than a payload that
+    simply holds fewer families): only then is the null worth a version note."""
+    if key == "cached_tokens":
+        return st.prefix_cache_hits is None
+    if key == "external_hits":  # the pre-0.11 spelling is there
+        return c.GPU_PREFIX_HITS in present
+    if key == "tpot":  # per-token ITL without the per-request histogram: before 0.11, or SGLang
+        return any(s.family in present for s in c.QUANTITIES["itl"].spellings)
+    if key == "prefill_time":
+        return any(f.startswith("sglang:") for f in present)
+    return True
 
 
 def _instead(key: str, present: set[str], gauges: dict[str, float]) -> str:
