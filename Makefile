@@ -33,8 +33,13 @@ sysdeps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# OLD_VLLM: the older release tests/test_engines_stack.py runs live next to today's (its own
+# cached venv, ~8 GB, deploy/local/install_engine.sh; nothing is done when it is there).
+OLD_VLLM ?= 0.12.0
+
 stack:
 	bash deploy/local/install_stack.sh
+	bash deploy/local/install_engine.sh vllm $(OLD_VLLM)
 
 # The main job: load the recorded demo data into a DuckDB file and open the dashboard.
 demo: $(STAMP)

@@ -10,8 +10,11 @@ needs to stay exact:
 * ``X_created`` samples (process start of a counter or histogram series, exposed by
   prometheus_client as a separate gauge family) are attached to their series as
   ``created`` and never stored as values: they are how a restart is recognised;
-* the payload kind (vLLM, LMCache multi-process, LMCache in-process) is read off the
-  family names.
+* the payload kind (vLLM, LMCache multi-process, LMCache in-process, SGLang) is read off the
+  family names; a router's or gateway's /metrics (production-stack router, llm-d EPP, Dynamo
+  frontend) is refused with a message naming what it is (``router_of``);
+* a vLLM V1 0.7-0.8 prefix-cache counter that counts blocks (its HELP says so) is stored as
+  ``<family>_blocks`` so it is never read as tokens.
 
 Nothing here does I/O: callers pass text in and get a :class:`Payload` or a
 :class:`PayloadError` back.
@@ -36,7 +39,7 @@ from prometheus_client.parser import text_fd_to_metric_families as _text_familie
 from kvplan.collectors.relabel import model_label
 from kvplan.models.core.errors import KvplanError
 
-KINDS = ("vllm", "lmcache_mp", "lmcache_inproc")
+KINDS = ("vllm", "lmcache_mp", "lmcache_inproc", "sglang")
 
 # Content types a /metrics endpoint may answer with. Anything else (text/html from a
 # login page or a proxy, application/json from an API) is not metrics.
@@ -119,11 +122,64 @@ def detect_kind(families: dict[str, str]) -> str | None:
     names = families.keys()
     if any(n.startswith("vllm:") for n in names):
         return "vllm"
+    if any(n.startswith("sglang:") for n in names):
+        return "sglang"
     if any(n.startswith("lmcache_mp_") for n in names):
         return "lmcache_mp"
     if any(n.startswith("lmcache:") for n in names):
         return "lmcache_inproc"
     return None
+
+
+_PSTACK = "the vLLM production-stack router"
+_ROUTER_FAMILIES = {  # families only a router or gateway declares -> what it is
+    "vllm:healthy_pods_total": _PSTACK, "vllm:current_qps": _PSTACK, "vllm:avg_latency": _PSTACK,
+    "vllm:num_incoming_requests": _PSTACK, "vllm:routing_decisions": _PSTACK,
+}
+_ROUTER_PREFIXES = {"inference_pool_": "an llm-d / Gateway API Inference Extension endpoint picker (EPP)",
+                    "inference_model_": "an llm-d / Gateway API Inference Extension endpoint picker (EPP)",
+                    "inference_objective_": "an llm-d / Gateway API Inference Extension endpoint picker (EPP)",
+                    "dynamo_frontend_": "an NVIDIA Dynamo frontend"}
+
+
+def router_of(families: dict[str, str]) -> tuple[str, list[str]] | None:
+    """(what it is, the families that say so) when the payload is a router's or a gateway's,
+    not an engine's: its vllm:* families, if any, are gauges it copied from the engines or its
+    own request averages."""
+    for name in sorted(families):
+        hit = _ROUTER_FAMILIES.get(name) or next((w for p, w in _ROUTER_PREFIXES.items() if name.startswith(p)), None)
+        if hit:
+            return hit, [n for n in sorted(families) if n in _ROUTER_FAMILIES or n.startswith(tuple(_ROUTER_PREFIXES))]
+    return None
+
+
+def _refuse_routers(source: str, families: dict[str, str]) -> None:
+    found = router_of(families)
+    if found is None:
+        return
+    what, names = found
+    raise PayloadError(source, f"this is {what}'s /metrics ({', '.join(names[:4])}"
+                               f"{' ...' if len(names) > 4 else ''}), not an engine's: its figures are routing "
+                               "estimates and gauges copied from the engines (e.g. vllm:gpu_prefix_cache_hits_total as "
+                               "a gauge). Point kvplan at each engine's own /metrics (vLLM, SGLang, LMCache) instead")
+
+
+def _blocks_as_blocks(raw_families: list[Any]) -> tuple[list[Any], list[str]]:
+    """vLLM V1 0.7-0.8 count ``vllm:gpu_prefix_cache_queries/hits`` in blocks (their HELP says
+    "blocks"; 0.9.0+ count tokens under the same names): such a family is renamed
+    ``<family>_blocks`` so nothing reads it as tokens."""
+    notes = []
+    for fam in raw_families:
+        if fam.name in _BLOCK_FAMILIES and "block" in (fam.documentation or "").lower():
+            new = fam.name + "_blocks"
+            fam.samples = [x._replace(name=new + x.name[len(fam.name):]) for x in fam.samples]
+            notes.append(f"{fam.name} counts blocks in this release (its HELP: {fam.documentation!r}): stored as "
+                         f"{new}, a block hit rate, never as tokens")
+            fam.name = new
+    return raw_families, notes
+
+
+_BLOCK_FAMILIES = ("vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits")
 
 
 def check_content_type(source: str, content_type: str | None) -> str:
@@ -215,13 +271,15 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     fmt = check_content_type(source, content_type)
     _refuse_what_is_not_metrics(source, text)
     text, mapped = _colon_names(text)
-    raw_families = _read_families(source, text, fmt)
+    raw_families, blocks = _blocks_as_blocks(_read_families(source, text, fmt))
     families, created, plain = _split_created(source, text, raw_families, at_s)
+    _refuse_routers(source, families)
     kind = kind or _detected_kind(source, families)
     samples, warnings = _checked_samples(source, text, plain, created)
     _check_histograms(source, samples)
     _check_hits(source, text, samples)
-    return Payload(source=source, kind=kind, samples=samples, families=families, warnings=mapped + warnings)
+    return Payload(source=source, kind=kind, samples=samples, families=families,
+                   warnings=mapped + blocks + warnings)
 
 
 def _refuse_what_is_not_metrics(source: str, text: str) -> None:
@@ -294,8 +352,8 @@ def _created_time(source: str, text: str, s: Any, at_s: float) -> float:
 def _detected_kind(source: str, families: dict[str, str]) -> str:
     detected = detect_kind(families)
     if detected is None:
-        raise PayloadError(source, "no vLLM (vllm:*) or LMCache (lmcache_mp_*, lmcache:*) metrics "
-                                   "in this payload; pass --kind to force one")
+        raise PayloadError(source, "no vLLM (vllm:*), SGLang (sglang:*) or LMCache (lmcache_mp_*, lmcache:*) "
+                                   "metrics in this payload; pass --kind to force one")
     return detected
 
 

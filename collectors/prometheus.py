@@ -41,7 +41,7 @@ from itertools import islice
 import numpy as np
 import pyarrow as pa
 
-from kvplan.collectors.parse import detect_kind
+from kvplan.collectors.parse import detect_kind, router_of
 from kvplan.collectors.prom_client import PromClient, PromError, _iso
 from kvplan.collectors.prom_fleet import LOST, fetch_fleet_chunk, fleet_gaps, fleet_names, fleet_rows
 from kvplan.collectors.prom_math import Raw, silent_stretches
@@ -175,6 +175,8 @@ class IngestResult:
     errors: list[str] = field(default_factory=list)
     mode: str = "raw"
     engines_max: int = 0  # aggregated: most engines reporting in one step
+    refused: dict[str, str] = field(default_factory=dict)
+    """Targets not stored, and why (a router's or gateway's series, not an engine's)."""
 
     @property
     def lost(self) -> str | None:
@@ -194,6 +196,22 @@ def chunk_bounds(t_from: datetime, t_to: datetime, step_s: int, chunk_s: int) ->
     while a < b:
         yield a, min(b, (a // size + 1) * size)
         a = min(b, (a // size + 1) * size)
+
+
+def _without_routers(series: list[Raw], res: IngestResult) -> list[Raw]:
+    """The series of every target that is not a router or gateway (``parse.router_of``, the same
+    rule as the scrape path): a production-stack router's vllm:* gauges named like counters would
+    otherwise be stored as an engine's. Refused targets are logged and listed in ``res.refused``."""
+    fams: dict[str, dict[str, str]] = {}
+    for s in series:
+        fams.setdefault(target_name(s.labels), {})[split_name(s.name)[0]] = ""
+    refused = {t: found[0] for t, f in fams.items() if (found := router_of(f)) is not None}
+    for t, what in refused.items():
+        if t not in res.refused:
+            log.warning("deployment %s: target %s is %s, not an engine: not stored (point kvplan at the "
+                        "engines' own /metrics)", res.deployment, t, what)
+            res.refused[t] = what
+    return [s for s in series if target_name(s.labels) not in refused] if refused else series
 
 
 def _raw_targets(series: list[Raw]) -> dict[str, tuple[str, dict]]:
@@ -247,6 +265,8 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
             return fetch_chunk(client, deployment.prometheus_selector, a, b, lookback)
     seen: set[str] = set()
     for i, ch in enumerate(in_order(fetch, bounds, cfg.max_concurrency)):
+        if not aggregated:
+            ch.series = _without_routers(ch.series, res)
         targets = fleet_names(ch) if aggregated else _raw_targets(ch.series)
         dep_id, ids = _ensure_targets(db, deployment.name, targets)
         gaps: list[tuple] = []

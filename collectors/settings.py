@@ -115,7 +115,7 @@ class TargetConfig(BaseModel):
 
     name: str = Field(description="Name of the target inside its deployment, e.g. node1-vllm-0.")
     url: str = Field(description="Full /metrics URL, e.g. http://10.0.0.5:8000/metrics.")
-    kind: Literal["vllm", "lmcache_mp", "lmcache_inproc"] | None = Field(
+    kind: Literal["vllm", "lmcache_mp", "lmcache_inproc", "sglang"] | None = Field(
         default=None, description="Force the payload kind; by default detected from the metric names.")
 
     _url = field_validator("url")(_check_url)

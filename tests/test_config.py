@@ -74,7 +74,7 @@ def test_prices_are_price_book_and_planning_fields_in_bounds(tmp_path, line, mes
 @pytest.mark.parametrize("bad, key", [
     (GOOD.replace('url = "http://10.0.0.5:8090/metrics"', 'url = "10.0.0.5:8090/metrics"'),
      "deployments.0.targets.1.url: '10.0.0.5:8090/metrics' is not an http(s) URL"),
-    (GOOD.replace('kind = "lmcache_mp"', 'kind = "sglang"'), "deployments.0.targets.1.kind: Input should be"),
+    (GOOD.replace('kind = "lmcache_mp"', 'kind = "tgi"'), "deployments.0.targets.1.kind: Input should be"),
     (GOOD.replace("job=\"vllm\"", "job=vllm"), "deployments.0.prometheus_selector: 'job=vllm' is not a list"),
     (GOOD.replace('step = "1m"', 'step = "7s"\nchunk = "1h"'), "prometheus.chunk: '1h' must be a multiple of step"),
     (GOOD.replace('step = "1m"', 'step = "one minute"'), "prometheus.step: 'one minute' is not a positive duration"),

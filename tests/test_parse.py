@@ -56,8 +56,9 @@ def test_forced_kind_and_unknown_payload():
     with pytest.raises(PayloadError, match="no vLLM .* pass --kind"):
         parse_payload(text, "node.prom")
     assert parse_payload(text, "node.prom", kind="vllm").kind == "vllm"
-    with pytest.raises(PayloadError, match="unknown kind 'sglang'"):
-        parse_payload(text, "node.prom", kind="sglang")
+    with pytest.raises(PayloadError, match="unknown kind 'tgi'"):
+        parse_payload(text, "node.prom", kind="tgi")
+    assert parse_payload(text, "node.prom", kind="sglang").kind == "sglang"  # an engine kind since issue 21
 
 
 def err(text, source="f.prom", **kw) -> PayloadError:

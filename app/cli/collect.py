@@ -93,6 +93,9 @@ def ingest(
         err.print(f"[yellow]warning:[/yellow] {res.far_pairs} increases not counted: consecutive samples more than "
                   f"prometheus.lookback ({s.prometheus.lookback}) apart; raise lookback above the scrape interval",
                   highlight=False, soft_wrap=True)
+    for target, what in res.refused.items():
+        err.print(f"[yellow]warning:[/yellow] target {target} is {what}, not an engine: not stored (point kvplan "
+                  "at the engines' own /metrics)", highlight=False, soft_wrap=True)
     for g in gaps:
         out.print(f"gap {g['t_from'].isoformat()}Z .. {g['t_to'].isoformat()}Z "
                   f"{g['target'] or '(all targets)'}: {g['reason']}", highlight=False, soft_wrap=True)

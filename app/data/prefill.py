@@ -22,6 +22,7 @@ from typing import Any
 from kvplan.models.core.timeutil import aware_utc, naive_utc
 from kvplan.models.inputs.deployment import DeploymentFacts
 from kvplan.models.metrics import catalog as c
+from kvplan.models.metrics.spellings import cached_rule
 from kvplan.models.prefill.fit import fit_prefill_cost
 from kvplan.models.prefill.interval import Interval
 from kvplan.models.prefill.measurement import PrefillMeasurement, measurement_from_window
@@ -36,7 +37,8 @@ NAMES = [
     c.sum_name(c.PROMPT_LENGTH), c.total_name(c.PROMPT_TOKENS_CACHED), c.total_name(c.PROMPT_BY_SOURCE),
     c.total_name(c.EXTERNAL_QUERIES), c.sum_name(c.INFERENCE_TIME), c.total_name(c.GENERATION_TOKENS),
     c.bucket_name(c.ITERATION_TOKENS), c.total_name(c.LM_L1_WRITE_CHUNKS), c.sum_name(c.LM_LOOKUP_DURATION),
-    c.count_name(c.LM_LOOKUP_DURATION),
+    c.count_name(c.LM_LOOKUP_DURATION), c.total_name(c.PREFIX_HITS), c.total_name(c.GPU_PREFIX_HITS),
+    c.total_name(c.EXTERNAL_HITS),
 ]
 """Sample names the prefill cost model reads."""
 
@@ -71,11 +73,14 @@ def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
         ext = r["external_tokens"]
         if ext is None and r["by_source_tokens"] is None and r["external_queries"] is not None:
             ext = 0.0  # a connector-less server exports external_* at 0 without by_source
+        computed, cached = _computed_and_cached(r)
+        if computed is None:
+            continue  # cached tokens unknown (see _computed_and_cached): such requests cannot be priced
         out.append(Interval(
             requests=float(r["requests"] or 0.0), prefill_seconds=float(r["prefill_seconds"] or 0.0),
-            computed_tokens=float(r["computed_tokens"] or 0.0),
+            computed_tokens=computed,
             prompt_tokens=None if r["prompt_tokens"] is None else float(r["prompt_tokens"]),
-            cached_tokens=None if r["cached_tokens"] is None else float(r["cached_tokens"]),
+            cached_tokens=cached,
             external_tokens=None if ext is None else float(ext),
             engines=max(int(r["engines"] or 0), 1),
             inference_seconds=None if r["inference_seconds"] is None else float(r["inference_seconds"]),
@@ -84,6 +89,23 @@ def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
             generation_tokens=None if r["generation_tokens"] is None else float(r["generation_tokens"]),
             step_buckets=tuple(sorted(buckets.items())), **base))
     return out
+
+
+def _computed_and_cached(r: dict) -> tuple[float | None, float | None]:
+    """(computed prompt tokens, cached prompt tokens) of one interval row. Computed tokens are
+    vLLM's ``request_prefill_kv_computed_tokens`` (0.13+); where a release lacks them they are
+    prompt - cached, the cached tokens read by the rule ``stats`` uses
+    (``models.metrics.spellings.cached_rule``); where neither is known the interval is left out
+    (None): never prompt - 0, which made every prompt token "cached" (a hit rate of 1.0)."""
+    by_source = None
+    if r["by_source_tokens"] is not None:
+        by_source = float(r["local_hit_tokens"] or 0.0) + float(r["external_tokens"] or 0.0)
+    cached, _ = cached_rule(r["cached_tokens"], by_source, r["prefix_hits"], r["external_hits"])
+    if r["computed_tokens"] is not None:
+        return float(r["computed_tokens"]), None if cached is None else float(cached)
+    if cached is None or r["prompt_tokens"] is None:
+        return None, None
+    return max(0.0, float(r["prompt_tokens"]) - float(cached)), float(cached)
 
 
 def describe_history(deployment: str, intervals: list[Interval], t_from: datetime,

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
-from kvplan.models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, RUNNING, TTFT, count_name
+from kvplan.models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
 from kvplan.models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
 from kvplan.models.metrics.window import Increase, WindowStats, null_reasons, window_stats
 
@@ -73,13 +73,26 @@ def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model
 def _noted_stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None,
                  rows: list[Increase], spans: Spans) -> WindowStats:
     """``window_stats`` with notes: why every figure is null (no increase at all), and stored
-    rows the raw edges left out (rolled-up days were summed by the same guarded macro)."""
-    st = window_stats(rows)
+    rows the raw edges left out (rolled-up days were summed by the same guarded macro). The
+    gauges kvplan reads only for notes and lifetime figures (``catalog.NOTE_GAUGES``: vLLM V0's
+    lifetime hit rate, SGLang's per-batch hit rate, LMCache in-process gauges) are passed along."""
+    st = window_stats(rows, note_gauges(source, deployment, t_from, t_to, model))
     if not rows:
         st.notes += why_empty(source, deployment, t_from, t_to, model)
     for _lb, after, end in spans.raw:
         st.notes += data_notes(source, deployment, after, end, model)
     return st
+
+
+def note_gauges(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None
+                ) -> dict[str, float]:
+    """Gauge family -> the mean over its series of their last value in the window, for the
+    families ``window_stats`` notes (never a window's rate)."""
+    last: dict[str, list[float]] = {}
+    for r in source.fetch("window_gauges", deployment=deployment, t_from=t_from, t_to=t_to, model=model):
+        if r["name"] in NOTE_GAUGES or r["name"].startswith("lmcache:"):
+            last.setdefault(r["name"], []).append(float(r["last"]))
+    return {k: sum(v) / len(v) for k, v in last.items()}
 
 
 def window_increases(source, deployment: str, t_from: datetime, t_to: datetime,

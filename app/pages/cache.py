@@ -18,13 +18,22 @@ if sel is not None:
     tl = state.timeline(sel, v.step_s)
 
     st.subheader("Hit rate by tier (token-weighted)")
-    cols = st.columns(3) + st.columns(3)
-    for col, t in zip(cols, v.tiers, strict=False):  # six places, as many tiers as measured
+    cols = [c for _ in range(0, len(v.tiers), 3) for c in st.columns(3)][:len(v.tiers)]
+    for col, t in zip(cols, v.tiers, strict=True):
         col.metric(t.label, fmt.pct(t.hit_rate),
                    help=f"{fmt.number(t.hits, none='not reported')} hit tokens / "
                         f"{fmt.number(t.queries, none='not reported')} looked-up tokens over the window.")
     st.caption("Each tier's summed hit tokens / its summed looked-up tokens over the window (never a mean of "
                "per-interval ratios). 'not reported' = these servers do not expose the metric.")
+    if s.prefix_cache_hit_rate_lifetime is not None:
+        st.metric("vLLM V0 prefix-cache block hit rate, LIFETIME (since each engine started)",
+                  fmt.pct(s.prefix_cache_hit_rate_lifetime),
+                  help="vllm:gpu_prefix_cache_hit_rate: a gauge of the whole engine life, not this window's rate.")
+    if s.prefix_cache_block_hit_rate is not None:
+        st.metric("vLLM V1 0.7-0.8 prefix-cache hit rate in BLOCKS", fmt.pct(s.prefix_cache_block_hit_rate),
+                  help="vllm:gpu_prefix_cache_hits / queries count blocks in these releases: no token figure.")
+    for note in s.notes:
+        st.caption(note)
     state.chart(charts.tier_hit_rate_chart(v.tier_points, tl=tl))
 
     st.subheader("Cached prompt tokens by tier")

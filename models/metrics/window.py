@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from kvplan.models.metrics import catalog as c
+from kvplan.models.metrics.spellings import BLOCK_HITS, BLOCK_QUERIES, cached_tokens, family_of, resolve, version_notes
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,16 @@ class WindowStats:
     itl_p50: Quantile | None = None
     itl_p99: Quantile | None = None
     lmcache_lookup_hit_rate: float | None = None
+    """LMCache lookup: multi-process ``lookup_hit_tokens / lookup_requested_tokens``, in-process
+    ``lmcache:num_lookup_hits / num_lookup_tokens``."""
+    lmcache_retrieve_hit_rate: float | None = None
+    """LMCache in-process retrieve success ``num_hit_tokens / num_requested_tokens``: of the tokens
+    vLLM asked LMCache to load, the share it loaded (not a hit rate of the prompt)."""
+    prefix_cache_block_hit_rate: float | None = None
+    """vLLM V1 0.7-0.8: prefix-cache hits / queries counted in blocks (no token figure then)."""
+    prefix_cache_hit_rate_lifetime: float | None = None
+    """vLLM V0's ``vllm:gpu_prefix_cache_hit_rate`` gauge (block hit rate since the engine started):
+    a lifetime figure, never this window's rate (set by the reader that has the gauges)."""
     lmcache_l1_hit_rate: float | None = None
     lmcache_l2_hit_rate: float | None = None
     prefix_cache_hits: float | None = None
@@ -178,17 +189,20 @@ class WindowStats:
         return d
 
 
-def window_stats(rows: list[Increase]) -> WindowStats:
-    """Every headline number of a window, from its per-series increases."""
+def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None) -> WindowStats:
+    """Every headline number of a window, from its per-series increases, each read with the
+    names its release has (``spellings.resolve``); ``gauges`` (gauge family -> last value) only
+    add notes and lifetime figures, never a window's rate."""
+    present = {family_of(r.name)[0] for r in rows}
+    rows, _used = resolve(rows)
+    gauges = gauges or {}
     hits = total(rows, c.total_name(c.PREFIX_HITS))
     queries = total(rows, c.total_name(c.PREFIX_QUERIES))
     ext_hits = total(rows, c.total_name(c.EXTERNAL_HITS))
     ext_queries = total(rows, c.total_name(c.EXTERNAL_QUERIES))
-    cached = total(rows, c.total_name(c.PROMPT_TOKENS_CACHED))
+    cached, _cached_from = cached_tokens(rows)
     by_source = label_total(rows, c.total_name(c.PROMPT_BY_SOURCE), "source")
     by_tier = label_total(rows, c.total_name(c.CACHED_BY_SOURCE), "source")
-    if cached is None and by_source:
-        cached = by_source.get("local_cache_hit", 0.0) + by_source.get("external_kv_transfer", 0.0)
     p50, p99 = _p50_p99(rows, TTFT)
     tpot50, tpot99 = _p50_p99(rows, c.TPOT)
     itl50, itl99 = _p50_p99(rows, c.ITL)
@@ -198,15 +212,16 @@ def window_stats(rows: list[Increase]) -> WindowStats:
     lm_hit = total(rows, c.total_name(c.LM_HIT))
     lm_l1 = total(rows, c.total_name(c.LM_HIT_L1))
     lm_l2 = total(rows, c.total_name(c.LM_HIT_L2))
-    if lm_req is None:
-        lm_req = total(rows, c.total_name(c.LM_INPROC_REQUESTED))
-        lm_hit = total(rows, c.total_name(c.LM_INPROC_HIT))
+    if lm_req is None:  # in-process: the lookup counters, not the retrieve ones
+        lm_req = total(rows, c.total_name(c.LM_INPROC_LOOKUP_TOKENS))
+        lm_hit = total(rows, c.total_name(c.LM_INPROC_LOOKUP_HITS))
+    requests = total(rows, c.count_name(TTFT))
     st = WindowStats(
         prefix_cache_hit_rate=ratio(hits, queries),
         external_prefix_cache_hit_rate=ratio(ext_hits, ext_queries),
         cached_prompt_tokens=cached,
         prompt_tokens=total(rows, c.total_name(c.PROMPT_TOKENS)),
-        requests=total(rows, c.count_name(TTFT)),
+        requests=requests,
         ttft_p50_s=p50.value if p50 else None,
         ttft_p99_s=p99.value if p99 else None,
         ttft_p50=p50,
@@ -220,6 +235,10 @@ def window_stats(rows: list[Increase]) -> WindowStats:
         itl_p50=itl50,
         itl_p99=itl99,
         lmcache_lookup_hit_rate=ratio(lm_hit, lm_req),
+        lmcache_retrieve_hit_rate=ratio(total(rows, c.total_name(c.LM_INPROC_HIT)),
+                                        total(rows, c.total_name(c.LM_INPROC_REQUESTED))),
+        prefix_cache_block_hit_rate=ratio(total(rows, BLOCK_HITS), total(rows, BLOCK_QUERIES)),
+        prefix_cache_hit_rate_lifetime=gauges.get(c.GPU_PREFIX_HIT_RATE),
         lmcache_l1_hit_rate=ratio(lm_l1, lm_req),
         lmcache_l2_hit_rate=ratio(lm_l2, lm_req),
         prefix_cache_hits=hits,
@@ -243,6 +262,7 @@ def window_stats(rows: list[Increase]) -> WindowStats:
             setattr(st, name, None)
             st.notes.append(f"{name}: not reported: the counters give {v:.4g}, outside [0, 1] (inconsistent "
                             "hits and queries in this window)")
+    st.notes += version_notes(st, rows, present, gauges)
     return st
 
 
@@ -259,6 +279,7 @@ QUANTILE_FIELDS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "i
 (lower_s, upper_s, in_inf) next to its ``<field>_s`` value."""
 
 RATE_FIELDS = ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "lmcache_lookup_hit_rate",
+               "lmcache_retrieve_hit_rate", "prefix_cache_block_hit_rate",
                "lmcache_l1_hit_rate", "lmcache_l2_hit_rate")
 
 
@@ -307,27 +328,34 @@ class Tier:
 
 
 def tiers(s: WindowStats, rows: list[Increase]) -> list[Tier]:
-    """Every cache tier of a window: vLLM's device prefix cache, the KV connector, LMCache."""
+    """Every cache tier of a window: vLLM's device prefix cache, the KV connector, LMCache (its
+    lookup; in-process, the retrieve success apart: it is not a share of the prompt)."""
+    rows, _ = resolve(rows)
     req = total(rows, c.total_name(c.LM_REQUESTED))
-    inproc = req is None and total(rows, c.total_name(c.LM_INPROC_REQUESTED)) is not None
+    inproc = req is None and total(rows, c.total_name(c.LM_INPROC_LOOKUP_TOKENS)) is not None
     lm = "LMCache (in-process)" if inproc else "LMCache MP"
-    hit_name = c.total_name(c.LM_INPROC_HIT if inproc else c.LM_HIT)
-    return [
+    hit_name = c.total_name(c.LM_INPROC_LOOKUP_HITS if inproc else c.LM_HIT)
+    out = [
         Tier("device", "vLLM prefix cache (device)", s.prefix_cache_hit_rate, s.prefix_cache_hits,
              s.prefix_cache_queries),
         Tier("external", "KV connector (external, e.g. LMCache)", s.external_prefix_cache_hit_rate,
              s.external_prefix_cache_hits, s.external_prefix_cache_queries),
         Tier("lmcache", f"{lm} lookup, L1+L2", s.lmcache_lookup_hit_rate, total(rows, hit_name),
-             total(rows, c.total_name(c.LM_INPROC_REQUESTED)) if inproc else req),
+             total(rows, c.total_name(c.LM_INPROC_LOOKUP_TOKENS)) if inproc else req),
         Tier("l1", "LMCache MP L1 (CPU memory)", s.lmcache_l1_hit_rate, total(rows, c.total_name(c.LM_HIT_L1)), req),
         Tier("l2", "LMCache MP L2 (disk / remote)", s.lmcache_l2_hit_rate, total(rows, c.total_name(c.LM_HIT_L2)), req),
     ]
+    if s.lmcache_retrieve_hit_rate is not None:
+        out.append(Tier("retrieve", "LMCache (in-process) retrieve success: loaded / requested to load",
+                        s.lmcache_retrieve_hit_rate, total(rows, c.total_name(c.LM_INPROC_HIT)),
+                        total(rows, c.total_name(c.LM_INPROC_REQUESTED))))
+    return out
 
 
 def latency_quantiles(rows: Iterable[Increase]) -> tuple[dict[str, Quantile | None], dict[str, float | None]]:
     """p50 and p99 (``'TTFT p50'``, ``'queue p99'``, ...) and the mean of every latency
     histogram in ``catalog.LATENCIES``."""
-    rows = list(rows)
+    rows, _ = resolve(rows)  # each release read with its own names (SGLang, the old ITL name)
     qs, means = {}, {}
     for short, fam in c.LATENCIES.items():
         buckets = histogram_buckets(rows, fam)

@@ -2,7 +2,8 @@
 -- Per target and scrape interval over [$t_from, $t_to]: the increases the prefill cost model
 -- reads (app.data.prefill), one row per (target, interval end). $names lists the sample names
 -- (the macro reads only those). Iteration-token buckets are returned per engine; the reader sums
--- them by bound.
+-- them by bound. computed_tokens is NULL where the release has no request_prefill_kv_computed_tokens
+-- (vLLM before 0.13): the reader then derives it from the cached tokens, or leaves the interval out.
 WITH i AS (
     SELECT se.target_id, i.t_start, i.t_end, se.name, se.le, se.engine, se.labels, i.delta, i.reset
     FROM interval_increments($deployment, $t_from, $t_to, $model, $names) i
@@ -29,6 +30,12 @@ SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
                               AND json_extract_string(i.labels, '$.source') = 'external_kv_transfer')
            AS external_tokens,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total') AS by_source_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total'
+                              AND json_extract_string(i.labels, '$.source') = 'local_cache_hit') AS local_hit_tokens,
+       -- the prefix-cache hits, read with the name the release has (newest first, never both)
+       coalesce(sum(i.delta) FILTER (WHERE i.name = 'vllm:prefix_cache_hits_total'),
+                sum(i.delta) FILTER (WHERE i.name = 'vllm:gpu_prefix_cache_hits_total')) AS prefix_hits,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:external_prefix_cache_hits_total') AS external_hits,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:external_prefix_cache_queries_total') AS external_queries,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_inference_time_seconds_sum') AS inference_seconds,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:generation_tokens_total') AS generation_tokens,
