@@ -174,7 +174,8 @@ def gap_layer(df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> alt.Char
     (inside the plotted time range), each with its reason as tooltip; None when there are none."""
     step = pd.Timedelta(seconds=tl.step_s or 0)
     half = step / 2
-    rows = [{"start": a - half, "end": b + half, "reason": "no value in these time buckets (no samples, or nothing to compute it from)", "kind": "no data"}
+    reason = "no value in these time buckets (no samples, or nothing to compute it from)"
+    rows = [{"start": a - half, "end": b + half, "reason": reason, "kind": "no data"}
             for a, b in no_data_spans(df, values, tl)]
     if not df.empty:
         seen = [_utc(b) for b in df["bucket"].dropna()]
@@ -273,7 +274,8 @@ def quantile_band_chart(rows: Sequence[dict], metric: str, title: str, slo_s: fl
         base.mark_line(point=True).encode(
             color=alt.Color("quantile:N", legend=LEGEND),
             y="value:Q", tooltip=[when_tooltip(tl), "quantile:N", alt.Tooltip("value:Q", format=".3f"),
-                                  alt.Tooltip("lower:Q", title="bucket from"), alt.Tooltip("upper:Q", title="bucket to")]),
+                                  alt.Tooltip("lower:Q", title="bucket from"),
+                                  alt.Tooltip("upper:Q", title="bucket to")]),
     ]
     inf = df[df["in_inf"]]
     if not inf.empty:
@@ -316,7 +318,8 @@ def waterfall_chart(rows: Sequence) -> alt.Chart:
         if not total:
             run += r.usd
     df = frame(data, ["order", "term", "usd", "start", "end", "band_low", "band_high", "kind"])
-    x = alt.X("term:N", sort=alt.SortField("order"), title=None, axis=alt.Axis(labelAngle=-30, labelAlign="right", labelLimit=230, labelOverlap=False))
+    x = alt.X("term:N", sort=alt.SortField("order"), title=None,
+              axis=alt.Axis(labelAngle=-30, labelAlign="right", labelLimit=230, labelOverlap=False))
     colors = alt.Scale(domain=["gain", "cost", "total"], range=["#2e7d32", "#c62828", "#1565c0"])
     base = alt.Chart(df)
     return alt.layer(
@@ -344,7 +347,8 @@ def capacity_chart(schedule: Sequence[dict], current_gpus: int | None) -> alt.Ch
     if current_gpus is not None:
         layers.append(alt.Chart(pd.DataFrame({"gpus": [current_gpus], "label": [f"today: {current_gpus} GPUs"]}))
                       .mark_rule(strokeDash=[6, 4], color="gray").encode(y="gpus:Q", tooltip=["label:N"]))
-    return alt.layer(*layers, title="Capacity projection: GPUs needed to meet the p99 TTFT target").properties(height=260)
+    return (alt.layer(*layers, title="Capacity projection: GPUs needed to meet the p99 TTFT target")
+            .properties(height=260))
 
 
 def tornado_chart(rows: Sequence) -> alt.Chart:

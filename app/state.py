@@ -193,15 +193,17 @@ def prefill_summary(p) -> None:
         r = rows.get(key)
         label = "vLLM cache saves, GPU-h/mo" if key == "device" else "LMCache adds (net), GPU-h/mo"
         c[i].metric(label, "n/a" if r is None else fmt.number(r["gpu_hours_per_month"]),
-                    help=None if r is None else (f"{r['tier']}: {r['note']}; band {fmt.number(r['low'])}..{fmt.number(r['high'])} "
-                                                 f"GPU-h/month, {fmt.usd(r['usd_per_month'])}/month; {r['source']}."))
+                    help=None if r is None else (f"{r['tier']}: {r['note']}; band "
+                                                 f"{fmt.number(r['low'])}..{fmt.number(r['high'])} GPU-h/month, "
+                                                 f"{fmt.usd(r['usd_per_month'])}/month; {r['source']}."))
     c[2].metric("$/1M prompt, with / without",
                 f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_with_reuse)} / "
                 f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_without_reuse)}",
                 help="Prefill GPU cost per million prompt tokens at the price book's GPU-hour, with reuse (as the "
                      "window ran) and without (had nothing been cached). Compare with API prices per 1M input tokens.")
     c[3].metric("$/1M output tokens", fmt.usd_cents(p.usd_per_1m_output_tokens_with_reuse),
-                help="Decode GPU time (engine busy time - prefill) per million output tokens; reuse does not change it.")
+                help="Decode GPU time (engine busy time - prefill) per million output tokens; reuse does not "
+                "change it.")
     st.caption(fmt.cost_model_line(p))
 
 

@@ -28,7 +28,8 @@ DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-de
 
 def records(path: Path = DEMO_FILE) -> Iterator[dict]:
     if not path.exists():
-        raise FileNotFoundError(f"{path}: demo dataset not found (record it with deploy/local/recorders/record_demo.py)")
+        raise FileNotFoundError(f"{path}: demo dataset not found "
+                                "(record it with deploy/local/recorders/record_demo.py)")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             try:

@@ -151,8 +151,8 @@ def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps
         con.execute("INSERT INTO prom_increments SELECT * FROM kv_inc")
         con.execute("INSERT INTO samples SELECT * FROM kv_gauge")
         for target, a, b, reason in gaps:
-            Database.run(con, "insert_gap", deployment_id=dep_id, target=target, t_from=from_epoch_ms(a), t_to=from_epoch_ms(b),
-                         reason=reason)
+            Database.run(con, "insert_gap", deployment_id=dep_id, target=target, t_from=from_epoch_ms(a),
+                         t_to=from_epoch_ms(b), reason=reason)
         Database.run(con, "insert_prom_chunk", **span, step_s=step_s, selector=selector, ok=True, error=None,
                      n_series=len(rows.series["series_id"]), n_raw=chunk.n_raw, n_increments=inc_ts.size,
                      n_gauges=g_ts.size)

@@ -227,7 +227,8 @@ class PrometheusConfig(BaseModel):
                                                      "sample; two samples further apart than this are a gap, "
                                                      "not an increase.")
     gap_after: str = Field(default="5m", description="A target silent for longer than this is recorded as a gap.")
-    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds before one Prometheus query is abandoned.")
+    timeout_s: float = Field(default=30.0, gt=0, le=3600,
+                             description="Seconds before one Prometheus query is abandoned.")
     retries: int = Field(default=2, ge=0, le=10, description="Retries of a query that failed with a connection error "
                                                       "or HTTP 429/5xx.")
     max_concurrency: int = Field(default=4, ge=1, le=64,
@@ -288,8 +289,9 @@ class ScheduleConfig(BaseModel):
                                                                "ingestion, rollups and report.")
     timezone: str | None = Field(default=None, description="Time zone of nightly_cron (IANA name); default: "
                                                            "the machine's.")
-    misfire_grace_s: float = Field(default=6 * 3600, gt=0, le=7 * 86400, description="A nightly run missed by less than this "
-                                                                       "(daemon busy or down) still runs.")
+    misfire_grace_s: float = Field(default=6 * 3600, gt=0, le=7 * 86400,
+                                   description="A nightly run missed by less than this (daemon busy or down) "
+                                               "still runs.")
     catchup_days: int = Field(default=7, ge=1, le=366, description="On start, missed or failed nightly days up to this "
                                                           "many back are run again.")
     report_dir: Path | None = Field(default=None, description="Where the nightly job writes capacity reports "
@@ -335,13 +337,14 @@ class Settings(BaseSettings):
     scrape_max_bytes: int = Field(default=16 * 2**20, ge=1024, le=2**31, description="Largest /metrics body read "
                                   "(bytes, after decompression; default 16 MiB, a vLLM payload is ~60 KB); a larger "
                                   "one is a recorded gap and reading stops at the cap.")
-    lock_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds to wait for the DuckDB file when another "
-                                                                  "process holds it.")
+    lock_timeout_s: float = Field(default=30.0, gt=0, le=3600,
+                                  description="Seconds to wait for the DuckDB file when another process holds it.")
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Collector daemon schedule.")
     prices: dict[str, Any] = Field(default_factory=dict, description="Default price-book and planning fields "
-                                   "(kvplan.models.inputs.pricebook.PriceBook, kvplan.models.decision.verdict.PlanningInputs) for deployments "
+                                   "(kvplan.models.inputs.pricebook.PriceBook, "
+                                   "kvplan.models.inputs.planning.PlanningInputs) for deployments "
                                    "with none saved from the dashboard.")
 
     @field_validator("prices")

@@ -140,9 +140,11 @@ def vllm_exposition(engines: list[SimEngine]) -> str:
     def created(name):
         return [f"{name}{{{lab(e)}}} {e.created}" for e in engines]
 
-    counters = [("vllm:prefix_cache_queries_total", "queries", "Prefix cache queries, in terms of number of queried tokens."),
+    counters = [("vllm:prefix_cache_queries_total", "queries",
+                 "Prefix cache queries, in terms of number of queried tokens."),
                 ("vllm:prefix_cache_hits_total", "hits", "Prefix cache hits, in terms of number of cached tokens."),
-                ("vllm:external_prefix_cache_queries_total", "ext_queries", "External prefix cache queries from KV connector."),
+                ("vllm:external_prefix_cache_queries_total", "ext_queries",
+                 "External prefix cache queries from KV connector."),
                 ("vllm:external_prefix_cache_hits_total", "ext_hits", "External prefix cache hits from KV connector."),
                 ("vllm:prompt_tokens_total", "prompt", "Number of prefill tokens processed."),
                 ("vllm:prompt_tokens_cached_total", "cached", "Number of cached prompt tokens (local + external)."),

@@ -551,8 +551,9 @@ def _created_openmetrics(scrapes) -> str:
 @pytest.mark.parametrize("case", _recorded_cases())
 def test_recorded_real_payloads_ingested_from_prometheus_equal_their_direct_import(case, tmp_path):
     """Each step of a recorded case (all its targets) placed at the whole second of its first
-    scrape (one second later if that second is taken); Prometheus also holds the _created series. Every window between two steps:
-    (a) equals the direct import; (b) equals PromQL where no counter restarted."""
+    scrape (one second later if that second is taken); Prometheus also holds the _created
+    series. Every window between two steps: (a) equals the direct import; (b) equals PromQL
+    where no counter restarted."""
     from tests import recorded
 
     by_step: dict[int, list] = {}

@@ -222,7 +222,8 @@ def test_created_going_backwards_is_not_traffic(db, tmp_path):
 def test_hit_rate_outside_0_1_is_not_reported():
     from kvplan.models.metrics.window import Increase, window_stats
 
-    st = window_stats([Increase("vllm:prefix_cache_hits_total", 30.0), Increase("vllm:prefix_cache_queries_total", 20.0)])
+    st = window_stats([Increase("vllm:prefix_cache_hits_total", 30.0),
+                       Increase("vllm:prefix_cache_queries_total", 20.0)])
     assert st.prefix_cache_hit_rate is None and "outside [0, 1]" in st.notes[0]
 
 

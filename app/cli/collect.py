@@ -31,9 +31,12 @@ def ingest(
     deployment: Annotated[str, typer.Option(help="Deployment (from the config) to ingest.")],
     from_: Annotated[str, typer.Option("--from", help="Range start (ISO 8601; UTC if no zone).")],
     to: Annotated[str, typer.Option(help="Range end (ISO 8601); capped at now.")],
-    step: Annotated[str | None, typer.Option(help="Step of the stored increases, e.g. 1m (default: prometheus.step).")] = None,
-    chunk: Annotated[str | None, typer.Option(help="Range per query and transaction, e.g. 1h (default: prometheus.chunk).")] = None,
-    selector: Annotated[str | None, typer.Option(help="Label matchers, e.g. 'job=\"vllm\"' (default: the deployment's prometheus_selector).")] = None,
+    step: Annotated[str | None, typer.Option(
+        help="Step of the stored increases, e.g. 1m (default: prometheus.step).")] = None,
+    chunk: Annotated[str | None, typer.Option(
+        help="Range per query and transaction, e.g. 1h (default: prometheus.chunk).")] = None,
+    selector: Annotated[str | None, typer.Option(
+        help="Label matchers, e.g. 'job=\"vllm\"' (default: the deployment's prometheus_selector).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Backfill a range of one deployment from Prometheus (re-running a range never duplicates).
@@ -107,7 +110,8 @@ def ingest(
 
 def collect(
     daemon: Annotated[bool, typer.Option("--daemon", help="Run the scheduler until SIGTERM/SIGINT.")] = False,
-    nightly: Annotated[bool, typer.Option("--nightly", help="Run the nightly job once (missed days, or --day).")] = False,
+    nightly: Annotated[bool, typer.Option("--nightly",
+                                          help="Run the nightly job once (missed days, or --day).")] = False,
     day: Annotated[str | None, typer.Option(help="With --nightly: this UTC day (YYYY-MM-DD) only.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,

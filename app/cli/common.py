@@ -24,7 +24,8 @@ err = Console(stderr=True)
 out = Console()
 
 DbOpt = Annotated[Path | None, typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config",
+                                                help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
 
 
 def finite(value: float | None) -> float | None:

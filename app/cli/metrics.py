@@ -18,8 +18,10 @@ from kvplan.models.metrics.catalog import KINDS
 def import_metrics(
     files: Annotated[list[Path], typer.Argument(help="Saved /metrics payloads (one vLLM or LMCache server each).")],
     deployment: Annotated[str, typer.Option(help="Deployment the scrapes belong to.")],
-    at: Annotated[str | None, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); not needed for files named NAME@TIME.prom.")] = None,
-    target: Annotated[str | None, typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the file's name without extension).")] = None,
+    at: Annotated[str | None, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); "
+                                                "not needed for files named NAME@TIME.prom.")] = None,
+    target: Annotated[str | None, typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the "
+                                                    "file's name without extension).")] = None,
     kind: Annotated[str | None, typer.Option(help=f"Force the kind: {', '.join(KINDS)}.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:

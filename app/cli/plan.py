@@ -18,7 +18,8 @@ def plan(
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
     model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=100_000, help="GPUs serving the deployment, for this "
-                    "plan only (default: config deployments[].gpus, else vLLM engines seen x gpus_per_engine).")] = None,
+                    "plan only (default: config deployments[].gpus, else vLLM engines seen x "
+                    "gpus_per_engine).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -42,7 +43,8 @@ def plan(
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):
         out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]
-    out.print("monthly benefit: " + ("n/a" if mb is None else f"{fmt.usd(mb)} ({fmt.usd(d['monthly_benefit_low_usd'])} .. "
+    out.print("monthly benefit: " + ("n/a" if mb is None else
+                                      f"{fmt.usd(mb)} ({fmt.usd(d['monthly_benefit_low_usd'])} .. "
                                       f"{fmt.usd(d['monthly_benefit_high_usd'])})"))
     for k, v in d["terms"].items():
         out.print(f"  {k:<20} {fmt.usd(v)}")

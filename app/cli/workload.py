@@ -14,7 +14,8 @@ from kvplan.models.core.errors import KvplanError
 def pilot(
     deployment: Annotated[str, typer.Option(help="Deployment the run is stored under.")],
     model: Annotated[str, typer.Option(help="Served model name.")],
-    server: Annotated[list[str] | None, typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")] = None,
+    server: Annotated[list[str] | None, typer.Option(
+        help="OpenAI-compatible base URL (repeat for several servers).")] = None,
     scenario: Annotated[Literal["shared_prefix", "unique", "multi_turn"], typer.Option(
         help="What the users send.")] = "shared_prefix",
     users: Annotated[int, typer.Option(min=1, max=10_000, help="Concurrent streaming users.")] = 10,
@@ -31,25 +32,36 @@ def pilot(
     max_seconds: Annotated[float, typer.Option(max=30 * 86400.0, callback=positive,
                                              help="Hard bound on wall time, s.")] = 600.0,
     label: Annotated[str | None, typer.Option(help="Run label (default: the scenario).")] = None,
-    measured_on: Annotated[str, typer.Option(help="What the numbers were measured on, e.g. '8x H100, Qwen3-235B'.")] = "unspecified hardware",
-    scrape: Annotated[list[str] | None, typer.Option(help="/metrics URL to scrape right before and after the run.")] = None,
-    reuse: Annotated[Literal["off", "on"] | None, typer.Option(help="Side of a measured A/B: 'off' (prefix caching / LMCache off on "
-                                                    "the servers) or 'on'. Needs --ab-pair.")] = None,
-    ab_pair: Annotated[str | None, typer.Option(help="Name both sides of a measured A/B share: the newest pair "
-                                                      "overrides the modelled saved prefill, labelled 'measured'.")] = None,
-    engine_seconds: Annotated[float | None, typer.Option(callback=positive, help="Engine time the run took, seconds (e.g. GPU busy "
-                                                               "time from DCGM). Default: the run's wall time.")] = None,
+    measured_on: Annotated[str, typer.Option(
+        help="What the numbers were measured on, e.g. '8x H100, Qwen3-235B'.")] = "unspecified hardware",
+    scrape: Annotated[list[str] | None, typer.Option(
+        help="/metrics URL to scrape right before and after the run.")] = None,
+    reuse: Annotated[Literal["off", "on"] | None, typer.Option(
+        help="Side of a measured A/B: 'off' (prefix caching / LMCache off on the servers) or 'on'. "
+             "Needs --ab-pair.")] = None,
+    ab_pair: Annotated[str | None, typer.Option(
+        help="Name both sides of a measured A/B share: the newest pair overrides the modelled saved "
+             "prefill, labelled 'measured'.")] = None,
+    engine_seconds: Annotated[float | None, typer.Option(
+        callback=positive, help="Engine time the run took, seconds (e.g. GPU busy time from DCGM). "
+                                "Default: the run's wall time.")] = None,
     engine_seconds_source: Annotated[str | None, typer.Option(help="How --engine-seconds was measured.")] = None,
-    sweep: Annotated[bool, typer.Option("--sweep", help="Load sweep: raise the load in levels against --off-url "
-                                         "(reuse off) and --on-url (reuse on); store both curves and print the goodputs.")] = False,
+    sweep: Annotated[bool, typer.Option(
+        "--sweep", help="Load sweep: raise the load in levels against --off-url (reuse off) and --on-url "
+                        "(reuse on); store both curves and print the goodputs.")] = False,
     off_url: Annotated[str | None, typer.Option(help="--sweep: the replica with KV reuse off.")] = None,
     on_url: Annotated[str | None, typer.Option(help="--sweep: the replica with KV reuse on.")] = None,
     levels: Annotated[str | None, typer.Option(help="--sweep: concurrency levels (closed loop), e.g. 1,2,4,8.")] = None,
-    rates: Annotated[str | None, typer.Option(help="--sweep: request rates per second (open loop, Poisson), e.g. 2,4,8.")] = None,
-    requests_per_level: Annotated[int, typer.Option(min=1, max=1_000_000, help="--sweep: requests per level (at least).")] = 24,
-    level_seconds: Annotated[float, typer.Option(max=86400.0, callback=positive, help="--sweep: rate levels send for about this long.")] = 10.0,
-    ttft_slo: Annotated[float | None, typer.Option(max=3600.0, callback=positive, help="--sweep: p99 TTFT SLO, s (default: the planning inputs').")] = None,
-    tpot_slo: Annotated[float | None, typer.Option(max=3600.0, callback=positive, help="--sweep: p99 TPOT SLO, s (default: not checked).")] = None,
+    rates: Annotated[str | None, typer.Option(
+        help="--sweep: request rates per second (open loop, Poisson), e.g. 2,4,8.")] = None,
+    requests_per_level: Annotated[int, typer.Option(
+        min=1, max=1_000_000, help="--sweep: requests per level (at least).")] = 24,
+    level_seconds: Annotated[float, typer.Option(
+        max=86400.0, callback=positive, help="--sweep: rate levels send for about this long.")] = 10.0,
+    ttft_slo: Annotated[float | None, typer.Option(
+        max=3600.0, callback=positive, help="--sweep: p99 TTFT SLO, s (default: the planning inputs').")] = None,
+    tpot_slo: Annotated[float | None, typer.Option(
+        max=3600.0, callback=positive, help="--sweep: p99 TPOT SLO, s (default: not checked).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Drive N concurrent streaming users for T turns against the servers, store the run

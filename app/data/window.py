@@ -217,7 +217,8 @@ def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: dat
                                                      t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
         if step == 86400:
             raw += _daily_rows(source, deployment, spans.rolled, model, names)
-    win = Window(deployment, model, f, t, tuple(rows), _noted_stats(source, deployment, f, t, model, rows, spans), spans)
+    stats = _noted_stats(source, deployment, f, t, model, rows, spans)
+    win = Window(deployment, model, f, t, tuple(rows), stats, spans)
     return win, _buckets(raw)
 
 

@@ -103,9 +103,11 @@ if sel is not None:
         st.warning(p.replica_message)
     hz = p.horizon_cost_usd or {}
     st.dataframe(pd.DataFrame([
-        {"path": "without reuse (buy when the SLO breaks)", "purchases": fmt.schedule(p.purchase_schedule_without_reuse),
+        {"path": "without reuse (buy when the SLO breaks)",
+         "purchases": fmt.schedule(p.purchase_schedule_without_reuse),
          "cost over the horizon": fmt.usd(hz.get("baseline"))},
-        {"path": "with reuse (cache overhead now, buy later)", "purchases": fmt.schedule(p.purchase_schedule_with_reuse),
+        {"path": "with reuse (cache overhead now, buy later)",
+         "purchases": fmt.schedule(p.purchase_schedule_with_reuse),
          "cost over the horizon": fmt.usd(hz.get("reuse"))}]), hide_index=True)
     if v.schedule:
         state.chart(charts.capacity_chart(v.schedule, p.current_gpus))

@@ -26,7 +26,8 @@ def render_section(d: dict, charts: bool = True) -> str:
     out = [f"<h2>{TITLE}</h2>",
            f"<p>Replayed trace <b>{escape(t['name'])}</b> ({escape(t['format'])}): {t['requests']:,} requests, "
            f"{t['unique_chunks']:,} distinct chunks of {t['chunk_tokens']} tokens"
-           + (f", {t['bytes_per_chunk']:,} bytes each ({escape(str(t['bytes_source']))})" if t["bytes_per_chunk"] else "")
+           + (f", {t['bytes_per_chunk']:,} bytes each ({escape(str(t['bytes_source']))})"
+              if t["bytes_per_chunk"] else "")
            + ". LRU with LMCache's hit rule (a request hits its leading cached chunks), exact at every "
            "capacity; the same numbers as <code>lmcache tool cache-simulator simulate</code>.</p>"]
     sat = d["saturation"]

@@ -211,8 +211,9 @@ seconds at an hour's edge would give a rate from a handful of requests)."""
 
 def peak_hour_rate(rows: Sequence[Interval], spans: Sequence[tuple[float, float]]) -> float | None:
     """Requests per second of the busiest UTC hour: each interval's requests are spread over the
-    hours it spans in proportion to time (a missed scrape makes one interval of two); an hour's rate divides by the seconds of it the data covers (``spans``, the vLLM
-    targets' intervals, merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
+    hours it spans in proportion to time (a missed scrape makes one interval of two); an hour's
+    rate divides by the seconds of it the data covers (``spans``, the vLLM targets' intervals,
+    merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
     only when no hour is covered longer."""
     def hours(a: float, b: float):
         h = int(a // 3600)

@@ -83,7 +83,8 @@ def phase(title: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run-dir", help="a running stack (python -m kvplan.deploy.local.stack up ... --vllm 2 --nocache 1)")
+    ap.add_argument("--run-dir",
+                    help="a running stack (python -m kvplan.deploy.local.stack up ... --vllm 2 --nocache 1)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between scrapes (real time)")
     ap.add_argument("--stretch", type=float, default=30.0, help="time-axis stretch written to the file")

