@@ -4,8 +4,10 @@ time-range selectors every page uses. Only Streamlit glue lives here."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
@@ -13,6 +15,15 @@ import streamlit as st
 from kvplan.app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
 from kvplan.collectors.settings import Settings, load_settings
 from kvplan.sql.db import Database
+
+if TYPE_CHECKING:
+    from streamlit.elements.vega_charts import AltairChart
+
+    from kvplan.app.charts import Timeline
+    from kvplan.models.decision.plan import PlanResult
+    from kvplan.models.decision.verdict import Decision
+
+T = TypeVar("T")
 
 
 def settings() -> Settings:
@@ -38,7 +49,7 @@ def db() -> Database:
     return database(str(s.db), s.lock_timeout_s)
 
 
-def view(fn, *args, **kwargs):
+def view(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(source, *args, **kwargs)`` for a view function of ``kvplan.app.views`` (or
     ``kvplan.app.gaps.timeline``), read through ONE connection (``Database.snapshot``) and cached
     until the database file changes (``Database.data_version``: size and mtime of the file
@@ -165,7 +176,7 @@ def caption(sel: Selection, note: str = "") -> None:
                f"{sel.local(sel.t_to):%Y-%m-%d %H:%M} {sel.tz}" + (f" · {note}" if note else ""))
 
 
-def timeline(sel: Selection, step_s: int):
+def timeline(sel: Selection, step_s: int) -> Timeline:
     """How the page's time charts are drawn: the picked zone, the bucket width, the
     window's recorded gaps (failed scrapes, Prometheus gaps)."""
     from kvplan.app.gaps import timeline as tl
@@ -173,14 +184,14 @@ def timeline(sel: Selection, step_s: int):
     return view(tl, sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
-def badge(decision) -> None:
+def badge(decision: Decision) -> None:
     """The verdict as a coloured badge and its one-sentence reason."""
     from kvplan.app.report.fmt import BADGE_COLORS
 
     st.markdown(f"#### :{BADGE_COLORS[decision.kind]}-badge[{decision.kind}] {decision.reason}")
 
 
-def prefill_summary(p) -> None:
+def prefill_summary(p: PlanResult) -> None:
     """What the cache saved by tier (vLLM's prefix cache: free; LMCache: net, what the decision
     weighs), $ per 1M prompt/output tokens with and without reuse, and the cost model the
     saving rests on (Overview and Cost pages; the report shows the same)."""
@@ -207,7 +218,7 @@ def prefill_summary(p) -> None:
     st.caption(fmt.cost_model_line(p))
 
 
-def chart(c) -> None:
+def chart(c: AltairChart) -> None:
     """An Altair chart across the page; its height is the plot's (legend and axes added),
     not squeezed into it as Streamlit's default autosize 'fit' would."""
     import altair as alt

@@ -251,6 +251,11 @@ HIT_PAIRS = (
 """(hits, queries) counters of one series: hits can never exceed queries in one payload."""
 
 
+def _le(s: Sample) -> float:
+    """A bucket sample's upper bound (``+Inf`` for a sample without one)."""
+    return math.inf if s.le is None else s.le
+
+
 def _monotonic(fam_type: str, name: str) -> bool:
     """Samples that only count up from 0: counters, histogram buckets and counts, summary counts."""
     return fam_type == "counter" or (fam_type in ("histogram", "summary") and name.endswith(("_bucket", "_count")))
@@ -308,7 +313,7 @@ def _read_families(source: str, text: str, fmt: str) -> list[Any]:
     lines = _CountingLines(text)
     parser = _openmetrics_families if fmt == "openmetrics" else _text_families
     try:
-        return list(parser(lines))
+        return list(parser(lines))  # type: ignore[arg-type]  # the parsers only iterate (TextIO in their stub)
     except (ValueError, IndexError, KeyError) as e:
         bad = text.splitlines()[lines.lineno - 1] if lines.lineno else ""
         raise PayloadError(source, f"cannot parse {bad[:120]!r}: {e}", line=lines.lineno or None) from None
@@ -428,9 +433,9 @@ def _check_histograms(source: str, samples: list[Sample]) -> None:
             counts[ident] = s.value
     for ident, bs in buckets.items():
         family = ident[0]
-        bs = sorted(bs, key=lambda b: b.le)
+        bs = sorted(bs, key=_le)
         label = f"{family} (model_name={ident[1]}, engine={ident[2]})"
-        if not math.isinf(bs[-1].le):
+        if not math.isinf(_le(bs[-1])):
             raise PayloadError(source, f"histogram {label} has no le=\"+Inf\" bucket: payload truncated?")
         for a, b in itertools.pairwise(bs):
             if b.value < a.value:

@@ -31,6 +31,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
@@ -367,8 +368,11 @@ class Settings(BaseSettings):
         return self
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_PATH[0]) if _CONFIG_PATH[0] else None
         secrets = NestedSecretsSettingsSource(file_secret_settings)
         sources = [init_settings, env_settings, secrets]
@@ -416,7 +420,7 @@ def _has_password(url: str) -> bool:
         return False
 
 
-def _blame(err: dict, path: Path | None) -> tuple[str, str]:
+def _blame(err: ErrorDetails, path: Path | None) -> tuple[str, str]:
     """(where, problem) of one validation error: the environment variable that set the key
     when there is one (KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S=...), else the config file."""
     loc = _loc(err)
@@ -429,12 +433,12 @@ def _blame(err: dict, path: Path | None) -> tuple[str, str]:
     return str(path) if path else "defaults", f"{loc or '(top level)'}: {msg}"
 
 
-def _loc(err: dict) -> str:
+def _loc(err: ErrorDetails) -> str:
     # pydantic puts the failing validator's name in loc for model validators; drop it
     return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
 
 
-def load_settings(config: Path | None = None, **overrides) -> Settings:
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Settings from (in order of precedence) ``overrides``, env, secret files, ``config`` TOML."""
     path = config or (Path(os.environ["KVPLAN_CONFIG"]) if os.environ.get("KVPLAN_CONFIG") else None)
     if path is None and DEFAULT_CONFIG.exists():
@@ -448,7 +452,9 @@ def load_settings(config: Path | None = None, **overrides) -> Settings:
         raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
     _CONFIG_PATH[0] = path
     try:
-        s = Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
+        # BaseSettings.__init__ takes _secrets_dir; pydantic's dataclass_transform signature leaves it out
+        s = Settings(_secrets_dir=secrets_dir,  # type: ignore[call-arg]
+                     **{k: v for k, v in overrides.items() if v is not None})
         for secret in (s.prometheus.bearer_token, s.prometheus.password):
             if secret is not None:
                 register_secret(secret.get_secret_value())

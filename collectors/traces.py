@@ -140,15 +140,15 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
 
     with db.write() as con:
         if row is None:
-            trace_id = Database.run(
+            trace_id = Database.scalar(
                 con, "insert_trace", deployment=deployment, name=trace_name, format=kind,
-                n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow()).fetchone()[0]
+                n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow())
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
         for f, _p in zip(files, parsed, strict=True):  # someone else imported meanwhile: refuse, retry
             now = _one(con, "trace_file", trace_id=trace_id, file=f.name)
             was = state.get(f.name)
-            if (now is None) != (was is None) or (now and now["bytes"] != was["bytes"]):
+            if (now is None) != (was is None) or (now and was and now["bytes"] != was["bytes"]):
                 raise ConflictError("imported by another process meanwhile: run again",
                                     source=str(f))
         bpc, source = row["bytes_per_chunk"], row["bytes_source"]
@@ -159,7 +159,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if (bpc, source) != (row["bytes_per_chunk"], row["bytes_source"]):
             Database.run(con, "set_trace_bytes", trace_id=trace_id, n_bytes_per_chunk=bpc,
                          bytes_source=source)
-        keymap = None
+        keymap: dict[str, int] = {}  # LMCache chunk hash -> key (LMCache traces only)
         if kind == "lmcache":
             keymap = dict(con.execute(
                 "SELECT hash, key FROM trace_chunk_keys WHERE trace_id = ?", [trace_id]).fetchall())
@@ -171,7 +171,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(results))
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict | None) -> None:
+def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict[str, int]) -> None:
     if p.format == "lmcache":
         start = len(keymap)
         new: dict[str, int] = {}

@@ -28,8 +28,8 @@ for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.
                  ("rules", rules.rules)):
     app.command(name)(user_errors(fn))
 config_app.command("check")(user_errors(collect.config_check))
-for name, fn in (("up", demo.stack_up), ("down", demo.stack_down), ("status", demo.stack_status)):
-    stack_app.command(name)(user_errors(fn))
+for name, stack_fn in (("up", demo.stack_up), ("down", demo.stack_down), ("status", demo.stack_status)):
+    stack_app.command(name)(user_errors(stack_fn))
 app.add_typer(config_app, name="config")
 app.add_typer(stack_app, name="stack")
 

@@ -60,14 +60,14 @@ def ingest(
             except ValueError as e:
                 raise KvplanError(str(e), source=opt) from None
     dep = s.deployment(deployment)
-    if dep is None and selector is None:
-        known = ", ".join(d.name for d in s.deployments) or "none"
-        fail(f"no deployment {deployment!r} in the configuration (known: {known}); add it or pass --selector")
     if selector is not None:
         try:
             dep = DeploymentConfig(name=deployment, prometheus_selector=check_selector(selector))
         except ValueError as e:
             raise KvplanError(str(e), source="--selector") from None
+    elif dep is None:
+        known = ", ".join(d.name for d in s.deployments) or "none"
+        fail(f"no deployment {deployment!r} in the configuration (known: {known}); add it or pass --selector")
     if not dep.prometheus_selector:
         fail(f"deployment {deployment!r} has no prometheus_selector: set one (e.g. 'job=\"vllm\"') or pass "
              "--selector, so kvplan never ingests every series of a shared Prometheus by accident")
@@ -102,8 +102,8 @@ def ingest(
     for g in gaps:
         out.print(f"gap {g['t_from'].isoformat()}Z .. {g['t_to'].isoformat()}Z "
                   f"{g['target'] or '(all targets)'}: {g['reason']}", highlight=False, soft_wrap=True)
-    for e in res.errors[:5]:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    for message in res.errors[:5]:
+        err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     if res.failed:
         raise typer.Exit(1)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -100,7 +100,7 @@ def pilot(
         run = lg_client.run(server, model, w)
     for t in targets:
         scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
-    ab = {}
+    ab: dict[str, Any] = {}
     if reuse is not None:
         wall = run.ended_at - run.started_at
         ab = {"reuse": reuse, "ab_pair": ab_pair,

@@ -27,7 +27,7 @@ from kvplan.models.prefill.fit import fit_prefill_cost
 from kvplan.models.prefill.interval import Interval
 from kvplan.models.prefill.measurement import PrefillMeasurement, measurement_from_window
 from kvplan.models.prefill.window import MeasuredAB, PricedWindow
-from kvplan.sql.db import Database
+from kvplan.sql.db import Source
 
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""
@@ -47,7 +47,7 @@ def _epoch(ts: datetime) -> float:
     return aware_utc(ts).timestamp()
 
 
-def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: datetime,
+def prefill_intervals(db: Source, deployment: str, t_from: datetime, t_to: datetime,
                       model: str | None = None, *,
                       chunk_tokens: int = DeploymentFacts().lmcache_chunk_tokens) -> list[Interval]:
     """One row per target and scrape interval in [t_from, t_to]: vLLM targets with their
@@ -63,8 +63,8 @@ def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
         for b in r["step_buckets"] or []:
             if b["le"] is not None:
                 buckets[float(b["le"])] = buckets.get(float(b["le"]), 0.0) + float(b["n"])
-        base = dict(t_start=_epoch(r["t_start"]), t_end=_epoch(r["t_end"]),
-                    targets=(r["target"],), reset=bool(r["reset"]))
+        base: dict[str, Any] = dict(t_start=_epoch(r["t_start"]), t_end=_epoch(r["t_end"]),
+                                    targets=(r["target"],), reset=bool(r["reset"]))
         if r["requests"] is None:
             chunks = r["lmcache_write_chunks"]
             if chunks is not None:
@@ -125,7 +125,7 @@ def describe_history(deployment: str, intervals: list[Interval], t_from: datetim
             f"{(aware_utc(t_to) - aware_utc(t_from)).total_seconds() / 3600:g} h)")
 
 
-def measured_ab(db: Database, deployment: str) -> MeasuredAB | None:
+def measured_ab(db: Source, deployment: str) -> MeasuredAB | None:
     """The latest A/B pair stored for ``deployment``: two runs with the same ``ab_pair``,
     ``reuse`` off and on, both with ``engine_seconds``. Cached tokens of the reuse-on run come
     from the clients' usage reports (``run_requests.cached_tokens``)."""
@@ -142,7 +142,7 @@ def measured_ab(db: Database, deployment: str) -> MeasuredAB | None:
         on_cached_tokens=float(r["on_cached_tokens"]), engine_seconds_source=r["source"] or "unspecified")
 
 
-def plan_measurement(db: Database, deployment: str, t_from: datetime, t_to: datetime, *,
+def plan_measurement(db: Source, deployment: str, t_from: datetime, t_to: datetime, *,
                      facts: DeploymentFacts | None = None, model: str | None = None,
                      lookback: timedelta = DEFAULT_LOOKBACK, stats: Any = None,
                      num_gpus: int | None = None, use_measured_ab: bool = True) -> PrefillMeasurement:

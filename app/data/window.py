@@ -8,13 +8,14 @@ Long windows read whole UTC days from the nightly rollups (``daily_rollups``; ga
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
 from kvplan.models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
 from kvplan.models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
 from kvplan.models.metrics.window import Increase, WindowStats, null_reasons, window_stats
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -40,19 +41,20 @@ class Window:
     @property
     def source_note(self) -> str:
         """Where the numbers were read from (shown under the charts and in the report)."""
-        if not self.rolled_days:
+        if self.spans.rolled is None or not self.rolled_days:
             return "read from raw samples"
         a, b = self.spans.rolled
         return (f"{self.rolled_days} whole day(s) {a:%Y-%m-%d}..{b - DAY:%Y-%m-%d} from the nightly "
                 "rollups, the partial days at the edges from raw samples")
 
 
-def _rolled_days(source, deployment: str, t_from: datetime, t_to: datetime, query: str = "dashboard_rolled_days"):
+def _rolled_days(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                 query: str = "dashboard_rolled_days") -> list[date | datetime]:
     return [r["day"] for r in source.fetch(query, deployment=deployment, d_from=ceil_day(t_from),
                                            d_to=floor_day(t_to))]
 
 
-def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> Window:
+def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> Window:
     """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
     edges from raw samples. For regular scrapes this counts exactly the pairs
     ``window_increases`` counts (a pair whose earlier sample lies more than
@@ -70,7 +72,7 @@ def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model
                   _noted_stats(source, deployment, t_from, t_to, model, rows, spans), spans)
 
 
-def _noted_stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None,
+def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None,
                  rows: list[Increase], spans: Spans) -> WindowStats:
     """``window_stats`` with notes: why every figure is null (no increase at all), and stored
     rows the raw edges left out (rolled-up days were summed by the same guarded macro). The
@@ -84,7 +86,7 @@ def _noted_stats(source, deployment: str, t_from: datetime, t_to: datetime, mode
     return st
 
 
-def note_gauges(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None
+def note_gauges(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None
                 ) -> dict[str, float]:
     """Gauge family -> the mean over its series of their last value in the window, for the
     families ``window_stats`` notes (never a window's rate)."""
@@ -95,14 +97,14 @@ def note_gauges(source, deployment: str, t_from: datetime, t_to: datetime, model
     return {k: sum(v) / len(v) for k, v in last.items()}
 
 
-def window_increases(source, deployment: str, t_from: datetime, t_to: datetime,
+def window_increases(source: Source, deployment: str, t_from: datetime, t_to: datetime,
                      model: str | None = None) -> list[Increase]:
     """Raw per-series increases over [t_from, t_to] (no rollups): the reference reading."""
     return [Increase(**r) for r in source.fetch("window_increases", deployment=deployment, t_from=t_from,
                                                 t_to=t_to, model=model)]
 
 
-def stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> WindowStats:
+def stats(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> WindowStats:
     """The headline numbers of one deployment over [t_from, t_to] (``kvplan stats``), with
     notes on what was left out and why a figure is missing."""
     check_model(source, deployment, model)
@@ -110,14 +112,15 @@ def stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str 
     return _noted_stats(source, deployment, t_from, t_to, model, rows, Spans(None, ((t_from, t_from, t_to),)))
 
 
-def data_notes(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+def data_notes(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+               model: str | None = None) -> list[str]:
     """Stored rows the analysis left out (bad_samples): reported, never raised."""
     rows = source.fetch("bad_samples", deployment=deployment, t_from=t_from, t_to=t_to, model=model)
     return [f"warning: {r['name']}: {r['n']} stored sample(s) not used ({r['bad_values']} impossible value(s), "
             f"{r['bad_created']} impossible _created time(s))" for r in rows]
 
 
-def check_model(source, deployment: str, model: str | None) -> None:
+def check_model(source: Source, deployment: str, model: str | None) -> None:
     """A ``--model`` the deployment's data does not have is an error naming the ones it has."""
     if model is None:
         return
@@ -127,7 +130,7 @@ def check_model(source, deployment: str, model: str | None) -> None:
                           f"{', '.join(map(repr, known)) or 'none: no model_name label'})", source="--model")
 
 
-def why_empty(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+def why_empty(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
     """Why a window gave no increase at all, so every figure is null: no data in the window,
     one scrape per target, or a model not in the data."""
     per_target = source.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to)
@@ -148,7 +151,7 @@ class TimeBucket:
         return window_stats(list(self.rows))
 
 
-def _daily_rows(source, deployment: str, rolled: tuple[datetime, datetime], model: str | None,
+def _daily_rows(source: Source, deployment: str, rolled: tuple[datetime, datetime], model: str | None,
                 names: list[str]) -> list[dict]:
     """Whole rolled-up days as chart rows, one bucket per UTC day."""
     return [dict(r, bucket=r["day"]) for r in source.fetch("daily_series", deployment=deployment, t_from=rolled[0],
@@ -164,7 +167,7 @@ def _buckets(raw: list[dict]) -> list[TimeBucket]:
     return [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
 
 
-def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+def window_buckets(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
                    model: str | None = None, names: list[str] | None = None) -> list[TimeBucket]:
     """The chart names' increases per time bucket (start, start + step]. Windows of
     ``DAILY_POINTS_FROM`` or more get one bucket per UTC day, rolled-up days read from
@@ -186,7 +189,7 @@ def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, st
     return _buckets(raw)
 
 
-def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
                             model: str | None = None,
                             names: list[str] | None = None) -> tuple[Window, list[TimeBucket]]:
     """``load_window`` and ``window_buckets`` of one window in one pass: when both read the
@@ -222,7 +225,7 @@ def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: dat
     return win, _buckets(raw)
 
 
-def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+def gauge_points(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
                  model: str | None = None, names: list[str] | None = None) -> list[dict]:
     """Gauge mean / max / last per time bucket, target and series (daily from
     ``gauge_rollups`` over long windows, else raw samples). ``bucket`` is aware UTC."""
@@ -250,12 +253,12 @@ def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step
                                       r["engine"] or ""))
 
 
-def engines_in_window(source, deployment: str, t_from: datetime, t_to: datetime) -> int:
+def engines_in_window(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> int:
     """vLLM engines (target x engine) with data in the window, without reading raw samples."""
     return len(source.fetch("dashboard_engines", deployment=deployment, t_from=t_from, t_to=t_to))
 
 
-def peak_running_per_engine(source, deployment: str, t_from: datetime, t_to: datetime,
+def peak_running_per_engine(source: Source, deployment: str, t_from: datetime, t_to: datetime,
                             model: str | None = None) -> float | None:
     """The most requests one vLLM engine ran at once in the window (``vllm:num_requests_running``,
     the highest sample of any engine): the concurrency one replica must hold KV for (the replica
@@ -269,7 +272,7 @@ TREND_LOOKBACK = timedelta(days=90)
 """How far back the measured growth trend reads whole days."""
 
 
-def daily_requests(source, deployment: str, first_ts: datetime, t_to: datetime,
+def daily_requests(source: Source, deployment: str, first_ts: datetime, t_to: datetime,
                    model: str | None = None) -> list[tuple[float, float]]:
     """(day number, requests) of every whole UTC day of the deployment's data up to ``t_to``
     (at most ``TREND_LOOKBACK``), for ``kvplan.models.capacity.growth.measured_growth``: rolled-up days from the

@@ -1,6 +1,8 @@
 """Cost & decision: the benefit waterfall, the capacity projection, the sensitivity tornado,
 the editable price book and planning inputs, and the articles' planning presets."""
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -9,6 +11,7 @@ from kvplan.app.data.store import save_facts, save_price_form
 from kvplan.app.report import fmt
 from kvplan.app.views.cost import cost_view
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.fields import FieldSpec
 from kvplan.models.decision.presets import PRESETS
 from kvplan.models.inputs.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
 from kvplan.models.inputs.planning import PLANNING_FIELDS
@@ -36,7 +39,7 @@ def save_deployment_facts(deployment: str) -> None:
         st.session_state["facts_msg"] = ("error", f"Not saved: {e}")
 
 
-def field(prefix: str, spec, value) -> None:
+def field(prefix: str, spec: FieldSpec, value: Any) -> None:
     key, label = f"{prefix}_{spec.name}", f"{spec.name} ({spec.unit})" if spec.unit else spec.name
     if spec.kind == "choice":
         st.selectbox(label, spec.choices, index=spec.choices.index(value), key=key, help=spec.help)
@@ -112,7 +115,7 @@ if sel is not None:
     if v.schedule:
         state.chart(charts.capacity_chart(v.schedule, p.current_gpus))
     sw = v.sweep
-    if sw is not None and not sw.empty:
+    if sw is not None and sw.pair is not None:
         st.markdown(f"**{sw.pair.label[0].upper() + sw.pair.label[1:]}**")
         if sw.cpu_scale:
             st.caption("Measured on a CPU stack with a tiny model: CPU-scale seconds, not GPU results.")

@@ -35,10 +35,10 @@ if sel is not None:
         slo.target_s, tl=tl))
 
     st.subheader("Queue time")
-    c = st.columns(3)
-    c[0].metric("Queue p50", fmt.quantile(q["queue p50"]), help=fmt.bucket(q["queue p50"]))
-    c[1].metric("Queue p99", fmt.quantile(q["queue p99"]), help=fmt.bucket(q["queue p99"]))
-    c[2].metric("Queue mean", fmt.secs(v.means["queue"], "not reported"))
+    c3 = st.columns(3)
+    c3[0].metric("Queue p50", fmt.quantile(q["queue p50"]), help=fmt.bucket(q["queue p50"]))
+    c3[1].metric("Queue p99", fmt.quantile(q["queue p99"]), help=fmt.bucket(q["queue p99"]))
+    c3[2].metric("Queue mean", fmt.secs(v.means["queue"], "not reported"))
     state.chart(charts.quantile_band_chart(v.points, "queue", "Time waiting in the queue "
                                            "(vllm:request_queue_time_seconds)", tl=tl))
 

@@ -12,13 +12,17 @@ passed.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvplan.app.data.store import DeploymentSettings, deployment_settings
 from kvplan.app.report.data import ReportData, build
 from kvplan.models.core.errors import KvplanError
 from kvplan.sql.db import Database
+
+if TYPE_CHECKING:
+    from kvplan.collectors.settings import Settings
 
 __all__ = ["ReportData", "build", "nightly_reports", "render_html", "render_pdf", "write_report"]
 
@@ -75,7 +79,7 @@ def _check_writable(path: Path) -> None:
             break
 
 
-def nightly_reports(settings, day) -> list[Path]:
+def nightly_reports(settings: Settings, day: date) -> list[Path]:
     """The nightly job's report step (``kvplan.collectors.scheduler.NightlyJobs.report``): each
     deployment's capacity report for the month of ``day`` (so far) into
     ``schedule.report_dir``. A deployment without data that month is skipped."""

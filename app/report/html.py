@@ -36,7 +36,7 @@ code { font-size: 8pt; }
 """
 
 
-def ts(v) -> str:
+def ts(v: datetime | None) -> str:
     return "" if v is None else f"{v:%Y-%m-%d %H:%M}"
 
 
@@ -203,7 +203,7 @@ def _saved_prefill(d: ReportData) -> str:
 def _sweep(d: ReportData) -> str:
     """The load sweep the fleet was sized from (goodput per replica at the SLOs), if any."""
     sw = d.sweep
-    if sw is None or sw.empty:
+    if sw is None or sw.pair is None:
         return ("<p>No load sweep stored: the fleet was sized with the queueing formula (a labelled fallback). "
                 "<code>kvplan pilot --sweep</code> measures each replica's goodput at the SLOs.</p>")
     rows = [[r["side"], fmt.number(r["goodput_rps"]), r["limited_by"] or "", r["note"]] for r in sw.goodput_rows]

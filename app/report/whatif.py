@@ -6,6 +6,7 @@ same data (``kvplan.app.views.whatif.whatif``) and charts (``kvplan.app.charts_w
 from __future__ import annotations
 
 from html import escape
+from typing import Any
 
 from kvplan.app import charts_whatif
 from kvplan.app.report import fmt
@@ -72,7 +73,7 @@ def render_section(d: dict, charts: bool = True) -> str:
     return "".join(out)
 
 
-def whatif_section(db: Database, deployment: str, **kw) -> str:
+def whatif_section(db: Database, deployment: str, **kw: Any) -> str:
     """The section for a deployment's newest trace, or a one-line note when it has none."""
     from kvplan.app.views.whatif import whatif
 

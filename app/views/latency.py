@@ -12,6 +12,7 @@ from kvplan.app.views.overview import latency_points
 from kvplan.models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
 from kvplan.models.metrics.spans import chart_step
 from kvplan.models.metrics.window import Quantile, latency_quantiles
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ def inf_warnings(qs: dict[str, Quantile | None], points: list[dict]) -> list[str
     return out
 
 
-def latency_view(source, deployment: str, t_from, t_to, step_s: int, model: str | None = None,
+def latency_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                 model: str | None = None,
                  slo_s: float | None = None, *, tpot_slo_s: float | None = None, prices: dict | None = None,
                  win: Window | None = None, buckets: list[TimeBucket] | None = None) -> LatencyView:
     """SLOs (TTFT ``slo_s``, TPOT ``tpot_slo_s``; None: the deployment's planning inputs)

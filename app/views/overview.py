@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from kvplan.app.data.prefill import plan_measurement
 from kvplan.app.data.store import (
@@ -35,6 +36,7 @@ from kvplan.models.inputs.pricebook import PriceBook
 from kvplan.models.metrics.slo import Slo, slo_attainment
 from kvplan.models.metrics.window import latency_quantiles, tiers
 from kvplan.models.prefill.measurement import PrefillMeasurement
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class PlannedWindow:
     """The newest load-sweep pair the plan was sized from (None: the queueing fallback)."""
 
 
-def window_measurement(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
+def window_measurement(source: Source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
                        gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet, Facts]:
     """The prefill model's input for a loaded window (``kvplan.app.data.prefill.plan_measurement``: the
     covered span, the cost model fitted on the deployment's history, the latest measured A/B),
@@ -61,7 +63,7 @@ def window_measurement(source, win: Window, cfg: DeploymentSettings = Deployment
     return m, fl, facts
 
 
-def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
+def plan_window(source: Source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
                 pricebook: PriceBook | None = None, planning: PlanningInputs | None = None,
                 gpus: int | None = None) -> PlannedWindow:
     """The buy-vs-reuse plan of a loaded window: the saved (or config, or default) prices
@@ -84,7 +86,7 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     return PlannedWindow(result, prices, fl, facts, pair)
 
 
-def _growth(source, win: Window, pl: PlanningInputs) -> tuple[PlanningInputs, str]:
+def _growth(source: Source, win: Window, pl: PlanningInputs) -> tuple[PlanningInputs, str]:
     """The planning inputs with the measured growth trend when ``growth_source`` asks for it
     (and the data holds one), and a note saying which growth the plan used."""
     typed = f"{pl.growth_rate_per_month:+.1%}/month from the planning inputs"
@@ -136,8 +138,9 @@ class Overview:
     latency_points: list[dict] = field(default_factory=list)
 
 
-def overview(source, deployment: str, t_from, t_to, model: str | None = None, step_s: int | None = None, *,
-             cfg: DeploymentSettings = DeploymentSettings(), win: Window | None = None) -> Overview:
+def overview(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None,
+             step_s: int | None = None, *, cfg: DeploymentSettings = DeploymentSettings(),
+             win: Window | None = None) -> Overview:
     """Overview page: the window's plan (monthly benefit, decision), hit rate, TTFT vs SLO;
     with ``step_s`` also the hit-rate and latency points over time. ``win``: the window,
     if already loaded (the report shares one across its sections)."""
@@ -152,7 +155,7 @@ def overview(source, deployment: str, t_from, t_to, model: str | None = None, st
                     pw.sweep, tier_points(buckets), latency_points(buckets))
 
 
-def plan_range(source, deployment: str, t_from, t_to, model: str | None = None, *,
+def plan_range(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None, *,
                cfg: DeploymentSettings = DeploymentSettings(), gpus: int | None = None) -> PlanResult:
     """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it."""
     from kvplan.app.data.window import check_model

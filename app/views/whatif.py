@@ -85,19 +85,19 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
     if configured_gb is None and pb.cache_tier_gb_cpu > 0:
         configured_gb = pb.cache_tier_gb_cpu
         notes.append(f"configured size: the price book's cache_tier_gb_cpu ({configured_gb:g} GB)")
-    configured = None
+    configured: dict[str, Any] | None = None
     if configured_gb is not None and bpc:
         c = cachesim.capacity_chunks(configured_gb * GB, bpc)
         caps = np.unique(np.concatenate((caps, [c])))
         configured = {"capacity_gb": configured_gb, "capacity_chunks": c,
                       "capacity_tokens": c * chunk_tokens, "hit_rate": float(curve.hit_rate(c))}
-    rates = curve.hit_rate(caps)
+    rates = np.asarray(curve.hit_rate(caps))
     pts = [{"capacity_chunks": int(c), "capacity_tokens": int(c) * chunk_tokens,
             "capacity_gb": gb(c), "hit_rate": float(h)} for c, h in zip(caps, rates, strict=True)]
 
     # L1 (the configured size) over an L2 of l2_gb that takes what L1 evicts (kvplan.models.cache.sim).
     tiers = None
-    if l2_gb is not None and configured is not None:
+    if l2_gb is not None and configured is not None and bpc:
         l2 = cachesim.capacity_chunks(l2_gb * GB, bpc)
         tiers = {**cachesim.tier_split(tr, dist, configured["capacity_chunks"], l2),
                  "l1_gb": configured_gb, "l2_gb": l2_gb,

@@ -128,9 +128,9 @@ class SweepPlan:
 def level_point(offered: float, results: Sequence[wl.RequestResult]) -> SweepPoint:
     """One level's ``SweepPoint`` from its requests (module docstring)."""
     ok = [r for r in results if r.ok and r.ttft_s is not None]
-    ttft = [r.ttft_s for r in ok]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]  # all of ok
     tpot = [(r.total_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
-            if r.output_tokens and r.output_tokens > 1 and r.total_s is not None]
+            if r.output_tokens and r.output_tokens > 1 and r.total_s is not None and r.ttft_s is not None]
     span = None
     if results:
         first = min(r.started_at for r in results)
@@ -235,12 +235,12 @@ def save_sweep(db: Database, deployment: str, sweep: SweepResult, *, pair: str, 
 
     check_name(deployment, "--deployment")
     with db.write() as con:
-        sweep_id = Database.run(
+        sweep_id = Database.scalar(
             con, "insert_sweep", deployment=deployment, pair=pair, side=sweep.reuse,
             load_kind=sweep.plan.load_kind, server=redact_url(sweep.server), model=sweep.model,
             scenario=sweep.plan.scenario, workload=json.dumps(sweep.plan.to_dict()),
             started_at=from_epoch_s(sweep.started_at), ended_at=from_epoch_s(sweep.ended_at),
-            measured_on=measured_on).fetchone()[0]
+            measured_on=measured_on)
         rows: dict[str, list] = {k: [] for k in ("sweep_id", "level_idx", "started_at", "ttft_s", "total_s",
                                                  "prompt_tokens", "output_tokens", "cached_tokens", "ok", "error")}
         for i, lv in enumerate(sweep.levels):

@@ -349,7 +349,7 @@ def _stop(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> li
     servers = [s for s in servers if s.pid]
     stopped = []
     for s in servers:
-        if _members(s, stack_id):
+        if s.pid and _members(s, stack_id):
             try:
                 os.killpg(s.pid, signal.SIGTERM)
                 stopped.append(s.name)
@@ -363,7 +363,7 @@ def _stop(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> li
             break
         time.sleep(0.2)
     for s in servers:
-        if _members(s, stack_id):
+        if s.pid and _members(s, stack_id):
             _log(f"SIGKILL {s.name} (process group {s.pid}): still running after {grace_s:.0f} s")
             try:
                 os.killpg(s.pid, signal.SIGKILL)
@@ -688,9 +688,9 @@ def up(
         lm = _lmcache_server(next(ports), next(ports), py=py, run_dir=run, l1_size_gb=l1_size_gb,
                              lookup_hash_log=lookup_hash_log)
         stack.servers.append(lm)
-    common = dict(py=py, model=model, model_name=MODEL_NAME, run_dir=run,
-                  kv_space_gib=kv_space_gib, max_model_len=max_model_len,
-                  extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
+    common: dict[str, Any] = dict(py=py, model=model, model_name=MODEL_NAME, run_dir=run,
+                                  kv_space_gib=kv_space_gib, max_model_len=max_model_len,
+                                  extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
     connected = [
         _vllm_server(f"vllm-{i}", next(ports), lmcache_rpc_port=lm.rpc_port, **common)  # type: ignore[union-attr]
         for i in range(n_vllm)

@@ -41,7 +41,7 @@ def route(trace: Trace, ranks: int, policy: str = "round_robin", seed: int = 0) 
     seen_before = (prev >= 0) & (prev < start[req])
     # Leading chunks seen before: position of the first unseen chunk in each request.
     broken = np.where(~seen_before, np.arange(T) - start[req], lengths[req])
-    lead = np.minimum.reduceat(broken, start[lengths > 0]) if (lengths > 0).any() else []
+    lead = np.minimum.reduceat(broken, start[lengths > 0]) if (lengths > 0).any() else np.zeros(0, np.int64)
     matched = np.zeros(R, dtype=np.int64)
     matched[lengths > 0] = lead
     # The request that last referenced the deepest matched chunk.

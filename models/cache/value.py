@@ -25,7 +25,9 @@ are typical of the month, the GPU time spent loading cached KV (not subtracted h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +45,7 @@ class CapacityValue:
     memory_usd_per_month: float
     net_usd_per_month: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -71,7 +73,7 @@ def tokens_per_month(total_tokens: float, seconds: float) -> float:
     return total_tokens / seconds * SECONDS_PER_MONTH
 
 
-def value_at(curve: Curve, v: ValueInputs, capacities_chunks) -> list[CapacityValue]:
+def value_at(curve: Curve, v: ValueInputs, capacities_chunks: Sequence[int] | np.ndarray) -> list[CapacityValue]:
     """Monthly value at each capacity (chunks)."""
     caps = np.asarray(capacities_chunks, dtype=np.int64)
     rates = np.asarray(curve.hit_rate(caps), dtype=np.float64) if len(caps) else np.zeros(0)
@@ -90,7 +92,7 @@ def _row(chunks: int, hit_rate: float, v: ValueInputs) -> CapacityValue:
                          saved - memory)
 
 
-def optimum(curve: Curve, v: ValueInputs) -> dict:
+def optimum(curve: Curve, v: ValueInputs) -> dict[str, Any]:
     """Best capacity and break-even capacity, exact over every capacity (module doc)."""
     # Candidates: no cache, and the smallest capacity of each step of the curve.
     steps = np.concatenate(([0], curve.depths + 1)).astype(np.int64)

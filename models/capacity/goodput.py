@@ -145,7 +145,7 @@ def side_goodput(points: Sequence[SweepPoint], ttft_slo_s: float,
     for m in (TTFT, TPOT):
         if m in fails[after[0]]:
             lo, hi, slo = _metric(p, m), _metric(f, m), (ttft_slo_s if m == TTFT else tpot_slo_s)
-            if lo is not None and hi is not None and hi > lo:
+            if slo is not None and lo is not None and hi is not None and hi > lo:
                 crossings.append(((slo - lo) / (hi - lo), m))
     if not crossings:  # failed by errors only
         return SideGoodput(p.throughput_rps, ERRORS, p, f,

@@ -18,6 +18,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
 
 from kvplan.models.metrics import catalog as c
 from kvplan.models.metrics.spellings import BLOCK_HITS, BLOCK_QUERIES, cached_tokens, family_of, resolve, version_notes
@@ -178,7 +180,7 @@ class WindowStats:
     notes: list[str] = field(default_factory=list)
     """Why a figure is missing or what was left out of it, in words (printed with the figures)."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for k in QUANTILE_FIELDS:
             q = d.pop(k)
@@ -296,8 +298,8 @@ def _decrease_notes(rows: list[Increase]) -> list[str]:
             f"(not a restart: a broken or replaced target) - {names}{more}"]
 
 
-def null_reasons(ok_scrapes: dict[str, int], data_span: tuple | None, model: str | None,
-                 models: list[str]) -> list[str]:
+def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,
+                 model: str | None, models: list[str]) -> list[str]:
     """Why every figure of a window is null, from what the database holds: ``ok_scrapes``
     (successful scrapes per target inside the window), the deployment's data span, the
     model asked for and the models in the data."""

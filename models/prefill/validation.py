@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from kvplan.models.prefill.fit import fit_prefill_cost
 from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
@@ -92,9 +93,9 @@ class ABValidation:
     requests: int = 0
     history: str = ""
     """What the fit used."""
-    cost_model: dict = field(default_factory=dict)
+    cost_model: dict[str, Any] = field(default_factory=dict)
     tolerance: Tolerance | None = None
-    cross_check: dict = field(default_factory=dict)
+    cross_check: dict[str, Any] = field(default_factory=dict)
     """Other measures of the same difference (e.g. worker CPU seconds)."""
 
     @property
@@ -103,7 +104,7 @@ class ABValidation:
             return None
         return self.predicted_saved_s - self.measured_saved_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["error_s"] = self.error_s
         return d
@@ -112,7 +113,7 @@ class ABValidation:
 def validate_ab(scenario: str, *, history: Sequence[Interval], history_label: str,
                 on: Sequence[Interval], off: Sequence[Interval], on_span: tuple[float, float],
                 off_engine_s: float, on_engine_s: float, engine_time_source: str,
-                requests: int = 0, cross_check: dict | None = None) -> ABValidation:
+                requests: int = 0, cross_check: dict[str, Any] | None = None) -> ABValidation:
     """Predict the saving from the reuse-on side's intervals (``on``, inside ``on_span``) with
     the cost model fitted on ``history`` (which includes them), and compare with the measured
     engine times of both sides. ``off`` (the reuse-off side's intervals) gives the cache-off

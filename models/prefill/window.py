@@ -28,7 +28,7 @@ part can be negative.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -215,7 +215,7 @@ def peak_hour_rate(rows: Sequence[Interval], spans: Sequence[tuple[float, float]
     rate divides by the seconds of it the data covers (``spans``, the vLLM targets' intervals,
     merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
     only when no hour is covered longer."""
-    def hours(a: float, b: float):
+    def hours(a: float, b: float) -> Iterator[tuple[int, float]]:
         h = int(a // 3600)
         while h * 3600 < b:
             yield h, max(0.0, min(b, (h + 1) * 3600) - max(a, h * 3600))

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -41,7 +42,11 @@ from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.runs import save_run
 from kvplan.collectors.scrape import Target, scrape_target
+from kvplan.deploy.local.stack import Server
 from kvplan.sql.db import Database
+
+if TYPE_CHECKING:
+    from kvplan.models.prefill.validation import ABValidation
 
 ENGINE_TIME = ("wall time of each side's segments (first request sent to last answer), servers "
                "under test at real-time priority")
@@ -232,7 +237,7 @@ class Scenario:
     name: str
     segments: list[list[list[str]]]
     output_tokens: int = OUTPUT_TOKENS
-    kind: str = "unique"
+    kind: wl.Scenario = "unique"
     """Workload scenario label stored with the runs."""
 
     @property
@@ -277,7 +282,7 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str,
                 wall[side.reuse] += dt
                 results[side.reuse] += run.results
                 spans[side.reuse] += [run.started_at, run.ended_at]
-                errors[side.reuse] += [r.error for r in run.errors]
+                errors[side.reuse] += [r.error or "failed" for r in run.errors]
                 for u, prompts in enumerate(seg):
                     name = side.servers[u % len(side.servers)].name
                     expected[name] += len(prompts)
@@ -440,9 +445,9 @@ def _epoch(ts: datetime) -> float:
     return ts.timestamp()
 
 
-def validate_on_stack(db: Database, *, off_server, on_server, lmcache_server, model: str, seed: int,
-                      replicas: Sequence = (), names: Sequence[str] | None = None, repeat: int = 0,
-                      cases: dict[str, Scenario] | None = None) -> list:
+def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lmcache_server: Server | None,
+                      model: str, seed: int, replicas: Sequence[Server] = (), names: Sequence[str] | None = None,
+                      repeat: int = 0, cases: dict[str, Scenario] | None = None) -> list[ABValidation]:
     """Calibrate the reuse-on deployment (``on_server`` with ``lmcache_server``, plus vLLM-only
     ``replicas``), run every scenario as an A/B (reuse off: ``off_server``; reuse on:
     ``on_server``), and validate the model's prediction for each
@@ -460,7 +465,7 @@ def validate_on_stack(db: Database, *, off_server, on_server, lmcache_server, mo
                                                   [lmcache_server] if lmcache_server else []),
                                          model=model, seed=seed, replicas=replicas, lmcache_pids=lm_pids)
     cases = cases or validation_cases(seed)
-    out = []
+    out: list[ABValidation] = []
     for name in names or list(cases):
         sc = cases[name]
         a, b, level = run_ab(db, sc, off, on, model=model, measured_on=MEASURED_ON,

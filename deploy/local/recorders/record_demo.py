@@ -67,11 +67,11 @@ class Recorder:
             self.scrape_once()
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
 
-    def __enter__(self):
+    def __enter__(self) -> Recorder:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
         self.scrape_once()
@@ -95,7 +95,7 @@ def main() -> int:
     stack = (stk.up(run_dir, n_vllm=2, n_vllm_nocache=1, prometheus=False, scrape_interval="5s")
              if own else stk.Stack.load(run_dir))
     try:
-        v0, v1, lm = stack.server("vllm-0"), stack.server("vllm-1"), stack.lmcache()
+        v0, v1, lm = stack.server("vllm-0"), stack.server("vllm-1"), stack.server("lmcache")
         nocache = next((s for s in stack.vllm() if s.name.startswith("vllm-nocache")), None)
         model = stack.model_name
         targets = {"vllm-0": (v0.metrics_url, "vllm"), "vllm-1": (v1.metrics_url, "vllm"),

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kvplan.collectors.loadgen.sweep import SweepPlan, SweepResult, run_pair, save_sweep
+from kvplan.collectors.loadgen.sweep import Progress, SweepPlan, SweepResult, run_pair, save_sweep
 from kvplan.deploy.local.recorders.ab import priority
+from kvplan.deploy.local.stack import Server
 from kvplan.models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
 from kvplan.sql.db import Database
 
@@ -79,9 +80,9 @@ def derive_ttft_slo(off: SweepResult) -> float:
     return math.ceil(SLO_FACTOR * low.ttft_p50_s * 100) / 100
 
 
-def validate_sweep_on_stack(db: Database, *, off_server, on_server, lmcache_server, model: str, seed: int,
-                            deployment: str = "local-stack", plan: SweepPlan = PLAN,
-                            progress=None) -> SweepValidation:
+def validate_sweep_on_stack(db: Database, *, off_server: Server, on_server: Server, lmcache_server: Server | None,
+                            model: str, seed: int, deployment: str = "local-stack", plan: SweepPlan = PLAN,
+                            progress: Progress | None = None) -> SweepValidation:
     """Sweep, goodputs, check run (module docstring); both sweeps stored under ``deployment``."""
     plan = replace(plan, seed=seed)
     rt = [s.pid for s in (off_server, on_server) if s.pid]
