@@ -66,9 +66,13 @@ class Topology:
     """Shared pool vs ``ranks`` private caches under one routing."""
 
     ranks: int
+    """Number of private caches (engines) the trace's requests are routed over."""
     policy: str
+    """Routing that assigns requests to ranks: one of ``ROUTINGS``."""
     shared: Curve
+    """Hit curve of one pool shared by every rank."""
     private: tuple[Curve, ...]
+    """Hit curve of each rank's private cache, the rank's own requests only (one per rank)."""
 
     def private_hit_tokens(self, capacity_chunks_total: int) -> int:
         """Hit tokens of ``ranks`` private caches of ``capacity // ranks`` chunks each."""

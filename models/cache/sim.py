@@ -145,7 +145,9 @@ class Curve:
     total_tokens: int
     """Requested tokens (sum of ``seq_len``)."""
     requests: int
+    """Requests in the trace."""
     references: int
+    """Chunk references in the trace (every chunk of every request)."""
     unique_chunks: int
     """Distinct chunks in the trace: a cache this large never evicts."""
 
@@ -234,6 +236,7 @@ class Distances:
     m: np.ndarray
     """Prefix maximum of ``d`` within the request (``INF`` from the first new chunk on)."""
     inf: int
+    """The distance standing for "never referenced before": references + 1, beyond any capacity."""
     unique_chunks: int
     """Distinct chunk keys in the trace."""
 

@@ -38,12 +38,20 @@ from kvplan.models.core.calendar import SECONDS_PER_MONTH
 @dataclass(frozen=True)
 class CapacityValue:
     capacity_chunks: int
+    """Cache capacity, chunks."""
     capacity_gb: float
+    """The same capacity in GB (10^9 bytes): chunks x bytes per chunk."""
     hit_rate: float
+    """Token hit rate of the trace at this capacity (LRU, LMCache's hit rule)."""
     saved_gpu_hours_per_month: float
+    """Prefill GPU-hours the hits save per month: hit rate x requested tokens per month x seconds
+    per cached token."""
     saved_usd_per_month: float
+    """Those GPU-hours at the GPU-hour price."""
     memory_usd_per_month: float
+    """What this much cache memory costs per month (GB x $/GB-month)."""
     net_usd_per_month: float
+    """Saved minus memory cost, $/month."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,10 +60,15 @@ class CapacityValue:
 @dataclass(frozen=True)
 class ValueInputs:
     bytes_per_chunk: int
+    """KV bytes of one chunk (> 0)."""
     requested_tokens_per_month: float
+    """Prompt tokens requested per month (the trace's rate, or given)."""
     seconds_per_cached_token: float
+    """GPU-seconds of prefill one cached prompt token saves."""
     usd_per_gpu_hour: float
+    """Price of a GPU-hour."""
     usd_per_gb_month: float
+    """Price of one GB of cache memory for a month."""
 
     def __post_init__(self) -> None:
         if self.bytes_per_chunk <= 0:

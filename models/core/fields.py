@@ -24,6 +24,7 @@ class FieldSpec(NamedTuple):
     """How to show, edit and validate one field."""
 
     name: str
+    """The dataclass field's name (the key in forms, TOML tables and saved JSON)."""
     unit: str
     """Unit shown next to the value."""
     help: str
@@ -31,6 +32,7 @@ class FieldSpec(NamedTuple):
     kind: str
     """'str', 'choice', 'float', 'int', 'optional_int' or 'optional_float' (None allowed)."""
     default: Any
+    """The field's default value."""
     minimum: float | None = None
     """Smallest allowed value (None: no bound)."""
     maximum: float | None = None

@@ -14,6 +14,7 @@ UNKNOWN_HOST = "unknown (imported payloads)"
 @dataclass(frozen=True)
 class ServingTopology:
     targets: list[dict[str, Any]]
+    """The deployment's targets (kind, url, engines, kv_connector), each with its ``host`` added."""
     nodes: list[dict[str, Any]]
     """Per host: vLLM servers, engines, LMCache MP servers."""
     verdict: str

@@ -48,7 +48,10 @@ class Spans:
     (t_after, t_to] and earlier one at or after t_lookback)."""
 
     rolled: tuple[datetime, datetime] | None
+    """Whole UTC days [start, end) read from the nightly rollups; None when the window holds none."""
     raw: tuple[tuple[datetime, datetime, datetime], ...]
+    """(t_lookback, t_after, t_to) spans read from raw samples: the edges around the rolled days,
+    or the whole window."""
 
     @property
     def rolled_days(self) -> int:

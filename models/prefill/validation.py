@@ -69,14 +69,19 @@ class ABValidation:
     """One scenario's prediction against its measurement (engine-seconds)."""
 
     scenario: str
+    """Name of the A/B scenario (the workload both sides ran)."""
     predicted_saved_s: float | None
     """Model: saved prefill engine time of the reuse-on side (device + LMCache net)."""
     predicted_low_s: float | None
+    """Low end of the predicted saving's band, engine-seconds."""
     predicted_high_s: float | None
+    """High end of the predicted saving's band, engine-seconds."""
     measured_saved_s: float
     """Engine time of the reuse-off side minus the reuse-on side."""
     off_engine_s: float
+    """Engine time the reuse-off side took, seconds."""
     on_engine_s: float
+    """Engine time the reuse-on side took, seconds."""
     off_prefill_s: float
     """Cache-off prefill time: the reuse-off side's prefill timers as engine time."""
     engine_time_source: str
@@ -88,13 +93,17 @@ class ABValidation:
     lmcache_overhead_s: float | None = None
     """Predicted LMCache overhead (lookups, stores, loads)."""
     on_cached_tokens: float = 0.0
+    """Prompt tokens the reuse-on side served from a cache (device and LMCache)."""
     on_intervals: int = 0
     """Scrape intervals of the reuse-on side."""
     requests: int = 0
+    """Requests each side sent."""
     history: str = ""
     """What the fit used."""
     cost_model: dict[str, Any] = field(default_factory=dict)
+    """The prefill cost model the prediction used (``PrefillCostModel.to_dict()``)."""
     tolerance: Tolerance | None = None
+    """The stated tolerance applied to predicted vs measured; None when nothing was predicted."""
     cross_check: dict[str, Any] = field(default_factory=dict)
     """Other measures of the same difference (e.g. worker CPU seconds)."""
 

@@ -47,8 +47,11 @@ class PricedWindow:
     covered_seconds: float
     """Seconds of it the data covers (union of the vLLM targets' scrape intervals)."""
     requests: float
+    """Requests of the vLLM targets over the window."""
     prompt_tokens: float
+    """Their prompt tokens."""
     computed_tokens: float
+    """Prompt tokens vLLM computed in prefill (not served from a cache)."""
     device_cached: float
     """Cached tokens from vLLM's own prefix cache."""
     external_cached: float
@@ -244,8 +247,11 @@ class Band:
     """A figure with its band (engine-seconds unless said otherwise)."""
 
     value: float
+    """The central figure."""
     low: float
+    """Low end of its band."""
     high: float
+    """High end of its band."""
 
     def scaled(self, k: float) -> Band:
         lo, hi = sorted((self.low * k, self.high * k))
