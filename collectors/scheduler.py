@@ -76,8 +76,8 @@ def logged_run(db: Database, job: str, *, deployment: str | None = None, day: da
     out = Outcome()
     with db.write() as con:
         run_id = Database.scalar(con, "insert_collector_run", job=job, deployment=deployment, day=day,
-                              started_at=utcnow(), ended_at=None, status="running", n_rows=0, n_errors=0,
-                              message=None)
+                                 started_at=utcnow(), ended_at=None, status="running", n_rows=0, n_errors=0,
+                                 message=None)
     try:
         yield out
     except Exception as e:
