@@ -206,7 +206,7 @@ class DeploymentConfig(BaseModel):
         return DeploymentFacts.from_dict(d)
 
     @model_validator(mode="after")
-    def _unique_targets(self):
+    def _unique_targets(self) -> DeploymentConfig:
         seen: set[str] = set()
         for t in self.targets:
             if t.name in seen:
@@ -359,7 +359,7 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _unique_deployments(self):
+    def _unique_deployments(self) -> Settings:
         seen: set[str] = set()
         for d in self.deployments:
             if d.name in seen:
