@@ -78,14 +78,14 @@ def deployments(path: str) -> list[dict]:
 
 
 @st.cache_data(ttl=15, show_spinner=False)
-def models(path: str, deployment: str) -> list[str]:
+def model_names(path: str, deployment: str) -> list[str]:
     return [r["model_name"] for r in db().fetch("models", deployment=deployment)]
 
 
 @dataclass(frozen=True)
 class Selection:
     deployment: str
-    model: str | None
+    model_name: str | None
     t_from: datetime
     t_to: datetime
     tz: str = "UTC"
@@ -156,8 +156,8 @@ def selection() -> Selection | None:
     sb = st.sidebar
     name = sb.selectbox("Deployment", names, key="deployment")
     dep = next(d for d in deps if d["deployment"] == name)
-    model_opts = ["all models"] + models(path, name)
-    model = sb.selectbox("Model", model_opts, key="model")
+    model_opts = ["all models"] + model_names(path, name)
+    model_name = sb.selectbox("Model", model_opts, key="model_name")
     rng = sb.selectbox("Time range", list(RANGES), key="range")
     tz = sb.selectbox("Time zone", zones(), key="tz",
                       help="The zone of the time axes and captions (24-hour clock). Stored data is UTC.")
@@ -167,12 +167,12 @@ def selection() -> Selection | None:
     chunks = f", {dep['chunks']} Prometheus chunks ({dep['failed_chunks']} failed)" if dep["chunks"] else ""
     sb.caption(f"Data: {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC, {dep['scrapes']} scrapes "
                f"({dep['failed']} failed){chunks}. Ranges end at the last data point.")
-    return Selection(name, None if model == "all models" else model, t_from, last, tz)
+    return Selection(name, None if model_name == "all models" else model_name, t_from, last, tz)
 
 
 def caption(sel: Selection, note: str = "") -> None:
     """The window every number on the page is about."""
-    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {sel.local(sel.t_from):%Y-%m-%d %H:%M} .. "
+    st.caption(f"{sel.deployment} · {sel.model_name or 'all models'} · {sel.local(sel.t_from):%Y-%m-%d %H:%M} .. "
                f"{sel.local(sel.t_to):%Y-%m-%d %H:%M} {sel.tz}" + (f" · {note}" if note else ""))
 
 
@@ -227,13 +227,13 @@ def chart(c: AltairChart) -> None:
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def report(path: str, deployment: str, month: str, model: str | None, version: tuple) -> tuple[str, dict]:
+def report(path: str, deployment: str, month: str, model_name: str | None, version: tuple) -> tuple[str, dict]:
     """(HTML, headline numbers) of one capacity report, built once per data version (the same
     document ``kvplan report`` writes). ``prewarm_reports`` fills it in the background."""
     from kvplan.app import report as rep
     from kvplan.app.report import fmt
 
-    d = rep.build(db(), deployment, month, model=model, cfg=cfg(deployment))  # one snapshot
+    d = rep.build(db(), deployment, month, model_name=model_name, cfg=cfg(deployment))  # one snapshot
     s, p = d.overview.window.stats, d.overview.plan
     numbers = {"Decision": p.decision.kind, "Monthly benefit": fmt.usd(p.monthly_benefit_usd),
                "Prefix-cache hit rate": fmt.pct(s.prefix_cache_hit_rate), "TTFT p50": fmt.quantile(s.ttft_p50),

@@ -388,7 +388,7 @@ def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:
     for d in range(days):
         a, b = start + timedelta(days=d), start + timedelta(days=d + 1)
         rows = db.fetch("daily_increases", deployment="bench", t_from=a.replace(tzinfo=None),
-                        t_to=b.replace(tzinfo=None), model=None)
+                        t_to=b.replace(tzinfo=None), model_name=None)
         w = window_stats([Increase(**x) for x in rows])
         roll.append([w.prefix_cache_hit_rate, w.ttft_p50_s, w.ttft_p99_s])
     rollup_s = time.perf_counter() - t

@@ -54,7 +54,7 @@ def main() -> int:
                 try:
                     vs = validate_on_stack(db, off_server=st.server("vllm-nocache-0"), on_server=st.server("vllm-0"),
                                            lmcache_server=st.lmcache(), replicas=[st.server("vllm-plain-0")],
-                                           model=st.model_name, seed=seed, repeat=rep)
+                                           model_name=st.model_name, seed=seed, repeat=rep)
                 finally:
                     if own:
                         stk.down(run_dir / f"stack-{rep}")

@@ -37,9 +37,9 @@ class StoreResult:
     samples: int
 
 
-def series_id(target_id: int, name: str, model: str | None, engine: str | None,
+def series_id(target_id: int, name: str, model_name: str | None, engine: str | None,
               le: float | None, labels: tuple) -> int:
-    key = json.dumps([target_id, name, model, engine, le if le is None else repr(le), labels],
+    key = json.dumps([target_id, name, model_name, engine, le if le is None else repr(le), labels],
                      separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 

@@ -48,7 +48,7 @@ from kvplan.collectors.trace_parse import (
     expand_paths,
     parse_file,
 )
-from kvplan.models.cache import sim as cachesim
+from kvplan.models.cache import sim
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import utcnow
 from kvplan.sql.db import Database
@@ -237,7 +237,7 @@ class TraceInfo:
 
 
 def load_trace(db: Database, deployment: str, name: str | None = None, *,
-               model: str | None = None) -> tuple[cachesim.Trace, TraceInfo]:
+               model_name: str | None = None) -> tuple[sim.Trace, TraceInfo]:
     """A stored trace in replay order, columnar (no per-request Python objects)."""
     with db.read() as con:
         if name is None:
@@ -250,7 +250,7 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
         if row is None:
             raise TraceError(f"deployment {deployment!r} has no trace named {name!r}",
                              source="trace")
-        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model=model))
+        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name))
     info = TraceInfo(row["trace_id"], row["name"], row["format"], row["bytes_per_chunk"],
                      row["bytes_source"])
     return table_to_trace(tbl), info
@@ -264,14 +264,14 @@ def _arrow(cur) -> pa.Table:
         return fetch()
 
 
-def table_to_trace(tbl: pa.Table) -> cachesim.Trace:
-    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` -> a :class:`cachesim.Trace`."""
+def table_to_trace(tbl: pa.Table) -> sim.Trace:
+    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` -> a :class:`sim.Trace`."""
     keys = tbl.column("chunk_keys").combine_chunks()
     lengths = pc.list_value_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
     values = pc.list_flatten(keys).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return cachesim.Trace(
+    return sim.Trace(
         chunk_ids=np.ascontiguousarray(values, dtype=np.int64), offsets=offsets,
         seq_len=tbl.column("seq_len").to_numpy().astype(np.int64),
         chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64))

@@ -102,11 +102,11 @@ def test_missing_database_is_an_error_not_a_traceback(tmp_path, monkeypatch):
 
 
 def test_model_selector_filters(db, monkeypatch):
-    put(db, 0, one(0, 0, [0, 0, 0], model="a") | one(0, 0, [0, 0, 0], model="b"))
-    put(db, 1, one(10, 100, [1, 1, 1], model="a") | one(0, 100, [1, 1, 1], model="b"))
+    put(db, 0, one(0, 0, [0, 0, 0], model_name="a") | one(0, 0, [0, 0, 0], model_name="b"))
+    put(db, 1, one(10, 100, [1, 1, 1], model_name="a") | one(0, 100, [1, 1, 1], model_name="b"))
     t = run_app(monkeypatch, db.path)
     assert metrics(t)["Prefix-cache hit rate"] == "5.0%"
-    t.sidebar.selectbox(key="model").select("b").run()
+    t.sidebar.selectbox(key="model_name").select("b").run()
     assert metrics(t)["Prefix-cache hit rate"] == "0.0%"
 
 

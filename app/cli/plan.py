@@ -16,7 +16,7 @@ def plan(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
-    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=100_000, help="GPUs serving the deployment, for this "
                     "plan only (default: config deployments[].gpus, else vLLM engines seen x "
                     "gpus_per_engine).")] = None,
@@ -34,7 +34,7 @@ def plan(
     database = open_db(s)
     with database.snapshot() as src:
         require_deployment(src, deployment)
-        result = plan_range(src, deployment, t0, t1, model, cfg=deployment_settings(s, deployment), gpus=gpus)
+        result = plan_range(src, deployment, t0, t1, model_name, cfg=deployment_settings(s, deployment), gpus=gpus)
     d = result.to_dict()
     if as_json:
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")

@@ -45,7 +45,7 @@ def import_trace(
 def whatif(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     trace: Annotated[str | None, typer.Option(help="Trace name (default: the newest).")] = None,
-    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,
     ranks: Annotated[int, typer.Option(
         min=1, max=MAX_RANKS, help="Private caches to compare with one shared pool.")] = 8,
     capacity_gb: Annotated[float | None, typer.Option(
@@ -75,7 +75,7 @@ def whatif(
     from kvplan.app.views.whatif import whatif as run
 
     s = settings(config, db)
-    d = run(open_db(s), deployment, trace, model=model, ranks=ranks, capacity_gb=capacity_gb,
+    d = run(open_db(s), deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
             configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
             seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
             points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment))

@@ -13,7 +13,7 @@ from kvplan.models.core.errors import KvplanError
 
 def pilot(
     deployment: Annotated[str, typer.Option(help="Deployment the run is stored under.")],
-    model: Annotated[str, typer.Option(help="Served model name.")],
+    model_name: Annotated[str, typer.Option("--model", help="Served model name.")],
     server: Annotated[list[str] | None, typer.Option(
         help="OpenAI-compatible base URL (repeat for several servers).")] = None,
     scenario: Annotated[Literal["shared_prefix", "unique", "multi_turn"], typer.Option(
@@ -73,7 +73,7 @@ def pilot(
     the same prompts on both (--scenario shared_prefix or unique, with this command's prompt and
     output shape); store both curves and print each side's goodput at the SLOs."""
     if sweep:
-        _sweep(deployment=deployment, model=model, off_url=off_url, on_url=on_url, levels=levels, rates=rates,
+        _sweep(deployment=deployment, model_name=model_name, off_url=off_url, on_url=on_url, levels=levels, rates=rates,
                scenario=scenario, output_tokens=output_tokens, prefix_chars=prefix_chars, tail_chars=tail_chars,
                seed=seed, requests_per_level=requests_per_level, level_seconds=level_seconds,
                ttft_slo=ttft_slo, tpot_slo=tpot_slo, label=label, measured_on=measured_on, db=db, config=config)
@@ -97,7 +97,7 @@ def pilot(
     for t in targets:
         scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
     with err.status(f"{scenario}: {users} users x {turns} turns against {len(server)} server(s)..."):
-        run = lg_client.run(server, model, w)
+        run = lg_client.run(server, model_name, w)
     for t in targets:
         scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
     ab: dict[str, Any] = {}
@@ -123,7 +123,7 @@ def _levels(text: str, what: str) -> tuple[float, ...]:
         raise KvplanError("a comma-separated list of numbers, e.g. 1,2,4,8", source=f"{what} {text}") from None
 
 
-def _sweep(*, deployment: str, model: str, off_url: str | None, on_url: str | None, levels: str | None,
+def _sweep(*, deployment: str, model_name: str, off_url: str | None, on_url: str | None, levels: str | None,
            rates: str | None, scenario: str, output_tokens: int, prefix_chars: int, tail_chars: int, seed: int,
            requests_per_level: int, level_seconds: float, ttft_slo: float | None, tpot_slo: float | None,
            label: str | None, measured_on: str, db, config) -> None:
@@ -159,7 +159,7 @@ def _sweep(*, deployment: str, model: str, off_url: str | None, on_url: str | No
             bar.update(task, advance=1, description=f"reuse {reuse} at {p.offered:g} {unit}: "
                        f"{p.throughput_rps:.2f} req/s, TTFT p99 {p.ttft_p99_s or float('nan'):.3f} s")
 
-        off, on = run_pair(off_url, on_url, model, plan, progress=step)
+        off, on = run_pair(off_url, on_url, model_name, plan, progress=step)
     pair = label or f"sweep {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
     ids = [save_sweep(database, deployment, side, pair=pair, measured_on=measured_on) for side in (off, on)]
     sg = sweep_goodput(off.points, on.points, ttft_slo, tpot_slo, label=f"load sweep {pair!r} ({measured_on})")

@@ -48,13 +48,13 @@ def _epoch(ts: datetime) -> float:
 
 
 def prefill_intervals(db: Source, deployment: str, t_from: datetime, t_to: datetime,
-                      model: str | None = None, *,
+                      model_name: str | None = None, *,
                       chunk_tokens: int = DeploymentFacts().lmcache_chunk_tokens) -> list[Interval]:
     """One row per target and scrape interval in [t_from, t_to]: vLLM targets with their
     prefill increases, LMCache targets with the tokens they stored (write chunks x
     ``chunk_tokens``)."""
     rows = db.fetch("prefill_intervals", deployment=deployment, t_from=naive_utc(t_from),
-                    t_to=naive_utc(t_to), model=model, names=NAMES)
+                    t_to=naive_utc(t_to), model_name=model_name, names=NAMES)
     out: list[Interval] = []
     for r in rows:
         if r["t_start"] is None:
@@ -143,7 +143,7 @@ def measured_ab(db: Source, deployment: str) -> MeasuredAB | None:
 
 
 def plan_measurement(db: Source, deployment: str, t_from: datetime, t_to: datetime, *,
-                     facts: DeploymentFacts | None = None, model: str | None = None,
+                     facts: DeploymentFacts | None = None, model_name: str | None = None,
                      lookback: timedelta = DEFAULT_LOOKBACK, stats: Any = None,
                      num_gpus: int | None = None, use_measured_ab: bool = True) -> PrefillMeasurement:
     """Everything ``kvplan.models.decision.plan`` needs about the prefill of [t_from, t_to]: the priced window
@@ -153,10 +153,10 @@ def plan_measurement(db: Source, deployment: str, t_from: datetime, t_to: dateti
     ``kvplan plan --gpus``) overrides the engines seen: engines = num_gpus / GPUs per engine."""
     facts = facts or DeploymentFacts()
     history_from = min(aware_utc(t_from), aware_utc(t_to) - lookback)
-    history = prefill_intervals(db, deployment, history_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+    history = prefill_intervals(db, deployment, history_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
     # a window as long as the look-back is read once: its intervals are the history's
     ivs = history if history_from == aware_utc(t_from) else prefill_intervals(
-        db, deployment, t_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+        db, deployment, t_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
     window = PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
     cost = fit_prefill_cost(history, history=describe_history(deployment, history, history_from, t_to))
     ab = measured_ab(db, deployment) if use_measured_ab else None

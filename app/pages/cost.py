@@ -62,7 +62,7 @@ def preset_plans() -> dict:
 st.title("Cost & decision")
 sel = state.selection()
 if sel is not None:
-    v = state.view(cost_view, sel.deployment, sel.t_from, sel.t_to, sel.model, cfg=state.cfg(sel.deployment))
+    v = state.view(cost_view, sel.deployment, sel.t_from, sel.t_to, sel.model_name, cfg=state.cfg(sel.deployment))
     p = v.overview.plan
     state.caption(sel, f"price book: {v.overview.pricebook_origin}")
     state.badge(p.decision)

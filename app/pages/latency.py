@@ -11,7 +11,7 @@ from kvplan.app.views.latency import latency_view
 st.title("Latency")
 sel = state.selection()
 if sel is not None:
-    v = state.view(latency_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model,
+    v = state.view(latency_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model_name,
                      prices=state.cfg(sel.deployment).prices)
     q, slo = v.quantiles, v.slo
     state.caption(sel, v.window.source_note)

@@ -11,7 +11,7 @@ from kvplan.models.metrics.spans import chart_step
 st.title("Overview")
 sel = state.selection()
 if sel is not None:
-    ov = state.view(overview, sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s,
+    ov = state.view(overview, sel.deployment, sel.t_from, sel.t_to, sel.model_name, sel.step_s,
                     cfg=state.cfg(sel.deployment))
     s, p, slo = ov.window.stats, ov.plan, ov.slo
     state.caption(sel, ov.window.source_note)

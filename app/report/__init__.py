@@ -44,7 +44,7 @@ def render_pdf(html: str) -> bytes:
     return weasyprint.HTML(string=html).write_pdf()
 
 
-def write_report(db: Database, deployment: str, month: str, path: str | Path, *, model: str | None = None,
+def write_report(db: Database, deployment: str, month: str, path: str | Path, *, model_name: str | None = None,
                  generated_at: datetime | None = None, measured_on: str | None = None,
                  cfg: DeploymentSettings = DeploymentSettings()) -> Path:
     """Write the capacity report of ``deployment`` for the UTC month ``month`` ('YYYY-MM')
@@ -55,7 +55,8 @@ def write_report(db: Database, deployment: str, month: str, path: str | Path, *,
     if suffix not in (".pdf", ".html", ".htm"):
         raise KvplanError(f"the report is written as .pdf or .html (got {suffix or 'no suffix'!r})", source=str(path))
     _check_writable(path)
-    html = render_html(build(db, deployment, month, model=model, measured_on=measured_on, cfg=cfg), generated_at)
+    data = build(db, deployment, month, model_name=model_name, measured_on=measured_on, cfg=cfg)
+    html = render_html(data, generated_at)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if suffix == ".pdf":

@@ -247,7 +247,7 @@ def _provenance(d: ReportData) -> str:
 
 def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     """The report as HTML (deterministic for the same data and ``generated_at``)."""
-    model = d.model or "all models"
+    model_name = d.model_name or "all models"
     gen = f" Generated at {generated_at:%Y-%m-%d %H:%M} UTC." if generated_at else ""
     body_note = CPU_NOTE.removeprefix("CPU-scale: ")
     cpu = (f'<p class="note"><b>CPU-scale numbers.</b> Measured on: {escape(d.measured_on or "see the runs")}. '
@@ -257,5 +257,5 @@ def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>kvplan capacity report: {escape(d.deployment)} {d.month}</title><style>{CSS}</style></head><body>"
             f"<h1>Capacity report: {escape(d.deployment)}, {d.month}</h1>"
-            f'<p class="meta">Window {ts(d.t_from)} .. {ts(d.t_to)} UTC · {escape(model)} · '
+            f'<p class="meta">Window {ts(d.t_from)} .. {ts(d.t_to)} UTC · {escape(model_name)} · '
             f"buy more GPUs or reuse cached work (KV-cache reuse).{gen}</p>{cpu}{body}</body></html>")

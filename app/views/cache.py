@@ -51,18 +51,18 @@ def series_label(g: dict) -> str:
 
 
 def cache_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
-               model: str | None = None, *,
+               model_name: str | None = None, *,
                win: Window | None = None, buckets: list[TimeBucket] | None = None) -> CacheView:
     """``win`` / ``buckets``: already loaded ones (the report shares them)."""
     if win is None and buckets is None:  # one scan of the raw edges for both
-        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
-    win = win or load_window(source, deployment, t_from, t_to, model)
+        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model_name)
+    win = win or load_window(source, deployment, t_from, t_to, model_name)
     if buckets is None:
-        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model)
+        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model_name)
     cached_pts = [{"bucket": b.start, "source": src, "tokens": v}
                   for b in buckets for src, v in sorted(b.stats().cached_tokens_by_tier.items())]
     gauges = [{"bucket": g["bucket"], "name": g["name"], "gauge": GAUGE_LABELS.get(g["name"], g["name"]),
                "series": series_label(g), "mean": g["mean"], "max": g["max"], "last": g["last"]}
-              for g in gauge_points(source, deployment, t_from, t_to, step_s, model)]
+              for g in gauge_points(source, deployment, t_from, t_to, step_s, model_name)]
     return CacheView(win, tiers(win.stats, list(win.rows)), tier_points(buckets), cached_pts, gauges,
                      runs_view(source, deployment).runs, chart_step(t_from, t_to, step_s))

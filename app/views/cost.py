@@ -34,9 +34,9 @@ def capacity_schedule(plan: PlanResult) -> list[dict]:
         for r in cap.schedule]
 
 
-def cost_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None, *,
+def cost_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None, *,
               cfg: DeploymentSettings = DeploymentSettings()) -> CostView:
-    ov = overview(source, deployment, t_from, t_to, model, cfg=cfg)
+    ov = overview(source, deployment, t_from, t_to, model_name, cfg=cfg)
     pl = ov.plan.inputs.planning
     sweep = sweep_view_of(ov.sweep, pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds)
     return CostView(ov, ov.plan.inputs.pricebook, pl, capacity_schedule(ov.plan), sweep)

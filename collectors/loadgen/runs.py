@@ -31,7 +31,7 @@ def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None
         run_id = Database.scalar(
             con, "insert_run", deployment=deployment, label=label or run.scenario, scenario=run.scenario,
             routing=w.routing, started_at=from_epoch_s(run.started_at), ended_at=from_epoch_s(run.ended_at),
-            model=run.model,
+            model_name=run.model_name,
             servers=json.dumps([redact_url(s) for s in run.servers]), workload=json.dumps(asdict(w)),
             stopped_by=run.stopped_by, measured_on=measured_on, reuse=reuse, engine_seconds=engine_seconds,
             engine_seconds_source=engine_seconds_source, ab_pair=ab_pair, cached_tokens=cached_tokens)

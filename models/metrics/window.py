@@ -363,12 +363,13 @@ def _decrease_notes(rows: list[Increase]) -> list[str]:
 
 
 def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,
-                 model: str | None, models: list[str]) -> list[str]:
+                 model_name: str | None, model_names: list[str]) -> list[str]:
     """Why every figure of a window is null, from what the database holds: ``ok_scrapes``
     (successful scrapes per target inside the window), the deployment's data span, the
     model asked for and the models in the data."""
-    if model is not None and model not in models:
-        return [f"no data for model {model!r}: the data has {', '.join(map(repr, models)) or 'no model_name'}"]
+    if model_name is not None and model_name not in model_names:
+        known = ", ".join(map(repr, model_names)) or "no model_name"
+        return [f"no data for model {model_name!r}: the data has {known}"]
     if not any(ok_scrapes.values()):
         where = (f"; the data spans {data_span[0]:%Y-%m-%d %H:%M} .. {data_span[1]:%Y-%m-%d %H:%M} UTC"
                  if data_span and data_span[0] is not None else "")

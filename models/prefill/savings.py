@@ -92,13 +92,13 @@ def fitted_tiers(m: PrefillMeasurement) -> TierSavings | None:
     return tier_savings(m.cost_model, m.window)
 
 
-def cost_model_text(model: PrefillCostModel) -> str:
+def cost_model_text(cost_model: PrefillCostModel) -> str:
     """The fitted parts with their bands in readable units (one line)."""
     units = {"fixed": ("ms/request", 1e3), "per_token": ("us/token", 1e6),
              "attention": ("ns/token^2", 1e9), "store": ("us/stored token", 1e6),
              "load": ("us/loaded token", 1e6), "lmcache_request": ("ms/LMCache request", 1e3)}
     out = []
-    for p in model.parts:
+    for p in cost_model.parts:
         u, k = units[p.name]
         out.append(f"{p.name} {p.value * k:.3g} {u} ({p.low * k:.3g}..{p.high * k:.3g})")
     return ", ".join(out)
@@ -111,21 +111,21 @@ def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
     upper bound)."""
     name = "measured_time"
     if m.cost_model is not None:
-        model = m.cost_model
-        if not model.identified:
+        cost_model = m.cost_model
+        if not cost_model.identified:
             return EstimatorResult(name, False, None, None,
-                                   f"{model.reason}; to fix: {model.fix}")
+                                   f"{cost_model.reason}; to fix: {cost_model.fix}")
         tiers = fitted_tiers(m)
         if tiers is None or m.window is None:
             return EstimatorResult(name, False, None, None, "no priced window given")
         w, gpe = m.window, m.tensor_parallel_size
         gross = tiers.lmcache_gross if m.priced_tier == "lmcache" else tiers.gross
-        c = model.coef()
+        c = cost_model.coef()
         computed_cost = (c["per_token"] * w.computed_tokens
                          + c["attention"] * (w.prompt_attention - w.cached_attention))
         per_token = gpe * computed_cost / w.computed_tokens if w.computed_tokens > 0 \
-            else gpe * model.marginal_seconds_per_token()
-        note = (f"fitted on {model.history}: {cost_model_text(model)}; cached tokens priced at the "
+            else gpe * cost_model.marginal_seconds_per_token()
+        note = (f"fitted on {cost_model.history}: {cost_model_text(cost_model)}; cached tokens priced at the "
                 f"marginal cost (per-token + attention), x {gpe} GPU(s) per engine")
         if tiers.cap_factor < 1:
             note += (f"; scaled by {tiers.cap_factor:.2f}: the model claimed more prefill time "
@@ -205,8 +205,8 @@ def relative_uncertainty(samples: float, window_seconds: float, n_estimators: in
     """
     sampling = 1.0 / math.sqrt(samples) if samples >= 1 else 1.0
     coverage = COVERAGE_PENALTY_AT_ZERO * max(0.0, 1.0 - window_seconds / FULL_COVERAGE_SECONDS)
-    model = SINGLE_ESTIMATOR_MODEL_ERROR if n_estimators == 1 else 0.0
-    return math.sqrt(sampling ** 2 + coverage ** 2 + model ** 2)
+    single_estimator = SINGLE_ESTIMATOR_MODEL_ERROR if n_estimators == 1 else 0.0
+    return math.sqrt(sampling ** 2 + coverage ** 2 + single_estimator ** 2)
 
 
 @dataclass(frozen=True)

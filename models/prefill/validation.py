@@ -127,9 +127,9 @@ def validate_ab(scenario: str, *, history: Sequence[Interval], history_label: st
     the cost model fitted on ``history`` (which includes them), and compare with the measured
     engine times of both sides. ``off`` (the reuse-off side's intervals) gives the cache-off
     prefill time the tolerance is scaled by."""
-    model = fit_prefill_cost(history, history=history_label)
+    cost_model = fit_prefill_cost(history, history=history_label)
     window = PricedWindow.from_intervals(on, t_from=on_span[0], t_to=on_span[1])
-    tiers = tier_savings(model, window)
+    tiers = tier_savings(cost_model, window)
     off_prefill = sum(engine_prefill_seconds(r)[0] for r in rounds(off) if r.requests > 0)
     measured = off_engine_s - on_engine_s
     pred = lo = hi = None
@@ -145,5 +145,5 @@ def validate_ab(scenario: str, *, history: Sequence[Interval], history_label: st
         lmcache_s=tiers.lmcache.value if tiers else None,
         lmcache_overhead_s=tiers.lmcache_overhead.value if tiers else None,
         on_cached_tokens=window.cached_tokens, on_intervals=sum(1 for r in rounds(on) if r.requests > 0),
-        requests=requests, history=model.history, cost_model=model.to_dict(), tolerance=tol,
+        requests=requests, history=cost_model.history, cost_model=cost_model.to_dict(), tolerance=tol,
         cross_check=dict(cross_check or {}))

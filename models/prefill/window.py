@@ -302,18 +302,18 @@ def _tier_values(c: dict[str, float], w: PricedWindow) -> dict[str, float]:
             "with_reuse": with_reuse, "without_reuse": without}
 
 
-def tier_savings(model: PrefillCostModel, window: PricedWindow) -> TierSavings | None:
+def tier_savings(cost_model: PrefillCostModel, window: PricedWindow) -> TierSavings | None:
     """What the cache saved in ``window`` by tier (None when the model is not identified).
     If the model says the window's prefill took more than ``covered x engines`` seconds, every
     figure is scaled down to that (the engines cannot have been busier than the clock)."""
-    if not model.identified:
+    if not cost_model.identified:
         return None
-    central = _tier_values(model.coef(), window)
+    central = _tier_values(cost_model.coef(), window)
     cap = window.covered_seconds * max(window.engines, 1)
     k = 1.0
     if cap > 0 and central["with_reuse"] > cap:
         k = cap / central["with_reuse"]
-    draws = [_tier_values(d, window) for d in model.coef_draws()]
+    draws = [_tier_values(d, window) for d in cost_model.coef_draws()]
 
     def band(name: str) -> Band:
         vals = np.array([d[name] for d in draws])

@@ -6,7 +6,7 @@
 -- (vLLM before 0.13): the reader then derives it from the cached tokens, or leaves the interval out.
 WITH i AS (
     SELECT se.target_id, i.t_start, i.t_end, se.name, se.le, se.engine, se.labels, i.delta, i.reset
-    FROM interval_increments($deployment, $t_from, $t_to, $model, $names) i
+    FROM interval_increments($deployment, $t_from, $t_to, $model_name, $names) i
     JOIN series se ON se.series_id = i.series_id
 ),
 fe AS (  -- fleet targets (aggregated ingestion): engines reporting in each step

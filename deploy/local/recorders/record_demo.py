@@ -97,7 +97,7 @@ def main() -> int:
     try:
         v0, v1, lm = stack.server("vllm-0"), stack.server("vllm-1"), stack.server("lmcache")
         nocache = next((s for s in stack.vllm() if s.name.startswith("vllm-nocache")), None)
-        model = stack.model_name
+        model_name = stack.model_name
         targets = {"vllm-0": (v0.metrics_url, "vllm"), "vllm-1": (v1.metrics_url, "vllm"),
                    "lmcache": (lm.metrics_url, "lmcache_mp")}
         runs: list[dict] = []
@@ -105,7 +105,7 @@ def main() -> int:
         def drive(label: str, servers, **kw) -> None:
             phase(label)
             w = wl.Workload(max_seconds=300, **kw)
-            r = lg_client.run([s.openai_url for s in servers], model, w)
+            r = lg_client.run([s.openai_url for s in servers], model_name, w)
             runs.append({"type": "run", "label": label, "result": r.to_dict()})
             print(f"[demo]   {json.dumps(r.summary())}", flush=True)
 
