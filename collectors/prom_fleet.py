@@ -48,8 +48,8 @@ _DROP = ("__name__", "job", "model_name", "le", DELAY_LABEL)
 _DUR = re.compile(r"^(\d+)(s|m|h)$")
 
 
-def fleet_target(kind: str, model: str | None) -> str:
-    return f"fleet/{kind}" + (f"/{model}" if model else "")
+def fleet_target(kind: str, model_name: str | None) -> str:
+    return f"fleet/{kind}" + (f"/{model_name}" if model_name else "")
 
 
 @dataclass
@@ -150,11 +150,11 @@ def fleet_rows(ch: FleetChunk, target_ids: dict[str, int], rows: Rows) -> dict[s
     seen: dict[str, list] = defaultdict(list)
     added: set[int] = set()
     for q, r in ch.parts:
-        model = model_label(r.labels.get("model_name"))
-        tname = fleet_target(q.kind, model)
+        model_name = model_label(r.labels.get("model_name"))
+        tname = fleet_target(q.kind, model_name)
         rest = tuple(sorted((k, v) for k, v in r.labels.items() if k not in _DROP))
         le = float(r.labels["le"]) if "le" in r.labels else None
-        sid = series_id(target_ids[tname], q.sample, model, None, le, rest)
+        sid = series_id(target_ids[tname], q.sample, model_name, None, le, rest)
         ok = np.isfinite(r.v)
         t, v = r.t[ok], r.v[ok]
         if q.typ == "gauge":
@@ -172,7 +172,7 @@ def fleet_rows(ch: FleetChunk, target_ids: dict[str, int], rows: Rows) -> dict[s
         added.add(sid)
         se = rows.series
         for k, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", q.sample), ("family", q.family),
-                       ("type", q.typ), ("model_name", model), ("engine", None), ("le", le),
+                       ("type", q.typ), ("model_name", model_name), ("engine", None), ("le", le),
                        ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
             se[k].append(val)
     return {k: np.concatenate(v) if v else np.array([], np.int64) for k, v in seen.items()}

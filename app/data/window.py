@@ -80,7 +80,7 @@ def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: dateti
     rows the raw edges left out (rolled-up days were summed by the same guarded macro). The
     gauges kvplan reads only for notes and lifetime figures (``catalog.NOTE_GAUGES``: vLLM V0's
     lifetime hit rate, SGLang's per-batch hit rate, LMCache in-process gauges) are passed along."""
-    st = window_stats(rows, note_gauges(source, deployment, t_from, t_to, model))
+    st = window_stats(rows, note_gauges(source, deployment, t_from, t_to, model_name))
     if not rows:
         st.notes += why_empty(source, deployment, t_from, t_to, model_name)
     for _lb, after, end in spans.raw:
@@ -88,12 +88,12 @@ def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: dateti
     return st
 
 
-def note_gauges(source: Source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None
+def note_gauges(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None
                 ) -> dict[str, float]:
     """Gauge family -> the mean over its series of their last value in the window, for the
     families ``window_stats`` notes (never a window's rate)."""
     last: dict[str, list[float]] = {}
-    for r in source.fetch("window_gauges", deployment=deployment, t_from=t_from, t_to=t_to, model=model):
+    for r in source.fetch("window_gauges", deployment=deployment, t_from=t_from, t_to=t_to, model_name=model_name):
         if r["name"] in NOTE_GAUGES or r["name"].startswith("lmcache:"):
             last.setdefault(r["name"], []).append(float(r["last"]))
     return {k: sum(v) / len(v) for k, v in last.items()}

@@ -15,7 +15,7 @@ fe AS (  -- fleet targets (aggregated ingestion): engines reporting in each step
     JOIN targets t ON t.target_id = se.target_id
     JOIN deployments d ON d.deployment_id = t.deployment_id
     WHERE d.name = $deployment AND se.name = 'kvplan:vllm_engines' AND sa.ts > $t_from AND sa.ts <= $t_to
-      AND ($model IS NULL OR se.model_name = $model)
+      AND ($model_name IS NULL OR se.model_name = $model_name)
     GROUP BY 1, 2
 )
 SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
