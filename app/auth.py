@@ -37,7 +37,7 @@ def check_auth_secrets(path: Path) -> Path:
         raise KvplanError(f"not valid TOML: {e}", source=f"--auth-secrets {path}") from None
     auth = data.get("auth")
     missing = [k for k in REQUIRED if not (isinstance(auth, dict) and auth.get(k))]
-    if missing:
+    if missing or not isinstance(auth, dict):
         raise KvplanError(f"[auth] needs {', '.join(missing)} (Streamlit's OpenID Connect login)",
                           source=f"--auth-secrets {path}")
     if not str(auth["redirect_uri"]).endswith("/oauth2callback"):

@@ -18,11 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import altair as alt
 import pandas as pd
 
 LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=3)
+Layered = alt.LayerChart | alt.FacetChart
+"""What ``alt.layer`` returns (a facet when a layer is faceted)."""
 
 LABEL_EXPR = ("utchours(datum.value) == 0 && utcminutes(datum.value) == 0 && utcseconds(datum.value) == 0 "
               "? utcFormat(datum.value, '%d %b') : utcseconds(datum.value) != 0 "
@@ -66,7 +69,7 @@ def _utc(ts) -> pd.Timestamp:
     return t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
 
 
-def wall_clock(values, tz: str) -> pd.Series:
+def wall_clock(values: Any, tz: str) -> pd.Series:
     """UTC instants (naive = UTC) as the wall-clock time of ``tz``, labelled UTC so that a
     UTC scale draws them as that zone's clock."""
     s = pd.to_datetime(pd.Series(values), utc=True)
@@ -108,7 +111,8 @@ def grid(buckets: pd.Series, tl: Timeline) -> list[pd.Timestamp]:
     first = seen[0] - ((seen[0] - lo) // step) * step if seen[0] > lo else seen[0]
     if first + step <= lo:  # the bucket (first, first + step] must reach into the window
         first += step
-    out, b = [], first
+    out: list[pd.Timestamp] = []
+    b = first
     while b < max(hi, seen[-1] + step) and len(out) < 20000:
         out.append(b)
         b += step
@@ -169,12 +173,13 @@ def decorate(df: pd.DataFrame, tl: Timeline) -> pd.DataFrame:
     return df.drop(columns=["bucket"])
 
 
-def gap_layer(df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> alt.Chart | None:
+def gap_layer(df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> Layered | None:
     """Light grey bands over buckets where the chart has no value, dark ones over recorded gaps
     (inside the plotted time range), each with its reason as tooltip; None when there are none."""
     step = pd.Timedelta(seconds=tl.step_s or 0)
     half = step / 2
-    rows = [{"start": a - half, "end": b + half, "reason": "no value in these time buckets (no samples, or nothing to compute it from)", "kind": "no data"}
+    reason = "no value in these time buckets (no samples, or nothing to compute it from)"
+    rows = [{"start": a - half, "end": b + half, "reason": reason, "kind": "no data"}
             for a, b in no_data_spans(df, values, tl)]
     if not df.empty:
         seen = [_utc(b) for b in df["bucket"].dropna()]
@@ -214,7 +219,7 @@ def _with_gaps(layers: list, df: pd.DataFrame, values: Sequence[str], tl: Timeli
 
 def tier_hit_rate_chart(rows: Sequence[dict], title: str = "Hit rate by cache tier "
                         "(share of looked-up prompt tokens found, per time bucket)",
-                        tl: Timeline = DEFAULT) -> alt.LayerChart:
+                        tl: Timeline = DEFAULT) -> Layered:
     """Rows: bucket, tier, hit_rate (token-weighted: each bucket's hits / its queries)."""
     raw = frame(rows, ["bucket", "tier", "hit_rate"])
     df = decorate(with_breaks(raw, ["tier"], ["hit_rate"], tl), tl)
@@ -227,7 +232,7 @@ def tier_hit_rate_chart(rows: Sequence[dict], title: str = "Hit rate by cache ti
     return alt.layer(*_with_gaps([line], raw, ["hit_rate"], tl), title=title).properties(height=260)
 
 
-def cached_tokens_chart(rows: Sequence[dict], tl: Timeline = DEFAULT) -> alt.LayerChart:
+def cached_tokens_chart(rows: Sequence[dict], tl: Timeline = DEFAULT) -> Layered:
     """Rows: bucket, source, tokens (vllm:prompt_tokens_cached_by_source_total), stacked."""
     raw = frame(rows, ["bucket", "source", "tokens"])
     df = decorate(raw, tl)
@@ -239,7 +244,7 @@ def cached_tokens_chart(rows: Sequence[dict], tl: Timeline = DEFAULT) -> alt.Lay
                      title="Cached prompt tokens by the tier that supplied them").properties(height=220)
 
 
-def gauge_chart(rows: Sequence[dict], title: str, percent: bool = True, tl: Timeline = DEFAULT) -> alt.LayerChart:
+def gauge_chart(rows: Sequence[dict], title: str, percent: bool = True, tl: Timeline = DEFAULT) -> Layered:
     """Rows: bucket, series, mean, max. The mean per bucket as a line, the max as points."""
     raw = frame(rows, ["bucket", "series", "mean", "max"])
     df = decorate(with_breaks(raw[["bucket", "series", "mean", "max"]], ["series"], ["mean", "max"], tl), tl)
@@ -254,7 +259,7 @@ def gauge_chart(rows: Sequence[dict], title: str, percent: bool = True, tl: Time
 
 
 def quantile_band_chart(rows: Sequence[dict], metric: str, title: str, slo_s: float | None = None,
-                        tl: Timeline = DEFAULT) -> alt.LayerChart:
+                        tl: Timeline = DEFAULT) -> Layered:
     """Rows: bucket, metric, quantile, value, lower, upper, in_inf. For ``metric``: p50 and
     p99 lines, the band between the bounds of the histogram bucket each lies in, a red
     triangle where the rank landed in +Inf (the value is then only a lower bound), and the
@@ -273,7 +278,8 @@ def quantile_band_chart(rows: Sequence[dict], metric: str, title: str, slo_s: fl
         base.mark_line(point=True).encode(
             color=alt.Color("quantile:N", legend=LEGEND),
             y="value:Q", tooltip=[when_tooltip(tl), "quantile:N", alt.Tooltip("value:Q", format=".3f"),
-                                  alt.Tooltip("lower:Q", title="bucket from"), alt.Tooltip("upper:Q", title="bucket to")]),
+                                  alt.Tooltip("lower:Q", title="bucket from"),
+                                  alt.Tooltip("upper:Q", title="bucket to")]),
     ]
     inf = df[df["in_inf"]]
     if not inf.empty:
@@ -286,7 +292,7 @@ def quantile_band_chart(rows: Sequence[dict], metric: str, title: str, slo_s: fl
 
 
 def phases_chart(rows: Sequence[dict], metrics: Sequence[str] = ("prefill", "decode"),
-                 tl: Timeline = DEFAULT) -> alt.LayerChart:
+                 tl: Timeline = DEFAULT) -> Layered:
     """Rows as for ``quantile_band_chart``: the p50 and p99 of several phases together."""
     raw = frame(rows, ["bucket", "metric", "quantile", "value"])
     raw = raw[raw["metric"].isin(list(metrics))][["bucket", "metric", "quantile", "value"]]
@@ -301,7 +307,7 @@ def phases_chart(rows: Sequence[dict], metrics: Sequence[str] = ("prefill", "dec
                      ).properties(height=240)
 
 
-def waterfall_chart(rows: Sequence) -> alt.Chart:
+def waterfall_chart(rows: Sequence) -> Layered:
     """``PlanResult.waterfall`` rows (label, usd, low, high): the four terms as floating bars
     from the running total, the total from zero, each with its band as an error bar."""
     data, run = [], 0.0
@@ -316,7 +322,8 @@ def waterfall_chart(rows: Sequence) -> alt.Chart:
         if not total:
             run += r.usd
     df = frame(data, ["order", "term", "usd", "start", "end", "band_low", "band_high", "kind"])
-    x = alt.X("term:N", sort=alt.SortField("order"), title=None, axis=alt.Axis(labelAngle=-30, labelAlign="right", labelLimit=230, labelOverlap=False))
+    x = alt.X("term:N", sort=alt.SortField("order"), title=None,
+              axis=alt.Axis(labelAngle=-30, labelAlign="right", labelLimit=230, labelOverlap=False))
     colors = alt.Scale(domain=["gain", "cost", "total"], range=["#2e7d32", "#c62828", "#1565c0"])
     base = alt.Chart(df)
     return alt.layer(
@@ -331,7 +338,7 @@ def waterfall_chart(rows: Sequence) -> alt.Chart:
     ).properties(height=300)
 
 
-def capacity_chart(schedule: Sequence[dict], current_gpus: int | None) -> alt.Chart:
+def capacity_chart(schedule: Sequence[dict], current_gpus: int | None) -> Layered:
     """Schedule rows (month, with_reuse, without_reuse): GPUs needed to meet the p99 TTFT
     target month by month, and the current fleet as a rule."""
     rows = [{"month": r["month"], "setup": label, "gpus": r[key]}
@@ -344,10 +351,11 @@ def capacity_chart(schedule: Sequence[dict], current_gpus: int | None) -> alt.Ch
     if current_gpus is not None:
         layers.append(alt.Chart(pd.DataFrame({"gpus": [current_gpus], "label": [f"today: {current_gpus} GPUs"]}))
                       .mark_rule(strokeDash=[6, 4], color="gray").encode(y="gpus:Q", tooltip=["label:N"]))
-    return alt.layer(*layers, title="Capacity projection: GPUs needed to meet the p99 TTFT target").properties(height=260)
+    return (alt.layer(*layers, title="Capacity projection: GPUs needed to meet the p99 TTFT target")
+            .properties(height=260))
 
 
-def tornado_chart(rows: Sequence) -> alt.Chart:
+def tornado_chart(rows: Sequence) -> Layered:
     """``PlanResult.sensitivity`` rows: the monthly benefit with each input moved down and
     up, largest swing on top; the base benefit as a rule."""
     data = []
@@ -369,7 +377,7 @@ def tornado_chart(rows: Sequence) -> alt.Chart:
 
 
 def sweep_curves_chart(rows: Sequence[dict], ttft_slo_s: float | None = None,
-                       goodput_rows: Sequence[dict] = (), load_kind: str = "concurrency") -> alt.LayerChart:
+                       goodput_rows: Sequence[dict] = (), load_kind: str = "concurrency") -> Layered:
     """``SweepView.rows`` (side, offered, throughput_rps, ttft_p99_s, passes, ...): achieved
     throughput against TTFT p99, one line per side (without / with reuse) through the levels in
     order of offered load, levels that miss the SLOs as hollow points; the TTFT SLO as a dashed

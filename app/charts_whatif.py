@@ -6,6 +6,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from kvplan.app.charts import Layered
+
 LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=4)
 ROUTING_LABELS = {"shared": "one shared pool", "round_robin": "private, round-robin",
                   "random": "private, random", "prefix_affinity": "private, prefix affinity"}
@@ -17,7 +19,7 @@ def _x(d: dict) -> tuple[str, str]:
         ("capacity_tokens", "cache capacity (tokens)")
 
 
-def curve_chart(d: dict) -> alt.Chart:
+def curve_chart(d: dict) -> Layered:
     """Hit rate against capacity (log x), with the configured size and the $ optimum marked."""
     key, title = _x(d)
     df = pd.DataFrame([{"capacity": p[key], "hit_rate": p["hit_rate"]} for p in d["points"]

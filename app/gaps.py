@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from kvplan.app.charts import Gap, Timeline
+from kvplan.sql.db import Source
 
 
-def recorded_gaps(source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:
+def recorded_gaps(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:
     """``source``: a ``Database`` or a ``Snapshot``."""
     out = [Gap(r["t_from"], r["t_to"], f"{r['target']}: {r['failed']} failed scrape(s) ({_short(r['error'])})")
            for r in source.fetch("scrape_gaps", deployment=deployment, t_from=t_from, t_to=t_to)]
@@ -23,7 +24,7 @@ def _short(error: str | None, limit: int = 90) -> str:
     return e if len(e) <= limit else e[: limit - 1] + "…"
 
 
-def timeline(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+def timeline(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
              tz: str = "UTC") -> Timeline:
     """How the time charts of a window are drawn: zone, bucket width, recorded gaps."""
     return Timeline(tz=tz, step_s=step_s, t_from=t_from, t_to=t_to,

@@ -4,8 +4,10 @@ time-range selectors every page uses. Only Streamlit glue lives here."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
@@ -13,6 +15,15 @@ import streamlit as st
 from kvplan.app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
 from kvplan.collectors.settings import Settings, load_settings
 from kvplan.sql.db import Database
+
+if TYPE_CHECKING:
+    from streamlit.elements.vega_charts import AltairChart
+
+    from kvplan.app.charts import Timeline
+    from kvplan.models.decision.plan import PlanResult
+    from kvplan.models.decision.verdict import Decision
+
+T = TypeVar("T")
 
 
 def settings() -> Settings:
@@ -38,7 +49,7 @@ def db() -> Database:
     return database(str(s.db), s.lock_timeout_s)
 
 
-def view(fn, *args, **kwargs):
+def view(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(source, *args, **kwargs)`` for a view function of ``kvplan.app.views`` (or
     ``kvplan.app.gaps.timeline``), read through ONE connection (``Database.snapshot``) and cached
     until the database file changes (``Database.data_version``: size and mtime of the file
@@ -67,14 +78,14 @@ def deployments(path: str) -> list[dict]:
 
 
 @st.cache_data(ttl=15, show_spinner=False)
-def models(path: str, deployment: str) -> list[str]:
+def model_names(path: str, deployment: str) -> list[str]:
     return [r["model_name"] for r in db().fetch("models", deployment=deployment)]
 
 
 @dataclass(frozen=True)
 class Selection:
     deployment: str
-    model: str | None
+    model_name: str | None
     t_from: datetime
     t_to: datetime
     tz: str = "UTC"
@@ -145,8 +156,8 @@ def selection() -> Selection | None:
     sb = st.sidebar
     name = sb.selectbox("Deployment", names, key="deployment")
     dep = next(d for d in deps if d["deployment"] == name)
-    model_opts = ["all models"] + models(path, name)
-    model = sb.selectbox("Model", model_opts, key="model")
+    model_opts = ["all models"] + model_names(path, name)
+    model_name = sb.selectbox("Model", model_opts, key="model_name")
     rng = sb.selectbox("Time range", list(RANGES), key="range")
     tz = sb.selectbox("Time zone", zones(), key="tz",
                       help="The zone of the time axes and captions (24-hour clock). Stored data is UTC.")
@@ -156,16 +167,16 @@ def selection() -> Selection | None:
     chunks = f", {dep['chunks']} Prometheus chunks ({dep['failed_chunks']} failed)" if dep["chunks"] else ""
     sb.caption(f"Data: {first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M} UTC, {dep['scrapes']} scrapes "
                f"({dep['failed']} failed){chunks}. Ranges end at the last data point.")
-    return Selection(name, None if model == "all models" else model, t_from, last, tz)
+    return Selection(name, None if model_name == "all models" else model_name, t_from, last, tz)
 
 
 def caption(sel: Selection, note: str = "") -> None:
     """The window every number on the page is about."""
-    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {sel.local(sel.t_from):%Y-%m-%d %H:%M} .. "
+    st.caption(f"{sel.deployment} · {sel.model_name or 'all models'} · {sel.local(sel.t_from):%Y-%m-%d %H:%M} .. "
                f"{sel.local(sel.t_to):%Y-%m-%d %H:%M} {sel.tz}" + (f" · {note}" if note else ""))
 
 
-def timeline(sel: Selection, step_s: int):
+def timeline(sel: Selection, step_s: int) -> Timeline:
     """How the page's time charts are drawn: the picked zone, the bucket width, the
     window's recorded gaps (failed scrapes, Prometheus gaps)."""
     from kvplan.app.gaps import timeline as tl
@@ -173,14 +184,14 @@ def timeline(sel: Selection, step_s: int):
     return view(tl, sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
-def badge(decision) -> None:
+def badge(decision: Decision) -> None:
     """The verdict as a coloured badge and its one-sentence reason."""
     from kvplan.app.report.fmt import BADGE_COLORS
 
     st.markdown(f"#### :{BADGE_COLORS[decision.kind]}-badge[{decision.kind}] {decision.reason}")
 
 
-def prefill_summary(p) -> None:
+def prefill_summary(p: PlanResult) -> None:
     """What the cache saved by tier (vLLM's prefix cache: free; LMCache: net, what the decision
     weighs), $ per 1M prompt/output tokens with and without reuse, and the cost model the
     saving rests on (Overview and Cost pages; the report shows the same)."""
@@ -193,19 +204,21 @@ def prefill_summary(p) -> None:
         r = rows.get(key)
         label = "vLLM cache saves, GPU-h/mo" if key == "device" else "LMCache adds (net), GPU-h/mo"
         c[i].metric(label, "n/a" if r is None else fmt.number(r["gpu_hours_per_month"]),
-                    help=None if r is None else (f"{r['tier']}: {r['note']}; band {fmt.number(r['low'])}..{fmt.number(r['high'])} "
-                                                 f"GPU-h/month, {fmt.usd(r['usd_per_month'])}/month; {r['source']}."))
+                    help=None if r is None else (f"{r['tier']}: {r['note']}; band "
+                                                 f"{fmt.number(r['low'])}..{fmt.number(r['high'])} GPU-h/month, "
+                                                 f"{fmt.usd(r['usd_per_month'])}/month; {r['source']}."))
     c[2].metric("$/1M prompt, with / without",
                 f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_with_reuse)} / "
                 f"{fmt.usd_cents(p.usd_per_1m_prompt_tokens_without_reuse)}",
                 help="Prefill GPU cost per million prompt tokens at the price book's GPU-hour, with reuse (as the "
                      "window ran) and without (had nothing been cached). Compare with API prices per 1M input tokens.")
     c[3].metric("$/1M output tokens", fmt.usd_cents(p.usd_per_1m_output_tokens_with_reuse),
-                help="Decode GPU time (engine busy time - prefill) per million output tokens; reuse does not change it.")
+                help="Decode GPU time (engine busy time - prefill) per million output tokens; reuse does not "
+                "change it.")
     st.caption(fmt.cost_model_line(p))
 
 
-def chart(c) -> None:
+def chart(c: AltairChart) -> None:
     """An Altair chart across the page; its height is the plot's (legend and axes added),
     not squeezed into it as Streamlit's default autosize 'fit' would."""
     import altair as alt
@@ -214,13 +227,13 @@ def chart(c) -> None:
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def report(path: str, deployment: str, month: str, model: str | None, version: tuple) -> tuple[str, dict]:
+def report(path: str, deployment: str, month: str, model_name: str | None, version: tuple) -> tuple[str, dict]:
     """(HTML, headline numbers) of one capacity report, built once per data version (the same
     document ``kvplan report`` writes). ``prewarm_reports`` fills it in the background."""
     from kvplan.app import report as rep
     from kvplan.app.report import fmt
 
-    d = rep.build(db(), deployment, month, model=model, cfg=cfg(deployment))  # one snapshot
+    d = rep.build(db(), deployment, month, model_name=model_name, cfg=cfg(deployment))  # one snapshot
     s, p = d.overview.window.stats, d.overview.plan
     numbers = {"Decision": p.decision.kind, "Monthly benefit": fmt.usd(p.monthly_benefit_usd),
                "Prefix-cache hit rate": fmt.pct(s.prefix_cache_hit_rate), "TTFT p50": fmt.quantile(s.ttft_p50),

@@ -106,7 +106,8 @@ def replay(path: Path, case: str, days: int, engines: int, interval_min: int) ->
                                           else 0.0, smp.value, k, created if cum and kind == "vllm" else None))
         cols = list(zip(*series_rows, strict=True))
         st = pa.table({"series_id": pa.array(cols[0], pa.int64()), "target_id": pa.array(cols[1], pa.int32()),  # noqa: F841
-                       "name": cols[2], "family": cols[3], "type": cols[4], "model_name": pa.array(cols[5], pa.string()),
+                       "name": cols[2], "family": cols[3], "type": cols[4],
+                       "model_name": pa.array(cols[5], pa.string()),
                        "engine": pa.array(cols[6], pa.string()), "le": pa.array(cols[7], pa.float64()),
                        "labels": cols[8]})
         con.execute("INSERT INTO series SELECT * FROM st")

@@ -273,7 +273,8 @@ out = dict(raw=n)""")
           f"{back['rows']:,} rows stored, {back['failed']} failed, {back['gaps']} gaps, {back['far']} far pairs), "
           f"peak RSS {back['maxrss_mb']:.0f} MB")
     print(f"rollups   {args.days} days: {rollups['seconds']:.1f}s ({rollups['rows']:,} rows)")
-    print(f"night     {last}: {night['seconds']:.1f}s (ingest + rollups, {night['rows']:,} rows, {night['errors']} errors), "
+    print(f"night     {last}: {night['seconds']:.1f}s (ingest + rollups, {night['rows']:,} rows, "
+          f"{night['errors']} errors), "
           f"peak RSS {night['maxrss_mb']:.0f} MB")
     print(f"raw read  same day, range-vector queries only: {read['seconds']:.1f}s ({read['raw']:,} samples) -> "
           f"the nightly run takes {night['seconds'] / read['seconds']:.1f}x Prometheus's raw read")
@@ -340,7 +341,8 @@ r = ingest_range(db, s.prometheus, s.deployments[0], {rng})
 n = rollup_day(db, 'bench', datetime.fromisoformat({d0.isoformat()!r}).date())
 w = stats(db, 'bench', {rng})
 out = dict(points=r.raw_samples, rows=r.rows, failed=r.failed, hit=w.prefix_cache_hit_rate, prompt=w.prompt_tokens,
-           lm=w.lmcache_lookup_hit_rate, p50=[w.ttft_p50.lower, w.ttft_p50.upper], p99=[w.ttft_p99.lower, w.ttft_p99.upper])""")
+           lm=w.lmcache_lookup_hit_rate, p50=[w.ttft_p50.lower, w.ttft_p50.upper],
+           p99=[w.ttft_p99.lower, w.ttft_p99.upper])""")
         values[mode] = o
         rows.append((f"night, {mode}", o["seconds"], o["maxrss_mb"], _cpu_s(proc.pid) - c0, _hwm_mb(proc.pid),
                      f"{o['points']:,} points read, {o['rows']:,} rows, {o['failed']} failed"))
@@ -386,7 +388,7 @@ def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:
     for d in range(days):
         a, b = start + timedelta(days=d), start + timedelta(days=d + 1)
         rows = db.fetch("daily_increases", deployment="bench", t_from=a.replace(tzinfo=None),
-                        t_to=b.replace(tzinfo=None), model=None)
+                        t_to=b.replace(tzinfo=None), model_name=None)
         w = window_stats([Increase(**x) for x in rows])
         roll.append([w.prefix_cache_hit_rate, w.ttft_p50_s, w.ttft_p99_s])
     rollup_s = time.perf_counter() - t

@@ -43,7 +43,7 @@ def main() -> int:
                 seed = int(time.time() * 1000) % 10**9
                 t0 = time.monotonic()
                 v = validate_sweep_on_stack(db, off_server=st.server("vllm-nocache-0"), on_server=st.server("vllm-0"),
-                                            lmcache_server=st.lmcache(), model=st.model_name, seed=seed)
+                                            lmcache_server=st.lmcache(), model_name=st.model_name, seed=seed)
                 print(f"\n== repeat {rep} (seed {seed}, {time.monotonic() - t0:.0f} s)\n{table(v)}", flush=True)
                 ok &= v.separated and v.off_misses and v.on_meets
                 if args.json:

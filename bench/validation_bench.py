@@ -54,7 +54,7 @@ def main() -> int:
                 try:
                     vs = validate_on_stack(db, off_server=st.server("vllm-nocache-0"), on_server=st.server("vllm-0"),
                                            lmcache_server=st.lmcache(), replicas=[st.server("vllm-plain-0")],
-                                           model=st.model_name, seed=seed, repeat=rep)
+                                           model_name=st.model_name, seed=seed, repeat=rep)
                 finally:
                     if own:
                         stk.down(run_dir / f"stack-{rep}")
@@ -67,13 +67,15 @@ def main() -> int:
                     if sink:
                         sink.write(json.dumps({**v.to_dict(), "rep": rep, "seed": seed}, default=str) + "\n")
                         sink.flush()
-            print("\nper scenario over the repeats (noise = spread of the measured saving, share of cache-off prefill):")
+            print("\nper scenario over the repeats (noise = spread of the measured saving, "
+                  "share of cache-off prefill):")
             for name, vs in rows.items():
                 meas = [v.measured_saved_s / v.off_prefill_s for v in vs]
                 err = [v.tolerance.relative for v in vs]
                 noise = statistics.pstdev(meas) if len(meas) > 1 else float("nan")
                 print(f"  {name:<14} measured/off {statistics.fmean(meas):+.1%} (sd {noise:.1%}), "
-                      f"errors {', '.join(f'{e:.1%}' for e in err)}, within tolerance {sum(v.tolerance.ok for v in vs)}/{len(vs)}")
+                      f"errors {', '.join(f'{e:.1%}' for e in err)}, "
+                      f"within tolerance {sum(v.tolerance.ok for v in vs)}/{len(vs)}")
     finally:
         if sink:
             sink.close()

@@ -32,8 +32,7 @@ import numpy as np
 
 from kvplan.collectors.traces import parse_file
 from kvplan.deploy.local import stack as stk
-from kvplan.models.cache import pools as ct
-from kvplan.models.cache import sim as cs
+from kvplan.models.cache import pools, sim
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
@@ -124,16 +123,16 @@ BUILD = textwrap.dedent("""
 BIG = textwrap.dedent("""
     import json, resource, sys, time
     import numpy as np
-    from kvplan.models.cache import sim as cs
+    from kvplan.models.cache import sim
     z = np.load(sys.argv[1])
-    trace = cs.Trace(z["chunk_ids"], z["offsets"], z["seq_len"], z["chunk_size"])
+    trace = sim.Trace(z["chunk_ids"], z["offsets"], z["seq_len"], z["chunk_size"])
     del z
     def rss_mib():  # resident now, not the peak so far
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * resource.getpagesize() / 2**20
     base = rss_mib()
     t0 = time.perf_counter()
-    curve = cs.lru_curve(trace)
+    curve = sim.lru_curve(trace)
     t1 = time.perf_counter()
     print(json.dumps({"requests": trace.requests, "references": trace.references,
                       "unique_chunks": curve.unique_chunks, "seconds": t1 - t0,
@@ -158,13 +157,13 @@ def big_run(n: int) -> dict:
 
 def mooncake_curve(reqs: list[dict]) -> None:
     """The real conversation trace alone: ceiling, curve shape, shared vs 8 private caches."""
-    def trace(partial: bool) -> cs.Trace:
+    def trace(partial: bool) -> sim.Trace:
         keep = [r["hash_ids"] if partial else r["hash_ids"][:r["input_length"] // BLOCK] for r in reqs]
-        return cs.make_trace((k, r["input_length"], BLOCK) for k, r in zip(keep, reqs, strict=True))
+        return sim.make_trace((k, r["input_length"], BLOCK) for k, r in zip(keep, reqs, strict=True))
 
     tr = trace(False)
-    curve = cs.lru_curve(tr)
-    with_partial = cs.lru_curve(trace(True)).infinite_hit_rate
+    curve = sim.lru_curve(tr)
+    with_partial = sim.lru_curve(trace(True)).infinite_hit_rate
     ceiling = curve.infinite_hit_tokens
     print(f"\nMooncake conversation trace ({tr.requests:,} requests, {tr.references:,} full 512-token "
           f"blocks, {curve.unique_chunks:,} distinct): infinite-capacity hit rate {curve.infinite_hit_rate:.2%} "
@@ -181,8 +180,8 @@ def mooncake_curve(reqs: list[dict]) -> None:
               f"{curve.hit_rate(blocks):.2%}")
     for cap in (8_000, 80_000):
         row = [f"shared {curve.hit_rate(cap):.2%}"]
-        for policy in ct.ROUTINGS:
-            row.append(f"{policy} {ct.topology(tr, 8, policy, shared=curve).private_hit_rate(cap):.2%}")
+        for policy in pools.ROUTINGS:
+            row.append(f"{policy} {pools.topology(tr, 8, policy, shared=curve).private_hit_rate(cap):.2%}")
         print(f"  {cap:,} blocks as one pool vs 8 x {cap // 8:,}: " + ", ".join(row))
 
 
@@ -213,12 +212,12 @@ def main() -> int:
         keys: dict[str, int] = {}
         ids = np.fromiter((keys.setdefault(h, len(keys)) for h in parsed.hex_keys), dtype=np.int64,
                           count=len(parsed.hex_keys))
-        trace = cs.Trace(ids, np.frombuffer(parsed.offsets, dtype=np.int64).copy(),
+        trace = sim.Trace(ids, np.frombuffer(parsed.offsets, dtype=np.int64).copy(),
                          np.frombuffer(parsed.seq_len, dtype=np.int64).copy(),
                          np.frombuffer(parsed.chunk_size, dtype=np.int64).copy())
         t1 = time.perf_counter()
-        curve = cs.lru_curve(trace)
-        ours = [int(curve.hit_tokens(cs.capacity_chunks(c, parsed.bytes_per_chunk))) for c in caps]
+        curve = sim.lru_curve(trace)
+        ours = [int(curve.hit_tokens(sim.capacity_chunks(c, parsed.bytes_per_chunk))) for c in caps]
         t2 = time.perf_counter()
         print(f"kvplan whole curve: parse+validate {t1 - t0:.1f} s + curve {t2 - t1:.2f} s = {t2 - t0:.1f} s "
               f"({curve.references:,} chunk references, {curve.unique_chunks:,} distinct)")

@@ -28,7 +28,8 @@ DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-de
 
 def records(path: Path = DEMO_FILE) -> Iterator[dict]:
     if not path.exists():
-        raise FileNotFoundError(f"{path}: demo dataset not found (record it with deploy/local/recorders/record_demo.py)")
+        raise FileNotFoundError(f"{path}: demo dataset not found "
+                                "(record it with deploy/local/recorders/record_demo.py)")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             try:
@@ -84,7 +85,9 @@ def load_demo(db: Database, path: Path = DEMO_FILE,
             scenario=d["scenario"], started_at=t0 + (d["started_at"] - t0) * stretch,
             ended_at=t0 + (d["ended_at"] - t0) * stretch, workload=Workload(**d["workload"]),
             results=[RequestResult(**{**q, "started_at": t0 + (q["started_at"] - t0) * stretch}) for q in d["results"]],
-            model=d.get("model", ""), servers=d.get("servers", []), stopped_by=d.get("stopped_by"))
+            # runs recorded before RunResult.model became model_name say "model"
+            model_name=d.get("model_name", d.get("model", "")), servers=d.get("servers", []),
+            stopped_by=d.get("stopped_by"))
         key = (r["label"], naive_utc(from_epoch_s(run.started_at)))
         if any(k[0] == key[0] and abs((k[1] - key[1]).total_seconds()) < 1e-3 for k in have):
             continue

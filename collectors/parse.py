@@ -200,7 +200,7 @@ def check_content_type(source: str, content_type: str | None) -> str:
 
 def _split_labels(source: str, text: str, s, fam_type: str) -> tuple[str | None, str | None, float | None, tuple]:
     labels = s.labels
-    model = model_label(labels.get("model_name"))  # a path becomes its last component
+    model_name = model_label(labels.get("model_name"))  # a path becomes its last component
     engine = labels.get("engine")
     le_raw = labels.get("le")
     le = None
@@ -218,7 +218,7 @@ def _split_labels(source: str, text: str, s, fam_type: str) -> tuple[str | None,
             raise PayloadError(source, f"{s.name}{_fmt_labels(labels)}: le={le_raw!r} is not a number",
                                line=where[0] if where else None)
     rest = tuple(sorted((k, v) for k, v in labels.items() if k not in ("model_name", "engine", "le")))
-    return model, engine, le, rest
+    return model_name, engine, le, rest
 
 
 def _find_line(text: str, sample_name: str, labels: dict[str, str]) -> list[int]:
@@ -249,6 +249,11 @@ HIT_PAIRS = (
     ("lmcache:num_hit_tokens_total", "lmcache:num_requested_tokens_total"),
 )
 """(hits, queries) counters of one series: hits can never exceed queries in one payload."""
+
+
+def _le(s: Sample) -> float:
+    """A bucket sample's upper bound (``+Inf`` for a sample without one)."""
+    return math.inf if s.le is None else s.le
 
 
 def _monotonic(fam_type: str, name: str) -> bool:
@@ -308,7 +313,7 @@ def _read_families(source: str, text: str, fmt: str) -> list[Any]:
     lines = _CountingLines(text)
     parser = _openmetrics_families if fmt == "openmetrics" else _text_families
     try:
-        return list(parser(lines))
+        return list(parser(lines))  # type: ignore[arg-type]  # the parsers only iterate (TextIO in their stub)
     except (ValueError, IndexError, KeyError) as e:
         bad = text.splitlines()[lines.lineno - 1] if lines.lineno else ""
         raise PayloadError(source, f"cannot parse {bad[:120]!r}: {e}", line=lines.lineno or None) from None
@@ -366,13 +371,13 @@ def _checked_samples(source: str, text: str, plain: list[tuple[str, str, Any]], 
     seen: dict[tuple, Sample] = {}
     warnings: list[str] = []
     for fam_name, fam_type, s in plain:
-        model, engine, le, rest = _split_labels(source, text, s, fam_type)
+        model_name, engine, le, rest = _split_labels(source, text, s, fam_type)
         value = float(s.value)
         if not _value_is_kept(source, text, s, fam_type, value, warnings):
             continue
         labels_no_le = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
         sample = Sample(
-            name=s.name, family=fam_name, type=fam_type, value=value, model_name=model,
+            name=s.name, family=fam_name, type=fam_type, value=value, model_name=model_name,
             engine=engine, le=le, labels=rest, created=created.get((fam_name, labels_no_le)),
         )
         if sample.key in seen:
@@ -428,9 +433,9 @@ def _check_histograms(source: str, samples: list[Sample]) -> None:
             counts[ident] = s.value
     for ident, bs in buckets.items():
         family = ident[0]
-        bs = sorted(bs, key=lambda b: b.le)
+        bs = sorted(bs, key=_le)
         label = f"{family} (model_name={ident[1]}, engine={ident[2]})"
-        if not math.isinf(bs[-1].le):
+        if not math.isinf(_le(bs[-1])):
             raise PayloadError(source, f"histogram {label} has no le=\"+Inf\" bucket: payload truncated?")
         for a, b in itertools.pairwise(bs):
             if b.value < a.value:
@@ -446,12 +451,12 @@ def _check_hits(source: str, text: str, samples: list[Sample]) -> None:
     """Within one payload, a hits counter never exceeds the queries counter of its series."""
     by_key = {(x.name, x.model_name, x.engine, x.labels): x for x in samples}
     for hits_name, queries_name in HIT_PAIRS:
-        for (name, model, engine, labels), h in by_key.items():
+        for (name, model_name, engine, labels), h in by_key.items():
             if name != hits_name:
                 continue
-            q = by_key.get((queries_name, model, engine, labels))
+            q = by_key.get((queries_name, model_name, engine, labels))
             if q is not None and h.value > q.value:
-                lbl = dict(labels, **({"model_name": model} if model is not None else {}),
+                lbl = dict(labels, **({"model_name": model_name} if model_name is not None else {}),
                            **({"engine": engine} if engine is not None else {}))
                 where = _find_line(text, hits_name, lbl)
                 raise PayloadError(source, f"{hits_name}{_fmt_labels(lbl)} = {h.value:g} is above "

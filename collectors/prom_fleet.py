@@ -25,6 +25,7 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,11 @@ from kvplan.collectors.relabel import model_label
 from kvplan.collectors.store import series_id
 from kvplan.models.core.redact import redact
 
+if TYPE_CHECKING:
+    from kvplan.collectors.prom_client import PromClient
+    from kvplan.collectors.prom_rows import Rows
+    from kvplan.collectors.settings import DeploymentConfig
+
 LOST = ("aggregated: per-engine series are not kept (one fleet target per engine kind and model), and a "
         "restart's or a new series' count before its first sample in a step is not counted")
 """What an aggregated ingestion says it leaves out (CLI, ledger)."""
@@ -42,8 +48,8 @@ _DROP = ("__name__", "job", "model_name", "le", DELAY_LABEL)
 _DUR = re.compile(r"^(\d+)(s|m|h)$")
 
 
-def fleet_target(kind: str, model: str | None) -> str:
-    return f"fleet/{kind}" + (f"/{model}" if model else "")
+def fleet_target(kind: str, model_name: str | None) -> str:
+    return f"fleet/{kind}" + (f"/{model_name}" if model_name else "")
 
 
 @dataclass
@@ -64,7 +70,7 @@ class FleetChunk:
         return [r for _, r in self.parts]
 
 
-def fetch_sums(client, qs: list[Query], t0: int, t1: int, step_s: int) -> FleetChunk:
+def fetch_sums(client: PromClient, qs: list[Query], t0: int, t1: int, step_s: int) -> FleetChunk:
     """Query-time sums: one query_range per sample name, at every step end in (t0, t1]."""
     from kvplan.collectors.prom_client import PromError, _iso
 
@@ -79,7 +85,7 @@ def fetch_sums(client, qs: list[Query], t0: int, t1: int, step_s: int) -> FleetC
     return ch
 
 
-def fetch_recorded(client, qs: list[Query], selector: str, t0: int, t1: int, step_s: int) -> FleetChunk:
+def fetch_recorded(client: PromClient, qs: list[Query], selector: str, t0: int, t1: int, step_s: int) -> FleetChunk:
     """The rule pack's outputs: their raw samples, each moved back by its ``kvplan_delay`` to
     the end of the minute it covers and added into kvplan's step holding that end."""
     from kvplan.collectors.prom_client import PromError, _iso
@@ -118,7 +124,8 @@ def _delay_ms(text: str | None, where: str) -> int:
     return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)] * 1000
 
 
-def fetch_fleet_chunk(client, deployment, step_s: int, lookback_s: int, t0: int, t1: int) -> FleetChunk:
+def fetch_fleet_chunk(client: PromClient, deployment: DeploymentConfig, step_s: int, lookback_s: int, t0: int,
+                      t1: int) -> FleetChunk:
     """The chunk's sums, from the rule pack's outputs or computed at query time."""
     if deployment.prometheus_sums == "rules":
         qs = queries(Window(RULE_STEP_S, lookback_s, 60))
@@ -130,24 +137,24 @@ def fetch_fleet_chunk(client, deployment, step_s: int, lookback_s: int, t0: int,
 
 def fleet_names(ch: FleetChunk) -> dict[str, tuple[str, dict]]:
     """Fleet target name -> (kind, labels for prom_targets) of every series in the chunk."""
-    out = {}
+    out: dict[str, tuple[str, dict]] = {}
     for q, r in ch.parts:
         name = fleet_target(q.kind, model_label(r.labels.get("model_name")))
         out.setdefault(name, (q.kind, {"job": r.labels.get("job"), "instance": name}))
     return out
 
 
-def fleet_rows(ch: FleetChunk, target_ids: dict[str, int], rows) -> dict[str, np.ndarray]:
+def fleet_rows(ch: FleetChunk, target_ids: dict[str, int], rows: Rows) -> dict[str, np.ndarray]:
     """Fill ``rows`` (collectors.prometheus.Rows) from the chunk; returns each fleet target's
     step ends with engines reporting (for the silent-stretch gaps)."""
     seen: dict[str, list] = defaultdict(list)
     added: set[int] = set()
     for q, r in ch.parts:
-        model = model_label(r.labels.get("model_name"))
-        tname = fleet_target(q.kind, model)
+        model_name = model_label(r.labels.get("model_name"))
+        tname = fleet_target(q.kind, model_name)
         rest = tuple(sorted((k, v) for k, v in r.labels.items() if k not in _DROP))
         le = float(r.labels["le"]) if "le" in r.labels else None
-        sid = series_id(target_ids[tname], q.sample, model, None, le, rest)
+        sid = series_id(target_ids[tname], q.sample, model_name, None, le, rest)
         ok = np.isfinite(r.v)
         t, v = r.t[ok], r.v[ok]
         if q.typ == "gauge":
@@ -165,7 +172,7 @@ def fleet_rows(ch: FleetChunk, target_ids: dict[str, int], rows) -> dict[str, np
         added.add(sid)
         se = rows.series
         for k, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", q.sample), ("family", q.family),
-                       ("type", q.typ), ("model_name", model), ("engine", None), ("le", le),
+                       ("type", q.typ), ("model_name", model_name), ("engine", None), ("le", le),
                        ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
             se[k].append(val)
     return {k: np.concatenate(v) if v else np.array([], np.int64) for k, v in seen.items()}

@@ -29,7 +29,8 @@ class Raw:
         return cls(labels.get("__name__", ""), labels, t[order], v[order])
 
 
-def step_increments(t, v, created, c0: int, c1: int, step: int, max_span: int):
+def step_increments(t: np.ndarray, v: np.ndarray, created: np.ndarray, c0: int, c1: int, step: int,
+                    max_span: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """Per-step (step end, increase, pairs, resets) of one counter series over the pairs
     whose later sample lies in (c0, c1], and how many pairs were further apart than
     ``max_span`` (not counted). ``created``: the series' _created time (ms) as of each
@@ -72,7 +73,7 @@ def _empty():
     return e, np.array([], dtype=np.float64), e, e
 
 
-def step_gauges(t, v, c0: int, c1: int, step: int):
+def step_gauges(t: np.ndarray, v: np.ndarray, c0: int, c1: int, step: int) -> tuple[np.ndarray, np.ndarray]:
     """(step end, last value inside the step) of one gauge series over (c0, c1]."""
     cur = np.nonzero((t > c0) & (t <= c1) & np.isfinite(v))[0]
     if cur.size == 0:

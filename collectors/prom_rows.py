@@ -86,10 +86,10 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
     # one of its target's scrapes and present in the next was 0 at the earlier one (LMCache MP
     # exposes counters only after their first increment, without _created); the same rule as
     # migration 006 applies to direct scrapes
-    scraped: dict[str, np.ndarray] = {}
+    seen: dict[str, list[np.ndarray]] = {}
     for s in chunk.series:
-        scraped.setdefault(target_name(s.labels), []).append(s.t)
-    scraped = {k: np.unique(np.concatenate(v)) for k, v in scraped.items()}
+        seen.setdefault(target_name(s.labels), []).append(s.t)
+    scraped = {k: np.unique(np.concatenate(v)) for k, v in seen.items()}
     for s in chunk.series:
         fam, typ, is_created = split_name(s.name)
         if is_created:
@@ -117,15 +117,15 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
             rows.far += far
             if ends.size == 0:
                 continue
-            for k, arr in (("series_id", np.full(ends.size, sid, dtype=np.int64)), ("ts", ends),
-                           ("delta", delta), ("pairs", pairs), ("resets", resets)):
-                rows.inc[k].append(arr)
+            for col, arr in (("series_id", np.full(ends.size, sid, dtype=np.int64)), ("ts", ends),
+                             ("delta", delta), ("pairs", pairs), ("resets", resets)):
+                rows.inc[col].append(arr)
         se = rows.series
-        for k, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", s.name), ("family", fam),
-                       ("type", typ), ("model_name", model_label(s.labels.get("model_name"))),
-                       ("engine", s.labels.get("engine")), ("le", _le(s.labels)),
-                       ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
-            se[k].append(val)
+        for col, val in (("series_id", sid), ("target_id", target_ids[tname]), ("name", s.name), ("family", fam),
+                         ("type", typ), ("model_name", model_label(s.labels.get("model_name"))),
+                         ("engine", s.labels.get("engine")), ("le", _le(s.labels)),
+                         ("labels", json.dumps(dict(rest), sort_keys=True, separators=(",", ":")))):
+            se[col].append(val)
     return rows
 
 

@@ -118,7 +118,7 @@ def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps
     span = {"deployment_id": dep_id, "t_from": t0, "t_to": t1}
     with db.write() as con:
         if chunk.error is not None:
-            if Database.run(con, "chunk_ingested_ok", **span).fetchone()[0]:
+            if Database.scalar(con, "chunk_ingested_ok", **span):
                 return 0, 0
             Database.run(con, "delete_gaps", **span)
             Database.run(con, "delete_prom_chunks", **span)
@@ -126,6 +126,7 @@ def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps
             Database.run(con, "insert_prom_chunk", **span, step_s=step_s, selector=selector, ok=False,
                          error=chunk.error, n_series=0, n_raw=0, n_increments=0, n_gauges=0)
             return 0, 0
+        assert rows is not None  # a chunk without an error comes with its rows
         for name in ("delete_prom_increments", "delete_prom_gauges", "delete_gaps", "delete_prom_chunks"):
             Database.run(con, name, **span)
         series_tbl = pa.table({**rows.series, "series_id": pa.array(rows.series["series_id"], pa.int64()),
@@ -151,8 +152,8 @@ def write_chunk(db: Database, dep_id: int, chunk: Chunk, rows: Rows | None, gaps
         con.execute("INSERT INTO prom_increments SELECT * FROM kv_inc")
         con.execute("INSERT INTO samples SELECT * FROM kv_gauge")
         for target, a, b, reason in gaps:
-            Database.run(con, "insert_gap", deployment_id=dep_id, target=target, t_from=from_epoch_ms(a), t_to=from_epoch_ms(b),
-                         reason=reason)
+            Database.run(con, "insert_gap", deployment_id=dep_id, target=target, t_from=from_epoch_ms(a),
+                         t_to=from_epoch_ms(b), reason=reason)
         Database.run(con, "insert_prom_chunk", **span, step_s=step_s, selector=selector, ok=True, error=None,
                      n_series=len(rows.series["series_id"]), n_raw=chunk.n_raw, n_increments=inc_ts.size,
                      n_gauges=g_ts.size)
@@ -228,13 +229,13 @@ def _ensure_targets(db: Database, deployment: str, targets: dict[str, tuple[str,
     with db.write() as con:
         for name, (kind, labels) in targets.items():
             ids[name] = ensure_target(con, deployment, name, kind, None)
-            if Database.run(con, "scraped_target", target_id=ids[name]).fetchone()[0]:
+            if Database.scalar(con, "scraped_target", target_id=ids[name]):
                 raise KvplanError(f"deployment {deployment!r}: target {name!r} already holds direct scrapes; "
                                  "ingest Prometheus data into another deployment")
             Database.run(con, "insert_prom_target", target_id=ids[name], job=labels.get("job"),
                          instance=labels.get("instance") or "")
         row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
-        dep_id = row[0] if row else Database.run(con, "insert_deployment", name=deployment).fetchone()[0]
+        dep_id = row[0] if row else Database.scalar(con, "insert_deployment", name=deployment)
     return dep_id, ids
 
 

@@ -16,6 +16,7 @@ Prometheus ingestion (``kvplan.collectors.prometheus``), the recorded demo (its 
 from __future__ import annotations
 
 import re
+from typing import overload
 
 PATH_PREFIXES = ("/", "~", "./", "../", ".\\", "..\\")
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
@@ -25,6 +26,14 @@ _MODEL_LABEL = re.compile(r'(model_name=")((?:[^"\\]|\\.)*)(")')
 def is_path(value: str) -> bool:
     """Whether a label value is a filesystem path (absolute, home- or dot-relative)."""
     return value.startswith(PATH_PREFIXES) or bool(_WINDOWS_DRIVE.match(value))
+
+
+@overload
+def model_label(value: str) -> str: ...
+@overload
+def model_label(value: None) -> None: ...
+@overload
+def model_label(value: str | None) -> str | None: ...
 
 
 def model_label(value: str | None) -> str | None:

@@ -28,6 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -60,7 +61,7 @@ class Outcome:
         return redact("; ".join(self.notes))[:2000] or None
 
 
-def fetch_rw(db: Database, query: str, **params) -> list[dict]:
+def fetch_rw(db: Database, query: str, **params: Any) -> list[dict[str, Any]]:
     """A read inside the daemon: through a read-write connection, which shares the process's
     database instance with the scrape threads instead of waiting for them to close."""
     with db.write() as con:
@@ -74,9 +75,9 @@ def logged_run(db: Database, job: str, *, deployment: str | None = None, day: da
     """A collector_runs row written at the start (status running) and closed at the end."""
     out = Outcome()
     with db.write() as con:
-        run_id = Database.run(con, "insert_collector_run", job=job, deployment=deployment, day=day,
-                              started_at=utcnow(), ended_at=None, status="running", n_rows=0, n_errors=0,
-                              message=None).fetchone()[0]
+        run_id = Database.scalar(con, "insert_collector_run", job=job, deployment=deployment, day=day,
+                                 started_at=utcnow(), ended_at=None, status="running", n_rows=0, n_errors=0,
+                                 message=None)
     try:
         yield out
     except Exception as e:
@@ -230,12 +231,12 @@ class Nightly:
                 if dep.lookup_hash_log_dir is None:
                     continue
                 try:
-                    res = ingest_trace_dir(self.db, dep.name, dep.lookup_hash_log_dir)
+                    trace = ingest_trace_dir(self.db, dep.name, dep.lookup_hash_log_dir)
                 except KvplanError as e:  # a bad log file must not stop the night
                     out.errors += 1
                     out.notes.append(f"{dep.name}: trace: {e}")
                     continue
-                out.rows += res.requests if res is not None else 0
+                out.rows += trace.requests if trace is not None else 0
             names = {d["deployment"] for d in fetch_rw(self.db, "deployments")}
             for name in sorted(names):
                 out.rows += rollup_day(self.db, name, day)

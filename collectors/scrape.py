@@ -24,11 +24,12 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from kvplan.collectors.parse import PayloadError, parse_payload
+from kvplan.collectors.parse import Payload, PayloadError, parse_payload
 from kvplan.collectors.store import (
     ConflictError,
     StoreResult,
@@ -199,7 +200,7 @@ def check_time(ts: datetime, source: str) -> datetime:
 
 
 def read_payload(path: Path, kind: str | None = None, at: datetime | None = None,
-                 max_bytes: int = DEFAULT_MAX_BYTES):
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> tuple[str, Payload]:
     """Read and validate a saved payload of at most ``max_bytes`` (``scrape_max_bytes``).
     Returns (text, Payload); raises PayloadError naming the file (and line)."""
     try:
@@ -236,7 +237,7 @@ def resolve_imports(items: list[tuple[Path, datetime | None, str | None]]) -> li
     ``NAME@TIME`` (both at once is refused). The target is ``--target``, or NAME, or the
     file's stem; two files of one batch that would land on the same target and time from
     different folders are named ``folder/name`` instead of collapsing into one target."""
-    out = []
+    out: list[list[Any]] = []  # [path, time, target or None, name]; the name may gain its folder
     for path, at, target in items:
         name, when = snapshot_name(path)
         if at is not None and when is not None and at != when:
@@ -273,8 +274,8 @@ def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime
     :func:`resolve_imports`), all or nothing: every file is read and validated first (one bad
     file stores nothing), then all are written in ONE transaction, so a conflict on any file
     (another payload already stored for its target and time) stores nothing either."""
-    items = resolve_imports(items)
-    parsed = [(path, at, target, *read_payload(path, kind, at, max_bytes)) for path, at, target in items]
+    parsed = [(path, at, target, *read_payload(path, kind, at, max_bytes))
+              for path, at, target in resolve_imports(items)]
     results = []
     try:
         with db.batch() as con, Database.transaction(con):

@@ -31,6 +31,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
@@ -205,7 +206,7 @@ class DeploymentConfig(BaseModel):
         return DeploymentFacts.from_dict(d)
 
     @model_validator(mode="after")
-    def _unique_targets(self):
+    def _unique_targets(self) -> DeploymentConfig:
         seen: set[str] = set()
         for t in self.targets:
             if t.name in seen:
@@ -227,7 +228,8 @@ class PrometheusConfig(BaseModel):
                                                      "sample; two samples further apart than this are a gap, "
                                                      "not an increase.")
     gap_after: str = Field(default="5m", description="A target silent for longer than this is recorded as a gap.")
-    timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds before one Prometheus query is abandoned.")
+    timeout_s: float = Field(default=30.0, gt=0, le=3600,
+                             description="Seconds before one Prometheus query is abandoned.")
     retries: int = Field(default=2, ge=0, le=10, description="Retries of a query that failed with a connection error "
                                                       "or HTTP 429/5xx.")
     max_concurrency: int = Field(default=4, ge=1, le=64,
@@ -288,8 +290,9 @@ class ScheduleConfig(BaseModel):
                                                                "ingestion, rollups and report.")
     timezone: str | None = Field(default=None, description="Time zone of nightly_cron (IANA name); default: "
                                                            "the machine's.")
-    misfire_grace_s: float = Field(default=6 * 3600, gt=0, le=7 * 86400, description="A nightly run missed by less than this "
-                                                                       "(daemon busy or down) still runs.")
+    misfire_grace_s: float = Field(default=6 * 3600, gt=0, le=7 * 86400,
+                                   description="A nightly run missed by less than this (daemon busy or down) "
+                                               "still runs.")
     catchup_days: int = Field(default=7, ge=1, le=366, description="On start, missed or failed nightly days up to this "
                                                           "many back are run again.")
     report_dir: Path | None = Field(default=None, description="Where the nightly job writes capacity reports "
@@ -335,13 +338,14 @@ class Settings(BaseSettings):
     scrape_max_bytes: int = Field(default=16 * 2**20, ge=1024, le=2**31, description="Largest /metrics body read "
                                   "(bytes, after decompression; default 16 MiB, a vLLM payload is ~60 KB); a larger "
                                   "one is a recorded gap and reading stops at the cap.")
-    lock_timeout_s: float = Field(default=30.0, gt=0, le=3600, description="Seconds to wait for the DuckDB file when another "
-                                                                  "process holds it.")
+    lock_timeout_s: float = Field(default=30.0, gt=0, le=3600,
+                                  description="Seconds to wait for the DuckDB file when another process holds it.")
     deployments: list[DeploymentConfig] = Field(default_factory=list, description="Deployments and their targets.")
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Prometheus to ingest from.")
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="Collector daemon schedule.")
     prices: dict[str, Any] = Field(default_factory=dict, description="Default price-book and planning fields "
-                                   "(kvplan.models.inputs.pricebook.PriceBook, kvplan.models.decision.verdict.PlanningInputs) for deployments "
+                                   "(kvplan.models.inputs.pricebook.PriceBook, "
+                                   "kvplan.models.inputs.planning.PlanningInputs) for deployments "
                                    "with none saved from the dashboard.")
 
     @field_validator("prices")
@@ -355,7 +359,7 @@ class Settings(BaseSettings):
         return v
 
     @model_validator(mode="after")
-    def _unique_deployments(self):
+    def _unique_deployments(self) -> Settings:
         seen: set[str] = set()
         for d in self.deployments:
             if d.name in seen:
@@ -364,8 +368,11 @@ class Settings(BaseSettings):
         return self
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_PATH[0]) if _CONFIG_PATH[0] else None
         secrets = NestedSecretsSettingsSource(file_secret_settings)
         sources = [init_settings, env_settings, secrets]
@@ -413,7 +420,7 @@ def _has_password(url: str) -> bool:
         return False
 
 
-def _blame(err: dict, path: Path | None) -> tuple[str, str]:
+def _blame(err: ErrorDetails, path: Path | None) -> tuple[str, str]:
     """(where, problem) of one validation error: the environment variable that set the key
     when there is one (KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S=...), else the config file."""
     loc = _loc(err)
@@ -426,12 +433,12 @@ def _blame(err: dict, path: Path | None) -> tuple[str, str]:
     return str(path) if path else "defaults", f"{loc or '(top level)'}: {msg}"
 
 
-def _loc(err: dict) -> str:
+def _loc(err: ErrorDetails) -> str:
     # pydantic puts the failing validator's name in loc for model validators; drop it
     return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
 
 
-def load_settings(config: Path | None = None, **overrides) -> Settings:
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Settings from (in order of precedence) ``overrides``, env, secret files, ``config`` TOML."""
     path = config or (Path(os.environ["KVPLAN_CONFIG"]) if os.environ.get("KVPLAN_CONFIG") else None)
     if path is None and DEFAULT_CONFIG.exists():
@@ -445,7 +452,9 @@ def load_settings(config: Path | None = None, **overrides) -> Settings:
         raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
     _CONFIG_PATH[0] = path
     try:
-        s = Settings(_secrets_dir=secrets_dir, **{k: v for k, v in overrides.items() if v is not None})
+        # BaseSettings.__init__ takes _secrets_dir; pydantic's dataclass_transform signature leaves it out
+        s = Settings(_secrets_dir=secrets_dir,  # type: ignore[call-arg]
+                     **{k: v for k, v in overrides.items() if v is not None})
         for secret in (s.prometheus.bearer_token, s.prometheus.password):
             if secret is not None:
                 register_secret(secret.get_secret_value())

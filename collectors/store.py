@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+import duckdb
 import pyarrow as pa
 
 from kvplan.collectors.parse import Payload
@@ -36,9 +37,9 @@ class StoreResult:
     samples: int
 
 
-def series_id(target_id: int, name: str, model: str | None, engine: str | None,
+def series_id(target_id: int, name: str, model_name: str | None, engine: str | None,
               le: float | None, labels: tuple) -> int:
-    key = json.dumps([target_id, name, model, engine, le if le is None else repr(le), labels],
+    key = json.dumps([target_id, name, model_name, engine, le if le is None else repr(le), labels],
                      separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big", signed=True)
 
@@ -52,14 +53,14 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-def ensure_target(con, deployment: str, target: str, kind: str, url: str | None) -> int:
+def ensure_target(con: duckdb.DuckDBPyConnection, deployment: str, target: str, kind: str, url: str | None) -> int:
     check_name(deployment, "--deployment")
     check_name(target, "target")
     row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
-    dep_id = row[0] if row else Database.run(con, "insert_deployment", name=deployment).fetchone()[0]
+    dep_id = row[0] if row else Database.scalar(con, "insert_deployment", name=deployment)
     row = Database.run(con, "get_target", deployment_id=dep_id, name=target).fetchone()
     if row is None:
-        return Database.run(con, "insert_target", deployment_id=dep_id, name=target, kind=kind, url=url).fetchone()[0]
+        return Database.scalar(con, "insert_target", deployment_id=dep_id, name=target, kind=kind, url=url)
     if row[1] != kind or (url and row[2] != url):
         Database.run(con, "update_target", target_id=row[0], kind=kind, url=url)
     return row[0]
@@ -79,8 +80,8 @@ def store_payload(db: Database, *, deployment: str, target: str, ts: datetime, p
                               sha256=sha256, source=source, url=url, duration_s=duration_s)
 
 
-def insert_payload(con, *, deployment: str, target: str, ts: datetime, payload: Payload, sha256: str,
-                   source: str, url: str | None = None, duration_s: float | None = None) -> StoreResult:
+def insert_payload(con: duckdb.DuckDBPyConnection, *, deployment: str, target: str, ts: datetime, payload: Payload,
+                   sha256: str, source: str, url: str | None = None, duration_s: float | None = None) -> StoreResult:
     """The work of :func:`store_payload` on an open connection, inside the caller's
     transaction (``Database.write`` or ``Database.transaction`` in a ``Database.batch``)."""
     ts = naive_utc(ts)
@@ -133,8 +134,8 @@ def store_failure(db: Database, *, deployment: str, target: str, kind: str, ts: 
                               source=source, url=url, duration_s=duration_s)
 
 
-def insert_failure(con, *, deployment: str, target: str, kind: str, ts: datetime, error: str, source: str,
-                   url: str | None = None, duration_s: float | None = None) -> StoreResult:
+def insert_failure(con: duckdb.DuckDBPyConnection, *, deployment: str, target: str, kind: str, ts: datetime,
+                   error: str, source: str, url: str | None = None, duration_s: float | None = None) -> StoreResult:
     """The work of :func:`store_failure` inside the caller's transaction."""
     ts = naive_utc(ts)
     target_id = ensure_target(con, deployment, target, kind, url)

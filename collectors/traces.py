@@ -48,7 +48,7 @@ from kvplan.collectors.trace_parse import (
     expand_paths,
     parse_file,
 )
-from kvplan.models.cache import sim as cachesim
+from kvplan.models.cache import sim
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import utcnow
 from kvplan.sql.db import Database
@@ -140,15 +140,15 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
 
     with db.write() as con:
         if row is None:
-            trace_id = Database.run(
+            trace_id = Database.scalar(
                 con, "insert_trace", deployment=deployment, name=trace_name, format=kind,
-                n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow()).fetchone()[0]
+                n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow())
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
         for f, _p in zip(files, parsed, strict=True):  # someone else imported meanwhile: refuse, retry
             now = _one(con, "trace_file", trace_id=trace_id, file=f.name)
             was = state.get(f.name)
-            if (now is None) != (was is None) or (now and now["bytes"] != was["bytes"]):
+            if (now is None) != (was is None) or (now and was and now["bytes"] != was["bytes"]):
                 raise ConflictError("imported by another process meanwhile: run again",
                                     source=str(f))
         bpc, source = row["bytes_per_chunk"], row["bytes_source"]
@@ -159,7 +159,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if (bpc, source) != (row["bytes_per_chunk"], row["bytes_source"]):
             Database.run(con, "set_trace_bytes", trace_id=trace_id, n_bytes_per_chunk=bpc,
                          bytes_source=source)
-        keymap = None
+        keymap: dict[str, int] = {}  # LMCache chunk hash -> key (LMCache traces only)
         if kind == "lmcache":
             keymap = dict(con.execute(
                 "SELECT hash, key FROM trace_chunk_keys WHERE trace_id = ?", [trace_id]).fetchall())
@@ -171,7 +171,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(results))
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict | None) -> None:
+def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict[str, int]) -> None:
     if p.format == "lmcache":
         start = len(keymap)
         new: dict[str, int] = {}
@@ -237,7 +237,7 @@ class TraceInfo:
 
 
 def load_trace(db: Database, deployment: str, name: str | None = None, *,
-               model: str | None = None) -> tuple[cachesim.Trace, TraceInfo]:
+               model_name: str | None = None) -> tuple[sim.Trace, TraceInfo]:
     """A stored trace in replay order, columnar (no per-request Python objects)."""
     with db.read() as con:
         if name is None:
@@ -250,7 +250,7 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
         if row is None:
             raise TraceError(f"deployment {deployment!r} has no trace named {name!r}",
                              source="trace")
-        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model=model))
+        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name))
     info = TraceInfo(row["trace_id"], row["name"], row["format"], row["bytes_per_chunk"],
                      row["bytes_source"])
     return table_to_trace(tbl), info
@@ -264,14 +264,14 @@ def _arrow(cur) -> pa.Table:
         return fetch()
 
 
-def table_to_trace(tbl: pa.Table) -> cachesim.Trace:
-    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` -> a :class:`cachesim.Trace`."""
+def table_to_trace(tbl: pa.Table) -> sim.Trace:
+    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` -> a :class:`sim.Trace`."""
     keys = tbl.column("chunk_keys").combine_chunks()
     lengths = pc.list_value_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
     values = pc.list_flatten(keys).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    return cachesim.Trace(
+    return sim.Trace(
         chunk_ids=np.ascontiguousarray(values, dtype=np.int64), offsets=offsets,
         seq_len=tbl.column("seq_len").to_numpy().astype(np.int64),
         chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64))

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
+from typing import Any, Protocol
 
 import duckdb
 
@@ -64,7 +65,8 @@ def queries() -> dict[str, Query]:
         marks = list(_NAME.finditer(text))
         for m, nxt in zip(marks, marks[1:] + [None], strict=True):
             body = text[m.end(): nxt.start() if nxt else len(text)].strip("\n")
-            doc_lines, sql_lines = [], []
+            doc_lines: list[str] = []
+            sql_lines: list[str] = []
             for line in body.splitlines():
                 if not sql_lines and line.startswith("--"):
                     doc_lines.append(line.lstrip("-").strip())
@@ -126,7 +128,7 @@ class _Turnstile:
 
     @contextmanager
     def writer(self, timeout_s: float) -> Iterator[None]:
-        held = getattr(_HELD, "paths", set())
+        held: set[Path] = getattr(_HELD, "paths", set())
         fd = None if self.path in held else self._open()
         if fd is None:
             yield
@@ -257,11 +259,12 @@ class Database:
 
     def schema_version(self) -> int:
         with self.read() as con:
-            return con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+            (version,) = con.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()[0]
+            return int(version)
 
     # -- named queries -----------------------------------------------------------------
     @staticmethod
-    def run(con: duckdb.DuckDBPyConnection, query: str, /, **params) -> duckdb.DuckDBPyConnection:
+    def run(con: duckdb.DuckDBPyConnection, query: str, /, **params: Any) -> duckdb.DuckDBPyConnection:
         """Run a named query on an open connection with named parameters."""
         q = queries().get(query)
         if q is None:
@@ -272,15 +275,24 @@ class Database:
             raise TypeError(f"query {query} needs parameter(s) {', '.join(sorted(missing))}")
         return con.execute(q.sql, {k: _param(v) for k, v in params.items() if k in used})
 
-    def fetch(self, query: str, /, **params) -> list[dict]:
+    @staticmethod
+    def scalar(con: duckdb.DuckDBPyConnection, query: str, /, **params: Any) -> Any:
+        """The first value of the one row a named query returns (an aggregate, an
+        ``INSERT ... RETURNING id``); ``DatabaseError`` if it returns no row."""
+        row = Database.run(con, query, **params).fetchone()
+        if row is None:
+            raise DatabaseError(f"query {query} returned no row")
+        return row[0]
+
+    def fetch(self, query: str, /, **params: Any) -> list[dict[str, Any]]:
         """Run a named read query in its own read-only connection; rows as dicts."""
         with self.read() as con:
             return _rows(self.run(con, query, **params))
 
-    def data_version(self) -> tuple:
+    def data_version(self) -> tuple[int | None, ...]:
         """Changes whenever the file's data may have: (size, mtime) of the file and of its
         write-ahead log. A cache key for what is read from it, found without opening it."""
-        out: list = []
+        out: list[int | None] = []
         for p in (self.path, self.path.with_name(self.path.name + ".wal")):
             try:
                 st = p.stat()
@@ -297,23 +309,33 @@ class Database:
             yield Snapshot(self.path, con)
 
 
+class Source(Protocol):
+    """What the readers (kvplan.app.data, kvplan.app.views) take: a ``Database`` (one read-only
+    connection per query) or a ``Snapshot`` (one connection for a batch)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def fetch(self, query: str, /, **params: Any) -> list[dict[str, Any]]: ...
+
+
 class Snapshot:
     """Named read queries on one open read-only connection (``Database.snapshot``). Has the
     same ``fetch`` and ``path`` as ``Database``, so readers take either."""
 
-    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection):
+    def __init__(self, path: Path, con: duckdb.DuckDBPyConnection) -> None:
         self.path = path
         self._con = con
 
-    def fetch(self, query: str, /, **params) -> list[dict]:
+    def fetch(self, query: str, /, **params: Any) -> list[dict[str, Any]]:
         return _rows(Database.run(self._con, query, **params))
 
 
-def _param(v):
+def _param(v: Any) -> Any:
     """Aware datetimes cross into DuckDB's zone-less TIMESTAMP columns as naive UTC."""
     return naive_utc(v) if isinstance(v, datetime) and v.tzinfo is not None else v
 
 
-def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict]:
+def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]

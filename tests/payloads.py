@@ -25,7 +25,8 @@ def vllm_text(series: dict[tuple[str, str], dict]) -> str:
     for (m, e), v in series.items():
         for le, c in zip(TTFT_BOUNDS, v["ttft"], strict=True):
             les = "+Inf" if le == float("inf") else repr(le)
-            out.append(f'vllm:time_to_first_token_seconds_bucket{{engine="{e}",le="{les}",model_name="{m}"}} {float(c)}')
+            out.append(f'vllm:time_to_first_token_seconds_bucket{{engine="{e}",le="{les}",model_name="{m}"}} '
+                       f'{float(c)}')
         out.append(f'vllm:time_to_first_token_seconds_count{{engine="{e}",model_name="{m}"}} {float(v["ttft"][-1])}')
         out.append(f'vllm:time_to_first_token_seconds_sum{{engine="{e}",model_name="{m}"}} 1.0')
     out += ["# TYPE vllm:time_to_first_token_seconds_created gauge"]

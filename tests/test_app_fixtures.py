@@ -78,8 +78,8 @@ def _family(out: list[str], name: str, typ: str, help_: str, rows: list[str], cr
 class SimEngine:
     """One vLLM engine's cumulative counters, histograms and gauges."""
 
-    def __init__(self, model: str = "tiny-llama", engine: str = "0", created: float = 0.0):
-        self.model, self.engine, self.created = model, engine, created
+    def __init__(self, model_name: str = "tiny-llama", engine: str = "0", created: float = 0.0):
+        self.model_name, self.engine, self.created = model_name, engine, created
         self.c = {k: 0.0 for k in ("queries", "hits", "ext_queries", "ext_hits", "prompt", "cached",
                                    "generation", "success")}
         self.by_source = {"local_compute": 0.0, "local_cache_hit": 0.0, "external_kv_transfer": 0.0}
@@ -130,7 +130,7 @@ def vllm_exposition(engines: list[SimEngine]) -> str:
     out: list[str] = []
 
     def lab(e, extra=""):
-        return f'engine="{e.engine}",model_name="{e.model}"' + (f",{extra}" if extra else "")
+        return f'engine="{e.engine}",model_name="{e.model_name}"' + (f",{extra}" if extra else "")
 
     def src(s):
         return 'source="' + s + '"'
@@ -140,9 +140,11 @@ def vllm_exposition(engines: list[SimEngine]) -> str:
     def created(name):
         return [f"{name}{{{lab(e)}}} {e.created}" for e in engines]
 
-    counters = [("vllm:prefix_cache_queries_total", "queries", "Prefix cache queries, in terms of number of queried tokens."),
+    counters = [("vllm:prefix_cache_queries_total", "queries",
+                 "Prefix cache queries, in terms of number of queried tokens."),
                 ("vllm:prefix_cache_hits_total", "hits", "Prefix cache hits, in terms of number of cached tokens."),
-                ("vllm:external_prefix_cache_queries_total", "ext_queries", "External prefix cache queries from KV connector."),
+                ("vllm:external_prefix_cache_queries_total", "ext_queries",
+                 "External prefix cache queries from KV connector."),
                 ("vllm:external_prefix_cache_hits_total", "ext_hits", "External prefix cache hits from KV connector."),
                 ("vllm:prompt_tokens_total", "prompt", "Number of prefill tokens processed."),
                 ("vllm:prompt_tokens_cached_total", "cached", "Number of cached prompt tokens (local + external)."),
@@ -178,8 +180,8 @@ def vllm_exposition(engines: list[SimEngine]) -> str:
 class SimLMCache:
     """One LMCache multi-process server (lookup counters per model and cache_salt, L1 gauges)."""
 
-    def __init__(self, model: str = "tiny-llama", salt: str = "", created: float = 0.0):
-        self.model, self.salt, self.created = model, salt, created
+    def __init__(self, model_name: str = "tiny-llama", salt: str = "", created: float = 0.0):
+        self.model_name, self.salt, self.created = model_name, salt, created
         self.c = {"requested": 0.0, "hit": 0.0, "l1": 0.0, "l2": 0.0, "lookups": 0.0}
         self.l1_usage = 0.0
         self.l1_bytes = 0.0
@@ -193,7 +195,7 @@ class SimLMCache:
 
     def exposition(self) -> str:
         out: list[str] = []
-        lab = f'cache_salt="{self.salt}",model_name="{self.model}"'
+        lab = f'cache_salt="{self.salt}",model_name="{self.model_name}"'
         for name, key in (("lmcache_mp_lookup_requested_tokens_total", "requested"),
                           ("lmcache_mp_lookup_hit_tokens_total", "hit"),
                           ("lmcache_mp_lookup_hit_l1_tokens_total", "l1"),
@@ -322,7 +324,7 @@ def add_runs(db: Database) -> None:
                             decode_tokens_per_s=15 / (total - ttft), cached_tokens=cached)
               for u in range(10)]
         return RunResult(scenario=scenario, started_at=start, ended_at=start + total + 0.02, workload=w,
-                         results=rs, model=MODEL, servers=["http://node1:8000"])
+                         results=rs, model_name=MODEL, servers=["http://node1:8000"])
 
     base = hour(47).timestamp()
     save_run(db, DEPLOYMENT, run("unique", 0.25, 1.0, 0, base), label="unique sessions", measured_on=MEASURED_ON)

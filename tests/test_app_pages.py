@@ -102,11 +102,11 @@ def test_missing_database_is_an_error_not_a_traceback(tmp_path, monkeypatch):
 
 
 def test_model_selector_filters(db, monkeypatch):
-    put(db, 0, one(0, 0, [0, 0, 0], model="a") | one(0, 0, [0, 0, 0], model="b"))
-    put(db, 1, one(10, 100, [1, 1, 1], model="a") | one(0, 100, [1, 1, 1], model="b"))
+    put(db, 0, one(0, 0, [0, 0, 0], model_name="a") | one(0, 0, [0, 0, 0], model_name="b"))
+    put(db, 1, one(10, 100, [1, 1, 1], model_name="a") | one(0, 100, [1, 1, 1], model_name="b"))
     t = run_app(monkeypatch, db.path)
     assert metrics(t)["Prefix-cache hit rate"] == "5.0%"
-    t.sidebar.selectbox(key="model").select("b").run()
+    t.sidebar.selectbox(key="model_name").select("b").run()
     assert metrics(t)["Prefix-cache hit rate"] == "0.0%"
 
 
@@ -394,7 +394,8 @@ def test_report_page_numbers_and_downloads(scen, monkeypatch):
     ref = scenario_plan(0, 48)
     assert m["Decision"] == ref.decision.kind
     assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
-    assert (m["Prefix-cache hit rate"], m["TTFT p50"], m["TTFT p99"]) == (EXP["hit_all"], EXP["ttft_p50"], EXP["ttft_p99"])
+    assert (m["Prefix-cache hit rate"], m["TTFT p50"], m["TTFT p99"]) == (
+        EXP["hit_all"], EXP["ttft_p50"], EXP["ttft_p99"])
     assert [b.label for b in t.get("download_button")] == ["Download PDF", "Download HTML"]
     assert t.selectbox(key="report_month").value == "2026-11"
     src = t.get("iframe")[0].proto.src
@@ -451,7 +452,8 @@ def test_cost_page_capacity_paths_over_the_horizon(scen, monkeypatch):
     flips = " ".join(md.value for md in t.markdown if "would change if" in md.value)
     assert "no hit rate would do it at today's load: the prefill the cache saves frees no GPU" in flips
     badge = [md.value for md in t.markdown if "-badge[" in md.value][0]
-    assert "NOT_WORTH_IT" in badge and "0.81 GPU-hours/month of prefill it saves (before its own cost) free no GPU" in badge
+    assert "NOT_WORTH_IT" in badge
+    assert "0.81 GPU-hours/month of prefill it saves (before its own cost) free no GPU" in badge
 
 
 def test_cost_page_sizes_from_a_stored_load_sweep(scen, monkeypatch):

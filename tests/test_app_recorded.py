@@ -61,7 +61,7 @@ def check_events(db, case: str, names: list[str]) -> None:
     evs = events(case)
     assert evs, f"{case}: the manifest records no observed event"
     for t0, t1, inc in evs:
-        raw = db.fetch("window_increases", deployment=case, t_from=t0, t_to=t1, model=None)
+        raw = db.fetch("window_increases", deployment=case, t_from=t0, t_to=t1, model_name=None)
         rows = load_window(db, case, t0, t1).rows
         for name in names:
             want = {target: values[name] for target, values in inc.items() if name in values}
@@ -127,7 +127,7 @@ def test_runs_page_on_the_recorded_shared_vs_unique_runs(recorded, monkeypatch):
                               output_tokens=q["output_tokens"], ok=q["ok"], error=q["error"],
                               tokens_per_s=q["output_tokens"] / q["total_s"]) for q in r["requests"]]
         run = RunResult(scenario=r["workload"]["scenario"], started_at=r["started_at"], ended_at=r["ended_at"],
-                        workload=Workload(**r["workload"]), results=reqs, model=m["model"]["name"],
+                        workload=Workload(**r["workload"]), results=reqs, model_name=m["model"]["name"],
                         servers=r["servers"])
         save_run(db, "shared_vs_unique", run, label=r["label"], measured_on=m["header"])
     t = run_app(monkeypatch, db.path, "runs")

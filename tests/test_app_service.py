@@ -1,6 +1,7 @@
-"""The dashboard's data layer (kvplan.app.data, kvplan.app.views) and the pure helpers under it (kvplan.models.metrics.spans,
-kvplan.models.metrics.slo, kvplan.models.metrics.serving, kvplan.models.metrics.runs): rollup-backed windows give the raw-sample numbers,
-SLO snapping, topology, runs comparison, price-form validation."""
+"""The dashboard's data layer (kvplan.app.data, kvplan.app.views) and the pure helpers under it
+(kvplan.models.metrics.spans, kvplan.models.metrics.slo, kvplan.models.metrics.serving,
+kvplan.models.metrics.runs): rollup-backed windows give the raw-sample numbers, SLO snapping,
+topology, runs comparison, price-form validation."""
 
 from __future__ import annotations
 
@@ -207,8 +208,9 @@ def test_prometheus_only_deployments_are_listed(db):
     with db.write() as con:
         con.execute("INSERT INTO deployments (name) VALUES ('prom')")
         con.execute("INSERT INTO prom_chunks (deployment_id, t_from, t_to, step_s, selector, ok, error, n_series, "
-                    "n_raw, n_increments, n_gauges) VALUES (1, '2026-11-01 00:00', '2026-11-01 01:00', 60, 'job=\"x\"', "
-                    "true, NULL, 3, 10, 10, 0), (1, '2026-11-01 01:00', '2026-11-01 02:00', 60, 'x', false, 'down', 0, 0, 0, 0)")
+                    "n_raw, n_increments, n_gauges) VALUES "
+                    "(1, '2026-11-01 00:00', '2026-11-01 01:00', 60, 'job=\"x\"', true, NULL, 3, 10, 10, 0), "
+                    "(1, '2026-11-01 01:00', '2026-11-01 02:00', 60, 'x', false, 'down', 0, 0, 0, 0)")
     (dep,) = store.deployments_with_data(db)
     assert (dep["deployment"], dep["first_ts"], dep["last_ts"], dep["chunks"], dep["failed_chunks"]) == (
         "prom", datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 1, 1, tzinfo=UTC), 1, 1)

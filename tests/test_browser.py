@@ -304,7 +304,8 @@ def test_demo_dataset_pages(demo_server, page, path):
 # ---- charts read right, minimal toolbar, no machine paths --------------------------------
 
 CHARTS_JS = """() => [...document.querySelectorAll('.vega-embed svg')].map(svg => {
-  const x = [...svg.querySelectorAll('g.role-axis')].find(g => (g.getAttribute('aria-label') || '').startsWith('X-axis'));
+  const x = [...svg.querySelectorAll('g.role-axis')]
+    .find(g => (g.getAttribute('aria-label') || '').startsWith('X-axis'));
   const paths = sel => [...svg.querySelectorAll(sel)].map(p => p.getAttribute('d') || '');
   return {
     title: [...svg.querySelectorAll('.role-title-text text')].map(t => t.textContent).join(' '),

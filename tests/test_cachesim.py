@@ -8,14 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvplan.models.cache import pools as ct
-from kvplan.models.cache import sim as cs
+from kvplan.models.cache import pools, sim
 
 A, B, C, X = 1, 2, 3, 9
 
 
 def curve_of(requests):
-    return cs.lru_curve(cs.make_trace(requests))
+    return sim.lru_curve(sim.make_trace(requests))
 
 
 def test_prefix_rule_stops_at_the_first_miss():
@@ -58,19 +57,19 @@ def test_hits_then_refresh_order_inside_a_request():
 def test_repeated_chunk_inside_a_request():
     curve = curve_of([([A, A, B], 30, 10), ([A, A, B], 30, 10)])
     for cap in range(1, 5):
-        assert curve.hit_tokens(cap) == cs.reference_hit_tokens(
-            cs.make_trace([([A, A, B], 30, 10), ([A, A, B], 30, 10)]), cap)
+        assert curve.hit_tokens(cap) == sim.reference_hit_tokens(
+            sim.make_trace([([A, A, B], 30, 10), ([A, A, B], 30, 10)]), cap)
 
 
 def test_capacity_conversion_is_lmcaches():
-    assert cs.capacity_chunks(2**30, 2**20) == 1024
-    assert cs.capacity_chunks(10, 2**20) == 1  # never below one chunk
+    assert sim.capacity_chunks(2**30, 2**20) == 1024
+    assert sim.capacity_chunks(10, 2**20) == 1  # never below one chunk
     with pytest.raises(ValueError):
-        cs.capacity_chunks(1, 0)
+        sim.capacity_chunks(1, 0)
 
 
 def test_empty_trace():
-    curve = cs.lru_curve(cs.make_trace([]))
+    curve = sim.lru_curve(sim.make_trace([]))
     assert curve.hit_rate(10) == 0.0 and curve.infinite_hit_rate == 0.0
 
 
@@ -85,31 +84,31 @@ def _random_trace(rng, requests, keys):
             ids = rng.integers(0, keys, n).tolist()
         size = int(rng.integers(1, 4))
         reqs.append((ids, len(ids) * size + int(rng.integers(0, size)), size))
-    return cs.make_trace(reqs)
+    return sim.make_trace(reqs)
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_curve_equals_brute_force_lru_at_every_capacity(seed):
     rng = np.random.default_rng(seed)
     trace = _random_trace(rng, int(rng.integers(1, 60)), int(rng.integers(1, 40)))
-    curve = cs.lru_curve(trace)
+    curve = sim.lru_curve(trace)
     for cap in range(1, curve.unique_chunks + 3):
-        assert curve.hit_tokens(cap) == cs.reference_hit_tokens(trace, cap), cap
+        assert curve.hit_tokens(cap) == sim.reference_hit_tokens(trace, cap), cap
     assert curve.hit_tokens(10**9) == curve.infinite_hit_tokens
 
 
 def test_hit_tokens_by_request_add_up_to_the_curve():
     trace = _random_trace(np.random.default_rng(3), 80, 25)
-    dist = cs.stack_distances(trace)
-    curve = cs.lru_curve(trace, dist)
+    dist = sim.stack_distances(trace)
+    curve = sim.lru_curve(trace, dist)
     for cap in (1, 4, 12, 40, 10**6):  # far above the references: new chunks still miss
-        per = cs.hit_tokens_by_request(trace, dist, cap)
+        per = sim.hit_tokens_by_request(trace, dist, cap)
         assert len(per) == trace.requests and per.sum() == curve.hit_tokens(cap)
 
 
 def test_curve_is_monotone_and_vectorised():
     trace = _random_trace(np.random.default_rng(7), 200, 50)
-    curve = cs.lru_curve(trace)
+    curve = sim.lru_curve(trace)
     caps = np.arange(1, 80)
     hits = curve.hit_tokens(caps)
     assert list(hits) == [curve.hit_tokens(int(c)) for c in caps]
@@ -121,50 +120,50 @@ def test_curve_is_monotone_and_vectorised():
 def test_shared_pool_beats_private_caches_under_round_robin():
     # One user sends the same 2-chunk prompt 4 times. Round-robin over 2 ranks puts r0, r2
     # on rank 0 and r1, r3 on rank 1: each rank misses once. The shared pool misses once.
-    trace = cs.make_trace([([A, B], 20, 10)] * 4)
-    topo = ct.topology(trace, ranks=2, policy="round_robin")
+    trace = sim.make_trace([([A, B], 20, 10)] * 4)
+    topo = pools.topology(trace, ranks=2, policy="round_robin")
     assert topo.shared.hit_tokens(4) == 60
     assert topo.private_hit_tokens(4) == 40  # 2 chunks per rank
     assert topo.private_hit_rate(4) == pytest.approx(40 / 80)
     # Prefix affinity sends r1..r3 where r0 went: as good as the shared pool.
-    aff = ct.topology(trace, ranks=2, policy="prefix_affinity")
-    assert list(ct.route(trace, 2, "prefix_affinity")) == [0, 0, 0, 0]
+    aff = pools.topology(trace, ranks=2, policy="prefix_affinity")
+    assert list(pools.route(trace, 2, "prefix_affinity")) == [0, 0, 0, 0]
     assert aff.private_hit_tokens(4) == 60
 
 
 def test_prefix_affinity_falls_back_to_round_robin_below_half_a_match():
     # r1 shares only A (1 of 3 chunks) with r0: below 50 %, so round-robin moves on.
-    trace = cs.make_trace([([A, B, C], 30, 10), ([A, 5, 6], 30, 10), ([A, 5, 6, 7], 40, 10)])
-    assert list(ct.route(trace, 2, "prefix_affinity")) == [0, 1, 1]
+    trace = sim.make_trace([([A, B, C], 30, 10), ([A, 5, 6], 30, 10), ([A, 5, 6, 7], 40, 10)])
+    assert list(pools.route(trace, 2, "prefix_affinity")) == [0, 1, 1]
 
 
 def test_random_routing_is_reproducible_and_balanced():
-    trace = cs.make_trace([([i], 10, 10) for i in range(1000)])
-    r1 = ct.route(trace, 4, "random", seed=3)
-    assert list(r1) == list(ct.route(trace, 4, "random", seed=3))
+    trace = sim.make_trace([([i], 10, 10) for i in range(1000)])
+    r1 = pools.route(trace, 4, "random", seed=3)
+    assert list(r1) == list(pools.route(trace, 4, "random", seed=3))
     assert set(np.bincount(r1)) and min(np.bincount(r1)) > 200
     with pytest.raises(ValueError):
-        ct.route(trace, 4, "nearest")
+        pools.route(trace, 4, "nearest")
 
 
 def test_private_caches_equal_brute_force_per_rank():
     trace = _random_trace(np.random.default_rng(11), 120, 30)
-    for policy in ct.ROUTINGS:
-        topo = ct.topology(trace, ranks=3, policy=policy, seed=5)
-        ranks = ct.route(trace, 3, policy, seed=5)
+    for policy in pools.ROUTINGS:
+        topo = pools.topology(trace, ranks=3, policy=policy, seed=5)
+        ranks = pools.route(trace, 3, policy, seed=5)
         for cap in (3, 9, 30, 90):
-            expect = sum(cs.reference_hit_tokens(trace.subset(ranks == k), cap // 3)
+            expect = sum(sim.reference_hit_tokens(trace.subset(ranks == k), cap // 3)
                          for k in range(3))
             assert topo.private_hit_tokens(cap) == expect
 
 
 def test_tier_split_adds_up_to_the_combined_capacity():
     trace = _random_trace(np.random.default_rng(5), 150, 40)
-    dist = cs.stack_distances(trace)
-    curve = cs.lru_curve(trace, dist)
-    split = cs.tier_split(trace, dist, l1_chunks=5, l2_chunks=15)
+    dist = sim.stack_distances(trace)
+    curve = sim.lru_curve(trace, dist)
+    split = sim.tier_split(trace, dist, l1_chunks=5, l2_chunks=15)
     assert split["l1_hit_tokens"] + split["l2_hit_tokens"] == curve.hit_tokens(20)
-    huge = cs.tier_split(trace, dist, l1_chunks=10**6, l2_chunks=10**6)
+    huge = sim.tier_split(trace, dist, l1_chunks=10**6, l2_chunks=10**6)
     assert huge["l1_hit_tokens"] == curve.infinite_hit_tokens and huge["l2_hit_tokens"] == 0
     assert split["l1_hit_tokens"] <= curve.hit_tokens(20)
     # an L1 alone of 5 chunks hits no more than the L1 share of the cascade... and the
@@ -173,5 +172,5 @@ def test_tier_split_adds_up_to_the_combined_capacity():
 
 
 def test_log_capacities():
-    caps = cs.log_capacities(1, 1000, 4)
+    caps = sim.log_capacities(1, 1000, 4)
     assert list(caps) == [1, 10, 100, 1000]

@@ -25,7 +25,7 @@ import pytest
 
 from kvplan.collectors import traces
 from kvplan.deploy.local import stack as stk
-from kvplan.models.cache import sim as cs
+from kvplan.models.cache import sim
 
 FIX = Path(__file__).parent / "fixtures" / "traces"
 SEQUENTIAL = FIX / "lmcache-stack"
@@ -36,10 +36,10 @@ def meta(d: Path) -> dict:
     return json.loads((d / "meta.json").read_text())
 
 
-def replay(db, d: Path, name: str) -> tuple[cs.Trace, cs.Curve, int]:
+def replay(db, d: Path, name: str) -> tuple[sim.Trace, sim.Curve, int]:
     traces.import_trace(db, "stack", [d], name=name)
     trace, info = traces.load_trace(db, "stack", name)
-    return trace, cs.lru_curve(trace), info.bytes_per_chunk
+    return trace, sim.lru_curve(trace), info.bytes_per_chunk
 
 
 @pytest.mark.parametrize("d", [SEQUENTIAL, CONCURRENT], ids=lambda d: d.name)
@@ -59,7 +59,7 @@ def test_the_recorded_trace_is_what_lmcache_counted(db, d):
 def test_predicted_hit_rate_at_the_configured_l1_is_within_5_points_of_lmcaches(db):
     m = meta(SEQUENTIAL)
     trace, curve, bpc = replay(db, SEQUENTIAL, "seq")
-    l1 = cs.capacity_chunks(m["l1_size_bytes"], bpc)
+    l1 = sim.capacity_chunks(m["l1_size_bytes"], bpc)
     assert l1 == 40
     inc = m["counter_increase"]
     requested = inc["lmcache_mp_lookup_requested_tokens"]
@@ -75,7 +75,7 @@ def test_concurrent_cold_start_is_over_predicted_by_any_replay(db):
     trace, curve, bpc = replay(db, CONCURRENT, "conc")
     inc = m["counter_increase"]
     requested = inc["lmcache_mp_lookup_requested_tokens"]
-    l1 = cs.capacity_chunks(m["l1_size_bytes"], bpc)
+    l1 = sim.capacity_chunks(m["l1_size_bytes"], bpc)
     # what the servers hit is below the replay at the same L1 (recorded: 53.4 % vs 67.1 %)
     assert inc["lmcache_mp_lookup_hit_tokens"] < curve.hit_tokens(l1)
     assert inc["lmcache_mp_lookup_hit_tokens"] / requested == pytest.approx(m["measured_hit_rate"])
@@ -108,8 +108,8 @@ def test_live_stack_lookup_log_predicts_lmcaches_counters(local_stack, db):
     traces.import_trace(db, "live", mine)
     trace, info = traces.load_trace(db, "live")
     l1_gib = float(lm.cmd[lm.cmd.index("--l1-size-gb") + 1])
-    dist = cs.stack_distances(trace)
-    per = cs.hit_tokens_by_request(trace, dist, cs.capacity_chunks(l1_gib * 2**30, info.bytes_per_chunk))
+    dist = sim.stack_distances(trace)
+    per = sim.hit_tokens_by_request(trace, dist, sim.capacity_chunks(l1_gib * 2**30, info.bytes_per_chunk))
     requested = after["lmcache_mp_lookup_requested_tokens"] - before["lmcache_mp_lookup_requested_tokens"]
     measured = after["lmcache_mp_lookup_hit_tokens"] - before["lmcache_mp_lookup_hit_tokens"]
     assert abs(per[-n:].sum() - measured) / requested <= 0.05, (per[-n:].sum(), measured, requested)

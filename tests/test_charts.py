@@ -37,7 +37,8 @@ def test_waterfall_floats_each_term_from_the_running_total():
     assert df.loc["Saved prefill", ["start", "end"]].tolist() == [0, 100]
     assert df.loc["Throughput", ["start", "end", "band_low", "band_high"]].tolist() == [100, 150, 140, 160]
     assert df.loc["Overhead", ["start", "end", "kind"]].tolist() == [150, 120, "cost"]
-    assert df.loc["Monthly benefit", ["start", "end", "band_low", "band_high", "kind"]].tolist() == [0, 120, 90, 150, "total"]
+    assert df.loc["Monthly benefit", ["start", "end", "band_low", "band_high", "kind"]].tolist() == [
+        0, 120, 90, 150, "total"]
     assert df["order"].tolist() == [0, 1, 2, 3, 4]
 
 
@@ -94,7 +95,8 @@ BUILDERS = {
     "band": lambda rows: charts.quantile_band_chart(rows, "TTFT", "b", 2.0),
     "phases": lambda rows: charts.phases_chart(rows),
     "waterfall": lambda rows: charts.waterfall_chart(WF if rows else []),
-    "capacity": lambda rows: charts.capacity_chart([{"month": 0, "with_reuse": 1, "without_reuse": 2}] if rows else [], 1),
+    "capacity": lambda rows: charts.capacity_chart(
+        [{"month": 0, "with_reuse": 1, "without_reuse": 2}] if rows else [], 1),
     "tornado": lambda rows: charts.tornado_chart(
         [SensitivityRow("h", "s", 0.5, 0.4, 0.6, 1.0, 2.0, 1.5)] if rows else []),
 }
@@ -188,7 +190,8 @@ def test_axis_labels_are_24_hour_in_the_zone_named_on_the_axis():
     utc = charts.tier_hit_rate_chart(rows, tl=charts.Timeline(step_s=600))
     labels = _axis_labels(utc)
     assert labels and all(re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", x) for x in labels), labels
-    assert "13:00" in labels and "15:00" in labels and "time (UTC, 24-hour)" in vl_convert.vegalite_to_svg(utc.to_dict())
+    assert "13:00" in labels and "15:00" in labels
+    assert "time (UTC, 24-hour)" in vl_convert.vegalite_to_svg(utc.to_dict())
     tokyo = charts.tier_hit_rate_chart(rows, tl=charts.Timeline(tz="Asia/Tokyo", step_s=600))
     labels = _axis_labels(tokyo)  # UTC+9: 13:00 UTC is 22:00, 15:00 UTC is midnight (the date)
     assert "22:00" in labels and "01 Dec" in labels and not any(re.search(r"AM|PM", x) for x in labels)

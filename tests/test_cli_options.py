@@ -37,7 +37,10 @@ def options(fn: Callable[..., Any]) -> Iterator[tuple[str, Any, Any, Any]]:
         if name == "return":
             continue
         base, info = typing.get_args(hint)[:2] if typing.get_origin(hint) is typing.Annotated else (hint, None)
-        decls = [d for d in (getattr(info, "param_decls", None) or ()) if d.startswith("--")]
+        # inside Annotated, Option("--flag") holds its first name in ``default`` (typer.utils moves
+        # it to param_decls when it reads the signature)
+        first = (info.default,) if isinstance(getattr(info, "default", None), str) else ()
+        decls = [d for d in first + tuple(getattr(info, "param_decls", None) or ()) if d.startswith("--")]
         flag = decls[0] if decls else "--" + name.rstrip("_").replace("_", "-")
         yield flag, base, info, sig.parameters[name].default
 

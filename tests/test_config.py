@@ -175,10 +175,12 @@ def test_deployment_facts_come_from_the_config_with_gpus_per_engine_as_shorthand
         'prometheus_selector', 'facts = { tensor_parallel = 4, pipeline_parallel = 2, gpu_peak_flops = 989e12 }\n'
         'prometheus_selector')))
     cfg = deployment_settings(s, "prod")
-    assert (cfg.gpus_per_engine, cfg.facts.gpu_peak_flops, cfg.facts_origin) == (8, 989e12, "config deployments.0.facts")
+    assert (cfg.gpus_per_engine, cfg.facts.gpu_peak_flops, cfg.facts_origin) == (
+        8, 989e12, "config deployments.0.facts")
     s = load_settings(write(tmp_path, GOOD.replace('prometheus_selector', 'gpus_per_engine = 4\nprometheus_selector')))
     cfg = deployment_settings(s, "prod")
-    assert (cfg.facts.tensor_parallel, cfg.gpus_per_engine, cfg.facts_origin) == (4, 4, "config deployments.0.gpus_per_engine")
+    assert (cfg.facts.tensor_parallel, cfg.gpus_per_engine, cfg.facts_origin) == (
+        4, 4, "config deployments.0.gpus_per_engine")
 
 
 # -- hostile or careless inputs --------------------------------------------------------------

@@ -51,7 +51,8 @@ def test_dashboard_listens_on_loopback_only_and_connects_nowhere(tmp_path):
     trace = tmp_path / "trace"
     env = dict(os.environ, KVPLAN_DB=str(tmp_path / "k.duckdb"))
     proc = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(trace), sys.executable, "-m",
-                             "kvplan.app.cli", "dashboard", "--headless", "--port", str(port), "--db", str(tmp_path / "k.duckdb")],
+                             "kvplan.app.cli", "dashboard", "--headless", "--port", str(port),
+                             "--db", str(tmp_path / "k.duckdb")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             cwd=Path(__file__).resolve().parents[1], start_new_session=True)
     try:

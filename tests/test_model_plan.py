@@ -93,15 +93,22 @@ def test_source_must_be_known():
 
 
 MODELS = pathlib.Path(__file__).resolve().parents[1] / "models"
-OWNED = ["inputs/pricebook.py", "inputs/planning.py", "prefill/savings.py", "decision/benefit.py",
-         "capacity/fleet.py", "decision/verdict.py", "decision/plan.py", "decision/presets.py",
-         "capacity/horizon.py", "capacity/replica.py"]
+MODEL_FILES = sorted(str(p.relative_to(MODELS)) for p in MODELS.rglob("*.py"))
+"""Every module of models/, from the tree: a new one is checked the day it is added."""
 
 
-@pytest.mark.parametrize("name", OWNED)
+def test_the_model_file_list_comes_from_the_tree():
+    assert {"core/errors.py", "metrics/window.py", "decision/verdict.py"} <= set(MODEL_FILES)
+    assert len(MODEL_FILES) >= 40
+
+
+@pytest.mark.parametrize("name", MODEL_FILES)
 def test_every_public_dataclass_field_is_documented(name):
-    """A field is documented by a string right under it, or (PriceBook, PlanningInputs) by its metadata."""
-    tree = ast.parse((MODELS / name).read_text())
+    """A field of a public class is documented by a string right under it, or (PriceBook,
+    PlanningInputs, DeploymentFacts) by its ``spec`` metadata. Every module with code has a
+    docstring (the subpackages' empty ``__init__.py`` files have none to give)."""
+    text = (MODELS / name).read_text()
+    tree = ast.parse(text)
     undocumented = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")):
         for i, st in enumerate(cls.body):
@@ -113,4 +120,4 @@ def test_every_public_dataclass_field_is_documented(name):
                 if not (doc or meta):
                     undocumented.append(f"{cls.name}.{st.target.id}")
     assert undocumented == []
-    assert ast.get_docstring(tree), f"{name} needs a module docstring"
+    assert ast.get_docstring(tree) or not text.strip(), f"{name} needs a module docstring"

@@ -66,11 +66,11 @@ def test_plan_json_carries_the_prefill_figures_priced_by_hand():
 
 
 def test_lmcache_decision_weighs_only_lmcache():
-    model = PrefillCostModel("fitted", MODEL.parts + (CostPart("store", 2e-5, 2e-5, 2e-5, "s/stored token"),),
+    cost_model = PrefillCostModel("fitted", MODEL.parts + (CostPart("store", 2e-5, 2e-5, 2e-5, "s/stored token"),),
                              "h")
     # hour 1: of the 1.5e6 cached tokens 0.5e6 came from LMCache; LMCache stored 2.5e6 tokens
     w = two_hours(external=5e5, stored=2.5e6)
-    m = measurement_from_window(w, model, lmcache=True)
+    m = measurement_from_window(w, cost_model, lmcache=True)
     assert m.priced_tier == "lmcache" and m.baseline_cached_prompt_tokens == pytest.approx(1e6)
     s = estimate_savings(m)
     # gross LMCache part: 0.5e6 x 100 us = 50 GPU-s; overhead: 2.5e6 x 20 us = 50 GPU-s

@@ -106,14 +106,14 @@ def test_attention_makes_a_cached_prefix_worth_more_than_its_tokens():
 
 
 def test_tiers_device_is_free_lmcache_carries_its_overhead():
-    model = PrefillCostModel.given(per_token=4e-5)
-    model = PrefillCostModel("fitted", model.parts + (CostPart("store", 1e-5, 1e-5, 1e-5, "s/stored token"),),
+    cost_model = PrefillCostModel.given(per_token=4e-5)
+    cost_model = PrefillCostModel("fitted", cost_model.parts + (CostPart("store", 1e-5, 1e-5, 1e-5, "s/stored token"),),
                              "h")
     # 4 requests; 2,000 cached tokens of which a quarter came from LMCache; LMCache stored 8,000
     row = Interval(0, 10, requests=4, prefill_seconds=1.0, computed_tokens=8000, prompt_tokens=10000,
                    cached_tokens=2000, external_tokens=500, stored_tokens=8000, engines=1,
                    targets=("v",))
-    t = tier_savings(model, PricedWindow.from_intervals([row], t_from=0, t_to=10))
+    t = tier_savings(cost_model, PricedWindow.from_intervals([row], t_from=0, t_to=10))
     assert t.device.value == pytest.approx(1500 * 4e-5)          # 0.06 s, free
     assert t.lmcache_gross.value == pytest.approx(500 * 4e-5)    # 0.02 s
     assert t.lmcache_overhead.value == pytest.approx(8000 * 1e-5)  # 0.08 s
@@ -157,9 +157,9 @@ def test_no_interval_claims_more_prefill_than_the_engines_had():
 
 def test_saving_never_claims_more_than_the_engines_had():
     # a model that says each request costs 1 s, 100 requests in 10 s on 1 engine: 100 s > 10 s
-    model = PrefillCostModel.given(per_token=1e-3, fixed=0.5)
+    cost_model = PrefillCostModel.given(per_token=1e-3, fixed=0.5)
     w = PricedWindow.from_intervals([iv(0, 100, 500, 500)], t_from=0, t_to=10)
-    t = tier_savings(model, w)
+    t = tier_savings(cost_model, w)
     assert t.cap_factor == pytest.approx(10 / 100)   # with reuse: 100 x (0.5 + 0.5) = 100 s
     assert t.with_reuse.value == pytest.approx(10.0)
 

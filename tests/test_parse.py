@@ -44,7 +44,8 @@ def test_good_payload_attaches_created_and_splits_labels():
 
 
 @pytest.mark.parametrize("text,kind", [
-    ('# TYPE lmcache_mp_lookup_hit_tokens_total counter\nlmcache_mp_lookup_hit_tokens_total{cache_salt="",model_name="m"} 3\n', "lmcache_mp"),
+    ('# TYPE lmcache_mp_lookup_hit_tokens_total counter\n'
+     'lmcache_mp_lookup_hit_tokens_total{cache_salt="",model_name="m"} 3\n', "lmcache_mp"),
     ('# TYPE lmcache:num_hit_tokens_total counter\nlmcache:num_hit_tokens_total{model_name="m"} 3\n', "lmcache_inproc"),
 ])
 def test_kind_detection(text, kind):

@@ -73,7 +73,7 @@ def _engine(k: int, e: int, restart_base: int | None) -> dict:
     return vals
 
 
-def vllm_payload(k: int, model: str, engines: tuple[int, ...], restarted: bool = False) -> str:
+def vllm_payload(k: int, model_name: str, engines: tuple[int, ...], restarted: bool = False) -> str:
     created_old = T0.timestamp() - 3600
     created_new = at(RESTART_K - 0.5).timestamp()
     rows = {}
@@ -83,7 +83,7 @@ def vllm_payload(k: int, model: str, engines: tuple[int, ...], restarted: bool =
     out = []
 
     def lab(e, extra=""):
-        return f'{{engine="{e}",model_name="{model}"{extra}}}'
+        return f'{{engine="{e}",model_name="{model_name}"{extra}}}'
 
     for fam, key in (("vllm:prefix_cache_hits", "hits"), ("vllm:prefix_cache_queries", "queries"),
                      ("vllm:generation_tokens", "gen")):
@@ -299,7 +299,7 @@ def test_targets_series_and_gauges_are_mapped_like_the_scrape_path(ingested):
                              "WHERE family = 'lmcache_mp_lookup_hit_tokens'").fetchall()
         assert labels == [('{"cache_salt":"t1"}',)]
     # gauges: the last raw value of each 1-minute step, at the step end
-    rows = ingested.fetch("window_gauges", deployment="prom", t_from=at(2), t_to=at(2), model="m1")
+    rows = ingested.fetch("window_gauges", deployment="prom", t_from=at(2), t_to=at(2), model_name="m1")
     kv = {r["engine"]: r["last"] for r in rows if r["name"] == "vllm:kv_cache_usage_perc"}
     assert kv == {"0": (2 * 7 % 10) / 10, "1": (2 * 7 + 1) % 10 / 10}
 
@@ -551,8 +551,9 @@ def _created_openmetrics(scrapes) -> str:
 @pytest.mark.parametrize("case", _recorded_cases())
 def test_recorded_real_payloads_ingested_from_prometheus_equal_their_direct_import(case, tmp_path):
     """Each step of a recorded case (all its targets) placed at the whole second of its first
-    scrape (one second later if that second is taken); Prometheus also holds the _created series. Every window between two steps:
-    (a) equals the direct import; (b) equals PromQL where no counter restarted."""
+    scrape (one second later if that second is taken); Prometheus also holds the _created
+    series. Every window between two steps: (a) equals the direct import; (b) equals PromQL
+    where no counter restarted."""
     from tests import recorded
 
     by_step: dict[int, list] = {}

@@ -10,6 +10,10 @@ from kvplan.collectors.parse import parse_payload
 from kvplan.collectors.store import payload_sha256, store_payload
 from tests.recorded import PAYLOADS, import_case, scrapes
 
+# The shared_vs_unique case and three of its vLLM scrapes: start, after the unique sessions,
+# after the shared-prefix sessions.
+SHARED_VS_UNIQUE = ("shared_vs_unique", "00_start_vllm-0.prom", "02_after_unique_vllm-0.prom",
+                    "05_after_shared_vllm-0.prom")
 
 def window(case, first_file, last_file):
     by = {s.file.name: s.at for s in scrapes(case)}
@@ -47,7 +51,7 @@ def by_hand_quantile(q: float, before: dict, after: dict) -> float:
 
 
 def test_unique_sessions_then_shared_prefix(db):
-    case, a, b, c = "shared_vs_unique", "00_start_vllm-0.prom", "02_after_unique_vllm-0.prom", "05_after_shared_vllm-0.prom"
+    case, a, b, c = SHARED_VS_UNIQUE
     import_case(db, case)
 
     def delta(name, first, last):
@@ -71,7 +75,7 @@ def test_tpot_and_itl_quantiles_and_what_vllm_counts(db):
     """TPOT and ITL of the recorded runs: p50/p99 by hand from the bucket lines, and what the
     real server counts: one TPOT per request (sum x 15 = the decode-time sum: 16 output tokens
     each, TPOT = decode time / (tokens - 1)) and one ITL per output token after the first."""
-    case, a, b, c = "shared_vs_unique", "00_start_vllm-0.prom", "02_after_unique_vllm-0.prom", "05_after_shared_vllm-0.prom"
+    case, a, b, c = SHARED_VS_UNIQUE
     import_case(db, case)
     tpot, itl = "vllm:request_time_per_output_token_seconds", "vllm:inter_token_latency_seconds"
     for first, last in ((a, b), (b, c), (a, c)):
@@ -176,8 +180,8 @@ def test_data_parallel_engines_are_summed_and_kept_apart(db):
     import_case(db, case)
     ss = [s for s in scrapes(case) if s.kind == "vllm"]
     first, last = ss[0].file.name, ss[-1].file.name
-    per_engine = {e: raw(case, last, "vllm:prompt_tokens_total", engine=e) - raw(case, first, "vllm:prompt_tokens_total", engine=e)
-                  for e in ("0", "1")}
+    per_engine = {e: raw(case, last, "vllm:prompt_tokens_total", engine=e)
+                  - raw(case, first, "vllm:prompt_tokens_total", engine=e) for e in ("0", "1")}
     assert all(v > 0 for v in per_engine.values())  # both DP ranks served traffic
     s = stats(db, case, ss[0].at, ss[-1].at)
     assert s.prompt_tokens == per_engine["0"] + per_engine["1"]

@@ -71,7 +71,8 @@ def test_the_demo_runs_show_the_request_weighted_share_and_no_path(tmp_path, mon
     load_demo(db)
     t = run_app(monkeypatch, db.path, "runs")
     table = t.dataframe[0].value
-    shares = dict(zip(table["label"] + " #" + table["run"].astype(str), table["requests with cached tokens"], strict=True))
+    shares = dict(zip(table["label"] + " #" + table["run"].astype(str), table["requests with cached tokens"],
+                      strict=True))
     assert "not recorded" not in shares.values(), shares
     assert {v for k, v in shares.items() if k.startswith("unique sessions")} == {"0.0%"}
     assert all(float(v.rstrip("%")) > 50 for k, v in shares.items() if k.startswith("shared prefix #"))

@@ -153,17 +153,17 @@ def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monk
     day_rows = {}
     for dep in ("prom", "direct"):
         rows = day_rows[dep] = db.fetch("daily_increases", deployment=dep, t_from=datetime(2026, 1, 5),
-                                        t_to=datetime(2026, 1, 6), model=None)
+                                        t_to=datetime(2026, 1, 6), model_name=None)
         from_rollups = window_stats([Increase(**r) for r in rows]).to_dict()
         raw = stats(db, dep, T0 - timedelta(hours=1), END + timedelta(hours=1)).to_dict()
         assert from_rollups["prefix_cache_hits"] > 0
         assert same(from_rollups, raw), {k: (from_rollups[k], raw[k]) for k in raw if not same(from_rollups[k], raw[k])}
     n = fetch_rw(db, "daily_series", deployment="prom", t_from=datetime(2026, 1, 5), t_to=datetime(2026, 1, 6),
-                 model=None, names=["vllm:prefix_cache_hits_total"])
+                 model_name=None, names=["vllm:prefix_cache_hits_total"])
     assert len(n) == 1 and n[0]["increase"] == stats(db, "prom", T0, END).prefix_cache_hits
     Nightly(s, db).run_day(day)                                # again: replaced, not added
     assert db.fetch("daily_increases", deployment="prom", t_from=datetime(2026, 1, 5), t_to=datetime(2026, 1, 6),
-                    model=None) == day_rows["prom"]
+                    model_name=None) == day_rows["prom"]
     # a failing report is an error of the night, logged with its traceback; the rollups stay
     caplog.set_level(logging.INFO, logger="kvplan.collector")
 
@@ -174,7 +174,7 @@ def test_nightly_ingests_the_day_rolls_it_up_and_calls_the_report(prom, db, monk
     assert out.errors == 1 and "report: RuntimeError: disk full" in out.message
     assert "Traceback" in caplog.text
     assert db.fetch("daily_increases", deployment="prom", t_from=datetime(2026, 1, 5), t_to=datetime(2026, 1, 6),
-                    model=None) == day_rows["prom"]
+                    model_name=None) == day_rows["prom"]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from kvplan.sql.db import Database, DatabaseError, migrations, queries
 
-SPECIAL = {"model": None, "step_s": 60, "names": ["x"], "limit": 10, "ok": True, "url": None,
+SPECIAL = {"model_name": None, "step_s": 60, "names": ["x"], "limit": 10, "ok": True, "url": None,
            "error": None, "warnings": None, "duration_s": None, "payload_sha256": None, "n_samples": 0,
            "stopped_by": None, "reuse": None, "engine_seconds": None, "engine_seconds_source": None,
            "ab_pair": None, "cached_tokens": None,

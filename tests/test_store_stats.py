@@ -31,8 +31,8 @@ def put(db, minute, series, target="vllm-a", deployment="d"):
                          source="import")
 
 
-def one(h, q, ttft, created=CREATED, model="m", engine="0"):
-    return {(model, engine): {"hits": h, "queries": q, "ttft": ttft, "created": created}}
+def one(h, q, ttft, created=CREATED, model_name="m", engine="0"):
+    return {(model_name, engine): {"hits": h, "queries": q, "ttft": ttft, "created": created}}
 
 
 def test_window_counts_only_pairs_inside_it(db):
@@ -91,18 +91,18 @@ def test_series_born_inside_the_window_counts_from_zero(db):
 
 def test_engines_and_models_sum_and_filter(db):
     def snap(k):
-        return (one(10 * k, 100 * k, [k, k, k], model="a", engine="0")
-                | one(20 * k, 100 * k, [0, k, k], model="a", engine="1")
-                | one(0, 50 * k, [0, 0, k], model="b", engine="0"))
+        return (one(10 * k, 100 * k, [k, k, k], model_name="a", engine="0")
+                | one(20 * k, 100 * k, [0, k, k], model_name="a", engine="1")
+                | one(0, 50 * k, [0, 0, k], model_name="b", engine="0"))
     put(db, 0, snap(0))
     put(db, 1, snap(1))
-    put(db, 0, one(0, 0, [0, 0, 0], model="a"), target="vllm-b")
-    put(db, 1, one(30, 30, [1, 1, 1], model="a"), target="vllm-b")
+    put(db, 0, one(0, 0, [0, 0, 0], model_name="a"), target="vllm-b")
+    put(db, 1, one(30, 30, [1, 1, 1], model_name="a"), target="vllm-b")
     s = stats(db, "d", at(0), at(1))
     assert (s.prefix_cache_hits, s.prefix_cache_queries, s.requests) == (60, 280, 4)
-    s = stats(db, "d", at(0), at(1), model="a")
+    s = stats(db, "d", at(0), at(1), model_name="a")
     assert (s.prefix_cache_hits, s.prefix_cache_queries, s.requests) == (60, 230, 3)
-    s = stats(db, "d", at(0), at(1), model="b")
+    s = stats(db, "d", at(0), at(1), model_name="b")
     assert s.prefix_cache_hit_rate == 0.0 and s.ttft_p50.in_inf
 
 
@@ -222,7 +222,8 @@ def test_created_going_backwards_is_not_traffic(db, tmp_path):
 def test_hit_rate_outside_0_1_is_not_reported():
     from kvplan.models.metrics.window import Increase, window_stats
 
-    st = window_stats([Increase("vllm:prefix_cache_hits_total", 30.0), Increase("vllm:prefix_cache_queries_total", 20.0)])
+    st = window_stats([Increase("vllm:prefix_cache_hits_total", 30.0),
+                       Increase("vllm:prefix_cache_queries_total", 20.0)])
     assert st.prefix_cache_hit_rate is None and "outside [0, 1]" in st.notes[0]
 
 

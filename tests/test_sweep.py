@@ -177,7 +177,8 @@ def test_pilot_sweep_needs_both_urls_and_one_kind_of_level(tmp_path):
     base = ["pilot", "--sweep", "--deployment", "d", "--model", "m", "--db", db]
     r = CliRunner().invoke(app, base + ["--levels", "1"])
     assert r.exit_code == 2 and "--off-url" in r.output
-    r = CliRunner().invoke(app, base + ["--off-url", "http://a", "--on-url", "http://b", "--levels", "1", "--rates", "2"])
+    r = CliRunner().invoke(app, base + ["--off-url", "http://a", "--on-url", "http://b", "--levels", "1",
+                                        "--rates", "2"])
     assert r.exit_code == 2 and "either --levels" in r.output
     r = CliRunner().invoke(app, base + ["--off-url", "http://a", "--on-url", "http://b", "--levels", "1,x"])
     assert r.exit_code == 2 and "comma-separated" in r.output

@@ -31,7 +31,7 @@ def validation(local_stack, tmp_path_factory):
     t0 = time.monotonic()
     v = validate_sweep_on_stack(db, off_server=local_stack.server("vllm-nocache-0"),
                                 on_server=local_stack.server("vllm-0"), lmcache_server=local_stack.lmcache(),
-                                model=local_stack.model_name, seed=seed)
+                                model_name=local_stack.model_name, seed=seed)
     print(f"\nload sweep (seed {seed}, {time.monotonic() - t0:.0f} s of stack time)\n{table(v)}")
     return db, v
 

@@ -10,16 +10,16 @@ import pytest
 from kvplan.collectors import traces
 from kvplan.collectors.parse import PayloadError
 from kvplan.collectors.store import ConflictError
-from kvplan.models.cache import sim as cs
+from kvplan.models.cache import sim
 
 # shared/ sits next to the repository (worktrees and CI's clone alike)
 MOONCAKE = Path(__file__).resolve().parents[2] / "shared/data/mooncake/conversation_trace.jsonl"
 FIX = Path(__file__).resolve().parent / "fixtures" / "traces"
 
 
-def lm_line(ts, rid, hashes, seq_len=None, chunk_size=4, model="tiny-llama",
+def lm_line(ts, rid, hashes, seq_len=None, chunk_size=4, model_name="tiny-llama",
             shapes=([2, 2, 4, 8],), dtypes=("float16",)):
-    return json.dumps({"timestamp": ts, "request_id": rid, "model_name": model,
+    return json.dumps({"timestamp": ts, "request_id": rid, "model_name": model_name,
                        "chunk_size": chunk_size,
                        "seq_len": seq_len if seq_len is not None else len(hashes) * chunk_size + 1,
                        "dtypes": list(dtypes), "shapes": [list(s) for s in shapes],
@@ -47,7 +47,7 @@ def test_lmcache_logs_import_and_replay(db, tmp_path):
     keys = trace.chunk_ids.tolist()
     assert keys[0:2] == keys[2:4] and keys[4] == keys[0] and keys[5] not in keys[:4]
     assert trace.seq_len.tolist() == [9, 9, 9] and trace.chunk_size.tolist() == [4, 4, 4]
-    curve = cs.lru_curve(trace)
+    curve = sim.lru_curve(trace)
     assert curve.infinite_hit_tokens == 8 + 4  # b hits both chunks, c hits 0xaa
 
 
@@ -108,7 +108,7 @@ def test_mooncake_format_keeps_full_blocks(db, tmp_path):
     trace, info = traces.load_trace(db, "dep", "conv")
     assert trace.chunk_ids.tolist() == [7, 8, 7, 8]  # block 9 is partial (76 tokens)
     assert info.bytes_source == "option"
-    assert cs.lru_curve(trace).infinite_hit_tokens == 1024
+    assert sim.lru_curve(trace).infinite_hit_tokens == 1024
     bad = write(tmp_path / "bad.jsonl", [json.dumps(
         {"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1, 2]})])
     with pytest.raises(PayloadError, match=r"bad.jsonl:1: 2 hash_ids for input_length 100"):
@@ -149,7 +149,7 @@ def test_the_mooncake_conversation_trace_imports(db):
     r = traces.import_trace(db, "mooncake", [MOONCAKE])
     assert r.requests == 12031
     trace, _ = traces.load_trace(db, "mooncake")
-    curve = cs.lru_curve(trace)
+    curve = sim.lru_curve(trace)
     assert curve.total_tokens == 144_793_823
     assert 0.3 < curve.infinite_hit_rate < 0.45
 

@@ -39,7 +39,7 @@ def validations(local_stack, tmp_path_factory):
     t0 = time.monotonic()
     out = validate_on_stack(db, off_server=local_stack.server("vllm-nocache-0"),
                             on_server=local_stack.server("vllm-0"), lmcache_server=local_stack.lmcache(),
-                            replicas=[local_stack.server("vllm-plain-0")], model=local_stack.model_name,
+                            replicas=[local_stack.server("vllm-plain-0")], model_name=local_stack.model_name,
                             seed=seed)
     print(f"\nA/B validation (seed {seed}, {time.monotonic() - t0:.0f} s): scenario, predicted s, "
           "measured s, cache-off prefill s, error, rule")

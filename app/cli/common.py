@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,7 +25,8 @@ err = Console(stderr=True)
 out = Console()
 
 DbOpt = Annotated[Path | None, typer.Option("--db", help="DuckDB file (env KVPLAN_DB; default ./kvplan.duckdb).")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config",
+                                                help="TOML config (env KVPLAN_CONFIG; default ./kvplan.toml).")]
 
 
 def finite(value: float | None) -> float | None:
@@ -36,7 +38,8 @@ def finite(value: float | None) -> float | None:
 
 def positive(value: float | None) -> float | None:
     """Typer callback: a finite number above 0."""
-    if finite(value) is not None and not value > 0:  # type: ignore[operator]
+    checked = finite(value)
+    if checked is not None and not checked > 0:
         raise typer.BadParameter(f"must be a number above 0; got {value}")
     return value
 
@@ -51,11 +54,15 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def user_errors(fn):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """The one place a command's ``KvplanError`` becomes a message and exit code 2; any other
     exception is a bug and keeps its traceback. ``kvplan.app.cli`` wraps every command with it."""
     @functools.wraps(fn)
-    def run(*args, **kwargs):
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except KvplanError as e:

@@ -14,8 +14,9 @@ def dashboard(
     db: DbOpt = None, config: ConfigOpt = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
-    address: Annotated[str, typer.Option(help="Address to listen on: 127.0.0.1 (this machine only) unless you "
-                                              "put it behind a login (--auth-secrets or a proxy), e.g. 0.0.0.0.")] = "127.0.0.1",
+    address: Annotated[str, typer.Option(help="Address to listen on: 127.0.0.1 (this machine only) unless you put "
+                                              "it behind a login (--auth-secrets or a proxy), e.g. 0.0.0.0.")
+                       ] = "127.0.0.1",
     auth_secrets: Annotated[Path | None, typer.Option(
         envvar="KVPLAN_DASHBOARD_AUTH_SECRETS",
         help="Streamlit secrets file with an [auth] table (OpenID Connect): every page asks for a login.")] = None,

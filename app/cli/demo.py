@@ -14,10 +14,12 @@ from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, settings
 
 def demo(
     db: DbOpt = None, config: ConfigOpt = None,
-    load_only: Annotated[bool, typer.Option("--load-only", help="Only load the data; do not start the dashboard.")] = False,
+    load_only: Annotated[bool, typer.Option("--load-only",
+                                            help="Only load the data; do not start the dashboard.")] = False,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Dashboard port.")] = 8501,
     headless: Annotated[bool, typer.Option(help="Do not open a browser.")] = False,
-    dataset: Annotated[Path | None, typer.Option(help="Dataset file (default: the one shipped in deploy/demo).")] = None,
+    dataset: Annotated[Path | None, typer.Option(
+        help="Dataset file (default: the one shipped in deploy/demo).")] = None,
 ) -> None:
     """Load the demo dataset (recorded from the real vLLM + LMCache stack on CPU with a tiny
     model; time axis stretched, see its header) into the DuckDB file and open the dashboard."""
@@ -43,8 +45,10 @@ RunDir = Annotated[Path, typer.Option(help="Where the stack keeps its logs, pids
 
 def stack_up(run_dir: RunDir = Path("var/stack"),
              vllm: Annotated[int, typer.Option(min=0, max=16, help="vLLM servers connected to LMCache.")] = 2,
-             plain: Annotated[int, typer.Option(min=0, max=16, help="vLLM servers with vLLM's own prefix cache only.")] = 0,
-             nocache: Annotated[int, typer.Option(min=0, max=16, help="vLLM servers with no reuse (prefix caching off).")] = 0) -> None:
+             plain: Annotated[int, typer.Option(
+                 min=0, max=16, help="vLLM servers with vLLM's own prefix cache only.")] = 0,
+             nocache: Annotated[int, typer.Option(
+                 min=0, max=16, help="vLLM servers with no reuse (prefix caching off).")] = 0) -> None:
     """Install (first time, ~3 min), build the tiny model and start the stack on free ports."""
     from kvplan.deploy.local import stack as stk
 

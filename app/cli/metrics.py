@@ -18,8 +18,10 @@ from kvplan.models.metrics.catalog import KINDS
 def import_metrics(
     files: Annotated[list[Path], typer.Argument(help="Saved /metrics payloads (one vLLM or LMCache server each).")],
     deployment: Annotated[str, typer.Option(help="Deployment the scrapes belong to.")],
-    at: Annotated[str | None, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); not needed for files named NAME@TIME.prom.")] = None,
-    target: Annotated[str | None, typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the file's name without extension).")] = None,
+    at: Annotated[str | None, typer.Option(help="Time the payloads were taken (ISO 8601; UTC if no zone); "
+                                                "not needed for files named NAME@TIME.prom.")] = None,
+    target: Annotated[str | None, typer.Option(help="Target name (default: NAME of NAME@TIME.prom, else the "
+                                                    "file's name without extension).")] = None,
     kind: Annotated[str | None, typer.Option(help=f"Force the kind: {', '.join(KINDS)}.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -72,7 +74,7 @@ def stats(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
-    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -83,9 +85,9 @@ def stats(
     t0, t1 = parse_window(from_, to)
     database = open_db(settings(config, db))
     require_deployment(database, deployment)
-    st = window(database, deployment, t0, t1, model)
+    st = window(database, deployment, t0, t1, model_name)
     d = st.to_dict()
-    d.update(deployment=deployment, model=model, window_from=t0.isoformat(), window_to=t1.isoformat())
+    d.update(deployment=deployment, model_name=model_name, window_from=t0.isoformat(), window_to=t1.isoformat())
     if as_json:
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True, default=str) + "\n")
         return

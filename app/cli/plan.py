@@ -16,9 +16,10 @@ def plan(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],
-    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,
     gpus: Annotated[int | None, typer.Option(min=1, max=100_000, help="GPUs serving the deployment, for this "
-                    "plan only (default: config deployments[].gpus, else vLLM engines seen x gpus_per_engine).")] = None,
+                    "plan only (default: config deployments[].gpus, else vLLM engines seen x "
+                    "gpus_per_engine).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -33,7 +34,7 @@ def plan(
     database = open_db(s)
     with database.snapshot() as src:
         require_deployment(src, deployment)
-        result = plan_range(src, deployment, t0, t1, model, cfg=deployment_settings(s, deployment), gpus=gpus)
+        result = plan_range(src, deployment, t0, t1, model_name, cfg=deployment_settings(s, deployment), gpus=gpus)
     d = result.to_dict()
     if as_json:
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
@@ -42,7 +43,8 @@ def plan(
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):
         out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]
-    out.print("monthly benefit: " + ("n/a" if mb is None else f"{fmt.usd(mb)} ({fmt.usd(d['monthly_benefit_low_usd'])} .. "
+    out.print("monthly benefit: " + ("n/a" if mb is None else
+                                      f"{fmt.usd(mb)} ({fmt.usd(d['monthly_benefit_low_usd'])} .. "
                                       f"{fmt.usd(d['monthly_benefit_high_usd'])})"))
     for k, v in d["terms"].items():
         out.print(f"  {k:<20} {fmt.usd(v)}")

@@ -15,7 +15,7 @@ def report(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     month: Annotated[str, typer.Option(help="UTC month, YYYY-MM (clipped to the data inside it).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="report.pdf or report.html.")],
-    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,
     measured_on: Annotated[str | None, typer.Option(
         help="What served the metrics, e.g. '8x H100 80GB, Qwen3-235B' (default: the runs' measured_on "
              "when they agree, else 'not recorded').")] = None,
@@ -30,6 +30,6 @@ def report(
 
     when = parse_time(generated_at, "--generated-at") if generated_at else None
     s = settings(config, db)
-    path = write_report(open_db(s), deployment, month, output, model=model, generated_at=when,
+    path = write_report(open_db(s), deployment, month, output, model_name=model_name, generated_at=when,
                         measured_on=measured_on, cfg=deployment_settings(s, deployment))
     out.print(f"{path}: capacity report of {deployment!r} for {month} ({path.stat().st_size:,} bytes)")

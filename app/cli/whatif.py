@@ -21,7 +21,8 @@ MAX_GB = 1e6
 def import_trace(
     deployment: Annotated[str, typer.Option(help="Deployment the trace belongs to.")],
     paths: Annotated[list[Path], typer.Argument(help="Trace files, or an LMCache --lookup-hash-log-dir.")],
-    trace: Annotated[str | None, typer.Option(help="Trace name (default: 'lmcache' for lookup-hash logs, the file name for Mooncake).")] = None,
+    trace: Annotated[str | None, typer.Option(help="Trace name (default: 'lmcache' for lookup-hash logs, the "
+                                                   "file name for Mooncake).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto, lmcache or mooncake.")] = "auto",
     bytes_per_chunk: Annotated[int | None, typer.Option(min=1, max=2**40,
                                                    help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
@@ -44,16 +45,27 @@ def import_trace(
 def whatif(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     trace: Annotated[str | None, typer.Option(help="Trace name (default: the newest).")] = None,
-    model: Annotated[str | None, typer.Option(help="Only this model_name.")] = None,
-    ranks: Annotated[int, typer.Option(min=1, max=MAX_RANKS, help="Private caches to compare with one shared pool.")] = 8,
-    capacity_gb: Annotated[float | None, typer.Option(max=MAX_GB, callback=positive, help="Total capacity compared shared vs private (default: configured size).")] = None,
-    configured_gb: Annotated[float | None, typer.Option(max=MAX_GB, callback=positive, help="The cache size you run today, GB (default: price book cache_tier_gb_cpu).")] = None,
-    bytes_per_chunk: Annotated[int | None, typer.Option(min=1, max=2**40,
-                                                   help="KV bytes of one chunk (default: the trace's).")] = None,
-    l2_gb: Annotated[float | None, typer.Option(max=MAX_GB, callback=positive, help="An L2 (disk) tier of this size under the configured L1: hits split by tier.")] = None,
-    seconds_per_token: Annotated[float | None, typer.Option(max=1.0, callback=positive, help="GPU-seconds one cached prompt token saves (default: from the deployment's metrics).")] = None,
-    tokens_per_month: Annotated[float | None, typer.Option(max=1e18, callback=positive, help="Prompt tokens per month (default: the trace's rate).")] = None,
-    points: Annotated[int, typer.Option(min=1, max=10_000, help="Capacities listed (the curve itself is exact at all).")] = 30,
+    model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,
+    ranks: Annotated[int, typer.Option(
+        min=1, max=MAX_RANKS, help="Private caches to compare with one shared pool.")] = 8,
+    capacity_gb: Annotated[float | None, typer.Option(
+        max=MAX_GB, callback=positive,
+        help="Total capacity compared shared vs private (default: configured size).")] = None,
+    configured_gb: Annotated[float | None, typer.Option(
+        max=MAX_GB, callback=positive,
+        help="The cache size you run today, GB (default: price book cache_tier_gb_cpu).")] = None,
+    bytes_per_chunk: Annotated[int | None, typer.Option(
+        min=1, max=2**40, help="KV bytes of one chunk (default: the trace's).")] = None,
+    l2_gb: Annotated[float | None, typer.Option(
+        max=MAX_GB, callback=positive,
+        help="An L2 (disk) tier of this size under the configured L1: hits split by tier.")] = None,
+    seconds_per_token: Annotated[float | None, typer.Option(
+        max=1.0, callback=positive,
+        help="GPU-seconds one cached prompt token saves (default: from the deployment's metrics).")] = None,
+    tokens_per_month: Annotated[float | None, typer.Option(
+        max=1e18, callback=positive, help="Prompt tokens per month (default: the trace's rate).")] = None,
+    points: Annotated[int, typer.Option(
+        min=1, max=10_000, help="Capacities listed (the curve itself is exact at all).")] = 30,
     seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the random routing.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
@@ -63,7 +75,7 @@ def whatif(
     from kvplan.app.views.whatif import whatif as run
 
     s = settings(config, db)
-    d = run(open_db(s), deployment, trace, model=model, ranks=ranks, capacity_gb=capacity_gb,
+    d = run(open_db(s), deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
             configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
             seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
             points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -13,8 +13,9 @@ from kvplan.models.core.errors import KvplanError
 
 def pilot(
     deployment: Annotated[str, typer.Option(help="Deployment the run is stored under.")],
-    model: Annotated[str, typer.Option(help="Served model name.")],
-    server: Annotated[list[str] | None, typer.Option(help="OpenAI-compatible base URL (repeat for several servers).")] = None,
+    model_name: Annotated[str, typer.Option("--model", help="Served model name.")],
+    server: Annotated[list[str] | None, typer.Option(
+        help="OpenAI-compatible base URL (repeat for several servers).")] = None,
     scenario: Annotated[Literal["shared_prefix", "unique", "multi_turn"], typer.Option(
         help="What the users send.")] = "shared_prefix",
     users: Annotated[int, typer.Option(min=1, max=10_000, help="Concurrent streaming users.")] = 10,
@@ -31,25 +32,36 @@ def pilot(
     max_seconds: Annotated[float, typer.Option(max=30 * 86400.0, callback=positive,
                                              help="Hard bound on wall time, s.")] = 600.0,
     label: Annotated[str | None, typer.Option(help="Run label (default: the scenario).")] = None,
-    measured_on: Annotated[str, typer.Option(help="What the numbers were measured on, e.g. '8x H100, Qwen3-235B'.")] = "unspecified hardware",
-    scrape: Annotated[list[str] | None, typer.Option(help="/metrics URL to scrape right before and after the run.")] = None,
-    reuse: Annotated[Literal["off", "on"] | None, typer.Option(help="Side of a measured A/B: 'off' (prefix caching / LMCache off on "
-                                                    "the servers) or 'on'. Needs --ab-pair.")] = None,
-    ab_pair: Annotated[str | None, typer.Option(help="Name both sides of a measured A/B share: the newest pair "
-                                                      "overrides the modelled saved prefill, labelled 'measured'.")] = None,
-    engine_seconds: Annotated[float | None, typer.Option(callback=positive, help="Engine time the run took, seconds (e.g. GPU busy "
-                                                               "time from DCGM). Default: the run's wall time.")] = None,
+    measured_on: Annotated[str, typer.Option(
+        help="What the numbers were measured on, e.g. '8x H100, Qwen3-235B'.")] = "unspecified hardware",
+    scrape: Annotated[list[str] | None, typer.Option(
+        help="/metrics URL to scrape right before and after the run.")] = None,
+    reuse: Annotated[Literal["off", "on"] | None, typer.Option(
+        help="Side of a measured A/B: 'off' (prefix caching / LMCache off on the servers) or 'on'. "
+             "Needs --ab-pair.")] = None,
+    ab_pair: Annotated[str | None, typer.Option(
+        help="Name both sides of a measured A/B share: the newest pair overrides the modelled saved "
+             "prefill, labelled 'measured'.")] = None,
+    engine_seconds: Annotated[float | None, typer.Option(
+        callback=positive, help="Engine time the run took, seconds (e.g. GPU busy time from DCGM). "
+                                "Default: the run's wall time.")] = None,
     engine_seconds_source: Annotated[str | None, typer.Option(help="How --engine-seconds was measured.")] = None,
-    sweep: Annotated[bool, typer.Option("--sweep", help="Load sweep: raise the load in levels against --off-url "
-                                         "(reuse off) and --on-url (reuse on); store both curves and print the goodputs.")] = False,
+    sweep: Annotated[bool, typer.Option(
+        "--sweep", help="Load sweep: raise the load in levels against --off-url (reuse off) and --on-url "
+                        "(reuse on); store both curves and print the goodputs.")] = False,
     off_url: Annotated[str | None, typer.Option(help="--sweep: the replica with KV reuse off.")] = None,
     on_url: Annotated[str | None, typer.Option(help="--sweep: the replica with KV reuse on.")] = None,
     levels: Annotated[str | None, typer.Option(help="--sweep: concurrency levels (closed loop), e.g. 1,2,4,8.")] = None,
-    rates: Annotated[str | None, typer.Option(help="--sweep: request rates per second (open loop, Poisson), e.g. 2,4,8.")] = None,
-    requests_per_level: Annotated[int, typer.Option(min=1, max=1_000_000, help="--sweep: requests per level (at least).")] = 24,
-    level_seconds: Annotated[float, typer.Option(max=86400.0, callback=positive, help="--sweep: rate levels send for about this long.")] = 10.0,
-    ttft_slo: Annotated[float | None, typer.Option(max=3600.0, callback=positive, help="--sweep: p99 TTFT SLO, s (default: the planning inputs').")] = None,
-    tpot_slo: Annotated[float | None, typer.Option(max=3600.0, callback=positive, help="--sweep: p99 TPOT SLO, s (default: not checked).")] = None,
+    rates: Annotated[str | None, typer.Option(
+        help="--sweep: request rates per second (open loop, Poisson), e.g. 2,4,8.")] = None,
+    requests_per_level: Annotated[int, typer.Option(
+        min=1, max=1_000_000, help="--sweep: requests per level (at least).")] = 24,
+    level_seconds: Annotated[float, typer.Option(
+        max=86400.0, callback=positive, help="--sweep: rate levels send for about this long.")] = 10.0,
+    ttft_slo: Annotated[float | None, typer.Option(
+        max=3600.0, callback=positive, help="--sweep: p99 TTFT SLO, s (default: the planning inputs').")] = None,
+    tpot_slo: Annotated[float | None, typer.Option(
+        max=3600.0, callback=positive, help="--sweep: p99 TPOT SLO, s (default: not checked).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Drive N concurrent streaming users for T turns against the servers, store the run
@@ -61,7 +73,7 @@ def pilot(
     the same prompts on both (--scenario shared_prefix or unique, with this command's prompt and
     output shape); store both curves and print each side's goodput at the SLOs."""
     if sweep:
-        _sweep(deployment=deployment, model=model, off_url=off_url, on_url=on_url, levels=levels, rates=rates,
+        _sweep(deployment=deployment, model_name=model_name, off_url=off_url, on_url=on_url, levels=levels, rates=rates,
                scenario=scenario, output_tokens=output_tokens, prefix_chars=prefix_chars, tail_chars=tail_chars,
                seed=seed, requests_per_level=requests_per_level, level_seconds=level_seconds,
                ttft_slo=ttft_slo, tpot_slo=tpot_slo, label=label, measured_on=measured_on, db=db, config=config)
@@ -85,10 +97,10 @@ def pilot(
     for t in targets:
         scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
     with err.status(f"{scenario}: {users} users x {turns} turns against {len(server)} server(s)..."):
-        run = lg_client.run(server, model, w)
+        run = lg_client.run(server, model_name, w)
     for t in targets:
         scrape_target(database, deployment, t, timeout_s=s.scrape_timeout_s)
-    ab = {}
+    ab: dict[str, Any] = {}
     if reuse is not None:
         wall = run.ended_at - run.started_at
         ab = {"reuse": reuse, "ab_pair": ab_pair,
@@ -111,7 +123,7 @@ def _levels(text: str, what: str) -> tuple[float, ...]:
         raise KvplanError("a comma-separated list of numbers, e.g. 1,2,4,8", source=f"{what} {text}") from None
 
 
-def _sweep(*, deployment: str, model: str, off_url: str | None, on_url: str | None, levels: str | None,
+def _sweep(*, deployment: str, model_name: str, off_url: str | None, on_url: str | None, levels: str | None,
            rates: str | None, scenario: str, output_tokens: int, prefix_chars: int, tail_chars: int, seed: int,
            requests_per_level: int, level_seconds: float, ttft_slo: float | None, tpot_slo: float | None,
            label: str | None, measured_on: str, db, config) -> None:
@@ -147,7 +159,7 @@ def _sweep(*, deployment: str, model: str, off_url: str | None, on_url: str | No
             bar.update(task, advance=1, description=f"reuse {reuse} at {p.offered:g} {unit}: "
                        f"{p.throughput_rps:.2f} req/s, TTFT p99 {p.ttft_p99_s or float('nan'):.3f} s")
 
-        off, on = run_pair(off_url, on_url, model, plan, progress=step)
+        off, on = run_pair(off_url, on_url, model_name, plan, progress=step)
     pair = label or f"sweep {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
     ids = [save_sweep(database, deployment, side, pair=pair, measured_on=measured_on) for side in (off, on)]
     sg = sweep_goodput(off.points, on.points, ttft_slo, tpot_slo, label=f"load sweep {pair!r} ({measured_on})")

@@ -27,7 +27,7 @@ from kvplan.models.prefill.fit import fit_prefill_cost
 from kvplan.models.prefill.interval import Interval
 from kvplan.models.prefill.measurement import PrefillMeasurement, measurement_from_window
 from kvplan.models.prefill.window import MeasuredAB, PricedWindow
-from kvplan.sql.db import Database
+from kvplan.sql.db import Source
 
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""
@@ -47,14 +47,14 @@ def _epoch(ts: datetime) -> float:
     return aware_utc(ts).timestamp()
 
 
-def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: datetime,
-                      model: str | None = None, *,
+def prefill_intervals(db: Source, deployment: str, t_from: datetime, t_to: datetime,
+                      model_name: str | None = None, *,
                       chunk_tokens: int = DeploymentFacts().lmcache_chunk_tokens) -> list[Interval]:
     """One row per target and scrape interval in [t_from, t_to]: vLLM targets with their
     prefill increases, LMCache targets with the tokens they stored (write chunks x
     ``chunk_tokens``)."""
     rows = db.fetch("prefill_intervals", deployment=deployment, t_from=naive_utc(t_from),
-                    t_to=naive_utc(t_to), model=model, names=NAMES)
+                    t_to=naive_utc(t_to), model_name=model_name, names=NAMES)
     out: list[Interval] = []
     for r in rows:
         if r["t_start"] is None:
@@ -63,8 +63,8 @@ def prefill_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
         for b in r["step_buckets"] or []:
             if b["le"] is not None:
                 buckets[float(b["le"])] = buckets.get(float(b["le"]), 0.0) + float(b["n"])
-        base = dict(t_start=_epoch(r["t_start"]), t_end=_epoch(r["t_end"]),
-                    targets=(r["target"],), reset=bool(r["reset"]))
+        base: dict[str, Any] = dict(t_start=_epoch(r["t_start"]), t_end=_epoch(r["t_end"]),
+                                    targets=(r["target"],), reset=bool(r["reset"]))
         if r["requests"] is None:
             chunks = r["lmcache_write_chunks"]
             if chunks is not None:
@@ -125,7 +125,7 @@ def describe_history(deployment: str, intervals: list[Interval], t_from: datetim
             f"{(aware_utc(t_to) - aware_utc(t_from)).total_seconds() / 3600:g} h)")
 
 
-def measured_ab(db: Database, deployment: str) -> MeasuredAB | None:
+def measured_ab(db: Source, deployment: str) -> MeasuredAB | None:
     """The latest A/B pair stored for ``deployment``: two runs with the same ``ab_pair``,
     ``reuse`` off and on, both with ``engine_seconds``. Cached tokens of the reuse-on run come
     from the clients' usage reports (``run_requests.cached_tokens``)."""
@@ -142,8 +142,8 @@ def measured_ab(db: Database, deployment: str) -> MeasuredAB | None:
         on_cached_tokens=float(r["on_cached_tokens"]), engine_seconds_source=r["source"] or "unspecified")
 
 
-def plan_measurement(db: Database, deployment: str, t_from: datetime, t_to: datetime, *,
-                     facts: DeploymentFacts | None = None, model: str | None = None,
+def plan_measurement(db: Source, deployment: str, t_from: datetime, t_to: datetime, *,
+                     facts: DeploymentFacts | None = None, model_name: str | None = None,
                      lookback: timedelta = DEFAULT_LOOKBACK, stats: Any = None,
                      num_gpus: int | None = None, use_measured_ab: bool = True) -> PrefillMeasurement:
     """Everything ``kvplan.models.decision.plan`` needs about the prefill of [t_from, t_to]: the priced window
@@ -153,10 +153,10 @@ def plan_measurement(db: Database, deployment: str, t_from: datetime, t_to: date
     ``kvplan plan --gpus``) overrides the engines seen: engines = num_gpus / GPUs per engine."""
     facts = facts or DeploymentFacts()
     history_from = min(aware_utc(t_from), aware_utc(t_to) - lookback)
-    history = prefill_intervals(db, deployment, history_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+    history = prefill_intervals(db, deployment, history_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
     # a window as long as the look-back is read once: its intervals are the history's
     ivs = history if history_from == aware_utc(t_from) else prefill_intervals(
-        db, deployment, t_from, t_to, model, chunk_tokens=facts.lmcache_chunk_tokens)
+        db, deployment, t_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
     window = PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
     cost = fit_prefill_cost(history, history=describe_history(deployment, history, history_from, t_to))
     ab = measured_ab(db, deployment) if use_measured_ab else None

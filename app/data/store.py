@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import TYPE_CHECKING
 
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import DAY, aware_utc, month_start, next_month
@@ -17,10 +18,13 @@ from kvplan.models.inputs.deployment import DeploymentFacts
 from kvplan.models.inputs.planning import PlanningInputs, prices_from_table
 from kvplan.models.inputs.pricebook import PriceBook
 from kvplan.models.metrics.spans import as_instant
-from kvplan.sql.db import Database
+from kvplan.sql.db import Database, Source
+
+if TYPE_CHECKING:
+    from kvplan.collectors.settings import Settings
 
 
-def deployments_with_data(source) -> list[dict]:
+def deployments_with_data(source: Source) -> list[dict]:
     """Deployments with data (direct scrapes or Prometheus chunks); ``first_ts``/``last_ts``
     aware UTC."""
     out = []
@@ -31,7 +35,7 @@ def deployments_with_data(source) -> list[dict]:
     return out
 
 
-def require_deployment(source, deployment: str) -> None:
+def require_deployment(source: Source, deployment: str) -> None:
     """``KvplanError`` listing the known names when the database holds no such deployment."""
     known = {d["deployment"] for d in source.fetch("deployments")}
     if deployment not in known:
@@ -49,7 +53,7 @@ class Prices:
     origin: str
 
 
-def load_pricebook(source, deployment: str, defaults: dict | None = None) -> Prices:
+def load_pricebook(source: Source, deployment: str, defaults: dict | None = None) -> Prices:
     """The deployment's saved price book, else the saved default ('*'), else ``defaults``
     (the config file's ``[prices]`` table: price-book and planning fields), else the
     documented defaults. A saved row that no longer validates is an error naming it."""
@@ -100,7 +104,7 @@ class Facts:
     origin: str
 
 
-def load_facts(source, deployment: str, cfg: DeploymentSettings | None = None) -> Facts:
+def load_facts(source: Source, deployment: str, cfg: DeploymentSettings | None = None) -> Facts:
     """The facts saved for ``deployment`` on the dashboard, else the config's
     ``[deployments.facts]`` table (with ``gpus_per_engine`` as the tensor-parallel size when the
     table does not give the parallelism), else the defaults (one GPU per engine, no FLOP
@@ -150,7 +154,7 @@ def fleet(engines_seen: int, *, configured_gpus: int | None = None, gpus_per_eng
 
 
 # -- windows of a month ---------------------------------------------------------------------------
-def month_window(source, deployment: str, month: str) -> tuple[datetime, datetime]:
+def month_window(source: Source, deployment: str, month: str) -> tuple[datetime, datetime]:
     """[first, last] data point of ``deployment`` inside the UTC month 'YYYY-MM' (aware UTC).
     ``KvplanError`` when the month is malformed or holds no data (names what exists)."""
     start = month_start(month, "--month")
@@ -167,7 +171,7 @@ def month_window(source, deployment: str, month: str) -> tuple[datetime, datetim
     return t_from, t_to
 
 
-def data_months(source, deployment: str) -> list[str]:
+def data_months(source: Source, deployment: str) -> list[str]:
     """'YYYY-MM' of every month holding data of the deployment, newest first."""
     d = next((x for x in deployments_with_data(source) if x["deployment"] == deployment), None)
     if d is None:
@@ -190,7 +194,7 @@ def rollup_gauges_day(db: Database, deployment: str, day: date | datetime) -> in
             raise KvplanError(f"no deployment {deployment!r} in {db.path}", source="deployment")
         Database.run(con, "delete_gauge_rollups_day", deployment_id=row[0], day=d0)
         Database.run(con, "rollup_gauges_day", deployment_id=row[0], t_from=d0, t_to=d0 + DAY)
-        return Database.run(con, "count_gauge_rollups_day", deployment_id=row[0], day=d0).fetchone()[0]
+        return Database.scalar(con, "count_gauge_rollups_day", deployment_id=row[0], day=d0)
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,7 @@ class DeploymentSettings:
         return self.facts.gpus_per_engine
 
 
-def deployment_settings(settings, deployment: str) -> DeploymentSettings:
+def deployment_settings(settings: Settings | None, deployment: str) -> DeploymentSettings:
     """The ``DeploymentSettings`` of ``deployment`` in a loaded ``kvplan.collectors.settings.Settings``
     (defaults when the config does not list it)."""
     prices = dict(settings.prices) if settings is not None and settings.prices else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kvplan.models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
-from kvplan.sql.db import Database
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def _point(r: dict) -> SweepPoint:
                       requests=int(r["requests"]), failed=int(r["failed"]), tpot_p50_s=r["tpot_p50_s"])
 
 
-def latest_sweep_pair(db: Database, deployment: str) -> SweepPair | None:
+def latest_sweep_pair(db: Source, deployment: str) -> SweepPair | None:
     """The newest pair with both sides stored for ``deployment``; None when there is none."""
     rows = db.fetch("latest_sweep_pair", deployment=deployment)
     if len(rows) != 2:

@@ -8,13 +8,14 @@ Long windows read whole UTC days from the nightly rollups (``daily_rollups``; ga
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
 from kvplan.models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
 from kvplan.models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
 from kvplan.models.metrics.window import Increase, WindowStats, null_reasons, window_stats
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Window:
     """The increases of one deployment over [t_from, t_to] and what they say."""
 
     deployment: str
-    model: str | None
+    model_name: str | None
     t_from: datetime
     t_to: datetime
     rows: tuple[Increase, ...]
@@ -40,19 +41,21 @@ class Window:
     @property
     def source_note(self) -> str:
         """Where the numbers were read from (shown under the charts and in the report)."""
-        if not self.rolled_days:
+        if self.spans.rolled is None or not self.rolled_days:
             return "read from raw samples"
         a, b = self.spans.rolled
         return (f"{self.rolled_days} whole day(s) {a:%Y-%m-%d}..{b - DAY:%Y-%m-%d} from the nightly "
                 "rollups, the partial days at the edges from raw samples")
 
 
-def _rolled_days(source, deployment: str, t_from: datetime, t_to: datetime, query: str = "dashboard_rolled_days"):
+def _rolled_days(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                 query: str = "dashboard_rolled_days") -> list[date | datetime]:
     return [r["day"] for r in source.fetch(query, deployment=deployment, d_from=ceil_day(t_from),
                                            d_to=floor_day(t_to))]
 
 
-def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> Window:
+def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                model_name: str | None = None) -> Window:
     """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
     edges from raw samples. For regular scrapes this counts exactly the pairs
     ``window_increases`` counts (a pair whose earlier sample lies more than
@@ -62,79 +65,83 @@ def load_window(source, deployment: str, t_from: datetime, t_to: datetime, model
     rows: list[Increase] = []
     for lb, after, end in spans.raw:
         rows += [Increase(**r) for r in source.fetch("span_increases", deployment=deployment, t_lookback=lb,
-                                                     t_after=after, t_to=end, model=model)]
+                                                     t_after=after, t_to=end, model_name=model_name)]
     if spans.rolled:
         rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
-                                                     t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
-    return Window(deployment, model, t_from, t_to, tuple(rows),
-                  _noted_stats(source, deployment, t_from, t_to, model, rows, spans), spans)
+                                                     t_from=spans.rolled[0], t_to=spans.rolled[1],
+                                                     model_name=model_name)]
+    return Window(deployment, model_name, t_from, t_to, tuple(rows),
+                  _noted_stats(source, deployment, t_from, t_to, model_name, rows, spans), spans)
 
 
-def _noted_stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None,
+def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None,
                  rows: list[Increase], spans: Spans) -> WindowStats:
     """``window_stats`` with notes: why every figure is null (no increase at all), and stored
     rows the raw edges left out (rolled-up days were summed by the same guarded macro). The
     gauges kvplan reads only for notes and lifetime figures (``catalog.NOTE_GAUGES``: vLLM V0's
     lifetime hit rate, SGLang's per-batch hit rate, LMCache in-process gauges) are passed along."""
-    st = window_stats(rows, note_gauges(source, deployment, t_from, t_to, model))
+    st = window_stats(rows, note_gauges(source, deployment, t_from, t_to, model_name))
     if not rows:
-        st.notes += why_empty(source, deployment, t_from, t_to, model)
+        st.notes += why_empty(source, deployment, t_from, t_to, model_name)
     for _lb, after, end in spans.raw:
-        st.notes += data_notes(source, deployment, after, end, model)
+        st.notes += data_notes(source, deployment, after, end, model_name)
     return st
 
 
-def note_gauges(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None
+def note_gauges(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None
                 ) -> dict[str, float]:
     """Gauge family -> the mean over its series of their last value in the window, for the
     families ``window_stats`` notes (never a window's rate)."""
     last: dict[str, list[float]] = {}
-    for r in source.fetch("window_gauges", deployment=deployment, t_from=t_from, t_to=t_to, model=model):
+    for r in source.fetch("window_gauges", deployment=deployment, t_from=t_from, t_to=t_to, model_name=model_name):
         if r["name"] in NOTE_GAUGES or r["name"].startswith("lmcache:"):
             last.setdefault(r["name"], []).append(float(r["last"]))
     return {k: sum(v) / len(v) for k, v in last.items()}
 
 
-def window_increases(source, deployment: str, t_from: datetime, t_to: datetime,
-                     model: str | None = None) -> list[Increase]:
+def window_increases(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                     model_name: str | None = None) -> list[Increase]:
     """Raw per-series increases over [t_from, t_to] (no rollups): the reference reading."""
     return [Increase(**r) for r in source.fetch("window_increases", deployment=deployment, t_from=t_from,
-                                                t_to=t_to, model=model)]
+                                                t_to=t_to, model_name=model_name)]
 
 
-def stats(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> WindowStats:
+def stats(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+          model_name: str | None = None) -> WindowStats:
     """The headline numbers of one deployment over [t_from, t_to] (``kvplan stats``), with
     notes on what was left out and why a figure is missing."""
-    check_model(source, deployment, model)
-    rows = window_increases(source, deployment, t_from, t_to, model)
-    return _noted_stats(source, deployment, t_from, t_to, model, rows, Spans(None, ((t_from, t_from, t_to),)))
+    check_model(source, deployment, model_name)
+    rows = window_increases(source, deployment, t_from, t_to, model_name)
+    return _noted_stats(source, deployment, t_from, t_to, model_name, rows, Spans(None, ((t_from, t_from, t_to),)))
 
 
-def data_notes(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+def data_notes(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+               model_name: str | None = None) -> list[str]:
     """Stored rows the analysis left out (bad_samples): reported, never raised."""
-    rows = source.fetch("bad_samples", deployment=deployment, t_from=t_from, t_to=t_to, model=model)
+    rows = source.fetch("bad_samples", deployment=deployment, t_from=t_from, t_to=t_to, model_name=model_name)
     return [f"warning: {r['name']}: {r['n']} stored sample(s) not used ({r['bad_values']} impossible value(s), "
             f"{r['bad_created']} impossible _created time(s))" for r in rows]
 
 
-def check_model(source, deployment: str, model: str | None) -> None:
+def check_model(source: Source, deployment: str, model_name: str | None) -> None:
     """A ``--model`` the deployment's data does not have is an error naming the ones it has."""
-    if model is None:
+    if model_name is None:
         return
     known = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
-    if model not in known:
-        raise KvplanError(f"no model {model!r} in deployment {deployment!r} (known: "
+    if model_name not in known:
+        raise KvplanError(f"no model {model_name!r} in deployment {deployment!r} (known: "
                           f"{', '.join(map(repr, known)) or 'none: no model_name label'})", source="--model")
 
 
-def why_empty(source, deployment: str, t_from: datetime, t_to: datetime, model: str | None = None) -> list[str]:
+def why_empty(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+              model_name: str | None = None) -> list[str]:
     """Why a window gave no increase at all, so every figure is null: no data in the window,
     one scrape per target, or a model not in the data."""
     per_target = source.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to)
     span = next((d for d in source.fetch("deployments") if d["deployment"] == deployment), None)
-    models = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+    model_names = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
     return null_reasons({r["target"]: r["ok"] for r in per_target},
-                        (span["first_scrape"], span["last_scrape"]) if span else None, model, models)
+                        (span["first_scrape"], span["last_scrape"]) if span else None, model_name, model_names)
 
 
 @dataclass(frozen=True)
@@ -148,11 +155,11 @@ class TimeBucket:
         return window_stats(list(self.rows))
 
 
-def _daily_rows(source, deployment: str, rolled: tuple[datetime, datetime], model: str | None,
+def _daily_rows(source: Source, deployment: str, rolled: tuple[datetime, datetime], model_name: str | None,
                 names: list[str]) -> list[dict]:
     """Whole rolled-up days as chart rows, one bucket per UTC day."""
     return [dict(r, bucket=r["day"]) for r in source.fetch("daily_series", deployment=deployment, t_from=rolled[0],
-                                                           t_to=rolled[1], model=model, names=names)]
+                                                           t_to=rolled[1], model_name=model_name, names=names)]
 
 
 def _buckets(raw: list[dict]) -> list[TimeBucket]:
@@ -164,8 +171,8 @@ def _buckets(raw: list[dict]) -> list[TimeBucket]:
     return [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
 
 
-def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
-                   model: str | None = None, names: list[str] | None = None) -> list[TimeBucket]:
+def window_buckets(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                   model_name: str | None = None, names: list[str] | None = None) -> list[TimeBucket]:
     """The chart names' increases per time bucket (start, start + step]. Windows of
     ``DAILY_POINTS_FROM`` or more get one bucket per UTC day, rolled-up days read from
     ``daily_rollups``; shorter ones are read from raw samples at ``step_s``."""
@@ -177,17 +184,17 @@ def window_buckets(source, deployment: str, t_from: datetime, t_to: datetime, st
         spans = plan_spans(_rolled_days(source, deployment, f, t), f, t)
         for lb, after, end in spans.raw:
             raw += source.fetch("span_buckets", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
-                                model=model, step_s=step, origin=floor_day(after), names=names)
+                                model_name=model_name, step_s=step, origin=floor_day(after), names=names)
         if spans.rolled:
-            raw += _daily_rows(source, deployment, spans.rolled, model, names)
+            raw += _daily_rows(source, deployment, spans.rolled, model_name, names)
     else:
         raw = source.fetch("span_buckets", deployment=deployment, t_lookback=f, t_after=f, t_to=t,
-                           model=model, step_s=step, origin=f, names=names)
+                           model_name=model_name, step_s=step, origin=f, names=names)
     return _buckets(raw)
 
 
-def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
-                            model: str | None = None,
+def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                            model_name: str | None = None,
                             names: list[str] | None = None) -> tuple[Window, list[TimeBucket]]:
     """``load_window`` and ``window_buckets`` of one window in one pass: when both read the
     same raw edges (always for daily points, and for short windows without rolled-up days),
@@ -198,14 +205,14 @@ def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: dat
     step = chart_step(f, t, step_s)
     spans = plan_spans(_rolled_days(source, deployment, f, t), f, t)
     if step != 86400 and spans.raw != ((f, f, t),):  # the buckets read raw what the window reads rolled
-        return (load_window(source, deployment, f, t, model),
-                window_buckets(source, deployment, f, t, step_s, model, names))
+        return (load_window(source, deployment, f, t, model_name),
+                window_buckets(source, deployment, f, t, step_s, model_name, names))
     rows: list[Increase] = []
     raw: list[dict] = []
     for lb, after, end in spans.raw:
         origin = floor_day(after) if step == 86400 else f
         for r in source.fetch("span_increases_and_buckets", deployment=deployment, t_lookback=lb, t_after=after,
-                              t_to=end, model=model, step_s=step, origin=origin, names=names):
+                              t_to=end, model_name=model_name, step_s=step, origin=origin, names=names):
             part = r.pop("part")
             bucket = r.pop("bucket")
             if part == "window":
@@ -214,15 +221,17 @@ def load_window_and_buckets(source, deployment: str, t_from: datetime, t_to: dat
                 raw.append(dict(r, bucket=bucket))
     if spans.rolled:
         rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
-                                                     t_from=spans.rolled[0], t_to=spans.rolled[1], model=model)]
+                                                     t_from=spans.rolled[0], t_to=spans.rolled[1],
+                                                     model_name=model_name)]
         if step == 86400:
-            raw += _daily_rows(source, deployment, spans.rolled, model, names)
-    win = Window(deployment, model, f, t, tuple(rows), _noted_stats(source, deployment, f, t, model, rows, spans), spans)
+            raw += _daily_rows(source, deployment, spans.rolled, model_name, names)
+    stats = _noted_stats(source, deployment, f, t, model_name, rows, spans)
+    win = Window(deployment, model_name, f, t, tuple(rows), stats, spans)
     return win, _buckets(raw)
 
 
-def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
-                 model: str | None = None, names: list[str] | None = None) -> list[dict]:
+def gauge_points(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                 model_name: str | None = None, names: list[str] | None = None) -> list[dict]:
     """Gauge mean / max / last per time bucket, target and series (daily from
     ``gauge_rollups`` over long windows, else raw samples). ``bucket`` is aware UTC."""
     f, t = aware_utc(t_from), aware_utc(t_to)
@@ -230,7 +239,7 @@ def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step
     step = chart_step(f, t, step_s)
     end = t + timedelta(microseconds=1)  # the last sample at t_to is inside the window
     if step != 86400:
-        out = source.fetch("span_gauges", deployment=deployment, t_from=f, t_to=end, model=model,
+        out = source.fetch("span_gauges", deployment=deployment, t_from=f, t_to=end, model_name=model_name,
                            step_s=step, origin=f, names=names)
     else:
         run = longest_run(_rolled_days(source, deployment, f, t, "gauge_rolled_days"), ceil_day(f), floor_day(t))
@@ -238,28 +247,28 @@ def gauge_points(source, deployment: str, t_from: datetime, t_to: datetime, step
         out = []
         for a, b in parts:
             if b > a:
-                out += source.fetch("span_gauges", deployment=deployment, t_from=a, t_to=b, model=model,
+                out += source.fetch("span_gauges", deployment=deployment, t_from=a, t_to=b, model_name=model_name,
                                     step_s=step, origin=floor_day(a), names=names)
         if run:
-            out += source.fetch("daily_gauges", deployment=deployment, d_from=run[0], d_to=run[1], model=model,
-                                names=names)
+            out += source.fetch("daily_gauges", deployment=deployment, d_from=run[0], d_to=run[1],
+                                model_name=model_name, names=names)
     for r in out:
         r["bucket"] = as_instant(r["bucket"])
     return sorted(out, key=lambda r: (r["bucket"], r["target"], r["name"], r["labels"], r["model_name"] or "",
                                       r["engine"] or ""))
 
 
-def engines_in_window(source, deployment: str, t_from: datetime, t_to: datetime) -> int:
+def engines_in_window(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> int:
     """vLLM engines (target x engine) with data in the window, without reading raw samples."""
     return len(source.fetch("dashboard_engines", deployment=deployment, t_from=t_from, t_to=t_to))
 
 
-def peak_running_per_engine(source, deployment: str, t_from: datetime, t_to: datetime,
-                            model: str | None = None) -> float | None:
+def peak_running_per_engine(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                            model_name: str | None = None) -> float | None:
     """The most requests one vLLM engine ran at once in the window (``vllm:num_requests_running``,
     the highest sample of any engine): the concurrency one replica must hold KV for (the replica
     memory check). None when the gauge is not reported."""
-    rows = gauge_points(source, deployment, t_from, t_to, 3600, model, names=[RUNNING])
+    rows = gauge_points(source, deployment, t_from, t_to, 3600, model_name, names=[RUNNING])
     peaks = [r["max"] for r in rows if r.get("max") is not None]
     return float(max(peaks)) if peaks else None
 
@@ -268,8 +277,8 @@ TREND_LOOKBACK = timedelta(days=90)
 """How far back the measured growth trend reads whole days."""
 
 
-def daily_requests(source, deployment: str, first_ts: datetime, t_to: datetime,
-                   model: str | None = None) -> list[tuple[float, float]]:
+def daily_requests(source: Source, deployment: str, first_ts: datetime, t_to: datetime,
+                   model_name: str | None = None) -> list[tuple[float, float]]:
     """(day number, requests) of every whole UTC day of the deployment's data up to ``t_to``
     (at most ``TREND_LOOKBACK``), for ``kvplan.models.capacity.growth.measured_growth``: rolled-up days from the
     nightly rollups, others from raw samples."""
@@ -277,5 +286,5 @@ def daily_requests(source, deployment: str, first_ts: datetime, t_to: datetime,
     start = max(ceil_day(first_ts), end - TREND_LOOKBACK)
     if end - start < DAY:
         return []
-    buckets = window_buckets(source, deployment, start, end, 86400, model, names=[count_name(TTFT)])
+    buckets = window_buckets(source, deployment, start, end, 86400, model_name, names=[count_name(TTFT)])
     return [((b.start - start) / DAY, float(b.stats().requests or 0.0)) for b in buckets]

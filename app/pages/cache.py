@@ -12,7 +12,7 @@ from kvplan.models.metrics.catalog import KV_USAGE, LM_L1_USAGE
 st.title("Cache")
 sel = state.selection()
 if sel is not None:
-    v = state.view(cache_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model)
+    v = state.view(cache_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model_name)
     s = v.window.stats
     state.caption(sel, v.window.source_note)
     tl = state.timeline(sel, v.step_s)

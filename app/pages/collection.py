@@ -1,5 +1,7 @@
 """Collection: targets, last scrape, errors, the collector daemon's runs and the gaps."""
 
+from datetime import datetime
+
 import pandas as pd
 import streamlit as st
 
@@ -7,7 +9,7 @@ from kvplan.app import state
 from kvplan.app.views.collection import collection_view
 
 
-def ts(v):
+def ts(v: datetime | None) -> str:
     return "" if v is None else f"{v:%Y-%m-%d %H:%M:%S}"
 
 

@@ -1,6 +1,8 @@
 """Cost & decision: the benefit waterfall, the capacity projection, the sensitivity tornado,
 the editable price book and planning inputs, and the articles' planning presets."""
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -9,6 +11,7 @@ from kvplan.app.data.store import save_facts, save_price_form
 from kvplan.app.report import fmt
 from kvplan.app.views.cost import cost_view
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.fields import FieldSpec
 from kvplan.models.decision.presets import PRESETS
 from kvplan.models.inputs.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
 from kvplan.models.inputs.planning import PLANNING_FIELDS
@@ -36,7 +39,7 @@ def save_deployment_facts(deployment: str) -> None:
         st.session_state["facts_msg"] = ("error", f"Not saved: {e}")
 
 
-def field(prefix: str, spec, value) -> None:
+def field(prefix: str, spec: FieldSpec, value: Any) -> None:
     key, label = f"{prefix}_{spec.name}", f"{spec.name} ({spec.unit})" if spec.unit else spec.name
     if spec.kind == "choice":
         st.selectbox(label, spec.choices, index=spec.choices.index(value), key=key, help=spec.help)
@@ -59,7 +62,7 @@ def preset_plans() -> dict:
 st.title("Cost & decision")
 sel = state.selection()
 if sel is not None:
-    v = state.view(cost_view, sel.deployment, sel.t_from, sel.t_to, sel.model, cfg=state.cfg(sel.deployment))
+    v = state.view(cost_view, sel.deployment, sel.t_from, sel.t_to, sel.model_name, cfg=state.cfg(sel.deployment))
     p = v.overview.plan
     state.caption(sel, f"price book: {v.overview.pricebook_origin}")
     state.badge(p.decision)
@@ -103,14 +106,16 @@ if sel is not None:
         st.warning(p.replica_message)
     hz = p.horizon_cost_usd or {}
     st.dataframe(pd.DataFrame([
-        {"path": "without reuse (buy when the SLO breaks)", "purchases": fmt.schedule(p.purchase_schedule_without_reuse),
+        {"path": "without reuse (buy when the SLO breaks)",
+         "purchases": fmt.schedule(p.purchase_schedule_without_reuse),
          "cost over the horizon": fmt.usd(hz.get("baseline"))},
-        {"path": "with reuse (cache overhead now, buy later)", "purchases": fmt.schedule(p.purchase_schedule_with_reuse),
+        {"path": "with reuse (cache overhead now, buy later)",
+         "purchases": fmt.schedule(p.purchase_schedule_with_reuse),
          "cost over the horizon": fmt.usd(hz.get("reuse"))}]), hide_index=True)
     if v.schedule:
         state.chart(charts.capacity_chart(v.schedule, p.current_gpus))
     sw = v.sweep
-    if sw is not None and not sw.empty:
+    if sw is not None and sw.pair is not None:
         st.markdown(f"**{sw.pair.label[0].upper() + sw.pair.label[1:]}**")
         if sw.cpu_scale:
             st.caption("Measured on a CPU stack with a tiny model: CPU-scale seconds, not GPU results.")

@@ -11,7 +11,7 @@ from kvplan.app.views.latency import latency_view
 st.title("Latency")
 sel = state.selection()
 if sel is not None:
-    v = state.view(latency_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model,
+    v = state.view(latency_view, sel.deployment, sel.t_from, sel.t_to, sel.step_s, sel.model_name,
                      prices=state.cfg(sel.deployment).prices)
     q, slo = v.quantiles, v.slo
     state.caption(sel, v.window.source_note)
@@ -35,10 +35,10 @@ if sel is not None:
         slo.target_s, tl=tl))
 
     st.subheader("Queue time")
-    c = st.columns(3)
-    c[0].metric("Queue p50", fmt.quantile(q["queue p50"]), help=fmt.bucket(q["queue p50"]))
-    c[1].metric("Queue p99", fmt.quantile(q["queue p99"]), help=fmt.bucket(q["queue p99"]))
-    c[2].metric("Queue mean", fmt.secs(v.means["queue"], "not reported"))
+    c3 = st.columns(3)
+    c3[0].metric("Queue p50", fmt.quantile(q["queue p50"]), help=fmt.bucket(q["queue p50"]))
+    c3[1].metric("Queue p99", fmt.quantile(q["queue p99"]), help=fmt.bucket(q["queue p99"]))
+    c3[2].metric("Queue mean", fmt.secs(v.means["queue"], "not reported"))
     state.chart(charts.quantile_band_chart(v.points, "queue", "Time waiting in the queue "
                                            "(vllm:request_queue_time_seconds)", tl=tl))
 

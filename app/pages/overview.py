@@ -11,7 +11,8 @@ from kvplan.models.metrics.spans import chart_step
 st.title("Overview")
 sel = state.selection()
 if sel is not None:
-    ov = state.view(overview, sel.deployment, sel.t_from, sel.t_to, sel.model, sel.step_s, cfg=state.cfg(sel.deployment))
+    ov = state.view(overview, sel.deployment, sel.t_from, sel.t_to, sel.model_name, sel.step_s,
+                    cfg=state.cfg(sel.deployment))
     s, p, slo = ov.window.stats, ov.plan, ov.slo
     state.caption(sel, ov.window.source_note)
     state.badge(p.decision)
@@ -28,18 +29,18 @@ if sel is not None:
 
     state.prefill_summary(p)
 
-    c = st.columns(5)
-    c[0].metric("Prefix-cache hit rate", fmt.pct(s.prefix_cache_hit_rate),
+    c5 = st.columns(5)
+    c5[0].metric("Prefix-cache hit rate", fmt.pct(s.prefix_cache_hit_rate),
                 help="vLLM's own cache: prompt tokens found cached / prompt tokens looked up, summed over the window.")
-    c[1].metric("LMCache hit rate (external)", fmt.pct(s.external_prefix_cache_hit_rate),
+    c5[1].metric("LMCache hit rate (external)", fmt.pct(s.external_prefix_cache_hit_rate),
                 help="The KV connector's (LMCache) hits / its queries, in tokens, as vLLM counts them.")
     target = slo.target_s
     delta = None if s.ttft_p99_s is None else f"{s.ttft_p99_s - target:+.3f} s vs {target:g} s SLO"
-    c[2].metric("TTFT p50", fmt.quantile(s.ttft_p50),
+    c5[2].metric("TTFT p50", fmt.quantile(s.ttft_p50),
                 help="Median time to first token, interpolated inside its histogram bucket (histogram_quantile).")
-    c[3].metric("TTFT p99", fmt.quantile(s.ttft_p99), delta=delta, delta_color="inverse",
+    c5[3].metric("TTFT p99", fmt.quantile(s.ttft_p99), delta=delta, delta_color="inverse",
                 help="99th percentile time to first token against the p99 target of the planning inputs.")
-    c[4].metric("Requests", fmt.count(s.requests))
+    c5[4].metric("Requests", fmt.count(s.requests))
     if s.ttft_p99 is not None and s.ttft_p99.value is not None:
         q = s.ttft_p99
         upper = "no upper bound (+Inf bucket)" if q.in_inf else f"{q.upper:g} s"

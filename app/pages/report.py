@@ -17,8 +17,9 @@ if sel is not None:
                          help="The report covers this calendar month, clipped to the data inside it; the sidebar's "
                               "time range does not apply. The model selector does.")
     with st.spinner("Building the report..."):
-        html, numbers = state.report(str(db.path), sel.deployment, month, sel.model, state.report_version(sel.deployment))
-    st.caption(f"{sel.deployment} · {sel.model or 'all models'} · {month} · the same report as "
+        html, numbers = state.report(str(db.path), sel.deployment, month, sel.model_name,
+                                     state.report_version(sel.deployment))
+    st.caption(f"{sel.deployment} · {sel.model_name or 'all models'} · {month} · the same report as "
                f"`kvplan report --deployment {sel.deployment} --month {month} -o report.pdf`")
     cols = st.columns(3) + st.columns(3)
     for col, (label, value) in zip(cols, numbers.items(), strict=False):  # six places at most

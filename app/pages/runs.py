@@ -46,8 +46,8 @@ if sel is not None:
             b = names[c[1].selectbox("Compared run", keys, index=v.runs.index(pair[1]), key="run_b")]
             rows = compare_runs(a, b)
             cols = st.columns(4)
-            for col, r in zip(cols, [r for r in rows if r["metric"] in
-                                     ("total time", "TTFT p50", "tok/s p50 per user", "aggregate throughput")], strict=True):
+            headline = ("total time", "TTFT p50", "tok/s p50 per user", "aggregate throughput")
+            for col, r in zip(cols, [r for r in rows if r["metric"] in headline], strict=True):
                 col.metric(r["metric"], fmt.change(r["factor"], r["better"], r["metric"] == "total time"),
                            help=f"{fmt.number(r['baseline'], r['unit'])} → {fmt.number(r['candidate'], r['unit'])}")
             st.dataframe(pd.DataFrame([{

@@ -2,6 +2,8 @@
 the configured size marked, one shared pool against per-GPU caches, and the capacity that
 pays best. Reads ``kvplan.app.views.whatif.whatif``."""
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -14,8 +16,9 @@ state.through_navigation()
 
 
 @st.cache_data(ttl=60, show_spinner="Replaying the trace once for every capacity ...")
-def compute(path: str, deployment: str, trace: str, ranks: int, configured_gb, bytes_per_chunk,
-            seconds_per_token, tokens_per_month) -> dict:
+def compute(path: str, deployment: str, trace: str, ranks: int, configured_gb: float | None,
+            bytes_per_chunk: int | None, seconds_per_token: float | None,
+            tokens_per_month: float | None) -> dict[str, Any]:
     return whatif(state.db(), deployment, trace, ranks=ranks, configured_gb=configured_gb,
                   bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
                   tokens_per_month=tokens_per_month, cfg=state.cfg(deployment))

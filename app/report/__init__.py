@@ -12,13 +12,17 @@ passed.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvplan.app.data.store import DeploymentSettings, deployment_settings
 from kvplan.app.report.data import ReportData, build
 from kvplan.models.core.errors import KvplanError
 from kvplan.sql.db import Database
+
+if TYPE_CHECKING:
+    from kvplan.collectors.settings import Settings
 
 __all__ = ["ReportData", "build", "nightly_reports", "render_html", "render_pdf", "write_report"]
 
@@ -40,7 +44,7 @@ def render_pdf(html: str) -> bytes:
     return weasyprint.HTML(string=html).write_pdf()
 
 
-def write_report(db: Database, deployment: str, month: str, path: str | Path, *, model: str | None = None,
+def write_report(db: Database, deployment: str, month: str, path: str | Path, *, model_name: str | None = None,
                  generated_at: datetime | None = None, measured_on: str | None = None,
                  cfg: DeploymentSettings = DeploymentSettings()) -> Path:
     """Write the capacity report of ``deployment`` for the UTC month ``month`` ('YYYY-MM')
@@ -51,7 +55,8 @@ def write_report(db: Database, deployment: str, month: str, path: str | Path, *,
     if suffix not in (".pdf", ".html", ".htm"):
         raise KvplanError(f"the report is written as .pdf or .html (got {suffix or 'no suffix'!r})", source=str(path))
     _check_writable(path)
-    html = render_html(build(db, deployment, month, model=model, measured_on=measured_on, cfg=cfg), generated_at)
+    data = build(db, deployment, month, model_name=model_name, measured_on=measured_on, cfg=cfg)
+    html = render_html(data, generated_at)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if suffix == ".pdf":
@@ -75,7 +80,7 @@ def _check_writable(path: Path) -> None:
             break
 
 
-def nightly_reports(settings, day) -> list[Path]:
+def nightly_reports(settings: Settings, day: date) -> list[Path]:
     """The nightly job's report step (``kvplan.collectors.scheduler.NightlyJobs.report``): each
     deployment's capacity report for the month of ``day`` (so far) into
     ``schedule.report_dir``. A deployment without data that month is skipped."""

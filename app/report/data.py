@@ -35,7 +35,7 @@ QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increase
 class ReportData:
     deployment: str
     month: str
-    model: str | None
+    model_name: str | None
     t_from: datetime
     t_to: datetime
     overview: Overview
@@ -72,7 +72,7 @@ def measured_on_default(runs: RunsView) -> str | None:
     return values.pop() if len(values) == 1 else None
 
 
-def build(db: Database, deployment: str, month: str, *, model: str | None = None,
+def build(db: Database, deployment: str, month: str, *, model_name: str | None = None,
           measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> ReportData:
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
@@ -83,16 +83,16 @@ def build(db: Database, deployment: str, month: str, *, model: str | None = None
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
-        win, buckets = load_window_and_buckets(src, deployment, t_from, t_to, step, model)
+        win, buckets = load_window_and_buckets(src, deployment, t_from, t_to, step, model_name)
         if not win.rows:
             raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
                               + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
-        ov = overview(src, deployment, t_from, t_to, model, cfg=cfg, win=win)
+        ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win)
         runs = runs_view(src, deployment)
         return ReportData(
-            deployment=deployment, month=month, model=model, t_from=t_from, t_to=t_to, overview=ov,
-            cache=cache_view(src, deployment, t_from, t_to, step, model, win=win, buckets=buckets),
-            latency=latency_view(src, deployment, t_from, t_to, step, model,
+            deployment=deployment, month=month, model_name=model_name, t_from=t_from, t_to=t_to, overview=ov,
+            cache=cache_view(src, deployment, t_from, t_to, step, model_name, win=win, buckets=buckets),
+            latency=latency_view(src, deployment, t_from, t_to, step, model_name,
                                  slo_s=ov.plan.inputs.planning.ttft_p99_slo_seconds,
                                  tpot_slo_s=ov.plan.inputs.planning.tpot_p99_slo_seconds, win=win, buckets=buckets),
             runs=runs, topology=topology_view(src, deployment, t_from, t_to),

@@ -4,8 +4,12 @@ reads the same on a page and in the PDF (the browser test compares them)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from kvplan.models.metrics.window import Quantile
+
+if TYPE_CHECKING:
+    from kvplan.models.decision.plan import PlanResult
 
 NOT_REPORTED = "not reported"
 
@@ -105,11 +109,13 @@ def usd_cents(v: float | None, none: str = "n/a") -> str:
     return f"${v:,.2f}" if abs(v) < 100 else f"${v:,.0f}"
 
 
-def cost_model_line(p) -> str:
+def cost_model_line(p: PlanResult) -> str:
     """Where the plan's saved prefill comes from: the priced span, the cost model (fitted parts
     with bands, the history it used) or the measured A/B, and why not when it could not fit."""
-    cov = "" if p.coverage is None else (f"Priced span: {p.window_seconds / 3600:,.1f} h of data "
-                                         f"({p.coverage:.0%} of the range asked for). ")
+    cov = ""
+    if p.coverage is not None and p.window_seconds is not None:
+        cov = (f"Priced span: {p.window_seconds / 3600:,.1f} h of data "
+               f"({p.coverage:.0%} of the range asked for). ")
     m = p.inputs.measurement
     ab = m.measured_ab
     if p.saving_source == "measured" and ab is not None:
@@ -132,7 +138,7 @@ def schedule(rows: list[dict] | None) -> str:
     return ", ".join(parts)
 
 
-def capacity_method(p) -> str:
+def capacity_method(p: PlanResult) -> str:
     """How the fleet was sized, in words."""
     if p.capacity_method == "goodput":
         return "measured goodput per replica (load sweep)"

@@ -19,7 +19,8 @@ from kvplan.models.inputs.pricebook import FIELDS
 from kvplan.models.metrics.runs import CPU_NOTE, compare_runs
 
 CSS = """
-@page { size: A4; margin: 16mm 14mm; @bottom-right { content: "page " counter(page) " of " counter(pages); font-size: 8pt; } }
+@page { size: A4; margin: 16mm 14mm;
+        @bottom-right { content: "page " counter(page) " of " counter(pages); font-size: 8pt; } }
 body { font-family: 'DejaVu Sans', sans-serif; font-size: 9.5pt; color: #222; }
 h1 { font-size: 17pt; margin-bottom: 2pt; } h2 { font-size: 13pt; border-bottom: 1px solid #999; margin-top: 16pt; }
 h3 { font-size: 10.5pt; margin-bottom: 3pt; }
@@ -35,7 +36,7 @@ code { font-size: 8pt; }
 """
 
 
-def ts(v) -> str:
+def ts(v: datetime | None) -> str:
     return "" if v is None else f"{v:%Y-%m-%d %H:%M}"
 
 
@@ -55,7 +56,8 @@ def _reuse(d: ReportData) -> str:
     tiers = [[t.label, fmt.pct(t.hit_rate), fmt.number(t.hits), fmt.number(t.queries)] for t in c.tiers]
     s = c.window.stats
     cached = sum(s.cached_tokens_by_tier.values())
-    by_tier = [[k, fmt.number(v), fmt.pct(v / cached if cached else None)] for k, v in sorted(s.cached_tokens_by_tier.items())]
+    by_tier = [[k, fmt.number(v), fmt.pct(v / cached if cached else None)]
+               for k, v in sorted(s.cached_tokens_by_tier.items())]
     by_src = [[k, fmt.number(v)] for k, v in sorted(s.prompt_tokens_by_source.items())]
     runs = [[r["label"], r["measured_on"], fmt.pct(r["requests_with_cache_share"], "not recorded"),
              fmt.pct(r["cached_token_share"], "not recorded")] for r in c.runs]
@@ -158,12 +160,14 @@ def _pricing(d: ReportData) -> str:
            ["fleet runs out without reuse", fmt.months(p.runout_month_without_reuse)],
            ["purchase deferred by", "n/a" if p.deferral_months is None else f"{p.deferral_months:.1f} months"],
            ["sized by", fmt.capacity_method(p)],
-           ["GPUs per replica", fmt.gpus(p.gpus_per_replica) + (f" ({p.replica_message})" if p.replica_message else "")],
+           ["GPUs per replica",
+            fmt.gpus(p.gpus_per_replica) + (f" ({p.replica_message})" if p.replica_message else "")],
            ["busiest hour", fmt.number(p.peak_hour_requests_per_s, "req/s")],
            ["purchases without reuse", fmt.schedule(p.purchase_schedule_without_reuse)],
            ["purchases with reuse", fmt.schedule(p.purchase_schedule_with_reuse)],
            ["cost over the horizon without / with reuse",
-            f"{fmt.usd((p.horizon_cost_usd or {}).get('baseline'))} / {fmt.usd((p.horizon_cost_usd or {}).get('reuse'))}"],
+            f"{fmt.usd((p.horizon_cost_usd or {}).get('baseline'))} / "
+            f"{fmt.usd((p.horizon_cost_usd or {}).get('reuse'))}"],
            ["decision flips in", f"{fmt.pct(p.flip_probability)} of resampled scenarios"],
            ["saved prefill GPU-hours / month", f"{fmt.number(p.saved_prefill_gpu_hours)} "
             f"({fmt.number(p.saved_prefill_gpu_hours_low)} .. {fmt.number(p.saved_prefill_gpu_hours_high)})"]]
@@ -191,14 +195,15 @@ def _saved_prefill(d: ReportData) -> str:
     return ("<h3>Saved prefill by cache tier</h3>"
             + (table(["tier", "GPU-h / month", "band", "$ / month", ""], tiers, {1, 3}) if tiers
                else "<p>No tier attribution: the saved prefill could not be modelled for this window.</p>")
-            + f"<p>{escape(fmt.cost_model_line(p))} Deployment facts: {escape(d.overview.facts.origin if d.overview.facts else 'defaults')}.</p>"
+            + f"<p>{escape(fmt.cost_model_line(p))} Deployment facts: "
+            + f"{escape(d.overview.facts.origin if d.overview.facts else 'defaults')}.</p>"
             + "<h3>$ per 1M tokens</h3>" + table(["", "with reuse", "without reuse"], per_token, {1, 2}))
 
 
 def _sweep(d: ReportData) -> str:
     """The load sweep the fleet was sized from (goodput per replica at the SLOs), if any."""
     sw = d.sweep
-    if sw is None or sw.empty:
+    if sw is None or sw.pair is None:
         return ("<p>No load sweep stored: the fleet was sized with the queueing formula (a labelled fallback). "
                 "<code>kvplan pilot --sweep</code> measures each replica's goodput at the SLOs.</p>")
     rows = [[r["side"], fmt.number(r["goodput_rps"]), r["limited_by"] or "", r["note"]] for r in sw.goodput_rows]
@@ -224,14 +229,16 @@ def _provenance(d: ReportData) -> str:
     sc = [[r["target"], r["ok"], r["failed"]] for r in d.scrape_counts]
     gaps = [[g["target"] or "(whole deployment)", ts(g["t_from"]), ts(g["t_to"]), g["reason"]]
             for g in (d.collection.gaps or [])]
-    gaps += [[f["target"], ts(f["ts"]), ts(f["ts"]), f"failed scrape: {f['error']}"] for f in d.collection.failed_scrapes]
+    gaps += [[f["target"], ts(f["ts"]), ts(f["ts"]), f"failed scrape: {f['error']}"]
+             for f in d.collection.failed_scrapes]
     ledger = [[ts(c["t_from"]), ts(c["t_to"]), c["step_s"], "ok" if c["ok"] else f"failed: {c['error']}", c["n_series"]]
               for c in d.ledger]
     qs = [[n, f, doc] for n, f, doc in d.queries_used()]
     return ("<h2>7. Data provenance</h2>"
             f"<p>Window {ts(d.t_from)} .. {ts(d.t_to)} UTC: the month {d.month} clipped to the data in it; "
             f"{escape(w.source_note)}. Counter resets (server restarts) inside it: {w.stats.counter_resets}. "
-            f"Measured on: {escape(d.measured_on or 'not recorded (the metrics do not say which hardware served them)')}.</p>"
+            "Measured on: "
+            f"{escape(d.measured_on or 'not recorded (the metrics do not say which hardware served them)')}.</p>"
             + "<h3>Direct scrapes per target</h3>" + table(["target", "ok", "failed"], sc, {1, 2})
             + "<h3>Prometheus ingestion</h3>" + table(["from", "to", "step s", "status", "series"], ledger, {2, 4})
             + "<h3>Gaps (never filled with zeros)</h3>" + table(["target", "from", "to", "reason"], gaps)
@@ -240,7 +247,7 @@ def _provenance(d: ReportData) -> str:
 
 def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     """The report as HTML (deterministic for the same data and ``generated_at``)."""
-    model = d.model or "all models"
+    model_name = d.model_name or "all models"
     gen = f" Generated at {generated_at:%Y-%m-%d %H:%M} UTC." if generated_at else ""
     body_note = CPU_NOTE.removeprefix("CPU-scale: ")
     cpu = (f'<p class="note"><b>CPU-scale numbers.</b> Measured on: {escape(d.measured_on or "see the runs")}. '
@@ -250,5 +257,5 @@ def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>kvplan capacity report: {escape(d.deployment)} {d.month}</title><style>{CSS}</style></head><body>"
             f"<h1>Capacity report: {escape(d.deployment)}, {d.month}</h1>"
-            f'<p class="meta">Window {ts(d.t_from)} .. {ts(d.t_to)} UTC · {escape(model)} · '
+            f'<p class="meta">Window {ts(d.t_from)} .. {ts(d.t_to)} UTC · {escape(model_name)} · '
             f"buy more GPUs or reuse cached work (KV-cache reuse).{gen}</p>{cpu}{body}</body></html>")

@@ -6,6 +6,7 @@ same data (``kvplan.app.views.whatif.whatif``) and charts (``kvplan.app.charts_w
 from __future__ import annotations
 
 from html import escape
+from typing import Any
 
 from kvplan.app import charts_whatif
 from kvplan.app.report import fmt
@@ -26,7 +27,8 @@ def render_section(d: dict, charts: bool = True) -> str:
     out = [f"<h2>{TITLE}</h2>",
            f"<p>Replayed trace <b>{escape(t['name'])}</b> ({escape(t['format'])}): {t['requests']:,} requests, "
            f"{t['unique_chunks']:,} distinct chunks of {t['chunk_tokens']} tokens"
-           + (f", {t['bytes_per_chunk']:,} bytes each ({escape(str(t['bytes_source']))})" if t["bytes_per_chunk"] else "")
+           + (f", {t['bytes_per_chunk']:,} bytes each ({escape(str(t['bytes_source']))})"
+              if t["bytes_per_chunk"] else "")
            + ". LRU with LMCache's hit rule (a request hits its leading cached chunks), exact at every "
            "capacity; the same numbers as <code>lmcache tool cache-simulator simulate</code>.</p>"]
     sat = d["saturation"]
@@ -71,7 +73,7 @@ def render_section(d: dict, charts: bool = True) -> str:
     return "".join(out)
 
 
-def whatif_section(db: Database, deployment: str, **kw) -> str:
+def whatif_section(db: Database, deployment: str, **kw: Any) -> str:
     """The section for a deployment's newest trace, or a one-line note when it has none."""
     from kvplan.app.views.whatif import whatif
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from kvplan.app.data.window import (
     TimeBucket,
@@ -18,6 +19,7 @@ from kvplan.app.views.runs import runs_view
 from kvplan.models.metrics.catalog import GAUGE_LABELS
 from kvplan.models.metrics.spans import chart_step
 from kvplan.models.metrics.window import Tier, tiers
+from kvplan.sql.db import Source
 
 REQUEST_WEIGHTED_NOTE = (
     "Request-weighted hit rate (the share of requests with at least one cached token) is not in "
@@ -48,18 +50,19 @@ def series_label(g: dict) -> str:
     return f"{g['target']}{eng}" + (f" {{{extra}}}" if extra else "")
 
 
-def cache_view(source, deployment: str, t_from, t_to, step_s: int, model: str | None = None, *,
+def cache_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+               model_name: str | None = None, *,
                win: Window | None = None, buckets: list[TimeBucket] | None = None) -> CacheView:
     """``win`` / ``buckets``: already loaded ones (the report shares them)."""
     if win is None and buckets is None:  # one scan of the raw edges for both
-        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
-    win = win or load_window(source, deployment, t_from, t_to, model)
+        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model_name)
+    win = win or load_window(source, deployment, t_from, t_to, model_name)
     if buckets is None:
-        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model)
+        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model_name)
     cached_pts = [{"bucket": b.start, "source": src, "tokens": v}
                   for b in buckets for src, v in sorted(b.stats().cached_tokens_by_tier.items())]
     gauges = [{"bucket": g["bucket"], "name": g["name"], "gauge": GAUGE_LABELS.get(g["name"], g["name"]),
                "series": series_label(g), "mean": g["mean"], "max": g["max"], "last": g["last"]}
-              for g in gauge_points(source, deployment, t_from, t_to, step_s, model)]
+              for g in gauge_points(source, deployment, t_from, t_to, step_s, model_name)]
     return CacheView(win, tiers(win.stats, list(win.rows)), tier_points(buckets), cached_pts, gauges,
                      runs_view(source, deployment).runs, chart_step(t_from, t_to, step_s))

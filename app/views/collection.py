@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from kvplan.models.core.timeutil import DAY, ceil_day, floor_day
 from kvplan.models.metrics.serving import ServingTopology, serving_topology
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class CollectionView:
     """Days of the window the nightly rollups cover."""
 
 
-def collection_view(source, deployment: str, t_from, t_to) -> CollectionView:
+def collection_view(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> CollectionView:
     days = source.fetch("dashboard_rolled_days", deployment=deployment, d_from=floor_day(t_from),
                         d_to=ceil_day(t_to) + DAY)
     runs = [r for r in source.fetch("collector_runs", limit=200) if r["deployment"] in (deployment, None)][:50]
@@ -40,6 +42,6 @@ def collection_view(source, deployment: str, t_from, t_to) -> CollectionView:
         rolled_days=len(days))
 
 
-def topology_view(source, deployment: str, t_from, t_to) -> ServingTopology:
+def topology_view(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> ServingTopology:
     """Servers and engines per node (host of the target URL), shared or private caches."""
     return serving_topology(source.fetch("dashboard_topology", deployment=deployment, t_from=t_from, t_to=t_to))

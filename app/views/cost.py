@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from kvplan.app.data.store import DeploymentSettings
 from kvplan.app.views.overview import Overview, overview
@@ -10,6 +11,7 @@ from kvplan.app.views.sweeps import SweepView, sweep_view_of
 from kvplan.models.decision.plan import PlanResult
 from kvplan.models.inputs.planning import PlanningInputs
 from kvplan.models.inputs.pricebook import PriceBook
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -32,9 +34,9 @@ def capacity_schedule(plan: PlanResult) -> list[dict]:
         for r in cap.schedule]
 
 
-def cost_view(source, deployment: str, t_from, t_to, model: str | None = None, *,
+def cost_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None, *,
               cfg: DeploymentSettings = DeploymentSettings()) -> CostView:
-    ov = overview(source, deployment, t_from, t_to, model, cfg=cfg)
+    ov = overview(source, deployment, t_from, t_to, model_name, cfg=cfg)
     pl = ov.plan.inputs.planning
     sweep = sweep_view_of(ov.sweep, pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds)
     return CostView(ov, ov.plan.inputs.pricebook, pl, capacity_schedule(ov.plan), sweep)

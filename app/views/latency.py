@@ -12,6 +12,7 @@ from kvplan.app.views.overview import latency_points
 from kvplan.models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
 from kvplan.models.metrics.spans import chart_step
 from kvplan.models.metrics.window import Quantile, latency_quantiles
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -45,22 +46,23 @@ def inf_warnings(qs: dict[str, Quantile | None], points: list[dict]) -> list[str
     return out
 
 
-def latency_view(source, deployment: str, t_from, t_to, step_s: int, model: str | None = None,
+def latency_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
+                 model_name: str | None = None,
                  slo_s: float | None = None, *, tpot_slo_s: float | None = None, prices: dict | None = None,
                  win: Window | None = None, buckets: list[TimeBucket] | None = None) -> LatencyView:
     """SLOs (TTFT ``slo_s``, TPOT ``tpot_slo_s``; None: the deployment's planning inputs)
     snapped to a bucket bound; ``win`` / ``buckets``: already loaded ones (the report shares
     them); ``prices``: the config's default price table."""
     if win is None and buckets is None:  # one scan of the raw edges for both
-        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
-    win = win or load_window(source, deployment, t_from, t_to, model)
+        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model_name)
+    win = win or load_window(source, deployment, t_from, t_to, model_name)
     if slo_s is None or tpot_slo_s is None:
         planning = load_pricebook(source, deployment, prices).planning
         slo_s = planning.ttft_p99_slo_seconds if slo_s is None else slo_s
         tpot_slo_s = planning.tpot_p99_slo_seconds if tpot_slo_s is None else tpot_slo_s
     qs, means = latency_quantiles(win.rows)
     if buckets is None:
-        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model)
+        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model_name)
     points = latency_points(buckets)
     return LatencyView(win, slo_attainment(win.rows, slo_s), tpot_slo_attainment(win.rows, tpot_slo_s), qs, means,
                        points, inf_warnings(qs, points), chart_step(t_from, t_to, step_s))

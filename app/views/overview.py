@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from kvplan.app.data.prefill import plan_measurement
 from kvplan.app.data.store import (
@@ -35,6 +36,7 @@ from kvplan.models.inputs.pricebook import PriceBook
 from kvplan.models.metrics.slo import Slo, slo_attainment
 from kvplan.models.metrics.window import latency_quantiles, tiers
 from kvplan.models.prefill.measurement import PrefillMeasurement
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class PlannedWindow:
     """The newest load-sweep pair the plan was sized from (None: the queueing fallback)."""
 
 
-def window_measurement(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
+def window_measurement(source: Source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
                        gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet, Facts]:
     """The prefill model's input for a loaded window (``kvplan.app.data.prefill.plan_measurement``: the
     covered span, the cost model fitted on the deployment's history, the latest measured A/B),
@@ -56,12 +58,12 @@ def window_measurement(source, win: Window, cfg: DeploymentSettings = Deployment
     facts = load_facts(source, win.deployment, cfg)
     fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
                gpus_per_engine=facts.facts.gpus_per_engine, override=gpus, config_key=cfg.config_key)
-    m = plan_measurement(source, win.deployment, win.t_from, win.t_to, facts=facts.facts, model=win.model,
+    m = plan_measurement(source, win.deployment, win.t_from, win.t_to, facts=facts.facts, model_name=win.model_name,
                          stats=win.stats, num_gpus=max(fl.gpus, 1))
     return m, fl, facts
 
 
-def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
+def plan_window(source: Source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
                 pricebook: PriceBook | None = None, planning: PlanningInputs | None = None,
                 gpus: int | None = None) -> PlannedWindow:
     """The buy-vs-reuse plan of a loaded window: the saved (or config, or default) prices
@@ -76,7 +78,7 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     pair = latest_sweep_pair(source, win.deployment)
     goodput = pair.goodput(pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds).goodput if pair is not None else None
     peak = m.window.peak_hour_requests_per_s if m.window is not None else None
-    running = peak_running_per_engine(source, win.deployment, win.t_from, win.t_to, win.model)
+    running = peak_running_per_engine(source, win.deployment, win.t_from, win.t_to, win.model_name)
     result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl, facts=facts.facts,
                                  goodput=goodput, peak_hour_requests_per_s=peak, concurrency_per_replica=running),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
@@ -84,14 +86,14 @@ def plan_window(source, win: Window, cfg: DeploymentSettings = DeploymentSetting
     return PlannedWindow(result, prices, fl, facts, pair)
 
 
-def _growth(source, win: Window, pl: PlanningInputs) -> tuple[PlanningInputs, str]:
+def _growth(source: Source, win: Window, pl: PlanningInputs) -> tuple[PlanningInputs, str]:
     """The planning inputs with the measured growth trend when ``growth_source`` asks for it
     (and the data holds one), and a note saying which growth the plan used."""
     typed = f"{pl.growth_rate_per_month:+.1%}/month from the planning inputs"
     if pl.growth_source != "measured_trend":
         return pl, typed
     first = next((d["first_ts"] for d in deployments_with_data(source) if d["deployment"] == win.deployment), None)
-    trend = measured_growth(daily_requests(source, win.deployment, first, win.t_to, win.model)) if first else None
+    trend = measured_growth(daily_requests(source, win.deployment, first, win.t_to, win.model_name)) if first else None
     if trend is None:
         return pl, f"{typed} (no measured trend: it needs {MIN_TREND_DAYS} whole days with requests)"
     return replace(pl, growth_rate_per_month=trend.rate_per_month), trend.note
@@ -136,26 +138,27 @@ class Overview:
     latency_points: list[dict] = field(default_factory=list)
 
 
-def overview(source, deployment: str, t_from, t_to, model: str | None = None, step_s: int | None = None, *,
-             cfg: DeploymentSettings = DeploymentSettings(), win: Window | None = None) -> Overview:
+def overview(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None,
+             step_s: int | None = None, *, cfg: DeploymentSettings = DeploymentSettings(),
+             win: Window | None = None) -> Overview:
     """Overview page: the window's plan (monthly benefit, decision), hit rate, TTFT vs SLO;
     with ``step_s`` also the hit-rate and latency points over time. ``win``: the window,
     if already loaded (the report shares one across its sections)."""
     if win is None and step_s:  # one scan of the raw edges for both
-        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model)
+        win, buckets = load_window_and_buckets(source, deployment, t_from, t_to, step_s, model_name)
     else:
-        win = win or load_window(source, deployment, t_from, t_to, model)
-        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model) if step_s else []
+        win = win or load_window(source, deployment, t_from, t_to, model_name)
+        buckets = window_buckets(source, deployment, t_from, t_to, step_s, model_name) if step_s else []
     pw = plan_window(source, win, cfg)
     return Overview(win, pw.plan, pw.prices.origin, pw.fleet.gpus, pw.fleet.origin,
                     slo_attainment(win.rows, pw.plan.inputs.planning.ttft_p99_slo_seconds), pw.facts,
                     pw.sweep, tier_points(buckets), latency_points(buckets))
 
 
-def plan_range(source, deployment: str, t_from, t_to, model: str | None = None, *,
+def plan_range(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None, *,
                cfg: DeploymentSettings = DeploymentSettings(), gpus: int | None = None) -> PlanResult:
     """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it."""
     from kvplan.app.data.window import check_model
 
-    check_model(source, deployment, model)
-    return plan_window(source, load_window(source, deployment, t_from, t_to, model), cfg, gpus=gpus).plan
+    check_model(source, deployment, model_name)
+    return plan_window(source, load_window(source, deployment, t_from, t_to, model_name), cfg, gpus=gpus).plan

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from kvplan.models.metrics.runs import default_pair, is_cpu_scale
 from kvplan.models.metrics.window import ratio
+from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class RunsView:
         return default_pair(self.runs)
 
 
-def runs_view(source, deployment: str) -> RunsView:
+def runs_view(source: Source, deployment: str) -> RunsView:
     shares = {r["run_id"]: r for r in source.fetch("run_cache_shares", deployment=deployment)}
     out = []
     for r in source.fetch("run_summaries", deployment=deployment):

@@ -10,6 +10,7 @@ from kvplan.app.data.store import load_pricebook
 from kvplan.app.data.sweeps import SweepPair, latest_sweep_pair
 from kvplan.models.capacity.goodput import Goodput, SideGoodput, failed_metrics
 from kvplan.models.metrics.runs import is_cpu_scale
+from kvplan.sql.db import Source
 
 SIDES = {"off": "without reuse", "on": "with reuse"}
 """Series names of the two sides, as the chart labels them."""
@@ -42,7 +43,7 @@ class SweepView:
                 for k, g in (("off", self.off), ("on", self.on)) if g is not None]
 
 
-def sweep_view(source, deployment: str, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, *,
+def sweep_view(source: Source, deployment: str, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, *,
                prices: dict | None = None) -> SweepView:
     """``ttft_slo_s`` None: the planning inputs' p99 TTFT SLO; ``tpot_slo_s`` None: TPOT is not
     checked. ``prices``: the config's default price table (as the other views)."""

@@ -22,9 +22,7 @@ import numpy as np
 
 from kvplan.app.data.store import DeploymentSettings, load_pricebook
 from kvplan.collectors.traces import load_trace
-from kvplan.models.cache import pools as cache_topology
-from kvplan.models.cache import sim as cachesim
-from kvplan.models.cache import value as cachevalue
+from kvplan.models.cache import pools, sim, value
 from kvplan.models.cache.sim import GB
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import from_epoch_s
@@ -57,8 +55,8 @@ def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1:
         return None
 
 
-def whatif(db: Database, deployment: str, trace: str | None = None, *, model: str | None = None,
-           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = cache_topology.ROUTINGS,
+def whatif(db: Database, deployment: str, trace: str | None = None, *, model_name: str | None = None,
+           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = pools.ROUTINGS,
            seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
            configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
            tokens_per_month: float | None = None, capacity_gb: float | None = None,
@@ -66,42 +64,42 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
     """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
     shared vs private (default: the configured size, else half the saturation size). Long on
     purpose: the dict it returns is the ``kvplan whatif --json`` contract, written out in one place."""
-    tr, info = load_trace(db, deployment, trace, model=model)
+    tr, info = load_trace(db, deployment, trace, model_name=model_name)
     bpc = bytes_per_chunk or info.bytes_per_chunk
     notes: list[str] = []
     if not bpc:
         notes.append("bytes per chunk unknown (no shapes/dtypes in the trace): capacities in "
                      "GB need --bytes-per-chunk; shown in tokens only")
-    dist = cachesim.stack_distances(tr)
-    curve = cachesim.lru_curve(tr, dist)
+    dist = sim.stack_distances(tr)
+    curve = sim.lru_curve(tr, dist)
     chunk_tokens = int(np.median(tr.chunk_size)) if tr.requests else 0
 
     def gb(chunks) -> float | None:
         return float(chunks) * bpc / GB if bpc else None
 
     sat = curve.saturation_chunks
-    caps = cachesim.log_capacities(1, sat, points)
+    caps = sim.log_capacities(1, sat, points)
     pb = load_pricebook(db, deployment, cfg.prices).pricebook
     if configured_gb is None and pb.cache_tier_gb_cpu > 0:
         configured_gb = pb.cache_tier_gb_cpu
         notes.append(f"configured size: the price book's cache_tier_gb_cpu ({configured_gb:g} GB)")
-    configured = None
+    configured: dict[str, Any] | None = None
     if configured_gb is not None and bpc:
-        c = cachesim.capacity_chunks(configured_gb * GB, bpc)
+        c = sim.capacity_chunks(configured_gb * GB, bpc)
         caps = np.unique(np.concatenate((caps, [c])))
         configured = {"capacity_gb": configured_gb, "capacity_chunks": c,
                       "capacity_tokens": c * chunk_tokens, "hit_rate": float(curve.hit_rate(c))}
-    rates = curve.hit_rate(caps)
+    rates = np.asarray(curve.hit_rate(caps))
     pts = [{"capacity_chunks": int(c), "capacity_tokens": int(c) * chunk_tokens,
             "capacity_gb": gb(c), "hit_rate": float(h)} for c, h in zip(caps, rates, strict=True)]
 
     # L1 (the configured size) over an L2 of l2_gb that takes what L1 evicts (kvplan.models.cache.sim).
     tiers = None
-    if l2_gb is not None and configured is not None:
-        l2 = cachesim.capacity_chunks(l2_gb * GB, bpc)
-        tiers = {**cachesim.tier_split(tr, dist, configured["capacity_chunks"], l2),
+    if l2_gb is not None and configured is not None and bpc:
+        l2 = sim.capacity_chunks(l2_gb * GB, bpc)
+        tiers = {**sim.tier_split(tr, dist, configured["capacity_chunks"], l2),
                  "l1_gb": configured_gb, "l2_gb": l2_gb,
-                 "model": "exclusive LRU cascade: L2 holds what L1 evicts; a hit in L2 moves "
+                 "cascade": "exclusive LRU cascade: L2 holds what L1 evicts; a hit in L2 moves "
                           "back to L1"}
     elif l2_gb is not None:
         notes.append("L1/L2 split needs the configured (L1) size and bytes per chunk")
@@ -118,7 +116,7 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
 
     return {
         "deployment": deployment,
-        "trace": {"name": info.name, "format": info.format, "model": model,
+        "trace": {"name": info.name, "format": info.format, "model_name": model_name,
                   "requests": curve.requests, "chunk_references": curve.references,
                   "unique_chunks": curve.unique_chunks, "total_tokens": curve.total_tokens,
                   # LMCache's lookup_requested_tokens counter counts these (no partial tail):
@@ -146,7 +144,7 @@ def _compared_capacity(capacity_gb, bpc, configured, ranks: int, sat: int) -> in
     """Total chunks compared shared vs private: the asked size, else the configured one,
     else half the saturation size (at least one chunk per rank)."""
     if capacity_gb is not None and bpc:
-        return cachesim.capacity_chunks(capacity_gb * GB, bpc)
+        return sim.capacity_chunks(capacity_gb * GB, bpc)
     if configured is not None:
         return configured["capacity_chunks"]
     return max(ranks, sat // 2)
@@ -155,7 +153,7 @@ def _compared_capacity(capacity_gb, bpc, configured, ranks: int, sat: int) -> in
 def _shared_vs_private(tr, curve, caps, rates, *, ranks: int, routings, seed: int, total_chunks: int,
                        gb, chunk_tokens: int) -> dict:
     """One shared pool against ``ranks`` private caches, at one total capacity and along the curve."""
-    topo = {r: cache_topology.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
+    topo = {r: pools.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
     return {
         "ranks": ranks, "capacity_chunks": int(total_chunks), "capacity_gb": gb(total_chunks),
         "capacity_tokens": int(total_chunks) * chunk_tokens,
@@ -180,17 +178,17 @@ def _dollars(db: Database, deployment: str, cfg: DeploymentSettings, curve, caps
         spt_source = "kvplan.models.prefill.savings over the trace's time span" if spt is not None else None
     tpm_source = "option" if tpm is not None else "the trace's own rate"
     if tpm is None and t1 > t0:
-        tpm = cachevalue.tokens_per_month(curve.total_tokens, t1 - t0)
+        tpm = value.tokens_per_month(curve.total_tokens, t1 - t0)
     if not bpc:
         return None, "bytes per chunk unknown"
     if spt is None:
         return None, "no GPU-seconds per token: no metrics for the trace's time span; give --seconds-per-token"
     if tpm is None:
         return None, "the trace spans no time: give --tokens-per-month"
-    v = cachevalue.ValueInputs(bytes_per_chunk=int(bpc), requested_tokens_per_month=tpm,
+    v = value.ValueInputs(bytes_per_chunk=int(bpc), requested_tokens_per_month=tpm,
                                seconds_per_cached_token=spt, usd_per_gpu_hour=pb.effective_usd_per_gpu_hour(),
                                usd_per_gb_month=pb.usd_per_gb_month_cpu_memory)
-    opt = cachevalue.optimum(curve, v)
+    opt = value.optimum(curve, v)
     return {
         "seconds_per_cached_token": spt, "seconds_per_cached_token_source": spt_source,
         "requested_tokens_per_month": tpm, "requested_tokens_per_month_source": tpm_source,
@@ -198,5 +196,5 @@ def _dollars(db: Database, deployment: str, cfg: DeploymentSettings, curve, caps
         "best": opt["best"].to_dict(),
         "break_even": opt["break_even"].to_dict() if opt["break_even"] else None,
         "saved_usd_per_month_at_infinite": opt["saved_usd_per_month_at_infinite"],
-        "points": [r.to_dict() for r in cachevalue.value_at(curve, v, caps)],
+        "points": [r.to_dict() for r in value.value_at(curve, v, caps)],
     }, None

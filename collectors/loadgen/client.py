@@ -47,10 +47,10 @@ class _Budget:
         return True
 
 
-async def _one_request(client: httpx.AsyncClient, base: str, model: str, prompt: str,
+async def _one_request(client: httpx.AsyncClient, base: str, model_name: str, prompt: str,
                        w: Workload, user: int, turn: int, deadline: float) -> tuple[RequestResult, str]:
     body = {
-        "model": model,
+        "model": model_name,
         "prompt": prompt,
         "max_tokens": w.output_tokens,
         "temperature": w.temperature,
@@ -117,7 +117,7 @@ async def _one_request(client: httpx.AsyncClient, base: str, model: str, prompt:
     return res, "".join(pieces)
 
 
-async def run_async(servers: Sequence[str], model: str, workload: Workload,
+async def run_async(servers: Sequence[str], model_name: str, workload: Workload,
                     client: httpx.AsyncClient | None = None) -> RunResult:
     """Run the workload; never raises for request failures."""
     bases = [normalize_base_url(s) for s in servers]
@@ -144,7 +144,7 @@ async def run_async(servers: Sequence[str], model: str, workload: Workload,
             base = bases[route(w, user, turn, len(bases))]
             prompt = prompt_for(w, user, turn, history)
             try:
-                res, answer = await _one_request(client, base, model, prompt, w, user, turn, deadline)
+                res, answer = await _one_request(client, base, model_name, prompt, w, user, turn, deadline)
             except asyncio.CancelledError:
                 results.append(RequestResult(user, turn, base, time.time(), None, None, None, None,
                                              None, False, "cancelled at max_seconds",
@@ -172,10 +172,10 @@ async def run_async(servers: Sequence[str], model: str, workload: Workload,
             await client.aclose()
     results.sort(key=lambda r: (r.started_at, r.user, r.turn))
     return RunResult(scenario=w.scenario, started_at=started_at, ended_at=time.time(), workload=w,
-                     results=results, model=model, servers=bases, stopped_by=budget.stopped_by)
+                     results=results, model_name=model_name, servers=bases, stopped_by=budget.stopped_by)
 
 
-async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], *,
+async def run_prompts_async(servers: Sequence[str], model_name: str, prompts: Sequence[Sequence[str]], *,
                             output_tokens: int = 8, scenario: Scenario = "unique",
                             request_timeout_s: float = 300.0,
                             client: httpx.AsyncClient | None = None) -> RunResult:
@@ -200,7 +200,7 @@ async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequenc
 
     async def user(u: int) -> None:
         for turn, prompt in enumerate(prompts[u]):
-            res, _ = await _one_request(client, bases[u % len(bases)], model, prompt, w, u, turn, deadline)
+            res, _ = await _one_request(client, bases[u % len(bases)], model_name, prompt, w, u, turn, deadline)
             results.append(res)
 
     try:
@@ -210,10 +210,10 @@ async def run_prompts_async(servers: Sequence[str], model: str, prompts: Sequenc
             await client.aclose()
     results.sort(key=lambda r: (r.started_at, r.user, r.turn))
     return RunResult(scenario=scenario, started_at=started_at, ended_at=time.time(), workload=w,
-                     results=results, model=model, servers=bases)
+                     results=results, model_name=model_name, servers=bases)
 
 
-async def run_arrivals_async(server: str, model: str, prompts: Sequence[str], offsets_s: Sequence[float], *,
+async def run_arrivals_async(server: str, model_name: str, prompts: Sequence[str], offsets_s: Sequence[float], *,
                              output_tokens: int = 8, scenario: Scenario = "shared_prefix",
                              request_timeout_s: float = 120.0,
                              client: httpx.AsyncClient | None = None) -> RunResult:
@@ -239,7 +239,7 @@ async def run_arrivals_async(server: str, model: str, prompts: Sequence[str], of
 
     async def one(i: int) -> None:
         await asyncio.sleep(max(t0 + offsets_s[i] - time.monotonic(), 0.0))
-        res, _ = await _one_request(client, base, model, prompts[i], w, i, 0, deadline)
+        res, _ = await _one_request(client, base, model_name, prompts[i], w, i, 0, deadline)
         results.append(res)
 
     try:
@@ -249,17 +249,18 @@ async def run_arrivals_async(server: str, model: str, prompts: Sequence[str], of
             await client.aclose()
     results.sort(key=lambda r: (r.started_at, r.user))
     return RunResult(scenario=scenario, started_at=started_at, ended_at=time.time(), workload=w,
-                     results=results, model=model, servers=[base])
+                     results=results, model_name=model_name, servers=[base])
 
 
-def run_arrivals(server: str, model: str, prompts: Sequence[str], offsets_s: Sequence[float], **kw: Any) -> RunResult:
+def run_arrivals(server: str, model_name: str, prompts: Sequence[str], offsets_s: Sequence[float],
+                 **kw: Any) -> RunResult:
     """Synchronous wrapper around run_arrivals_async."""
-    return _run_sync(lambda: run_arrivals_async(server, model, prompts, offsets_s, **kw))
+    return _run_sync(lambda: run_arrivals_async(server, model_name, prompts, offsets_s, **kw))
 
 
-def run_prompts(servers: Sequence[str], model: str, prompts: Sequence[Sequence[str]], **kw: Any) -> RunResult:
+def run_prompts(servers: Sequence[str], model_name: str, prompts: Sequence[Sequence[str]], **kw: Any) -> RunResult:
     """Synchronous wrapper around run_prompts_async."""
-    return _run_sync(lambda: run_prompts_async(servers, model, prompts, **kw))
+    return _run_sync(lambda: run_prompts_async(servers, model_name, prompts, **kw))
 
 
 def _run_sync(coro_fn):
@@ -276,12 +277,12 @@ def _run_sync(coro_fn):
         return pool.submit(lambda: asyncio.run(coro_fn())).result()
 
 
-def run(servers: Sequence[str], model: str, workload: Workload) -> RunResult:
+def run(servers: Sequence[str], model_name: str, workload: Workload) -> RunResult:
     """Synchronous wrapper around run_async."""
-    return _run_sync(lambda: run_async(servers, model, workload))
+    return _run_sync(lambda: run_async(servers, model_name, workload))
 
 
-def complete(server: str, model: str, prompt: str, *, output_tokens: int = 16,
+def complete(server: str, model_name: str, prompt: str, *, output_tokens: int = 16,
              timeout_s: float = 300.0, user: int = 0, turn: int = 0) -> tuple[RequestResult, str]:
     """Send one streaming completion (same request shape as the workloads); return it and its text.
 
@@ -294,7 +295,7 @@ def complete(server: str, model: str, prompt: str, *, output_tokens: int = 16,
     async def go() -> tuple[RequestResult, str]:
         async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0),
                                      trust_env=False) as client:
-            return await _one_request(client, base, model, prompt, w, user, turn,
+            return await _one_request(client, base, model_name, prompt, w, user, turn,
                                       time.monotonic() + timeout_s)
 
     return _run_sync(go)

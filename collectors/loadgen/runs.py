@@ -28,12 +28,13 @@ def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None
         raise ValueError(f"reuse: must be 'off', 'on' or None; got {reuse!r}")
     w = run.workload
     with db.write() as con:
-        run_id = Database.run(
+        run_id = Database.scalar(
             con, "insert_run", deployment=deployment, label=label or run.scenario, scenario=run.scenario,
-            routing=w.routing, started_at=from_epoch_s(run.started_at), ended_at=from_epoch_s(run.ended_at), model=run.model,
+            routing=w.routing, started_at=from_epoch_s(run.started_at), ended_at=from_epoch_s(run.ended_at),
+            model_name=run.model_name,
             servers=json.dumps([redact_url(s) for s in run.servers]), workload=json.dumps(asdict(w)),
             stopped_by=run.stopped_by, measured_on=measured_on, reuse=reuse, engine_seconds=engine_seconds,
-            engine_seconds_source=engine_seconds_source, ab_pair=ab_pair, cached_tokens=cached_tokens).fetchone()[0]
+            engine_seconds_source=engine_seconds_source, ab_pair=ab_pair, cached_tokens=cached_tokens)
         rs = run.results
         reqs = pa.table({  # noqa: F841 (read by DuckDB by name)
             "run_id": pa.array([run_id] * len(rs), pa.int64()),

@@ -128,9 +128,9 @@ class SweepPlan:
 def level_point(offered: float, results: Sequence[wl.RequestResult]) -> SweepPoint:
     """One level's ``SweepPoint`` from its requests (module docstring)."""
     ok = [r for r in results if r.ok and r.ttft_s is not None]
-    ttft = [r.ttft_s for r in ok]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]  # all of ok
     tpot = [(r.total_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
-            if r.output_tokens and r.output_tokens > 1 and r.total_s is not None]
+            if r.output_tokens and r.output_tokens > 1 and r.total_s is not None and r.ttft_s is not None]
     span = None
     if results:
         first = min(r.started_at for r in results)
@@ -163,7 +163,7 @@ class SweepResult:
 
     reuse: str
     server: str
-    model: str
+    model_name: str
     plan: SweepPlan
     started_at: float
     ended_at: float = 0.0
@@ -182,7 +182,7 @@ Progress = Callable[[str, int, SweepPoint], None]
 """Called after each level: (reuse side, level index, the level's point)."""
 
 
-def run_level(server: str, model: str, plan: SweepPlan, level_idx: int) -> Level:
+def run_level(server: str, model_name: str, plan: SweepPlan, level_idx: int) -> Level:
     """Run one level of ``plan`` against ``server``."""
     level = plan.levels[level_idx]
     n = plan.requests_at(level)
@@ -190,35 +190,35 @@ def run_level(server: str, model: str, plan: SweepPlan, level_idx: int) -> Level
     if plan.load_kind == "concurrency":
         c = int(level)
         per_user = [prompts[u::c] for u in range(c)]
-        run = lg_client.run_prompts([server], model, per_user, output_tokens=plan.output_tokens,
+        run = lg_client.run_prompts([server], model_name, per_user, output_tokens=plan.output_tokens,
                              scenario=plan.scenario, request_timeout_s=plan.request_timeout_s)
     else:
         offsets = plan.arrivals(level_idx, level, n)
-        run = lg_client.run_arrivals(server, model, prompts, offsets, output_tokens=plan.output_tokens,
+        run = lg_client.run_arrivals(server, model_name, prompts, offsets, output_tokens=plan.output_tokens,
                               scenario=plan.scenario, request_timeout_s=plan.request_timeout_s)
     return Level(level, run, level_point(level, run.results))
 
 
-def warm_up(server: str, model: str, plan: SweepPlan) -> None:
+def warm_up(server: str, model_name: str, plan: SweepPlan) -> None:
     """One request of the sweep's shape (its own tail), not measured."""
     w = plan.workload()
-    lg_client.complete(server, model, wl.prompt_for(w, 999_999_999, 0), output_tokens=plan.output_tokens,
+    lg_client.complete(server, model_name, wl.prompt_for(w, 999_999_999, 0), output_tokens=plan.output_tokens,
                 timeout_s=plan.request_timeout_s)
 
 
-def run_pair(off_url: str, on_url: str, model: str, plan: SweepPlan, *,
+def run_pair(off_url: str, on_url: str, model_name: str, plan: SweepPlan, *,
              progress: Progress | None = None) -> tuple[SweepResult, SweepResult]:
     """Both sides of a sweep, interleaved by level (module docstring). Never raises for failed
     requests: they are counted in the level (and fail it)."""
-    sides = {"off": SweepResult("off", lg_client.normalize_base_url(off_url), model, plan, time.time()),
-             "on": SweepResult("on", lg_client.normalize_base_url(on_url), model, plan, time.time())}
+    sides = {"off": SweepResult("off", lg_client.normalize_base_url(off_url), model_name, plan, time.time()),
+             "on": SweepResult("on", lg_client.normalize_base_url(on_url), model_name, plan, time.time())}
     if plan.warmup:
         for s in sides.values():
-            warm_up(s.server, model, plan)
+            warm_up(s.server, model_name, plan)
     for k in range(len(plan.levels)):
         for reuse in (("off", "on") if k % 2 == 0 else ("on", "off")):
             s = sides[reuse]
-            lv = run_level(s.server, model, plan, k)
+            lv = run_level(s.server, model_name, plan, k)
             s.levels.append(lv)
             if progress is not None:
                 progress(reuse, k, lv.point)
@@ -235,12 +235,12 @@ def save_sweep(db: Database, deployment: str, sweep: SweepResult, *, pair: str, 
 
     check_name(deployment, "--deployment")
     with db.write() as con:
-        sweep_id = Database.run(
+        sweep_id = Database.scalar(
             con, "insert_sweep", deployment=deployment, pair=pair, side=sweep.reuse,
-            load_kind=sweep.plan.load_kind, server=redact_url(sweep.server), model=sweep.model,
+            load_kind=sweep.plan.load_kind, server=redact_url(sweep.server), model_name=sweep.model_name,
             scenario=sweep.plan.scenario, workload=json.dumps(sweep.plan.to_dict()),
             started_at=from_epoch_s(sweep.started_at), ended_at=from_epoch_s(sweep.ended_at),
-            measured_on=measured_on).fetchone()[0]
+            measured_on=measured_on)
         rows: dict[str, list] = {k: [] for k in ("sweep_id", "level_idx", "started_at", "ttft_s", "total_s",
                                                  "prompt_tokens", "output_tokens", "cached_tokens", "ok", "error")}
         for i, lv in enumerate(sweep.levels):

@@ -124,7 +124,7 @@ class RunResult:
     ended_at: float
     workload: Workload
     results: list[RequestResult] = field(default_factory=list)
-    model: str = ""
+    model_name: str = ""
     servers: list[str] = field(default_factory=list)
     stopped_by: str | None = None  # 'max_requests' | 'max_seconds' | None
 

@@ -349,7 +349,7 @@ def _stop(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> li
     servers = [s for s in servers if s.pid]
     stopped = []
     for s in servers:
-        if _members(s, stack_id):
+        if s.pid and _members(s, stack_id):
             try:
                 os.killpg(s.pid, signal.SIGTERM)
                 stopped.append(s.name)
@@ -363,7 +363,7 @@ def _stop(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> li
             break
         time.sleep(0.2)
     for s in servers:
-        if _members(s, stack_id):
+        if s.pid and _members(s, stack_id):
             _log(f"SIGKILL {s.name} (process group {s.pid}): still running after {grace_s:.0f} s")
             try:
                 os.killpg(s.pid, signal.SIGKILL)
@@ -434,14 +434,14 @@ gives a connected server two threads and a plain one one, so the same prompt cos
 CPU time and wall time on the two sides of an A/B."""
 
 
-def _vllm_server(name: str, port: int, *, py: Path, model: Path, model_name: str, run_dir: Path,
+def _vllm_server(name: str, port: int, *, py: Path, model_path: Path, model_name: str, run_dir: Path,
                  lmcache_rpc_port: int | None, kv_space_gib: int, max_model_len: int,
                  extra_args: Sequence[str], omp_bind: str | None = OMP_BIND,
                  quiet: bool = True) -> Server:
     base = f"http://127.0.0.1:{port}"
     cmd = [
         str(py), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", model_name,
+        "--model", str(model_path), "--served-model-name", model_name,
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(max_model_len),
         "--dtype", "bfloat16",
@@ -674,12 +674,12 @@ def up(
     timeout = start_timeout_s or VLLM_START_TIMEOUT
 
     py = ensure_installed()
-    model = ensure_model()
+    model_path = ensure_model()
     t0 = time.monotonic()
 
     ports = iter(free_ports(n_vllm + n_vllm_plain + n_vllm_nocache + 3))
     stack = Stack(
-        run_dir=str(run), model_name=MODEL_NAME, model_path=str(model), servers=[],
+        run_dir=str(run), model_name=MODEL_NAME, model_path=str(model_path), servers=[],
         prometheus_url=None, stack_id=uuid.uuid4().hex, scrape_interval=scrape_interval,
         created_at=time.time(),
     )
@@ -688,9 +688,9 @@ def up(
         lm = _lmcache_server(next(ports), next(ports), py=py, run_dir=run, l1_size_gb=l1_size_gb,
                              lookup_hash_log=lookup_hash_log)
         stack.servers.append(lm)
-    common = dict(py=py, model=model, model_name=MODEL_NAME, run_dir=run,
-                  kv_space_gib=kv_space_gib, max_model_len=max_model_len,
-                  extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
+    common: dict[str, Any] = dict(py=py, model_path=model_path, model_name=MODEL_NAME, run_dir=run,
+                                  kv_space_gib=kv_space_gib, max_model_len=max_model_len,
+                                  extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
     connected = [
         _vllm_server(f"vllm-{i}", next(ports), lmcache_rpc_port=lm.rpc_port, **common)  # type: ignore[union-attr]
         for i in range(n_vllm)

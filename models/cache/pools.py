@@ -41,7 +41,7 @@ def route(trace: Trace, ranks: int, policy: str = "round_robin", seed: int = 0) 
     seen_before = (prev >= 0) & (prev < start[req])
     # Leading chunks seen before: position of the first unseen chunk in each request.
     broken = np.where(~seen_before, np.arange(T) - start[req], lengths[req])
-    lead = np.minimum.reduceat(broken, start[lengths > 0]) if (lengths > 0).any() else []
+    lead = np.minimum.reduceat(broken, start[lengths > 0]) if (lengths > 0).any() else np.zeros(0, np.int64)
     matched = np.zeros(R, dtype=np.int64)
     matched[lengths > 0] = lead
     # The request that last referenced the deepest matched chunk.
@@ -66,9 +66,13 @@ class Topology:
     """Shared pool vs ``ranks`` private caches under one routing."""
 
     ranks: int
+    """Number of private caches (engines) the trace's requests are routed over."""
     policy: str
+    """Routing that assigns requests to ranks: one of ``ROUTINGS``."""
     shared: Curve
+    """Hit curve of one pool shared by every rank."""
     private: tuple[Curve, ...]
+    """Hit curve of each rank's private cache, the rank's own requests only (one per rank)."""
 
     def private_hit_tokens(self, capacity_chunks_total: int) -> int:
         """Hit tokens of ``ranks`` private caches of ``capacity // ranks`` chunks each."""

@@ -64,6 +64,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -144,7 +145,9 @@ class Curve:
     total_tokens: int
     """Requested tokens (sum of ``seq_len``)."""
     requests: int
+    """Requests in the trace."""
     references: int
+    """Chunk references in the trace (every chunk of every request)."""
     unique_chunks: int
     """Distinct chunks in the trace: a cache this large never evicts."""
 
@@ -175,7 +178,7 @@ class Curve:
         return hits / self.total_tokens
 
 
-def _index_dtype(n: int):
+def _index_dtype(n: int) -> type[np.int32] | type[np.int64]:
     """int32 positions while they fit (half the memory), else int64."""
     return np.int32 if n < 2**31 - 2 else np.int64
 
@@ -202,9 +205,9 @@ def _count_prefix_ge(values: np.ndarray, n: np.ndarray, x: np.ndarray, nbits: in
     few arrays of ``len(values)``."""
     size = len(values)
     idx = np.int32 if size < 2**31 - 1 else np.int64
-    cur = values.astype(idx, copy=True)
-    lo = np.zeros(len(n), dtype=idx)
-    hi = n.astype(idx)
+    cur: np.ndarray = values.astype(idx, copy=True)
+    lo: np.ndarray = np.zeros(len(n), dtype=idx)
+    hi: np.ndarray = n.astype(idx)
     count = np.zeros(len(n), dtype=np.int64)
     ones = np.zeros(size + 1, dtype=idx)
     for b in range(nbits - 1, -1, -1):
@@ -233,6 +236,7 @@ class Distances:
     m: np.ndarray
     """Prefix maximum of ``d`` within the request (``INF`` from the first new chunk on)."""
     inf: int
+    """The distance standing for "never referenced before": references + 1, beyond any capacity."""
     unique_chunks: int
     """Distinct chunk keys in the trace."""
 
@@ -342,10 +346,11 @@ def hit_tokens_by_request(trace: Trace, distances: Distances, capacity: int) -> 
     hit_chunks = np.add.reduceat(hit.astype(np.int64),
                                  trace.offsets[:-1][lengths > 0])
     hits[lengths > 0] = hit_chunks
-    return hits * trace.chunk_size
+    out: np.ndarray = hits * trace.chunk_size
+    return out
 
 
-def tier_split(trace: Trace, distances: Distances, l1_chunks: int, l2_chunks: int) -> dict:
+def tier_split(trace: Trace, distances: Distances, l1_chunks: int, l2_chunks: int) -> dict[str, Any]:
     """Hit tokens served from L1 and from L2 for an exclusive LRU cascade (module doc)."""
     weights = np.repeat(trace.chunk_size, np.diff(trace.offsets))
     hit = (distances.m < l1_chunks + l2_chunks) & (distances.m < distances.inf)

@@ -25,7 +25,9 @@ are typical of the month, the GPU time spent loading cached KV (not subtracted h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,24 +38,37 @@ from kvplan.models.core.calendar import SECONDS_PER_MONTH
 @dataclass(frozen=True)
 class CapacityValue:
     capacity_chunks: int
+    """Cache capacity, chunks."""
     capacity_gb: float
+    """The same capacity in GB (10^9 bytes): chunks x bytes per chunk."""
     hit_rate: float
+    """Token hit rate of the trace at this capacity (LRU, LMCache's hit rule)."""
     saved_gpu_hours_per_month: float
+    """Prefill GPU-hours the hits save per month: hit rate x requested tokens per month x seconds
+    per cached token."""
     saved_usd_per_month: float
+    """Those GPU-hours at the GPU-hour price."""
     memory_usd_per_month: float
+    """What this much cache memory costs per month (GB x $/GB-month)."""
     net_usd_per_month: float
+    """Saved minus memory cost, $/month."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class ValueInputs:
     bytes_per_chunk: int
+    """KV bytes of one chunk (> 0)."""
     requested_tokens_per_month: float
+    """Prompt tokens requested per month (the trace's rate, or given)."""
     seconds_per_cached_token: float
+    """GPU-seconds of prefill one cached prompt token saves."""
     usd_per_gpu_hour: float
+    """Price of a GPU-hour."""
     usd_per_gb_month: float
+    """Price of one GB of cache memory for a month."""
 
     def __post_init__(self) -> None:
         if self.bytes_per_chunk <= 0:
@@ -71,7 +86,7 @@ def tokens_per_month(total_tokens: float, seconds: float) -> float:
     return total_tokens / seconds * SECONDS_PER_MONTH
 
 
-def value_at(curve: Curve, v: ValueInputs, capacities_chunks) -> list[CapacityValue]:
+def value_at(curve: Curve, v: ValueInputs, capacities_chunks: Sequence[int] | np.ndarray) -> list[CapacityValue]:
     """Monthly value at each capacity (chunks)."""
     caps = np.asarray(capacities_chunks, dtype=np.int64)
     rates = np.asarray(curve.hit_rate(caps), dtype=np.float64) if len(caps) else np.zeros(0)
@@ -90,7 +105,7 @@ def _row(chunks: int, hit_rate: float, v: ValueInputs) -> CapacityValue:
                          saved - memory)
 
 
-def optimum(curve: Curve, v: ValueInputs) -> dict:
+def optimum(curve: Curve, v: ValueInputs) -> dict[str, Any]:
     """Best capacity and break-even capacity, exact over every capacity (module doc)."""
     # Candidates: no cache, and the smallest capacity of each step of the curve.
     steps = np.concatenate(([0], curve.depths + 1)).astype(np.int64)

@@ -142,7 +142,7 @@ class CapacityInputs:
 
     def load_at(self, month: float) -> float:
         """Sizing (peak-hour) request rate at ``month`` months from now."""
-        return self.sizing_rate * (1.0 + self.growth_rate_per_month) ** month
+        return self.sizing_rate * math.pow(1.0 + self.growth_rate_per_month, month)
 
 
 # ---- the capacity plan -------------------------------------------------------------------
@@ -248,11 +248,11 @@ def size_fleet(inputs: CapacityInputs, hit_rate: float, arrival_rate: float) -> 
         reps = max(1, math.ceil(arrival_rate * (1.0 + inputs.headroom) / g - 1e-9))
         return (None, True) if reps > limit else (reps * gpr, False)
     try:
-        reps = replicas_needed(arrival_rate, inputs.service_seconds(hit_rate),
-                               inputs.ttft_p99_slo_seconds, inputs.slo_quantile, limit)
+        found = replicas_needed(arrival_rate, inputs.service_seconds(hit_rate),
+                                inputs.ttft_p99_slo_seconds, inputs.slo_quantile, limit)
     except FleetBeyondLimit:
         return None, True
-    return (None, False) if reps is None else (reps * gpr, False)
+    return (None, False) if found is None else (found * gpr, False)
 
 
 def fleet_max_load(inputs: CapacityInputs, hit_rate: float) -> float:
@@ -313,7 +313,7 @@ def plan_capacity(inputs: CapacityInputs, pricebook: PriceBook) -> CapacityResul
     for row in schedule:
         add_without = _added(row.gpus_needed_without_reuse, inputs.current_gpus)
         add_with = _added(row.gpus_needed_with_reuse, inputs.current_gpus)
-        if add_without is None or add_with is None:  # unreachable or beyond the search limit
+        if deferred is None or add_without is None or add_with is None:  # unreachable or beyond the limit
             deferred = None
             break
         deferred += add_without - add_with
@@ -342,7 +342,7 @@ def growth_that_lasts(inputs: CapacityInputs, hit_rate: float) -> float | None:
         return None
     if max_load <= 0:
         return -1.0
-    return (max_load / inputs.sizing_rate) ** (1.0 / inputs.horizon_months) - 1.0
+    return math.pow(max_load / inputs.sizing_rate, 1.0 / inputs.horizon_months) - 1.0
 
 
 def hit_rate_that_lasts(inputs: CapacityInputs) -> float | None:

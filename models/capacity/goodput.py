@@ -61,12 +61,17 @@ class SweepPoint:
     throughput_rps: float
     """Completed requests / (last answer - first request sent)."""
     ttft_p50_s: float | None
+    """Median time to first token of the level's successful requests, s; None when none succeeded."""
     ttft_p99_s: float | None
+    """99th percentile time to first token, s; None when no request succeeded."""
     tpot_p99_s: float | None
     """Per request (total - TTFT) / (output tokens - 1); None with one output token."""
     requests: int = 0
+    """Requests sent at this level."""
     failed: int = 0
+    """Requests that failed or got no first token."""
     tpot_p50_s: float | None = None
+    """Median time per output token, s; None with one output token."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class SideGoodput:
     """The goodput of one side of a sweep and how it was found."""
 
     rps: float
+    """Goodput, requests/s: the highest passing throughput, interpolated towards the first failing
+    level where TTFT or TPOT crosses its SLO."""
     limited_by: str
     """``ttft_p99`` | ``tpot_p99`` | ``errors`` | ``not reached`` | ``lowest level fails``."""
     passing: SweepPoint | None
@@ -81,13 +88,17 @@ class SideGoodput:
     failing: SweepPoint | None
     """The first failing level after it (None: none failed)."""
     note: str
+    """How the goodput was read off the sweep, in one sentence (shown with the plan)."""
 
 
 @dataclass(frozen=True)
 class SweepGoodput:
     goodput: Goodput
+    """Both sides' goodputs as the capacity plan takes them."""
     off: SideGoodput
+    """The side with KV reuse off."""
     on: SideGoodput
+    """The side with KV reuse on."""
 
 
 def _check_slo(value: float | None, what: str) -> None:
@@ -145,7 +156,7 @@ def side_goodput(points: Sequence[SweepPoint], ttft_slo_s: float,
     for m in (TTFT, TPOT):
         if m in fails[after[0]]:
             lo, hi, slo = _metric(p, m), _metric(f, m), (ttft_slo_s if m == TTFT else tpot_slo_s)
-            if lo is not None and hi is not None and hi > lo:
+            if slo is not None and lo is not None and hi is not None and hi > lo:
                 crossings.append(((slo - lo) / (hi - lo), m))
     if not crossings:  # failed by errors only
         return SideGoodput(p.throughput_rps, ERRORS, p, f,

@@ -31,6 +31,7 @@ class GrowthTrend:
     days: int
     """Whole days the fit used."""
     note: str
+    """The trend in words, with the days it was fitted on (shown with the plan)."""
 
 
 def measured_growth(daily: Sequence[tuple[float, float]]) -> GrowthTrend | None:

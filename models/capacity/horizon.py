@@ -10,8 +10,9 @@ Two paths are walked month by month (0 .. horizon-1) over the capacity schedule
   GPUs needed with reuse: later, fewer, or never.
 
 ``shrink`` realisation: both paths may give back GPUs in month 0, each down to the most *it*
-needs within the horizon (no path gives back a GPU it must buy again). Today's over-provisioning is given back by the baseline too, so it is no
-credit to the cache: the shrink credited is ``needed without reuse - needed with reuse``.
+needs within the horizon (no path gives back a GPU it must buy again). Today's
+over-provisioning is given back by the baseline too, so it is no credit to the cache: the
+shrink credited is ``needed without reuse - needed with reuse``.
 ``absorb_growth``: both keep today's fleet.
 
 Cost of a path = GPUs held each month x ``PriceBook.usd_per_gpu_month()`` (cloud rent, or the

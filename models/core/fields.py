@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import field, fields
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from kvplan.models.core.errors import KvplanError
+
+T = TypeVar("T")
 
 OPTIONAL_KINDS = ("optional_int", "optional_float")
 """Kinds whose value may be None (not given)."""
@@ -22,6 +24,7 @@ class FieldSpec(NamedTuple):
     """How to show, edit and validate one field."""
 
     name: str
+    """The dataclass field's name (the key in forms, TOML tables and saved JSON)."""
     unit: str
     """Unit shown next to the value."""
     help: str
@@ -29,6 +32,7 @@ class FieldSpec(NamedTuple):
     kind: str
     """'str', 'choice', 'float', 'int', 'optional_int' or 'optional_float' (None allowed)."""
     default: Any
+    """The field's default value."""
     minimum: float | None = None
     """Smallest allowed value (None: no bound)."""
     maximum: float | None = None
@@ -52,7 +56,7 @@ def spec(default: Any, unit: str, help: str, kind: str = "float", minimum: float
     return field(default=default, metadata=meta)
 
 
-def specs(cls) -> tuple[FieldSpec, ...]:
+def specs(cls: type[Any]) -> tuple[FieldSpec, ...]:
     """One ``FieldSpec`` per field of a dataclass declared with ``spec``."""
     return tuple(FieldSpec(name=f.name, default=f.default, **f.metadata) for f in fields(cls))
 
@@ -96,13 +100,13 @@ def check(owner: str, s: FieldSpec, value: Any) -> None:
         raise KvplanError(f"must be {s.bounds_text()} {s.unit}; got {value!r}".replace("  ", " "), source=where)
 
 
-def check_all(obj) -> None:
+def check_all(obj: Any) -> None:
     """``check`` every field of a dataclass instance (call from ``__post_init__``)."""
     for s in specs(type(obj)):
         check(type(obj).__name__, s, getattr(obj, s.name))
 
 
-def from_dict(cls, data: dict[str, Any]):
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build ``cls`` from a dict (a form, TOML table or saved JSON); missing keys take defaults.
     ``KvplanError`` names the field for unknown keys, wrong types or out-of-range values."""
     known = {s.name: s for s in specs(cls)}
@@ -112,6 +116,6 @@ def from_dict(cls, data: dict[str, Any]):
     return cls(**{name: coerce(cls.__name__, known[name], v) for name, v in data.items()})
 
 
-def to_dict(obj) -> dict[str, Any]:
+def to_dict(obj: Any) -> dict[str, Any]:
     """Plain dict (JSON-serialisable), one key per field."""
     return {s.name: getattr(obj, s.name) for s in specs(type(obj))}

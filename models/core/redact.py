@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import overload
 
 MASK = "<redacted>"
 
@@ -37,6 +38,14 @@ def register_secret(value: str | None) -> None:
     if value and len(value) >= 4:
         with _LOCK:
             _SECRETS.add(value)
+
+
+@overload
+def redact(text: str) -> str: ...
+@overload
+def redact(text: None) -> None: ...
+@overload
+def redact(text: str | None) -> str | None: ...
 
 
 def redact(text: str | None) -> str | None:

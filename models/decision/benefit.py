@@ -219,7 +219,7 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
     high_h = savings.gpu_hours_per_month_high or 0.0
 
     def allocate(hours: float) -> _Hours:
-        if realisation == "shrink":
+        if realisation == "shrink" or capacity is None:  # absorb_growth has a capacity (checked above)
             return _shrink(hours, capacity)
         return _absorb(hours, capacity, headroom_fill_fraction)
 
@@ -234,7 +234,7 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
             notes.append(f"shrink capped at {mid.saved_prefill:.0f} of {mid.freed:.0f} freed "
                          "GPU-hours: reuse makes no more GPUs unnecessary under the SLO (GPUs the "
                          "fleet could give up without reuse too are not credited to the cache)")
-    else:
+    elif capacity is not None:  # absorb_growth (checked above)
         if capacity.deferred_gpu_months is None:
             notes.append("baseline cannot meet the SLO on this GPU at all: every freed hour "
                          "counted as replacing capacity")

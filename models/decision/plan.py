@@ -201,7 +201,8 @@ class PlanResult:
                        "goodput": asdict(i.goodput) if i.goodput is not None else None,
                        "peak_hour_requests_per_s": i.peak_hour_requests_per_s,
                        "concurrency_per_replica": i.concurrency_per_replica}
-        return _clean(d)
+        clean: dict[str, Any] = _clean(d)
+        return clean
 
 
 def plan(inputs: PlanInputs, label: str = "measured window", source: str = "measured",
@@ -275,6 +276,12 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
         "prefill_cost_model": m.cost_model.to_dict() if m.cost_model is not None else None,
     }
     t = s.tiers
+    band = s.saved_band
+    saved: float | None
+    lo: float | None
+    hi: float | None
+    with_reuse: float | None
+    without: float | None
     if t is not None:
         out["saved_by_tier"] = {
             "device": _band(t.device),
@@ -287,27 +294,24 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
         out["saved_by_tier"] = {"device": None, "lmcache": None}
         saved = lo = hi = None
         with_reuse = without = None
-        if s.available:
-            saved = s.saved_gpu_seconds - s.hit_cost_gpu_seconds
-            lo = s.saved_gpu_seconds_low - s.hit_cost_gpu_seconds
-            hi = s.saved_gpu_seconds_high - s.hit_cost_gpu_seconds
+        if band is not None:
+            saved, lo, hi = (x - s.hit_cost_gpu_seconds for x in band)
         if s.gpu_seconds_per_token is not None:
             with_reuse = s.gpu_seconds_per_token * m.computed_tokens + s.hit_cost_gpu_seconds
             without = s.gpu_seconds_per_token * m.prompt_tokens
-    if s.source == "measured" and s.available:
+    if s.source == "measured" and band is not None:
         # the A/B replaces the model for the priced tier; the other tier stays fitted
-        measured = s.saved_gpu_seconds
+        measured, m_lo, m_hi = band
         key = "lmcache" if m.priced_tier == "lmcache" else None
         if key:
-            out["saved_by_tier"]["lmcache"] = {"value": measured, "low": s.saved_gpu_seconds_low,
-                                               "high": s.saved_gpu_seconds_high,
+            out["saved_by_tier"]["lmcache"] = {"value": measured, "low": m_lo, "high": m_hi,
                                                "source": "measured"}
             device = out["saved_by_tier"]["device"]["value"] if out["saved_by_tier"]["device"] else 0.0
             saved = device + measured
-            lo = device + s.saved_gpu_seconds_low
-            hi = device + s.saved_gpu_seconds_high
+            lo = device + m_lo
+            hi = device + m_hi
         else:
-            saved, lo, hi = measured, s.saved_gpu_seconds_low, s.saved_gpu_seconds_high
+            saved, lo, hi = measured, m_lo, m_hi
         if without is not None:
             with_reuse = without - saved
     out["saved_prefill_gpu_seconds"] = saved

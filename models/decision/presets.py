@@ -55,8 +55,12 @@ def synthetic_window(*, requests_per_second: float, prompt_tokens_per_request: f
                      baseline_hit_rate: float = 0.0, tensor_parallel_size: int = 1,
                      transfer_gpu_seconds_per_token: float = 0.0,
                      window_seconds: float = SYNTHETIC_WINDOW_SECONDS,
-                     **model: float | None) -> PrefillMeasurement:
-    """A window of steady traffic whose estimator A yields ``gpu_seconds_per_token``.
+                     model_params: float | None = None, num_layers: int | None = None,
+                     attention_width: int | None = None, gpu_peak_flops: float | None = None,
+                     transferred_cached_tokens: float | None = None) -> PrefillMeasurement:
+    """A window of steady traffic whose estimator A yields ``gpu_seconds_per_token``. The
+    served model's facts (``model_params`` ... ``transferred_cached_tokens``) pass through to
+    the ``PrefillMeasurement`` fields of the same names.
 
     busy GPU-seconds = computed tokens x cost + transfer time; busy fraction b = busy /
     (window x GPUs); invert b = 1 - exp(-L) to L = -ln(1 - b); timer sum = L x window x
@@ -77,7 +81,9 @@ def synthetic_window(*, requests_per_second: float, prompt_tokens_per_request: f
         prefill_seconds_sum=occupancy * window_seconds * engines, prefill_count=requests,
         num_gpus=num_gpus, tensor_parallel_size=tensor_parallel_size,
         baseline_cached_prompt_tokens=baseline,
-        transfer_gpu_seconds_per_token=transfer_gpu_seconds_per_token, **model)
+        transfer_gpu_seconds_per_token=transfer_gpu_seconds_per_token, model_params=model_params,
+        num_layers=num_layers, attention_width=attention_width, gpu_peak_flops=gpu_peak_flops,
+        transferred_cached_tokens=transferred_cached_tokens)
 
 
 # ---- (a) one L40S, an agent workload, vLLM's built-in prefix cache ------------------------

@@ -56,9 +56,10 @@ def sensitivity(base: PlanInputs, price_pct: float = 0.25, hit_rate_pct: float =
                 growth_points: float = 0.05, overhead_pct: float = 0.5) -> list[SensitivityRow]:
     """Monthly benefit with each input moved down and up, sorted by swing (largest first).
     Empty when the base plan has no benefit (NEED_DATA for lack of metrics)."""
-    base_benefit = _benefit_of(base)
-    if base_benefit is None:
+    b = price_plan(base)[2]
+    if b is None:
         return []
+    base_benefit = b.monthly_benefit_usd
     m, pb, p = base.measurement, base.pricebook, base.planning
     rows: list[SensitivityRow] = []
 
@@ -88,7 +89,6 @@ def sensitivity(base: PlanInputs, price_pct: float = 0.25, hit_rate_pct: float =
         replace(base, planning=replace(p, growth_rate_per_month=g_lo)),
         replace(base, planning=replace(p, growth_rate_per_month=g_hi)))
 
-    b = price_plan(base)[2]
     row("cache overhead", "$/month", b.overhead_usd, b.overhead_usd * (1 - overhead_pct),
         b.overhead_usd * (1 + overhead_pct), _scale_overhead(base, 1 - overhead_pct),
         _scale_overhead(base, 1 + overhead_pct))

@@ -45,12 +45,12 @@ from dataclasses import dataclass, field, replace
 from kvplan.models.capacity.fleet import (
     CapacityInputs,
     CapacityResult,
-    Goodput,
     capacity_inputs_from,
     growth_that_lasts,
     hit_rate_that_lasts,
     plan_capacity,
 )
+from kvplan.models.capacity.goodput import Goodput
 from kvplan.models.capacity.horizon import HorizonPlan, beyond_note, plan_horizon, purchase_text
 from kvplan.models.capacity.replica import ReplicaFit, replica_fit
 from kvplan.models.decision.benefit import Benefit, monthly_benefit

@@ -5,6 +5,7 @@ config's flat ``[prices]`` table read as a price book plus planning inputs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kvplan.models.core import fields as _fields
 from kvplan.models.core.errors import KvplanError
@@ -64,11 +65,11 @@ class PlanningInputs:
         _fields.check_all(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> PlanningInputs:
+    def from_dict(cls, data: dict[str, Any]) -> PlanningInputs:
         """From a form, TOML table or saved JSON; ``KvplanError`` names the field."""
         return _fields.from_dict(cls, data)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return _fields.to_dict(self)
 
 
@@ -76,7 +77,7 @@ PLANNING_FIELDS = _fields.specs(PlanningInputs)
 """One ``FieldSpec`` per ``PlanningInputs`` field (form, validation, docs)."""
 
 
-def prices_from_table(values: dict) -> tuple[PriceBook, PlanningInputs]:
+def prices_from_table(values: dict[str, Any]) -> tuple[PriceBook, PlanningInputs]:
     """One flat table of price-book and planning fields (the config's ``[prices]``) as both;
     ``KvplanError`` names an unknown key or the field out of bounds."""
     pb_keys = {f.name for f in PRICEBOOK_FIELDS}

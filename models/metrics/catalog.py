@@ -66,6 +66,7 @@ class Spelling:
     """One family that carried a quantity in some releases."""
 
     family: str
+    """The metric family's name as that release exposes it (counters without ``_total``)."""
     type: str
     """counter | histogram: only samples of that type are read (a router's gauge named like a
     counter is not one)."""
@@ -76,6 +77,7 @@ class Spelling:
 @dataclass(frozen=True)
 class Quantity:
     key: str
+    """The quantity's name (its key in ``QUANTITIES``)."""
     spellings: tuple[Spelling, ...]
     """Newest first; SGLang's after vLLM's (one target is one engine)."""
     lacking: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvplan.models.metrics.window import ratio
 
 COMPARE = (  # key, label, unit, better: 'lower' (factor = baseline / candidate) or 'higher'
@@ -18,7 +20,7 @@ CPU_NOTE = ("CPU-scale: measured on a CPU stack with a tiny model; the milliseco
             "results, only the ratios between runs carry over as a direction.")
 
 
-def compare_runs(baseline: dict, candidate: dict) -> list[dict]:
+def compare_runs(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[dict[str, Any]]:
     """The article's side-by-side table: each metric for both runs and the improvement
     factor (baseline / candidate for times, candidate / baseline for rates)."""
     rows = []
@@ -33,7 +35,7 @@ def compare_runs(baseline: dict, candidate: dict) -> list[dict]:
     return rows
 
 
-def default_pair(runs: list[dict]) -> tuple[dict, dict] | None:
+def default_pair(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(baseline, candidate) of runs listed newest first: the latest unique-sessions run
     against the latest shared-prefix one, else the two latest runs (older as baseline)."""
     if len(runs) < 2:

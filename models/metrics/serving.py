@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from kvplan.models.metrics.catalog import LMCACHE_INPROC, LMCACHE_MP, VLLM
@@ -12,17 +13,18 @@ UNKNOWN_HOST = "unknown (imported payloads)"
 
 @dataclass(frozen=True)
 class ServingTopology:
-    targets: list[dict]
-    nodes: list[dict]
+    targets: list[dict[str, Any]]
+    """The deployment's targets (kind, url, engines, kv_connector), each with its ``host`` added."""
+    nodes: list[dict[str, Any]]
     """Per host: vLLM servers, engines, LMCache MP servers."""
     verdict: str
     """Shared or private caches, in one sentence."""
 
 
-def serving_topology(targets: list[dict]) -> ServingTopology:
+def serving_topology(targets: list[dict[str, Any]]) -> ServingTopology:
     """Group targets (rows with kind, url, engines, kv_connector) per host and say whether the
     engines share one cache."""
-    nodes: dict[str, dict] = {}
+    nodes: dict[str, dict[str, Any]] = {}
     out = []
     for r in targets:
         host = (urlsplit(r["url"]).hostname if r.get("url") else None) or UNKNOWN_HOST
@@ -39,7 +41,7 @@ def serving_topology(targets: list[dict]) -> ServingTopology:
     return ServingTopology(out, sorted(nodes.values(), key=lambda n: n["host"]), verdict(out))
 
 
-def verdict(targets: list[dict]) -> str:
+def verdict(targets: list[dict[str, Any]]) -> str:
     vllm = [r for r in targets if r["kind"] == VLLM]
     engines = sum(r["engines"] for r in vllm)
     shared = sum(1 for r in targets if r["kind"] == LMCACHE_MP)

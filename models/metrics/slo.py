@@ -26,6 +26,8 @@ class Slo:
     share: float | None
     """Requests with latency <= bound_s / all requests (None: no requests)."""
     requests: float
+    """Observations the histogram counted in the window (its ``+Inf`` bucket); 0 without a
+    histogram."""
     metric: str = "TTFT"
     """The short name (``catalog.LATENCIES``) of the histogram read."""
 

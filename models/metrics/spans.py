@@ -6,6 +6,7 @@ reader (``kvplan.app.data.window``) runs the queries. All times are aware UTC (`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -24,9 +25,11 @@ def as_instant(d: date | datetime) -> datetime:
     return aware_utc(d) if isinstance(d, datetime) else day_start(d)
 
 
-def longest_run(days: list, lo: datetime, hi: datetime) -> tuple[datetime, datetime] | None:
+def longest_run(days: Sequence[date | datetime], lo: datetime, hi: datetime) -> tuple[datetime, datetime] | None:
     """The longest run of consecutive days in [lo, hi) as [start, end), or None."""
-    best, start, prev = None, None, None
+    best: tuple[datetime, datetime] | None = None
+    prev: datetime | None = None
+    start = lo  # set by the first day in range (prev is None then)
     for d in sorted(as_instant(x) for x in days):
         if not lo <= d < hi:
             continue
@@ -45,14 +48,17 @@ class Spans:
     (t_after, t_to] and earlier one at or after t_lookback)."""
 
     rolled: tuple[datetime, datetime] | None
+    """Whole UTC days [start, end) read from the nightly rollups; None when the window holds none."""
     raw: tuple[tuple[datetime, datetime, datetime], ...]
+    """(t_lookback, t_after, t_to) spans read from raw samples: the edges around the rolled days,
+    or the whole window."""
 
     @property
     def rolled_days(self) -> int:
         return 0 if self.rolled is None else (self.rolled[1] - self.rolled[0]).days
 
 
-def plan_spans(rolled_days: list, t_from: datetime, t_to: datetime) -> Spans:
+def plan_spans(rolled_days: Sequence[date | datetime], t_from: datetime, t_to: datetime) -> Spans:
     """Split [t_from, t_to] into raw edges and the longest run of rolled-up days.
 
     A rolled day counts the pair straddling its start (earlier sample the evening before);

@@ -71,7 +71,7 @@ def _one_rank(rows: list[Any]) -> list[Any]:
     """LMCache in-process series differ by ``worker_id`` (tensor-parallel ranks of one engine):
     every rank looks up and retrieves the same tokens, so one rank's increase is kept (the
     largest), not the sum over ranks."""
-    keep: dict[tuple, Any] = {}
+    keep: dict[tuple[Any, ...], Any] = {}
     out: list[Any] = []
     for r in rows:
         if not r.name.startswith("lmcache:"):

@@ -18,6 +18,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
 
 from kvplan.models.metrics import catalog as c
 from kvplan.models.metrics.spellings import BLOCK_HITS, BLOCK_QUERIES, cached_tokens, family_of, resolve, version_notes
@@ -28,16 +30,32 @@ class Increase:
     """Increase of one series over the window."""
 
     name: str
+    """Sample name, e.g. ``vllm:prompt_tokens_total`` or a histogram's ``..._bucket``, ``_sum``,
+    ``_count``."""
     increase: float
+    """How much the series grew over the window: the sum of its sample pairs' increases (after a
+    reset, the value counted from 0)."""
     family: str = ""
+    """Metric family of the sample (the name without ``_total``, ``_bucket``, ``_sum``,
+    ``_count``)."""
     model_name: str | None = None
+    """The series' ``model_name`` label: the served LLM; None when the series has none."""
     engine: str | None = None
+    """The series' ``engine`` label (a vLLM data-parallel engine); None when absent or summed over
+    engines."""
     le: float | None = None
+    """Upper bound of a histogram bucket (``le`` label) for ``_bucket`` samples, else None."""
     labels: str = "{}"
+    """The series' other labels as a JSON object with sorted keys (``{}`` when none)."""
     target: str = ""
+    """Scrape target the series came from; empty when the reading sums over targets."""
     pairs: int = 0
+    """Pairs of consecutive samples the increase is summed over."""
     resets: int = 0
-    broken: int = 0  # decreases with an unchanged _created: not counted (increments() macro)
+    """Counter resets (server restarts) among those pairs."""
+    broken: int = 0
+    """Decreases with an unchanged ``_created``: a broken or replaced target, not counted
+    (``increments()`` macro)."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +67,19 @@ class Quantile:
     value is above ``lower`` with no upper bound)."""
 
     q: float
+    """The quantile asked for, in [0, 1] (0.5 = median, 0.99 = p99)."""
     value: float | None
+    """Its value (seconds for the latency histograms); None when the histogram holds no
+    observation or has no ``+Inf`` bucket."""
     lower: float | None
+    """Lower bound of the bucket the value lies in (0 for the first bucket); None when unknown."""
     upper: float | None
+    """Upper bound of that bucket; None when the rank falls in the ``+Inf`` bucket."""
     in_inf: bool = False
+    """The rank falls in the ``+Inf`` bucket: the true value is above ``lower``, with no upper
+    bound."""
     observations: float = 0.0
+    """Observations in the histogram over the window (the ``+Inf`` bucket's count)."""
 
 
 def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> Quantile:
@@ -124,29 +150,51 @@ TTFT = c.TTFT
 
 @dataclass
 class WindowStats:
-    """What one window of one deployment says. ``None`` = not reported by these servers."""
+    """What one window of one deployment says. ``None`` = not reported by these servers. The
+    metric names below are today's spellings; an older release's are read in their place
+    (``spellings.resolve``)."""
 
     prefix_cache_hit_rate: float | None
+    """vLLM's own prefix cache: ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``
+    (tokens), None outside [0, 1]."""
     external_prefix_cache_hit_rate: float | None
+    """The KV connector's (e.g. LMCache) hit rate as vLLM counts it:
+    ``vllm:external_prefix_cache_hits`` / ``..._queries`` (tokens)."""
     cached_prompt_tokens: float | None
+    """Prompt tokens served from any cache, per target by the first rule its release allows
+    (``vllm:prompt_tokens_cached``, else the local and external sources of
+    ``vllm:prompt_tokens_by_source``, else prefix plus external hits: ``spellings.cached_tokens``),
+    summed; None when a target with prompt tokens gives no way to tell its cached ones."""
     prompt_tokens: float | None
+    """Prompt tokens of the window's requests (``vllm:prompt_tokens``)."""
     requests: float | None
+    """Requests that got a first token (the TTFT histogram's count)."""
     ttft_p50_s: float | None
+    """Median time to first token, seconds (``ttft_p50.value``)."""
     ttft_p99_s: float | None
+    """99th percentile time to first token, seconds (``ttft_p99.value``)."""
     ttft_p50: Quantile | None = None
+    """The TTFT median with the bucket it lies in."""
     ttft_p99: Quantile | None = None
+    """The TTFT p99 with the bucket it lies in."""
     tpot_p50_s: float | None = None
     """Time per output token (``vllm:request_time_per_output_token_seconds``: one observation
     per request, its decode time / (output tokens - 1))."""
     tpot_p99_s: float | None = None
+    """99th percentile time per output token, seconds."""
     itl_p50_s: float | None = None
     """Inter-token latency (``vllm:inter_token_latency_seconds``: one observation per output
     token after the first)."""
     itl_p99_s: float | None = None
+    """99th percentile inter-token latency, seconds."""
     tpot_p50: Quantile | None = None
+    """The TPOT median with its bucket."""
     tpot_p99: Quantile | None = None
+    """The TPOT p99 with its bucket."""
     itl_p50: Quantile | None = None
+    """The ITL median with its bucket."""
     itl_p99: Quantile | None = None
+    """The ITL p99 with its bucket."""
     lmcache_lookup_hit_rate: float | None = None
     """LMCache lookup: multi-process ``lookup_hit_tokens / lookup_requested_tokens``, in-process
     ``lmcache:num_lookup_hits / num_lookup_tokens``."""
@@ -159,26 +207,44 @@ class WindowStats:
     """vLLM V0's ``vllm:gpu_prefix_cache_hit_rate`` gauge (block hit rate since the engine started):
     a lifetime figure, never this window's rate (set by the reader that has the gauges)."""
     lmcache_l1_hit_rate: float | None = None
+    """Share of LMCache MP's requested tokens found in L1 (CPU memory)."""
     lmcache_l2_hit_rate: float | None = None
+    """Share of LMCache MP's requested tokens found in L2 (disk or remote)."""
     prefix_cache_hits: float | None = None
+    """Tokens vLLM's prefix cache found cached (``vllm:prefix_cache_hits``)."""
     prefix_cache_queries: float | None = None
+    """Tokens vLLM looked up in its prefix cache (``vllm:prefix_cache_queries``)."""
     external_prefix_cache_hits: float | None = None
+    """Tokens the KV connector found (``vllm:external_prefix_cache_hits``)."""
     external_prefix_cache_queries: float | None = None
+    """Tokens vLLM looked up through the KV connector (``vllm:external_prefix_cache_queries``)."""
     prompt_tokens_by_source: dict[str, float] = field(default_factory=dict)
+    """Prompt tokens by where they came from (``vllm:prompt_tokens_by_source``, by its ``source``
+    label)."""
     cached_tokens_by_tier: dict[str, float] = field(default_factory=dict)
+    """Cached prompt tokens by cache tier (``vllm:prompt_tokens_cached_by_source``, by its
+    ``source`` label)."""
     generation_tokens: float | None = None
+    """Output tokens generated (``vllm:generation_tokens``)."""
     prefill_seconds_sum: float | None = None
+    """Sum of the requests' prefill times, seconds (``vllm:request_prefill_time_seconds_sum``):
+    timer time, overlapping prefills counted once each."""
     prefill_requests: float | None = None
+    """Requests with a prefill time (``vllm:request_prefill_time_seconds_count``)."""
     prefill_computed_tokens: float | None = None
+    """Prompt tokens vLLM computed in prefill, the cached ones left out
+    (``vllm:request_prefill_kv_computed_tokens_sum``)."""
     estimated_flops: float | None = None
+    """vLLM's estimate of the FLOPs each GPU did (``vllm:estimated_flops_per_gpu``)."""
     counter_resets: int = 0
+    """Counter resets (server restarts) inside the window, over every series."""
     counter_decreases: int = 0
     """Decreases of a counter whose _created did not change (or went backwards): a broken or
     replaced target, not a restart; those pairs count nothing."""
     notes: list[str] = field(default_factory=list)
     """Why a figure is missing or what was left out of it, in words (printed with the figures)."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for k in QUANTILE_FIELDS:
             q = d.pop(k)
@@ -296,13 +362,14 @@ def _decrease_notes(rows: list[Increase]) -> list[str]:
             f"(not a restart: a broken or replaced target) - {names}{more}"]
 
 
-def null_reasons(ok_scrapes: dict[str, int], data_span: tuple | None, model: str | None,
-                 models: list[str]) -> list[str]:
+def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,
+                 model_name: str | None, model_names: list[str]) -> list[str]:
     """Why every figure of a window is null, from what the database holds: ``ok_scrapes``
     (successful scrapes per target inside the window), the deployment's data span, the
     model asked for and the models in the data."""
-    if model is not None and model not in models:
-        return [f"no data for model {model!r}: the data has {', '.join(map(repr, models)) or 'no model_name'}"]
+    if model_name is not None and model_name not in model_names:
+        known = ", ".join(map(repr, model_names)) or "no model_name"
+        return [f"no data for model {model_name!r}: the data has {known}"]
     if not any(ok_scrapes.values()):
         where = (f"; the data spans {data_span[0]:%Y-%m-%d %H:%M} .. {data_span[1]:%Y-%m-%d %H:%M} UTC"
                  if data_span and data_span[0] is not None else "")
@@ -322,9 +389,13 @@ class Tier:
     key: str
     """device | external | lmcache | l1 | l2 (code filters on this, never on ``label``)."""
     label: str
+    """The tier's name as pages and the report show it."""
     hit_rate: float | None
+    """Hits / queries in tokens; None when the tier is not reported."""
     hits: float | None
+    """Tokens found in this tier."""
     queries: float | None
+    """Tokens looked up in this tier."""
 
 
 def tiers(s: WindowStats, rows: list[Increase]) -> list[Tier]:

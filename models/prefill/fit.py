@@ -49,8 +49,8 @@ requests prefill in the same engine step their timers all cover that step: the s
 once per request. The iteration-token histogram (``vllm:iteration_tokens_total``) counts engine
 steps by size; steps in the buckets up to the one that holds the most requests that can have
 decoded together (while its bound stays under a quarter of a mean prefill) are decode-only, the
-rest carried prefill. With fewer prefill steps
-than requests, the interval's prefill seconds are scaled by ``prefill steps / requests``. Then no interval may claim more than ``interval x
+rest carried prefill. With fewer prefill steps than requests, the interval's prefill seconds
+are scaled by ``prefill steps / requests``. Then no interval may claim more than ``interval x
 engines`` seconds of prefill (an engine cannot be busier than the clock). Under load a request's
 timer also runs while the engine works on other requests' steps (it starts when the scheduler
 admits the request), so it over-states that request's own cost even without shared steps: the

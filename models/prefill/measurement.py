@@ -170,11 +170,11 @@ class PrefillMeasurement:
         cost model, LMCache's overhead (lookups as vLLM timed them, store and load as fitted),
         plus the assumed transfer cost for loaded tokens when the model has no load term;
         without one, the transferred tokens x ``transfer_gpu_seconds_per_token``."""
-        model = self.cost_model
-        if model is not None and model.identified and self.window is not None:
-            c = model.coef()
+        cost_model = self.cost_model
+        if cost_model is not None and cost_model.identified and self.window is not None:
+            c = cost_model.coef()
             w = self.window
-            load = c["load"] if model.part("load") else self.transfer_gpu_seconds_per_token
+            load = c["load"] if cost_model.part("load") else self.transfer_gpu_seconds_per_token
             overhead = (load * w.external_cached + c["store"] * w.stored_tokens * w.store_exposure
                         + c["lmcache_request"] * w.exposed_lookups + w.lookup_seconds)
             return overhead * self.tensor_parallel_size

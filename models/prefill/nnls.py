@@ -69,7 +69,8 @@ def nnls_fit(X: np.ndarray, y: np.ndarray, w: np.ndarray, counts: np.ndarray | N
     G = Xs.T @ (ww[:, None] * Xs)
     h = Xs.T @ (ww * y)
     yy = float((ww * y * y).sum())
-    return _nnls_gram(G, h, yy) / scale
+    beta: np.ndarray = _nnls_gram(G, h, yy) / scale
+    return beta
 
 
 def huber_weights(X: np.ndarray, y: np.ndarray, w: np.ndarray, iterations: int = 3) -> np.ndarray:
@@ -103,12 +104,12 @@ class Estimator:
             self.h = huber_weights(self.X, self.y, w)
         else:
             self.h = np.ones_like(w)
-            Xp = self.X[np.ix_(plain, self.comp)]
+            Xp = self.X[np.ix_(plain, np.asarray(self.comp))]
             self.h[plain] = huber_weights(Xp, self.y[plain], w[plain])
             beta_c = nnls_fit(Xp, self.y[plain], (w * self.h)[plain])
             resid = self.y - self.X[:, self.comp] @ beta_c
             conn = ~plain
-            self.h[conn] = huber_weights(self.X[np.ix_(conn, self.lm)], resid[conn], w[conn])
+            self.h[conn] = huber_weights(self.X[np.ix_(conn, np.asarray(self.lm))], resid[conn], w[conn])
         self.w = w * self.h
 
     def fit(self, counts: np.ndarray | None = None) -> np.ndarray:
@@ -119,10 +120,10 @@ class Estimator:
         beta = np.zeros(len(self.terms))
         if (c[p] > 0).sum() == 0:
             return nnls_fit(self.X, self.y, self.w, counts)
-        beta[self.comp] = nnls_fit(self.X[np.ix_(p, self.comp)], self.y[p], self.w[p], c[p])
+        beta[self.comp] = nnls_fit(self.X[np.ix_(p, np.asarray(self.comp))], self.y[p], self.w[p], c[p])
         resid = self.y - self.X[:, self.comp] @ beta[self.comp]
         if (c[q] > 0).sum():
-            beta[self.lm] = nnls_fit(self.X[np.ix_(q, self.lm)], resid[q], self.w[q], c[q])
+            beta[self.lm] = nnls_fit(self.X[np.ix_(q, np.asarray(self.lm))], resid[q], self.w[q], c[q])
         return beta
 
     def bootstrap(self, draws: int, seed: int) -> np.ndarray:

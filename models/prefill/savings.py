@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from kvplan.models.core.calendar import SECONDS_PER_MONTH
 from kvplan.models.prefill.fit import PrefillCostModel
@@ -91,13 +92,13 @@ def fitted_tiers(m: PrefillMeasurement) -> TierSavings | None:
     return tier_savings(m.cost_model, m.window)
 
 
-def cost_model_text(model: PrefillCostModel) -> str:
+def cost_model_text(cost_model: PrefillCostModel) -> str:
     """The fitted parts with their bands in readable units (one line)."""
     units = {"fixed": ("ms/request", 1e3), "per_token": ("us/token", 1e6),
              "attention": ("ns/token^2", 1e9), "store": ("us/stored token", 1e6),
              "load": ("us/loaded token", 1e6), "lmcache_request": ("ms/LMCache request", 1e3)}
     out = []
-    for p in model.parts:
+    for p in cost_model.parts:
         u, k = units[p.name]
         out.append(f"{p.name} {p.value * k:.3g} {u} ({p.low * k:.3g}..{p.high * k:.3g})")
     return ", ".join(out)
@@ -110,21 +111,21 @@ def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
     upper bound)."""
     name = "measured_time"
     if m.cost_model is not None:
-        model = m.cost_model
-        if not model.identified:
+        cost_model = m.cost_model
+        if not cost_model.identified:
             return EstimatorResult(name, False, None, None,
-                                   f"{model.reason}; to fix: {model.fix}")
+                                   f"{cost_model.reason}; to fix: {cost_model.fix}")
         tiers = fitted_tiers(m)
-        if tiers is None:
+        if tiers is None or m.window is None:
             return EstimatorResult(name, False, None, None, "no priced window given")
         w, gpe = m.window, m.tensor_parallel_size
         gross = tiers.lmcache_gross if m.priced_tier == "lmcache" else tiers.gross
-        c = model.coef()
+        c = cost_model.coef()
         computed_cost = (c["per_token"] * w.computed_tokens
                          + c["attention"] * (w.prompt_attention - w.cached_attention))
         per_token = gpe * computed_cost / w.computed_tokens if w.computed_tokens > 0 \
-            else gpe * model.marginal_seconds_per_token()
-        note = (f"fitted on {model.history}: {cost_model_text(model)}; cached tokens priced at the "
+            else gpe * cost_model.marginal_seconds_per_token()
+        note = (f"fitted on {cost_model.history}: {cost_model_text(cost_model)}; cached tokens priced at the "
                 f"marginal cost (per-token + attention), x {gpe} GPU(s) per engine")
         if tiers.cap_factor < 1:
             note += (f"; scaled by {tiers.cap_factor:.2f}: the model claimed more prefill time "
@@ -150,8 +151,8 @@ def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
     return EstimatorResult(name, True, per_token, per_token * m.saved_tokens, note)
 
 
-def _seconds_per_flop(m: PrefillMeasurement) -> float:
-    return 1.0 / (m.gpu_peak_flops * m.assumed_prefill_mfu)
+def _seconds_per_flop(gpu_peak_flops: float, mfu: float) -> float:
+    return 1.0 / (gpu_peak_flops * mfu)
 
 
 def estimate_compute_vllm_flops(m: PrefillMeasurement) -> EstimatorResult:
@@ -166,7 +167,7 @@ def estimate_compute_vllm_flops(m: PrefillMeasurement) -> EstimatorResult:
     if tokens <= 0 or m.estimated_flops <= 0:
         return EstimatorResult(name, False, None, None, "no tokens/FLOPs counted in the window")
     flops_per_token = m.estimated_flops * m.tensor_parallel_size / tokens
-    per_token = flops_per_token * _seconds_per_flop(m)
+    per_token = flops_per_token * _seconds_per_flop(m.gpu_peak_flops, m.assumed_prefill_mfu)
     note = (f"{flops_per_token:.3g} FLOPs/token (vLLM estimate over computed prompt + "
             f"generated tokens) at {m.assumed_prefill_mfu:.0%} of {m.gpu_peak_flops:.3g} FLOP/s")
     if m.generation_tokens is None:
@@ -187,7 +188,7 @@ def estimate_compute_params(m: PrefillMeasurement) -> EstimatorResult:
         prefix = m.cached_prompt_tokens / m.requests
         flops_per_token += 2.0 * m.num_layers * m.attention_width * prefix
         note += f" + attention over a {prefix:.0f}-token cached prefix"
-    per_token = flops_per_token * _seconds_per_flop(m)
+    per_token = flops_per_token * _seconds_per_flop(m.gpu_peak_flops, m.assumed_prefill_mfu)
     note = (f"{flops_per_token:.3g} FLOPs/token ({note}) at {m.assumed_prefill_mfu:.0%} of "
             f"{m.gpu_peak_flops:.3g} FLOP/s")
     return EstimatorResult(name, True, per_token, per_token * m.saved_tokens, note)
@@ -204,8 +205,8 @@ def relative_uncertainty(samples: float, window_seconds: float, n_estimators: in
     """
     sampling = 1.0 / math.sqrt(samples) if samples >= 1 else 1.0
     coverage = COVERAGE_PENALTY_AT_ZERO * max(0.0, 1.0 - window_seconds / FULL_COVERAGE_SECONDS)
-    model = SINGLE_ESTIMATOR_MODEL_ERROR if n_estimators == 1 else 0.0
-    return math.sqrt(sampling ** 2 + coverage ** 2 + model ** 2)
+    single_estimator = SINGLE_ESTIMATOR_MODEL_ERROR if n_estimators == 1 else 0.0
+    return math.sqrt(sampling ** 2 + coverage ** 2 + single_estimator ** 2)
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,12 @@ class PrefillSavings:
         return self.saved_gpu_seconds is not None
 
     @property
+    def saved_band(self) -> tuple[float, float, float] | None:
+        """(central, low, high) saved GPU-seconds over the window, or None when unavailable."""
+        c, lo, hi = self.saved_gpu_seconds, self.saved_gpu_seconds_low, self.saved_gpu_seconds_high
+        return None if c is None or lo is None or hi is None else (c, lo, hi)
+
+    @property
     def prefill_gpu_seconds_with_reuse(self) -> float | None:
         """Prefill GPU-seconds of the window as it ran (fitted model), or None."""
         return self.tiers.with_reuse.value if self.tiers else None
@@ -290,8 +297,8 @@ def _gpu_tiers(m: PrefillMeasurement) -> TierSavings | None:
     if tiers is None:
         return None
     k = float(m.tensor_parallel_size)
-    return TierSavings(**{f: (getattr(tiers, f).scaled(k) if f != "cap_factor" else tiers.cap_factor)
-                          for f in TierSavings.__dataclass_fields__})
+    return replace(tiers, **{f: getattr(tiers, f).scaled(k) for f in TierSavings.__dataclass_fields__
+                             if f != "cap_factor"})
 
 
 def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
@@ -306,6 +313,8 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
         results = (estimate_measured_time(m), estimate_compute_vllm_flops(m),
                    estimate_compute_params(m))
     ok = [r for r in results if r.available]
+    # an available estimator has both figures
+    saved = [r.saved_gpu_seconds for r in ok if r.saved_gpu_seconds is not None]
     tiers = _gpu_tiers(m) if m.requests > 0 else None
     fitted = tiers is not None and results[0].available
     u = relative_uncertainty(m.samples, m.window_seconds, len(ok))
@@ -324,21 +333,22 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
             and m.transferred_cached_tokens != 0:
         notes.append("cost of a cache hit (lookup/transfer) not given: assumed 0")
     spread = None
-    if ok:
-        vals = [r.saved_gpu_seconds for r in ok]
-        spread = (min(vals), max(vals))
+    if saved:
+        spread = (min(saved), max(saved))
         if len(ok) > 1:
             notes.append("estimators: " + ", ".join(f"{r.name} {r.saved_gpu_seconds:,.4g}"
                                                     for r in ok) + " GPU-s saved")
-    common = dict(estimators=results, window_seconds=m.window_seconds, requests=m.requests,
-                  hit_rate=m.hit_rate, baseline_hit_rate=m.baseline_hit_rate,
-                  hit_cost_gpu_seconds=hit_cost,
-                  hit_cost_gpu_hours_per_month=hit_cost * to_month_hours,
-                  priced_tier=m.priced_tier, tiers=tiers, cost_model=m.cost_model,
-                  asked_seconds=asked, estimator_spread=spread, measured_ab=m.measured_ab)
-    per_token = statistics.median(r.gpu_seconds_per_token for r in ok) if ok else None
+    common: dict[str, Any] = dict(estimators=results, window_seconds=m.window_seconds, requests=m.requests,
+                                  hit_rate=m.hit_rate, baseline_hit_rate=m.baseline_hit_rate,
+                                  hit_cost_gpu_seconds=hit_cost,
+                                  hit_cost_gpu_hours_per_month=hit_cost * to_month_hours,
+                                  priced_tier=m.priced_tier, tiers=tiers, cost_model=m.cost_model,
+                                  asked_seconds=asked, estimator_spread=spread, measured_ab=m.measured_ab)
+    per_tokens = [r.gpu_seconds_per_token for r in ok if r.gpu_seconds_per_token is not None]
+    per_token = statistics.median(per_tokens) if per_tokens else None
 
-    def banded(per_token, central, low, high, rel_u, **kw) -> PrefillSavings:
+    def banded(per_token: float | None, central: float, low: float, high: float, rel_u: float,
+               **kw: Any) -> PrefillSavings:
         """The savings with a band, in the window and per month."""
         return PrefillSavings(
             gpu_seconds_per_token=per_token, saved_gpu_seconds=central,
@@ -365,14 +375,13 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
                               relative_uncertainty=u, gpu_hours_per_month=None,
                               gpu_hours_per_month_low=None, gpu_hours_per_month_high=None,
                               notes=tuple(notes), **common)
-    if fitted:
+    if fitted and tiers is not None and results[0].saved_gpu_seconds is not None:
         gross = tiers.lmcache_gross if m.priced_tier == "lmcache" else tiers.gross
         central = results[0].saved_gpu_seconds
         low = max(0.0, gross.low * (1.0 - u_cov))
         high = gross.high * (1.0 + u_cov)
         per_token = results[0].gpu_seconds_per_token
         return banded(per_token, central, low, high, u_cov, source="fitted")
-    saved = [r.saved_gpu_seconds for r in ok]
     central = statistics.median(saved)
     low = max(0.0, min(saved) * (1.0 - u))
     high = max(saved) * (1.0 + u)

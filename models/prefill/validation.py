@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from kvplan.models.prefill.fit import fit_prefill_cost
 from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
@@ -68,14 +69,19 @@ class ABValidation:
     """One scenario's prediction against its measurement (engine-seconds)."""
 
     scenario: str
+    """Name of the A/B scenario (the workload both sides ran)."""
     predicted_saved_s: float | None
     """Model: saved prefill engine time of the reuse-on side (device + LMCache net)."""
     predicted_low_s: float | None
+    """Low end of the predicted saving's band, engine-seconds."""
     predicted_high_s: float | None
+    """High end of the predicted saving's band, engine-seconds."""
     measured_saved_s: float
     """Engine time of the reuse-off side minus the reuse-on side."""
     off_engine_s: float
+    """Engine time the reuse-off side took, seconds."""
     on_engine_s: float
+    """Engine time the reuse-on side took, seconds."""
     off_prefill_s: float
     """Cache-off prefill time: the reuse-off side's prefill timers as engine time."""
     engine_time_source: str
@@ -87,14 +93,18 @@ class ABValidation:
     lmcache_overhead_s: float | None = None
     """Predicted LMCache overhead (lookups, stores, loads)."""
     on_cached_tokens: float = 0.0
+    """Prompt tokens the reuse-on side served from a cache (device and LMCache)."""
     on_intervals: int = 0
     """Scrape intervals of the reuse-on side."""
     requests: int = 0
+    """Requests each side sent."""
     history: str = ""
     """What the fit used."""
-    cost_model: dict = field(default_factory=dict)
+    cost_model: dict[str, Any] = field(default_factory=dict)
+    """The prefill cost model the prediction used (``PrefillCostModel.to_dict()``)."""
     tolerance: Tolerance | None = None
-    cross_check: dict = field(default_factory=dict)
+    """The stated tolerance applied to predicted vs measured; None when nothing was predicted."""
+    cross_check: dict[str, Any] = field(default_factory=dict)
     """Other measures of the same difference (e.g. worker CPU seconds)."""
 
     @property
@@ -103,7 +113,7 @@ class ABValidation:
             return None
         return self.predicted_saved_s - self.measured_saved_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["error_s"] = self.error_s
         return d
@@ -112,14 +122,14 @@ class ABValidation:
 def validate_ab(scenario: str, *, history: Sequence[Interval], history_label: str,
                 on: Sequence[Interval], off: Sequence[Interval], on_span: tuple[float, float],
                 off_engine_s: float, on_engine_s: float, engine_time_source: str,
-                requests: int = 0, cross_check: dict | None = None) -> ABValidation:
+                requests: int = 0, cross_check: dict[str, Any] | None = None) -> ABValidation:
     """Predict the saving from the reuse-on side's intervals (``on``, inside ``on_span``) with
     the cost model fitted on ``history`` (which includes them), and compare with the measured
     engine times of both sides. ``off`` (the reuse-off side's intervals) gives the cache-off
     prefill time the tolerance is scaled by."""
-    model = fit_prefill_cost(history, history=history_label)
+    cost_model = fit_prefill_cost(history, history=history_label)
     window = PricedWindow.from_intervals(on, t_from=on_span[0], t_to=on_span[1])
-    tiers = tier_savings(model, window)
+    tiers = tier_savings(cost_model, window)
     off_prefill = sum(engine_prefill_seconds(r)[0] for r in rounds(off) if r.requests > 0)
     measured = off_engine_s - on_engine_s
     pred = lo = hi = None
@@ -135,5 +145,5 @@ def validate_ab(scenario: str, *, history: Sequence[Interval], history_label: st
         lmcache_s=tiers.lmcache.value if tiers else None,
         lmcache_overhead_s=tiers.lmcache_overhead.value if tiers else None,
         on_cached_tokens=window.cached_tokens, on_intervals=sum(1 for r in rounds(on) if r.requests > 0),
-        requests=requests, history=model.history, cost_model=model.to_dict(), tolerance=tol,
+        requests=requests, history=cost_model.history, cost_model=cost_model.to_dict(), tolerance=tol,
         cross_check=dict(cross_check or {}))

@@ -28,7 +28,7 @@ part can be negative.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -47,8 +47,11 @@ class PricedWindow:
     covered_seconds: float
     """Seconds of it the data covers (union of the vLLM targets' scrape intervals)."""
     requests: float
+    """Requests of the vLLM targets over the window."""
     prompt_tokens: float
+    """Their prompt tokens."""
     computed_tokens: float
+    """Prompt tokens vLLM computed in prefill (not served from a cache)."""
     device_cached: float
     """Cached tokens from vLLM's own prefix cache."""
     external_cached: float
@@ -211,10 +214,11 @@ seconds at an hour's edge would give a rate from a handful of requests)."""
 
 def peak_hour_rate(rows: Sequence[Interval], spans: Sequence[tuple[float, float]]) -> float | None:
     """Requests per second of the busiest UTC hour: each interval's requests are spread over the
-    hours it spans in proportion to time (a missed scrape makes one interval of two); an hour's rate divides by the seconds of it the data covers (``spans``, the vLLM
-    targets' intervals, merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
+    hours it spans in proportion to time (a missed scrape makes one interval of two); an hour's
+    rate divides by the seconds of it the data covers (``spans``, the vLLM targets' intervals,
+    merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
     only when no hour is covered longer."""
-    def hours(a: float, b: float):
+    def hours(a: float, b: float) -> Iterator[tuple[int, float]]:
         h = int(a // 3600)
         while h * 3600 < b:
             yield h, max(0.0, min(b, (h + 1) * 3600) - max(a, h * 3600))
@@ -243,8 +247,11 @@ class Band:
     """A figure with its band (engine-seconds unless said otherwise)."""
 
     value: float
+    """The central figure."""
     low: float
+    """Low end of its band."""
     high: float
+    """High end of its band."""
 
     def scaled(self, k: float) -> Band:
         lo, hi = sorted((self.low * k, self.high * k))
@@ -295,18 +302,18 @@ def _tier_values(c: dict[str, float], w: PricedWindow) -> dict[str, float]:
             "with_reuse": with_reuse, "without_reuse": without}
 
 
-def tier_savings(model: PrefillCostModel, window: PricedWindow) -> TierSavings | None:
+def tier_savings(cost_model: PrefillCostModel, window: PricedWindow) -> TierSavings | None:
     """What the cache saved in ``window`` by tier (None when the model is not identified).
     If the model says the window's prefill took more than ``covered x engines`` seconds, every
     figure is scaled down to that (the engines cannot have been busier than the clock)."""
-    if not model.identified:
+    if not cost_model.identified:
         return None
-    central = _tier_values(model.coef(), window)
+    central = _tier_values(cost_model.coef(), window)
     cap = window.covered_seconds * max(window.engines, 1)
     k = 1.0
     if cap > 0 and central["with_reuse"] > cap:
         k = cap / central["with_reuse"]
-    draws = [_tier_values(d, window) for d in model.coef_draws()]
+    draws = [_tier_values(d, window) for d in cost_model.coef_draws()]
 
     def band(name: str) -> Band:
         vals = np.array([d[name] for d in draws])

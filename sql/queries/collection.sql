@@ -128,7 +128,7 @@ SELECT r.name, r.family, r.model_name, CAST(NULL AS VARCHAR) AS engine, r.le, r.
        CAST(sum(r.resets) AS BIGINT) AS resets
 FROM daily_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
 WHERE d.name = $deployment AND r.day >= CAST($t_from AS DATE) AND r.day < CAST($t_to AS DATE)
-  AND ($model IS NULL OR r.model_name = $model)
+  AND ($model_name IS NULL OR r.model_name = $model_name)
 GROUP BY ALL
 ORDER BY r.name, r.model_name, r.le;
 
@@ -138,7 +138,7 @@ ORDER BY r.name, r.model_name, r.le;
 SELECT r.day, r.name, r.le, r.labels, sum(r.increase) AS increase
 FROM daily_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
 WHERE d.name = $deployment AND r.day >= CAST($t_from AS DATE) AND r.day < CAST($t_to AS DATE)
-  AND ($model IS NULL OR r.model_name = $model) AND r.name IN (SELECT unnest($names))
+  AND ($model_name IS NULL OR r.model_name = $model_name) AND r.name IN (SELECT unnest($names))
 GROUP BY ALL
 ORDER BY r.day, r.name, r.le;
 

@@ -44,7 +44,7 @@ ORDER BY 1;
 SELECT se.name, se.family, se.model_name, se.le, se.labels,
        sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets,
        sum(CAST(i.broken AS INTEGER)) AS broken
-FROM increments($deployment, $t_lookback, $t_to, $model) i
+FROM increments($deployment, $t_lookback, $t_to, $model_name) i
 JOIN series se ON se.series_id = i.series_id
 WHERE i.ts > $t_after
 GROUP BY ALL
@@ -56,7 +56,7 @@ ORDER BY se.name, se.model_name, se.le, se.labels;
 SELECT time_bucket(to_seconds(CAST($step_s AS BIGINT)), i.ts - INTERVAL 1 MICROSECOND,
                    CAST($origin AS TIMESTAMP)) AS bucket,
        se.name, se.le, se.labels, sum(i.delta) AS increase
-FROM increments($deployment, $t_lookback, $t_to, $model) i
+FROM increments($deployment, $t_lookback, $t_to, $model_name) i
 JOIN series se ON se.series_id = i.series_id
 WHERE i.ts > $t_after AND se.name IN (SELECT unnest($names))
 GROUP BY ALL
@@ -69,7 +69,7 @@ ORDER BY bucket, se.name, se.le, se.labels;
 -- span_buckets' (the chosen names per time bucket (start, start + $step_s] on $origin).
 WITH i AS MATERIALIZED (
     SELECT i.ts, i.delta, i.reset, se.name, se.family, se.model_name, se.le, se.labels
-    FROM increments($deployment, $t_lookback, $t_to, $model) i
+    FROM increments($deployment, $t_lookback, $t_to, $model_name) i
     JOIN series se ON se.series_id = i.series_id
     WHERE i.ts > $t_after
 )
@@ -99,7 +99,7 @@ JOIN targets t ON t.target_id = se.target_id
 JOIN deployments d ON d.deployment_id = t.deployment_id
 WHERE d.name = $deployment AND sa.ts >= $t_from AND sa.ts < $t_to AND se.type = 'gauge'
   AND se.name IN (SELECT unnest($names))
-  AND ($model IS NULL OR se.model_name IS NULL OR se.model_name = $model)
+  AND ($model_name IS NULL OR se.model_name IS NULL OR se.model_name = $model_name)
 GROUP BY ALL
 ORDER BY bucket, target, se.name, se.labels;
 
@@ -118,7 +118,7 @@ SELECT CAST(g.day AS TIMESTAMP) AS bucket, g.target, g.name, g.model_name, g.eng
 FROM gauge_rollups g JOIN deployments d ON d.deployment_id = g.deployment_id
 WHERE d.name = $deployment AND g.day >= CAST($d_from AS DATE) AND g.day < CAST($d_to AS DATE)
   AND g.name IN (SELECT unnest($names))
-  AND ($model IS NULL OR g.model_name IS NULL OR g.model_name = $model)
+  AND ($model_name IS NULL OR g.model_name IS NULL OR g.model_name = $model_name)
 ORDER BY bucket, g.target, g.name, g.labels;
 
 -- name: delete_gauge_rollups_day

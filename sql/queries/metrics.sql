@@ -4,7 +4,7 @@
 SELECT se.name, se.family, se.model_name, se.engine, se.le, se.labels, t.name AS target,
        sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets,
        sum(CAST(i.broken AS INTEGER)) AS broken
-FROM increments($deployment, $t_from, $t_to, $model) i
+FROM increments($deployment, $t_from, $t_to, $model_name) i
 JOIN series se ON se.series_id = i.series_id
 JOIN targets t ON t.target_id = se.target_id
 GROUP BY ALL
@@ -19,7 +19,7 @@ JOIN series se ON se.series_id = sa.series_id
 JOIN targets t ON t.target_id = se.target_id
 JOIN deployments d ON d.deployment_id = t.deployment_id
 WHERE d.name = $deployment AND sa.ts BETWEEN $t_from AND $t_to AND se.type = 'gauge'
-  AND ($model IS NULL OR se.model_name = $model)
+  AND ($model_name IS NULL OR se.model_name = $model_name)
 GROUP BY ALL
 ORDER BY se.name, t.name;
 
@@ -92,7 +92,7 @@ JOIN series se ON se.series_id = sa.series_id
 JOIN targets t ON t.target_id = se.target_id
 JOIN deployments d ON d.deployment_id = t.deployment_id
 WHERE d.name = $deployment AND sa.ts BETWEEN $t_from AND $t_to
-  AND ($model IS NULL OR se.model_name = $model)
+  AND ($model_name IS NULL OR se.model_name = $model_name)
   AND (NOT (isfinite(sa.value) AND abs(sa.value) <= 9007199254740992.0)
        OR (sa.value < 0 AND se.type <> 'gauge' AND se.name NOT LIKE '%\_sum' ESCAPE '\')
        OR (sa.created IS NOT NULL AND NOT (isfinite(sa.created) AND sa.created > 0

@@ -6,7 +6,7 @@
 -- (vLLM before 0.13): the reader then derives it from the cached tokens, or leaves the interval out.
 WITH i AS (
     SELECT se.target_id, i.t_start, i.t_end, se.name, se.le, se.engine, se.labels, i.delta, i.reset
-    FROM interval_increments($deployment, $t_from, $t_to, $model, $names) i
+    FROM interval_increments($deployment, $t_from, $t_to, $model_name, $names) i
     JOIN series se ON se.series_id = i.series_id
 ),
 fe AS (  -- fleet targets (aggregated ingestion): engines reporting in each step
@@ -15,7 +15,7 @@ fe AS (  -- fleet targets (aggregated ingestion): engines reporting in each step
     JOIN targets t ON t.target_id = se.target_id
     JOIN deployments d ON d.deployment_id = t.deployment_id
     WHERE d.name = $deployment AND se.name = 'kvplan:vllm_engines' AND sa.ts > $t_from AND sa.ts <= $t_to
-      AND ($model IS NULL OR se.model_name = $model)
+      AND ($model_name IS NULL OR se.model_name = $model_name)
     GROUP BY 1, 2
 )
 SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,

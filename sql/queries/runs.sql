@@ -2,7 +2,7 @@
 -- Record one workload-driver run.
 INSERT INTO runs (deployment, label, scenario, routing, started_at, ended_at, model, servers, workload,
                   stopped_by, measured_on, reuse, engine_seconds, engine_seconds_source, ab_pair, cached_tokens)
-VALUES ($deployment, $label, $scenario, $routing, $started_at, $ended_at, $model, $servers, $workload,
+VALUES ($deployment, $label, $scenario, $routing, $started_at, $ended_at, $model_name, $servers, $workload,
         $stopped_by, $measured_on, $reuse, $engine_seconds, $engine_seconds_source, $ab_pair, $cached_tokens)
 RETURNING run_id;
 

@@ -2,7 +2,7 @@
 -- Record one side of a load sweep.
 INSERT INTO sweeps (deployment, pair, reuse, load_kind, server, model, scenario, workload, started_at, ended_at,
                     measured_on)
-VALUES ($deployment, $pair, $side, $load_kind, $server, $model, $scenario, $workload, $started_at, $ended_at,
+VALUES ($deployment, $pair, $side, $load_kind, $server, $model_name, $scenario, $workload, $started_at, $ended_at,
         $measured_on)
 RETURNING sweep_id;
 

@@ -44,10 +44,10 @@ ORDER BY t.created_at DESC, t.trace_id DESC;
 
 -- name: trace_replay
 -- A trace's requests in replay order: timestamp, then file name, then line (LMCache's
--- simulator sorts by timestamp, stably, over files in name order). $model NULL = all.
+-- simulator sorts by timestamp, stably, over files in name order). $model_name NULL = all.
 SELECT chunk_keys, seq_len, chunk_size
 FROM trace_requests
-WHERE trace_id = $trace_id AND ($model IS NULL OR model_name = $model)
+WHERE trace_id = $trace_id AND ($model_name IS NULL OR model_name = $model_name)
 ORDER BY ts, file, line;
 
 -- name: trace_deployments

@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -41,7 +42,11 @@ from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.runs import save_run
 from kvplan.collectors.scrape import Target, scrape_target
+from kvplan.deploy.local.stack import Server
 from kvplan.sql.db import Database
+
+if TYPE_CHECKING:
+    from kvplan.models.prefill.validation import ABValidation
 
 ENGINE_TIME = ("wall time of each side's segments (first request sent to last answer), servers "
                "under test at real-time priority")
@@ -232,7 +237,7 @@ class Scenario:
     name: str
     segments: list[list[list[str]]]
     output_tokens: int = OUTPUT_TOKENS
-    kind: str = "unique"
+    kind: wl.Scenario = "unique"
     """Workload scenario label stored with the runs."""
 
     @property
@@ -244,7 +249,7 @@ class Scenario:
         return sum(len(p) for seg in self.segments for p in seg)
 
 
-def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str, measured_on: str,
+def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model_name: str, measured_on: str,
            pair: str, lmcache_pids: Sequence[int] = (), replicas: Sequence = (),
            background: Scenario | None = None) -> tuple[SideResult, SideResult, str]:
     """Run ``scenario`` on both sides, interleaved by segment (see module docstring). Stores
@@ -271,13 +276,13 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str,
             for side in (sides if k % 2 == 0 else sides[::-1]):
                 c0 = cpu_seconds(side.workers())
                 t0 = time.perf_counter()
-                run = lg_client.run_prompts(side.bases, model, seg, output_tokens=scenario.output_tokens,
+                run = lg_client.run_prompts(side.bases, model_name, seg, output_tokens=scenario.output_tokens,
                                      scenario=scenario.kind)
                 dt = time.perf_counter() - t0
                 wall[side.reuse] += dt
                 results[side.reuse] += run.results
                 spans[side.reuse] += [run.started_at, run.ended_at]
-                errors[side.reuse] += [r.error for r in run.errors]
+                errors[side.reuse] += [r.error or "failed" for r in run.errors]
                 for u, prompts in enumerate(seg):
                     name = side.servers[u % len(side.servers)].name
                     expected[name] += len(prompts)
@@ -289,7 +294,7 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str,
             if replicas and background is not None:
                 replica = replicas[k % len(replicas)]
                 bg = background.segments[k % len(background.segments)]
-                lg_client.run_prompts([replica.base_url], model, bg, output_tokens=background.output_tokens,
+                lg_client.run_prompts([replica.base_url], model_name, bg, output_tokens=background.output_tokens,
                                scenario=background.kind)
                 expected[replica.name] += sum(len(p) for p in bg)
                 _settle(replica_side, expected, client)
@@ -302,7 +307,7 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str,
                            ended_at=max(spans[side.reuse]),
                            workload=wl.Workload(scenario=scenario.kind, users=scenario.users,
                                                 turns=1, output_tokens=scenario.output_tokens),
-                           results=rs, model=model, servers=side.bases)
+                           results=rs, model_name=model_name, servers=side.bases)
         run_id = save_run(db, on.deployment, run, label=f"{scenario.name}: reuse {side.reuse}",
                           measured_on=measured_on, reuse=side.reuse, engine_seconds=wall[side.reuse],
                           engine_seconds_source=ENGINE_TIME, ab_pair=pair)
@@ -311,10 +316,10 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model: str,
     return out[0], out[1], level
 
 
-def warm(servers: Sequence, model: str, seed: int) -> None:
+def warm(servers: Sequence, model_name: str, seed: int) -> None:
     """One unrelated request per server (not measured): neither side pays for a cold process."""
     for s in servers:
-        lg_client.complete(s.base_url, model, wl.text(seed, f"warm-up {s.name}", 2000), output_tokens=2)
+        lg_client.complete(s.base_url, model_name, wl.text(seed, f"warm-up {s.name}", 2000), output_tokens=2)
 
 
 # ---- the validation scenarios -----------------------------------------------------------------------
@@ -407,7 +412,7 @@ def validation_cases(seed: int, *, segments: int = 24, loaded_segments: int = 20
     }
 
 
-def run_calibration(db: Database, on: Side, *, model: str, seed: int, replicas: Sequence = (),
+def run_calibration(db: Database, on: Side, *, model_name: str, seed: int, replicas: Sequence = (),
                     lmcache_pids: Sequence[int] = ()) -> tuple[datetime, datetime]:
     """Run the calibration stream on the reuse-on deployment only: its servers and, when given,
     vLLM-only ``replicas`` of the same deployment (segments alternate between them: computed
@@ -422,7 +427,7 @@ def run_calibration(db: Database, on: Side, *, model: str, seed: int, replicas: 
         start = _scrape(db, dep)
         for k, seg in enumerate(cal.segments):
             server = servers[(k // 2) % len(servers)]  # each kind of request on every server
-            run = lg_client.run_prompts([server.base_url], model, seg, output_tokens=cal.output_tokens,
+            run = lg_client.run_prompts([server.base_url], model_name, seg, output_tokens=cal.output_tokens,
                                  scenario=cal.kind)
             if run.errors:
                 raise RuntimeError(f"calibration: {run.errors[0].error}")
@@ -440,9 +445,9 @@ def _epoch(ts: datetime) -> float:
     return ts.timestamp()
 
 
-def validate_on_stack(db: Database, *, off_server, on_server, lmcache_server, model: str, seed: int,
-                      replicas: Sequence = (), names: Sequence[str] | None = None, repeat: int = 0,
-                      cases: dict[str, Scenario] | None = None) -> list:
+def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lmcache_server: Server | None,
+                      model_name: str, seed: int, replicas: Sequence[Server] = (), names: Sequence[str] | None = None,
+                      repeat: int = 0, cases: dict[str, Scenario] | None = None) -> list[ABValidation]:
     """Calibrate the reuse-on deployment (``on_server`` with ``lmcache_server``, plus vLLM-only
     ``replicas``), run every scenario as an A/B (reuse off: ``off_server``; reuse on:
     ``on_server``), and validate the model's prediction for each
@@ -454,16 +459,16 @@ def validate_on_stack(db: Database, *, off_server, on_server, lmcache_server, mo
     suffix = f"-{repeat}" if repeat else ""
     off = Side(f"ab-off{suffix}", "off", [off_server])
     on = Side(f"ab-on{suffix}", "on", [on_server], ([lmcache_server] if lmcache_server else []) + list(replicas))
-    warm([off_server, on_server, *replicas], model, seed)
+    warm([off_server, on_server, *replicas], model_name, seed)
     lm_pids = [lmcache_server.pid] if lmcache_server and lmcache_server.pid else []
     cal_start, cal_end = run_calibration(db, Side(on.deployment, "on", [on_server],
                                                   [lmcache_server] if lmcache_server else []),
-                                         model=model, seed=seed, replicas=replicas, lmcache_pids=lm_pids)
+                                         model_name=model_name, seed=seed, replicas=replicas, lmcache_pids=lm_pids)
     cases = cases or validation_cases(seed)
-    out = []
+    out: list[ABValidation] = []
     for name in names or list(cases):
         sc = cases[name]
-        a, b, level = run_ab(db, sc, off, on, model=model, measured_on=MEASURED_ON,
+        a, b, level = run_ab(db, sc, off, on, model_name=model_name, measured_on=MEASURED_ON,
                              pair=f"{name}{suffix}-{seed}", lmcache_pids=lm_pids, replicas=replicas,
                              background=calibration(seed + 1 + len(out)))
         if a.errors or b.errors:

@@ -85,32 +85,48 @@ class _Collector:
     def __init__(self, fams: Iterable[Fam], phase: str, created: bool):
         self.fams, self.phase, self.created = list(fams), phase, created
 
+    def _value(self, f: Fam, lab: dict[str, str]) -> float | list[float]:
+        if f.per_series:
+            return f.per_series(self.phase, lab)
+        if f.value is None:
+            raise ValueError(f"{f.name}: neither value nor per_series given")
+        return f.value(self.phase)
+
     def collect(self) -> Iterable[Any]:
         for f in self.fams:
             names = list(f.labels)
             all_series = [f.labels] + [{**f.labels, **s} for s in f.series]
             if f.type == "counter":
-                m = CounterMetricFamily(f.name, f.help, labels=names)
+                cm = CounterMetricFamily(f.name, f.help, labels=names)
+                for lab in all_series:
+                    cm.add_metric([lab[n] for n in names], _number(f, self._value(f, lab)),
+                                  created=CREATED if self.created else None)
+                yield cm
             elif f.type == "gauge":
-                m = GaugeMetricFamily(f.name, f.help, labels=names)
+                gm = GaugeMetricFamily(f.name, f.help, labels=names)
+                for lab in all_series:
+                    gm.add_metric([lab[n] for n in names], _number(f, self._value(f, lab)))
+                yield gm
             else:
-                m = HistogramMetricFamily(f.name, f.help, labels=names)
-            for lab in all_series:
-                v = f.per_series(self.phase, lab) if f.per_series else f.value(self.phase)
-                values = [lab[n] for n in names]
-                if f.type == "counter":
-                    m.add_metric(values, float(v), created=CREATED if self.created else None)
-                elif f.type == "gauge":
-                    m.add_metric(values, float(v))
-                else:
-                    obs = list(v)
-                    bounds = [*f.buckets, float("inf")]
+                hm = HistogramMetricFamily(f.name, f.help, labels=names)
+                bounds = [*f.buckets, float("inf")]
+                for lab in all_series:
+                    values = [lab[n] for n in names]
+                    obs = self._value(f, lab)
+                    if not isinstance(obs, list):
+                        raise TypeError(f"{f.name}: a histogram is filled with a list of observations")
                     counts = [sum(1 for x in obs if x <= b + 1e-12) for b in bounds]
-                    m.add_metric(values, [(_le(b), float(c)) for b, c in zip(bounds, counts, strict=True)],
-                                 sum_value=round(sum(obs), 6))
+                    hm.add_metric(values, [(_le(b), float(c)) for b, c in zip(bounds, counts, strict=True)],
+                                  sum_value=round(sum(obs), 6))
                     if self.created:
-                        m.add_sample(f.name + "_created", dict(zip(names, values, strict=True)), CREATED)
-            yield m
+                        hm.add_sample(f.name + "_created", dict(zip(names, values, strict=True)), CREATED)
+                yield hm
+
+
+def _number(f: Fam, v: float | list[float]) -> float:
+    if isinstance(v, list):
+        raise TypeError(f"{f.name}: a {f.type} is filled with one number, not a list")
+    return float(v)
 
 
 def _le(b: float) -> str:
@@ -142,7 +158,8 @@ def n_obs(key: str, value: float) -> Callable[[str], list[float]]:
 
 def build_1_2_5(max_value: int) -> list[float]:
     """vLLM's build_1_2_5_buckets (vllm/engine/metrics.py, vllm/v1/metrics/loggers.py)."""
-    out, exp = [], 0
+    out: list[float] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             v = m * 10**exp

@@ -67,11 +67,11 @@ class Recorder:
             self.scrape_once()
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
 
-    def __enter__(self):
+    def __enter__(self) -> Recorder:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
         self.scrape_once()
@@ -83,7 +83,8 @@ def phase(title: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run-dir", help="a running stack (python -m kvplan.deploy.local.stack up ... --vllm 2 --nocache 1)")
+    ap.add_argument("--run-dir",
+                    help="a running stack (python -m kvplan.deploy.local.stack up ... --vllm 2 --nocache 1)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between scrapes (real time)")
     ap.add_argument("--stretch", type=float, default=30.0, help="time-axis stretch written to the file")
@@ -94,9 +95,9 @@ def main() -> int:
     stack = (stk.up(run_dir, n_vllm=2, n_vllm_nocache=1, prometheus=False, scrape_interval="5s")
              if own else stk.Stack.load(run_dir))
     try:
-        v0, v1, lm = stack.server("vllm-0"), stack.server("vllm-1"), stack.lmcache()
+        v0, v1, lm = stack.server("vllm-0"), stack.server("vllm-1"), stack.server("lmcache")
         nocache = next((s for s in stack.vllm() if s.name.startswith("vllm-nocache")), None)
-        model = stack.model_name
+        model_name = stack.model_name
         targets = {"vllm-0": (v0.metrics_url, "vllm"), "vllm-1": (v1.metrics_url, "vllm"),
                    "lmcache": (lm.metrics_url, "lmcache_mp")}
         runs: list[dict] = []
@@ -104,7 +105,7 @@ def main() -> int:
         def drive(label: str, servers, **kw) -> None:
             phase(label)
             w = wl.Workload(max_seconds=300, **kw)
-            r = lg_client.run([s.openai_url for s in servers], model, w)
+            r = lg_client.run([s.openai_url for s in servers], model_name, w)
             runs.append({"type": "run", "label": label, "result": r.to_dict()})
             print(f"[demo]   {json.dumps(r.summary())}", flush=True)
 

