@@ -283,6 +283,9 @@ def test_demo_dataset_pages(demo_server, page, path):
     """Every page on the recorded demo data: no error, the window's numbers, a screenshot."""
     url, db, dep = demo_server
     open_page(page, url, path, wait_for="h1")
+    for label in DEMO_PAGES[path]:  # a slow page may still be drawing when the run looks idle
+        page.locator("[data-testid='stMetricLabel']", has_text=label).first.wait_for(timeout=90_000)
+    settle(page)
     assert page.locator("[data-testid='stException']").count() == 0
     assert page.locator("[data-testid='stAlertContentError']").count() == 0
     got = metrics(page)
