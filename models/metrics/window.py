@@ -37,6 +37,7 @@ class Increase:
     pairs: int = 0
     resets: int = 0
     broken: int = 0  # decreases with an unchanged _created: not counted (increments() macro)
+    gaps: int = 0  # pairs spanning a scrape the series was missing from: continued from its last value
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def window_stats(rows: list[Increase]) -> WindowStats:
         estimated_flops=total(rows, c.total_name(c.ESTIMATED_FLOPS)),
         counter_resets=sum(r.resets for r in rows),
         counter_decreases=sum(r.broken or 0 for r in rows),
-        notes=_decrease_notes(rows),
+        notes=_decrease_notes(rows) + _gap_notes(rows),
     )
     for name in RATE_FIELDS:
         v = getattr(st, name)
@@ -273,6 +274,19 @@ def _decrease_notes(rows: list[Increase]) -> list[str]:
     more = f" and {len(broken) - 5} more series" if len(broken) > 5 else ""
     return [f"warning: {sum(broken.values())} counter decrease(s) with an unchanged _created were not counted "
             f"(not a restart: a broken or replaced target) - {names}{more}"]
+
+
+def _gap_notes(rows: list[Increase]) -> list[str]:
+    gaps: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r.gaps:
+            gaps[f"{r.name} ({r.target})" if r.target else r.name] += r.gaps
+    if not gaps:
+        return []
+    names = ", ".join(f"{k}: {v}" for k, v in sorted(gaps.items())[:5])
+    more = f" and {len(gaps) - 5} more series" if len(gaps) > 5 else ""
+    return [f"note: {sum(gaps.values())} time(s) a series seen before was missing from a scrape of its target and "
+            f"came back: counted from its last value, not from 0 (a truncated or partial payload?) - {names}{more}"]
 
 
 def null_reasons(ok_scrapes: dict[str, int], data_span: tuple | None, model: str | None,
