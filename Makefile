@@ -55,6 +55,7 @@ bench: $(STAMP) sysdeps
 	$(PY) bench/dashboard_bench.py
 	$(PY) bench/validation_bench.py
 	$(PY) bench/whatif_bench.py
+	$(PY) bench/plan_bench.py
 
 clean:
 	rm -rf $(VENV) var test-artifacts

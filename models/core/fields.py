@@ -112,6 +112,21 @@ def from_dict(cls, data: dict[str, Any]):
     return cls(**{name: coerce(cls.__name__, known[name], v) for name, v in data.items()})
 
 
+def scenario(obj, **changes):
+    """A copy of a frozen settings dataclass with ``changes`` applied and NOT checked against the
+    fields' bounds: for the what-ifs a plan computes itself (the GPU price +-20 %, growth + 5
+    points, overhead x 1.5). The bounds are for what a user enters; a saved price of $1,000/GPU-hour
+    (the bound) must still give a plan whose +25 % scenario is $1,250 (issue 20)."""
+    import copy
+
+    out = copy.copy(obj)
+    for name, value in changes.items():
+        if name not in {s.name for s in specs(type(obj))}:
+            raise AttributeError(f"{type(obj).__name__} has no field {name!r}")
+        object.__setattr__(out, name, value)
+    return out
+
+
 def to_dict(obj) -> dict[str, Any]:
     """Plain dict (JSON-serialisable), one key per field."""
     return {s.name: getattr(obj, s.name) for s in specs(type(obj))}
