@@ -63,6 +63,24 @@ def user_errors(fn):
     return run
 
 
+def json_text(obj, **kw) -> str:
+    """``obj`` as strict JSON (RFC 8259): a non-finite float (inf, nan) is ``null``, never the
+    ``Infinity`` / ``NaN`` Python writes by default, which JSON parsers refuse."""
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(obj), allow_nan=False, **kw)
+
+
 def parse_time(value: str, what: str) -> datetime:
     """ISO 8601 as aware UTC (no zone means UTC; an offset is converted)."""
     return _parse_time(value, what)

@@ -16,6 +16,7 @@ curve and once per routing for the private caches, and prices the curve with
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,44 @@ from kvplan.sql.db import Database
 
 DEFAULT_RANKS = 8
 DEFAULT_POINTS = 30
+MAX_RANKS = 4096
+"""Most private caches compared with one shared pool (the replay is linear in ranks x requests;
+1,000,000,000 hung)."""
+MAX_POINTS = 10_000
+MAX_GB = 1e6
+"""Largest cache size an option may give, GB (a petabyte)."""
+MAX_SECONDS_PER_TOKEN = 1.0
+MAX_TOKENS_PER_MONTH = 1e18
+MAX_SEED = 2**32 - 1
+
+
+def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | None, capacity_gb: float | None,
+                  configured_gb: float | None, l2_gb: float | None, seconds_per_cached_token: float | None,
+                  tokens_per_month: float | None) -> None:
+    """Every option in its range before anything runs, for every caller (the CLI's options declare
+    the same bounds; the page and the report call this view directly): ``KvplanError`` naming it
+    (a negative size was accepted silently, inf or nan raised a traceback, a bytes per chunk of 0
+    was ignored)."""
+    from kvplan.collectors.trace_parse import MAX_BYTES_PER_CHUNK
+
+    def bad(option: str, value, rule: str) -> None:
+        raise KvplanError(f"must be {rule}; got {value!r}", source=option)
+
+    for option, value, low, high in (("--ranks", ranks, 1, MAX_RANKS), ("--points", points, 1, MAX_POINTS),
+                                     ("--seed", seed, 0, MAX_SEED),
+                                     ("--bytes-per-chunk", bytes_per_chunk, 1, MAX_BYTES_PER_CHUNK)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            bad(option, value, f"a whole number from {low:,} to {high:,}")
+    for option, value, high in (("--capacity-gb", capacity_gb, MAX_GB), ("--configured-gb", configured_gb, MAX_GB),
+                                ("--l2-gb", l2_gb, MAX_GB),
+                                ("--seconds-per-token", seconds_per_cached_token, MAX_SECONDS_PER_TOKEN),
+                                ("--tokens-per-month", tokens_per_month, MAX_TOKENS_PER_MONTH)):
+        if value is None:
+            continue
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and 0 < value <= high
+        if not ok:
+            bad(option, value, f"a finite number above 0 and at most {high:g}")
 
 
 def _trace_span(db: Database, trace_id: int) -> tuple[float, float]:
@@ -66,6 +105,9 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model: st
     """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
     shared vs private (default: the configured size, else half the saturation size). Long on
     purpose: the dict it returns is the ``kvplan whatif --json`` contract, written out in one place."""
+    check_options(ranks=ranks, points=points, seed=seed, bytes_per_chunk=bytes_per_chunk, capacity_gb=capacity_gb,
+                  configured_gb=configured_gb, l2_gb=l2_gb, seconds_per_cached_token=seconds_per_cached_token,
+                  tokens_per_month=tokens_per_month)
     tr, info = load_trace(db, deployment, trace, model=model)
     bpc = bytes_per_chunk or info.bytes_per_chunk
     notes: list[str] = []
