@@ -246,3 +246,44 @@ def test_empty_window_report_is_refused(db, tmp_path):
     r = hostile.runner.invoke(app, ["report", "--deployment", "d", "--month", "2026-01", "-o", str(out),
                             "--db", str(db.path)])
     assert r.exit_code == 2 and "one scrape" in r.output and not out.exists(), r.output
+
+
+# ---- issue 20: where the report is written -----------------------------------------------------------
+def _report(scen, out, month="2026-11"):
+    return CliRunner().invoke(cli, ["report", "--deployment", DEPLOYMENT, "--month", month, "-o", str(out),
+                                    "--db", str(scen.path)])
+
+
+def test_report_never_writes_through_a_symbolic_link(scen, tmp_path):
+    # `report -o link.html` followed the link and overwrote its target
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    r = _report(scen, link)
+    assert r.exit_code == 2 and "symbolic link" in r.output and "Traceback" not in r.output, r.output
+    assert target.read_text() == "keep me" and link.is_symlink()
+
+
+@pytest.mark.timeout(60)
+def test_report_to_a_fifo_is_refused_not_a_hang(scen, tmp_path):
+    import os
+
+    fifo = tmp_path / "a-fifo.html"
+    os.mkfifo(fifo)
+    r = _report(scen, fifo)  # blocked forever opening the FIFO for writing
+    assert r.exit_code == 2 and "not a regular file" in r.output, r.output
+
+
+def test_report_replaces_a_file_whole(scen, tmp_path):
+    out = tmp_path / "r.html"
+    out.write_text("old")
+    assert _report(scen, out).exit_code == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".r.html.")] == []  # no temp file left
+
+
+@pytest.mark.parametrize("month", ["9999-12", "1999-12", "2101-01"])
+def test_report_month_outside_2000_to_2100_is_refused(scen, tmp_path, month):
+    r = _report(scen, tmp_path / "r.html", month)  # 9999-12 raised ValueError: year 10000 is out of range
+    assert r.exit_code == 2 and "--month" in r.output and "Traceback" not in r.output, r.output
