@@ -39,6 +39,7 @@ from pydantic_settings import (
 )
 
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.fields import name_problem
 from kvplan.models.core.redact import register_secret
 from kvplan.models.inputs.deployment import DeploymentFacts
 from kvplan.models.inputs.planning import prices_from_table
@@ -148,8 +149,9 @@ class DeploymentConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not v.strip() or v != v.strip():
-            raise ValueError(f"{v!r}: a deployment name is non-empty, without leading or trailing blanks")
+        why = name_problem(v)
+        if why is not None:
+            raise ValueError(f"{v!r} is not a usable deployment name: {why}")
         return v
 
     @field_validator("facts")

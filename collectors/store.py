@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from kvplan.collectors.parse import Payload
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.fields import name_problem
 from kvplan.models.core.redact import redact
 from kvplan.models.core.timeutil import naive_utc
 from kvplan.sql.db import Database
@@ -44,11 +45,13 @@ def series_id(target_id: int, name: str, model: str | None, engine: str | None,
 
 
 def check_name(name: str, what: str) -> str:
-    """Deployment and target names: non-empty, no surrounding blanks, at most 200 characters."""
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or len(name) > 200 \
-            or any(ord(c) < 32 for c in name):
-        raise KvplanError(f"{name!r} is not a usable name: non-empty, no leading or trailing blanks or control "
-                          "characters, at most 200 characters", source=what)
+    """Deployment and target names (``kvplan.models.core.fields.name_problem``): non-empty, no
+    surrounding blanks, at most 200 characters, no control or invisible formatting character."""
+    why = name_problem(name)
+    if why is not None:
+        raise KvplanError(f"{name!r} is not a usable name: {why} (a name is non-empty, without leading or trailing "
+                          "blanks, control or invisible formatting characters such as bidi overrides, at most 200 "
+                          "characters)", source=what)
     return name
 
 

@@ -245,3 +245,8 @@ def test_config_check_refuses_a_deployment_fact_beyond_its_bound(tmp_path, key, 
     r = CliRunner().invoke(app, ["config", "check", "--config", str(cfg)])
     assert r.exit_code == 2, r.output
     assert f"DeploymentFacts.{key}: must be" in r.output and "Traceback" not in r.output
+
+
+def test_a_deployment_name_with_a_bidi_override_is_refused(tmp_path):
+    msg = error(tmp_path, GOOD.replace('name = "prod"', 'name = "prod\\u202e"'))
+    assert "deployments.0.name" in msg and "U+202E" in msg

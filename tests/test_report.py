@@ -287,3 +287,25 @@ def test_report_replaces_a_file_whole(scen, tmp_path):
 def test_report_month_outside_2000_to_2100_is_refused(scen, tmp_path, month):
     r = _report(scen, tmp_path / "r.html", month)  # 9999-12 raised ValueError: year 10000 is out of range
     assert r.exit_code == 2 and "--month" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_nightly_report_names_stay_inside_report_dir(db, tmp_path):
+    # the nightly job built its file name from the deployment name: '../../escaped' wrote two folders up
+    from datetime import date
+
+    from kvplan.app.report import nightly_reports
+    from kvplan.collectors.settings import Settings
+
+    for name in ("../../escaped", "a/b", "a_b"):
+        put(db, 0, one(0, 0, [0, 0, 0]), deployment=name)
+        put(db, 1, one(10, 100, [2, 4, 4]), deployment=name)
+    s = Settings(db=db.path)
+    s.schedule.report_dir = tmp_path / "deep" / "reports"
+    written = nightly_reports(s, date(2026, 11, 30))
+    assert len(written) == 3 and all(p.parent == tmp_path / "deep" / "reports" for p in written)
+    assert not list(tmp_path.glob("escaped-*")) and not list((tmp_path / "deep").glob("escaped-*"))
+    assert len({p.name for p in written}) == 3  # 'a/b' and 'a_b' do not share a file
+    from kvplan.app.report import report_file_name
+
+    assert report_file_name("prod", "2026-11", "pdf") == "prod-2026-11.pdf"  # plain names unchanged
+    assert report_file_name("../../escaped", "2026-11", "pdf").startswith("_.._escaped-")

@@ -306,3 +306,14 @@ def test_a_series_never_seen_before_still_counts_from_zero_and_a_new_created_sti
     put(db, 2, one(20, 50, [0, 1, 1], created=at(1.5).timestamp()))
     s = stats(db, "d", at(-1), at(3))
     assert (s.prefix_cache_hits, s.prefix_cache_queries) == (120, 1050)
+
+
+@pytest.mark.parametrize("name", ["prod\u202egpj.exe", "a\u2066b", "zero\u200bwidth", "bom\ufeff", "line\u2028sep"])
+def test_names_with_bidi_or_invisible_characters_are_refused(db, name):
+    # an RTL override was accepted in a deployment name: 'prod\u202egpj.exe' shows as 'prodexe.jpg'
+    from kvplan.models.core.errors import KvplanError
+
+    with pytest.raises(KvplanError, match="invisible formatting character"):
+        put(db, 0, one(0, 0, [0, 0, 0]), deployment=name)
+    with pytest.raises(KvplanError, match="invisible formatting character"):
+        put(db, 0, one(0, 0, [0, 0, 0]), target=name)

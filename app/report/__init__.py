@@ -98,6 +98,20 @@ def _check_writable(path: Path) -> None:
             break
 
 
+def report_file_name(deployment: str, month: str, fmt: str) -> str:
+    """The nightly report's file name: the deployment name with anything but letters, digits,
+    '.', '_' and '-' replaced by '_' and no leading '.', plus a short hash of the real name when
+    that changed it (two names never share a file); it never holds a '/' or starts with '..', so
+    it stays inside report_dir (a deployment named '../../escaped' wrote outside it, issue 20)."""
+    import hashlib
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", deployment).lstrip(".")[:80] or "deployment"
+    if safe != deployment:
+        safe += "-" + hashlib.sha256(deployment.encode()).hexdigest()[:8]
+    return f"{safe}-{month}.{fmt}"
+
+
 def nightly_reports(settings, day) -> list[Path]:
     """The nightly job's report step (``kvplan.collectors.scheduler.NightlyJobs.report``): each
     deployment's capacity report for the month of ``day`` (so far) into
@@ -112,7 +126,7 @@ def nightly_reports(settings, day) -> list[Path]:
     folder = settings.schedule.report_dir or Path(settings.db).parent / "reports"
     written = []
     for name in sorted({d["deployment"] for d in fetch_rw(db, "deployments")}):
-        path = folder / f"{name}-{month}.{settings.schedule.report_format}"
+        path = folder / report_file_name(name, month, settings.schedule.report_format)
         try:
             written.append(write_report(db, name, month, path, cfg=deployment_settings(settings, name)))
         except KvplanError as e:  # no data that month
