@@ -1,8 +1,8 @@
 """A plan at the fleet sizes the CLI and the config allow (1 .. 100,000 GPUs), and the queueing
-primitive behind its time, before and after issue 20:
+primitive behind its time, before and after the vectorised Erlang B:
 
-  recursion   Erlang B by its recursion over every server (what ``erlang_c`` did before issue
-              20), inside the same bisection ``max_arrival_rate`` runs (80 steps)
+  recursion   Erlang B by its recursion over every server (what ``erlang_c`` did before),
+              inside the same bisection ``max_arrival_rate`` runs (80 steps)
   kvplan      ``kvplan.models.capacity.queueing.max_arrival_rate`` (exact recursion up to 400
               servers, the Poisson form over the terms near the load above)
 

@@ -1,4 +1,4 @@
-"""Peak memory of ``kvplan import-trace`` against the size of the file (issue 20: the import read
+"""Peak memory of ``kvplan import-trace`` against the size of the file (the import used to read
 whole files, ``read_bytes()``, and peaked at about 4x the file: 2.7 GB for 686 MB).
 
 Writes a synthetic LMCache lookup-hash log of ``--mb`` MB (16 chunk hashes per line, 30 % of

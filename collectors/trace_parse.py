@@ -5,7 +5,7 @@ the parsing half of ``kvplan.collectors.traces`` (which stores and replays them)
 Files are streamed (``scan_file``), never read whole: a line at a time (at most
 ``MAX_LINE_BYTES``), validated lines handed on in batches of at most ``BATCH_LINES`` lines and
 ``BATCH_REFS`` chunk references. Memory is bounded by one line and one batch, whatever the file's
-size (issue 20: ``read_bytes()`` peaked at about 4x the file).
+size (reading whole files peaked at about 4x the file).
 
 Every value is bounded where it is read, so that nothing wraps or overflows downstream:
 timestamps are seconds between 1970 and 2100 (LMCache: unix seconds; Mooncake: milliseconds from

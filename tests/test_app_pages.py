@@ -474,7 +474,7 @@ def test_cost_page_sizes_from_a_stored_load_sweep(scen, monkeypatch):
 
 
 def test_a_bad_saved_fact_can_be_undone_from_the_cost_page(scen, monkeypatch):
-    # a row saved before the facts had upper bounds (issue 20: total_model_params = 1e308 saved from the form):
+    # a row saved before the facts had upper bounds (total_model_params = 1e308 saved from the form):
     # every page failed ("kvplan hit a bug on this page (OverflowError)") and the Cost page, rendering no
     # form, could not undo it. Now the row is refused when read, naming it, and the form is still there
     from kvplan.app.data.store import load_facts

@@ -153,7 +153,7 @@ def test_plan_gpus_is_bounded(db, tmp_path, gpus):
 
 def test_plan_with_saved_facts_beyond_a_bound_exits_2_naming_them(tmp_path):
     # a row saved before the bounds existed (total_model_params = 1e308): plan raised OverflowError in the
-    # replica memory check (issue 20); now the saved row no longer validates and the error names it
+    # replica memory check; now the saved row no longer validates and the error names it
     import json
 
     from kvplan.sql.db import Database

@@ -234,13 +234,13 @@ def test_auth_secrets_are_checked(tmp_path):
     assert r.exit_code == 2 and "cookie_secret" in r.output and "--auth-secrets" in r.output, r.output
 
 
-# ---- issue 20: deployment facts have upper bounds -------------------------------------------------
+# ---- deployment facts have upper bounds -------------------------------------------------
 @pytest.mark.parametrize("key, value", [("total_model_params", "1e308"), ("model_params", "1e308"),
                                         ("gpu_peak_flops", "1e300"), ("kv_bytes_per_token", "1e300"),
                                         ("max_context_tokens", "10000000000"), ("model_layers", "10000000"),
                                         ("hidden_size", "10000000000"), ("lmcache_chunk_tokens", "1000000000")])
 def test_config_check_refuses_a_deployment_fact_beyond_its_bound(tmp_path, key, value):
-    # total_model_params = 1e308 passed `config check` and overflowed every later plan (issue 20)
+    # total_model_params = 1e308 passed `config check` and overflowed every later plan
     cfg = write(tmp_path, GOOD.replace("prometheus_selector", f"facts = {{ {key} = {value} }}\nprometheus_selector"))
     r = CliRunner().invoke(app, ["config", "check", "--config", str(cfg)])
     assert r.exit_code == 2, r.output

@@ -180,7 +180,7 @@ def test_invalid_inputs_name_the_field(change, field):
         CapacityInputs(**{**CASE.__dict__, **change})
 
 
-# ---- issue 20: fleets of 100,000 GPUs plan in seconds ---------------------------------------------
+# ---- fleets of 100,000 GPUs plan in seconds ---------------------------------------------
 def erlang_c_exact(c: int, a: int) -> float:
     """Erlang C by factorials in exact rational arithmetic (integer load), for any c."""
     from fractions import Fraction
@@ -201,7 +201,7 @@ def test_erlang_c_of_large_fleets_matches_the_exact_formula(c, a):
 
 
 def replicas_by_recursion(lam: float, s: float, slo: float, q: float) -> int:
-    """The one-pass recursion replicas_needed used for every size before issue 20."""
+    """The one-pass recursion replicas_needed used for every size before the vectorised form."""
     a, b = lam * s, 1.0
     first = math.floor(a) + 1
     for k in range(1, 10**7):

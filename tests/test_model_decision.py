@@ -282,11 +282,11 @@ def test_nothing_saved_and_nothing_spent_is_not_called_overhead_exceeding_the_sa
     assert any(f.startswith("a hit rate above the baseline's 0.0 % (now 0.0 %)") for f in ev.decision.flips)
 
 
-# ---- issue 20: the plan's own scenarios are not inputs ----------------------------------------------
+# ---- the plan's own scenarios are not inputs ----------------------------------------------
 @pytest.mark.parametrize("price", [850.0, 1000.0])
 def test_a_saved_price_at_or_near_its_bound_still_plans(price):
     # the form accepts up to $1,000/GPU-hour; the plan's flip draws (+-20 %) and tornado (+-25 %)
-    # reached $1,011 and $1,250 and were refused as inputs: plan and report exited 2 (issue 20)
+    # reached $1,011 and $1,250 and were refused as inputs: plan and report exited 2
     from kvplan.models.decision.plan import plan
 
     r = plan(PlanInputs(window(), PriceBook(pricing_mode="cloud", usd_per_gpu_hour=price),

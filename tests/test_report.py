@@ -248,7 +248,7 @@ def test_empty_window_report_is_refused(db, tmp_path):
     assert r.exit_code == 2 and "one scrape" in r.output and not out.exists(), r.output
 
 
-# ---- issue 20: where the report is written -----------------------------------------------------------
+# ---- where the report is written -----------------------------------------------------------
 def _report(scen, out, month="2026-11"):
     return CliRunner().invoke(cli, ["report", "--deployment", DEPLOYMENT, "--month", month, "-o", str(out),
                                     "--db", str(scen.path)])

@@ -252,7 +252,7 @@ def test_unknown_model_is_refused_with_the_known_ones(db, tmp_path):
         assert r.exit_code == 2 and "'ghost'" in r.output and "'m'" in r.output, r.output
 
 
-# ---- issue 20: a series missing from one middle scrape ----------------------------------------
+# ---- a series missing from one middle scrape ----------------------------------------
 def _drop(text: str, prefix: str) -> str:
     return "".join(line + "\n" for line in text.splitlines() if not line.startswith(prefix))
 

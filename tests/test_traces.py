@@ -174,7 +174,7 @@ def test_the_nightly_job_imports_a_deployments_lookup_hash_logs(db, tmp_path):
     assert db.fetch("trace_span", trace_id=1)[0]["t0"] is not None
 
 
-# ---- issue 20: bounded values, no traceback, line numbers, streaming ---------------------------------
+# ---- bounded values, no traceback, line numbers, streaming ---------------------------------
 def lm_obj(**change):
     return {**{"timestamp": 1767614400.0, "request_id": "r", "chunk_size": 256, "seq_len": 512,
                "chunk_hashes": ["0xa"]}, **change}

@@ -130,7 +130,7 @@ def plan_sections(sel, v) -> None:
 def forms(sel, v) -> None:
     """The editable price book, planning inputs and deployment facts. Shown even when the saved
     values cannot be read (the view failed): then with the defaults, so a bad saved value can be
-    overwritten from here (issue 20)."""
+    overwritten from here."""
     pricebook = v.pricebook if v is not None else PriceBook()
     planning = v.planning if v is not None else PlanningInputs()
     facts = v.overview.facts if v is not None else None

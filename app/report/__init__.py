@@ -102,7 +102,7 @@ def report_file_name(deployment: str, month: str, fmt: str) -> str:
     """The nightly report's file name: the deployment name with anything but letters, digits,
     '.', '_' and '-' replaced by '_' and no leading '.', plus a short hash of the real name when
     that changed it (two names never share a file); it never holds a '/' or starts with '..', so
-    it stays inside report_dir (a deployment named '../../escaped' wrote outside it, issue 20)."""
+    it stays inside report_dir (a deployment named '../../escaped' wrote outside it)."""
     import hashlib
     import re
 

@@ -142,7 +142,7 @@ def scenario(obj, **changes):
     """A copy of a frozen settings dataclass with ``changes`` applied and NOT checked against the
     fields' bounds: for the what-ifs a plan computes itself (the GPU price +-20 %, growth + 5
     points, overhead x 1.5). The bounds are for what a user enters; a saved price of $1,000/GPU-hour
-    (the bound) must still give a plan whose +25 % scenario is $1,250 (issue 20)."""
+    (the bound) must still give a plan whose +25 % scenario is $1,250."""
     import copy
 
     out = copy.copy(obj)

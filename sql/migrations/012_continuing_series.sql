@@ -1,4 +1,4 @@
--- 012: a series missing from one scrape continues from its last value (issue 20), and trace
+-- 012: a series missing from one scrape continues from its last value, and trace
 -- lengths are BIGINT.
 --
 -- Until 011, a counter absent from its target's previous successful scrape was "born" at 0
