@@ -23,7 +23,8 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
 _SPACE = r"(?:\s|%(?:25)?20|\+)"  # a blank, also URL-encoded (%20, %2520) or form-encoded (+)
 _AUTH_HEADER = re.compile(r"(?i)\b(proxy-)?(authorization)(\s*[:=]\s*|%(?:25)?3A" + _SPACE + r"*|['\"]\s*[:,]\s*['\"])"
                           r"([^\r\n'\"\\&]+)")
-_SCHEME_CRED = re.compile(r"(?i)\b(bearer|basic|token|digest)" + _SPACE + r"+(?:[A-Za-z0-9\-._~+/=]|%[0-9A-Fa-f]{2}){6,}")
+_SCHEME_CRED = re.compile(r"(?i)\b(bearer|basic|token|digest)" + _SPACE
+                          + r"+(?:[A-Za-z0-9\-._~+/=]|%[0-9A-Fa-f]{2}){6,}")
 # key=value (query strings, form bodies) and "key": "value" (JSON); not "key: text", which
 # is how kvplan's own messages name a config key (prometheus.bearer_token: ...)
 _PARAM = re.compile(r"(?i)\b((?:access_|refresh_|id_|api_|auth_|bearer_|x-api-)?(?:token|key|password|passwd|"
