@@ -20,8 +20,8 @@ def dashboard(
         envvar="KVPLAN_DASHBOARD_AUTH_SECRETS",
         help="Streamlit secrets file with an [auth] table (OpenID Connect): every page asks for a login.")] = None,
     insecure_no_login: Annotated[bool, typer.Option(
-        "--insecure-no-login", help="Serve a non-loopback --address without --auth-secrets (only behind a proxy "
-                                    "that does the login: anyone who reaches the port can edit the price book).")] = False,
+        "--insecure-no-login", help="Serve a non-loopback --address without --auth-secrets (only behind a "
+        "proxy that does the login: anyone who reaches the port can edit the price book).")] = False,
 ) -> None:
     """Open the Streamlit dashboard on the DuckDB file."""
     import os
