@@ -35,6 +35,8 @@ class StoreResult:
     ts: datetime
     status: str  # stored | duplicate | failed-recorded
     samples: int
+    warnings: tuple[str, ...] = ()
+    """What the parser flagged in the payload (stored with the scrape too)."""
 
 
 def series_id(target_id: int, name: str, model: str | None, engine: str | None,
@@ -124,7 +126,7 @@ def insert_payload(con, *, deployment: str, target: str, ts: datetime, payload: 
     con.execute("INSERT INTO series SELECT * FROM series_tbl "
                 "WHERE series_id NOT IN (SELECT series_id FROM series)")
     con.execute("INSERT INTO samples SELECT * FROM sample_tbl")
-    return StoreResult(target, ts, "stored", len(payload.samples))
+    return StoreResult(target, ts, "stored", len(payload.samples), tuple(payload.warnings))
 
 
 def store_failure(db: Database, *, deployment: str, target: str, kind: str, ts: datetime,

@@ -317,3 +317,20 @@ def test_names_with_bidi_or_invisible_characters_are_refused(db, name):
         put(db, 0, one(0, 0, [0, 0, 0]), deployment=name)
     with pytest.raises(KvplanError, match="invisible formatting character"):
         put(db, 0, one(0, 0, [0, 0, 0]), target=name)
+
+
+def test_parts_above_their_whole_across_the_window_are_noted(db):
+    # each payload alone adds up; across the window local_compute grows by 1,378 while all prompt tokens
+    # grow by 1,201 (a counter reset by hand, a replaced exporter...): flagged in the stats
+    def vllm(prompt, local):
+        return ("# TYPE vllm:prompt_tokens_total counter\n"
+                f'vllm:prompt_tokens_total{{engine="0",model_name="m"}} {prompt}\n'
+                "# TYPE vllm:prompt_tokens_by_source_total counter\n"
+                f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_compute"}} {local}\n')
+    for minute, text in ((0, vllm(5000.0, 4000.0)), (1, vllm(6201.0, 5378.0))):
+        store_payload(db, deployment="d", target="v", ts=at(minute), payload=parse_payload(text, "v"),
+                      sha256=payload_sha256(text), source="import")
+    s = stats(db, "d", at(0), at(1))
+    assert (s.prompt_tokens, s.prompt_tokens_by_source["local_compute"]) == (1201, 1378)
+    assert any("vllm:prompt_tokens_by_source_total sums to 1,378, above vllm:prompt_tokens_total = 1,201" in n
+               for n in s.notes), s.notes
