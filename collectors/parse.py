@@ -214,8 +214,7 @@ def _regroup_strays(text: str, raw_families: list[Any]) -> tuple[list[Any], list
     kept, warnings = [], []
     for fam in raw_families:
         homes = {id(owner[x.name]): owner[x.name] for x in fam.samples if x.name in owner}
-        if fam.type != "unknown" or not fam.samples or len(homes) != 1 \
-                or len(homes) != 1 or any(x.name not in owner for x in fam.samples):
+        if fam.type != "unknown" or len(homes) != 1 or any(x.name not in owner for x in fam.samples):
             kept.append(fam)
             continue
         (target,) = homes.values()
@@ -224,8 +223,8 @@ def _regroup_strays(text: str, raw_families: list[Any]) -> tuple[list[Any], list
         where = _find_line(text, first.name, first.labels)
         more = f" and {len(fam.samples) - 1} more sample(s)" if len(fam.samples) > 1 else ""
         warnings.append(f"{first.name}{_fmt_labels(first.labels)}" + (f" (line {where[-1]})" if where else "")
-                        + f"{more} outside the lines of its family {target.name} ({target.type}; another family's lines come "
-                        "between, or its TYPE line names it differently): read as part of it")
+                        + f"{more} outside the lines of its family {target.name} ({target.type}; another family's "
+                        "lines come between, or its TYPE line names it differently): read as part of it")
     return kept, warnings
 
 
