@@ -78,6 +78,8 @@ bench: $(STAMP) sysdeps
 	$(PY) bench/dashboard_bench.py
 	$(PY) bench/validation_bench.py
 	$(PY) bench/whatif_bench.py
+	$(PY) bench/plan_bench.py
+	$(PY) bench/trace_memory_bench.py
 
 clean:
 	rm -rf $(VENV) var test-artifacts

@@ -13,8 +13,12 @@ Two formats, one JSON object per line:
   the partial last block included). Only full blocks are kept, as LMCache caches only full
   chunks: the partial tail is a miss under both.
 
-Every file is validated whole before anything is written; an error names the file and the
-line (:class:`kvplan.collectors.parse.PayloadError`). Re-importing is a no-op: each file's imported
+Every file is validated whole before anything is written (a first streaming pass); an error
+names the file and the line (:class:`kvplan.collectors.parse.PayloadError`). Files are streamed,
+never read whole: the import's own memory is one line (at most 16 MiB) and one batch (at most
+8,192 lines and 131,072 chunk references), whatever the file's size; DuckDB adds its index of
+the trace's distinct chunk hashes (it grows with distinct chunks, not with the file).
+``bench/trace_memory_bench.py`` measures it. Re-importing is a no-op: each file's imported
 length and the sha256 of those bytes are recorded; a file seen again unchanged is skipped, a
 file that has grown since (the log LMCache is still writing) is imported from where the last
 import stopped, and a file whose imported part changed is refused (:class:`ConflictError`).
@@ -26,9 +30,7 @@ elements x dtype bytes, from the first line) or from ``bytes_per_chunk`` (the op
 
 from __future__ import annotations
 
-import hashlib
 import warnings
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,12 +43,14 @@ from kvplan.collectors.store import ConflictError
 from kvplan.collectors.trace_parse import (
     FORMATS,
     LMCACHE_GLOB,
+    MAX_BYTES_PER_CHUNK,
     MOONCAKE_BLOCK,
     ParsedFile,
+    Scan,
     TraceError,
     detect_format,
     expand_paths,
-    parse_file,
+    scan_file,
 )
 from kvplan.models.cache import sim
 from kvplan.models.core.errors import KvplanError
@@ -79,14 +83,17 @@ class ImportResult:
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                  fmt: str = "auto", bytes_per_chunk: int | None = None,
                  block: int = MOONCAKE_BLOCK) -> ImportResult:
-    """Validate every file, then store the new lines in one transaction (module doc). Long on
-    purpose: validation, the per-file resume/conflict rules and the one write transaction are
-    read top to bottom, so that nothing is written before every file passed."""
+    """Validate every file (a first streaming pass, nothing kept), then store the new lines (a
+    second pass, one transaction per batch with the file's progress): nothing is written unless
+    every file passed, a crash leaves each file imported up to a batch boundary (the next import
+    goes on from there: nothing lost, nothing doubled), and memory is bounded by one line and one
+    batch (``trace_parse``), not by the files' size."""
     files = expand_paths(paths)
     if not files:
         raise PayloadError("import-trace", "no file given")
-    if bytes_per_chunk is not None and bytes_per_chunk <= 0:
-        raise KvplanError("must be > 0", source="bytes_per_chunk")
+    if bytes_per_chunk is not None and not 1 <= bytes_per_chunk <= MAX_BYTES_PER_CHUNK:
+        raise KvplanError(f"must be from 1 to {MAX_BYTES_PER_CHUNK:,} (1 TiB); got {bytes_per_chunk}",
+                          source="--bytes-per-chunk")
     if fmt not in ("auto", *FORMATS):
         raise KvplanError(f"unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}",
                           source="format")
@@ -97,60 +104,25 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
                            "separately")
     kind = kinds.pop()
     trace_name = name or ("lmcache" if kind == "lmcache" else files[0].stem)
-
     with db.read() as con:
-        row = _one(con, "trace_by_name", deployment=deployment, name=trace_name)
-        state = {}
-        if row is not None:
-            if row["format"] != kind:
-                raise ConflictError(f"trace {trace_name!r} of deployment {deployment!r} holds "
-                                    f"{row['format']} lines, not {kind}", source=str(files[0]))
-            for f in files:
-                prev = _one(con, "trace_file", trace_id=row["trace_id"], file=f.name)
-                if prev is not None:
-                    state[f.name] = prev
-
-    parsed: list[ParsedFile] = []
-    results: list[FileResult] = []
-    for f in files:
-        prev = state.get(f.name)
-        skip_b, skip_l = 0, 0
-        if prev is not None:
-            size = f.stat().st_size
-            with open(f, "rb") as fh:
-                head = fh.read(prev["bytes"])
-            if size < prev["bytes"] or hashlib.sha256(head).hexdigest() != prev["sha256"]:
-                raise ConflictError(f"changed since it was imported into trace {trace_name!r} "
-                                    f"({prev['bytes']} bytes, sha256 {prev['sha256'][:12]}...)",
-                                    source=str(f))
-            skip_b, skip_l = prev["bytes"], prev["lines"]
-        p = parse_file(f, kind, skip_bytes=skip_b, skip_lines=skip_l, block=block)
-        parsed.append(p)
-        if prev is not None and p.bytes == prev["bytes"]:
-            results.append(FileResult(f.name, "unchanged", 0, p.partial_tail))
-        else:
-            results.append(FileResult(f.name, "extended" if prev else "imported", p.requests,
-                                      p.partial_tail))
-    layouts = {p.bytes_per_chunk for p in parsed if p.bytes_per_chunk is not None}
+        row, state = _trace_state(con, deployment, trace_name, kind, files)
+    scans = [_validate(f, kind, state.get(f.name), trace_name, block) for f in files]
+    layouts = {s.bytes_per_chunk for s in scans if s.bytes_per_chunk is not None}
     if row is not None and row["bytes_source"] == "shapes/dtypes" and row["bytes_per_chunk"]:
         layouts.add(row["bytes_per_chunk"])
     if len(layouts) > 1 and bytes_per_chunk is None:
         raise PayloadError(str(files[0]), f"files give different KV bytes per chunk "
                            f"({sorted(layouts)}): one trace holds one KV layout")
-
     with db.write() as con:
+        now, now_state = _trace_state(con, deployment, trace_name, kind, files)
+        if (now is None) != (row is None) or now_state != state:  # another import meanwhile: refuse, retry
+            raise ConflictError("imported by another process meanwhile: run again", source=str(files[0]))
         if row is None:
             trace_id = Database.scalar(
                 con, "insert_trace", deployment=deployment, name=trace_name, format=kind,
                 n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow())
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
-        for f, _p in zip(files, parsed, strict=True):  # someone else imported meanwhile: refuse, retry
-            now = _one(con, "trace_file", trace_id=trace_id, file=f.name)
-            was = state.get(f.name)
-            if (now is None) != (was is None) or (now and was and now["bytes"] != was["bytes"]):
-                raise ConflictError("imported by another process meanwhile: run again",
-                                    source=str(f))
         bpc, source = row["bytes_per_chunk"], row["bytes_source"]
         if bytes_per_chunk is not None:
             bpc, source = int(bytes_per_chunk), "option"
@@ -159,56 +131,104 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if (bpc, source) != (row["bytes_per_chunk"], row["bytes_source"]):
             Database.run(con, "set_trace_bytes", trace_id=trace_id, n_bytes_per_chunk=bpc,
                          bytes_source=source)
-        keymap: dict[str, int] = {}  # LMCache chunk hash -> key (LMCache traces only)
-        if kind == "lmcache":
-            keymap = dict(con.execute(
-                "SELECT hash, key FROM trace_chunk_keys WHERE trace_id = ?", [trace_id]).fetchall())
-        for p in parsed:
-            if p.requests:
-                _insert_requests(con, trace_id, p, keymap)
-            Database.run(con, "upsert_trace_file", trace_id=trace_id, file=p.path.name,
-                         sha256=p.sha256, n_bytes=p.bytes, n_lines=p.lines, imported_at=utcnow())
-    return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(results))
+    for s in scans:
+        _store(db, trace_id, s, state.get(s.path.name), block)
+    return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(
+        FileResult(s.path.name, "unchanged" if prev is not None and s.bytes == prev["bytes"]
+                   else "extended" if prev is not None else "imported", s.requests, s.partial_tail)
+        for s, prev in ((s, state.get(s.path.name)) for s in scans)))
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict[str, int]) -> None:
+def _trace_state(con, deployment: str, trace_name: str, kind: str, files: list[Path]) -> tuple[dict | None, dict]:
+    """The trace's row (None: new) and what earlier imports took of each file."""
+    row = _one(con, "trace_by_name", deployment=deployment, name=trace_name)
+    state = {}
+    if row is not None:
+        if row["format"] != kind:
+            raise ConflictError(f"trace {trace_name!r} of deployment {deployment!r} holds "
+                                f"{row['format']} lines, not {kind}", source=str(files[0]))
+        for f in files:
+            prev = _one(con, "trace_file", trace_id=row["trace_id"], file=f.name)
+            if prev is not None:
+                state[f.name] = {k: prev[k] for k in ("bytes", "lines", "sha256")}
+    return row, state
+
+
+def _validate(f: Path, kind: str, prev: dict | None, trace_name: str, block: int) -> Scan:
+    """The first pass over one file: every new line validated, nothing kept; a file whose
+    imported part changed is refused."""
+    skip_b, skip_l = (prev["bytes"], prev["lines"]) if prev is not None else (0, 0)
+    if prev is not None and f.stat().st_size < skip_b:
+        raise ConflictError(f"changed since it was imported into trace {trace_name!r} (shorter than the "
+                            f"{skip_b} bytes imported)", source=str(f))
+    scan = scan_file(f, kind, skip_bytes=skip_b, skip_lines=skip_l, block=block)
+    if prev is not None and scan.prefix_sha256 != prev["sha256"]:
+        raise ConflictError(f"changed since it was imported into trace {trace_name!r} "
+                            f"({prev['bytes']} bytes, sha256 {prev['sha256'][:12]}...)", source=str(f))
+    return scan
+
+
+def _store(db: Database, trace_id: int, scan: Scan, prev: dict | None, block: int) -> None:
+    """The second pass over one file, up to the length the first pass found: each batch in its own
+    transaction with the file's progress (bytes, lines, sha256 of the part taken), so a crash leaves
+    a file imported up to a batch boundary and the next import goes on from there; a batch finding
+    the progress moved (another import of the same file) is refused."""
+    if prev is not None and scan.bytes == prev["bytes"]:
+        return
+    done = {"bytes": prev["bytes"] if prev is not None else None}
+
+    def write(batch: ParsedFile) -> None:
+        with db.write() as con:
+            now = _one(con, "trace_file", trace_id=trace_id, file=scan.path.name)
+            if (now["bytes"] if now is not None else None) != done["bytes"]:
+                raise ConflictError("imported by another process meanwhile: run again", source=str(scan.path))
+            if batch.requests:
+                _insert_requests(con, trace_id, batch)
+            Database.run(con, "upsert_trace_file", trace_id=trace_id, file=scan.path.name, sha256=batch.sha256,
+                         n_bytes=batch.bytes, n_lines=batch.lines, imported_at=utcnow())
+        done["bytes"] = batch.bytes
+
+    skip_b, skip_l = (prev["bytes"], prev["lines"]) if prev is not None else (0, 0)
+    scan_file(scan.path, scan.format, skip_bytes=skip_b, skip_lines=skip_l, block=block, upto=scan.bytes,
+              on_batch=write)
+
+
+def _lmcache_keys(con, trace_id: int, hex_keys: list[str]) -> np.ndarray:
+    """Keys of a batch's hex hashes: new hashes get the next keys in order of first appearance
+    (in DuckDB, so the hash -> key map never has to fit in Python's memory)."""
+    batch_hashes = pa.table({"ord": pa.array(np.arange(len(hex_keys), dtype=np.int64)),  # noqa: F841 (DuckDB)
+                             "hash": pa.array(hex_keys, pa.string())})
+    con.execute("""
+        INSERT INTO trace_chunk_keys
+        SELECT $trace_id, n.hash,
+               (SELECT count(*) FROM trace_chunk_keys WHERE trace_id = $trace_id)
+                 + row_number() OVER (ORDER BY n.first) - 1
+        FROM (SELECT b.hash, min(b.ord) AS first FROM batch_hashes b
+              WHERE b.hash NOT IN (SELECT hash FROM trace_chunk_keys WHERE trace_id = $trace_id)
+              GROUP BY b.hash) n""", {"trace_id": trace_id})
+    got = con.execute("""
+        SELECT k.key FROM batch_hashes b JOIN trace_chunk_keys k ON k.trace_id = $trace_id AND k.hash = b.hash
+        ORDER BY b.ord""", {"trace_id": trace_id}).fetchnumpy()["key"]
+    return np.asarray(got, dtype=np.int64)
+
+
+def _insert_requests(con, trace_id: int, p: ParsedFile) -> None:
     if p.format == "lmcache":
-        start = len(keymap)
-        new: dict[str, int] = {}
-        keys = array("q")
-        for h in p.hex_keys:
-            k = keymap.get(h)
-            if k is None:
-                k = new.get(h)
-                if k is None:
-                    k = start + len(new)
-                    new[h] = k
-            keys.append(k)
-        if new:
-            chunk_map = pa.table({"trace_id": pa.array([trace_id] * len(new), pa.int64()),  # noqa: F841
-                                  "hash": list(new.keys()),
-                                  "key": pa.array(list(new.values()), pa.int64())})
-            con.execute("INSERT INTO trace_chunk_keys SELECT * FROM chunk_map")
-            keymap.update(new)
+        keys = _lmcache_keys(con, trace_id, p.hex_keys) if p.hex_keys else np.zeros(0, np.int64)
     else:
-        keys = p.int_keys
+        keys = np.frombuffer(p.int_keys, dtype=np.int64) if len(p.int_keys) else np.zeros(0, np.int64)
     n = p.requests
-    values = pa.array(np.frombuffer(keys, dtype=np.int64) if len(keys) else
-                      np.zeros(0, np.int64))
-    offsets = pa.array(np.frombuffer(p.offsets, dtype=np.int64).astype(np.int32)
-                       if len(keys) < 2**31 else np.frombuffer(p.offsets, dtype=np.int64))
-    lists = (pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray).from_arrays(
-        offsets, values)
+    lists = pa.LargeListArray.from_arrays(pa.array(np.frombuffer(p.offsets, dtype=np.int64)), pa.array(keys))
     reqs = pa.table({  # noqa: F841 (read by DuckDB by name)
         "trace_id": pa.array(np.full(n, trace_id, np.int64)),
         "file": pa.array([p.path.name] * n, pa.string()),
-        "line": pa.array(np.frombuffer(p.line_no, dtype=np.int64).astype(np.int32)),
+        "line": pa.array(np.frombuffer(p.line_no, dtype=np.int64)),
         "ts": pa.array(np.frombuffer(p.ts, dtype=np.float64)),
         "request_id": pa.array(p.request_id, pa.string()),
         "model_name": pa.array(p.model_name, pa.string()),
-        "chunk_size": pa.array(np.frombuffer(p.chunk_size, dtype=np.int64).astype(np.int32)),
-        "seq_len": pa.array(np.frombuffer(p.seq_len, dtype=np.int64).astype(np.int32)),
-        "output_len": pa.array(p.output_len, pa.int32()),
+        "chunk_size": pa.array(np.frombuffer(p.chunk_size, dtype=np.int64)),
+        "seq_len": pa.array(np.frombuffer(p.seq_len, dtype=np.int64)),
+        "output_len": pa.array(p.output_len, pa.int64()),
         "chunk_keys": lists,
     })
     con.execute("INSERT INTO trace_requests SELECT * FROM reqs")
@@ -250,6 +270,12 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
         if row is None:
             raise TraceError(f"deployment {deployment!r} has no trace named {name!r}",
                              source="trace")
+        if model_name is not None:
+            models = [r[0] for r in con.execute("SELECT DISTINCT model_name FROM trace_requests WHERE trace_id = ? "
+                                                 "ORDER BY 1", [row["trace_id"]]).fetchall()]
+            if model_name not in models:
+                raise TraceError(f"trace {name!r} has no requests of model {model_name!r}; its models: "
+                                 f"{', '.join(repr(m) for m in models) or 'none named'}", source="--model")
         tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name))
     info = TraceInfo(row["trace_id"], row["name"], row["format"], row["bytes_per_chunk"],
                      row["bytes_source"])

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, open_db, out, parse_window, settings
+from kvplan.app.cli.common import ConfigOpt, DbOpt, json_text, open_db, out, parse_window, settings
 from kvplan.app.data.store import deployment_settings, require_deployment
 
 
@@ -37,7 +36,7 @@ def plan(
         result = plan_range(src, deployment, t0, t1, model_name, cfg=deployment_settings(s, deployment), gpus=gpus)
     d = result.to_dict()
     if as_json:
-        sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(d, indent=2, sort_keys=True) + "\n")
         return
     out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}")
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, open_db, out, positive, settings
+from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, positive, settings
 from kvplan.app.data.store import deployment_settings
 
 MAX_RANKS = 4096
@@ -80,7 +79,7 @@ def whatif(
             seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
             points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment))
     if as_json:
-        sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(d, indent=2, sort_keys=True) + "\n")
         return
     t = d["trace"]
     out.print(f"trace {t['name']!r}: {t['requests']:,} requests, {t['chunk_references']:,} chunk "

@@ -16,6 +16,7 @@ curve and once per routing for the private caches, and prices the curve with
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,45 @@ from kvplan.sql.db import Database
 
 DEFAULT_RANKS = 8
 DEFAULT_POINTS = 30
+MAX_RANKS = 4096
+"""Most private caches compared with one shared pool (the replay is linear in ranks x requests;
+1,000,000,000 hung)."""
+MAX_POINTS = 10_000
+MAX_GB = 1e6
+"""Largest cache size an option may give, GB (a petabyte)."""
+MAX_SECONDS_PER_TOKEN = 1.0
+MAX_TOKENS_PER_MONTH = 1e18
+MAX_SEED = 2**32 - 1
+
+
+def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | None, capacity_gb: float | None,
+                  configured_gb: float | None, l2_gb: float | None, seconds_per_cached_token: float | None,
+                  tokens_per_month: float | None) -> None:
+    """Every option in its range before anything runs, for every caller (the CLI's options declare
+    the same bounds; the page and the report call this view directly): ``KvplanError`` naming it
+    (a negative size was accepted silently, inf or nan raised a traceback, a bytes per chunk of 0
+    was ignored)."""
+    from kvplan.collectors.trace_parse import MAX_BYTES_PER_CHUNK
+
+    def bad(option: str, got: object, rule: str) -> None:
+        raise KvplanError(f"must be {rule}; got {got!r}", source=option)
+
+    whole: tuple[tuple[str, int | None, int, int], ...] = (
+        ("--ranks", ranks, 1, MAX_RANKS), ("--points", points, 1, MAX_POINTS), ("--seed", seed, 0, MAX_SEED),
+        ("--bytes-per-chunk", bytes_per_chunk, 1, MAX_BYTES_PER_CHUNK))
+    for option, n, low, high in whole:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high):
+            bad(option, n, f"a whole number from {low:,} to {high:,}")
+    sizes: tuple[tuple[str, float | None, float], ...] = (
+        ("--capacity-gb", capacity_gb, MAX_GB), ("--configured-gb", configured_gb, MAX_GB), ("--l2-gb", l2_gb, MAX_GB),
+        ("--seconds-per-token", seconds_per_cached_token, MAX_SECONDS_PER_TOKEN),
+        ("--tokens-per-month", tokens_per_month, MAX_TOKENS_PER_MONTH))
+    for option, x, top in sizes:
+        if x is None:
+            continue
+        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= top
+        if not ok:
+            bad(option, x, f"a finite number above 0 and at most {top:g}")
 
 
 def _trace_span(db: Database, trace_id: int) -> tuple[float, float]:
@@ -64,6 +104,9 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model_nam
     """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
     shared vs private (default: the configured size, else half the saturation size). Long on
     purpose: the dict it returns is the ``kvplan whatif --json`` contract, written out in one place."""
+    check_options(ranks=ranks, points=points, seed=seed, bytes_per_chunk=bytes_per_chunk, capacity_gb=capacity_gb,
+                  configured_gb=configured_gb, l2_gb=l2_gb, seconds_per_cached_token=seconds_per_cached_token,
+                  tokens_per_month=tokens_per_month)
     tr, info = load_trace(db, deployment, trace, model_name=model_name)
     bpc = bytes_per_chunk or info.bytes_per_chunk
     notes: list[str] = []

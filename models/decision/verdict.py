@@ -53,6 +53,7 @@ from kvplan.models.capacity.fleet import (
 from kvplan.models.capacity.goodput import Goodput
 from kvplan.models.capacity.horizon import HorizonPlan, beyond_note, plan_horizon, purchase_text
 from kvplan.models.capacity.replica import ReplicaFit, replica_fit
+from kvplan.models.core.fields import scenario
 from kvplan.models.decision.benefit import Benefit, monthly_benefit
 from kvplan.models.inputs.deployment import DeploymentFacts
 from kvplan.models.inputs.planning import REALISATIONS, PlanningInputs
@@ -526,7 +527,9 @@ def flip_probability(capacity: CapacityResult, savings: PrefillSavings, priceboo
 
 
 def scale_gpu_price(pb: PriceBook, k: float) -> PriceBook:
+    """The price book with the GPU's price x ``k``: a scenario, not checked against the input
+    bounds (``fields.scenario``)."""
     if pb.pricing_mode == "cloud":
-        return replace(pb, usd_per_gpu_hour=pb.usd_per_gpu_hour * k)
-    return replace(pb, capex_usd_per_gpu=pb.capex_usd_per_gpu * k,
-                   power_hosting_usd_per_gpu_month=pb.power_hosting_usd_per_gpu_month * k)
+        return scenario(pb, usd_per_gpu_hour=pb.usd_per_gpu_hour * k)
+    return scenario(pb, capex_usd_per_gpu=pb.capex_usd_per_gpu * k,
+                    power_hosting_usd_per_gpu_month=pb.power_hosting_usd_per_gpu_month * k)
