@@ -6,31 +6,33 @@ and the LMCacheMPConnector, so LMCache is the only reuse tier:
 
 * ``private``: each vLLM server has its own LMCache MP server (``lmcache-0`` for ``vllm-0``,
   ``lmcache-1`` for ``vllm-1``), each with an L1 of ``--l1-gib`` and its own
-  ``--lookup-hash-log-dir`` (``lookup-logs/lmcache-0/``, ``lookup-logs/lmcache-1/``). This is the
-  article's starting point: every rank hoards its own cache.
+  ``--lookup-hash-log-dir``. This is the article's starting point: every rank hoards its cache.
 * ``shared``: both vLLM servers on one LMCache server with an L1 of ``2 x --l1-gib`` (the same
-  total memory) and one log (``lookup-logs/lmcache/``).
+  total memory) and one log.
+
+Both sides are up at once (4 vLLM servers, 3 LMCache servers: about 10 GB resident) and the
+schedule runs segment by segment, each segment on one side and then on the other (the order
+alternates), so that whatever else the shared machine does in a minute hits both sides alike.
 
 The request schedule (``schedule``) is fixed from ``--seed`` before anything runs, prompts
 included (multi-turn histories carry a fixed answer text, not the model's output), and so is
 each request's server: request ``i`` of the schedule goes to ``vllm-(i mod 2)`` (round-robin in
 schedule order, what a load balancer in front of two ranks does). Two phases:
 
-* ``sequential``: one client, one request at a time (each sent 0.2 s after the previous answer):
-  three interleaved multi-turn conversations, questions behind one shared system prompt, and
-  unique documents of spread lengths (the prefill cost fit needs computed tokens that vary);
-* ``concurrent``: ``--clients`` (default 6) clients at once, each a multi-turn conversation of
-  ``--turns`` turns behind a second shared system prompt; every client's turn ``k`` is due at
-  ``k x --period-s`` plus up to 0.15 s (bursts: requests queue on the engines behind each
-  other, the case where the tail moves), sent then but never before the same client's previous
-  answer.
+* ``sequential`` (``--rounds`` segments): one client, one request at a time (each sent 0.2 s
+  after the previous answer): per segment one turn of each of three conversations, two
+  questions behind one shared system prompt and (first four segments) two unique documents of
+  spread lengths (the prefill cost fit needs computed tokens that vary);
+* ``concurrent`` (``--turns`` segments): ``--clients`` conversations behind a second shared
+  system prompt; a segment is one turn of every client, each sent within 0.15 s of the
+  segment's start (a burst: requests queue on the engines behind each other, the case where
+  the tail moves).
 
-Every /metrics endpoint (both vLLM servers and every LMCache server) is scraped every
-``--interval`` seconds (default 1) from before the first request to after the last. The vLLM
-servers and LMCache run at real-time priority while requests flow (``priorities``: the model's
-compute below the rest of the stack, as on a GPU host) so that other work on the shared machine
-does not stretch their TTFT; each vLLM engine has its own core (``VLLM_CPU_OMP_THREADS_BIND`` 0
-and 1).
+Every /metrics endpoint (the vLLM servers and LMCache servers of both sides) is scraped every
+``--interval`` seconds (default 1). While requests flow the stack runs at real-time priority
+(``priorities``: the model's compute below the rest of the stack, as on a GPU host) so that
+other work on the machine does not stretch the TTFTs; the two vLLM engines of a side have a
+core each (``VLLM_CPU_OMP_THREADS_BIND`` 0 and 1).
 
 Written per side under ``--out`` (default ``tests/fixtures/topology-ab``):
 
@@ -41,7 +43,7 @@ Written per side under ``--out`` (default ``tests/fixtures/topology-ab``):
   path-valued ``model_name`` labels shortened by ``collectors.relabel``), the demo file's format;
   xz because consecutive bodies of one target are nearly equal and xz's window spans them;
 * ``<side>/requests.json``: the schedule and what each request did (no prompt text: it is
-  regenerated from the seed): phase, client, turn, server, scheduled / sent time, client-side
+  regenerated from the seed): phase, segment, client, turn, server, send time, client-side
   TTFT and total time, prompt and cached tokens as the server reported them, response id;
 * ``<side>/meta.json``: what ran (topology: which LMCache instance served which vLLM server, L1
   sizes, flags, versions), the phases' spans, LMCache's lookup counters over each phase.
@@ -49,10 +51,11 @@ Written per side under ``--out`` (default ``tests/fixtures/topology-ab``):
 Measured TTFTs are CPU-scale (a 7 MB random model on two CPU cores): they validate the
 what-if's method, they are not GPU latencies.
 
-    .venv/bin/python deploy/local/record_topology_ab.py [--sides private,shared] [--seed 19]
-        [--l1-gib 0.05] [--clients 6] [--turns 8] [--period-s 1.2] [--out DIR] [--run-dir DIR]
+    .venv/bin/python deploy/local/record_topology_ab.py [--seed 19] [--l1-gib 0.05]
+        [--rounds 6] [--clients 4] [--turns 10] [--small] [--out DIR] [--run-dir DIR]
 
-Holds ``flock /tmp/kvplan-stack.lock`` while any server runs (one real stack at a time).
+Holds ``flock /tmp/kvplan-stack.lock`` while any server runs (one real stack at a time);
+``--no-lock`` when the caller holds it.
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ OUTPUT_TOKENS = 8
 ANSWER_CHARS = 200
 SEQUENTIAL_GAP_S = 0.2
 BURST_SPREAD_S = 0.15
-"""Concurrent phase: a turn is due within this long after its round's start."""
+"""Concurrent phase: each request of a burst is due within this long after its segment starts."""
+SEGMENT_GAP_S = 0.5
 COUNTERS = ("lmcache_mp_lookup_requested_tokens", "lmcache_mp_lookup_hit_tokens",
             "lmcache_mp_lookups_requests")
 
@@ -103,6 +107,8 @@ class Planned:
 
     idx: int
     phase: str
+    segment: int
+    """Segments run one after the other, on one side and then on the other."""
     client: int
     turn: int
     kind: str
@@ -110,7 +116,7 @@ class Planned:
     rank: int
     """vLLM server index: ``idx % RANKS``."""
     at_s: float | None
-    """Concurrent phase: scheduled send time after the phase start; None = sequential."""
+    """Concurrent phase: send time after the segment's start; None = sequential."""
     prompt: str
 
 
@@ -126,42 +132,43 @@ def _conversation(seed: int, key: str, opening: str, turns: int, q_lo: int, q_hi
     return out
 
 
-def schedule(seed: int, clients: int = 6, turns: int = 8, period_s: float = 1.2) -> list[Planned]:
+def schedule(seed: int, clients: int = 4, turns: int = 10, rounds: int = 6) -> list[Planned]:
     """The whole request schedule, fixed from ``seed`` (module doc)."""
     rng = random.Random(f"topology-ab:{seed}")
     answer = " " + wl.text(seed, "ab-answer", ANSWER_CHARS)
-    # sequential: 3 conversations x 6 turns, 12 shared-prefix questions, 8 unique documents,
-    # in rounds of one turn of each conversation, two questions and (rounds 0-3) two documents
+    # sequential: 3 conversations of `rounds` turns, 2 shared-prefix questions per round, up to
+    # 8 unique documents; a round (one segment) = one turn of each conversation, two questions
+    # and (rounds 0-3) two documents
     convs = [_conversation(seed, f"seq{k}", f"Session {seed}-{k}. " + wl.text(seed, f"seq-open:{k}",
                                                                               rng.randrange(4000, 6000)),
-                           6, 300, 700, rng, answer) for k in range(3)]
+                           rounds, 300, 700, rng, answer) for k in range(3)]
     system = "System: " + wl.text(seed, "ab-system-1", 8000)
     questions = [f"{system}\nUser {j}: " + wl.text(seed, f"seq-q:{j}", rng.randrange(100, 1500)) + "\nAssistant:"
-                 for j in range(12)]
+                 for j in range(2 * rounds)]
     lengths = [800, 13000, 2500, 8000, 1500, 11000, 4000, 6000]
     uniques = [f"Request {seed}-{j}. " + wl.text(seed, f"seq-u:{j}", n) + "\nAssistant:"
                for j, n in enumerate(lengths)]
-    seq: list[tuple[str, int, int, str]] = []
-    for r in range(6):
-        seq += [("conversation", k, r, convs[k][r]) for k in range(3)]
-        seq += [("shared_prefix", 3, 2 * r + j, questions[2 * r + j]) for j in range(2)]
+    rows: list[tuple[str, int, int, int, str, float | None]] = []
+    for r in range(rounds):
+        rows += [("sequential", r, k, r, "conversation", convs[k][r]) for k in range(3)]
+        rows += [("sequential", r, 3, 2 * r + j, "shared_prefix", questions[2 * r + j]) for j in range(2)]
         # two at a time: a round stays odd-sized, so each conversation's next turn lands on
         # the other server (the article's case: turn two routed to another rank)
-        seq += [("unique", 4, j, uniques[j]) for j in (2 * r, 2 * r + 1) if j < len(uniques)]
-    plan = [Planned(i, "sequential", c, t, kind, i % RANKS, None, p) for i, (kind, c, t, p) in enumerate(seq)]
+        rows += [("sequential", r, 4, j, "unique", uniques[j]) for j in (2 * r, 2 * r + 1) if j < len(uniques)]
+    plan = [Planned(i, ph, seg, c, t, kind, i % RANKS, None, p) for i, (ph, seg, c, t, kind, p) in enumerate(rows)]
 
     # concurrent: `clients` conversations of `turns` turns behind one shared system prompt; turn
-    # t of every client is due at t x period plus a small jitter: bursts of `clients` requests
+    # t of every client is one segment, each request due within BURST_SPREAD_S of its start
     system2 = "System: " + wl.text(seed, "ab-system-2", 4000)
-    timed = []
-    for c in range(clients):
-        opening = f"{system2}\nClient {seed}-{c}. " + wl.text(seed, f"conc-open:{c}", rng.randrange(2000, 3000))
-        for t, p in enumerate(_conversation(seed, f"conc{c}", opening, turns, 150, 400, rng, answer)):
-            timed.append((t * period_s + rng.uniform(0.0, BURST_SPREAD_S), c, t, p))
-    timed.sort()
-    base = len(plan)
-    plan += [Planned(base + j, "concurrent", c, t, "conversation", (base + j) % RANKS, round(at, 3), p)
-             for j, (at, c, t, p) in enumerate(timed)]
+    convs2 = [_conversation(seed, f"conc{c}", f"{system2}\nClient {seed}-{c}. "
+                            + wl.text(seed, f"conc-open:{c}", rng.randrange(2000, 3000)), turns, 150, 400, rng, answer)
+              for c in range(clients)]
+    for t in range(turns):
+        burst = sorted((rng.uniform(0.0, BURST_SPREAD_S), c) for c in range(clients))
+        for at, c in burst:
+            i = len(plan)
+            plan.append(Planned(i, "concurrent", rounds + t, c, t, "conversation", i % RANKS, round(at, 3),
+                                convs2[c][t]))
     return plan
 
 
@@ -180,9 +187,6 @@ class Done:
     response_id: str | None
     ok: bool
     error: str | None = None
-    waited_for_previous_s: float = 0.0
-    """Concurrent phase: how long after its scheduled time it was sent (its previous turn was
-    still running)."""
 
 
 async def _send(client: httpx.AsyncClient, base: str, server: str, model: str, p: Planned) -> Done:
@@ -216,30 +220,24 @@ async def _send(client: httpx.AsyncClient, base: str, server: str, model: str, p
     return d
 
 
-async def _run_phase(plan: list[Planned], bases: list[str], names: list[str], model: str) -> list[Done]:
+async def _run_segment(seg: list[Planned], bases: list[str], names: list[str], model: str) -> list[Done]:
+    """One segment on one side: sequential requests one after another (each 0.2 s after the
+    previous answer), a concurrent burst at its due times."""
     out: list[Done] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(120, connect=10), trust_env=False,
                                  limits=httpx.Limits(max_connections=32)) as client:
-        if plan[0].at_s is None:  # sequential
-            for p in plan:
+        if seg[0].at_s is None:
+            for p in seg:
                 out.append(await _send(client, bases[p.rank], names[p.rank], model, p))
                 await asyncio.sleep(SEQUENTIAL_GAP_S)
             return out
         start = time.monotonic()
-        by_client: dict[int, list[Planned]] = {}
-        for p in plan:
-            by_client.setdefault(p.client, []).append(p)
 
-        async def one_client(reqs: list[Planned]) -> None:
-            for p in sorted(reqs, key=lambda q: q.turn):
-                late = time.monotonic() - start - p.at_s
-                if late < 0:
-                    await asyncio.sleep(-late)
-                d = await _send(client, bases[p.rank], names[p.rank], model, p)
-                d.waited_for_previous_s = round(max(0.0, late), 3)
-                out.append(d)
+        async def one(p: Planned) -> None:
+            await asyncio.sleep(max(0.0, start + (p.at_s or 0.0) - time.monotonic()))
+            out.append(await _send(client, bases[p.rank], names[p.rank], model, p))
 
-        await asyncio.gather(*(one_client(r) for r in by_client.values()))
+        await asyncio.gather(*(one(p) for p in seg))
     return sorted(out, key=lambda d: d.idx)
 
 
@@ -295,109 +293,151 @@ def _counters(url: str) -> dict[str, float]:
     return out
 
 
-def start_side(side: str, run_dir: Path, l1_gib: float) -> tuple[stk.Stack, dict[str, str]]:
-    """Start the side's LMCache server(s) and two vLLM servers (prefix caching off, connector
-    on). Returns the stack and which LMCache instance each vLLM server uses."""
+SIDES = ("private", "shared")
+
+
+@dataclass
+class Side:
+    name: str
+    vllms: list
+    lmcaches: list
+    uses: dict[str, str]
+    """vLLM server -> the LMCache instance it is connected to."""
+
+
+def start_sides(run_dir: Path, l1_gib: float) -> tuple[stk.Stack, dict[str, Side]]:
+    """Start both sides at once (module doc): 3 LMCache servers, then 4 vLLM servers (prefix
+    caching off, connector on). One ``stack.json`` holds them all, so one ``down`` stops them."""
     py, model = stk.ensure_installed(), stk.ensure_model()
-    ports = iter(stk.free_ports(8))
+    ports = iter(stk.free_ports(16))
     st = stk.Stack(run_dir=str(run_dir), model_name=stk.MODEL_NAME, model_path=str(model), servers=[],
                    prometheus_url=None, stack_id=uuid.uuid4().hex, created_at=time.time())
-    caches = ["lmcache-0", "lmcache-1"] if side == "private" else ["lmcache"]
-    size = l1_gib if side == "private" else l1_gib * RANKS
-    lms = []
-    for name in caches:
-        lm = stk._lmcache_server(next(ports), next(ports), py=py, run_dir=run_dir / name, l1_size_gb=size,
-                                 lookup_hash_log=True)
-        lm.name = name
-        lms.append(lm)
-    uses = {f"vllm-{i}": caches[i % len(caches)] for i in range(RANKS)}
-    vllms = [stk._vllm_server(name, next(ports), py=py, model=model, model_name=stk.MODEL_NAME, run_dir=run_dir,
-                              lmcache_rpc_port=next(lm.rpc_port for lm in lms if lm.name == uses[name]),
-                              kv_space_gib=1, max_model_len=4096, extra_args=("--no-enable-prefix-caching",),
-                              omp_bind=str(i))
-             for i, name in enumerate(uses)]
+    sides = {}
+    for side in SIDES:
+        caches = ["lmcache-0", "lmcache-1"] if side == "private" else ["lmcache"]
+        size = l1_gib if side == "private" else l1_gib * RANKS
+        lms = []
+        for name in caches:
+            lm = stk._lmcache_server(next(ports), next(ports), py=py, run_dir=run_dir / side / name,
+                                     l1_size_gb=size, lookup_hash_log=True)
+            lm.name = f"{side}/{name}"
+            lms.append(lm)
+        uses = {f"vllm-{i}": caches[i % len(caches)] for i in range(RANKS)}
+        vllms = []
+        for i, name in enumerate(uses):
+            v = stk._vllm_server(f"{side}/{name}", next(ports), py=py, model=model, model_name=stk.MODEL_NAME,
+                                 run_dir=run_dir / side, lmcache_rpc_port=lms[i % len(lms)].rpc_port,
+                                 kv_space_gib=1, max_model_len=4096, extra_args=("--no-enable-prefix-caching",),
+                                 omp_bind=str(i))
+            v.log_path = str(run_dir / side / "logs" / f"{name}.log")
+            vllms.append(v)
+        sides[side] = Side(side, vllms, lms, uses)
+    lms = [lm for sd in sides.values() for lm in sd.lmcaches]
+    vllms = [v for sd in sides.values() for v in sd.vllms]
     st.servers = lms + vllms
     try:
-        for s in lms:
-            stk._spawn(s, st.stack_id)
+        for sv in lms:
+            stk._spawn(sv, st.stack_id)
             st.save()
         stk._wait_healthy(lms, st.stack_id, stk.AUX_START_TIMEOUT)
-        for s in vllms:
-            stk._spawn(s, st.stack_id)
+        for sv in vllms:
+            stk._spawn(sv, st.stack_id)
             st.save()
         stk._wait_healthy(vllms, st.stack_id, stk.VLLM_START_TIMEOUT)
     except BaseException:
         stk.down(run_dir)
         raise
     st.save()
-    return st, uses
+    return st, sides
 
 
 def say(text: str) -> None:
     print(f"[topology-ab] {time.strftime('%H:%M:%S')} {text}", flush=True)
 
 
-def run_side(side: str, plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespace) -> dict:
-    """Start, warm up, record both phases, stop; write the side's files. Returns its meta."""
+def _short(name: str) -> str:
+    return name.split("/", 1)[1]
+
+
+def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespace) -> dict:
+    """Start both sides, warm up, run every segment on one side then the other (the order
+    alternates), stop; write each side's files. Returns the sides' meta."""
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a previous run's logs would be read as this one's
     run_dir.mkdir(parents=True)
-    st, uses = start_side(side, run_dir, args.l1_gib)
+    st, sides = start_sides(run_dir, args.l1_gib)
+    done: dict[str, list[Done]] = {s: [] for s in SIDES}
+    spans: dict[str, dict[str, list[float]]] = {s: {} for s in SIDES}
+    counters: dict[str, dict[str, list]] = {s: {} for s in SIDES}
     try:
-        vllms = st.vllm()
-        lms = [s for s in st.servers if s.kind == "lmcache"]
-        for s in vllms:  # one unrelated request per server (a cold process is not measured)
-            wl.complete(s.base_url, st.model_name, wl.text(args.seed, f"warm-up {s.name}", 1500), output_tokens=2)
-        targets = {s.name: (s.metrics_url, "vllm" if s.kind == "vllm" else "lmcache_mp") for s in st.servers}
-        phases, done = {}, []
-        pids = [s.pid for s in vllms if s.pid]
-        with Recorder(targets, args.interval) as rec, priorities(pids, [s.pid for s in lms if s.pid]) as level:
+        for sd in sides.values():  # one unrelated request per server (a cold process is not measured)
+            for v in sd.vllms:
+                wl.complete(v.base_url, st.model_name, wl.text(args.seed, f"warm-up {v.name}", 1500), output_tokens=2)
+        recs = {sd.name: Recorder({_short(x.name): (x.metrics_url, "vllm" if x.kind == "vllm" else "lmcache_mp")
+                                   for x in sd.vllms + sd.lmcaches}, args.interval) for sd in sides.values()}
+        pids = [v.pid for sd in sides.values() for v in sd.vllms if v.pid]
+        lm_pids = [lm.pid for sd in sides.values() for lm in sd.lmcaches if lm.pid]
+        with recs["private"], recs["shared"], priorities(pids, lm_pids) as level:
             time.sleep(2.5 * args.interval)
-            for phase in ("sequential", "concurrent"):
-                part = [p for p in plan if p.phase == phase]
-                before = {s.name: _counters(s.metrics_url) for s in lms}
-                t0 = time.time()
-                say(f"{side}: {phase} phase, {len(part)} requests")
-                res = asyncio.run(_run_phase(part, [s.base_url for s in vllms], [s.name for s in vllms],
-                                             st.model_name))
-                t1 = time.time()
-                time.sleep(3)  # LMCache logs off the hot path; vLLM records a request's stats after it
-                after = {s.name: _counters(s.metrics_url) for s in lms}
-                bad = [d for d in res if not d.ok]
-                if bad:
-                    raise RuntimeError(f"{side} {phase}: {len(bad)} request(s) failed, e.g. {bad[0].error}")
-                ttft = [d.ttft_s for d in res]
-                phases[phase] = {
-                    "start": t0, "end": t1, "requests": len(res),
-                    "client_ttft_mean_s": round(sum(ttft) / len(ttft), 4),
-                    "client_ttft_p50_s": round(wl.percentile(ttft, 50), 4),
-                    "client_ttft_p99_s": round(wl.percentile(ttft, 99), 4),
-                    "lmcache_counter_increase": {n: {k: after[n][k] - before[n][k] for k in COUNTERS}
-                                                 for n in after},
-                }
-                req = sum(v["lmcache_mp_lookup_requested_tokens"] for v in phases[phase]["lmcache_counter_increase"].values())
-                hit = sum(v["lmcache_mp_lookup_hit_tokens"] for v in phases[phase]["lmcache_counter_increase"].values())
-                phases[phase]["lmcache_hit_rate"] = hit / req if req else None
-                say(f"  {json.dumps({k: v for k, v in phases[phase].items() if k != 'lmcache_counter_increase'})}")
-                done += res
-                time.sleep(2)
+            segments = sorted({p.segment for p in plan})
+            for k in segments:
+                seg = [p for p in plan if p.segment == k]
+                phase = seg[0].phase
+                for name in (SIDES if k % 2 == 0 else SIDES[::-1]):
+                    sd = sides[name]
+                    if phase not in counters[name]:
+                        counters[name][phase] = [{_short(lm.name): _counters(lm.metrics_url) for lm in sd.lmcaches}, None]
+                    t0 = time.time()
+                    res = asyncio.run(_run_segment(seg, [v.base_url for v in sd.vllms],
+                                                   [_short(v.name) for v in sd.vllms], st.model_name))
+                    bad = [d for d in res if not d.ok]
+                    if bad:
+                        raise RuntimeError(f"{name} segment {k}: {len(bad)} request(s) failed, e.g. {bad[0].error}")
+                    spans[name].setdefault(phase, []).extend([t0, time.time()])
+                    done[name] += res
+                    time.sleep(SEGMENT_GAP_S)
+                last = k == segments[-1] or plan[[p.segment for p in plan].index(k + 1)].phase != phase
+                if last:
+                    time.sleep(3)  # LMCache logs off the hot path; vLLM records a request's stats after it
+                    for name in SIDES:
+                        counters[name][phase][1] = {_short(lm.name): _counters(lm.metrics_url)
+                                                    for lm in sides[name].lmcaches}
+                    say(f"{phase} phase done: " + "; ".join(
+                        f"{n} client TTFT mean {sum(d.ttft_s for d in done[n] if plan[d.idx].phase == phase) / sum(1 for d in done[n] if plan[d.idx].phase == phase):.4f} s"
+                        for n in SIDES))
+            time.sleep(2 * args.interval)
     finally:
         stk.down(run_dir)
-    return write_side(side, plan, done, rec.records, phases, uses, lms, out / side, args, level)
+    metas = {}
+    for name in SIDES:
+        phases = {}
+        for phase, (before, after) in counters[name].items():
+            ttft = [d.ttft_s for d in done[name] if plan[d.idx].phase == phase]
+            inc = {n: {c: after[n][c] - before[n][c] for c in COUNTERS} for n in after}
+            req = sum(v["lmcache_mp_lookup_requested_tokens"] for v in inc.values())
+            hit = sum(v["lmcache_mp_lookup_hit_tokens"] for v in inc.values())
+            phases[phase] = {"start": min(spans[name][phase]), "end": max(spans[name][phase]),
+                             "requests": len(ttft), "client_ttft_mean_s": round(sum(ttft) / len(ttft), 4),
+                             "client_ttft_p50_s": round(wl.percentile(ttft, 50), 4),
+                             "client_ttft_p99_s": round(wl.percentile(ttft, 99), 4),
+                             "lmcache_counter_increase": inc, "lmcache_hit_rate": hit / req if req else None}
+        metas[name] = write_side(sides[name], plan, done[name], recs[name].records, phases, out / name,
+                                 run_dir / name, args, level)
+    return metas
 
 
-def write_side(side: str, plan: list[Planned], done: list, records: list[dict], phases: dict,
-               uses: dict[str, str], lms: list, out: Path, args: argparse.Namespace, level: str) -> dict:
+def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], phases: dict, out: Path,
+               run_dir: Path, args: argparse.Namespace, level: str) -> dict:
     if out.exists():
         shutil.rmtree(out)
     (out / "lookup-logs").mkdir(parents=True)
-    run_dir = Path(args.run_dir) / side
     logged = {}
-    for lm in lms:
-        dest = out / "lookup-logs" / lm.name
+    for lm in sd.lmcaches:
+        name = _short(lm.name)
+        dest = out / "lookup-logs" / name
         dest.mkdir()
         n = 0
-        for f in sorted((run_dir / lm.name / stk.LOOKUP_HASH_LOG_DIR).glob("lookup_hashes_*.jsonl")):
+        for f in sorted((run_dir / name / stk.LOOKUP_HASH_LOG_DIR).glob("lookup_hashes_*.jsonl")):
             lines = []
             for line in f.read_text().splitlines():
                 if line.strip():
@@ -406,8 +446,8 @@ def write_side(side: str, plan: list[Planned], done: list, records: list[dict], 
                     lines.append(json.dumps(obj))
             (dest / f.name).write_text("\n".join(lines) + "\n")
             n += len(lines)
-        logged[lm.name] = n
-    header = {"type": "header", "deployment": f"ab-{side}", "measured_on": MEASURED_ON,
+        logged[name] = n
+    header = {"type": "header", "deployment": f"ab-{sd.name}", "measured_on": MEASURED_ON,
               "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(records[0]["t"])),
               "stretch": 1.0, "t0": records[0]["t"], "versions": {"vllm-cpu": "0.32.0", "lmcache": "0.5.6"},
               "note": "Every /metrics body as served (path-valued model_name labels shortened), scraped "
@@ -424,52 +464,57 @@ def write_side(side: str, plan: list[Planned], done: list, records: list[dict], 
         row.update({k: v for k, v in asdict(by_idx[p.idx]).items() if k != "idx"})
         rows.append(row)
     (out / "requests.json").write_text(json.dumps(rows, indent=1) + "\n")
+    size = args.l1_gib if sd.name == "private" else args.l1_gib * RANKS
     meta = {
-        "what": f"topology A/B, side {side!r}: two vLLM servers, vLLM's prefix cache off, LMCache the only "
-                "reuse tier; the same request schedule on both sides (deploy/local/record_topology_ab.py)",
-        "side": side, "measured_on": MEASURED_ON, "seed": args.seed, "clients": args.clients,
-        "turns": args.turns, "period_s": args.period_s, "scrape_interval_s": args.interval, "priority": level,
+        "what": f"topology A/B, side {sd.name!r}: two vLLM servers, vLLM's prefix cache off, LMCache the only "
+                "reuse tier; the same request schedule on both sides, segment by segment "
+                "(deploy/local/record_topology_ab.py)",
+        "side": sd.name, "measured_on": MEASURED_ON, "seed": args.seed, "small": args.small,
+        "clients": args.clients, "turns": args.turns, "rounds": args.rounds,
+        "scrape_interval_s": args.interval, "priority": level,
         "vllm_servers": RANKS, "vllm_flags": ["--no-enable-prefix-caching", "LMCacheMPConnector"],
         "output_tokens": OUTPUT_TOKENS,
-        "topology": {"instances": {lm.name: sorted(v for v, c in uses.items() if c == lm.name) for lm in lms}},
-        "l1_size_gib_per_instance": args.l1_gib if side == "private" else args.l1_gib * RANKS,
-        "l1_size_bytes_per_instance": int((args.l1_gib if side == "private" else args.l1_gib * RANKS) * 2**30),
+        "topology": {"instances": {_short(lm.name): sorted(v for v, c in sd.uses.items() if c == _short(lm.name))
+                                   for lm in sd.lmcaches}},
+        "l1_size_gib_per_instance": size, "l1_size_bytes_per_instance": int(size * 2**30),
         "routing": "request i of the schedule to vllm-(i mod 2): round-robin in schedule order",
         "lookups_logged": logged, "phases": phases,
         "changed": "model_name relabelled tiny-llama in the lookup logs; path-valued model_name labels "
                    "shortened in the scrapes (collectors.relabel); nothing else",
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    say(f"{side}: wrote {out} ({sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.2f} MB)")
+    say(f"{sd.name}: wrote {out} ({sum(f.stat().st_size for f in out.rglob('*') if f.is_file()) / 1e6:.2f} MB)")
     return meta
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sides", default="private,shared")
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--l1-gib", type=float, default=0.05, help="LMCache L1 per private instance (shared: x2)")
-    ap.add_argument("--clients", type=int, default=6)
-    ap.add_argument("--turns", type=int, default=8, help="turns per client in the concurrent phase")
-    ap.add_argument("--period-s", type=float, default=1.2, help="seconds between a client's turns (due times)")
+    ap.add_argument("--clients", type=int, default=4, help="clients of the concurrent phase")
+    ap.add_argument("--turns", type=int, default=10, help="turns per client in the concurrent phase")
+    ap.add_argument("--rounds", type=int, default=6, help="rounds of the sequential phase")
+    ap.add_argument("--small", action="store_true", help="the CI size: 3 rounds, 4 clients x 5 turns")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--run-dir", type=Path, default=Path("/tmp/kvplan-topology-ab"))
+    ap.add_argument("--no-lock", action="store_true", help="the caller holds the stack lock (a test under flock)")
     args = ap.parse_args()
-    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
-    if not sides or any(s not in ("private", "shared") for s in sides):
-        ap.error("--sides: private and/or shared")
-    if not 1 <= args.clients <= 16 or not 1 <= args.turns <= 10 or not 0.1 <= args.period_s <= 60:
-        ap.error("--clients 1..16, --turns 1..10, --period-s 0.1..60")
-    plan = schedule(args.seed, args.clients, args.turns, args.period_s)
+    if args.small:
+        args.rounds, args.clients, args.turns = 3, 4, 5
+    if not 1 <= args.clients <= 8 or not 1 <= args.turns <= 10 or not 1 <= args.rounds <= 6:
+        ap.error("--clients 1..8, --turns 1..10, --rounds 1..6")
+    plan = schedule(args.seed, args.clients, args.turns, args.rounds)
     say(f"{len(plan)} requests per side: {sum(p.phase == 'sequential' for p in plan)} sequential, "
         f"{sum(p.phase == 'concurrent' for p in plan)} concurrent ({args.clients} clients)")
+    if args.no_lock:
+        run_ab(plan, args.run_dir, args.out, args)
+        return 0
     with open(LOCK, "w") as lock:
         say(f"waiting for {LOCK}")
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for side in sides:
-            say(f"lock held: {side} side")
-            run_side(side, plan, args.run_dir / side, args.out, args)
+        say("lock held")
+        run_ab(plan, args.run_dir, args.out, args)
     return 0
 
 
