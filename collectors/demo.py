@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import lzma
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -27,9 +28,12 @@ DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-de
 
 
 def records(path: Path = DEMO_FILE) -> Iterator[dict]:
+    """The dataset's records (gzip, or xz for a ``.xz`` file: the recorded topology A/B)."""
     if not path.exists():
-        raise FileNotFoundError(f"{path}: demo dataset not found (record it with deploy/local/recorders/record_demo.py)")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+        raise FileNotFoundError(f"{path}: demo dataset not found (record it with "
+                                "deploy/local/recorders/record_demo.py)")
+    opener = lzma.open if path.suffix == ".xz" else gzip.open
+    with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             try:
                 yield json.loads(line)

@@ -60,6 +60,7 @@ class FileResult:
     status: str  # imported | extended | unchanged
     requests: int
     partial_tail: bool = False
+    instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,11 +79,15 @@ class ImportResult:
 
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                  fmt: str = "auto", bytes_per_chunk: int | None = None,
-                 block: int = MOONCAKE_BLOCK) -> ImportResult:
-    """Validate every file, then store the new lines in one transaction (module doc). Long on
-    purpose: validation, the per-file resume/conflict rules and the one write transaction are
-    read top to bottom, so that nothing is written before every file passed."""
-    files = expand_paths(paths)
+                 block: int = MOONCAKE_BLOCK, instance: str | None = None) -> ImportResult:
+    """Validate every file, then store the new lines in one transaction (module doc). Each
+    file belongs to a cache instance (``instance``, else its directory's name:
+    ``trace_parse.expand_paths``). Long on purpose: validation, the per-file resume/conflict
+    rules and the one write transaction are read top to bottom, so that nothing is written
+    before every file passed."""
+    pairs = expand_paths(paths, instance)
+    files = [f for f, _ in pairs]
+    inst = {f: i for f, i in pairs}
     if not files:
         raise PayloadError("import-trace", "no file given")
     if bytes_per_chunk is not None and bytes_per_chunk <= 0:
@@ -105,32 +110,35 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
             if row["format"] != kind:
                 raise ConflictError(f"trace {trace_name!r} of deployment {deployment!r} holds "
                                     f"{row['format']} lines, not {kind}", source=str(files[0]))
+            adopted: set[str] = set()
             for f in files:
-                prev = _one(con, "trace_file", trace_id=row["trace_id"], file=f.name)
+                prev = _one(con, "trace_file", trace_id=row["trace_id"], instance=inst[f], file=f.name)
+                if prev is None and f.name not in adopted:  # imported before instances existed?
+                    legacy = _one(con, "trace_file", trace_id=row["trace_id"], instance="", file=f.name)
+                    if legacy is not None and _head_sha(f, legacy["bytes"]) == legacy["sha256"]:
+                        prev = legacy
+                        adopted.add(f.name)
                 if prev is not None:
-                    state[f.name] = prev
+                    state[f] = prev
 
     parsed: list[ParsedFile] = []
     results: list[FileResult] = []
     for f in files:
-        prev = state.get(f.name)
+        prev = state.get(f)
         skip_b, skip_l = 0, 0
         if prev is not None:
-            size = f.stat().st_size
-            with open(f, "rb") as fh:
-                head = fh.read(prev["bytes"])
-            if size < prev["bytes"] or hashlib.sha256(head).hexdigest() != prev["sha256"]:
+            if f.stat().st_size < prev["bytes"] or _head_sha(f, prev["bytes"]) != prev["sha256"]:
                 raise ConflictError(f"changed since it was imported into trace {trace_name!r} "
                                     f"({prev['bytes']} bytes, sha256 {prev['sha256'][:12]}...)",
                                     source=str(f))
             skip_b, skip_l = prev["bytes"], prev["lines"]
         p = parse_file(f, kind, skip_bytes=skip_b, skip_lines=skip_l, block=block)
         parsed.append(p)
-        if prev is not None and p.bytes == prev["bytes"]:
-            results.append(FileResult(f.name, "unchanged", 0, p.partial_tail))
+        if prev is not None and p.bytes == prev["bytes"] and prev["instance"] == inst[f]:
+            results.append(FileResult(f.name, "unchanged", 0, p.partial_tail, inst[f]))
         else:
             results.append(FileResult(f.name, "extended" if prev else "imported", p.requests,
-                                      p.partial_tail))
+                                      p.partial_tail, inst[f]))
     layouts = {p.bytes_per_chunk for p in parsed if p.bytes_per_chunk is not None}
     if row is not None and row["bytes_source"] == "shapes/dtypes" and row["bytes_per_chunk"]:
         layouts.add(row["bytes_per_chunk"])
@@ -145,9 +153,10 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
                 n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow()).fetchone()[0]
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
-        for f, _p in zip(files, parsed, strict=True):  # someone else imported meanwhile: refuse, retry
-            now = _one(con, "trace_file", trace_id=trace_id, file=f.name)
-            was = state.get(f.name)
+        for f in files:  # someone else imported meanwhile: refuse, retry
+            was = state.get(f)
+            now = _one(con, "trace_file", trace_id=trace_id, instance=was["instance"] if was else inst[f],
+                       file=f.name)
             if (now is None) != (was is None) or (now and now["bytes"] != was["bytes"]):
                 raise ConflictError("imported by another process meanwhile: run again",
                                     source=str(f))
@@ -163,15 +172,19 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if kind == "lmcache":
             keymap = dict(con.execute(
                 "SELECT hash, key FROM trace_chunk_keys WHERE trace_id = ?", [trace_id]).fetchall())
-        for p in parsed:
+        for f, p in zip(files, parsed, strict=True):
+            was = state.get(f)
+            if was is not None and was["instance"] != inst[f]:  # imported before instances: adopt it
+                Database.run(con, "adopt_trace_file_rows", trace_id=trace_id, instance=inst[f], file=f.name)
+                Database.run(con, "drop_legacy_trace_file", trace_id=trace_id, file=f.name)
             if p.requests:
-                _insert_requests(con, trace_id, p, keymap)
-            Database.run(con, "upsert_trace_file", trace_id=trace_id, file=p.path.name,
+                _insert_requests(con, trace_id, p, keymap, inst[f])
+            Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=inst[f], file=p.path.name,
                          sha256=p.sha256, n_bytes=p.bytes, n_lines=p.lines, imported_at=utcnow())
     return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(results))
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict | None) -> None:
+def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict | None, instance: str) -> None:
     if p.format == "lmcache":
         start = len(keymap)
         new: dict[str, int] = {}
@@ -210,8 +223,15 @@ def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict | None) -> 
         "seq_len": pa.array(np.frombuffer(p.seq_len, dtype=np.int64).astype(np.int32)),
         "output_len": pa.array(p.output_len, pa.int32()),
         "chunk_keys": lists,
+        "instance": pa.array([instance] * n, pa.string()),
     })
-    con.execute("INSERT INTO trace_requests SELECT * FROM reqs")
+    con.execute("INSERT INTO trace_requests (trace_id, file, line, ts, request_id, model_name, chunk_size, "
+                "seq_len, output_len, chunk_keys, instance) SELECT * FROM reqs")
+
+
+def _head_sha(f: Path, n: int) -> str:
+    with open(f, "rb") as fh:
+        return hashlib.sha256(fh.read(n)).hexdigest()
 
 
 def _one(con, query: str, **params) -> dict | None:
@@ -234,11 +254,16 @@ class TraceInfo:
     format: str
     bytes_per_chunk: int | None
     bytes_source: str | None
+    instances: tuple[str, ...] = ()
+    """Cache instances in the replayed window, in name order (``Trace.instance`` indexes them)."""
 
 
 def load_trace(db: Database, deployment: str, name: str | None = None, *,
-               model: str | None = None) -> tuple[cachesim.Trace, TraceInfo]:
-    """A stored trace in replay order, columnar (no per-request Python objects)."""
+               model: str | None = None, t_from: float | None = None,
+               t_to: float | None = None) -> tuple[cachesim.Trace, TraceInfo]:
+    """A stored trace in replay order, columnar (no per-request Python objects): the logs of
+    all its cache instances merged by time, each request's time and instance kept.
+    ``t_from``/``t_to`` (unix seconds for LMCache logs) keep the requests in [t_from, t_to]."""
     with db.read() as con:
         if name is None:
             rows = Database.run(con, "traces", deployment=deployment).fetchall()
@@ -250,10 +275,12 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
         if row is None:
             raise TraceError(f"deployment {deployment!r} has no trace named {name!r}",
                              source="trace")
-        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model=model))
+        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model=model,
+                                  t_from=t_from, t_to=t_to))
+    trace, names = table_to_trace(tbl)
     info = TraceInfo(row["trace_id"], row["name"], row["format"], row["bytes_per_chunk"],
-                     row["bytes_source"])
-    return table_to_trace(tbl), info
+                     row["bytes_source"], names)
+    return trace, info
 
 
 def _arrow(cur) -> pa.Table:
@@ -264,17 +291,27 @@ def _arrow(cur) -> pa.Table:
         return fetch()
 
 
-def table_to_trace(tbl: pa.Table) -> cachesim.Trace:
-    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` -> a :class:`cachesim.Trace`."""
+def table_to_trace(tbl: pa.Table) -> tuple[cachesim.Trace, tuple[str, ...]]:
+    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` (and ``ts``, ``instance`` when
+    present) -> a :class:`cachesim.Trace` and the instance names its ``instance`` indexes."""
     keys = tbl.column("chunk_keys").combine_chunks()
     lengths = pc.list_value_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
     values = pc.list_flatten(keys).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    ts = inst = None
+    names: tuple[str, ...] = ()
+    if "ts" in tbl.column_names:
+        ts = tbl.column("ts").to_numpy().astype(np.float64)
+    if "instance" in tbl.column_names:
+        col = tbl.column("instance").combine_chunks()
+        names = tuple(sorted(pc.unique(col).to_pylist()))
+        inst = pc.index_in(col, value_set=pa.array(names, pa.string())).to_numpy(
+            zero_copy_only=False).astype(np.int64)
     return cachesim.Trace(
         chunk_ids=np.ascontiguousarray(values, dtype=np.int64), offsets=offsets,
         seq_len=tbl.column("seq_len").to_numpy().astype(np.int64),
-        chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64))
+        chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64), ts=ts, instance=inst), names
 
 
 def ingest_trace_dir(db: Database, deployment: str, directory: Path, *,
@@ -284,7 +321,8 @@ def ingest_trace_dir(db: Database, deployment: str, directory: Path, *,
     Files already imported are skipped, the one LMCache is still writing is taken up to its
     last complete line. Returns ``None`` when the directory holds no log yet."""
     directory = Path(directory)
-    if not directory.is_dir() or not any(directory.glob(LMCACHE_GLOB)):
+    if not directory.is_dir() or not (any(directory.glob(LMCACHE_GLOB))
+                                      or any(directory.glob(f"*/{LMCACHE_GLOB}"))):
         return None
     db.migrate()
     return import_trace(db, deployment, [directory], name=name, fmt="lmcache")

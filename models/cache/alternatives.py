@@ -1,0 +1,187 @@
+"""Today's cache topology and its alternatives, in hit rate and TTFT, from one trace.
+
+**Today** comes from the data: the trace's cache instances (one LMCache server each) and which
+requests each served (``Trace.instance``). Each instance's requests replay through an LRU of its
+own capacity (``kvplan.models.cache.sim``, LMCache's hit rule), so today's predicted hit rate is
+comparable with LMCache's counters over the same span (hit tokens / full-chunk tokens looked up:
+the counters leave out the partial tail chunk).
+
+**Engines.** With several instances, each serves its own engines (``engines / instances`` each,
+requests spread round-robin among them in time order); with one instance (a shared pool) every
+engine reads it and requests go to the engines round-robin in time order (the trace does not say
+which engine served a request: that is an assumption, stated with the result).
+
+**Alternatives** (``Alternative``): one shared pool of the total capacity on today's engines;
+``ranks`` private caches of ``capacity / ranks`` each, requests routed round-robin, at random
+(seeded) or by prefix affinity (``kvplan.models.cache.pools.route``), each rank one engine;
+other total capacities; an L1 of today's size over an L2. Each is replayed for its hit tokens
+per request and through ``kvplan.models.cache.latency.simulate`` for its TTFTs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvplan.models.cache import latency as lat
+from kvplan.models.cache.pools import route
+from kvplan.models.cache.sim import Trace, hit_tokens_by_request, stack_distances
+
+MAX_ENGINE_SEARCH = 4096
+"""Most engines ``engines_needed`` tries."""
+
+
+def hits(trace: Trace, assignment: np.ndarray | None, caches: int, capacity_chunks: int) -> np.ndarray:
+    """Hit tokens of each request when ``caches`` LRU caches of ``capacity_chunks`` each serve
+    the requests ``assignment`` sends them (None: one cache serves all)."""
+    if assignment is None or caches == 1:
+        return hit_tokens_by_request(trace, stack_distances(trace), max(1, int(capacity_chunks)))
+    out = np.zeros(trace.requests, dtype=np.int64)
+    for k in range(caches):
+        mask = assignment == k
+        if mask.any():
+            sub = trace.subset(mask)
+            out[mask] = hit_tokens_by_request(sub, stack_distances(sub), max(1, int(capacity_chunks)))
+    return out
+
+
+def spread(groups: np.ndarray, per_group: int) -> np.ndarray:
+    """Engine of each request: group ``g``'s requests go round-robin (in order) to engines
+    ``g x per_group .. g x per_group + per_group - 1``."""
+    groups = np.asarray(groups, dtype=np.int64)
+    out = np.zeros(len(groups), dtype=np.int64)
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        out[idx] = g * per_group + np.arange(len(idx)) % per_group
+    return out
+
+
+@dataclass(frozen=True)
+class Today:
+    """The topology the data shows."""
+
+    instances: int
+    engines: int
+    capacity_chunks: int
+    """Per instance."""
+    instance_of: np.ndarray
+    engine_of: np.ndarray
+    hits: np.ndarray
+
+    @property
+    def engines_per_instance(self) -> int:
+        return max(1, self.engines // self.instances)
+
+
+def today(trace: Trace, *, instances: int, engines: int, capacity_chunks: int) -> Today:
+    """Today's topology replayed (module doc). ``engines`` below ``instances`` counts one engine
+    per instance (a cache instance serves at least one engine)."""
+    inst = trace.instance if trace.instance is not None else np.zeros(trace.requests, dtype=np.int64)
+    engines = max(int(engines), int(instances), 1)
+    h = hits(trace, inst, instances, capacity_chunks)
+    if instances == 1:
+        engine = np.arange(trace.requests, dtype=np.int64) % engines
+    else:
+        engine = spread(inst, max(1, engines // instances))
+    return Today(int(instances), int(engines if instances == 1 else instances * max(1, engines // instances)),
+                 int(capacity_chunks), inst, engine, h)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One cache set-up to predict."""
+
+    topology: str
+    """``today``, ``shared``, ``private`` or ``tiered`` (an L1 over an L2)."""
+    routing: str | None
+    """Private caches: the router's policy; None for today and a shared pool."""
+    ranks: int
+    """Caches (private) or engines (shared, today)."""
+    capacity_chunks: int
+    """Total over the caches (tiered: L1 + L2)."""
+    hits: np.ndarray
+    engine: np.ndarray
+    engines: int
+
+
+def shared(trace: Trace, t: Today, capacity_chunks: int) -> Alternative:
+    """One pool of ``capacity_chunks`` on today's engines (the same requests to the same engines)."""
+    return Alternative("shared", None, t.engines, int(capacity_chunks), hits(trace, None, 1, capacity_chunks),
+                       t.engine_of, t.engines)
+
+
+def private(trace: Trace, ranks: int, routing: str, capacity_chunks: int, seed: int = 0) -> Alternative:
+    """``ranks`` private caches of ``capacity_chunks / ranks`` each, one engine each."""
+    assign = route(trace, ranks, routing, seed)
+    each = max(1, int(capacity_chunks) // ranks)
+    return Alternative("private", routing, ranks, each * ranks, hits(trace, assign, ranks, each), assign, ranks)
+
+
+def as_today(trace: Trace, t: Today) -> Alternative:
+    return Alternative("today", None, t.engines, t.capacity_chunks * t.instances, t.hits, t.engine_of, t.engines)
+
+
+def stream(trace: Trace, alt: Alternative, output_tokens: np.ndarray | None = None) -> lat.Stream:
+    return lat.Stream(arrival=trace.ts if trace.ts is not None else np.zeros(trace.requests),
+                      prompt=trace.seq_len, hit=alt.hits, full=trace.full_chunk_tokens, engine=alt.engine,
+                      engines=alt.engines, output_tokens=output_tokens)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    alternative: Alternative
+    hit_rate: float
+    """LMCache's definition: hit tokens / full-chunk tokens."""
+    ttft: np.ndarray
+    summary: lat.LatencySummary
+
+
+def predict(trace: Trace, alt: Alternative, model: lat.LatencyModel, *, slo_s: float | None,
+            seconds: float, output_tokens: np.ndarray | None = None) -> Predicted:
+    full = float(trace.full_chunk_tokens.sum())
+    ttft = lat.simulate(stream(trace, alt, output_tokens), model)
+    return Predicted(alt, float(alt.hits.sum()) / full if full else 0.0, ttft,
+                     lat.summarize(ttft, slo_s=slo_s, seconds=seconds))
+
+
+def engines_needed(trace: Trace, make: callable, model: lat.LatencyModel, *, slo_s: float,
+                   most: int, output_tokens: np.ndarray | None = None) -> int | None:
+    """Fewest engines (1..``most``) for which ``make(k)`` (an ``Alternative`` on k engines) keeps
+    the TTFT p99 within ``slo_s``; None when even ``most`` misses it. Binary search: more engines
+    never queue a request longer here."""
+    most = min(int(most), MAX_ENGINE_SEARCH)
+
+    def holds(k: int) -> bool:
+        s = lat.summarize(lat.simulate(stream(trace, make(k), output_tokens), model), slo_s=slo_s, seconds=1.0)
+        return s.ttft_p99_s is not None and s.ttft_p99_s <= slo_s
+
+    if most < 1 or not holds(most):
+        return None
+    lo, hi = 1, most
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def rank_engines(trace: Trace, k: int) -> np.ndarray:
+    """Round-robin over ``k`` engines in time order."""
+    return np.arange(trace.requests, dtype=np.int64) % max(1, int(k))
+
+
+def on_engines(alt: Alternative, trace: Trace, k: int) -> Alternative:
+    """The same caches' hits, the requests spread round-robin over ``k`` engines (a shared
+    pool on fewer or more engines)."""
+    return Alternative(alt.topology, alt.routing, k, alt.capacity_chunks, alt.hits, rank_engines(trace, k), k)
+
+
+def capacity_grid(lo_chunks: int, hi_chunks: int, points: int, also: Sequence[int] = ()) -> list[int]:
+    """Log-spaced total capacities (chunks) between lo and hi, plus ``also``."""
+    lo, hi = max(1, int(lo_chunks)), max(1, int(lo_chunks), int(hi_chunks))
+    vals = set(np.unique(np.rint(np.geomspace(lo, hi, max(1, points))).astype(np.int64)).tolist())
+    return sorted(vals | {int(a) for a in also if a >= 1})

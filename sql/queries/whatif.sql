@@ -1,0 +1,28 @@
+-- name: latency_intervals
+-- Per vLLM target and scrape interval over [$t_from, $t_to]: the increases of the TTFT, queue,
+-- prefill and decode histograms and the LMCache lookup timer, with the prompt and computed
+-- tokens of the same requests: what the TTFT what-if measures a request's overheads from
+-- (kvplan.models.cache.latency.calibrate). $names lists the sample names the macro reads.
+WITH i AS (
+    SELECT se.target_id, i.t_start, i.t_end, se.name, i.delta, i.reset
+    FROM interval_increments($deployment, $t_from, $t_to, $model, $names) i
+    JOIN series se ON se.series_id = i.series_id
+)
+SELECT t.name AS target, min(i.t_start) AS t_start, i.t_end,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:time_to_first_token_seconds_count') AS requests,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:time_to_first_token_seconds_sum') AS ttft_s,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_queue_time_seconds_sum') AS queue_s,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_sum') AS prefill_s,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prompt_tokens_sum') AS prompt_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_kv_computed_tokens_sum') AS computed_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_decode_time_seconds_sum') AS decode_s,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_decode_time_seconds_count') AS decoded,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:generation_tokens_total') AS generation_tokens,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_sum') AS lookup_s,
+       sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_count') AS lookups,
+       bool_or(i.reset) AS reset
+FROM i
+JOIN targets t ON t.target_id = i.target_id
+WHERE t.kind = 'vllm'
+GROUP BY t.name, i.t_end
+ORDER BY i.t_end, t.name;
