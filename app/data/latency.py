@@ -86,3 +86,9 @@ def measured(db: Database, deployment: str, t_from: datetime, t_to: datetime,
         "ttft_bounds": sorted({le for le, _ in buckets}),
         "engines": engines_in_window(db, deployment, naive_utc(t_from), naive_utc(t_to)),
     }
+
+
+def l1_capacity_bytes(db: Database, deployment: str, t_from: datetime, t_to: datetime) -> dict[str, float]:
+    """Each LMCache target's L1 size, bytes, as its own gauges give it (used / share used)."""
+    rows = db.fetch("lmcache_l1_capacity", deployment=deployment, t_from=naive_utc(t_from), t_to=naive_utc(t_to))
+    return {r["target"]: float(r["capacity_bytes"]) for r in rows if r["capacity_bytes"]}

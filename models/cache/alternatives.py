@@ -33,17 +33,19 @@ MAX_ENGINE_SEARCH = 4096
 """Most engines ``engines_needed`` tries."""
 
 
-def hits(trace: Trace, assignment: np.ndarray | None, caches: int, capacity_chunks: int) -> np.ndarray:
-    """Hit tokens of each request when ``caches`` LRU caches of ``capacity_chunks`` each serve
-    the requests ``assignment`` sends them (None: one cache serves all)."""
+def hits(trace: Trace, assignment: np.ndarray | None, caches: int,
+         capacity_chunks: int | Sequence[int]) -> np.ndarray:
+    """Hit tokens of each request when ``caches`` LRU caches (``capacity_chunks`` each, or one
+    capacity per cache) serve the requests ``assignment`` sends them (None: one cache, all)."""
+    caps = [int(capacity_chunks)] * caches if np.ndim(capacity_chunks) == 0 else [int(c) for c in capacity_chunks]
     if assignment is None or caches == 1:
-        return hit_tokens_by_request(trace, stack_distances(trace), max(1, int(capacity_chunks)))
+        return hit_tokens_by_request(trace, stack_distances(trace), max(1, caps[0]))
     out = np.zeros(trace.requests, dtype=np.int64)
     for k in range(caches):
         mask = assignment == k
         if mask.any():
             sub = trace.subset(mask)
-            out[mask] = hit_tokens_by_request(sub, stack_distances(sub), max(1, int(capacity_chunks)))
+            out[mask] = hit_tokens_by_request(sub, stack_distances(sub), max(1, caps[k]))
     return out
 
 
@@ -64,29 +66,33 @@ class Today:
 
     instances: int
     engines: int
-    capacity_chunks: int
+    capacity_chunks: tuple[int, ...]
     """Per instance."""
     instance_of: np.ndarray
     engine_of: np.ndarray
     hits: np.ndarray
 
     @property
-    def engines_per_instance(self) -> int:
-        return max(1, self.engines // self.instances)
+    def total_chunks(self) -> int:
+        return int(sum(self.capacity_chunks))
 
 
-def today(trace: Trace, *, instances: int, engines: int, capacity_chunks: int) -> Today:
-    """Today's topology replayed (module doc). ``engines`` below ``instances`` counts one engine
-    per instance (a cache instance serves at least one engine)."""
+def today(trace: Trace, *, instances: int, engines: int, capacity_chunks: int | Sequence[int]) -> Today:
+    """Today's topology replayed (module doc). With several instances each serves
+    ``engines // instances`` engines (at least one)."""
     inst = trace.instance if trace.instance is not None else np.zeros(trace.requests, dtype=np.int64)
-    engines = max(int(engines), int(instances), 1)
-    h = hits(trace, inst, instances, capacity_chunks)
+    instances = max(1, int(instances))
+    caps = tuple([int(capacity_chunks)] * instances if np.ndim(capacity_chunks) == 0
+                 else [int(c) for c in capacity_chunks])
+    h = hits(trace, inst, instances, caps)
     if instances == 1:
+        engines = max(1, int(engines))
         engine = np.arange(trace.requests, dtype=np.int64) % engines
     else:
-        engine = spread(inst, max(1, engines // instances))
-    return Today(int(instances), int(engines if instances == 1 else instances * max(1, engines // instances)),
-                 int(capacity_chunks), inst, engine, h)
+        per = max(1, int(engines) // instances)
+        engines = per * instances
+        engine = spread(inst, per)
+    return Today(instances, engines, caps, inst, engine, h)
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,7 @@ def private(trace: Trace, ranks: int, routing: str, capacity_chunks: int, seed: 
 
 
 def as_today(trace: Trace, t: Today) -> Alternative:
-    return Alternative("today", None, t.engines, t.capacity_chunks * t.instances, t.hits, t.engine_of, t.engines)
+    return Alternative("today", None, t.engines, t.total_chunks, t.hits, t.engine_of, t.engines)
 
 
 def stream(trace: Trace, alt: Alternative, output_tokens: np.ndarray | None = None) -> lat.Stream:

@@ -26,3 +26,23 @@ JOIN targets t ON t.target_id = i.target_id
 WHERE t.kind = 'vllm'
 GROUP BY t.name, i.t_end
 ORDER BY i.t_end, t.name;
+
+-- name: lmcache_l1_capacity
+-- Each LMCache MP target's L1 capacity in bytes over [$t_from, $t_to]: memory in use / the share
+-- of L1 in use (lmcache_mp_l1_memory_usage_bytes / lmcache_mp_l1_usage_ratio), from the latest
+-- scrape in the window where the share is above zero, summed over its L1 backends.
+WITH g AS (
+    SELECT t.name AS target, se.name, se.labels, arg_max(sa.value, sa.ts) AS value, max(sa.ts) AS ts
+    FROM samples sa
+    JOIN series se ON se.series_id = sa.series_id
+    JOIN targets t ON t.target_id = se.target_id
+    JOIN deployments d ON d.deployment_id = t.deployment_id
+    WHERE d.name = $deployment AND t.kind = 'lmcache_mp' AND sa.ts BETWEEN $t_from AND $t_to
+      AND se.name IN ('lmcache_mp_l1_memory_usage_bytes', 'lmcache_mp_l1_usage_ratio')
+      AND (se.name <> 'lmcache_mp_l1_usage_ratio' OR sa.value > 0)
+    GROUP BY t.name, se.name, se.labels
+)
+SELECT u.target, sum(u.value / r.value) AS capacity_bytes
+FROM g u JOIN g r ON r.target = u.target AND r.labels = u.labels AND r.name = 'lmcache_mp_l1_usage_ratio'
+WHERE u.name = 'lmcache_mp_l1_memory_usage_bytes' AND r.value > 0
+GROUP BY u.target ORDER BY u.target;
