@@ -98,3 +98,14 @@ def server(request):
     yield make
     for s in made:
         s.close()
+
+
+@pytest.fixture(scope="session")
+def topology_ab(tmp_path_factory):
+    """Both sides of the recorded topology A/B in DuckDB (built once a session, about a minute:
+    288 scrapes of three targets a side). Read them; copy before writing."""
+    from tests.topology_ab import FIX, SIDES, load_side, meta
+
+    d = tmp_path_factory.mktemp("topology-ab")
+    dbs = {s: load_side(d / f"{s}.duckdb", FIX / s) for s in SIDES}
+    return dbs, {s: meta(FIX / s) for s in SIDES}

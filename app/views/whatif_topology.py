@@ -69,9 +69,10 @@ def _span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[da
     return from_epoch_s(float(tr.ts[0]) - SPAN_MARGIN_S), from_epoch_s(float(tr.ts[-1]) + SPAN_MARGIN_S)
 
 
-def _row(p: alt.Predicted, bpc: int | None, slo: float) -> dict[str, Any]:
+def _row(p: alt.Predicted, bpc: int | None, slo: float, bounds: list[float] | None = None) -> dict[str, Any]:
     a, s = p.alternative, p.summary
-    return {"topology": a.topology, "routing": a.routing, "ranks": a.ranks, "capacity_chunks": a.capacity_chunks,
+    hist = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
+    return {"ttft_p99_s_as_histogram": hist,"topology": a.topology, "routing": a.routing, "ranks": a.ranks, "capacity_chunks": a.capacity_chunks,
             "capacity_gb": a.capacity_chunks * bpc / GB if bpc else None, "hit_rate": p.hit_rate,
             "ttft_mean_s": s.ttft_mean_s, "ttft_p50_s": s.ttft_p50_s, "ttft_p99_s": s.ttft_p99_s,
             "goodput_rps": s.goodput_rps, "within_slo": s.within_slo,
@@ -149,9 +150,9 @@ def _fill(out: dict, tr: Trace, today: alt.Today, model: lat.LatencyModel, total
     s = p_today.summary
     t.update(ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
              ttft_p99_s_predicted=s.ttft_p99_s)
-    if meas.get("ttft_bounds"):
-        t["ttft_p99_s_predicted_as_histogram"] = bucket_quantile(0.99, lat.as_histogram(p_today.ttft,
-                                                                                       meas["ttft_bounds"])).value
+    bounds = meas.get("ttft_bounds") or None
+    if bounds:
+        t["ttft_p99_s_predicted_as_histogram"] = bucket_quantile(0.99, lat.as_histogram(p_today.ttft, bounds)).value
     alts = [alt.shared(tr, today, total)]
     alts += [alt.private(tr, today.engines, r, total, seed) for r in routings]
     if l2_gb is not None and bpc:
@@ -160,7 +161,7 @@ def _fill(out: dict, tr: Trace, today: alt.Today, model: lat.LatencyModel, total
         alts.append(alt.Alternative("tiered", None, tier.ranks, total + l2, tier.hits, tier.engine, tier.engines))
         out["topology_notes"].append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of "
                                      "their sum holds); L2 hits priced as L1 loads (no L2 load cost measured)")
-    out["latency"] = [_row(p_today, bpc, slo)] + [_row(run(a), bpc, slo) for a in alts]
+    out["latency"] = [_row(p_today, bpc, slo, bounds)] + [_row(run(a), bpc, slo, bounds) for a in alts]
     grid = alt.capacity_grid(max(1, total // 16), max(total * 4, 1), CURVE_POINTS, also=[total])
     for c in grid:
         for a in (alt.Alternative("today", None, today.engines, c, alt.hits(tr, today.instance_of, today.instances,

@@ -1,0 +1,124 @@
+"""The topology what-if against the recorded two-rank A/B (tests/fixtures/topology-ab, recorded
+on the CPU stack by deploy/local/recorders/record_topology_ab.py): two vLLM servers with vLLM's
+prefix cache off, LMCache the only tier; ``private`` = one LMCache per server (two lookup logs),
+``shared`` = one LMCache for both; the same 78 requests, round-robin, a sequential phase and a
+phase of bursts of 4 concurrent multi-turn clients. TTFTs are CPU-scale.
+
+From each side's data alone (its scrapes and logs) the other side is predicted and compared with
+what the other side measured (models/README.md, "Validation", states the tolerance):
+
+* hit rate within 2 points, both phases;
+* sequential phase: TTFT mean within 15 %, p99 within 25 % (the predicted TTFTs read through the
+  measured histogram's buckets, as the measured p99 is);
+* bursts: the model under-predicts (recorded: mean -53 % and -37 %): it takes a request's
+  arrival from its LMCache lookup, which vLLM's scheduler sends only once the engine finished the
+  step it was running, so the wait behind another request's prefill before that is lost.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.app.cli import app
+from tests.topology_ab import SIDES, cross, side_whatif
+
+HIT_POINTS = 0.02
+MEAN_REL = 0.15
+P99_REL = 0.25
+PHASES = ("sequential", "concurrent")
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("phase", PHASES)
+def test_todays_replay_gives_the_hit_rate_lmcache_counted(topology_ab, side, phase):
+    """The private side's two logs import as one deployment; replaying each instance's requests
+    through its own L1 (size from LMCache's gauges) gives what LMCache's counters measured over
+    the same phase: exactly when requests come one at a time (recorded: 0.546 private, 0.666
+    shared), within a point in bursts (a lookup can miss a chunk a concurrent request has not
+    stored yet; the replay stores it at once)."""
+    dbs, metas = topology_ab
+    t = side_whatif(dbs[side], metas[side], phase)["today"]
+    assert t["instances"] == len(metas[side]["topology"]["instances"])
+    assert t["engines"] == 2 and t["capacity_source"].startswith("LMCache's L1 gauges")
+    # LMCache logs no line for a prompt shorter than one chunk (no chunk hash): request 5 of the
+    # schedule (243 tokens < 256) is counted by vLLM's TTFT histogram, not in the trace
+    assert t["requests_measured"] - t["requests"] == (1 if phase == "sequential" else 0)
+    tol = 1e-9 if phase == "sequential" else 0.015  # recorded in bursts: 1.0 point private, 1.0 shared
+    assert abs(t["hit_rate_predicted"] - t["hit_rate_measured"]) <= tol, t
+    assert t["hit_rate_measured"] == pytest.approx(metas[side]["phases"][phase]["lmcache_hit_rate"])
+
+
+@pytest.mark.parametrize("src", SIDES)
+@pytest.mark.parametrize("phase", PHASES)
+def test_each_side_predicts_the_other_sides_hit_rate(topology_ab, src, phase):
+    dbs, metas = topology_ab
+    c = cross(dbs, metas, src, phase)
+    assert abs(c["hit_pred"] - c["hit_meas"]) <= HIT_POINTS, c
+    # and the shared pool hit more: the article's point, measured (0.666 vs 0.546 one request at
+    # a time, 0.894 vs 0.829 in bursts), which the prediction carries across
+    rate = {s: metas[s]["phases"][phase]["lmcache_hit_rate"] for s in SIDES}
+    assert rate["shared"] > rate["private"] + 0.05
+    assert (c["hit_pred"] > c["today"]["hit_rate_predicted"]) == (src == "private")
+
+
+@pytest.mark.parametrize("src", SIDES)
+def test_each_side_predicts_the_other_sides_ttft_one_request_at_a_time(topology_ab, src):
+    """Recorded: private -> shared mean 0.118 vs 0.128 s (-8 %), p99 0.454 vs 0.481 s (-6 %);
+    shared -> private 0.149 vs 0.140 s (+6 %), p99 0.482 vs 0.452 s (+6 %)."""
+    c = cross(*topology_ab, src, "sequential")
+    assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= MEAN_REL, c
+    assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= P99_REL, c
+
+
+@pytest.mark.parametrize("src", SIDES)
+def test_bursts_are_under_predicted_as_stated(topology_ab, src):
+    """The stated limit, held to its numbers: in bursts the prediction is low (recorded: mean
+    -53 % private -> shared, -37 % shared -> private), and today's own check shows it as much
+    (a user sees from today how far to trust the alternatives)."""
+    c = cross(*topology_ab, src, "concurrent")
+    t = c["today"]
+    assert c["mean_pred"] < c["mean_meas"] and t["ttft_mean_s_predicted"] < t["ttft_mean_s_measured"]
+    assert 0.3 <= 1 - c["mean_pred"] / c["mean_meas"] <= 0.65, c
+    assert 0.25 <= 1 - t["ttft_mean_s_predicted"] / t["ttft_mean_s_measured"] <= 0.6, t
+
+
+def test_whatif_json_keys(topology_ab, tmp_path):
+    """``kvplan whatif --json``: today{...} and latency[...] with the keys the issue lists; the
+    old keys stay."""
+    import shutil
+
+    dbs, metas = topology_ab
+    db = tmp_path / "private.duckdb"
+    shutil.copy(dbs["private"].path, db)
+    sp = metas["private"]["phases"]["sequential"]
+    from kvplan.models.core.timeutil import from_epoch_s
+
+    r = CliRunner().invoke(app, ["whatif", "--db", str(db), "--deployment", "ab-private", "--ranks", "2", "--json",
+                                 "--from", from_epoch_s(sp["start"] - 1.2).isoformat(),
+                                 "--to", from_epoch_s(sp["end"] + 3).isoformat()])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert {"today", "latency", "points", "shared_vs_private", "dollars", "trace", "configured"} <= set(d)
+    assert {"instances", "hit_rate_predicted", "hit_rate_measured", "ttft_mean_s_measured", "ttft_p99_s_measured",
+            "ttft_mean_s_predicted", "ttft_p99_s_predicted"} <= set(d["today"])
+    assert d["today"]["instances"] == 2 and d["today"]["requests"] == sp["requests"] - 1  # request 5: no chunk
+    kinds = [(r["topology"], r["routing"]) for r in d["latency"]]
+    assert kinds == [("today", None), ("shared", None), ("private", "round_robin"), ("private", "random"),
+                     ("private", "prefix_affinity")]
+    for row in d["latency"]:
+        assert {"topology", "routing", "capacity_gb", "hit_rate", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
+                "goodput_rps"} <= set(row)
+        assert row["ttft_p50_s"] <= row["ttft_p99_s"] and 0 <= row["hit_rate"] <= 1
+    # the same capacity everywhere: today's two L1s of 0.05 GiB = 102 whole chunks of 512 KiB each
+    # (0.05 x 2^30 / 2^19 = 102.4), 2 x 102 x 524,288 bytes = 0.106954752 GB
+    assert {round(r["capacity_gb"], 9) for r in d["latency"]} == {0.106954752}
+    # a window with nothing in it is an error naming the options, exit 2
+    r = CliRunner().invoke(app, ["whatif", "--db", str(db), "--deployment", "ab-private", "--from",
+                                 "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z"])
+    assert r.exit_code == 2 and "--from/--to" in r.output
+    r = CliRunner().invoke(app, ["whatif", "--db", str(db), "--deployment", "ab-private", "--from",
+                                 "2020-01-01T00:00:00Z"])
+    assert r.exit_code == 2 and "both --from and --to" in r.output
