@@ -122,3 +122,50 @@ def test_whatif_json_keys(topology_ab, tmp_path):
     r = CliRunner().invoke(app, ["whatif", "--db", str(db), "--deployment", "ab-private", "--from",
                                  "2020-01-01T00:00:00Z"])
     assert r.exit_code == 2 and "both --from and --to" in r.output
+
+
+def test_whatif_page_shows_today_against_the_shared_pool_and_ttft(topology_ab, tmp_path, monkeypatch):
+    """The What-if page on the private side: today's topology (2 instances, 2 engines, the
+    replayed and the measured hit rate), today against the shared pool, TTFT against capacity
+    with the SLO line."""
+    import shutil
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    dbs, _ = topology_ab
+    db = tmp_path / "private.duckdb"
+    shutil.copy(dbs["private"].path, db)
+    monkeypatch.setenv("KVPLAN_DB", str(db))
+    t = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py"), default_timeout=300)
+    t.switch_page("pages/whatif.py")
+    t.run()
+    assert not t.exception, t.exception
+    m = {x.label: x.value for x in t.metric}
+    assert m["Cache instances"] == "2" and m["Engines"] == "2"
+    assert m["Hit rate, replayed"] == "70.3%" and m["Hit rate, LMCache measured"] == "70.5%"  # whole trace
+    titles = [json.loads(c.proto.spec).get("title") for c in t.get("vega_lite_chart")]
+    titles = [x.get("text") if isinstance(x, dict) else x for x in titles]
+    assert any(x and x.startswith("TTFT p99 against cache capacity") for x in titles)
+    assert any(x and x.startswith("TTFT: today (measured, predicted) against one shared pool") for x in titles)
+    slo = next(json.loads(c.proto.spec) for c in t.get("vega_lite_chart")
+               if str(json.loads(c.proto.spec).get("title", "")).startswith("TTFT p99 against"))
+    assert '"type": "rule"' in json.dumps(slo) and "#c0392b" in json.dumps(slo)  # the SLO line
+    frames = [f.value for f in t.dataframe]
+    setups = next(f for f in frames if "holds the SLO" in f.columns)["set-up"].tolist()
+    assert setups[:2] == ["today's topology", "one shared pool"]
+    # the sidebar's time range: the last 15 minutes hold the whole recording too (about 90 s)
+    t.selectbox(key="range").set_value("last 15 minutes").run()
+    assert not t.exception
+
+
+def test_report_section_has_today_and_ttft(topology_ab):
+    from kvplan.app.report.whatif import render_section
+    from kvplan.app.views.whatif import whatif
+
+    dbs, _ = topology_ab
+    html = render_section(whatif(dbs["shared"], "ab-shared", ranks=2))
+    assert "Today&#x27;s topology, from the data: 1 cache instance(s), 2 engine(s)" in html or \
+        "Today's topology, from the data: 1 cache instance(s), 2 engine(s)" in html
+    assert "TTFT for each set-up" in html and "2 private caches, round robin" in html
+    assert html.count("<svg") >= 4
