@@ -120,3 +120,26 @@ def test_engines_needed_finds_the_fewest_that_hold_the_slo():
     pool = alt.shared(tr, alt.today(tr, instances=1, engines=1, capacity_chunks=10), 10)
     assert alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), m, slo_s=0.25, most=8) == 4
     assert alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), m, slo_s=0.05, most=8) is None
+
+
+def test_the_plan_says_when_an_alternative_holds_the_slo_where_today_misses():
+    """The finding's sentence, with numbers, in the plan's notes and result (the article's
+    shape: 10 engines today miss a 2 s p99; one shared pool holds it at 0.3 s on 8)."""
+    from dataclasses import replace
+
+    from kvplan.models.decision.plan import plan
+    from kvplan.models.decision.presets import h100_lmcache_mp
+
+    f = alt.TopologyFinding("one shared pool of 400 GB", 2.0, 4.1, 0.3, 10, 10, 8)
+    assert f.holds_where_today_misses and f.gpus_saved == 2
+    assert f.sentence().startswith("one shared pool of 400 GB: TTFT p99 0.3 s against a 2 s SLO (holds it; today "
+                                   "4.1 s); 8 GPUs needed instead of 10")
+    assert not alt.TopologyFinding("x", 2.0, 1.0, 0.3, 10, 6, 5).holds_where_today_misses  # today holds it too
+    assert alt.TopologyFinding.from_dict(f.to_dict()) == f
+    p = h100_lmcache_mp()
+    r = plan(replace(p.inputs, topology=f), label=p.title, source="planning_preset")
+    assert r.topology_finding["gpus_saved"] == 2 and r.to_dict()["topology_finding"]["holds_where_today_misses"]
+    assert f"topology: {f.sentence()}" in r.assumptions
+    # no finding: nothing said, nothing else changed
+    base = plan(p.inputs, label=p.title, source="planning_preset")
+    assert base.topology_finding is None and base.decision == r.decision

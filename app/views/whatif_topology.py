@@ -72,7 +72,8 @@ def _span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[da
 def _row(p: alt.Predicted, bpc: int | None, slo: float, bounds: list[float] | None = None) -> dict[str, Any]:
     a, s = p.alternative, p.summary
     hist = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
-    return {"ttft_p99_s_as_histogram": hist,"topology": a.topology, "routing": a.routing, "ranks": a.ranks, "capacity_chunks": a.capacity_chunks,
+    return {"ttft_p99_s_as_histogram": hist, "topology": a.topology, "routing": a.routing, "ranks": a.ranks,
+            "capacity_chunks": a.capacity_chunks,
             "capacity_gb": a.capacity_chunks * bpc / GB if bpc else None, "hit_rate": p.hit_rate,
             "ttft_mean_s": s.ttft_mean_s, "ttft_p50_s": s.ttft_p50_s, "ttft_p99_s": s.ttft_p99_s,
             "goodput_rps": s.goodput_rps, "within_slo": s.within_slo,
@@ -114,7 +115,7 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
                            else "round-robin over the engines in time order (the log does not say which "
                                 "engine served a request)"),
         "hit_rate_definition": "hit tokens / full-chunk tokens looked up (LMCache's lookup counters)"},
-        "latency": [], "latency_curve": [], "latency_model": None, "engines_needed": None,
+        "latency": [], "latency_curve": [], "latency_model": None, "engines_needed": None, "finding": None,
         "slo": {"ttft_p99_s": slo_s, "source": "planning inputs (ttft_p99_slo_seconds)"}, "topology_notes": notes}
     if span is None:
         notes.append("the trace's times are not unix times: no metrics to measure or price it with")
@@ -134,7 +135,12 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
         today = alt.today(tr, instances=instances, engines=engines, capacity_chunks=each)
     seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.requests else 1.0
     _fill(out, tr, today, model, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas)
-    out["engines_needed"] = _engines_needed(tr, today, model, total, slo_s, gpus_per_engine)
+    e = out["engines_needed"] = _engines_needed(tr, today, model, total, slo_s, gpus_per_engine)
+    pool = next(r for r in out["latency"] if r["topology"] == "shared")
+    size = f"{pool['capacity_gb']:,.3g} GB" if pool["capacity_gb"] is not None else f"{total:,} chunks"
+    out["finding"] = alt.TopologyFinding(
+        f"one shared pool of {size}", slo_s, out["today"]["ttft_p99_s_predicted"], pool["ttft_p99_s"],
+        today.engines, e["today"], e["shared"], gpus_per_engine).to_dict()
     return out
 
 

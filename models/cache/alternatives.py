@@ -191,3 +191,59 @@ def capacity_grid(lo_chunks: int, hi_chunks: int, points: int, also: Sequence[in
     lo, hi = max(1, int(lo_chunks)), max(1, int(lo_chunks), int(hi_chunks))
     vals = set(np.unique(np.rint(np.geomspace(lo, hi, max(1, points))).astype(np.int64)).tolist())
     return sorted(vals | {int(a) for a in also if a >= 1})
+
+
+@dataclass(frozen=True)
+class TopologyFinding:
+    """What the TTFT what-if says for the decision: an alternative set-up against today at the
+    TTFT SLO, and the engines each needs to hold it (``engines_needed``)."""
+
+    label: str
+    """The alternative, e.g. ``one shared pool of 400 GB``."""
+    slo_s: float
+    today_p99_s: float | None
+    alternative_p99_s: float | None
+    engines_today: int
+    engines_needed_today: int | None
+    """None: even the most engines searched miss the SLO."""
+    engines_needed_alternative: int | None
+    gpus_per_engine: int = 1
+
+    @property
+    def holds_where_today_misses(self) -> bool:
+        return (self.alternative_p99_s is not None and self.alternative_p99_s <= self.slo_s
+                and (self.today_p99_s is None or self.today_p99_s > self.slo_s))
+
+    @property
+    def gpus_saved(self) -> int | None:
+        """GPUs the alternative needs fewer than today's set-up, both holding the SLO (None when
+        today's needs are beyond the search or the alternative's unknown)."""
+        if self.engines_needed_alternative is None or self.engines_needed_today is None:
+            return None
+        return (self.engines_needed_today - self.engines_needed_alternative) * self.gpus_per_engine
+
+    def sentence(self) -> str:
+        """The plan's sentence, with numbers."""
+        g = self.gpus_per_engine
+        alt_p99 = f"{self.alternative_p99_s:.3g} s" if self.alternative_p99_s is not None else "unknown"
+        today_p99 = f"{self.today_p99_s:.3g} s" if self.today_p99_s is not None else "unknown"
+        need_alt = (f"{self.engines_needed_alternative * g} GPUs needed" if self.engines_needed_alternative
+                    else "no engine count searched holds it")
+        need_today = (f"{self.engines_needed_today * g}" if self.engines_needed_today
+                      else f"more than {self.engines_today * g * 4}")
+        verb = "holds" if self.alternative_p99_s is not None and self.alternative_p99_s <= self.slo_s else "misses"
+        return (f"{self.label}: TTFT p99 {alt_p99} against a {self.slo_s:g} s SLO ({verb} it; today {today_p99}); "
+                f"{need_alt} instead of {need_today} (predicted from the deployment's trace and fitted prefill cost)")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TopologyFinding:
+        return cls(d["label"], d["slo_s"], d["today_p99_s"], d["alternative_p99_s"], d["engines_today"],
+                   d["engines_needed_today"], d["engines_needed_alternative"], d["gpus_per_engine"])
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "slo_s": self.slo_s, "today_p99_s": self.today_p99_s,
+                "alternative_p99_s": self.alternative_p99_s, "engines_today": self.engines_today,
+                "engines_needed_today": self.engines_needed_today,
+                "engines_needed_alternative": self.engines_needed_alternative, "gpus_per_engine": self.gpus_per_engine,
+                "gpus_saved": self.gpus_saved, "holds_where_today_misses": self.holds_where_today_misses,
+                "sentence": self.sentence()}
