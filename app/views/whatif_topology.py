@@ -29,10 +29,11 @@ from kvplan.models.core.timeutil import from_epoch_s
 from kvplan.models.metrics.window import bucket_quantile
 from kvplan.sql.db import Database
 
-MAX_LATENCY_REQUESTS = 50_000
+MAX_LATENCY_REQUESTS = 20_000
 """The TTFT pass replays at most this many requests of the window (the first ones in time): the
-discrete-event pass is Python, about this many requests a second per alternative."""
-CURVE_POINTS = 8
+discrete-event pass is Python: about 20,000 requests a second per alternative, and a what-if runs
+about thirty of them (the set-ups, the capacity curve, the engine search)."""
+CURVE_POINTS = 6
 SPAN_MARGIN_S = 10.0
 """The measured span is the trace's first to last request, widened by this much each side (the
 requests' completions and the scrapes after them)."""
