@@ -28,7 +28,7 @@ def fresh_ab(tmp_path_factory):
     run = subprocess.run([sys.executable, str(RECORDER), "--small", "--no-lock", "--seed", "23", "--out", str(out),
                           "--run-dir", str(base / "run")], capture_output=True, text=True, timeout=1700)
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
-    print(run.stdout[-1500:])
+    print(run.stdout[-1500:], f"\nrecorded in {out}")
     dbs = {s: load_side(base / f"{s}.duckdb", out / s) for s in SIDES}
     return dbs, {s: meta(out / s) for s in SIDES}
 

@@ -115,7 +115,9 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
         "engine_routing": ("each instance's requests round-robin over its engines" if instances > 1
                            else "round-robin over the engines in time order (the log does not say which "
                                 "engine served a request)"),
-        "hit_rate_definition": "hit tokens / full-chunk tokens looked up (LMCache's lookup counters)"},
+        "hit_rate_definition": "hit tokens / full-chunk tokens looked up (LMCache's lookup counters); "
+                               "with the TTFT pass, a request hits only chunks stored before its lookup "
+                               "(hit_rate_predicted_lru: every chunk stored at once, as LMCache's simulator)"},
         "latency": [], "latency_curve": [], "latency_model": None, "engines_needed": None, "finding": None,
         "slo": {"ttft_p99_s": slo_s, "source": "planning inputs (ttft_p99_slo_seconds)"}, "topology_notes": notes}
     if span is None:
@@ -156,7 +158,8 @@ def _fill(out: dict, tr: Trace, today: alt.Today, model: lat.LatencyModel, total
     t = out["today"]
     s = p_today.summary
     t.update(ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
-             ttft_p99_s_predicted=s.ttft_p99_s)
+             ttft_p99_s_predicted=s.ttft_p99_s, hit_rate_predicted_lru=t["hit_rate_predicted"],
+             hit_rate_predicted=p_today.hit_rate)
     bounds = meas.get("ttft_bounds") or None
     if bounds:
         t["ttft_p99_s_predicted_as_histogram"] = bucket_quantile(0.99, lat.as_histogram(p_today.ttft, bounds)).value
@@ -171,9 +174,9 @@ def _fill(out: dict, tr: Trace, today: alt.Today, model: lat.LatencyModel, total
     out["latency"] = [_row(p_today, bpc, slo, bounds)] + [_row(run(a), bpc, slo, bounds) for a in alts]
     grid = alt.capacity_grid(max(1, total // 16), max(total * 4, 1), CURVE_POINTS, also=[total])
     for c in grid:
-        for a in (alt.Alternative("today", None, today.engines, c, alt.hits(tr, today.instance_of, today.instances,
-                                                                             max(1, c // today.instances)),
-                                  today.engine_of, today.engines), alt.shared(tr, today, c)):
+        mine = alt.hits(tr, today.instance_of, today.instances, max(1, c // today.instances))
+        for a in (alt.Alternative("today", None, today.engines, c, mine, today.engine_of, today.engines,
+                                  today.instance_of if today.instances > 1 else None), alt.shared(tr, today, c)):
             out["latency_curve"].append(_row(run(a), bpc, slo))
 
 

@@ -21,7 +21,7 @@ per request and through ``kvplan.models.cache.latency.simulate`` for its TTFTs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -110,6 +110,8 @@ class Alternative:
     hits: np.ndarray
     engine: np.ndarray
     engines: int
+    cache: np.ndarray | None = None
+    """Which cache each request uses (None: one cache for all)."""
 
 
 def shared(trace: Trace, t: Today, capacity_chunks: int) -> Alternative:
@@ -122,11 +124,13 @@ def private(trace: Trace, ranks: int, routing: str, capacity_chunks: int, seed: 
     """``ranks`` private caches of ``capacity_chunks / ranks`` each, one engine each."""
     assign = route(trace, ranks, routing, seed)
     each = max(1, int(capacity_chunks) // ranks)
-    return Alternative("private", routing, ranks, each * ranks, hits(trace, assign, ranks, each), assign, ranks)
+    return Alternative("private", routing, ranks, each * ranks, hits(trace, assign, ranks, each), assign, ranks,
+                       assign)
 
 
 def as_today(trace: Trace, t: Today) -> Alternative:
-    return Alternative("today", None, t.engines, t.total_chunks, t.hits, t.engine_of, t.engines)
+    return Alternative("today", None, t.engines, t.total_chunks, t.hits, t.engine_of, t.engines,
+                       t.instance_of if t.instances > 1 else None)
 
 
 def stream(trace: Trace, alt: Alternative, output_tokens: np.ndarray | None = None) -> lat.Stream:
@@ -144,10 +148,41 @@ class Predicted:
     summary: lat.LatencySummary
 
 
+def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarray:
+    """``alt.hits`` less what was not stored yet: a request hits only leading chunks that some
+    earlier request of its cache had stored (its prefill ended, ``stored_at``) before its own
+    lookup (``trace.ts``). The LRU replay stores a request's chunks at once; under concurrency a
+    lookup can come before a chunk's first prefill ends (a burst of requests behind one system
+    prompt all miss it)."""
+    ts = trace.ts if trace.ts is not None else np.zeros(trace.requests)
+    cache = alt.cache if alt.cache is not None else np.zeros(trace.requests, dtype=np.int64)
+    first: dict[tuple[int, int], float] = {}
+    out = alt.hits.copy()
+    ids, off, size = trace.chunk_ids.tolist(), trace.offsets.tolist(), trace.chunk_size.tolist()
+    for i in range(trace.requests):
+        c, lo = int(cache[i]), off[i]
+        n_hit = int(alt.hits[i]) // size[i] if size[i] else 0
+        k = 0
+        while k < n_hit and first.get((c, ids[lo + k]), np.inf) <= ts[i]:
+            k += 1
+        out[i] = k * size[i]
+        for h in ids[lo:off[i + 1]]:
+            first.setdefault((c, h), float(stored_at[i]))
+    return out
+
+
 def predict(trace: Trace, alt: Alternative, model: lat.LatencyModel, *, slo_s: float | None,
             seconds: float, output_tokens: np.ndarray | None = None) -> Predicted:
+    """TTFTs and hit rate of one set-up: a first pass gives when each request's prefill ends
+    (its chunks stored), the hits are cut to what was stored before each lookup (``in_flight``),
+    and a second pass prices those."""
     full = float(trace.full_chunk_tokens.sum())
     ttft = lat.simulate(stream(trace, alt, output_tokens), model)
+    if trace.ts is not None:
+        stored_at = trace.ts + np.nan_to_num(ttft, nan=0.0) - model.frontend_s
+        cut = replace(alt, hits=in_flight(trace, alt, stored_at))
+        if (cut.hits != alt.hits).any():
+            alt, ttft = cut, lat.simulate(stream(trace, cut, output_tokens), model)
     return Predicted(alt, float(alt.hits.sum()) / full if full else 0.0, ttft,
                      lat.summarize(ttft, slo_s=slo_s, seconds=seconds))
 
@@ -183,7 +218,8 @@ def rank_engines(trace: Trace, k: int) -> np.ndarray:
 def on_engines(alt: Alternative, trace: Trace, k: int) -> Alternative:
     """The same caches' hits, the requests spread round-robin over ``k`` engines (a shared
     pool on fewer or more engines)."""
-    return Alternative(alt.topology, alt.routing, k, alt.capacity_chunks, alt.hits, rank_engines(trace, k), k)
+    return Alternative(alt.topology, alt.routing, k, alt.capacity_chunks, alt.hits, rank_engines(trace, k), k,
+                       alt.cache)
 
 
 def capacity_grid(lo_chunks: int, hi_chunks: int, points: int, also: Sequence[int] = ()) -> list[int]:
