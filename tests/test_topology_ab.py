@@ -10,7 +10,7 @@ what the other side measured (models/README.md, "Validation", states the toleran
 * hit rate within 2 points, both phases;
 * sequential phase: TTFT mean within 15 %, p99 within 25 % (the predicted TTFTs read through the
   measured histogram's buckets, as the measured p99 is);
-* bursts: the model under-predicts (recorded: mean -53 % and -37 %): it takes a request's
+* bursts: the model under-predicts TTFT (recorded: mean -52 % and -37 %): it takes a request's
   arrival from its LMCache lookup, which vLLM's scheduler sends only once the engine finished the
   step it was running, so the wait behind another request's prefill before that is lost.
 """
@@ -36,9 +36,8 @@ PHASES = ("sequential", "concurrent")
 def test_todays_replay_gives_the_hit_rate_lmcache_counted(topology_ab, side, phase):
     """The private side's two logs import as one deployment; replaying each instance's requests
     through its own L1 (size from LMCache's gauges) gives what LMCache's counters measured over
-    the same phase: exactly when requests come one at a time (recorded: 0.546 private, 0.666
-    shared), within a point in bursts (a lookup can miss a chunk a concurrent request has not
-    stored yet; the replay stores it at once)."""
+    the same phase (recorded: 0.546 private, 0.666 shared one request at a time; 0.829 and 0.894
+    in bursts)."""
     dbs, metas = topology_ab
     t = side_whatif(dbs[side], metas[side], phase)["today"]
     assert t["instances"] == len(metas[side]["topology"]["instances"])
@@ -46,7 +45,10 @@ def test_todays_replay_gives_the_hit_rate_lmcache_counted(topology_ab, side, pha
     # LMCache logs no line for a prompt shorter than one chunk (no chunk hash): request 5 of the
     # schedule (243 tokens < 256) is counted by vLLM's TTFT histogram, not in the trace
     assert t["requests_measured"] - t["requests"] == (1 if phase == "sequential" else 0)
-    tol = 1e-9 if phase == "sequential" else 0.015  # recorded in bursts: 1.0 point private, 1.0 shared
+    # in bursts a lookup misses chunks another engine's prefill has not stored yet: the TTFT pass
+    # says when each prefill ended (recorded: exact; every chunk stored at once would give 0.904
+    # against 0.894 on the shared pool)
+    tol = 1e-9 if phase == "sequential" else 0.005
     assert abs(t["hit_rate_predicted"] - t["hit_rate_measured"]) <= tol, t
     assert t["hit_rate_measured"] == pytest.approx(metas[side]["phases"][phase]["lmcache_hit_rate"])
 
@@ -76,7 +78,7 @@ def test_each_side_predicts_the_other_sides_ttft_one_request_at_a_time(topology_
 @pytest.mark.parametrize("src", SIDES)
 def test_bursts_are_under_predicted_as_stated(topology_ab, src):
     """The stated limit, held to its numbers: in bursts the prediction is low (recorded: mean
-    -53 % private -> shared, -37 % shared -> private), and today's own check shows it as much
+    -52 % private -> shared, -37 % shared -> private), and today's own check shows it as much
     (a user sees from today how far to trust the alternatives)."""
     c = cross(*topology_ab, src, "concurrent")
     t = c["today"]

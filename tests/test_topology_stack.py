@@ -1,10 +1,11 @@
 """The topology what-if against a fresh two-rank A/B on the real stack (CPU, tiny model), the
 same comparison as tests/test_topology_ab.py on its recorded fixture: record_topology_ab.py
 --small starts its own short-lived servers (both sides at once: 4 vLLM servers with prefix
-caching off, 3 LMCache servers, about 10 GB; the caller holds the stack lock), runs 41 requests
-a side (a sequential phase and bursts of 4 clients) and stops them; then each side's data alone
+caching off, 3 LMCache servers, about 10 GB; the caller holds the stack lock), runs 53 requests
+a side (33 one at a time, 20 in bursts of 4 clients) and stops them; then each side's data alone
 predicts the other side's hit rate and, one request at a time, its TTFT mean and p99, within the
-tolerance models/README.md states."""
+tolerance models/README.md states (hit rate within 2 points one at a time, 3 in bursts: which
+chunks a concurrent request had stored rides on the TTFT pass, low in bursts)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,10 @@ def fresh_ab(tmp_path_factory):
 
 @pytest.mark.parametrize("src", SIDES)
 def test_a_fresh_ab_is_predicted_side_from_side(fresh_ab, src):
-    for phase in ("sequential", "concurrent"):
+    for phase, points in (("sequential", 0.02), ("concurrent", 0.03)):
         c = cross(*fresh_ab, src, phase)
         print(src, phase, {k: v for k, v in c.items() if k != "today"})
-        assert abs(c["hit_pred"] - c["hit_meas"]) <= 0.02, (phase, c)
+        assert abs(c["hit_pred"] - c["hit_meas"]) <= points, (phase, c)
     c = cross(*fresh_ab, src, "sequential")
     assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= 0.15, c
     assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= 0.25, c

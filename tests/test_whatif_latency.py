@@ -145,23 +145,26 @@ def test_the_plan_says_when_an_alternative_holds_the_slo_where_today_misses():
     assert base.topology_finding is None and base.decision == r.decision
 
 
-def test_a_lookup_misses_what_a_concurrent_request_has_not_stored_yet():
-    """r0 and r1 send the same two chunks 0.05 s apart; r0's prefill ends at 0.1 s. The LRU
-    replay gives r1 both chunks; stored only at 0.1, they are not there at r1's lookup (0.05):
-    r1 hits nothing. r2 (at 0.2, after the store) hits both: 2 x 4 tokens."""
+def test_a_lookup_misses_what_another_engine_has_not_stored_yet():
+    """r0 (engine 0) and r1 (engine 1) send the same two chunks 0.05 s apart into one pool;
+    r0's prefill ends at 0.1 s. The LRU replay gives r1 both chunks; stored only at 0.1, they
+    are not there at r1's lookup (0.05): r1 hits nothing. r2 (engine 0, at 0.2) hits both."""
     tr = make_trace([([1, 2], 9, 4), ([1, 2], 9, 4), ([1, 2], 9, 4)])
     tr = type(tr)(tr.chunk_ids, tr.offsets, tr.seq_len, tr.chunk_size, ts=np.array([0.0, 0.05, 0.2]),
                   instance=np.zeros(3, int))
-    pool = alt.shared(tr, alt.today(tr, instances=1, engines=1, capacity_chunks=10), 10)
-    assert pool.hits.tolist() == [0, 8, 8]
+    pool = alt.shared(tr, alt.today(tr, instances=1, engines=2, capacity_chunks=10), 10)
+    assert pool.hits.tolist() == [0, 8, 8] and pool.engine.tolist() == [0, 1, 0]
     assert alt.in_flight(tr, pool, stored_at=np.array([0.1, 0.15, 0.3])).tolist() == [0, 0, 8]
+    # on one engine the scheduler sends r1's lookup after r0's step: it hits
+    one = alt.on_engines(pool, tr, 1)
+    assert alt.in_flight(tr, one, stored_at=np.array([0.1, 0.15, 0.3])).tolist() == [0, 8, 8]
     # private caches: a chunk stored in the other rank's cache does not count
     p = alt.private(tr, 2, "round_robin", 20)  # r0 -> 0, r1 -> 1, r2 -> 0
     assert alt.in_flight(tr, p, stored_at=np.array([0.0, 0.0, 0.0])).tolist() == [0, 0, 8]
-    # predict() applies it: r1 computes its prompt (9 tokens) instead of the 1-token tail
+    # predict() applies it: r1 computes its whole prompt (9 tokens) instead of the 1-token tail
     m = lat.LatencyModel(fixed=0.0, per_token=0.01, output_tokens=1, max_batch_tokens=None)
-    # r0: 9 tokens = 0.09 s, prefill ends at 0.09 > r1's lookup 0.05 -> r1 hits 0, waits for r0's
-    # step (seen at 0.09), computes 9 tokens: ends 0.18 -> TTFT 0.13; r2 at 0.2 hits 8, computes 1
+    # first pass: r0 9 tokens -> 0.09 s, ends at 0.09 > r1's lookup 0.05 -> r1 hits 0 and computes
+    # 9 tokens on its own engine: TTFT 0.09; r2 at 0.2 hits 8, computes 1: 0.01
     got = alt.predict(tr, pool, m, slo_s=1.0, seconds=1.0)
     assert got.alternative.hits.tolist() == [0, 0, 8] and got.hit_rate == pytest.approx(8 / 24)
-    assert got.ttft.tolist() == pytest.approx([0.09, 0.13, 0.01])
+    assert got.ttft.tolist() == pytest.approx([0.09, 0.09, 0.01])

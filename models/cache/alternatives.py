@@ -149,25 +149,31 @@ class Predicted:
 
 
 def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarray:
-    """``alt.hits`` less what was not stored yet: a request hits only leading chunks that some
-    earlier request of its cache had stored (its prefill ended, ``stored_at``) before its own
-    lookup (``trace.ts``). The LRU replay stores a request's chunks at once; under concurrency a
-    lookup can come before a chunk's first prefill ends (a burst of requests behind one system
-    prompt all miss it)."""
+    """``alt.hits`` less what another engine had not stored yet: a request hits only leading
+    chunks that an earlier request of its cache stored before its own lookup (``trace.ts``) --
+    at once when that request ran on the same engine (vLLM's scheduler sends a lookup only after
+    the engine's running step, so the chunks of a prefill on its own engine are in), else when its
+    prefill had ended (``stored_at``). The LRU replay stores a request's chunks at once; under
+    concurrency a lookup from one engine can come before another engine's prefill of the same
+    chunks ends (a burst behind one system prompt on a shared pool misses it)."""
     ts = trace.ts if trace.ts is not None else np.zeros(trace.requests)
     cache = alt.cache if alt.cache is not None else np.zeros(trace.requests, dtype=np.int64)
-    first: dict[tuple[int, int], float] = {}
+    first: dict[tuple[int, int], tuple[float, int]] = {}
     out = alt.hits.copy()
     ids, off, size = trace.chunk_ids.tolist(), trace.offsets.tolist(), trace.chunk_size.tolist()
+    engine = alt.engine.tolist()
     for i in range(trace.requests):
         c, lo = int(cache[i]), off[i]
         n_hit = int(alt.hits[i]) // size[i] if size[i] else 0
         k = 0
-        while k < n_hit and first.get((c, ids[lo + k]), np.inf) <= ts[i]:
+        while k < n_hit:
+            at, e = first.get((c, ids[lo + k]), (np.inf, -1))
+            if e != engine[i] and at > ts[i]:
+                break
             k += 1
         out[i] = k * size[i]
         for h in ids[lo:off[i + 1]]:
-            first.setdefault((c, h), float(stored_at[i]))
+            first.setdefault((c, h), (float(stored_at[i]), engine[i]))
     return out
 
 
