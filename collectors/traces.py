@@ -30,6 +30,7 @@ elements x dtype bytes, from the first line) or from ``bytes_per_chunk`` (the op
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,7 @@ class FileResult:
     status: str  # imported | extended | unchanged
     requests: int
     partial_tail: bool = False
+    instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,17 @@ class ImportResult:
 
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                  fmt: str = "auto", bytes_per_chunk: int | None = None,
-                 block: int = MOONCAKE_BLOCK) -> ImportResult:
+                 block: int = MOONCAKE_BLOCK, instance: str | None = None) -> ImportResult:
     """Validate every file (a first streaming pass, nothing kept), then store the new lines (a
     second pass, one transaction per batch with the file's progress): nothing is written unless
     every file passed, a crash leaves each file imported up to a batch boundary (the next import
     goes on from there: nothing lost, nothing doubled), and memory is bounded by one line and one
-    batch (``trace_parse``), not by the files' size."""
-    files = expand_paths(paths)
+    batch (``trace_parse``), not by the files' size. Each file belongs to a cache instance
+    (``instance``, else its directory's name: ``trace_parse.expand_paths``); files are told apart
+    by (instance, name)."""
+    pairs = expand_paths(paths, instance)
+    files = [f for f, _ in pairs]
+    inst = dict(pairs)
     if not files:
         raise PayloadError("import-trace", "no file given")
     if bytes_per_chunk is not None and not 1 <= bytes_per_chunk <= MAX_BYTES_PER_CHUNK:
@@ -105,8 +111,8 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     kind = kinds.pop()
     trace_name = name or ("lmcache" if kind == "lmcache" else files[0].stem)
     with db.read() as con:
-        row, state = _trace_state(con, deployment, trace_name, kind, files)
-    scans = [_validate(f, kind, state.get(f.name), trace_name, block) for f in files]
+        row, state = _trace_state(con, deployment, trace_name, kind, inst)
+    scans = [_validate(f, kind, state.get(f), trace_name, block) for f in files]
     layouts = {s.bytes_per_chunk for s in scans if s.bytes_per_chunk is not None}
     if row is not None and row["bytes_source"] == "shapes/dtypes" and row["bytes_per_chunk"]:
         layouts.add(row["bytes_per_chunk"])
@@ -114,7 +120,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         raise PayloadError(str(files[0]), f"files give different KV bytes per chunk "
                            f"({sorted(layouts)}): one trace holds one KV layout")
     with db.write() as con:
-        now, now_state = _trace_state(con, deployment, trace_name, kind, files)
+        now, now_state = _trace_state(con, deployment, trace_name, kind, inst)
         if (now is None) != (row is None) or now_state != state:  # another import meanwhile: refuse, retry
             raise ConflictError("imported by another process meanwhile: run again", source=str(files[0]))
         if row is None:
@@ -131,27 +137,58 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if (bpc, source) != (row["bytes_per_chunk"], row["bytes_source"]):
             Database.run(con, "set_trace_bytes", trace_id=trace_id, n_bytes_per_chunk=bpc,
                          bytes_source=source)
+        for f, was in state.items():
+            if was["instance"] != inst[f]:  # imported before traces had instances: adopt it
+                Database.run(con, "adopt_trace_file_rows", trace_id=trace_id, instance=inst[f], file=f.name)
+                Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=inst[f], file=f.name,
+                             sha256=was["sha256"], n_bytes=was["bytes"], n_lines=was["lines"],
+                             imported_at=utcnow())
+                Database.run(con, "drop_legacy_trace_file", trace_id=trace_id, file=f.name)
     for s in scans:
-        _store(db, trace_id, s, state.get(s.path.name), block)
+        _store(db, trace_id, s, state.get(s.path), block, inst[s.path])
     return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(
         FileResult(s.path.name, "unchanged" if prev is not None and s.bytes == prev["bytes"]
-                   else "extended" if prev is not None else "imported", s.requests, s.partial_tail)
-        for s, prev in ((s, state.get(s.path.name)) for s in scans)))
+                   and prev["instance"] == inst[s.path] else "extended" if prev is not None else "imported",
+                   s.requests, s.partial_tail, inst[s.path])
+        for s, prev in ((s, state.get(s.path)) for s in scans)))
 
 
-def _trace_state(con, deployment: str, trace_name: str, kind: str, files: list[Path]) -> tuple[dict | None, dict]:
-    """The trace's row (None: new) and what earlier imports took of each file."""
+def _trace_state(con: object, deployment: str, trace_name: str, kind: str,
+                 inst: dict[Path, str]) -> tuple[dict | None, dict[Path, dict]]:
+    """The trace's row (None: new) and what earlier imports took of each file of its instance.
+    A file imported before traces had instances (instance '') whose imported part is unchanged is
+    the same file: the import adopts it rather than importing it again (once per file name)."""
     row = _one(con, "trace_by_name", deployment=deployment, name=trace_name)
-    state = {}
+    state: dict[Path, dict] = {}
     if row is not None:
         if row["format"] != kind:
             raise ConflictError(f"trace {trace_name!r} of deployment {deployment!r} holds "
-                                f"{row['format']} lines, not {kind}", source=str(files[0]))
-        for f in files:
-            prev = _one(con, "trace_file", trace_id=row["trace_id"], file=f.name)
+                                f"{row['format']} lines, not {kind}", source=str(next(iter(inst))))
+        adopted: set[str] = set()
+        for f, name in inst.items():
+            prev = _one(con, "trace_file", trace_id=row["trace_id"], instance=name, file=f.name)
+            if prev is None and f.name not in adopted:
+                legacy = _one(con, "trace_file", trace_id=row["trace_id"], instance="", file=f.name)
+                if legacy is not None and _head_sha(f, legacy["bytes"]) == legacy["sha256"]:
+                    prev = legacy
+                    adopted.add(f.name)
             if prev is not None:
-                state[f.name] = {k: prev[k] for k in ("bytes", "lines", "sha256")}
+                state[f] = {k: prev[k] for k in ("bytes", "lines", "sha256", "instance")}
     return row, state
+
+
+def _head_sha(f: Path, n: int) -> str | None:
+    """sha256 of the first ``n`` bytes of ``f`` (read in 1 MiB blocks; None: shorter)."""
+    h = hashlib.sha256()
+    left = n
+    with open(f, "rb") as fh:
+        while left > 0:
+            b = fh.read(min(left, 1 << 20))
+            if not b:
+                return None
+            h.update(b)
+            left -= len(b)
+    return h.hexdigest()
 
 
 def _validate(f: Path, kind: str, prev: dict | None, trace_name: str, block: int) -> Scan:
@@ -168,7 +205,7 @@ def _validate(f: Path, kind: str, prev: dict | None, trace_name: str, block: int
     return scan
 
 
-def _store(db: Database, trace_id: int, scan: Scan, prev: dict | None, block: int) -> None:
+def _store(db: Database, trace_id: int, scan: Scan, prev: dict | None, block: int, instance: str) -> None:
     """The second pass over one file, up to the length the first pass found: each batch in its own
     transaction with the file's progress (bytes, lines, sha256 of the part taken), so a crash leaves
     a file imported up to a batch boundary and the next import goes on from there; a batch finding
@@ -179,12 +216,13 @@ def _store(db: Database, trace_id: int, scan: Scan, prev: dict | None, block: in
 
     def write(batch: ParsedFile) -> None:
         with db.write() as con:
-            now = _one(con, "trace_file", trace_id=trace_id, file=scan.path.name)
+            now = _one(con, "trace_file", trace_id=trace_id, instance=instance, file=scan.path.name)
             if (now["bytes"] if now is not None else None) != done["bytes"]:
                 raise ConflictError("imported by another process meanwhile: run again", source=str(scan.path))
             if batch.requests:
-                _insert_requests(con, trace_id, batch)
-            Database.run(con, "upsert_trace_file", trace_id=trace_id, file=scan.path.name, sha256=batch.sha256,
+                _insert_requests(con, trace_id, batch, instance)
+            Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=instance, file=scan.path.name,
+                         sha256=batch.sha256,
                          n_bytes=batch.bytes, n_lines=batch.lines, imported_at=utcnow())
         done["bytes"] = batch.bytes
 
@@ -212,7 +250,7 @@ def _lmcache_keys(con, trace_id: int, hex_keys: list[str]) -> np.ndarray:
     return np.asarray(got, dtype=np.int64)
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile) -> None:
+def _insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
     if p.format == "lmcache":
         keys = _lmcache_keys(con, trace_id, p.hex_keys) if p.hex_keys else np.zeros(0, np.int64)
     else:
@@ -230,8 +268,10 @@ def _insert_requests(con, trace_id: int, p: ParsedFile) -> None:
         "seq_len": pa.array(np.frombuffer(p.seq_len, dtype=np.int64)),
         "output_len": pa.array(p.output_len, pa.int64()),
         "chunk_keys": lists,
+        "instance": pa.array([instance] * n, pa.string()),
     })
-    con.execute("INSERT INTO trace_requests SELECT * FROM reqs")
+    con.execute("INSERT INTO trace_requests (trace_id, file, line, ts, request_id, model_name, chunk_size, "
+                "seq_len, output_len, chunk_keys, instance) SELECT * FROM reqs")
 
 
 def _one(con, query: str, **params) -> dict | None:
@@ -254,11 +294,16 @@ class TraceInfo:
     format: str
     bytes_per_chunk: int | None
     bytes_source: str | None
+    instances: tuple[str, ...] = ()
+    """Cache instances in the replayed window, in name order (``Trace.instance`` indexes them)."""
 
 
 def load_trace(db: Database, deployment: str, name: str | None = None, *,
-               model_name: str | None = None) -> tuple[sim.Trace, TraceInfo]:
-    """A stored trace in replay order, columnar (no per-request Python objects)."""
+               model_name: str | None = None, t_from: float | None = None,
+               t_to: float | None = None) -> tuple[sim.Trace, TraceInfo]:
+    """A stored trace in replay order, columnar (no per-request Python objects): the logs of
+    all its cache instances merged by time, each request's time and instance kept.
+    ``t_from``/``t_to`` (unix seconds for LMCache logs) keep the requests in [t_from, t_to]."""
     with db.read() as con:
         if name is None:
             rows = Database.run(con, "traces", deployment=deployment).fetchall()
@@ -276,10 +321,12 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
             if model_name not in models:
                 raise TraceError(f"trace {name!r} has no requests of model {model_name!r}; its models: "
                                  f"{', '.join(repr(m) for m in models) or 'none named'}", source="--model")
-        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name))
+        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name,
+                                  t_from=t_from, t_to=t_to))
+    trace, names = table_to_trace(tbl)
     info = TraceInfo(row["trace_id"], row["name"], row["format"], row["bytes_per_chunk"],
-                     row["bytes_source"])
-    return table_to_trace(tbl), info
+                     row["bytes_source"], names)
+    return trace, info
 
 
 def _arrow(cur) -> pa.Table:
@@ -290,17 +337,27 @@ def _arrow(cur) -> pa.Table:
         return fetch()
 
 
-def table_to_trace(tbl: pa.Table) -> sim.Trace:
-    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` -> a :class:`sim.Trace`."""
+def table_to_trace(tbl: pa.Table) -> tuple[sim.Trace, tuple[str, ...]]:
+    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` (and ``ts``, ``instance`` when
+    present) -> a :class:`sim.Trace` and the instance names its ``instance`` indexes."""
     keys = tbl.column("chunk_keys").combine_chunks()
     lengths = pc.list_value_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
     values = pc.list_flatten(keys).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    ts = inst = None
+    names: tuple[str, ...] = ()
+    if "ts" in tbl.column_names:
+        ts = tbl.column("ts").to_numpy().astype(np.float64)
+    if "instance" in tbl.column_names:
+        col = tbl.column("instance").combine_chunks()
+        names = tuple(sorted(pc.unique(col).to_pylist()))
+        inst = pc.index_in(col, value_set=pa.array(names, pa.string())).to_numpy(
+            zero_copy_only=False).astype(np.int64)
     return sim.Trace(
         chunk_ids=np.ascontiguousarray(values, dtype=np.int64), offsets=offsets,
         seq_len=tbl.column("seq_len").to_numpy().astype(np.int64),
-        chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64))
+        chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64), ts=ts, instance=inst), names
 
 
 def ingest_trace_dir(db: Database, deployment: str, directory: Path, *,

@@ -42,6 +42,7 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
+from kvplan.models.cache.alternatives import TopologyFinding
 from kvplan.models.capacity.fleet import (
     CapacityInputs,
     CapacityResult,
@@ -87,6 +88,9 @@ class PlanInputs:
     concurrency_per_replica: float | None = None
     """Measured running requests per replica (vllm:num_requests_running) for the KV part of the
     memory check; None = 1 sequence."""
+    topology: TopologyFinding | None = None
+    """The TTFT what-if's finding (an alternative cache set-up at the TTFT SLO, engines each
+    needs); None = no trace. Reported with the plan (``PlanResult.topology_finding``)."""
 
 
 @dataclass(frozen=True)
