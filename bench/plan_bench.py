@@ -54,7 +54,13 @@ def main() -> None:
     from kvplan.models.decision.verdict import PlanInputs
     from kvplan.models.inputs.planning import PlanningInputs
     from kvplan.models.inputs.pricebook import PriceBook
-    from tests.test_model_decision import window
+    from kvplan.models.prefill.measurement import PrefillMeasurement
+
+    def window(num_gpus: int) -> PrefillMeasurement:  # a day at 80 % hits, 10,000-token prompts
+        total = 86_400 * 10 * 10_000
+        return PrefillMeasurement(window_seconds=86_400, requests=86_400 * 10, prompt_tokens=total,
+                                  cached_prompt_tokens=total * 0.8, num_gpus=num_gpus, model_params=1e9,
+                                  gpu_peak_flops=1e14, assumed_prefill_mfu=0.5)
 
     print(f"{'servers':>8} {'recursion s':>12} {'kvplan s':>10} {'ratio':>8}  max rate (both)")
     for c in sizes:

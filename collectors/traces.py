@@ -322,7 +322,7 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
                 raise TraceError(f"trace {name!r} has no requests of model {model_name!r}; its models: "
                                  f"{', '.join(repr(m) for m in models) or 'none named'}", source="--model")
         tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name,
-                                  t_from=t_from, t_to=t_to))
+                                  from_unix_s=t_from, to_unix_s=t_to))
     trace, names = table_to_trace(tbl)
     info = TraceInfo(row["trace_id"], row["name"], row["format"], row["bytes_per_chunk"],
                      row["bytes_source"], names)

@@ -56,21 +56,14 @@ ORDER BY t.created_at DESC, t.trace_id DESC;
 -- name: trace_replay
 -- A trace's requests in replay order: timestamp, then instance, file name and line (LMCache's
 -- simulator sorts by timestamp, stably, over files in name order): the logs of every cache
--- instance merged by time. $model_name NULL = all; $t_from/$t_to (unix seconds, NULL = open) cut a
--- window [t_from, t_to].
+-- instance merged by time. $model_name NULL = all; $from_unix_s/$to_unix_s (NULL = open) cut a
+-- window [from, to] in the trace's own seconds (unix seconds for LMCache logs).
 SELECT chunk_keys, seq_len, chunk_size, ts, instance
 FROM trace_requests
 WHERE trace_id = $trace_id AND ($model_name IS NULL OR model_name = $model_name)
-  AND ($t_from IS NULL OR ts >= $t_from) AND ($t_to IS NULL OR ts <= $t_to)
+  AND ($from_unix_s IS NULL OR ts >= $from_unix_s) AND ($to_unix_s IS NULL OR ts <= $to_unix_s)
 ORDER BY ts, instance, file, line;
 
--- name: trace_instances
--- The cache instances of a trace (in a window), with how many requests each served.
-SELECT instance, count(*) AS requests, min(ts) AS first_ts, max(ts) AS last_ts
-FROM trace_requests
-WHERE trace_id = $trace_id AND ($model_name IS NULL OR model_name = $model_name)
-  AND ($t_from IS NULL OR ts >= $t_from) AND ($t_to IS NULL OR ts <= $t_to)
-GROUP BY instance ORDER BY instance;
 
 -- name: trace_deployments
 -- Deployments that hold at least one trace.
