@@ -87,7 +87,7 @@ def value_chart(d: dict) -> alt.Chart:
 SETUP_LABELS = {"today": "today's topology", "shared": "one shared pool"}
 
 
-def ttft_capacity_chart(d: dict) -> alt.Chart:
+def ttft_capacity_chart(d: dict) -> Layered:
     """Predicted TTFT p99 against total cache capacity, today's topology and one shared pool,
     with the TTFT SLO as a line and today's measured p99 as a point."""
     key, title = _x(d)

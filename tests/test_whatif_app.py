@@ -184,8 +184,8 @@ def test_whatif_model_names_the_models_the_trace_has(loaded):
     from kvplan.collectors.trace_parse import TraceError
 
     with pytest.raises(TraceError, match="no requests of model 'nope'; its models: 'm'"):
-        whatif(loaded, "dep", model="nope")
-    assert whatif(loaded, "dep", model="m")["trace"]["requests"] == 20
+        whatif(loaded, "dep", model_name="nope")
+    assert whatif(loaded, "dep", model_name="m")["trace"]["requests"] == 20
 
 
 def test_whatif_json_is_strict_json(tmp_path):

@@ -84,7 +84,7 @@ def whatif(
 
     if (from_ is None) != (to is None):
         raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")
-    t0, t1 = parse_window(from_, to) if from_ is not None else (None, None)
+    t0, t1 = parse_window(from_, to) if from_ is not None and to is not None else (None, None)
     s = settings(config, db)
     d = run(open_db(s), deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
             configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,

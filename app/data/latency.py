@@ -37,12 +37,12 @@ def _f(v: Any) -> float:
 
 
 def latency_intervals(db: Database, deployment: str, t_from: datetime, t_to: datetime,
-                      model: str | None = None) -> list[LatencyInterval]:
+                      model_name: str | None = None) -> list[LatencyInterval]:
     """One row per vLLM target and scrape interval with TTFT observations (module doc)."""
     rows = db.fetch("latency_intervals", deployment=deployment, t_from=naive_utc(t_from), t_to=naive_utc(t_to),
-                    model=model, names=NAMES)
+                    model_name=model_name, names=NAMES)
     alone = {(iv.targets[0], round(iv.t_end, 3)): iv.alone_share()
-             for iv in prefill_intervals(db, deployment, t_from, t_to, model) if iv.requests > 0}
+             for iv in prefill_intervals(db, deployment, t_from, t_to, model_name) if iv.requests > 0}
     out = []
     for r in rows:
         if not r["requests"] or r["reset"] or r["prefill_s"] is None or r["queue_s"] is None:
@@ -58,22 +58,22 @@ def latency_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
     return out
 
 
-def latency_model(db: Database, deployment: str, t_to: datetime, *, model: str | None = None,
+def latency_model(db: Database, deployment: str, t_to: datetime, *, model_name: str | None = None,
                   lookback: timedelta = DEFAULT_LOOKBACK
                   ) -> tuple[LatencyModel | None, PrefillCostModel, Overheads]:
     """The deployment's prefill cost model and overheads over the look-back ending at ``t_to``;
     the latency model is None when the cost model is not identified (it says why)."""
     t_from = aware_utc(t_to) - lookback
-    history = prefill_intervals(db, deployment, t_from, t_to, model)
+    history = prefill_intervals(db, deployment, t_from, t_to, model_name)
     cost = fit_prefill_cost(history, history=describe_history(deployment, history, t_from, t_to))
-    over = calibrate(latency_intervals(db, deployment, t_from, t_to, model))
+    over = calibrate(latency_intervals(db, deployment, t_from, t_to, model_name))
     return (LatencyModel.from_fit(cost, over) if cost.identified else None), cost, over
 
 
 def measured(db: Database, deployment: str, t_from: datetime, t_to: datetime,
-             model: str | None = None) -> dict[str, Any]:
+             model_name: str | None = None) -> dict[str, Any]:
     """What the deployment measured over [t_from, t_to] (module doc)."""
-    w = load_window(db, deployment, t_from, t_to, model)
+    w = load_window(db, deployment, t_from, t_to, model_name)
     rows = list(w.rows)
     n = mw.total(rows, c.count_name(c.TTFT))
     s = mw.total(rows, c.sum_name(c.TTFT))
@@ -81,7 +81,8 @@ def measured(db: Database, deployment: str, t_from: datetime, t_to: datetime,
     buckets = mw.histogram_buckets(rows, c.TTFT)
     return {
         "hit_rate": st.lmcache_lookup_hit_rate, "requests": n,
-        "ttft_mean_s": (s / n) if n else None, "ttft_p50_s": st.ttft_p50_s, "ttft_p99_s": st.ttft_p99_s,
+        "ttft_mean_s": (s / n) if n and s is not None else None,  # no TTFT sum in the window: unknown
+        "ttft_p50_s": st.ttft_p50_s, "ttft_p99_s": st.ttft_p99_s,
         "ttft_p99_bucket_s": ([st.ttft_p99.lower, st.ttft_p99.upper] if st.ttft_p99 is not None else None),
         "ttft_bounds": sorted({le for le, _ in buckets}),
         "engines": engines_in_window(db, deployment, naive_utc(t_from), naive_utc(t_to)),

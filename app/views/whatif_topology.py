@@ -123,11 +123,11 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
     if span is None:
         notes.append("the trace's times are not unix times: no metrics to measure or price it with")
         return out
-    model, cost, over = latency_model(db, deployment, span[1])
+    latency, cost, over = latency_model(db, deployment, span[1])
     out["latency_model"] = {"status": cost.status, "reason": cost.reason, "history": cost.history,
                             "parts": {p.name: p.value for p in cost.parts}, "overheads": over.to_dict(),
                             "max_batch_tokens": lat.DEFAULT_BATCH_TOKENS}
-    if model is None:
+    if latency is None:
         notes.append(f"no TTFT prediction: the prefill cost model is {cost.status} ({cost.reason})")
         return out
     if tr.requests > MAX_LATENCY_REQUESTS:
@@ -136,9 +136,11 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
         keep[:MAX_LATENCY_REQUESTS] = True
         tr = tr.subset(keep)
         today = alt.today(tr, instances=instances, engines=engines, capacity_chunks=each)
-    seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.requests else 1.0
-    _fill(out, tr, today, model, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas)
-    e = out["engines_needed"] = _engines_needed(tr, today, model, total, slo_s, gpus_per_engine)
+    # goodput's denominator, the stream's span; a trace without request times (priced here when
+    # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
+    seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
+    _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas)
+    e = out["engines_needed"] = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine)
     pool = next(r for r in out["latency"] if r["topology"] == "shared")
     size = f"{pool['capacity_gb']:,.3g} GB" if pool["capacity_gb"] is not None else f"{total:,} chunks"
     out["finding"] = alt.TopologyFinding(
@@ -147,12 +149,12 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
     return out
 
 
-def _fill(out: dict, tr: Trace, today: alt.Today, model: lat.LatencyModel, total: int, bpc: int | None,
+def _fill(out: dict[str, Any], tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, bpc: int | None,
           slo: float, seconds: float, routings: tuple[str, ...], seed: int, l2_gb: float | None,
-          meas: dict) -> None:
+          meas: dict[str, Any]) -> None:
     """The predicted half: today (and its check), the alternatives, TTFT against capacity."""
     def run(a: alt.Alternative) -> alt.Predicted:
-        return alt.predict(tr, a, model, slo_s=slo, seconds=seconds)
+        return alt.predict(tr, a, latency, slo_s=slo, seconds=seconds)
 
     p_today = run(alt.as_today(tr, today))
     t = out["today"]
@@ -180,19 +182,19 @@ def _fill(out: dict, tr: Trace, today: alt.Today, model: lat.LatencyModel, total
             out["latency_curve"].append(_row(run(a), bpc, slo))
 
 
-def _engines_needed(tr: Trace, today: alt.Today, model: lat.LatencyModel, total: int, slo: float,
+def _engines_needed(tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, slo: float,
                     gpus_per_engine: int) -> dict[str, Any]:
     """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``)."""
     most = min(alt.MAX_ENGINE_SEARCH, max(4 * today.engines, 1))
     per = max(1, total // today.instances)
     if today.instances == 1:
-        today_k = alt.engines_needed(tr, lambda k: alt.on_engines(alt.as_today(tr, today), tr, k), model,
+        today_k = alt.engines_needed(tr, lambda k: alt.on_engines(alt.as_today(tr, today), tr, k), latency,
                                      slo_s=slo, most=most)
     else:  # k private caches of today's size each, round-robin (the data's routing needs today's ranks)
-        today_k = alt.engines_needed(tr, lambda k: alt.private(tr, k, "round_robin", per * k), model,
+        today_k = alt.engines_needed(tr, lambda k: alt.private(tr, k, "round_robin", per * k), latency,
                                      slo_s=slo, most=most)
     pool = alt.shared(tr, today, total)
-    shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), model, slo_s=slo, most=most)
+    shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most)
     return {"today": today_k, "shared": shared_k, "engines_today": today.engines, "searched_up_to": most,
             "gpus_per_engine": gpus_per_engine,
             "gpus_today": today_k * gpus_per_engine if today_k else None,

@@ -20,8 +20,9 @@ per request and through ``kvplan.models.cache.latency.simulate`` for its TTFTs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -33,11 +34,19 @@ MAX_ENGINE_SEARCH = 4096
 """Most engines ``engines_needed`` tries."""
 
 
+def per_cache(capacity_chunks: int | Sequence[int], caches: int) -> list[int]:
+    """One capacity per cache: ``capacity_chunks`` for each of ``caches``, or the sequence as
+    given (one per cache)."""
+    if isinstance(capacity_chunks, int | np.integer):
+        return [int(capacity_chunks)] * caches
+    return [int(c) for c in capacity_chunks]
+
+
 def hits(trace: Trace, assignment: np.ndarray | None, caches: int,
          capacity_chunks: int | Sequence[int]) -> np.ndarray:
     """Hit tokens of each request when ``caches`` LRU caches (``capacity_chunks`` each, or one
     capacity per cache) serve the requests ``assignment`` sends them (None: one cache, all)."""
-    caps = [int(capacity_chunks)] * caches if np.ndim(capacity_chunks) == 0 else [int(c) for c in capacity_chunks]
+    caps = per_cache(capacity_chunks, caches)
     if assignment is None or caches == 1:
         return hit_tokens_by_request(trace, stack_distances(trace), max(1, caps[0]))
     out = np.zeros(trace.requests, dtype=np.int64)
@@ -82,8 +91,7 @@ def today(trace: Trace, *, instances: int, engines: int, capacity_chunks: int | 
     ``engines // instances`` engines (at least one)."""
     inst = trace.instance if trace.instance is not None else np.zeros(trace.requests, dtype=np.int64)
     instances = max(1, int(instances))
-    caps = tuple([int(capacity_chunks)] * instances if np.ndim(capacity_chunks) == 0
-                 else [int(c) for c in capacity_chunks])
+    caps = tuple(per_cache(capacity_chunks, instances))
     h = hits(trace, inst, instances, caps)
     if instances == 1:
         engines = max(1, int(engines))
@@ -177,23 +185,23 @@ def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarr
     return out
 
 
-def predict(trace: Trace, alt: Alternative, model: lat.LatencyModel, *, slo_s: float | None,
+def predict(trace: Trace, alt: Alternative, latency: lat.LatencyModel, *, slo_s: float | None,
             seconds: float, output_tokens: np.ndarray | None = None) -> Predicted:
     """TTFTs and hit rate of one set-up: a first pass gives when each request's prefill ends
     (its chunks stored), the hits are cut to what was stored before each lookup (``in_flight``),
     and a second pass prices those."""
     full = float(trace.full_chunk_tokens.sum())
-    ttft = lat.simulate(stream(trace, alt, output_tokens), model)
+    ttft = lat.simulate(stream(trace, alt, output_tokens), latency)
     if trace.ts is not None:
-        stored_at = trace.ts + np.nan_to_num(ttft, nan=0.0) - model.frontend_s
+        stored_at = trace.ts + np.nan_to_num(ttft, nan=0.0) - latency.frontend_s
         cut = replace(alt, hits=in_flight(trace, alt, stored_at))
         if (cut.hits != alt.hits).any():
-            alt, ttft = cut, lat.simulate(stream(trace, cut, output_tokens), model)
+            alt, ttft = cut, lat.simulate(stream(trace, cut, output_tokens), latency)
     return Predicted(alt, float(alt.hits.sum()) / full if full else 0.0, ttft,
                      lat.summarize(ttft, slo_s=slo_s, seconds=seconds))
 
 
-def engines_needed(trace: Trace, make: callable, model: lat.LatencyModel, *, slo_s: float,
+def engines_needed(trace: Trace, make: Callable[[int], Alternative], latency: lat.LatencyModel, *, slo_s: float,
                    most: int, output_tokens: np.ndarray | None = None) -> int | None:
     """Fewest engines (1..``most``) for which ``make(k)`` (an ``Alternative`` on k engines) keeps
     the TTFT p99 within ``slo_s``; None when even ``most`` misses it. Binary search: more engines
@@ -201,7 +209,7 @@ def engines_needed(trace: Trace, make: callable, model: lat.LatencyModel, *, slo
     most = min(int(most), MAX_ENGINE_SEARCH)
 
     def holds(k: int) -> bool:
-        s = lat.summarize(lat.simulate(stream(trace, make(k), output_tokens), model), slo_s=slo_s, seconds=1.0)
+        s = lat.summarize(lat.simulate(stream(trace, make(k), output_tokens), latency), slo_s=slo_s, seconds=1.0)
         return s.ttft_p99_s is not None and s.ttft_p99_s <= slo_s
 
     if most < 1 or not holds(most):
@@ -278,11 +286,11 @@ class TopologyFinding:
                 f"{need_alt} instead of {need_today} (predicted from the deployment's trace and fitted prefill cost)")
 
     @classmethod
-    def from_dict(cls, d: dict) -> TopologyFinding:
+    def from_dict(cls, d: dict[str, Any]) -> TopologyFinding:
         return cls(d["label"], d["slo_s"], d["today_p99_s"], d["alternative_p99_s"], d["engines_today"],
                    d["engines_needed_today"], d["engines_needed_alternative"], d["gpus_per_engine"])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "slo_s": self.slo_s, "today_p99_s": self.today_p99_s,
                 "alternative_p99_s": self.alternative_p99_s, "engines_today": self.engines_today,
                 "engines_needed_today": self.engines_needed_today,

@@ -33,6 +33,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ class Overheads:
     """Whether they were quiet ones (else every interval: waits leak into the overheads)."""
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"lookup_s": self.lookup_s, "load_s_per_hit_token": self.load_s_per_hit_token,
                 "frontend_s": self.frontend_s, "decode_step_s": self.decode_step_s,
                 "output_tokens": self.output_tokens, "intervals": self.intervals, "quiet": self.quiet,
@@ -173,9 +174,10 @@ class LatencyModel:
     def prefill_s(self, prompt: np.ndarray, hit: np.ndarray, full: np.ndarray) -> np.ndarray:
         """Engine-seconds of each request's whole prefill (no waiting)."""
         prompt, hit = np.asarray(prompt, float), np.asarray(hit, float)
-        return (self.fixed + self.lmcache_request + self.per_token * np.maximum(prompt - hit, 1.0)
-                + self.attention * (prompt ** 2 - hit ** 2) / 2 + self.load * hit
-                + self.store * np.maximum(np.asarray(full, float) - hit, 0.0))
+        s = (self.fixed + self.lmcache_request + self.per_token * np.maximum(prompt - hit, 1.0)
+             + self.attention * (prompt ** 2 - hit ** 2) / 2 + self.load * hit
+             + self.store * np.maximum(np.asarray(full, float) - hit, 0.0))
+        return np.asarray(s, float)  # numpy's ufunc stubs type the sum Any: as the float array it is
 
 
 @dataclass(frozen=True)
@@ -194,7 +196,7 @@ class Stream:
     """Engine (rank) index per request."""
     engines: int
     output_tokens: np.ndarray | None = None
-    """Per request (Mooncake traces carry them); else the model's."""
+    """Per request (Mooncake traces carry them); else ``LatencyModel.output_tokens``."""
 
 
 def simulate(s: Stream, m: LatencyModel) -> np.ndarray:
@@ -213,14 +215,20 @@ class _Engine:
     ttft: np.ndarray
     t: float = -math.inf
     step: int = 0
-    lookups: list = field(default_factory=list)
-    loads: list = field(default_factory=list)
-    ready: deque = field(default_factory=deque)
-    done: dict = field(default_factory=dict)
-    decoding: list = field(default_factory=list)
+    lookups: list[tuple[float, int]] = field(default_factory=list)
+    """Heap of (when the lookup ends, request)."""
+    loads: list[tuple[float, int]] = field(default_factory=list)
+    """Heap of (when the load of the hit tokens ends, request)."""
+    ready: deque[int] = field(default_factory=deque)
+    """Requests whose prefill can run, in arrival order."""
+    done: dict[int, int] = field(default_factory=dict)
+    """Prompt tokens computed so far per request (a long prefill spans steps)."""
+    decoding: list[int] = field(default_factory=list)
+    """Heap of the step at which each decoding request ends."""
 
-    def run(self, order: np.ndarray) -> None:
-        order, k = order.tolist(), 0
+    def run(self, requests: np.ndarray) -> None:
+        order: list[int] = requests.tolist()
+        k = 0
         while k < len(order) or self.lookups or self.loads or self.ready or self.decoding:
             k = self._see(order, k)
             if not self.ready:
@@ -230,8 +238,9 @@ class _Engine:
                     self.t = max(self.t, nxt)
                     continue
                 d = max(self.m.decode_step_s, 1e-9)  # decode-only steps, up to the next event
-                jump = min(self.decoding[0] - self.step,
-                           max(1, math.ceil((nxt - self.t) / d)) if math.isfinite(nxt) else math.inf)
+                jump = self.decoding[0] - self.step  # to the next decode's end, or the next event's step
+                if math.isfinite(nxt):
+                    jump = min(jump, max(1, math.ceil((nxt - self.t) / d)))
                 self.t += jump * d
                 self.step += jump
             else:
@@ -239,7 +248,7 @@ class _Engine:
             while self.decoding and self.decoding[0] <= self.step:
                 heapq.heappop(self.decoding)
 
-    def _see(self, order: list, k: int) -> int:
+    def _see(self, order: list[int], k: int) -> int:
         """What the scheduler sees at this boundary (repeatedly: an idle engine sees at once)."""
         changed = True
         while changed:
@@ -303,7 +312,7 @@ class LatencySummary:
     goodput_rps: float | None
     """Requests per second within the SLO over the stream's span."""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "ttft_mean_s": self.ttft_mean_s, "ttft_p50_s": self.ttft_p50_s,
                 "ttft_p99_s": self.ttft_p99_s, "within_slo": self.within_slo, "goodput_rps": self.goodput_rps}
 

