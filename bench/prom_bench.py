@@ -158,7 +158,7 @@ def write_last(path: Path, series: list, t: int, g: dict, i: int) -> int:
 
 
 def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
-    from kvplan.deploy.local.stack import free_ports
+    from kvplan.deploy.local.processes import free_ports
 
     (work / "prometheus.yml").write_text("global: {}\n")
     (port,) = free_ports(1)

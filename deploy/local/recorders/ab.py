@@ -42,7 +42,7 @@ from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.runs import save_run
 from kvplan.collectors.scrape import Target, scrape_target
-from kvplan.deploy.local.stack import Server
+from kvplan.deploy.local.records import Server
 from kvplan.sql.db import Database
 
 if TYPE_CHECKING:

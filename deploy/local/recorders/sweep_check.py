@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from kvplan.collectors.loadgen.sweep import Progress, SweepPlan, SweepResult, run_pair, save_sweep
 from kvplan.deploy.local.recorders.ab import priority
-from kvplan.deploy.local.stack import Server
+from kvplan.deploy.local.records import Server
 from kvplan.models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
 from kvplan.sql.db import Database
 
