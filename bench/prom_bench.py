@@ -181,7 +181,7 @@ def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
 CHILD = """
 import json, resource, sys, time
 from datetime import datetime
-from kvplan.collectors.settings import load_settings
+from kvplan.collectors.settings_load import load_settings
 from kvplan.sql.db import Database
 s = load_settings(__import__('pathlib').Path({conf!r}))
 db = Database(s.db); db.migrate()
@@ -258,7 +258,7 @@ sch.REPORT_MODULE = 'app.no_such_report'
 o = sch.Nightly(s, db).run_day(datetime.fromisoformat({last.isoformat()!r}).date())
 out = dict(rows=o.rows, errors=o.errors)""")
     read = child(conf, f"""from kvplan.collectors.prometheus import PromClient, fetch_chunk, chunk_bounds, in_order
-from kvplan.collectors.settings import duration_s
+from kvplan.collectors.settings_checks import duration_s
 c = PromClient(s.prometheus); n = 0
 d0 = datetime.fromisoformat({(end - timedelta(days=1)).isoformat()!r}); d1 = datetime.fromisoformat({end.isoformat()!r})
 lb = int(duration_s(s.prometheus.lookback) * 1000)

@@ -47,7 +47,8 @@ from kvplan.collectors.prom_fleet import LOST, fetch_fleet_chunk, fleet_gaps, fl
 from kvplan.collectors.prom_math import Raw, silent_stretches
 from kvplan.collectors.prom_rows import Rows, build_rows, family_query, split_name, target_name
 from kvplan.collectors.prom_rules import RULE_STEP_S
-from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig, duration_s
+from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
+from kvplan.collectors.settings_checks import duration_s
 from kvplan.collectors.store import ensure_target
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.redact import redact
