@@ -41,7 +41,8 @@ import httpx
 import numpy as np
 
 from kvplan.collectors.openmetrics import _labels
-from kvplan.collectors.parse import Payload, parse_payload
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.payload import Payload
 from kvplan.collectors.prometheus import split_name
 
 ROOT = Path(__file__).resolve().parents[1]

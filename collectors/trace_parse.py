@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.payload import PayloadError
 from kvplan.models.core.errors import KvplanError
 
 FORMATS = ("lmcache", "mooncake")

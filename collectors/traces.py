@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.payload import PayloadError
 from kvplan.collectors.store import ConflictError
 from kvplan.collectors.trace_parse import (
     FORMATS,
