@@ -10,7 +10,7 @@ import math
 from typing import Any
 
 from kvplan.collectors.payload import PayloadError, Sample, _find_line, _fmt_labels
-from kvplan.models.metrics.window import parts_above_whole
+from kvplan.models.metrics.window_notes import parts_above_whole
 
 _PSTACK = "the vLLM production-stack router"
 _ROUTER_FAMILIES = {  # families only a router or gateway declares -> what it is
@@ -99,7 +99,7 @@ def _regroup_strays(text: str, raw_families: list[Any]) -> tuple[list[Any], list
 
 
 def part_exceeds_whole(samples: list[Sample]) -> list[str]:
-    """Sums that cannot be, within one payload (``kvplan.models.metrics.window.parts_above_whole``)."""
+    """Sums that cannot be, within one payload (``kvplan.models.metrics.window_notes.parts_above_whole``)."""
     return parts_above_whole((x.name, x.model_name, x.engine, x.labels, x.value) for x in samples)
 
 
