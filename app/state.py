@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo, available_timezones
 import streamlit as st
 
 from kvplan.app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
-from kvplan.collectors.settings import Settings, load_settings
+from kvplan.collectors.settings import Settings
+from kvplan.collectors.settings_load import load_settings
 from kvplan.sql.db import Database
 
 if TYPE_CHECKING:

@@ -41,7 +41,8 @@ import httpx
 import numpy as np
 
 from kvplan.collectors.openmetrics import _labels
-from kvplan.collectors.parse import Payload, parse_payload
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.payload import Payload
 from kvplan.collectors.prometheus import split_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +159,7 @@ def write_last(path: Path, series: list, t: int, g: dict, i: int) -> int:
 
 
 def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
-    from kvplan.deploy.local.stack import free_ports
+    from kvplan.deploy.local.processes import free_ports
 
     (work / "prometheus.yml").write_text("global: {}\n")
     (port,) = free_ports(1)
@@ -181,7 +182,7 @@ def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
 CHILD = """
 import json, resource, sys, time
 from datetime import datetime
-from kvplan.collectors.settings import load_settings
+from kvplan.collectors.settings_load import load_settings
 from kvplan.sql.db import Database
 s = load_settings(__import__('pathlib').Path({conf!r}))
 db = Database(s.db); db.migrate()
@@ -258,7 +259,7 @@ sch.REPORT_MODULE = 'app.no_such_report'
 o = sch.Nightly(s, db).run_day(datetime.fromisoformat({last.isoformat()!r}).date())
 out = dict(rows=o.rows, errors=o.errors)""")
     read = child(conf, f"""from kvplan.collectors.prometheus import PromClient, fetch_chunk, chunk_bounds, in_order
-from kvplan.collectors.settings import duration_s
+from kvplan.collectors.settings_checks import duration_s
 c = PromClient(s.prometheus); n = 0
 d0 = datetime.fromisoformat({(end - timedelta(days=1)).isoformat()!r}); d1 = datetime.fromisoformat({end.isoformat()!r})
 lb = int(duration_s(s.prometheus.lookback) * 1000)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from kvplan.collectors.loadgen.runs import save_run
 from kvplan.collectors.loadgen.workload import RequestResult, RunResult, Workload
-from kvplan.collectors.parse import Payload, PayloadError, parse_payload
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.payload import Payload, PayloadError
 from kvplan.collectors.store import insert_failure, insert_payload, payload_sha256
 from kvplan.models.core.timeutil import from_epoch_s, naive_utc
 from kvplan.sql.db import Database

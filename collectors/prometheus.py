@@ -41,13 +41,15 @@ from itertools import islice
 import numpy as np
 import pyarrow as pa
 
-from kvplan.collectors.parse import detect_kind, router_of
+from kvplan.collectors.parse import detect_kind
+from kvplan.collectors.parse_checks import router_of
 from kvplan.collectors.prom_client import PromClient, PromError, _iso
 from kvplan.collectors.prom_fleet import LOST, fetch_fleet_chunk, fleet_gaps, fleet_names, fleet_rows
 from kvplan.collectors.prom_math import Raw, silent_stretches
 from kvplan.collectors.prom_rows import Rows, build_rows, family_query, split_name, target_name
 from kvplan.collectors.prom_rules import RULE_STEP_S
-from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig, duration_s
+from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
+from kvplan.collectors.settings_checks import duration_s
 from kvplan.collectors.store import ensure_target
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.redact import redact
@@ -200,7 +202,7 @@ def chunk_bounds(t_from: datetime, t_to: datetime, step_s: int, chunk_s: int) ->
 
 
 def _without_routers(series: list[Raw], res: IngestResult) -> list[Raw]:
-    """The series of every target that is not a router or gateway (``parse.router_of``, the same
+    """The series of every target that is not a router or gateway (``parse_checks.router_of``, the same
     rule as the scrape path): a production-stack router's vllm:* gauges named like counters would
     otherwise be stored as an engine's. Refused targets are logged and listed in ``res.refused``."""
     fams: dict[str, dict[str, str]] = {}

@@ -29,7 +29,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from kvplan.collectors.parse import Payload, PayloadError, parse_payload
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.payload import Payload, PayloadError
 from kvplan.collectors.store import (
     ConflictError,
     StoreResult,

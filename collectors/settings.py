@@ -9,16 +9,16 @@ directory named by ``KVPLAN_SECRETS_DIR``, one file per field:
 Secrets (Prometheus bearer token, basic-auth password) are ``SecretStr``: they never print,
 kvplan never writes them to DuckDB, logs or reports, and the TOML file may not hold them
 (a config file gets copied, committed and pasted into tickets).
+
+This module holds the settings models (targets, deployments, Prometheus, schedule, Settings);
+their value checks are in settings_checks.py, loading and its error messages in settings_load.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     AliasChoices,
@@ -26,12 +26,10 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
@@ -41,73 +39,11 @@ from pydantic_settings import (
 )
 
 from kvplan.collectors.prom_rules import PER_ENGINE_LABELS
+from kvplan.collectors.settings_checks import _check_duration, _check_url, check_selector, duration_s
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.fields import name_problem
-from kvplan.models.core.redact import register_secret
 from kvplan.models.inputs.deployment import DeploymentFacts
 from kvplan.models.inputs.planning import prices_from_table
-
-DEFAULT_CONFIG = Path("kvplan.toml")
-SECRET_KEYS = ("password", "bearer_token")
-
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-# one PromQL label matcher: name op "value"
-_MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
-
-
-def duration_s(text: str) -> float:
-    """A PromQL-style duration (``30s``, ``1m``, ``6h``, ``1d``) in seconds."""
-    m = _DURATION.match(text.strip())
-    if not m or int(m.group(1)) == 0:
-        raise ValueError(f"{text!r} is not a positive duration like 30s, 1m, 1h or 1d")
-    return int(m.group(1)) * _UNITS[m.group(2)]
-
-
-def _check_duration(v: str) -> str:
-    duration_s(v)
-    return v
-
-
-def _check_url(v: str | None) -> str | None:
-    if v is None:
-        return v
-    return check_url(v)
-
-
-def check_url(v: str) -> str:
-    """An http(s) URL with a host and a valid port; the message never shows a password."""
-    from kvplan.models.core.redact import redact
-
-    parts = urlsplit(v)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{redact(v)!r} is not an http(s) URL with a host, e.g. http://10.0.0.5:8000/metrics")
-    try:
-        _ = parts.port  # urlsplit checks the port only when asked
-    except ValueError:
-        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535") from None
-    if parts.port == 0:
-        raise ValueError(f"{redact(v)!r}: the port must be a number from 1 to 65535")
-    return v
-
-
-def check_selector(v: str) -> str:
-    """Comma-separated PromQL label matchers (optionally in braces); returns them unbraced."""
-    body = v.strip()
-    if body.startswith("{") and body.endswith("}"):
-        body = body[1:-1]
-    pos = 0
-    while pos < len(body):
-        m = _MATCHER.match(body, pos)
-        if not m:
-            raise ValueError(f"{v!r} is not a list of label matchers like job=\"vllm\",namespace=~\"prod.*\" "
-                             f"(stopped at {body[pos:pos + 30]!r})")
-        pos = m.end()
-        if pos < len(body):
-            if body[pos] != ",":
-                raise ValueError(f"{v!r}: expected ',' between matchers at {body[pos:pos + 30]!r}")
-            pos += 1
-    return body.strip()
 
 
 class TargetConfig(BaseModel):
@@ -387,124 +323,3 @@ class Settings(BaseSettings):
 
 
 _CONFIG_PATH: list[Path | None] = [None]
-
-
-class ConfigError(KvplanError):
-    """Invalid configuration; the message names the file and every bad key."""
-
-
-def _refuse_secrets_in_file(path: Path) -> None:
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    prom = data.get("prometheus")
-    bad = [f"prometheus.{k}" for k in SECRET_KEYS if isinstance(prom, dict) and k in prom]
-    urls = [("prometheus.url", prom.get("url") if isinstance(prom, dict) else None)]
-    for i, d in enumerate(data.get("deployments") or []):
-        for j, t in enumerate((d.get("targets") or []) if isinstance(d, dict) else []):
-            urls.append((f"deployments.{i}.targets.{j}.url", t.get("url") if isinstance(t, dict) else None))
-    in_url = [k for k, u in urls if isinstance(u, str) and _has_password(u)]
-    if in_url:
-        raise ConfigError(f"{path}: {', '.join(in_url)}: a password inside a URL is a secret and does not belong "
-                          "in the config file; put the user in prometheus.username and the password in "
-                          "KVPLAN_PROMETHEUS__PASSWORD or a file under KVPLAN_SECRETS_DIR")
-    if bad:
-        raise ConfigError(f"{path}: {', '.join(bad)}: secrets do not belong in the config file; set "
-                          + " / ".join(f"KVPLAN_PROMETHEUS__{k.split('.')[1].upper()}" for k in bad)
-                          + " or put them in files under KVPLAN_SECRETS_DIR")
-
-
-def _has_password(url: str) -> bool:
-    try:
-        return bool(urlsplit(url).password)
-    except ValueError:
-        return False
-
-
-def _blame(err: ErrorDetails, path: Path | None) -> tuple[str, str]:
-    """(where, problem) of one validation error: the environment variable that set the key
-    when there is one (KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S=...), else the config file."""
-    loc = _loc(err)
-    msg = err["msg"].removeprefix("Value error, ")
-    parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
-    for n in range(len(parts), 0, -1):
-        var = "KVPLAN_" + "__".join(parts[:n]).upper()
-        if var in os.environ:
-            return var, f"{loc or '(top level)'} (from the environment variable {var}): {msg}"
-    return str(path) if path else "defaults", f"{loc or '(top level)'}: {msg}"
-
-
-def _loc(err: ErrorDetails) -> str:
-    # pydantic puts the failing validator's name in loc for model validators; drop it
-    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-
-
-def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
-    """Settings from (in order of precedence) ``overrides``, env, secret files, ``config`` TOML."""
-    path = config or (Path(os.environ["KVPLAN_CONFIG"]) if os.environ.get("KVPLAN_CONFIG") else None)
-    if path is None and DEFAULT_CONFIG.exists():
-        path = DEFAULT_CONFIG
-    if path is not None and not path.exists():
-        raise ConfigError(f"{path}: config file not found (from --config or KVPLAN_CONFIG)")
-    if path is not None:
-        _refuse_secrets_in_file(path)
-    secrets_dir = os.environ.get("KVPLAN_SECRETS_DIR") or None
-    if secrets_dir is not None and not Path(secrets_dir).is_dir():
-        raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
-    _CONFIG_PATH[0] = path
-    try:
-        # BaseSettings.__init__ takes _secrets_dir; pydantic's dataclass_transform signature leaves it out
-        s = Settings(_secrets_dir=secrets_dir,  # type: ignore[call-arg]
-                     **{k: v for k, v in overrides.items() if v is not None})
-        for secret in (s.prometheus.bearer_token, s.prometheus.password):
-            if secret is not None:
-                register_secret(secret.get_secret_value())
-        if s.prometheus.url:
-            register_secret(urlsplit(s.prometheus.url).password)
-        return s
-    except ValidationError as e:
-        blamed = [_blame(err, path) for err in e.errors()]
-        from_env = {w for w, _ in blamed if w.startswith("KVPLAN_")}
-        where = str(path) if path and len(from_env) < len(blamed) else "environment"
-        problems = "; ".join(p for _, p in blamed)
-        raise ConfigError(f"{where}: invalid configuration: {problems}") from None
-    finally:
-        _CONFIG_PATH[0] = None
-
-
-def _endpoint(url: str) -> tuple[str, str, int | None, str]:
-    """(scheme, host, port, path) of a target URL with the host spelled one way: 'localhost', any
-    127.0.0.0/8 address and ::1 are the loopback, an IPv4-mapped IPv6 address is its IPv4 address,
-    names are lower case (no DNS lookup)."""
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    u = urlsplit(url)
-    host = (u.hostname or "").lower().rstrip(".")
-    try:
-        ip = ipaddress.ip_address(host)
-        ip = getattr(ip, "ipv4_mapped", None) or ip
-        host = "loopback" if ip.is_loopback else str(ip)
-    except ValueError:
-        host = "loopback" if host == "localhost" else host
-    port = u.port or {"http": 80, "https": 443}.get(u.scheme)
-    return u.scheme, host, port, u.path.rstrip("/") or "/"
-
-
-def same_server_notes(deployments: list[DeploymentConfig]) -> list[str]:
-    """One server configured under several spellings of its host (localhost, 127.0.0.1,
-    [::ffff:127.0.0.1]) is several targets: its counters would be counted once per spelling."""
-    groups: dict[tuple, list[tuple[str, str, str]]] = {}
-    for d in deployments:
-        for t in d.targets:
-            groups.setdefault(_endpoint(t.url), []).append((d.name, t.name, t.url))
-    out = []
-    for (scheme, host, port, path), seen in groups.items():
-        if len(seen) > 1:
-            names = ", ".join(f"{t!r} ({u}) of {d!r}" for d, t, u in seen)
-            where = f"{scheme}://{'127.0.0.1' if host == 'loopback' else host}:{port}{path}"
-            out.append(f"targets {names} are one server ({where}) under {len(seen)} names: its counters are "
-                       "counted once per target; keep one")
-    return out
-

@@ -18,7 +18,7 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from kvplan.collectors.parse import Payload
+from kvplan.collectors.payload import Payload
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.fields import name_problem
 from kvplan.models.core.redact import redact

@@ -39,20 +39,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.payload import PayloadError
 from kvplan.collectors.store import ConflictError
-from kvplan.collectors.trace_parse import (
-    FORMATS,
-    LMCACHE_GLOB,
-    MAX_BYTES_PER_CHUNK,
-    MOONCAKE_BLOCK,
-    ParsedFile,
-    Scan,
-    TraceError,
-    detect_format,
-    expand_paths,
-    scan_file,
-)
+from kvplan.collectors.trace_lines import MAX_BYTES_PER_CHUNK, ParsedFile, detect_format
+from kvplan.collectors.trace_parse import FORMATS, LMCACHE_GLOB, MOONCAKE_BLOCK, Scan, TraceError, scan_file
+from kvplan.collectors.trace_paths import expand_paths
 from kvplan.models.cache import sim
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import utcnow
@@ -90,7 +81,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     every file passed, a crash leaves each file imported up to a batch boundary (the next import
     goes on from there: nothing lost, nothing doubled), and memory is bounded by one line and one
     batch (``trace_parse``), not by the files' size. Each file belongs to a cache instance
-    (``instance``, else its directory's name: ``trace_parse.expand_paths``); files are told apart
+    (``instance``, else its directory's name: ``trace_paths.expand_paths``); files are told apart
     by (instance, name)."""
     pairs = expand_paths(paths, instance)
     files = [f for f, _ in pairs]

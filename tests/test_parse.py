@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvplan.app.cli import app
-from kvplan.collectors.parse import PayloadError, check_content_type, parse_payload
+from kvplan.collectors.parse import check_content_type, parse_payload
+from kvplan.collectors.payload import PayloadError
 from kvplan.collectors.scrape import import_file
 from tests.hostile import AT, CREATED, bucket_line, payload, replace_line, runner
 from tests.payloads import vllm_text

@@ -28,7 +28,8 @@ from typer.testing import CliRunner
 from kvplan.app.cli import app
 from kvplan.app.data.window import stats
 from kvplan.collectors.openmetrics import to_openmetrics
-from kvplan.collectors.parse import Payload, parse_payload
+from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.payload import Payload
 from kvplan.collectors.prom_math import silent_stretches, step_gauges, step_increments
 from kvplan.collectors.prometheus import PromClient, PromError, chunk_bounds, family_query, ingest_range
 from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from kvplan.app.cli import app
 from kvplan.collectors import prom_rules
-from kvplan.collectors.settings import ConfigError, load_settings
+from kvplan.collectors.settings_load import ConfigError, load_settings
 
 
 def write(tmp_path: Path, body: str) -> Path:

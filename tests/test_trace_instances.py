@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from kvplan.collectors import traces
-from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.payload import PayloadError
 from kvplan.models.core.errors import KvplanError
 from kvplan.sql.db import Database, migrations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.collectors import traces
-from kvplan.collectors.parse import PayloadError
+from kvplan.collectors.payload import PayloadError
 from kvplan.collectors.store import ConflictError
 from kvplan.models.cache import sim
 

@@ -1,6 +1,6 @@
 """The savings model against a measured A/B on the real stack (CPU, tiny model).
 
-Four scenarios (kvplan.deploy.local.recorders.ab.validation_cases): unique sessions, shared prefix, multi-turn
+Four scenarios (kvplan.deploy.local.recorders.ab_scenarios.validation_cases): unique sessions, shared prefix, multi-turn
 conversations and a loaded run of 8 concurrent users, each in at least 20 segments with prompt
 lengths that vary. Each runs on a vLLM server with no reuse (``vllm-nocache-0``) and on one with
 vLLM's prefix cache and LMCache (``vllm-0``), interleaved by segment. The model predicts the

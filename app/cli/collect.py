@@ -47,7 +47,8 @@ def ingest(
 
     from kvplan.collectors.prometheus import ingest_range, ingest_window
     from kvplan.collectors.scheduler import logged_run
-    from kvplan.collectors.settings import DeploymentConfig, check_selector, duration_s
+    from kvplan.collectors.settings import DeploymentConfig
+    from kvplan.collectors.settings_checks import check_selector, duration_s
 
     t0, t1 = ingest_window(parse_time(from_, "--from"), parse_time(to, "--to"))
     if t1 <= t0:
@@ -202,7 +203,7 @@ def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     out.print(f"  schedule: scrape every {s.schedule.scrape_interval_s:g}s, nightly '{s.schedule.nightly_cron}'"
               f" ({s.schedule.timezone or 'local time'})", highlight=False)
     out.print(f"  database: {Path(s.db)}; prices: {len(s.prices)} key(s)", highlight=False)
-    from kvplan.collectors.settings import same_server_notes
+    from kvplan.collectors.settings_checks import same_server_notes
 
     for note in same_server_notes(s.deployments):
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)

@@ -15,7 +15,8 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 
-from kvplan.collectors.settings import Settings, load_settings
+from kvplan.collectors.settings import Settings
+from kvplan.collectors.settings_load import load_settings
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.redact import redact
 from kvplan.models.core.timeutil import parse_time as _parse_time

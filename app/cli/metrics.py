@@ -49,7 +49,7 @@ def scrape(
 ) -> None:
     """Scrape /metrics URLs once and store the result (a failed scrape is recorded as a gap)."""
     from kvplan.collectors.scrape import Target, default_target_name, redact_url, scrape_target
-    from kvplan.collectors.settings import check_url
+    from kvplan.collectors.settings_checks import check_url
 
     for url in urls:
         try:

@@ -18,7 +18,7 @@ from kvplan.app.views.overview import tier_points
 from kvplan.app.views.runs import runs_view
 from kvplan.models.metrics.catalog import GAUGE_LABELS
 from kvplan.models.metrics.spans import chart_step
-from kvplan.models.metrics.window import Tier, tiers
+from kvplan.models.metrics.tiers import Tier, tiers
 from kvplan.sql.db import Source
 
 REQUEST_WEIGHTED_NOTE = (

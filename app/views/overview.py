@@ -35,7 +35,8 @@ from kvplan.models.decision.verdict import PlanInputs
 from kvplan.models.inputs.planning import PlanningInputs
 from kvplan.models.inputs.pricebook import PriceBook
 from kvplan.models.metrics.slo import Slo, slo_attainment
-from kvplan.models.metrics.window import latency_quantiles, tiers
+from kvplan.models.metrics.tiers import tiers
+from kvplan.models.metrics.window import latency_quantiles
 from kvplan.models.prefill.measurement import PrefillMeasurement
 from kvplan.sql.db import Source
 

@@ -51,7 +51,7 @@ def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | 
     the same bounds; the page and the report call this view directly): ``KvplanError`` naming it
     (a negative size was accepted silently, inf or nan raised a traceback, a bytes per chunk of 0
     was ignored)."""
-    from kvplan.collectors.trace_parse import MAX_BYTES_PER_CHUNK
+    from kvplan.collectors.trace_lines import MAX_BYTES_PER_CHUNK
 
     def bad(option: str, got: object, rule: str) -> None:
         raise KvplanError(f"must be {rule}; got {got!r}", source=option)

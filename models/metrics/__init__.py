@@ -10,7 +10,8 @@ from kvplan.models.metrics.runs import compare_runs
 from kvplan.models.metrics.serving import ServingTopology, serving_topology
 from kvplan.models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
 from kvplan.models.metrics.spans import Spans, plan_spans
-from kvplan.models.metrics.window import Increase, Quantile, Tier, WindowStats, latency_quantiles, tiers, window_stats
+from kvplan.models.metrics.tiers import Tier, tiers
+from kvplan.models.metrics.window import Increase, Quantile, WindowStats, latency_quantiles, window_stats
 
 __all__ = [
     "Increase", "Quantile", "ServingTopology", "Slo", "Spans", "Tier", "WindowStats", "compare_runs",

@@ -9,6 +9,9 @@ extrapolation). Rules that keep the numbers exact:
 * a quantile is Prometheus's ``histogram_quantile`` on the summed bucket increases, and is
   reported with the bucket it lies in: it cannot be more precise than that bucket;
 * a metric the deployment does not report is ``None``, never 0.
+
+The notes a window's figures carry (decreases, gaps, parts above their whole, why a window is
+null) are in window_notes.py; the cache tiers in tiers.py.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Any
 
 from kvplan.models.metrics import catalog as c
 from kvplan.models.metrics.spellings import BLOCK_HITS, BLOCK_QUERIES, cached_tokens, family_of, resolve, version_notes
+from kvplan.models.metrics.window_notes import _decrease_notes, _gap_notes, _sum_notes
 
 
 @dataclass(frozen=True)
@@ -350,139 +353,6 @@ QUANTILE_FIELDS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "i
 RATE_FIELDS = ("prefix_cache_hit_rate", "external_prefix_cache_hit_rate", "lmcache_lookup_hit_rate",
                "lmcache_retrieve_hit_rate", "prefix_cache_block_hit_rate",
                "lmcache_l1_hit_rate", "lmcache_l2_hit_rate")
-
-
-def _decrease_notes(rows: list[Increase]) -> list[str]:
-    broken: dict[str, int] = defaultdict(int)
-    for r in rows:
-        if r.broken:
-            broken[f"{r.name} ({r.target})" if r.target else r.name] += r.broken
-    if not broken:
-        return []
-    names = ", ".join(f"{k}: {v}" for k, v in sorted(broken.items())[:5])
-    more = f" and {len(broken) - 5} more series" if len(broken) > 5 else ""
-    return [f"warning: {sum(broken.values())} counter decrease(s) with an unchanged _created were not counted "
-            f"(not a restart: a broken or replaced target) - {names}{more}"]
-
-
-PARTS = (
-    (c.total_name(c.PROMPT_BY_SOURCE), ("source",), c.total_name(c.PROMPT_TOKENS)),
-    (c.total_name(c.PROMPT_TOKENS_CACHED), (), c.total_name(c.PROMPT_TOKENS)),
-    (c.total_name(c.LM_HIT_L1), (), c.total_name(c.LM_HIT)),
-    (c.total_name(c.LM_HIT_L2), (), c.total_name(c.LM_HIT)),
-)
-"""(part, labels summed over, whole): counters whose parts can never add up to more than the whole:
-prompt tokens by source, and the cached ones, against all prompt tokens; LMCache's L1 and L2 hits
-(summed together) against all its hits."""
-PART_SLACK = 0.01
-"""A part may exceed its whole by this share before it is flagged: two counters updated one after
-the other can be caught between the two updates by a scrape (a window edge)."""
-
-
-def parts_above_whole(values: Iterable[tuple[str, str | None, str | None, tuple[tuple[str, str], ...], float]],
-                      slack: float = PART_SLACK) -> list[str]:
-    """Warnings for sums that cannot be: ``values`` are (name, model_name, engine, other labels,
-    value) of one payload's samples or one window's increases; a part (summed over its ``PARTS``
-    labels, L1 + L2 together) above its whole's series by more than ``slack`` is named."""
-    rows = list(values)
-    wholes = {(n, m, e, lab): v for n, m, e, lab, v in rows if n in {w for _, _, w in PARTS}}
-    sums: dict[tuple[str, str, str | None, str | None, tuple[tuple[str, str], ...]], float] = defaultdict(float)
-    for part, summed, whole in PARTS:
-        label = "lmcache_mp_lookup_hit_l1_tokens_total + _l2_tokens_total" if whole == c.total_name(c.LM_HIT) \
-            else part
-        for n, m, e, lab, v in rows:
-            if n == part:
-                sums[(label, whole, m, e, tuple((k, x) for k, x in lab if k not in summed))] += v
-    out = []
-    for (label, whole, m, e, lab), v in sorted(sums.items(), key=str):
-        w = wholes.get((whole, m, e, lab))
-        if w is not None and v > w * (1.0 + slack) + 1e-9:
-            where = ", ".join([f"{k}={x}" for k, x in lab] + ([f"model_name={m}"] if m is not None else [])
-                              + ([f"engine={e}"] if e is not None else []))
-            out.append(f"warning: {label} sums to {v:,.0f}, above {whole} = {w:,.0f}"
-                       + (f" ({where})" if where else "") + ": a part cannot exceed the whole (inconsistent "
-                       "counters; the figures that use them are suspect)")
-    return out
-
-
-def _sum_notes(rows: list[Increase]) -> list[str]:
-    names = {n for p, _, w in PARTS for n in (p, w)}
-    return parts_above_whole((r.name, r.model_name, r.engine, tuple(sorted(json.loads(r.labels or "{}").items())),
-                              r.increase) for r in rows if r.name in names)
-
-
-def _gap_notes(rows: list[Increase]) -> list[str]:
-    gaps: dict[str, int] = defaultdict(int)
-    for r in rows:
-        if r.gaps:
-            gaps[f"{r.name} ({r.target})" if r.target else r.name] += r.gaps
-    if not gaps:
-        return []
-    names = ", ".join(f"{k}: {v}" for k, v in sorted(gaps.items())[:5])
-    more = f" and {len(gaps) - 5} more series" if len(gaps) > 5 else ""
-    return [f"note: {sum(gaps.values())} time(s) a series seen before was missing from a scrape of its target and "
-            f"came back: counted from its last value, not from 0 (a truncated or partial payload?) - {names}{more}"]
-
-
-def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,
-                 model_name: str | None, model_names: list[str]) -> list[str]:
-    """Why every figure of a window is null, from what the database holds: ``ok_scrapes``
-    (successful scrapes per target inside the window), the deployment's data span, the
-    model asked for and the models in the data."""
-    if model_name is not None and model_name not in model_names:
-        known = ", ".join(map(repr, model_names)) or "no model_name"
-        return [f"no data for model {model_name!r}: the data has {known}"]
-    if not any(ok_scrapes.values()):
-        where = (f"; the data spans {data_span[0]:%Y-%m-%d %H:%M} .. {data_span[1]:%Y-%m-%d %H:%M} UTC"
-                 if data_span and data_span[0] is not None else "")
-        return [f"no data in the window: no successful scrape in it{where}"]
-    if max(ok_scrapes.values()) < 2:
-        return [f"only one scrape per target in the window ({len(ok_scrapes)} target(s): "
-                f"{', '.join(sorted(ok_scrapes)[:4])}{' ...' if len(ok_scrapes) > 4 else ''}): an increase needs two "
-                "scrapes of the same target. Snapshots of one server must share its target name: name the files "
-                "NAME@TIME.prom (e.g. vllm-0@2026-11-30T11:00:00Z.prom) or pass --target"]
-    return ["no counter increase in the window (no traffic, or the counters' scrapes are not in it)"]
-
-
-@dataclass(frozen=True)
-class Tier:
-    """One cache tier's token-weighted hit rate over the window."""
-
-    key: str
-    """device | external | lmcache | l1 | l2 (code filters on this, never on ``label``)."""
-    label: str
-    """The tier's name as pages and the report show it."""
-    hit_rate: float | None
-    """Hits / queries in tokens; None when the tier is not reported."""
-    hits: float | None
-    """Tokens found in this tier."""
-    queries: float | None
-    """Tokens looked up in this tier."""
-
-
-def tiers(s: WindowStats, rows: list[Increase]) -> list[Tier]:
-    """Every cache tier of a window: vLLM's device prefix cache, the KV connector, LMCache (its
-    lookup; in-process, the retrieve success apart: it is not a share of the prompt)."""
-    rows, _ = resolve(rows)
-    req = total(rows, c.total_name(c.LM_REQUESTED))
-    inproc = req is None and total(rows, c.total_name(c.LM_INPROC_LOOKUP_TOKENS)) is not None
-    lm = "LMCache (in-process)" if inproc else "LMCache MP"
-    hit_name = c.total_name(c.LM_INPROC_LOOKUP_HITS if inproc else c.LM_HIT)
-    out = [
-        Tier("device", "vLLM prefix cache (device)", s.prefix_cache_hit_rate, s.prefix_cache_hits,
-             s.prefix_cache_queries),
-        Tier("external", "KV connector (external, e.g. LMCache)", s.external_prefix_cache_hit_rate,
-             s.external_prefix_cache_hits, s.external_prefix_cache_queries),
-        Tier("lmcache", f"{lm} lookup, L1+L2", s.lmcache_lookup_hit_rate, total(rows, hit_name),
-             total(rows, c.total_name(c.LM_INPROC_LOOKUP_TOKENS)) if inproc else req),
-        Tier("l1", "LMCache MP L1 (CPU memory)", s.lmcache_l1_hit_rate, total(rows, c.total_name(c.LM_HIT_L1)), req),
-        Tier("l2", "LMCache MP L2 (disk / remote)", s.lmcache_l2_hit_rate, total(rows, c.total_name(c.LM_HIT_L2)), req),
-    ]
-    if s.lmcache_retrieve_hit_rate is not None:
-        out.append(Tier("retrieve", "LMCache (in-process) retrieve success: loaded / requested to load",
-                        s.lmcache_retrieve_hit_rate, total(rows, c.total_name(c.LM_INPROC_HIT)),
-                        total(rows, c.total_name(c.LM_INPROC_REQUESTED))))
-    return out
 
 
 def latency_quantiles(rows: Iterable[Increase]) -> tuple[dict[str, Quantile | None], dict[str, float | None]]:

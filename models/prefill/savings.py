@@ -301,11 +301,29 @@ def _gpu_tiers(m: PrefillMeasurement) -> TierSavings | None:
                              if f != "cap_factor"})
 
 
+def _window_notes(m: PrefillMeasurement, asked: float | None, fitted: bool) -> list[str]:
+    """The notes a window's savings start with: how much of the span asked for the data covers, a
+    window shorter than an hour, the prefill cost model's notes, a cache hit's cost assumed 0."""
+    notes: list[str] = []
+    if m.window is not None and asked and m.window.covered_seconds < asked * 0.999:
+        notes.append(f"the data covers {m.window.covered_seconds / 3600:.2f} h of the "
+                     f"{asked / 3600:.2f} h asked for ({m.window.coverage:.0%}): the covered "
+                     "span is priced")
+    if m.window_seconds < 3600:
+        notes.append(f"window is {m.window_seconds / 60:.0f} min, shorter than an hour: "
+                     "monthly figures are a long extrapolation")
+    if m.cost_model is not None:
+        notes.extend(f"prefill cost model: {n}" for n in m.cost_model.notes)
+    if not fitted and m.transfer_gpu_seconds_per_token == 0 and m.saved_tokens > 0 \
+            and m.transferred_cached_tokens != 0:
+        notes.append("cost of a cache hit (lookup/transfer) not given: assumed 0")
+    return notes
+
+
 def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
     """Run every estimator on one window and combine them (see the module docstring)."""
     to_month_hours = SECONDS_PER_MONTH / m.window_seconds / 3600.0
     hit_cost = m.hit_cost_gpu_seconds()
-    notes: list[str] = []
     if m.requests <= 0 or m.prompt_tokens <= 0:
         results = tuple(EstimatorResult(n, False, None, None, "no traffic in the window")
                         for n in ("measured_time", "compute_vllm_flops", "compute_params"))
@@ -320,18 +338,7 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
     u = relative_uncertainty(m.samples, m.window_seconds, len(ok))
     u_cov = relative_uncertainty(float("inf"), m.window_seconds, 2)  # coverage only
     asked = m.window.asked_seconds if m.window is not None else None
-    if m.window is not None and asked and m.window.covered_seconds < asked * 0.999:
-        notes.append(f"the data covers {m.window.covered_seconds / 3600:.2f} h of the "
-                     f"{asked / 3600:.2f} h asked for ({m.window.coverage:.0%}): the covered "
-                     "span is priced")
-    if m.window_seconds < 3600:
-        notes.append(f"window is {m.window_seconds / 60:.0f} min, shorter than an hour: "
-                     "monthly figures are a long extrapolation")
-    if m.cost_model is not None:
-        notes.extend(f"prefill cost model: {n}" for n in m.cost_model.notes)
-    if not fitted and m.transfer_gpu_seconds_per_token == 0 and m.saved_tokens > 0 \
-            and m.transferred_cached_tokens != 0:
-        notes.append("cost of a cache hit (lookup/transfer) not given: assumed 0")
+    notes = _window_notes(m, asked, fitted)
     spread = None
     if saved:
         spread = (min(saved), max(saved))

@@ -22,18 +22,17 @@ How one scenario runs (``run_ab``):
   the cost model is fitted on its history (a calibration phase of mixed unique and shared-prefix
   requests on the same server, then the scenarios so far), the saving priced over the scenario's
   own intervals.
+
+The processes and their priority are in ab_processes.py, the request streams in ab_scenarios.py;
+this module runs the sides of an A/B and the whole validation.
 """
 
 from __future__ import annotations
 
-import os
-import random
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -42,7 +41,12 @@ from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.runs import save_run
 from kvplan.collectors.scrape import Target, scrape_target
-from kvplan.deploy.local.stack import Server
+from kvplan.deploy.local.recorders.ab_processes import _comm as _comm  # record_topology_ab imports it from here
+from kvplan.deploy.local.recorders.ab_processes import _threads as _threads  # (the same)
+from kvplan.deploy.local.recorders.ab_processes import cpu_seconds, priority, worker_pids
+from kvplan.deploy.local.recorders.ab_processes import process_tree as process_tree  # (the same)
+from kvplan.deploy.local.recorders.ab_scenarios import Scenario, calibration, validation_cases
+from kvplan.deploy.local.records import Server
 from kvplan.sql.db import Database
 
 if TYPE_CHECKING:
@@ -52,112 +56,6 @@ ENGINE_TIME = ("wall time of each side's segments (first request sent to last an
                "under test at real-time priority")
 CPU_TIME = "CPU seconds (utime + stime) of the vLLM worker processes, /proc"
 PREFILL_COUNT = "vllm:request_prefill_time_seconds_count"
-OUTPUT_TOKENS = 8
-MAX_PROMPT_CHARS = 12_800
-"""Longest prompt, characters (~3,600 tokens of the stack's tokenizer; max_model_len 4096)."""
-
-
-# ---- processes ----------------------------------------------------------------------------------
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for e in os.scandir("/proc"):
-        if not e.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{e.name}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        kids.setdefault(ppid, []).append(int(e.name))
-    return kids
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and every descendant."""
-    kids, out, todo = _children(), [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, []))
-    return out
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def worker_pids(server_pid: int) -> list[int]:
-    """The vLLM worker processes (``VLLM::Worker``) under a server's process."""
-    return [p for p in process_tree(server_pid) if "Worker" in _comm(p)]
-
-
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """utime + stime of the processes (all their threads), seconds."""
-    tck = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for p in pids:
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        f = stat[stat.rfind(")") + 2:].split()
-        total += (int(f[11]) + int(f[12])) / tck
-    return total
-
-
-def _threads(pids: Sequence[int]) -> list[int]:
-    out = []
-    for p in pids:
-        try:
-            out += [int(t) for t in os.listdir(f"/proc/{p}/task")]
-        except OSError:
-            pass
-    return out
-
-
-@contextmanager
-def priority(realtime: Sequence[int], high: Sequence[int] = ()) -> Iterator[str]:
-    """For the duration: every thread of the process trees of ``realtime`` (the vLLM servers)
-    and ``high`` (LMCache: its stores and lookups hold up the engine, so its latency must not
-    depend on what else the machine runs) at ``SCHED_FIFO`` priority 10, this process (the
-    driver: its delays would show in the wall time) at ``SCHED_FIFO`` 5; normal scheduling
-    restored after. None of them busy-waits (vLLM: ``QUIET_DIR``; LMCache idles at ~1 % of a
-    core), so real-time threads give the core back whenever they wait. Yields the level
-    reached: ``realtime``, ``nice -20`` (real-time not permitted) or ``normal``."""
-    servers = _threads([p for pid in list(realtime) + list(high) for p in process_tree(pid)])
-    driver = _threads([os.getpid()])
-    hi: list[int] = []
-    level = "realtime"
-    try:
-        for threads, prio in ((servers, 10), (driver, 5)):
-            for t in threads:
-                try:
-                    os.sched_setscheduler(t, os.SCHED_FIFO, os.sched_param(prio))
-                except PermissionError:
-                    level = "nice -20"
-                    break
-                except OSError:
-                    pass
-        for t in (servers + driver if level != "realtime" else []) + hi:
-            try:
-                os.setpriority(os.PRIO_PROCESS, t, -20)
-            except PermissionError:
-                if level != "realtime":
-                    level = "normal"
-                break
-            except OSError:
-                pass
-        yield level
-    finally:
-        for t in servers + driver + hi:
-            try:
-                os.sched_setscheduler(t, os.SCHED_OTHER, os.sched_param(0))
-                os.setpriority(os.PRIO_PROCESS, t, 0)
-            except OSError:
-                pass
 
 
 # ---- the sides ----------------------------------------------------------------------------------
@@ -227,26 +125,6 @@ class SideResult:
     run_id: int | None = None
     segments: list[tuple[float, float]] = field(default_factory=list)
     """(wall seconds, worker CPU seconds) per segment."""
-
-
-@dataclass
-class Scenario:
-    """A request stream in segments: ``segments[k][u]`` = the prompts user ``u`` sends, one
-    after another, in segment ``k`` (users run concurrently)."""
-
-    name: str
-    segments: list[list[list[str]]]
-    output_tokens: int = OUTPUT_TOKENS
-    kind: wl.Scenario = "unique"
-    """Workload scenario label stored with the runs."""
-
-    @property
-    def users(self) -> int:
-        return max(len(seg) for seg in self.segments)
-
-    @property
-    def requests(self) -> int:
-        return sum(len(p) for seg in self.segments for p in seg)
 
 
 def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model_name: str, measured_on: str,
@@ -320,96 +198,6 @@ def warm(servers: Sequence, model_name: str, seed: int) -> None:
     """One unrelated request per server (not measured): neither side pays for a cold process."""
     for s in servers:
         lg_client.complete(s.base_url, model_name, wl.text(seed, f"warm-up {s.name}", 2000), output_tokens=2)
-
-
-# ---- the validation scenarios -----------------------------------------------------------------------
-def _chars(rng: random.Random, lo: int, hi: int) -> int:
-    return rng.randrange(lo, hi)
-
-
-def _unique(seed: int, key: str, chars: int) -> str:
-    head = f"Request {seed}-{key}. "
-    return head + wl.text(seed, f"unique:{key}", max(chars - len(head), 0))
-
-
-def calibration(seed: int, segments: int = 24) -> Scenario:
-    """The history the fit may use besides the scenarios: segments of two alike requests sent
-    back to back (as the scenarios send them: LMCache's stores then queue as they do under real
-    traffic; alike, so each interval's per-request means stay exact), in turn unique requests
-    (every token computed, and stored by LMCache) and shared-prefix requests (one of two
-    prefixes, then a tail of 60 characters to most of the model's length: few to many computed
-    tokens, mostly not stored), lengths spread over the model's range."""
-    rng = random.Random(f"calibration:{seed}")
-    prefixes = [wl.text(seed, f"calibration-prefix:{i}", n) for i, n in enumerate((4000, 9000))]
-    segs = []
-    for k in range(segments):
-        if k % 2 == 0:
-            n = _chars(rng, 600, MAX_PROMPT_CHARS - 600)
-            prompts = [_unique(seed, f"cal:{k}:{j}", min(MAX_PROMPT_CHARS, int(n * rng.uniform(0.95, 1.05))))
-                       for j in range(2)]
-        else:
-            p = prefixes[rng.randrange(2)]
-            n = _chars(rng, 60, MAX_PROMPT_CHARS - len(p) - 100)
-            prompts = [p + f"\nQ{k}.{j}: " + wl.text(seed, f"cal-q:{k}:{j}", int(n * rng.uniform(0.95, 1.05)))
-                       for j in range(2)]
-        segs.append([prompts])
-    return Scenario("calibration", segs, kind="shared_prefix")
-
-
-def validation_cases(seed: int, *, segments: int = 24, loaded_segments: int = 20,
-                     loaded_users: int = 8) -> dict[str, Scenario]:
-    """The four validation scenarios, prompts fixed from ``seed``, lengths varying:
-
-    * ``unique``: one user, every prompt a new document (6,000-12,800 characters, about
-      1,700-3,600 tokens; the two of a segment within 5 % of each other);
-    * ``shared_prefix``: one user, one of two system prompts (7,000 or 11,000 characters, by
-      segment) then a question of 100-1,500 characters;
-    * ``multi_turn``: eight conversations of six turns, two per segment, turns interleaved,
-      each turn re-sending the history (an opening of 4,000-7,000 characters, then per turn a
-      300-700 character question and a fixed 200-character answer);
-    * ``loaded``: ``loaded_users`` concurrent users, two requests each per segment, one system
-      prompt (9,000 characters) and a 150-2,500 character question."""
-    rng = random.Random(f"validation:{seed}")
-
-    def near(n: int) -> int:  # a segment's requests are alike (per-interval means stay exact)
-        return min(MAX_PROMPT_CHARS, int(n * rng.uniform(0.95, 1.05)))
-
-    unique = []
-    for k in range(segments):
-        n = _chars(rng, 6000, MAX_PROMPT_CHARS - 600)
-        unique.append([[_unique(seed, f"u:{k}:{j}", near(n)) for j in range(2)]])
-    systems = [wl.text(seed, "system:a", 7000), wl.text(seed, "system:b", 11000)]
-    shared = []
-    for k in range(segments):
-        system, n = systems[k % 2], _chars(rng, 100, 1500)
-        shared.append([[system + f"\nUser {k}.{j}: " + wl.text(seed, f"q:{k}:{j}", near(n)) + "\nAssistant:"
-                        for j in range(2)]])
-    answer = " " + wl.text(seed, "answer", 200)
-    pairs, turns = 4, max(1, segments // 4)
-    history = []
-    for i in range(pairs):  # two conversations per segment, openings of about the same length
-        n = _chars(rng, 4000, 7000)
-        history += [f"Session {seed}-{2 * i + j}. " + wl.text(seed, f"open:{2 * i + j}", near(n)) for j in range(2)]
-    multi = []
-    for turn in range(turns):
-        for i in range(pairs):
-            n = _chars(rng, 300, 700)
-            seg = []
-            for u in (2 * i, 2 * i + 1):
-                prompt = history[u] + "\nUser: " + wl.text(seed, f"turn:{u}:{turn}", near(n)) + "\nAssistant:"
-                history[u] = prompt + answer
-                seg.append(prompt)
-            multi.append([seg])
-    system = wl.text(seed, "system:loaded", 9000)
-    loaded = [[[system + f"\nUser {u}.{k}.{j}: " + wl.text(seed, f"lq:{u}:{k}:{j}", _chars(rng, 150, 2500))
-                + "\nAssistant:" for j in range(2)] for u in range(loaded_users)]
-              for k in range(loaded_segments)]
-    return {
-        "unique": Scenario("unique", unique, kind="unique"),
-        "shared_prefix": Scenario("shared_prefix", shared, kind="shared_prefix"),
-        "multi_turn": Scenario("multi_turn", multi, kind="multi_turn"),
-        "loaded": Scenario("loaded", loaded, kind="shared_prefix"),
-    }
 
 
 def run_calibration(db: Database, on: Side, *, model_name: str, seed: int, replicas: Sequence = (),

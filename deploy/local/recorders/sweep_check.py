@@ -5,7 +5,7 @@
    (prefix caching off, no connector: reuse off) and on ``vllm-0`` (vLLM's prefix cache and
    LMCache: reuse on), interleaved by level, the same shared-prefix prompts on both; servers (and
    LMCache) at real-time priority so other work on the shared machine does not stretch them
-   (``kvplan.deploy.local.recorders.ab.priority``).
+   (``kvplan.deploy.local.recorders.ab_processes.priority``).
 2. The TTFT SLO is derived from the sweep's lowest level, since a CPU stack's latencies say
    nothing about a GPU's: ``SLO_FACTOR`` x the reuse-off side's TTFT p50 there (an unloaded
    prefill of this prompt shape, with room for queueing). The TPOT SLO is a fixed, generous
@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass, replace
 
 from kvplan.collectors.loadgen.sweep import Progress, SweepPlan, SweepResult, run_pair, save_sweep
-from kvplan.deploy.local.recorders.ab import priority
-from kvplan.deploy.local.stack import Server
+from kvplan.deploy.local.recorders.ab_processes import priority
+from kvplan.deploy.local.records import Server
 from kvplan.models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
 from kvplan.sql.db import Database
 

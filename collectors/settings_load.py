@@ -1,0 +1,105 @@
+"""Loading kvplan's settings: ``load_settings`` (precedence: overrides > env > secret files >
+the TOML file > defaults), the refusal of secrets in the config file, and ConfigError
+messages that blame the file or the environment variable that set each bad key."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from kvplan.collectors.settings import _CONFIG_PATH, Settings
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import register_secret
+
+DEFAULT_CONFIG = Path("kvplan.toml")
+SECRET_KEYS = ("password", "bearer_token")
+
+
+class ConfigError(KvplanError):
+    """Invalid configuration; the message names the file and every bad key."""
+
+
+def _refuse_secrets_in_file(path: Path) -> None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    prom = data.get("prometheus")
+    bad = [f"prometheus.{k}" for k in SECRET_KEYS if isinstance(prom, dict) and k in prom]
+    urls = [("prometheus.url", prom.get("url") if isinstance(prom, dict) else None)]
+    for i, d in enumerate(data.get("deployments") or []):
+        for j, t in enumerate((d.get("targets") or []) if isinstance(d, dict) else []):
+            urls.append((f"deployments.{i}.targets.{j}.url", t.get("url") if isinstance(t, dict) else None))
+    in_url = [k for k, u in urls if isinstance(u, str) and _has_password(u)]
+    if in_url:
+        raise ConfigError(f"{path}: {', '.join(in_url)}: a password inside a URL is a secret and does not belong "
+                          "in the config file; put the user in prometheus.username and the password in "
+                          "KVPLAN_PROMETHEUS__PASSWORD or a file under KVPLAN_SECRETS_DIR")
+    if bad:
+        raise ConfigError(f"{path}: {', '.join(bad)}: secrets do not belong in the config file; set "
+                          + " / ".join(f"KVPLAN_PROMETHEUS__{k.split('.')[1].upper()}" for k in bad)
+                          + " or put them in files under KVPLAN_SECRETS_DIR")
+
+
+def _has_password(url: str) -> bool:
+    try:
+        return bool(urlsplit(url).password)
+    except ValueError:
+        return False
+
+
+def _blame(err: ErrorDetails, path: Path | None) -> tuple[str, str]:
+    """(where, problem) of one validation error: the environment variable that set the key
+    when there is one (KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S=...), else the config file."""
+    loc = _loc(err)
+    msg = err["msg"].removeprefix("Value error, ")
+    parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+    for n in range(len(parts), 0, -1):
+        var = "KVPLAN_" + "__".join(parts[:n]).upper()
+        if var in os.environ:
+            return var, f"{loc or '(top level)'} (from the environment variable {var}): {msg}"
+    return str(path) if path else "defaults", f"{loc or '(top level)'}: {msg}"
+
+
+def _loc(err: ErrorDetails) -> str:
+    # pydantic puts the failing validator's name in loc for model validators; drop it
+    return ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from (in order of precedence) ``overrides``, env, secret files, ``config`` TOML."""
+    path = config or (Path(os.environ["KVPLAN_CONFIG"]) if os.environ.get("KVPLAN_CONFIG") else None)
+    if path is None and DEFAULT_CONFIG.exists():
+        path = DEFAULT_CONFIG
+    if path is not None and not path.exists():
+        raise ConfigError(f"{path}: config file not found (from --config or KVPLAN_CONFIG)")
+    if path is not None:
+        _refuse_secrets_in_file(path)
+    secrets_dir = os.environ.get("KVPLAN_SECRETS_DIR") or None
+    if secrets_dir is not None and not Path(secrets_dir).is_dir():
+        raise ConfigError(f"KVPLAN_SECRETS_DIR={secrets_dir}: not a directory")
+    _CONFIG_PATH[0] = path
+    try:
+        # BaseSettings.__init__ takes _secrets_dir; pydantic's dataclass_transform signature leaves it out
+        s = Settings(_secrets_dir=secrets_dir,  # type: ignore[call-arg]
+                     **{k: v for k, v in overrides.items() if v is not None})
+        for secret in (s.prometheus.bearer_token, s.prometheus.password):
+            if secret is not None:
+                register_secret(secret.get_secret_value())
+        if s.prometheus.url:
+            register_secret(urlsplit(s.prometheus.url).password)
+        return s
+    except ValidationError as e:
+        blamed = [_blame(err, path) for err in e.errors()]
+        from_env = {w for w, _ in blamed if w.startswith("KVPLAN_")}
+        where = str(path) if path and len(from_env) < len(blamed) else "environment"
+        problems = "; ".join(p for _, p in blamed)
+        raise ConfigError(f"{where}: invalid configuration: {problems}") from None
+    finally:
+        _CONFIG_PATH[0] = None
