@@ -74,12 +74,23 @@ class Today:
     """The topology the data shows."""
 
     instances: int
+    """Cache instances (one LMCache server each, at least 1): the caller's count of the trace's
+    instance names (``app.views.whatif_topology``)."""
     engines: int
+    """vLLM engines: as given (at least 1) with one instance; with several, ``engines //
+    instances`` (at least 1) per instance, times the instances."""
     capacity_chunks: tuple[int, ...]
-    """Per instance."""
+    """Each instance's LRU capacity, chunks, one entry per instance."""
     instance_of: np.ndarray
+    """int64 per request: the instance that served it (``Trace.instance``; all 0 when the trace
+    does not say)."""
     engine_of: np.ndarray
+    """int64 per request: the engine assumed to serve it, round-robin in time order (over all
+    engines with one instance, over the instance's own engines with several): the trace does not
+    say which engine served a request."""
     hits: np.ndarray
+    """int64 per request: hit tokens (whole chunks) when each instance's requests replay through
+    an LRU of its capacity, every chunk stored at once (no in-flight cut: ``in_flight``)."""
 
     @property
     def total_chunks(self) -> int:
@@ -116,8 +127,13 @@ class Alternative:
     capacity_chunks: int
     """Total over the caches (tiered: L1 + L2)."""
     hits: np.ndarray
+    """int64 per request: hit tokens (whole chunks) under this set-up from the LRU replay;
+    ``predict`` returns a copy cut to what was stored before each lookup (``in_flight``)."""
     engine: np.ndarray
+    """int64 per request: the engine (rank, 0..engines-1) that prefills it."""
     engines: int
+    """Engines the requests run on (``Stream.engines``); the constructors here set it to
+    ``ranks``."""
     cache: np.ndarray | None = None
     """Which cache each request uses (None: one cache for all)."""
 
@@ -150,10 +166,17 @@ def stream(trace: Trace, alt: Alternative, output_tokens: np.ndarray | None = No
 @dataclass(frozen=True)
 class Predicted:
     alternative: Alternative
+    """The set-up as priced: when the trace has request times, its ``hits`` are cut to the chunks
+    stored before each lookup (``in_flight``)."""
     hit_rate: float
-    """LMCache's definition: hit tokens / full-chunk tokens."""
+    """LMCache's definition: hit tokens / full-chunk tokens looked up, of ``alternative.hits``
+    (0 when the trace looks up no full chunk)."""
     ttft: np.ndarray
+    """float per request, seconds (``latency.simulate``): arrival to the end of the step that
+    finishes its prefill, plus the frontend; NaN for a request on no engine in 0..engines-1."""
     summary: lat.LatencySummary
+    """Mean, p50, p99 of ``ttft`` and goodput at the SLO over the stream's span
+    (``latency.summarize``)."""
 
 
 def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarray:
@@ -251,13 +274,22 @@ class TopologyFinding:
     label: str
     """The alternative, e.g. ``one shared pool of 400 GB``."""
     slo_s: float
+    """The TTFT p99 SLO, seconds (the planning inputs' ``ttft_p99_slo_seconds``)."""
     today_p99_s: float | None
+    """Predicted TTFT p99 of today's set-up on today's engines, seconds; None when no request got
+    a predicted TTFT."""
     alternative_p99_s: float | None
+    """Predicted TTFT p99 of the alternative on today's engines, seconds; None as for today."""
     engines_today: int
+    """vLLM engines today (``Today.engines``)."""
     engines_needed_today: int | None
-    """None: even the most engines searched miss the SLO."""
+    """Fewest engines today's caches need to hold the SLO (``engines_needed``). None: even the
+    most engines searched miss the SLO."""
     engines_needed_alternative: int | None
+    """Fewest engines the alternative needs to hold the SLO; None: even the most searched miss
+    it."""
     gpus_per_engine: int = 1
+    """GPUs per engine (the deployment's ``gpus_per_engine`` setting): turns engines into GPUs."""
 
     @property
     def holds_where_today_misses(self) -> bool:

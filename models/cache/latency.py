@@ -54,22 +54,34 @@ class LatencyInterval:
     """One target's scrape interval: the increases the overheads are measured from."""
 
     requests: float
-    """TTFT observations (``vllm:time_to_first_token_seconds_count``)."""
+    """TTFT observations over the interval (``vllm:time_to_first_token_seconds_count``); rows
+    without any are not made (``app.data.latency.latency_intervals``)."""
     ttft_s: float
+    """Sum of the interval's TTFTs, seconds (``vllm:time_to_first_token_seconds_sum``)."""
     queue_s: float
+    """Sum of the interval's queue times, seconds (``vllm:request_queue_time_seconds_sum``); not
+    used by ``calibrate``."""
     prefill_s: float
-    """Sums of the TTFT, queue-time and prefill-time histograms, seconds."""
+    """Sum of the interval's prefill times, seconds (``vllm:request_prefill_time_seconds_sum``)."""
     cached_tokens: float
-    """Prompt tokens minus computed tokens of the same requests."""
+    """Prompt tokens minus computed tokens of the same requests (``vllm:request_prompt_tokens_sum``
+    less ``vllm:request_prefill_kv_computed_tokens_sum``, at least 0)."""
     decode_s: float = 0.0
+    """Sum of the interval's decode times, seconds (``vllm:request_decode_time_seconds_sum``)."""
     decode_tokens: float = 0.0
-    """Decode-time sum and the output tokens after the first."""
+    """Output tokens after each request's first: generation tokens less the decode histogram's
+    count (one per request), at least 0."""
     generation_tokens: float = 0.0
+    """Output tokens, first ones included (``vllm:generation_tokens_total``)."""
     lookup_s: float = 0.0
+    """Seconds in LMCache lookups (``vllm:lmcache_mp_lookup_duration_seconds_sum``); 0 without
+    LMCache."""
     lookups: float = 0.0
-    """``vllm:lmcache_mp_lookup_duration_seconds`` sum and count."""
+    """LMCache lookups (``vllm:lmcache_mp_lookup_duration_seconds_count``)."""
     alone: float = 1.0
-    """Share of decode steps that carried one request (1 = requests never overlapped)."""
+    """Share of decode steps that carried one request (1 = requests never overlapped): the
+    matching prefill interval's ``Interval.alone_share``; the reader gives 0 (not quiet) when
+    there is none."""
 
 
 @dataclass(frozen=True)
@@ -77,15 +89,28 @@ class Overheads:
     """What a request spends around its prefill, measured (``calibrate``)."""
 
     lookup_s: float
+    """Seconds per LMCache lookup: the lookup histogram's sum / count over the intervals used,
+    at most the fit's intercept; 0 without lookups."""
     load_s_per_hit_token: float
+    """Seconds per hit token to load it into the engine's KV cache: the slope of TTFT minus
+    prefill per request against cached tokens per request (weighted NNLS, at least 0)."""
     frontend_s: float
+    """Seconds per request of TTFT outside prefill and lookup (the API server streaming the first
+    token): the fit's intercept less ``lookup_s``, at least 0."""
     decode_step_s: float
+    """Seconds per decode step: decode time / output tokens after the first; 0 without decode
+    data."""
     output_tokens: int
+    """Output tokens per request: generation tokens / requests over every interval with requests
+    (quiet or not), rounded, at least 1."""
     intervals: int
-    """Intervals the figures came from."""
+    """Intervals the lookup, load, frontend and decode figures came from (after the lower-half
+    refit); 0 when no interval had TTFT observations."""
     quiet: bool
     """Whether they were quiet ones (else every interval: waits leak into the overheads)."""
     notes: tuple[str, ...] = ()
+    """Caveats in words: too few quiet intervals, lookups longer than TTFT minus prefill, no TTFT
+    histogram."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"lookup_s": self.lookup_s, "load_s_per_hit_token": self.load_s_per_hit_token,
@@ -148,18 +173,38 @@ class LatencyModel:
     """Engine-seconds per request part (the prefill cost model's) and the overheads."""
 
     fixed: float
+    """Engine-seconds per prefill whatever its tokens (the cost model's ``fixed`` term)."""
     per_token: float
+    """Engine-seconds per computed prompt token (``per_token``; a prefill computes at least 1)."""
     attention: float = 0.0
+    """Engine-seconds per key read, times ``(P^2 - H^2)/2`` for P prompt and H hit tokens
+    (``attention``; 0 when not fitted)."""
     store: float = 0.0
+    """Engine-seconds per token LMCache stores: full-chunk tokens less hits (``store``)."""
     load: float = 0.0
+    """Engine-seconds per hit token, on the engine's step (``load``)."""
     lmcache_request: float = 0.0
+    """Engine-seconds per request through LMCache (``lmcache_request``), added to every prefill."""
     lookup_s: float = 0.0
+    """Seconds of each request's LMCache lookup, off the engine, before the scheduler can take it
+    (``Overheads.lookup_s``)."""
     load_s_per_hit_token: float = 0.0
+    """Seconds per hit token to load it into the engine's KV cache, off the engine, after the
+    lookup (``Overheads.load_s_per_hit_token``)."""
     frontend_s: float = 0.0
+    """Seconds added to every TTFT after the step that finishes its prefill
+    (``Overheads.frontend_s``)."""
     decode_step_s: float = 0.0
+    """Seconds of a decode-only step, also added to a prefill step while requests decode
+    (``Overheads.decode_step_s``)."""
     output_tokens: int = 1
+    """Output tokens per request when the stream carries none (``Overheads.output_tokens``)."""
     max_batch_tokens: int | None = DEFAULT_BATCH_TOKENS
+    """Tokens per scheduler step, one per decoding request included (vLLM's
+    ``max_num_batched_tokens``); None: unbounded."""
     source: str = ""
+    """The history the cost model was fitted on (``PrefillCostModel.history``); empty for a
+    hand-made model (e.g. a bench preset)."""
 
     @classmethod
     def from_fit(cls, cost: PrefillCostModel, over: Overheads, *,
@@ -185,16 +230,18 @@ class Stream:
     """What the engines are asked: per request (arrival order not required)."""
 
     arrival: np.ndarray
-    """Seconds."""
+    """Arrival per request, seconds (the trace's lookup time; zeros when the trace has none)."""
     prompt: np.ndarray
-    """Prompt tokens."""
+    """Prompt tokens per request."""
     hit: np.ndarray
-    """Tokens the cache serves under this topology."""
+    """Tokens the cache serves under this topology, per request."""
     full: np.ndarray
     """Full-chunk tokens (what LMCache stores of a miss)."""
     engine: np.ndarray
     """Engine (rank) index per request."""
     engines: int
+    """Engines ``simulate`` runs (0..engines-1); a request whose ``engine`` is outside gets no TTFT
+    (NaN)."""
     output_tokens: np.ndarray | None = None
     """Per request (Mooncake traces carry them); else ``LatencyModel.output_tokens``."""
 
@@ -304,13 +351,17 @@ class _Engine:
 @dataclass(frozen=True)
 class LatencySummary:
     requests: int
+    """Requests with a finite predicted TTFT (NaN ones left out)."""
     ttft_mean_s: float | None
+    """Mean TTFT, seconds; None when no request has one."""
     ttft_p50_s: float | None
+    """Median TTFT, seconds (linear interpolation); None when no request has one."""
     ttft_p99_s: float | None
+    """99th percentile TTFT, seconds (linear interpolation); None when no request has one."""
     within_slo: float | None
-    """Share of requests with TTFT at most the SLO."""
+    """Share of requests with TTFT at most the SLO; None without an SLO."""
     goodput_rps: float | None
-    """Requests per second within the SLO over the stream's span."""
+    """Requests per second within the SLO over the stream's span; None without an SLO or span."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "ttft_mean_s": self.ttft_mean_s, "ttft_p50_s": self.ttft_p50_s,
