@@ -39,7 +39,8 @@ def plan(
     if as_json:
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
         return
-    out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}")
+    out.print(f"[bold]{d['headline']}[/bold]", highlight=False)
+    out.print(d["reason"], highlight=False)
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):
         out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]
