@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.models.core.timeutil import duration
 from kvplan.models.decision.plan import plan
-from kvplan.models.decision.reasons import data_gate, duration
+from kvplan.models.decision.reasons import data_gate
 from kvplan.models.decision.verdict import PlanInputs, evaluate, verdict_kind
 from kvplan.models.inputs.planning import PlanningInputs
 from kvplan.models.inputs.pricebook import PriceBook
@@ -221,6 +222,14 @@ def test_a_51_second_window_never_reads_as_meeting_a_one_minute_bound():
     gate = data_gate(s, None, None, PlanningInputs(min_window_seconds=60.0))
     # before: "window is 1 min (need >= 1 min)"
     assert "window is 51 s (need >= 60 s)" in gate.reason
+    assert any(n.startswith("window is 51 s, shorter than an hour") for n in s.notes)  # was "1 min"
+
+
+def test_too_few_requests_never_round_up_to_the_bound():
+    # 99.6 requests (a counter increase over a window edge) against 100: before "only 100
+    # requests (need >= 100)"
+    s = estimate_savings(tmd.window(requests=99.6))
+    assert "only 99 requests (need >= 100)" in data_gate(s, None, None, PlanningInputs()).reason
 
 
 @pytest.mark.parametrize("seconds,text", [

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from kvplan.models.capacity.fleet import CapacityResult, growth_that_lasts, hit_rate_that_lasts
 from kvplan.models.capacity.horizon import HorizonPlan, beyond_note, purchase_text
+from kvplan.models.core.timeutil import duration
 from kvplan.models.decision.benefit import Benefit
 from kvplan.models.inputs.planning import PlanningInputs
 from kvplan.models.prefill.savings import PrefillSavings
@@ -41,16 +42,6 @@ def _months(x: float, horizon: int) -> str:
     return "today" if x <= 0 else f"in month {x:.1f} of the {horizon}-month horizon"
 
 
-def duration(seconds: float) -> str:
-    """A window length that never rounds up to a bound it misses: "51 s", "30.5 min", "2 h"."""
-    if seconds < 120:
-        return f"{math.floor(seconds):.0f} s"
-    if seconds < 7200:
-        m = math.floor(seconds / 6) / 10  # tenths of a minute, rounded down
-        return f"{m:g} min"
-    return f"{math.floor(seconds / 360) / 10:g} h"
-
-
 # ---- NEED_DATA: the data gate --------------------------------------------------------------
 def data_gate(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Benefit | None,
               p: PlanningInputs) -> Decision | None:
@@ -63,7 +54,7 @@ def data_gate(savings: PrefillSavings, capacity: CapacityResult | None, benefit:
         missing.append(f"window is {duration(savings.window_seconds)} "
                        f"(need >= {duration(p.min_window_seconds)})")
     if 0 < savings.requests < p.min_requests:
-        missing.append(f"only {savings.requests:.0f} requests (need >= {p.min_requests:.0f})")
+        missing.append(f"only {math.floor(savings.requests):,.0f} requests (need >= {math.ceil(p.min_requests):,.0f})")
     model = savings.cost_model
     if not savings.available:
         if model is not None and not model.identified:
@@ -215,8 +206,10 @@ class Case:
 
     def growth_flip(self) -> list[str]:
         g = self.growth_ok()
-        return [] if g is None else [f"growth above ~{pct(g)}/month (now {pct(self.capacity.inputs.growth_rate_per_month)})"
-                                     " would make even the reuse fleet run out"]
+        now = pct(self.capacity.inputs.growth_rate_per_month)
+        if g is None:
+            return []
+        return [f"growth above ~{pct(g)}/month (now {now}) would make even the reuse fleet run out"]
 
     def buy_flips(self) -> list[str]:
         cap = self.capacity.inputs

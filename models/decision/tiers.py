@@ -124,7 +124,8 @@ def device_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     elif hours[0] > 0:
         kind, what = "REUSE", "keep prefix caching on"
     else:
-        kind, what = "NOT_WORTH_IT", "no prefix-cache hits in this window, so it saved nothing (it costs nothing either)"
+        kind, what = "NOT_WORTH_IT", ("no prefix-cache hits in this window, so it saved nothing (it costs "
+                                      "nothing either)")
     reason = (f"{kind} ({DEVICE_LABEL}, free): {what}; it saves {hours[0]:,.2f} GPU-h/month "
               f"({usd(hours[0] * rate)} of GPU time){said_gpus}{note}.")
     return TierDecision("device", DEVICE_LABEL, kind, value, hours[0], gpus, reason)

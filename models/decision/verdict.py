@@ -30,9 +30,10 @@ against the smaller need.
 returns (``kvplan.models.decision.reasons``) and ``flip_probability`` compares its kinds.
 
 ``flip_probability``: share of 200 seeded draws whose verdict by rules 2, 3, 5, 6 differs from
-the central one (each draw recomputes capacity, horizon and benefit). Each draw takes the hit rate and the load from one bootstrap resample of the
-window's measured intervals (``PricedWindow.resamples``; without them the hit-rate gain moves
-+-``hit_rate_range`` relative and the load stays), the per-token cost across the saved-prefill
+the central one (each draw recomputes capacity, horizon and benefit). Each draw takes the hit
+rate and the load from one bootstrap resample of the window's measured intervals
+(``PricedWindow.resamples``; without them the hit-rate gain moves +-``hit_rate_range``
+relative and the load stays), the per-token cost across the saved-prefill
 band low/high, GPU price +-``price_range`` and growth +-``growth_range`` (uniform).
 
 Flips are the input values at which the verdict would change. Money flips use the benefit's
@@ -158,8 +159,8 @@ def benefit_and_horizon(savings: PrefillSavings, capacity: CapacityResult, pb: P
                         fill: float) -> tuple[Benefit, HorizonPlan]:
     """The two paths and the monthly benefit read off them: one computation (``benefit``)."""
     credit = throughput_gpu_hours(savings, capacity, realisation, fill) * pb.effective_usd_per_gpu_hour()
-    hz = plan_horizon(capacity, pb, realisation=realisation, hit_cost_usd_per_month=_hit_cost_usd(capacity, savings, pb),
-                      credit_usd_per_month=credit)
+    hz = plan_horizon(capacity, pb, realisation=realisation,
+                      hit_cost_usd_per_month=_hit_cost_usd(capacity, savings, pb), credit_usd_per_month=credit)
     return monthly_benefit(savings, pb, capacity, realisation, fill, horizon=hz), hz
 
 
