@@ -61,7 +61,7 @@ def test_lmcache_is_judged_on_its_margin_and_vllm_cache_is_free():
     assert lm["reason"].startswith("LMCache: NOT_WORTH_IT (-$413/month beyond vLLM's own cache")
     # the top-level decision stays, and names its tier
     assert d["decision"] == "NOT_WORTH_IT"
-    assert d["reason"].startswith("LMCache: NOT_WORTH_IT: ")
+    assert d["reason"].startswith("LMCache: Nothing to gain: ")
     assert d["headline"] == ("vLLM prefix cache: REUSE (free; 10.15 GPU-h/month, 0 GPUs). "
                              "LMCache: NOT_WORTH_IT (-$413/month).")
 
@@ -76,14 +76,21 @@ def test_without_lmcache_the_device_tier_is_the_decision_and_lmcache_is_absent()
     assert dev["gpu_hours_per_month"] == pytest.approx(2337.792)
     assert dev["monthly_benefit_usd"] == pytest.approx(tmd.GAINS)
     assert lm["kind"] is None and lm["monthly_benefit_usd"] is None
-    assert d["reason"].startswith("REUSE (KV cache, every tier): REUSE now;")  # no window: tiers unknown
+    assert d["reason"].startswith("KV cache, every tier: REUSE now;")  # no window: tiers unknown
     assert d["headline"] == ("vLLM prefix cache: REUSE (free; 2,337.79 GPU-h/month, 5 GPUs). "
                              "LMCache: not in this window.")
 
 
 def test_a_window_only_vllm_cached_is_named_as_the_vllm_prefix_cache():
     r = plan(PlanInputs(measurement_from_window(two_hours(), MODEL, lmcache=False), PB))
-    assert r.decision.reason.startswith(f"{r.decision.kind} (vLLM prefix cache): ")
+    assert r.decision.reason.startswith("vLLM prefix cache: ")
+
+
+def test_buy_when_the_slo_breaks_even_with_both_tiers_names_both():
+    # a 0.05 s target: even with reuse one prefill takes 2,000 / 25,000 = 0.08 s
+    r = plan(PlanInputs(tmd.window(), PB, PlanningInputs(ttft_p99_slo_seconds=0.05)))
+    assert r.decision.kind == "BUY"
+    assert r.decision.reason.startswith("Even with vLLM prefix cache: Even with reuse one prefill takes 0.08 s")
 
 
 # ---- 2. the four terms and the horizon are one computation ----------------------------------------

@@ -40,7 +40,7 @@ def plan(
         sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
         return
     out.print(f"[bold]{d['headline']}[/bold]", highlight=False)
-    out.print(d["reason"], highlight=False)
+    out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}", highlight=False)
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):
         out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]

@@ -35,6 +35,15 @@ Overhead (a positive number, subtracted): the price book's fixed cache cost (ser
 cache RAM and disk, operations time) plus the GPU time spent loading cached KV
 (``PrefillSavings.hit_cost_gpu_hours_per_month``): a cache hit is not free.
 
+With the horizon (``kvplan.models.capacity.horizon.plan_horizon``, as the plan always passes
+it) and both of its paths holding, the terms are read off the two paths, so the benefit and
+the horizon are one computation: the shrink cap is the GPUs the reuse path gives back beyond
+the baseline; the deferral is the baseline's extra GPU-months per month -- purchases the reuse
+path makes later, fewer or never -- at ``usd_per_gpu_month`` (owned: the capex annuity at the
+cost of capital); the overhead is the reuse path's average; the filled headroom is the credit
+the horizon gives the reuse path. Hence benefit x months <= the horizon's saving (equal when
+the freed hours cover the GPUs given back), and the two agree in sign.
+
 Bands: ``low``/``high`` re-run the allocation with the low/high saved hours of
 ``PrefillSavings`` (estimator spread and window length); prices and overhead are taken as
 exact. What this cannot know: whether removed GPUs can really be sold or returned, or whether

@@ -19,8 +19,9 @@
   window: ``kind`` None.
 
 The plan's top-level decision stays the evaluation's; ``named_reason`` prefixes its sentence
-with the tier it is about ("LMCache: NOT_WORTH_IT: ...", "REUSE (vLLM prefix cache): ...",
-"BUY (even with vLLM prefix cache and LMCache): ...").
+with the tier it is about (the badge or the CLI shows the kind before it): "LMCache: ...",
+"vLLM prefix cache: ..." (no LMCache in the window), "KV cache, every tier: ..." (tiers not
+known), "Even with vLLM prefix cache and LMCache: ..." (BUY: the SLO breaks with both).
 """
 
 from __future__ import annotations
@@ -199,10 +200,10 @@ def named_reason(inputs: PlanInputs, ev: Evaluation) -> Decision:
     breaks = dec.kind == "BUY" and cap is not None and hz is not None and b is not None and verdict_rule(
         cap, hz, meaningful_usd(cap, inputs.pricebook, inputs.planning), b.monthly_benefit_usd) in BREAKS
     if breaks:
-        prefix = f"BUY (even with {DEVICE_LABEL} and {LMCACHE_LABEL}): " if lm else f"BUY (even with {DEVICE_LABEL}): "
+        prefix = f"Even with {DEVICE_LABEL} and {LMCACHE_LABEL}: " if lm else f"Even with {DEVICE_LABEL}: "
     elif lm:
-        prefix = f"{LMCACHE_LABEL}: {dec.kind}: "
+        prefix = f"{LMCACHE_LABEL}: "
     else:
         only_device = m.window is not None and m.window.external_cached <= 0
-        prefix = f"{dec.kind} ({DEVICE_LABEL if only_device else 'KV cache, every tier'}): "
+        prefix = f"{DEVICE_LABEL if only_device else 'KV cache, every tier'}: "
     return replace(dec, reason=prefix + dec.reason)
