@@ -45,9 +45,10 @@ stack:
 demo: $(STAMP)
 	$(VENV)/bin/kvplan demo --db $(DB) --port $(PORT)
 
-# The whole suite, real stack and browser included; lint first (it fails the suite).
+# The whole suite, real stack and browser included; lint first (it fails the suite). The fuzz
+# drops every family from a middle scrape here (KVPLAN_FUZZ_DROPS=all; the fast layer: 24 drops).
 test: lint sysdeps stack
-	$(PY) -m pytest -v --durations=15
+	KVPLAN_FUZZ_DROPS=all $(PY) -m pytest -v --durations=15
 
 # Lint and types, a few seconds: ruff (pyproject [tool.ruff]), mypy (pyproject [tool.mypy]:
 # strict on kvplan.models and kvplan.sql) and the check that every public function of app/,
@@ -78,6 +79,8 @@ bench: $(STAMP) sysdeps
 	$(PY) bench/dashboard_bench.py
 	$(PY) bench/validation_bench.py
 	$(PY) bench/whatif_bench.py
+	$(PY) bench/plan_bench.py
+	$(PY) bench/trace_memory_bench.py
 
 clean:
 	rm -rf $(VENV) var test-artifacts

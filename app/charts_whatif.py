@@ -82,3 +82,55 @@ def value_chart(d: dict) -> alt.Chart:
                     tooltip=[alt.Tooltip("capacity:Q", format=",.3f"), alt.Tooltip("net:Q", format="$,.0f"),
                              alt.Tooltip("saved:Q", format="$,.0f"), alt.Tooltip("memory:Q", format="$,.0f")])
             .properties(height=220))
+
+
+SETUP_LABELS = {"today": "today's topology", "shared": "one shared pool"}
+
+
+def ttft_capacity_chart(d: dict) -> Layered:
+    """Predicted TTFT p99 against total cache capacity, today's topology and one shared pool,
+    with the TTFT SLO as a line and today's measured p99 as a point."""
+    key, title = _x(d)
+    tokens = d["trace"]["chunk_tokens"]
+    rows = [{"capacity": (p["capacity_gb"] if key == "capacity_gb" else p["capacity_chunks"] * tokens),
+             "set-up": SETUP_LABELS[p["topology"]], "ttft_p99_s": p["ttft_p99_s"], "ttft_mean_s": p["ttft_mean_s"],
+             "hit_rate": p["hit_rate"]} for p in d["latency_curve"] if p["ttft_p99_s"] is not None]
+    df = pd.DataFrame(rows, columns=["capacity", "set-up", "ttft_p99_s", "ttft_mean_s", "hit_rate"])
+    x = alt.X("capacity:Q", title=title + " (total)", scale=alt.Scale(type="log"))
+    lines = (alt.Chart(df).mark_line(point=True)
+             .encode(x=x, y=alt.Y("ttft_p99_s:Q", title="TTFT p99, predicted (s)"),
+                     color=alt.Color("set-up:N", legend=LEGEND),
+                     tooltip=["set-up:N", alt.Tooltip("capacity:Q", format=",.3f"),
+                              alt.Tooltip("ttft_p99_s:Q", format=".3f"), alt.Tooltip("ttft_mean_s:Q", format=".3f"),
+                              alt.Tooltip("hit_rate:Q", format=".1%")]))
+    slo = pd.DataFrame([{"ttft_p99_s": d["slo"]["ttft_p99_s"], "what": "TTFT p99 SLO"}])
+    layers = [lines, alt.Chart(slo).mark_rule(strokeDash=[6, 3], color="#c0392b")
+              .encode(y="ttft_p99_s:Q", tooltip=["what:N", alt.Tooltip("ttft_p99_s:Q", format=".3f")])]
+    t = d["today"]
+    cap = t["capacity_gb_per_instance"]
+    if t["ttft_p99_s_measured"] is not None and cap and key == "capacity_gb":
+        pt = pd.DataFrame([{"capacity": sum(cap), "ttft_p99_s": t["ttft_p99_s_measured"], "what": "today, measured"}])
+        layers.append(alt.Chart(pt).mark_point(shape="diamond", size=90, filled=True, color="black")
+                      .encode(x="capacity:Q", y="ttft_p99_s:Q",
+                              tooltip=["what:N", alt.Tooltip("ttft_p99_s:Q", format=".3f")]))
+    return alt.layer(*layers, title="TTFT p99 against cache capacity (the same requests replayed; the dashed line "
+                     "is the SLO)").properties(height=280)
+
+
+def today_chart(d: dict) -> alt.Chart:
+    """Today measured, today predicted, one shared pool predicted: TTFT mean and p99."""
+    t = d["today"]
+    pool = next((r for r in d["latency"] if r["topology"] == "shared"), None)
+    rows = []
+    for what, mean, p99 in (("today, measured", t["ttft_mean_s_measured"], t["ttft_p99_s_measured"]),
+                            ("today, predicted", t["ttft_mean_s_predicted"], t["ttft_p99_s_predicted"]),
+                            ("one shared pool, predicted", pool and pool["ttft_mean_s"], pool and pool["ttft_p99_s"])):
+        rows += [{"what": what, "statistic": "mean", "s": mean}, {"what": what, "statistic": "p99", "s": p99}]
+    df = pd.DataFrame([r for r in rows if r["s"] is not None], columns=["what", "statistic", "s"])
+    return (alt.Chart(df, title="TTFT: today (measured, predicted) against one shared pool (predicted)")
+            .mark_bar()
+            .encode(x=alt.X("what:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=220)),
+                    xOffset="statistic:N", y=alt.Y("s:Q", title="TTFT (s)"),
+                    color=alt.Color("statistic:N", legend=LEGEND),
+                    tooltip=["what:N", "statistic:N", alt.Tooltip("s:Q", format=".3f")])
+            .properties(height=240))

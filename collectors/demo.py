@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import lzma
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -27,10 +28,12 @@ DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-de
 
 
 def records(path: Path = DEMO_FILE) -> Iterator[dict]:
+    """The dataset's records (gzip, or xz for a ``.xz`` file: the recorded topology A/B)."""
     if not path.exists():
-        raise FileNotFoundError(f"{path}: demo dataset not found "
-                                "(record it with deploy/local/recorders/record_demo.py)")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+        raise FileNotFoundError(f"{path}: demo dataset not found (record it with "
+                                "deploy/local/recorders/record_demo.py)")
+    opener = lzma.open if path.suffix == ".xz" else gzip.open
+    with opener(path, "rt", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             try:
                 yield json.loads(line)
@@ -60,7 +63,7 @@ def load_demo(db: Database, path: Path = DEMO_FILE,
     def on_axis(t: float) -> datetime:
         return from_epoch_s(t0 + (t - t0) * stretch)
 
-    counts = {"scrapes": 0, "duplicates": 0, "failures": 0, "runs": 0}
+    counts = {"scrapes": 0, "duplicates": 0, "failures": 0, "runs": 0, "lookups": 0}
     body = [r for r in recs[1:] if r["type"] in ("scrape", "failure")]
     with db.batch() as con:
         for i, r in enumerate(body, start=1):
@@ -93,4 +96,29 @@ def load_demo(db: Database, path: Path = DEMO_FILE,
             continue
         save_run(db, deployment, run, label=r["label"], measured_on=head["measured_on"])
         counts["runs"] += 1
+    counts["lookups"] = _load_lookups(db, deployment, [r for r in recs[1:] if r["type"] == "lookup"], t0, stretch)
     return {**counts, "deployment": deployment, "header": head}
+
+
+def _load_lookups(db: Database, deployment: str, recs: list[dict], t0: float, stretch: float) -> int:
+    """LMCache's lookup-hash log lines of the recording, written back as the files they came
+    from (one directory per cache instance) with their times on the stretched axis, then
+    imported as the deployment's trace ``lmcache`` (``kvplan import-trace``): the same bytes
+    every time, so loading again imports nothing. Returns the new requests."""
+    import tempfile
+
+    from kvplan.collectors.traces import import_trace
+
+    if not recs:
+        return 0
+    files: dict[tuple[str, str], list[str]] = {}
+    for r in recs:
+        line = {**r["line"], "timestamp": t0 + (r["line"]["timestamp"] - t0) * stretch}
+        files.setdefault((r["instance"], r["file"]), []).append(json.dumps(line))
+    with tempfile.TemporaryDirectory(prefix="kvplan-demo-lookups-") as tmp:
+        for (inst, name), lines in files.items():
+            d = Path(tmp) / inst
+            d.mkdir(exist_ok=True)
+            (d / name).write_text("\n".join(lines) + "\n")
+        return import_trace(db, deployment, [Path(tmp) / inst for inst in sorted({i for i, _ in files})],
+                            name="lmcache", fmt="lmcache").requests

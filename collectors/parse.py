@@ -38,6 +38,7 @@ from prometheus_client.parser import text_fd_to_metric_families as _text_familie
 
 from kvplan.collectors.relabel import model_label
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.metrics.window import parts_above_whole
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc", "sglang")
 
@@ -256,6 +257,43 @@ def _le(s: Sample) -> float:
     return math.inf if s.le is None else s.le
 
 
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "summary": ("", "_count", "_sum"),
+            "gaugehistogram": ("_bucket", "_gcount", "_gsum"), "gauge": ("",), "info": ("_info",),
+            "stateset": ("",)}
+
+
+def _regroup_strays(text: str, raw_families: list[Any]) -> tuple[list[Any], list[str]]:
+    """Samples written outside their family's block (after another family's lines): the text
+    parser makes each such run a new family of type unknown, which was stored untyped and left out
+    of every total. Exposition requires a family's lines together; Prometheus itself reads the
+    samples by name. Here they join the family their name belongs to (its type), with a warning."""
+    owner: dict[str, Any] = {}
+    for fam in raw_families:
+        if fam.type != "unknown":
+            for suffix in SUFFIXES.get(fam.type, ("",)):
+                owner.setdefault(fam.name + suffix, fam)
+    kept, warnings = [], []
+    for fam in raw_families:
+        homes = {id(owner[x.name]): owner[x.name] for x in fam.samples if x.name in owner}
+        if fam.type != "unknown" or len(homes) != 1 or any(x.name not in owner for x in fam.samples):
+            kept.append(fam)
+            continue
+        (target,) = homes.values()
+        target.samples.extend(fam.samples)
+        first = fam.samples[0]
+        where = _find_line(text, first.name, first.labels)
+        more = f" and {len(fam.samples) - 1} more sample(s)" if len(fam.samples) > 1 else ""
+        warnings.append(f"{first.name}{_fmt_labels(first.labels)}" + (f" (line {where[-1]})" if where else "")
+                        + f"{more} outside the lines of its family {target.name} ({target.type}; another family's "
+                        "lines come between, or its TYPE line names it differently): read as part of it")
+    return kept, warnings
+
+
+def part_exceeds_whole(samples: list[Sample]) -> list[str]:
+    """Sums that cannot be, within one payload (``kvplan.models.metrics.window.parts_above_whole``)."""
+    return parts_above_whole((x.name, x.model_name, x.engine, x.labels, x.value) for x in samples)
+
+
 def _monotonic(fam_type: str, name: str) -> bool:
     """Samples that only count up from 0: counters, histogram buckets and counts, summary counts."""
     return fam_type == "counter" or (fam_type in ("histogram", "summary") and name.endswith(("_bucket", "_count")))
@@ -276,7 +314,8 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     fmt = check_content_type(source, content_type)
     _refuse_what_is_not_metrics(source, text)
     text, mapped = _colon_names(text)
-    raw_families, blocks = _blocks_as_blocks(_read_families(source, text, fmt))
+    raw_families, strays = _regroup_strays(text, _read_families(source, text, fmt))
+    raw_families, blocks = _blocks_as_blocks(raw_families)
     families, created, plain = _split_created(source, text, raw_families, at_s)
     _refuse_routers(source, families)
     kind = kind or _detected_kind(source, families)
@@ -284,7 +323,7 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     _check_histograms(source, samples)
     _check_hits(source, text, samples)
     return Payload(source=source, kind=kind, samples=samples, families=families,
-                   warnings=mapped + blocks + warnings)
+                   warnings=mapped + strays + blocks + warnings + part_exceeds_whole(samples))
 
 
 def _refuse_what_is_not_metrics(source: str, text: str) -> None:

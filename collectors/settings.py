@@ -42,6 +42,7 @@ from pydantic_settings import (
 
 from kvplan.collectors.prom_rules import PER_ENGINE_LABELS
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.fields import name_problem
 from kvplan.models.core.redact import register_secret
 from kvplan.models.inputs.deployment import DeploymentFacts
 from kvplan.models.inputs.planning import prices_from_table
@@ -174,8 +175,9 @@ class DeploymentConfig(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not v.strip() or v != v.strip():
-            raise ValueError(f"{v!r}: a deployment name is non-empty, without leading or trailing blanks")
+        why = name_problem(v)
+        if why is not None:
+            raise ValueError(f"{v!r} is not a usable deployment name: {why}")
         return v
 
     @field_validator("facts")
@@ -469,3 +471,40 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         raise ConfigError(f"{where}: invalid configuration: {problems}") from None
     finally:
         _CONFIG_PATH[0] = None
+
+
+def _endpoint(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port, path) of a target URL with the host spelled one way: 'localhost', any
+    127.0.0.0/8 address and ::1 are the loopback, an IPv4-mapped IPv6 address is its IPv4 address,
+    names are lower case (no DNS lookup)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    host = (u.hostname or "").lower().rstrip(".")
+    try:
+        ip = ipaddress.ip_address(host)
+        ip = getattr(ip, "ipv4_mapped", None) or ip
+        host = "loopback" if ip.is_loopback else str(ip)
+    except ValueError:
+        host = "loopback" if host == "localhost" else host
+    port = u.port or {"http": 80, "https": 443}.get(u.scheme)
+    return u.scheme, host, port, u.path.rstrip("/") or "/"
+
+
+def same_server_notes(deployments: list[DeploymentConfig]) -> list[str]:
+    """One server configured under several spellings of its host (localhost, 127.0.0.1,
+    [::ffff:127.0.0.1]) is several targets: its counters would be counted once per spelling."""
+    groups: dict[tuple, list[tuple[str, str, str]]] = {}
+    for d in deployments:
+        for t in d.targets:
+            groups.setdefault(_endpoint(t.url), []).append((d.name, t.name, t.url))
+    out = []
+    for (scheme, host, port, path), seen in groups.items():
+        if len(seen) > 1:
+            names = ", ".join(f"{t!r} ({u}) of {d!r}" for d, t, u in seen)
+            where = f"{scheme}://{'127.0.0.1' if host == 'loopback' else host}:{port}{path}"
+            out.append(f"targets {names} are one server ({where}) under {len(seen)} names: its counters are "
+                       "counted once per target; keep one")
+    return out
+

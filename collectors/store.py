@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from kvplan.collectors.parse import Payload
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.fields import name_problem
 from kvplan.models.core.redact import redact
 from kvplan.models.core.timeutil import naive_utc
 from kvplan.sql.db import Database
@@ -35,6 +36,8 @@ class StoreResult:
     ts: datetime
     status: str  # stored | duplicate | failed-recorded
     samples: int
+    warnings: tuple[str, ...] = ()
+    """What the parser flagged in the payload (stored with the scrape too)."""
 
 
 def series_id(target_id: int, name: str, model_name: str | None, engine: str | None,
@@ -45,11 +48,13 @@ def series_id(target_id: int, name: str, model_name: str | None, engine: str | N
 
 
 def check_name(name: str, what: str) -> str:
-    """Deployment and target names: non-empty, no surrounding blanks, at most 200 characters."""
-    if not isinstance(name, str) or not name.strip() or name != name.strip() or len(name) > 200 \
-            or any(ord(c) < 32 for c in name):
-        raise KvplanError(f"{name!r} is not a usable name: non-empty, no leading or trailing blanks or control "
-                          "characters, at most 200 characters", source=what)
+    """Deployment and target names (``kvplan.models.core.fields.name_problem``): non-empty, no
+    surrounding blanks, at most 200 characters, no control or invisible formatting character."""
+    why = name_problem(name)
+    if why is not None:
+        raise KvplanError(f"{name!r} is not a usable name: {why} (a name is non-empty, without leading or trailing "
+                          "blanks, control or invisible formatting characters such as bidi overrides, at most 200 "
+                          "characters)", source=what)
     return name
 
 
@@ -122,7 +127,7 @@ def insert_payload(con: duckdb.DuckDBPyConnection, *, deployment: str, target: s
     con.execute("INSERT INTO series SELECT * FROM series_tbl "
                 "WHERE series_id NOT IN (SELECT series_id FROM series)")
     con.execute("INSERT INTO samples SELECT * FROM sample_tbl")
-    return StoreResult(target, ts, "stored", len(payload.samples))
+    return StoreResult(target, ts, "stored", len(payload.samples), tuple(payload.warnings))
 
 
 def store_failure(db: Database, *, deployment: str, target: str, kind: str, ts: datetime,

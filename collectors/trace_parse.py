@@ -1,6 +1,18 @@
-"""Read request-trace files (LMCache lookup-hash logs, the Mooncake format) and validate them
-whole: the parsing half of ``kvplan.collectors.traces`` (which stores and replays them), as
-``kvplan.collectors.parse`` is for ``/metrics`` payloads. Errors name the file and the line."""
+"""Read request-trace files (LMCache lookup-hash logs, the Mooncake format) and validate them:
+the parsing half of ``kvplan.collectors.traces`` (which stores and replays them), as
+``kvplan.collectors.parse`` is for ``/metrics`` payloads. Errors name the file and the line.
+
+Files are streamed (``scan_file``), never read whole: a line at a time (at most
+``MAX_LINE_BYTES``), validated lines handed on in batches of at most ``BATCH_LINES`` lines and
+``BATCH_REFS`` chunk references. Memory is bounded by one line and one batch, whatever the file's
+size (reading whole files peaked at about 4x the file).
+
+Every value is bounded where it is read, so that nothing wraps or overflows downstream:
+timestamps are seconds between 1970 and 2100 (LMCache: unix seconds; Mooncake: milliseconds from
+its start), token counts at most ``MAX_TOKENS`` per request, chunks at most ``MAX_CHUNK_TOKENS``
+tokens, a chunk's KV at most ``MAX_BYTES_PER_CHUNK``; a JSON key given twice in one line, an
+integer of thousands of digits or nesting deeper than Python's parser takes are refused, naming
+the file and the line."""
 
 from __future__ import annotations
 
@@ -8,6 +20,7 @@ import hashlib
 import json
 import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +35,23 @@ DTYPE_BYTES = {  # LMCache's table (tools/cache_simulator/simulator.py::_DTYPE_B
     "int8": 1, "int32": 4, "int64": 8,
 }
 _INT64_MAX = 2**63 - 1
+MAX_LINE_BYTES = 16 * 2**20
+"""Longest trace line read (16 MiB: a 10M-token prompt in 256-token chunks is ~2.7 MB of hashes)."""
+MAX_TOKENS = 100_000_000
+"""Most prompt or output tokens one request may have (100M: ten times the longest context window
+of 2025)."""
+MAX_CHUNK_TOKENS = 1_000_000
+"""Largest chunk (LMCache's chunk_size; its default is 256)."""
+MAX_BYTES_PER_CHUNK = 2**40
+"""Largest KV of one chunk (1 TiB)."""
+MAX_TIMESTAMP_S = 4_102_444_800.0
+"""2100-01-01 in unix seconds: a later LMCache timestamp is milliseconds or junk."""
+MAX_TEXT = 4096
+"""Longest request_id / model_name kept."""
+BATCH_LINES = 8192
+BATCH_REFS = 131_072
+"""A batch is handed on after this many lines or chunk references, whichever comes first."""
+_READ = 2**20
 
 
 class TraceError(KvplanError):
@@ -46,7 +76,8 @@ def kv_bytes_per_chunk(shapes: list, dtypes: list) -> int | None:
 
 @dataclass
 class ParsedFile:
-    """The validated new lines of one file, columnar."""
+    """Validated lines of one file (or one batch of them), columnar. A batch's ``bytes``,
+    ``lines`` and ``sha256`` say how far into the file it ends (the file's progress after it)."""
 
     path: Path
     format: str
@@ -71,17 +102,43 @@ class ParsedFile:
     def requests(self) -> int:
         return len(self.line_no)
 
+    @property
+    def refs(self) -> int:
+        return self.offsets[-1]
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the key {k!r} is given twice")
+        out[k] = v
+    return out
+
+
+def load_line(line: str, path: Path, n: int) -> object:
+    """One JSON line; every way ``json`` can fail (syntax, a key twice, a 5,000-digit integer,
+    deep nesting) is a ``PayloadError`` naming the file and the line."""
+    try:
+        return json.loads(line, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as e:
+        raise PayloadError(str(path), f"not JSON: {e.msg} (column {e.colno})", n) from None
+    except ValueError as e:  # a duplicate key, or an integer beyond Python's digit limit
+        raise PayloadError(str(path), f"not a usable JSON line: {e}", n) from None
+    except RecursionError:
+        raise PayloadError(str(path), "not a usable JSON line: nested too deeply", n) from None
+
 
 def detect_format(path: Path) -> str:
     """``lmcache`` or ``mooncake`` from the first non-blank line."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise PayloadError(str(path), f"line longer than {MAX_LINE_BYTES // 2**20} MiB", n)
+            line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PayloadError(str(path), f"not JSON: {e.msg}", n) from None
+            obj = load_line(line, Path(path), n)
             if isinstance(obj, dict) and "chunk_hashes" in obj:
                 return "lmcache"
             if isinstance(obj, dict) and "hash_ids" in obj:
@@ -91,20 +148,56 @@ def detect_format(path: Path) -> str:
     raise PayloadError(str(path), "empty file: no trace line")
 
 
-def _int(obj: dict, key: str, path: Path, n: int, minimum: int = 0) -> int:
+def _int(obj: dict, key: str, path: Path, n: int, minimum: int = 0, maximum: int = _INT64_MAX) -> int:
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, int):
-        raise PayloadError(str(path), f"{key!r} must be an integer, got {v!r}", n)
-    if v < minimum or v > _INT64_MAX:
-        raise PayloadError(str(path), f"{key!r} = {v} is out of range (>= {minimum})", n)
+        raise PayloadError(str(path), f"{key!r} must be an integer, got {str(v)[:40]!r}", n)
+    if v < minimum or v > maximum:
+        raise PayloadError(str(path), f"{key!r} = {v} is out of range ({minimum} .. {maximum:,})", n)
     return v
 
 
-def _number(obj: dict, key: str, path: Path, n: int) -> float:
+def _seconds(obj: dict, key: str, path: Path, n: int, scale: float, unit: str) -> float:
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise PayloadError(str(path), f"{key!r} must be a finite number, got {v!r}", n)
-    return float(v)
+        raise PayloadError(str(path), f"{key!r} must be a finite number, got {str(v)[:40]!r}", n)
+    s = float(v) / scale
+    if not 0.0 <= s <= MAX_TIMESTAMP_S:
+        raise PayloadError(str(path), f"{key!r} = {v} is not {unit} between 1970 and 2100"
+                           + (" (milliseconds?)" if s > MAX_TIMESTAMP_S else ""), n)
+    return s
+
+
+def _text(obj: dict, key: str, path: Path, n: int) -> str | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str) or len(v) > MAX_TEXT:
+        raise PayloadError(str(path), f"{key!r} must be a string of at most {MAX_TEXT} characters", n)
+    return v
+
+
+def _layout(obj: dict, out: ParsedFile, n: int) -> None:
+    path = out.path
+    shapes, dtypes = obj.get("shapes", []), obj.get("dtypes", [])
+    if not isinstance(shapes, list) or not all(
+            isinstance(s, list) and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _INT64_MAX
+                                        for x in s) for s in shapes):
+        raise PayloadError(str(path), "'shapes' must be a list of integer lists", n)
+    if not isinstance(dtypes, list) or not all(isinstance(d, str) for d in dtypes):
+        raise PayloadError(str(path), "'dtypes' must be a list of strings", n)
+    bpc = kv_bytes_per_chunk(shapes, dtypes)
+    if bpc is None:
+        return
+    if bpc > MAX_BYTES_PER_CHUNK:
+        raise PayloadError(str(path), f"shapes/dtypes give {bpc:.4g} bytes per chunk, beyond "
+                           f"{MAX_BYTES_PER_CHUNK:,} (1 TiB)", n)
+    if out.bytes_per_chunk is None:
+        out.bytes_per_chunk = bpc
+    elif bpc != out.bytes_per_chunk:
+        raise PayloadError(str(path), f"shapes/dtypes give {bpc} bytes per chunk, earlier "
+                           f"lines {out.bytes_per_chunk}: one trace holds one KV layout "
+                           "(import models separately)", n)
 
 
 def _parse_lmcache_line(obj: dict, out: ParsedFile, n: int) -> None:
@@ -112,35 +205,20 @@ def _parse_lmcache_line(obj: dict, out: ParsedFile, n: int) -> None:
     for key in ("timestamp", "chunk_size", "seq_len", "chunk_hashes"):
         if key not in obj:
             raise PayloadError(str(path), f"missing field {key!r}", n)
-    ts = _number(obj, "timestamp", path, n)
-    chunk_size = _int(obj, "chunk_size", path, n, minimum=1)
-    seq_len = _int(obj, "seq_len", path, n)
+    ts = _seconds(obj, "timestamp", path, n, 1.0, "unix seconds")
+    chunk_size = _int(obj, "chunk_size", path, n, minimum=1, maximum=MAX_CHUNK_TOKENS)
+    seq_len = _int(obj, "seq_len", path, n, maximum=MAX_TOKENS)
     hashes = obj["chunk_hashes"]
-    if not isinstance(hashes, list) or not all(isinstance(h, str) and h for h in hashes):
+    if not isinstance(hashes, list) or not all(isinstance(h, str) and 0 < len(h) <= 256 for h in hashes):
         raise PayloadError(str(path), "'chunk_hashes' must be a list of hash strings", n)
     if len(hashes) * chunk_size > seq_len:
         raise PayloadError(str(path), f"{len(hashes)} chunks of {chunk_size} tokens exceed "
                            f"seq_len {seq_len} (chunk_hashes cover full chunks only)", n)
-    for key in ("request_id", "model_name"):
-        if key in obj and not isinstance(obj[key], str):
-            raise PayloadError(str(path), f"{key!r} must be a string", n)
-    shapes, dtypes = obj.get("shapes", []), obj.get("dtypes", [])
-    if not isinstance(shapes, list) or not all(
-            isinstance(s, list) and all(isinstance(x, int) and x >= 0 for x in s) for s in shapes):
-        raise PayloadError(str(path), "'shapes' must be a list of integer lists", n)
-    if not isinstance(dtypes, list) or not all(isinstance(d, str) for d in dtypes):
-        raise PayloadError(str(path), "'dtypes' must be a list of strings", n)
-    bpc = kv_bytes_per_chunk(shapes, dtypes)
-    if bpc is not None:
-        if out.bytes_per_chunk is None:
-            out.bytes_per_chunk = bpc
-        elif bpc != out.bytes_per_chunk:
-            raise PayloadError(str(path), f"shapes/dtypes give {bpc} bytes per chunk, earlier "
-                               f"lines {out.bytes_per_chunk}: one trace holds one KV layout "
-                               "(import models separately)", n)
+    request_id, model = _text(obj, "request_id", path, n), _text(obj, "model_name", path, n)
+    _layout(obj, out, n)
     out.ts.append(ts)
-    out.request_id.append(obj.get("request_id"))
-    out.model_name.append(obj.get("model_name"))
+    out.request_id.append(request_id)
+    out.model_name.append(model)
     out.chunk_size.append(chunk_size)
     out.seq_len.append(seq_len)
     out.output_len.append(None)
@@ -153,9 +231,9 @@ def _parse_mooncake_line(obj: dict, out: ParsedFile, n: int, block: int) -> None
     for key in ("timestamp", "input_length", "hash_ids"):
         if key not in obj:
             raise PayloadError(str(path), f"missing field {key!r}", n)
-    ts = _number(obj, "timestamp", path, n) / 1000.0
-    seq_len = _int(obj, "input_length", path, n)
-    output_len = _int(obj, "output_length", path, n) if "output_length" in obj else None
+    ts = _seconds(obj, "timestamp", path, n, 1000.0, "milliseconds")
+    seq_len = _int(obj, "input_length", path, n, maximum=MAX_TOKENS)
+    output_len = _int(obj, "output_length", path, n, maximum=MAX_TOKENS) if "output_length" in obj else None
     ids = obj["hash_ids"]
     if not isinstance(ids, list) or not all(
             isinstance(h, int) and not isinstance(h, bool) and 0 <= h <= _INT64_MAX for h in ids):
@@ -174,68 +252,189 @@ def _parse_mooncake_line(obj: dict, out: ParsedFile, n: int, block: int) -> None
     out.offsets.append(len(out.int_keys))
 
 
+@dataclass(frozen=True)
+class Scan:
+    """What ``scan_file`` read of one file."""
+
+    path: Path
+    format: str
+    sha256: str
+    """Of the file's first ``bytes`` bytes."""
+    prefix_sha256: str
+    """Of the first ``skip_bytes`` bytes (what an earlier import took)."""
+    bytes: int
+    """Bytes imported, whole lines only (a complete last line without newline included)."""
+    lines: int
+    """Lines imported, blank ones included (the line count after this import)."""
+    requests: int
+    bytes_per_chunk: int | None
+    partial_tail: bool
+    """An incomplete last line was left for the next import."""
+
+
+def _hash_prefix(fh, skip_bytes: int, h) -> None:
+    left = skip_bytes
+    while left > 0:
+        chunk = fh.read(min(_READ, left))
+        if not chunk:
+            break
+        h.update(chunk)
+        left -= len(chunk)
+
+
+def scan_file(path: Path, fmt: str, *, skip_bytes: int = 0, skip_lines: int = 0, block: int = MOONCAKE_BLOCK,
+              upto: int | None = None, on_batch: Callable[[ParsedFile], None] | None = None) -> Scan:
+    """Stream ``path`` from ``skip_bytes`` (an earlier import's length; ``skip_lines`` its line
+    count), validating every line and handing ``on_batch`` the validated lines in batches (module
+    doc). ``upto``: stop at this byte (the length a first scan found). Long on purpose: the line
+    loop, the resume rule and the tail rule read together."""
+    path = Path(path)
+    whole, prefix = hashlib.sha256(), hashlib.sha256()
+    with open(path, "rb") as fh:
+        _hash_prefix(fh, skip_bytes, prefix)
+        whole = prefix.copy()
+        pos, n = skip_bytes, skip_lines
+        if skip_bytes > 0:  # an earlier import that took a last line without its newline ends mid-line
+            fh.seek(skip_bytes - 1)
+            mid_line = fh.read(1) != b"\n"
+        else:
+            mid_line = False
+        batch = ParsedFile(path=path, format=fmt, sha256="", bytes=0, lines=0, start_line=n + 1)
+        layout, requests, partial = None, 0, False
+        while upto is None or pos < upto:
+            raw = fh.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                break
+            if upto is not None and pos + len(raw) > upto:
+                raw = raw[: upto - pos]
+            if mid_line:  # the rest of the line the earlier import took: only its newline may follow
+                mid_line = False
+                if raw != b"\n":
+                    raise PayloadError(str(path), "the last line imported before has been extended since",
+                                       skip_lines)
+                whole.update(raw)
+                pos += len(raw)
+                continue
+            n += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise PayloadError(str(path), f"line longer than {MAX_LINE_BYTES // 2**20} MiB", n)
+            complete = raw.endswith(b"\n")
+            if not complete and not raw.strip():  # blanks after the last newline: not a line yet
+                n -= 1
+                break
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                if not complete:  # a tail cut inside a character: still being written
+                    partial, n = True, n - 1
+                    break
+                raise PayloadError(str(path), "not UTF-8 text", n) from None
+            if not complete and line.strip():
+                try:
+                    json.loads(line)
+                except ValueError:
+                    partial, n = True, n - 1  # still being written: the next import takes it
+                    break
+            if line.strip():
+                obj = load_line(line, path, n)
+                if not isinstance(obj, dict):
+                    raise PayloadError(str(path), "a trace line must be a JSON object", n)
+                batch.bytes_per_chunk = layout
+                if fmt == "lmcache":
+                    _parse_lmcache_line(obj, batch, n)
+                else:
+                    _parse_mooncake_line(obj, batch, n, block)
+                layout = batch.bytes_per_chunk
+                batch.line_no.append(n)
+                requests += 1
+            whole.update(raw)
+            pos += len(raw)
+            if batch.requests >= BATCH_LINES or batch.refs >= BATCH_REFS:
+                if on_batch is not None:
+                    batch.bytes, batch.lines, batch.sha256 = pos, n, whole.hexdigest()
+                    on_batch(batch)
+                batch = ParsedFile(path=path, format=fmt, sha256="", bytes=0, lines=0, start_line=n + 1)
+        if on_batch is not None and (batch.requests or pos > skip_bytes):
+            batch.bytes, batch.lines, batch.sha256 = pos, n, whole.hexdigest()
+            on_batch(batch)  # the last batch, or only the blank lines after the last one
+    return Scan(path, fmt, whole.hexdigest(), prefix.hexdigest(), pos, n, requests, layout, partial)
+
+
 def parse_file(path: Path, fmt: str, *, skip_bytes: int = 0, skip_lines: int = 0,
                block: int = MOONCAKE_BLOCK) -> ParsedFile:
-    """Validate the lines of ``path`` after ``skip_bytes`` (whole file by default)."""
-    data = Path(path).read_bytes()
-    body = data[skip_bytes:]
-    cut = body.rfind(b"\n") + 1
-    tail = body[cut:]
-    complete = body[:cut]
-    take_tail = False
-    if tail.strip():
-        try:
-            json.loads(tail)
-            take_tail = True
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            take_tail = False  # still being written: the next import takes it
-    chunk = body if take_tail else complete
-    out = ParsedFile(path=Path(path), format=fmt, sha256="", bytes=skip_bytes + len(chunk),
-                     lines=skip_lines, start_line=skip_lines + 1,
-                     partial_tail=bool(tail.strip()) and not take_tail)
-    text_lines = chunk.split(b"\n")
-    if text_lines and text_lines[-1] == b"":
-        text_lines.pop()
-    for i, raw in enumerate(text_lines):
-        n = skip_lines + i + 1
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise PayloadError(str(path), "not UTF-8 text", n) from None
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PayloadError(str(path), f"not JSON: {e.msg} (column {e.colno})", n) from None
-        if not isinstance(obj, dict):
-            raise PayloadError(str(path), "a trace line must be a JSON object", n)
-        if fmt == "lmcache":
-            _parse_lmcache_line(obj, out, n)
-        else:
-            _parse_mooncake_line(obj, out, n, block)
-        out.line_no.append(n)
-    out.lines = skip_lines + len(text_lines)
-    out.sha256 = hashlib.sha256(data[:out.bytes]).hexdigest()
+    """The validated lines of ``path`` after ``skip_bytes`` in one ``ParsedFile`` (whole file by
+    default; its memory grows with the file: the import streams with ``scan_file`` instead)."""
+    out = ParsedFile(path=Path(path), format=fmt, sha256="", bytes=0, lines=0, start_line=skip_lines + 1)
+
+    def take(b: ParsedFile) -> None:
+        if not b.requests:
+            return
+        base = len(out.hex_keys) if fmt == "lmcache" else len(out.int_keys)
+        for name in ("line_no", "ts", "request_id", "model_name", "chunk_size", "seq_len", "output_len",
+                     "int_keys", "hex_keys"):
+            getattr(out, name).extend(getattr(b, name))
+        out.offsets.extend(base + o for o in b.offsets[1:])
+
+    s = scan_file(path, fmt, skip_bytes=skip_bytes, skip_lines=skip_lines, block=block, on_batch=take)
+    out.sha256, out.bytes, out.lines = s.sha256, s.bytes, s.lines
+    out.bytes_per_chunk, out.partial_tail = s.bytes_per_chunk, s.partial_tail
     return out
 
 
-def expand_paths(paths: list[Path]) -> list[Path]:
-    """Files as given; a directory gives its ``lookup_hashes_*.jsonl`` (name order)."""
-    files: list[Path] = []
+INSTANCE_MAX = 200
+"""Longest instance name (a directory name or ``--instance``)."""
+
+
+def _logs_in(d: Path) -> list[Path]:
+    return sorted(d.glob(LMCACHE_GLOB))
+
+
+def expand_paths(paths: list[Path], instance: str | None = None) -> list[tuple[Path, str]]:
+    """Each file with the cache instance it belongs to (name order within a directory).
+
+    A file belongs to ``instance`` when given, else to the directory it lies in (its name). A
+    directory gives its ``lookup_hashes_*.jsonl``; a directory that holds none but has
+    sub-directories that do (one per LMCache server, e.g. ``logs/lmcache-0/``,
+    ``logs/lmcache-1/``) gives each of them as its own instance. Files are told apart by
+    (instance, name): two LMCache servers started in the same second write files of the same
+    name, in different directories."""
+    if instance is not None and (not instance.strip() or len(instance) > INSTANCE_MAX):
+        raise KvplanError(f"must be a name of 1 to {INSTANCE_MAX} characters", source="instance")
+    out: list[tuple[Path, str]] = []
+    dirs: dict[str, Path] = {}  # instance -> the directory that named it
+
+    def add(files: list[Path], d: Path) -> None:
+        name = instance if instance is not None else d.name
+        if instance is None and name in dirs and dirs[name].resolve() != d.resolve():
+            raise PayloadError(str(d), f"{dirs[name]} is also a directory named {name!r}: a log's "
+                               "directory names its cache instance; import them one at a time "
+                               "with --instance")
+        dirs.setdefault(name, d)
+        out.extend((f, name) for f in files)
+
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(p.glob(LMCACHE_GLOB))
-            if not found:
-                raise PayloadError(str(p), f"directory holds no {LMCACHE_GLOB} file")
-            files.extend(found)
+            found = _logs_in(p)
+            if found:
+                add(found, p)
+                continue
+            subs = [s for s in sorted(p.iterdir()) if s.is_dir() and _logs_in(s)]
+            if not subs:
+                raise PayloadError(str(p), f"directory holds no {LMCACHE_GLOB} file (nor "
+                                   "sub-directories of them, one per cache instance)")
+            if instance is not None:
+                raise PayloadError(str(p), f"holds {len(subs)} instance directories "
+                                   f"({', '.join(s.name for s in subs)}): --instance names one")
+            for s in subs:
+                add(_logs_in(s), s)
         elif p.is_file():
-            files.append(p)
+            add([p], p.parent)
         else:
             raise PayloadError(str(p), "no such file or directory")
-    names = [f.name for f in files]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise PayloadError(str(files[0].parent), f"two files named {sorted(dup)[0]}: a trace's "
-                           "files are told apart by name")
-    return files
+    seen: set[tuple[str, str]] = set()
+    for f, name in out:
+        if (name, f.name) in seen:
+            raise PayloadError(str(f), f"two files named {f.name} in instance {name!r}: an "
+                               "instance's files are told apart by name")
+        seen.add((name, f.name))
+    return out

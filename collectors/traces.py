@@ -13,8 +13,12 @@ Two formats, one JSON object per line:
   the partial last block included). Only full blocks are kept, as LMCache caches only full
   chunks: the partial tail is a miss under both.
 
-Every file is validated whole before anything is written; an error names the file and the
-line (:class:`kvplan.collectors.parse.PayloadError`). Re-importing is a no-op: each file's imported
+Every file is validated whole before anything is written (a first streaming pass); an error
+names the file and the line (:class:`kvplan.collectors.parse.PayloadError`). Files are streamed,
+never read whole: the import's own memory is one line (at most 16 MiB) and one batch (at most
+8,192 lines and 131,072 chunk references), whatever the file's size; DuckDB adds its index of
+the trace's distinct chunk hashes (it grows with distinct chunks, not with the file).
+``bench/trace_memory_bench.py`` measures it. Re-importing is a no-op: each file's imported
 length and the sha256 of those bytes are recorded; a file seen again unchanged is skipped, a
 file that has grown since (the log LMCache is still writing) is imported from where the last
 import stopped, and a file whose imported part changed is refused (:class:`ConflictError`).
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,12 +44,14 @@ from kvplan.collectors.store import ConflictError
 from kvplan.collectors.trace_parse import (
     FORMATS,
     LMCACHE_GLOB,
+    MAX_BYTES_PER_CHUNK,
     MOONCAKE_BLOCK,
     ParsedFile,
+    Scan,
     TraceError,
     detect_format,
     expand_paths,
-    parse_file,
+    scan_file,
 )
 from kvplan.models.cache import sim
 from kvplan.models.core.errors import KvplanError
@@ -60,6 +65,7 @@ class FileResult:
     status: str  # imported | extended | unchanged
     requests: int
     partial_tail: bool = False
+    instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,15 +84,22 @@ class ImportResult:
 
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                  fmt: str = "auto", bytes_per_chunk: int | None = None,
-                 block: int = MOONCAKE_BLOCK) -> ImportResult:
-    """Validate every file, then store the new lines in one transaction (module doc). Long on
-    purpose: validation, the per-file resume/conflict rules and the one write transaction are
-    read top to bottom, so that nothing is written before every file passed."""
-    files = expand_paths(paths)
+                 block: int = MOONCAKE_BLOCK, instance: str | None = None) -> ImportResult:
+    """Validate every file (a first streaming pass, nothing kept), then store the new lines (a
+    second pass, one transaction per batch with the file's progress): nothing is written unless
+    every file passed, a crash leaves each file imported up to a batch boundary (the next import
+    goes on from there: nothing lost, nothing doubled), and memory is bounded by one line and one
+    batch (``trace_parse``), not by the files' size. Each file belongs to a cache instance
+    (``instance``, else its directory's name: ``trace_parse.expand_paths``); files are told apart
+    by (instance, name)."""
+    pairs = expand_paths(paths, instance)
+    files = [f for f, _ in pairs]
+    inst = dict(pairs)
     if not files:
         raise PayloadError("import-trace", "no file given")
-    if bytes_per_chunk is not None and bytes_per_chunk <= 0:
-        raise KvplanError("must be > 0", source="bytes_per_chunk")
+    if bytes_per_chunk is not None and not 1 <= bytes_per_chunk <= MAX_BYTES_PER_CHUNK:
+        raise KvplanError(f"must be from 1 to {MAX_BYTES_PER_CHUNK:,} (1 TiB); got {bytes_per_chunk}",
+                          source="--bytes-per-chunk")
     if fmt not in ("auto", *FORMATS):
         raise KvplanError(f"unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}",
                           source="format")
@@ -97,60 +110,25 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
                            "separately")
     kind = kinds.pop()
     trace_name = name or ("lmcache" if kind == "lmcache" else files[0].stem)
-
     with db.read() as con:
-        row = _one(con, "trace_by_name", deployment=deployment, name=trace_name)
-        state = {}
-        if row is not None:
-            if row["format"] != kind:
-                raise ConflictError(f"trace {trace_name!r} of deployment {deployment!r} holds "
-                                    f"{row['format']} lines, not {kind}", source=str(files[0]))
-            for f in files:
-                prev = _one(con, "trace_file", trace_id=row["trace_id"], file=f.name)
-                if prev is not None:
-                    state[f.name] = prev
-
-    parsed: list[ParsedFile] = []
-    results: list[FileResult] = []
-    for f in files:
-        prev = state.get(f.name)
-        skip_b, skip_l = 0, 0
-        if prev is not None:
-            size = f.stat().st_size
-            with open(f, "rb") as fh:
-                head = fh.read(prev["bytes"])
-            if size < prev["bytes"] or hashlib.sha256(head).hexdigest() != prev["sha256"]:
-                raise ConflictError(f"changed since it was imported into trace {trace_name!r} "
-                                    f"({prev['bytes']} bytes, sha256 {prev['sha256'][:12]}...)",
-                                    source=str(f))
-            skip_b, skip_l = prev["bytes"], prev["lines"]
-        p = parse_file(f, kind, skip_bytes=skip_b, skip_lines=skip_l, block=block)
-        parsed.append(p)
-        if prev is not None and p.bytes == prev["bytes"]:
-            results.append(FileResult(f.name, "unchanged", 0, p.partial_tail))
-        else:
-            results.append(FileResult(f.name, "extended" if prev else "imported", p.requests,
-                                      p.partial_tail))
-    layouts = {p.bytes_per_chunk for p in parsed if p.bytes_per_chunk is not None}
+        row, state = _trace_state(con, deployment, trace_name, kind, inst)
+    scans = [_validate(f, kind, state.get(f), trace_name, block) for f in files]
+    layouts = {s.bytes_per_chunk for s in scans if s.bytes_per_chunk is not None}
     if row is not None and row["bytes_source"] == "shapes/dtypes" and row["bytes_per_chunk"]:
         layouts.add(row["bytes_per_chunk"])
     if len(layouts) > 1 and bytes_per_chunk is None:
         raise PayloadError(str(files[0]), f"files give different KV bytes per chunk "
                            f"({sorted(layouts)}): one trace holds one KV layout")
-
     with db.write() as con:
+        now, now_state = _trace_state(con, deployment, trace_name, kind, inst)
+        if (now is None) != (row is None) or now_state != state:  # another import meanwhile: refuse, retry
+            raise ConflictError("imported by another process meanwhile: run again", source=str(files[0]))
         if row is None:
             trace_id = Database.scalar(
                 con, "insert_trace", deployment=deployment, name=trace_name, format=kind,
                 n_bytes_per_chunk=None, bytes_source=None, created_at=utcnow())
             row = {"trace_id": trace_id, "bytes_per_chunk": None, "bytes_source": None}
         trace_id = row["trace_id"]
-        for f, _p in zip(files, parsed, strict=True):  # someone else imported meanwhile: refuse, retry
-            now = _one(con, "trace_file", trace_id=trace_id, file=f.name)
-            was = state.get(f.name)
-            if (now is None) != (was is None) or (now and was and now["bytes"] != was["bytes"]):
-                raise ConflictError("imported by another process meanwhile: run again",
-                                    source=str(f))
         bpc, source = row["bytes_per_chunk"], row["bytes_source"]
         if bytes_per_chunk is not None:
             bpc, source = int(bytes_per_chunk), "option"
@@ -159,59 +137,141 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         if (bpc, source) != (row["bytes_per_chunk"], row["bytes_source"]):
             Database.run(con, "set_trace_bytes", trace_id=trace_id, n_bytes_per_chunk=bpc,
                          bytes_source=source)
-        keymap: dict[str, int] = {}  # LMCache chunk hash -> key (LMCache traces only)
-        if kind == "lmcache":
-            keymap = dict(con.execute(
-                "SELECT hash, key FROM trace_chunk_keys WHERE trace_id = ?", [trace_id]).fetchall())
-        for p in parsed:
-            if p.requests:
-                _insert_requests(con, trace_id, p, keymap)
-            Database.run(con, "upsert_trace_file", trace_id=trace_id, file=p.path.name,
-                         sha256=p.sha256, n_bytes=p.bytes, n_lines=p.lines, imported_at=utcnow())
-    return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(results))
+        for f, was in state.items():
+            if was["instance"] != inst[f]:  # imported before traces had instances: adopt it
+                Database.run(con, "adopt_trace_file_rows", trace_id=trace_id, instance=inst[f], file=f.name)
+                Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=inst[f], file=f.name,
+                             sha256=was["sha256"], n_bytes=was["bytes"], n_lines=was["lines"],
+                             imported_at=utcnow())
+                Database.run(con, "drop_legacy_trace_file", trace_id=trace_id, file=f.name)
+    for s in scans:
+        _store(db, trace_id, s, state.get(s.path), block, inst[s.path])
+    return ImportResult(deployment, trace_name, trace_id, kind, bpc, tuple(
+        FileResult(s.path.name, "unchanged" if prev is not None and s.bytes == prev["bytes"]
+                   and prev["instance"] == inst[s.path] else "extended" if prev is not None else "imported",
+                   s.requests, s.partial_tail, inst[s.path])
+        for s, prev in ((s, state.get(s.path)) for s in scans)))
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile, keymap: dict[str, int]) -> None:
+def _trace_state(con: object, deployment: str, trace_name: str, kind: str,
+                 inst: dict[Path, str]) -> tuple[dict | None, dict[Path, dict]]:
+    """The trace's row (None: new) and what earlier imports took of each file of its instance.
+    A file imported before traces had instances (instance '') whose imported part is unchanged is
+    the same file: the import adopts it rather than importing it again (once per file name)."""
+    row = _one(con, "trace_by_name", deployment=deployment, name=trace_name)
+    state: dict[Path, dict] = {}
+    if row is not None:
+        if row["format"] != kind:
+            raise ConflictError(f"trace {trace_name!r} of deployment {deployment!r} holds "
+                                f"{row['format']} lines, not {kind}", source=str(next(iter(inst))))
+        adopted: set[str] = set()
+        for f, name in inst.items():
+            prev = _one(con, "trace_file", trace_id=row["trace_id"], instance=name, file=f.name)
+            if prev is None and f.name not in adopted:
+                legacy = _one(con, "trace_file", trace_id=row["trace_id"], instance="", file=f.name)
+                if legacy is not None and _head_sha(f, legacy["bytes"]) == legacy["sha256"]:
+                    prev = legacy
+                    adopted.add(f.name)
+            if prev is not None:
+                state[f] = {k: prev[k] for k in ("bytes", "lines", "sha256", "instance")}
+    return row, state
+
+
+def _head_sha(f: Path, n: int) -> str | None:
+    """sha256 of the first ``n`` bytes of ``f`` (read in 1 MiB blocks; None: shorter)."""
+    h = hashlib.sha256()
+    left = n
+    with open(f, "rb") as fh:
+        while left > 0:
+            b = fh.read(min(left, 1 << 20))
+            if not b:
+                return None
+            h.update(b)
+            left -= len(b)
+    return h.hexdigest()
+
+
+def _validate(f: Path, kind: str, prev: dict | None, trace_name: str, block: int) -> Scan:
+    """The first pass over one file: every new line validated, nothing kept; a file whose
+    imported part changed is refused."""
+    skip_b, skip_l = (prev["bytes"], prev["lines"]) if prev is not None else (0, 0)
+    if prev is not None and f.stat().st_size < skip_b:
+        raise ConflictError(f"changed since it was imported into trace {trace_name!r} (shorter than the "
+                            f"{skip_b} bytes imported)", source=str(f))
+    scan = scan_file(f, kind, skip_bytes=skip_b, skip_lines=skip_l, block=block)
+    if prev is not None and scan.prefix_sha256 != prev["sha256"]:
+        raise ConflictError(f"changed since it was imported into trace {trace_name!r} "
+                            f"({prev['bytes']} bytes, sha256 {prev['sha256'][:12]}...)", source=str(f))
+    return scan
+
+
+def _store(db: Database, trace_id: int, scan: Scan, prev: dict | None, block: int, instance: str) -> None:
+    """The second pass over one file, up to the length the first pass found: each batch in its own
+    transaction with the file's progress (bytes, lines, sha256 of the part taken), so a crash leaves
+    a file imported up to a batch boundary and the next import goes on from there; a batch finding
+    the progress moved (another import of the same file) is refused."""
+    if prev is not None and scan.bytes == prev["bytes"]:
+        return
+    done = {"bytes": prev["bytes"] if prev is not None else None}
+
+    def write(batch: ParsedFile) -> None:
+        with db.write() as con:
+            now = _one(con, "trace_file", trace_id=trace_id, instance=instance, file=scan.path.name)
+            if (now["bytes"] if now is not None else None) != done["bytes"]:
+                raise ConflictError("imported by another process meanwhile: run again", source=str(scan.path))
+            if batch.requests:
+                _insert_requests(con, trace_id, batch, instance)
+            Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=instance, file=scan.path.name,
+                         sha256=batch.sha256,
+                         n_bytes=batch.bytes, n_lines=batch.lines, imported_at=utcnow())
+        done["bytes"] = batch.bytes
+
+    skip_b, skip_l = (prev["bytes"], prev["lines"]) if prev is not None else (0, 0)
+    scan_file(scan.path, scan.format, skip_bytes=skip_b, skip_lines=skip_l, block=block, upto=scan.bytes,
+              on_batch=write)
+
+
+def _lmcache_keys(con, trace_id: int, hex_keys: list[str]) -> np.ndarray:
+    """Keys of a batch's hex hashes: new hashes get the next keys in order of first appearance
+    (in DuckDB, so the hash -> key map never has to fit in Python's memory)."""
+    batch_hashes = pa.table({"ord": pa.array(np.arange(len(hex_keys), dtype=np.int64)),  # noqa: F841 (DuckDB)
+                             "hash": pa.array(hex_keys, pa.string())})
+    con.execute("""
+        INSERT INTO trace_chunk_keys
+        SELECT $trace_id, n.hash,
+               (SELECT count(*) FROM trace_chunk_keys WHERE trace_id = $trace_id)
+                 + row_number() OVER (ORDER BY n.first) - 1
+        FROM (SELECT b.hash, min(b.ord) AS first FROM batch_hashes b
+              WHERE b.hash NOT IN (SELECT hash FROM trace_chunk_keys WHERE trace_id = $trace_id)
+              GROUP BY b.hash) n""", {"trace_id": trace_id})
+    got = con.execute("""
+        SELECT k.key FROM batch_hashes b JOIN trace_chunk_keys k ON k.trace_id = $trace_id AND k.hash = b.hash
+        ORDER BY b.ord""", {"trace_id": trace_id}).fetchnumpy()["key"]
+    return np.asarray(got, dtype=np.int64)
+
+
+def _insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
     if p.format == "lmcache":
-        start = len(keymap)
-        new: dict[str, int] = {}
-        keys = array("q")
-        for h in p.hex_keys:
-            k = keymap.get(h)
-            if k is None:
-                k = new.get(h)
-                if k is None:
-                    k = start + len(new)
-                    new[h] = k
-            keys.append(k)
-        if new:
-            chunk_map = pa.table({"trace_id": pa.array([trace_id] * len(new), pa.int64()),  # noqa: F841
-                                  "hash": list(new.keys()),
-                                  "key": pa.array(list(new.values()), pa.int64())})
-            con.execute("INSERT INTO trace_chunk_keys SELECT * FROM chunk_map")
-            keymap.update(new)
+        keys = _lmcache_keys(con, trace_id, p.hex_keys) if p.hex_keys else np.zeros(0, np.int64)
     else:
-        keys = p.int_keys
+        keys = np.frombuffer(p.int_keys, dtype=np.int64) if len(p.int_keys) else np.zeros(0, np.int64)
     n = p.requests
-    values = pa.array(np.frombuffer(keys, dtype=np.int64) if len(keys) else
-                      np.zeros(0, np.int64))
-    offsets = pa.array(np.frombuffer(p.offsets, dtype=np.int64).astype(np.int32)
-                       if len(keys) < 2**31 else np.frombuffer(p.offsets, dtype=np.int64))
-    lists = (pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray).from_arrays(
-        offsets, values)
+    lists = pa.LargeListArray.from_arrays(pa.array(np.frombuffer(p.offsets, dtype=np.int64)), pa.array(keys))
     reqs = pa.table({  # noqa: F841 (read by DuckDB by name)
         "trace_id": pa.array(np.full(n, trace_id, np.int64)),
         "file": pa.array([p.path.name] * n, pa.string()),
-        "line": pa.array(np.frombuffer(p.line_no, dtype=np.int64).astype(np.int32)),
+        "line": pa.array(np.frombuffer(p.line_no, dtype=np.int64)),
         "ts": pa.array(np.frombuffer(p.ts, dtype=np.float64)),
         "request_id": pa.array(p.request_id, pa.string()),
         "model_name": pa.array(p.model_name, pa.string()),
-        "chunk_size": pa.array(np.frombuffer(p.chunk_size, dtype=np.int64).astype(np.int32)),
-        "seq_len": pa.array(np.frombuffer(p.seq_len, dtype=np.int64).astype(np.int32)),
-        "output_len": pa.array(p.output_len, pa.int32()),
+        "chunk_size": pa.array(np.frombuffer(p.chunk_size, dtype=np.int64)),
+        "seq_len": pa.array(np.frombuffer(p.seq_len, dtype=np.int64)),
+        "output_len": pa.array(p.output_len, pa.int64()),
         "chunk_keys": lists,
+        "instance": pa.array([instance] * n, pa.string()),
     })
-    con.execute("INSERT INTO trace_requests SELECT * FROM reqs")
+    con.execute("INSERT INTO trace_requests (trace_id, file, line, ts, request_id, model_name, chunk_size, "
+                "seq_len, output_len, chunk_keys, instance) SELECT * FROM reqs")
 
 
 def _one(con, query: str, **params) -> dict | None:
@@ -234,11 +294,16 @@ class TraceInfo:
     format: str
     bytes_per_chunk: int | None
     bytes_source: str | None
+    instances: tuple[str, ...] = ()
+    """Cache instances in the replayed window, in name order (``Trace.instance`` indexes them)."""
 
 
 def load_trace(db: Database, deployment: str, name: str | None = None, *,
-               model_name: str | None = None) -> tuple[sim.Trace, TraceInfo]:
-    """A stored trace in replay order, columnar (no per-request Python objects)."""
+               model_name: str | None = None, t_from: float | None = None,
+               t_to: float | None = None) -> tuple[sim.Trace, TraceInfo]:
+    """A stored trace in replay order, columnar (no per-request Python objects): the logs of
+    all its cache instances merged by time, each request's time and instance kept.
+    ``t_from``/``t_to`` (unix seconds for LMCache logs) keep the requests in [t_from, t_to]."""
     with db.read() as con:
         if name is None:
             rows = Database.run(con, "traces", deployment=deployment).fetchall()
@@ -250,10 +315,18 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
         if row is None:
             raise TraceError(f"deployment {deployment!r} has no trace named {name!r}",
                              source="trace")
-        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name))
+        if model_name is not None:
+            models = [r[0] for r in con.execute("SELECT DISTINCT model_name FROM trace_requests WHERE trace_id = ? "
+                                                 "ORDER BY 1", [row["trace_id"]]).fetchall()]
+            if model_name not in models:
+                raise TraceError(f"trace {name!r} has no requests of model {model_name!r}; its models: "
+                                 f"{', '.join(repr(m) for m in models) or 'none named'}", source="--model")
+        tbl = _arrow(Database.run(con, "trace_replay", trace_id=row["trace_id"], model_name=model_name,
+                                  from_unix_s=t_from, to_unix_s=t_to))
+    trace, names = table_to_trace(tbl)
     info = TraceInfo(row["trace_id"], row["name"], row["format"], row["bytes_per_chunk"],
-                     row["bytes_source"])
-    return table_to_trace(tbl), info
+                     row["bytes_source"], names)
+    return trace, info
 
 
 def _arrow(cur) -> pa.Table:
@@ -264,17 +337,27 @@ def _arrow(cur) -> pa.Table:
         return fetch()
 
 
-def table_to_trace(tbl: pa.Table) -> sim.Trace:
-    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` -> a :class:`sim.Trace`."""
+def table_to_trace(tbl: pa.Table) -> tuple[sim.Trace, tuple[str, ...]]:
+    """Arrow columns ``chunk_keys``, ``seq_len``, ``chunk_size`` (and ``ts``, ``instance`` when
+    present) -> a :class:`sim.Trace` and the instance names its ``instance`` indexes."""
     keys = tbl.column("chunk_keys").combine_chunks()
     lengths = pc.list_value_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
     values = pc.list_flatten(keys).to_numpy(zero_copy_only=False)
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    ts = inst = None
+    names: tuple[str, ...] = ()
+    if "ts" in tbl.column_names:
+        ts = tbl.column("ts").to_numpy().astype(np.float64)
+    if "instance" in tbl.column_names:
+        col = tbl.column("instance").combine_chunks()
+        names = tuple(sorted(pc.unique(col).to_pylist()))
+        inst = pc.index_in(col, value_set=pa.array(names, pa.string())).to_numpy(
+            zero_copy_only=False).astype(np.int64)
     return sim.Trace(
         chunk_ids=np.ascontiguousarray(values, dtype=np.int64), offsets=offsets,
         seq_len=tbl.column("seq_len").to_numpy().astype(np.int64),
-        chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64))
+        chunk_size=tbl.column("chunk_size").to_numpy().astype(np.int64), ts=ts, instance=inst), names
 
 
 def ingest_trace_dir(db: Database, deployment: str, directory: Path, *,

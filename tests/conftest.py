@@ -56,6 +56,8 @@ SLOW_TESTS = {
     "test_db_reading.py::test_one_pass_reads_the_same_window_and_buckets_as_the_two_reads": "90 days read twice",
     "test_app_service.py::test_gauges_read_from_gauge_rollups_equal_raw": "days of gauges rolled up and read twice",
     "test_app_service.py::test_a_window_read_from_rollups_counts_what_the_raw_samples_count": "weeks rolled up",
+    "test_topology_ab.py::test_whatif_page_shows_today_against_the_shared_pool_and_ttft": "the What-if page, AppTest",
+    "test_topology_ab.py::test_report_section_has_today_and_ttft": "the report section rendered (vl-convert SVGs)",
 }
 
 
@@ -98,3 +100,14 @@ def server(request):
     yield make
     for s in made:
         s.close()
+
+
+@pytest.fixture(scope="session")
+def topology_ab(tmp_path_factory):
+    """Both sides of the recorded topology A/B in DuckDB (built once a session, about a minute:
+    288 scrapes of three targets a side). Read them; copy before writing."""
+    from tests.topology_ab import FIX, SIDES, load_side, meta
+
+    d = tmp_path_factory.mktemp("topology-ab")
+    dbs = {s: load_side(d / f"{s}.duckdb", FIX / s) for s in SIDES}
+    return dbs, {s: meta(FIX / s) for s in SIDES}

@@ -473,3 +473,24 @@ def test_cost_page_sizes_from_a_stored_load_sweep(scen, monkeypatch):
     assert table["side"].tolist() == ["without reuse", "with reuse"]
     assert table["limited by"].tolist()[0] == "ttft_p99"
     assert any("CPU-scale seconds, not GPU results" in c.value for c in t.caption)
+
+
+def test_a_bad_saved_fact_can_be_undone_from_the_cost_page(scen, monkeypatch):
+    # a row saved before the facts had upper bounds (total_model_params = 1e308 saved from the form):
+    # every page failed ("kvplan hit a bug on this page (OverflowError)") and the Cost page, rendering no
+    # form, could not undo it. Now the row is refused when read, naming it, and the form is still there
+    from kvplan.app.data.store import load_facts
+    from kvplan.sql.db import Database
+
+    with scen.write() as con:
+        Database.run(con, "put_facts", deployment=DEPLOYMENT, facts=json.dumps({"total_model_params": 1e308}))
+    t = run_app(monkeypatch, scen.path, "overview")
+    assert any("deployment facts saved for 'prod'" in e.value and "total_model_params" in e.value for e in t.error)
+    assert not any("hit a bug" in e.value for e in t.error)
+    t = run_app(monkeypatch, scen.path, "cost")
+    assert any("re-save them on the Cost & decision page" in e.value for e in t.error)
+    t.number_input(key="df_prod_total_model_params").set_value(8e9)
+    [b for b in t.button if b.label == "Save deployment facts"][0].click().run()
+    assert [s.value for s in t.success] == ["Deployment facts saved for 'prod'."]
+    assert load_facts(scen, DEPLOYMENT).facts.total_model_params == 8e9
+    assert metrics(t)["GPUs today"] == "4"  # the plan is back

@@ -149,3 +149,24 @@ def test_plan_gpus_is_bounded(db, tmp_path, gpus):
     r = hostile.runner.invoke(app, ["plan", "--deployment", "d", "--from", "2026-01-05T11:00:00Z", "--to",
                             "2026-01-05T13:00:00Z", "--gpus", gpus, "--db", str(db.path)])
     assert r.exit_code == 2 and "--gpus" in r.output and time.monotonic() - t0 < 30, r.output
+
+
+def test_plan_with_saved_facts_beyond_a_bound_exits_2_naming_them(tmp_path):
+    # a row saved before the bounds existed (total_model_params = 1e308): plan raised OverflowError in the
+    # replica memory check; now the saved row no longer validates and the error names it
+    import json
+
+    from kvplan.sql.db import Database
+    from tests.test_store_stats import one, put
+
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    put(db, 0, one(0, 0, [0, 0, 0]), deployment="p")
+    put(db, 1, one(10, 100, [2, 4, 4]), deployment="p")
+    with db.write() as con:
+        Database.run(con, "put_facts", deployment="p", facts=json.dumps({"total_model_params": 1e308}))
+    r = runner.invoke(app, ["plan", "--db", str(db.path), "--deployment", "p", "--from", "2026-11-30T09:00:00Z",
+                            "--to", "2026-11-30T11:00:00Z"])
+    assert r.exit_code == 2, r.output
+    assert "deployment facts saved for 'p'" in r.output and "total_model_params" in r.output
+    assert "Traceback" not in r.output and "OverflowError" not in r.output

@@ -234,3 +234,34 @@ def test_auth_secrets_are_checked(tmp_path):
     bad.write_text('[auth]\nclient_id = "x"\n')
     r = runner.invoke(app, ["dashboard", "--headless", "--auth-secrets", str(bad), "--db", str(tmp_path / "k.duckdb")])
     assert r.exit_code == 2 and "cookie_secret" in r.output and "--auth-secrets" in r.output, r.output
+
+
+# ---- deployment facts have upper bounds -------------------------------------------------
+@pytest.mark.parametrize("key, value", [("total_model_params", "1e308"), ("model_params", "1e308"),
+                                        ("gpu_peak_flops", "1e300"), ("kv_bytes_per_token", "1e300"),
+                                        ("max_context_tokens", "10000000000"), ("model_layers", "10000000"),
+                                        ("hidden_size", "10000000000"), ("lmcache_chunk_tokens", "1000000000")])
+def test_config_check_refuses_a_deployment_fact_beyond_its_bound(tmp_path, key, value):
+    # total_model_params = 1e308 passed `config check` and overflowed every later plan
+    cfg = write(tmp_path, GOOD.replace("prometheus_selector", f"facts = {{ {key} = {value} }}\nprometheus_selector"))
+    r = CliRunner().invoke(app, ["config", "check", "--config", str(cfg)])
+    assert r.exit_code == 2, r.output
+    assert f"DeploymentFacts.{key}: must be" in r.output and "Traceback" not in r.output
+
+
+def test_a_deployment_name_with_a_bidi_override_is_refused(tmp_path):
+    msg = error(tmp_path, GOOD.replace('name = "prod"', 'name = "prod\\u202e"'))
+    assert "deployments.0.name" in msg and "U+202E" in msg
+
+
+def test_config_check_says_when_one_server_is_configured_under_several_host_names(tmp_path):
+    # localhost, 127.0.0.1 and [::ffff:127.0.0.1] became three targets of one server: counted three times
+    three = GOOD + "".join(f'[[deployments.targets]]\nname = "t{i}"\nurl = "http://{h}:8000/metrics"\n'
+                           for i, h in enumerate(("localhost", "127.0.0.1", "[::ffff:127.0.0.1]")))
+    r = CliRunner().invoke(app, ["config", "check", "--config", str(write(tmp_path, three))])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "are one server (http://127.0.0.1:8000/metrics) under 3 names" in text
+    assert "'t0'" in text and "'t1'" in text and "'t2'" in text
+    r = CliRunner().invoke(app, ["config", "check", "--config", str(write(tmp_path, GOOD))])
+    assert "one server" not in r.output  # 10.0.0.5:8000 and :8090 are two servers

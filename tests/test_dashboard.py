@@ -13,10 +13,10 @@ from tests.hostile import PASSWORD, runner
 
 # -- hostile or careless inputs --------------------------------------------------------------
 def test_dashboard_flags_bind_loopback_and_make_no_outbound_call(monkeypatch, tmp_path):
-    import subprocess
+    from kvplan.app.cli import dashboard as dash
 
     seen = {}
-    monkeypatch.setattr(subprocess, "call", lambda cmd, **kw: seen.setdefault("cmd", cmd) and 0)
+    monkeypatch.setattr(dash, "serve", lambda cmd, env: seen.setdefault("cmd", cmd) and 0)
     r = runner.invoke(app, ["dashboard", "--headless", "--port", "8599", "--db", str(tmp_path / "k.duckdb")])
     assert r.exit_code == 0, r.output
     cmd = seen["cmd"]
@@ -25,7 +25,8 @@ def test_dashboard_flags_bind_loopback_and_make_no_outbound_call(monkeypatch, tm
     assert flags["--browser.gatherUsageStats"] == "false" and flags["--server.headless"] == "true"
     assert flags["--logger.hideWelcomeMessage"] == "true"          # no external-IP lookup
     seen.clear()
-    r = runner.invoke(app, ["dashboard", "--headless", "--address", "0.0.0.0", "--db", str(tmp_path / "k.duckdb")])
+    r = runner.invoke(app, ["dashboard", "--headless", "--address", "0.0.0.0", "--insecure-no-login",
+                            "--db", str(tmp_path / "k.duckdb")])
     assert r.exit_code == 0 and seen["cmd"][seen["cmd"].index("--server.address") + 1] == "0.0.0.0"
 
 
@@ -155,3 +156,74 @@ def test_dashboard_oidc_login_in_the_browser(db, tmp_path):
                 proc.wait(20)
             log.close()
     assert PASSWORD not in (tmp_path / "streamlit.log").read_text()
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "10.0.0.5", "[::ffff:10.0.0.5]"])
+def test_a_network_address_without_a_login_is_refused(monkeypatch, tmp_path, address):
+    # --address 0.0.0.0 without --auth-secrets served the editable forms to the network with no word
+    from kvplan.app.cli import dashboard as dash
+
+    monkeypatch.setattr(dash, "serve", lambda cmd, env: pytest.fail("started without a login"))
+    r = runner.invoke(app, ["dashboard", "--headless", "--address", address, "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 2, r.output
+    assert "no login" in r.output and "--auth-secrets" in r.output and "--insecure-no-login" in r.output
+
+
+def test_insecure_no_login_starts_with_a_loud_warning_and_loopback_needs_nothing(monkeypatch, tmp_path):
+    from kvplan.app.cli import dashboard as dash
+
+    monkeypatch.setattr(dash, "serve", lambda cmd, env: 0)
+    r = runner.invoke(app, ["dashboard", "--headless", "--address", "0.0.0.0", "--insecure-no-login",
+                            "--db", str(tmp_path / "k.duckdb")])
+    assert r.exit_code == 0 and "warning:" in r.output and "edit the price book" in r.output
+    for address in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+        r = runner.invoke(app, ["dashboard", "--headless", "--address", address, "--db", str(tmp_path / "k.duckdb")])
+        assert r.exit_code == 0 and "warning:" not in r.output, (address, r.output)
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_to_kvplan_dashboard_stops_its_streamlit_child(tmp_path):
+    # SIGTERM to `kvplan dashboard` left its Streamlit child running (still serving the port)
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    proc = subprocess.Popen([sys.executable, "-m", "kvplan.app.cli", "dashboard", "--headless", "--port", str(port),
+                             "--db", str(tmp_path / "k.duckdb")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        assert children, "no Streamlit child"
+        os.kill(proc.pid, signal.SIGTERM)  # the parent only, as a service manager sends it
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(map(_alive, children)):
+            time.sleep(0.2)
+        assert not any(map(_alive, children)), "the Streamlit child outlived its parent"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session this test started, whatever is left of it
+        except ProcessLookupError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False

@@ -38,11 +38,12 @@ ALLOWED = {("app/cli/demo.py", "deploy")}
 FLOORS = ("core", "inputs", "metrics", "prefill", "cache", "capacity", "decision")
 """models/ subpackages from the ground up, in pipeline order."""
 
-PURE_IMPORTS = {"__future__", "bisect", "collections", "dataclasses", "datetime", "enum", "functools", "heapq",
-                "itertools", "json", "math", "numpy", "random", "re", "statistics", "threading", "typing",
-                "urllib"}
+PURE_IMPORTS = {"__future__", "bisect", "collections", "copy", "dataclasses", "datetime", "enum", "functools",
+                "heapq", "itertools", "json", "math", "numpy", "random", "re", "statistics", "threading", "typing",
+                "unicodedata", "urllib"}
 """What models/ may import besides itself: computation only (``urllib`` is for ``urllib.parse``;
-``threading`` for the redaction registry's lock; ``random`` for seeded, deterministic draws)."""
+``threading`` for the redaction registry's lock;
+``unicodedata`` for the name check; ``random`` for seeded, deterministic draws)."""
 
 
 def module_of(path: Path) -> list[str]:

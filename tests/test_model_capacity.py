@@ -178,3 +178,64 @@ def test_growth_and_hit_rate_that_last():
 def test_invalid_inputs_name_the_field(change, field):
     with pytest.raises(ValueError, match=field):
         CapacityInputs(**{**CASE.__dict__, **change})
+
+
+# ---- fleets of 100,000 GPUs plan in seconds ---------------------------------------------
+def erlang_c_exact(c: int, a: int) -> float:
+    """Erlang C by factorials in exact rational arithmetic (integer load), for any c."""
+    from fractions import Fraction
+
+    term, total = Fraction(1), Fraction(0)
+    for k in range(c):
+        total += term
+        term = term * a / (k + 1)
+    top = term * c / (c - a)  # a^c / c! * c / (c - a)
+    return float(top / (total + top))
+
+
+@pytest.mark.parametrize("c, a", [(401, 380), (500, 450), (1200, 1150), (3000, 2950), (3000, 2000)])
+def test_erlang_c_of_large_fleets_matches_the_exact_formula(c, a):
+    # above 400 servers Erlang B is summed over the Poisson terms near the load (vectorised):
+    # the same value as the factorial formula, to 1e-9
+    assert erlang_c(c, float(a)) == pytest.approx(erlang_c_exact(c, a), rel=1e-9)
+
+
+def replicas_by_recursion(lam: float, s: float, slo: float, q: float) -> int:
+    """The one-pass recursion replicas_needed used for every size before the vectorised form."""
+    a, b = lam * s, 1.0
+    first = math.floor(a) + 1
+    for k in range(1, 10**7):
+        b = a * b / (k + a * b)
+        if k >= first:
+            c = k * b / (k - a * (1.0 - b))
+            wait = 0.0 if c <= 1.0 - q else math.log(c / (1.0 - q)) / (k / s - lam)
+            if s + wait <= slo:
+                return k
+    raise AssertionError("no size")
+
+
+@pytest.mark.parametrize("lam, s, slo", [(1000, 0.5, 0.6), (10_000, 0.2, 0.21), (2000, 1.0, 1.05),
+                                          (5000, 0.1, 2.0), (250_000, 0.4, 0.41)])
+def test_replicas_needed_of_large_loads_matches_the_recursion(lam, s, slo):
+    assert replicas_needed(lam, s, slo, 0.99) == replicas_by_recursion(lam, s, slo, 0.99)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("planning", [dict(growth_rate_per_month=0.05),
+                                      dict(growth_rate_per_month=2.0, horizon_months=120, headroom=10.0)])
+def test_a_plan_at_the_largest_fleet_allowed_takes_seconds(planning):
+    # `plan --gpus 100000` (the CLI's and the config's bound) took 219 s before: Erlang B ran its
+    # recursion over all 100,000 servers at every step of every bisection. Measured now: ~6 s on a
+    # loaded 2-core machine (bench/plan_bench.py prints the ratio); the timeout fails the regression
+    import time
+
+    from kvplan.models.decision.plan import plan
+    from kvplan.models.decision.verdict import PlanInputs
+    from kvplan.models.inputs.planning import PlanningInputs
+    from tests.test_model_decision import window
+
+    t0 = time.monotonic()
+    r = plan(PlanInputs(window(num_gpus=100_000), PriceBook(pricing_mode="cloud", usd_per_gpu_hour=2.5),
+                        PlanningInputs(**planning)))
+    assert r.decision.kind in ("BUY", "REUSE", "NOT_WORTH_IT")
+    assert time.monotonic() - t0 < 60

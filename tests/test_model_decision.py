@@ -303,3 +303,27 @@ def test_nothing_saved_and_nothing_spent_is_not_called_overhead_exceeding_the_sa
     assert ev.decision.reason == ("Nothing to gain: the cache saved no prefill in this window (hit rate 0.0 %, "
                                   "baseline without it 0.0 %); no overhead is priced either (shrink).")
     assert any(f.startswith("a hit rate above the baseline's 0.0 % (now 0.0 %)") for f in ev.decision.flips)
+
+
+# ---- the plan's own scenarios are not inputs ----------------------------------------------
+@pytest.mark.parametrize("price", [850.0, 1000.0])
+def test_a_saved_price_at_or_near_its_bound_still_plans(price):
+    # the form accepts up to $1,000/GPU-hour; the plan's flip draws (+-20 %) and tornado (+-25 %)
+    # reached $1,011 and $1,250 and were refused as inputs: plan and report exited 2
+    from kvplan.models.decision.plan import plan
+
+    r = plan(PlanInputs(window(), PriceBook(pricing_mode="cloud", usd_per_gpu_hour=price),
+                        PlanningInputs(ttft_p99_slo_seconds=2.0, growth_rate_per_month=2.0)))
+    by = {row.name: row for row in r.sensitivity}
+    assert by["GPU price"].high_input == pytest.approx(price * 1.25)
+    assert by["growth"].high_input == pytest.approx(2.05)  # the growth bound is 2.0/month
+    assert r.flip_probability is not None
+
+
+def test_owned_prices_at_their_bounds_still_plan():
+    from kvplan.models.decision.plan import plan
+
+    pb = PriceBook(pricing_mode="owned", capex_usd_per_gpu=10_000_000.0, power_hosting_usd_per_gpu_month=100_000.0,
+                   usd_per_ops_hour=10_000.0, ops_hours_per_month=744.0)
+    r = plan(PlanInputs(window(), pb, PlanningInputs(ttft_p99_slo_seconds=2.0)))
+    assert {row.name for row in r.sensitivity} >= {"GPU price", "cache overhead"}

@@ -178,3 +178,76 @@ def test_nan_summary_quantiles_are_accepted(db, tmp_path):
                  'vllm:x_seconds_count{model_name="m"} 0\nvllm:x_seconds_sum{model_name="m"} 0\n')
     r = import_file(db, "d", p, AT)
     assert r.status == "stored"
+
+
+# ---- series outside their family's block, sums that cannot be ---------------------------------------
+STRAY = """# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="m"} 100.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 10.0
+vllm:prompt_tokens_total{engine="1",model_name="m"} 50.0
+"""
+
+
+def test_a_series_outside_its_familys_block_joins_its_family_with_a_warning():
+    # prometheus_client's text parser makes the stray run its own family of type unknown: it was stored
+    # untyped and left out of every total
+    p = parse_payload(STRAY, "stray.prom")
+    got = {(s.name, s.engine): s.type for s in p.samples}
+    assert got == {("vllm:prompt_tokens_total", "0"): "counter", ("vllm:prompt_tokens_total", "1"): "counter",
+                   ("vllm:generation_tokens_total", "0"): "counter"}
+    assert any("(line 5) outside the lines of its family vllm:prompt_tokens (counter" in w for w in p.warnings)
+
+
+def test_a_series_outside_its_block_still_counts_in_the_totals(db, tmp_path):
+    # two scrapes a minute apart: engine 0 goes 100 -> 200, engine 1 (the stray line) 50 -> 150; all prompt
+    # tokens = 100 + 100 = 200 (it was 100: engine 1 untyped, left out)
+    from datetime import timedelta
+
+    from kvplan.app.data.window import stats
+
+    a, b = tmp_path / "a.prom", tmp_path / "b.prom"
+    a.write_text(STRAY)
+    b.write_text(STRAY.replace(" 100.0", " 200.0").replace(" 50.0", " 150.0").replace(" 10.0", " 20.0"))
+    import_file(db, "d", a, AT, target="v")
+    import_file(db, "d", b, AT + timedelta(minutes=1), target="v")
+    assert stats(db, "d", AT - timedelta(hours=1), AT + timedelta(hours=1)).prompt_tokens == 200
+
+
+BY_SOURCE = """# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="m"} 1201.0
+# TYPE vllm:prompt_tokens_by_source_total counter
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_compute"} LOCAL
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_cache_hit"} 0.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="external_kv_transfer"} 0.0
+"""
+LM = """# TYPE lmcache_mp_lookup_hit_tokens_total counter
+lmcache_mp_lookup_hit_tokens_total{model_name="m"} 500.0
+# TYPE lmcache_mp_lookup_hit_l1_tokens_total counter
+lmcache_mp_lookup_hit_l1_tokens_total{model_name="m"} L1
+# TYPE lmcache_mp_lookup_hit_l2_tokens_total counter
+lmcache_mp_lookup_hit_l2_tokens_total{model_name="m"} 0.0
+# TYPE lmcache_mp_lookup_requested_tokens_total counter
+lmcache_mp_lookup_requested_tokens_total{model_name="m"} 1000.0
+"""
+
+
+def test_parts_above_their_whole_in_one_payload_are_flagged():
+    # local_compute 1,378 of 1,201 prompt tokens; LMCache L1 hits 548.8 of 500 hits: accepted silently before
+    p = parse_payload(BY_SOURCE.replace("LOCAL", "1378.0"), "v.prom")
+    assert any("vllm:prompt_tokens_by_source_total sums to 1,378, above vllm:prompt_tokens_total = 1,201" in w
+               for w in p.warnings), p.warnings
+    p = parse_payload(LM.replace("L1", "548.8"), "lm.prom")
+    assert any("_l1_tokens_total + _l2_tokens_total sums to 549, above lmcache_mp_lookup_hit_tokens_total = 500"
+               in w for w in p.warnings), p.warnings
+    # the parts adding up exactly (as every recorded payload does) is no warning
+    assert parse_payload(BY_SOURCE.replace("LOCAL", "1201.0"), "v.prom").warnings == []
+    assert parse_payload(LM.replace("L1", "500.0"), "lm.prom").warnings == []
+
+
+def test_import_metrics_prints_the_payloads_warnings(tmp_path):
+    f = tmp_path / "v.prom"
+    f.write_text(BY_SOURCE.replace("LOCAL", "1378.0"))
+    r = runner.invoke(app, ["import-metrics", "--db", str(tmp_path / "k.duckdb"), "--deployment", "d",
+                            "--at", "2026-01-05T12:00:00Z", str(f)])
+    assert r.exit_code == 0 and "a part cannot exceed the whole" in r.output, r.output

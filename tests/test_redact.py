@@ -54,3 +54,27 @@ def test_one_redaction_function():
 
     assert redact(f"GET http://bob:{PASSWORD}@h/x?access_token={TOKEN} Authorization: Bearer {TOKEN}") == \
         "GET http://<redacted>@h/x?access_token=<redacted> Authorization: <redacted>"
+
+
+# -- URL-encoded credentials ---------------------------------------------------------------------
+CRED = "dXNlcjpzM2NyZXQ"  # base64 of user:s3cret, without the padding
+
+
+def test_url_encoded_basic_credentials_are_redacted():
+    from kvplan.models.core.redact import redact
+
+    for text in (f"400 bad request: /metrics?auth=Basic%20{CRED}%3D", f"Authorization%3A%20Basic%20{CRED}%3D&x=1",
+                 f"echo: Basic%2520{CRED}%253D", f"auth=basic+{CRED}=", f"Bearer%20{CRED}.sig"):
+        out = redact(text)
+        assert CRED not in out and "<redacted>" in out, (text, out)
+
+
+def test_an_echoed_url_encoded_credential_never_reaches_the_gaps(db):
+    # a server echoing the request line into its error: the gap stored it verbatim
+    from kvplan.collectors.store import store_failure
+
+    store_failure(db, deployment="d", target="t", kind="vllm", ts=AT, source="scrape",
+                  error=f"HTTP 401 for GET /metrics?h=Authorization%3A%20Basic%20{CRED}%3D")
+    with db.read() as con:
+        [(error,)] = con.execute("SELECT error FROM scrapes").fetchall()
+    assert CRED not in error and "<redacted>" in error

@@ -249,3 +249,66 @@ def test_empty_window_report_is_refused(db, tmp_path):
     r = hostile.runner.invoke(app, ["report", "--deployment", "d", "--month", "2026-01", "-o", str(out),
                             "--db", str(db.path)])
     assert r.exit_code == 2 and "one scrape" in r.output and not out.exists(), r.output
+
+
+# ---- where the report is written -----------------------------------------------------------
+def _report(scen, out, month="2026-11"):
+    return CliRunner().invoke(cli, ["report", "--deployment", DEPLOYMENT, "--month", month, "-o", str(out),
+                                    "--db", str(scen.path)])
+
+
+def test_report_never_writes_through_a_symbolic_link(scen, tmp_path):
+    # `report -o link.html` followed the link and overwrote its target
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    r = _report(scen, link)
+    assert r.exit_code == 2 and "symbolic link" in r.output and "Traceback" not in r.output, r.output
+    assert target.read_text() == "keep me" and link.is_symlink()
+
+
+@pytest.mark.timeout(60)
+def test_report_to_a_fifo_is_refused_not_a_hang(scen, tmp_path):
+    import os
+
+    fifo = tmp_path / "a-fifo.html"
+    os.mkfifo(fifo)
+    r = _report(scen, fifo)  # blocked forever opening the FIFO for writing
+    assert r.exit_code == 2 and "not a regular file" in r.output, r.output
+
+
+def test_report_replaces_a_file_whole(scen, tmp_path):
+    out = tmp_path / "r.html"
+    out.write_text("old")
+    assert _report(scen, out).exit_code == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".r.html.")] == []  # no temp file left
+
+
+@pytest.mark.parametrize("month", ["9999-12", "1999-12", "2101-01"])
+def test_report_month_outside_2000_to_2100_is_refused(scen, tmp_path, month):
+    r = _report(scen, tmp_path / "r.html", month)  # 9999-12 raised ValueError: year 10000 is out of range
+    assert r.exit_code == 2 and "--month" in r.output and "Traceback" not in r.output, r.output
+
+
+def test_nightly_report_names_stay_inside_report_dir(db, tmp_path):
+    # the nightly job built its file name from the deployment name: '../../escaped' wrote two folders up
+    from datetime import date
+
+    from kvplan.app.report import nightly_reports
+    from kvplan.collectors.settings import Settings
+
+    for name in ("../../escaped", "a/b", "a_b"):
+        put(db, 0, one(0, 0, [0, 0, 0]), deployment=name)
+        put(db, 1, one(10, 100, [2, 4, 4]), deployment=name)
+    s = Settings(db=db.path)
+    s.schedule.report_dir = tmp_path / "deep" / "reports"
+    written = nightly_reports(s, date(2026, 11, 30))
+    assert len(written) == 3 and all(p.parent == tmp_path / "deep" / "reports" for p in written)
+    assert not list(tmp_path.glob("escaped-*")) and not list((tmp_path / "deep").glob("escaped-*"))
+    assert len({p.name for p in written}) == 3  # 'a/b' and 'a_b' do not share a file
+    from kvplan.app.report import report_file_name
+
+    assert report_file_name("prod", "2026-11", "pdf") == "prod-2026-11.pdf"  # plain names unchanged
+    assert report_file_name("../../escaped", "2026-11", "pdf").startswith("_.._escaped-")

@@ -251,3 +251,87 @@ def test_unknown_model_is_refused_with_the_known_ones(db, tmp_path):
         r = runner.invoke(app, [cmd, "--deployment", "d", "--from", "2026-01-05T11:00:00Z", "--to",
                                 "2026-01-05T13:00:00Z", "--model", "ghost", "--db", str(db.path)])
         assert r.exit_code == 2 and "'ghost'" in r.output and "'m'" in r.output, r.output
+
+
+# ---- a series missing from one middle scrape ----------------------------------------
+def _drop(text: str, prefix: str) -> str:
+    return "".join(line + "\n" for line in text.splitlines() if not line.startswith(prefix))
+
+
+RECORDED = ("00_start", "01_during_unique", "02_after_unique", "03_idle", "04_during_shared", "05_after_shared")
+
+
+def _recorded_history(db, drop_from_idle: str | None = None):
+    """The six recorded scrapes of vllm-0 (shared_vs_unique), a minute apart; ``drop_from_idle``:
+    the lines of that family left out of the fourth (idle) scrape, as a proxy truncating a body."""
+    from tests.conftest import PAYLOADS
+
+    for i, name in enumerate(RECORDED):
+        text = (PAYLOADS / "shared_vs_unique" / f"{name}_vllm-0.prom").read_text()
+        if name == "03_idle" and drop_from_idle:
+            text = _drop(text, drop_from_idle)
+        store_payload(db, deployment="d", target="vllm-0", ts=at(i), payload=parse_payload(text, name, at=at(i)),
+                      sha256=payload_sha256(text), source="import")
+    return stats(db, "d", at(-1), at(10))
+
+
+@pytest.mark.parametrize("family", ["vllm:prompt_tokens_total", "vllm:prefix_cache_queries_total"])
+def test_a_counter_missing_from_one_middle_scrape_continues_from_its_last_value(db, family):
+    # recorded: prompt tokens 0, 0, 23,852, 23,852, 29,881, 47,911 (queries the same, hits 19,456 at
+    # the end): the window's increase is 47,911 and the hit rate 19,456 / 47,911 = 0.4061. With the
+    # family dropped from the idle scrape, the old rule took the next value (29,881) as counted from 0
+    # again: 47,911 + 23,852 = 71,763 tokens, a hit rate of 19,456 / 71,763 = 0.2711
+    s = _recorded_history(db, family)
+    assert s.prompt_tokens == 47_911 and s.prefix_cache_queries == 47_911
+    assert s.prefix_cache_hit_rate == pytest.approx(19_456 / 47_911)
+    # the gap is said, naming the series
+    assert any("missing from a scrape" in n and family in n for n in s.notes), s.notes
+
+
+def test_a_full_history_has_no_gap_note(db):
+    s = _recorded_history(db)
+    assert s.prompt_tokens == 47_911
+    assert not any("missing from a scrape" in n for n in s.notes)
+
+
+def test_a_series_never_seen_before_still_counts_from_zero_and_a_new_created_still_resets(db):
+    # never seen: LMCache MP's counter born between scrapes counts from 0 (006 kept; see
+    # test_counter_absent_from_previous_scrape_counts_from_zero). A series that comes back with a new
+    # _created restarted: 100 hits of 1,000 queries before, gone at minute 1, back at minute 2 at 20 of
+    # 50 with _created at 1.5: the restart's zero point counts 20 of 50, total 120 of 1,050
+    put(db, 0, one(0, 0, [0, 0, 0]))
+    put(db, 0.5, one(100, 1000, [1, 1, 1]))
+    text = "# TYPE vllm:other_total counter\nvllm:other_total 1\n"
+    store_payload(db, deployment="d", target="vllm-a", ts=at(1), payload=parse_payload(text, "gap"),
+                  sha256=payload_sha256(text), source="import")
+    put(db, 2, one(20, 50, [0, 1, 1], created=at(1.5).timestamp()))
+    s = stats(db, "d", at(-1), at(3))
+    assert (s.prefix_cache_hits, s.prefix_cache_queries) == (120, 1050)
+
+
+@pytest.mark.parametrize("name", ["prod\u202egpj.exe", "a\u2066b", "zero\u200bwidth", "bom\ufeff", "line\u2028sep"])
+def test_names_with_bidi_or_invisible_characters_are_refused(db, name):
+    # an RTL override was accepted in a deployment name: 'prod\u202egpj.exe' shows as 'prodexe.jpg'
+    from kvplan.models.core.errors import KvplanError
+
+    with pytest.raises(KvplanError, match="invisible formatting character"):
+        put(db, 0, one(0, 0, [0, 0, 0]), deployment=name)
+    with pytest.raises(KvplanError, match="invisible formatting character"):
+        put(db, 0, one(0, 0, [0, 0, 0]), target=name)
+
+
+def test_parts_above_their_whole_across_the_window_are_noted(db):
+    # each payload alone adds up; across the window local_compute grows by 1,378 while all prompt tokens
+    # grow by 1,201 (a counter reset by hand, a replaced exporter...): flagged in the stats
+    def vllm(prompt, local):
+        return ("# TYPE vllm:prompt_tokens_total counter\n"
+                f'vllm:prompt_tokens_total{{engine="0",model_name="m"}} {prompt}\n'
+                "# TYPE vllm:prompt_tokens_by_source_total counter\n"
+                f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="m",source="local_compute"}} {local}\n')
+    for minute, text in ((0, vllm(5000.0, 4000.0)), (1, vllm(6201.0, 5378.0))):
+        store_payload(db, deployment="d", target="v", ts=at(minute), payload=parse_payload(text, "v"),
+                      sha256=payload_sha256(text), source="import")
+    s = stats(db, "d", at(0), at(1))
+    assert (s.prompt_tokens, s.prompt_tokens_by_source["local_compute"]) == (1201, 1378)
+    assert any("vllm:prompt_tokens_by_source_total sums to 1,378, above vllm:prompt_tokens_total = 1,201" in n
+               for n in s.notes), s.notes

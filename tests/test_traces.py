@@ -172,3 +172,124 @@ def test_the_nightly_job_imports_a_deployments_lookup_hash_logs(db, tmp_path):
     again = Nightly(s, db).run_day(date(2026, 12, 1))
     assert again.rows == first.rows - n  # the same logs again: nothing new from them
     assert db.fetch("trace_span", trace_id=1)[0]["t0"] is not None
+
+
+# ---- bounded values, no traceback, line numbers, streaming ---------------------------------
+def lm_obj(**change):
+    return {**{"timestamp": 1767614400.0, "request_id": "r", "chunk_size": 256, "seq_len": 512,
+               "chunk_hashes": ["0xa"]}, **change}
+
+
+@pytest.mark.parametrize("line, message", [
+    # seq_len 2**31 was stored as -2**31 (INTEGER) and 2**32 + 1024 as 1024: bounded at parse now
+    (json.dumps(lm_obj(seq_len=2**31)), "'seq_len' = 2147483648 is out of range (0 .. 100,000,000)"),
+    (json.dumps(lm_obj(seq_len=2**32 + 1024)), "'seq_len' = 4294968320 is out of range"),
+    (json.dumps(lm_obj(chunk_size=2**31)), "'chunk_size' = 2147483648 is out of range"),
+    # these raised a traceback (ValueError, RecursionError, DuckDB's BIGINT overflow, year 57983)
+    (json.dumps(lm_obj()).replace('"r"', "9" * 5000), "not a usable JSON line"),
+    ('{"timestamp": 1.0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    (json.dumps(lm_obj(shapes=[[2**40, 2**40]], dtypes=["bfloat16"])), "beyond 1,099,511,627,776 (1 TiB)"),
+    (json.dumps(lm_obj(timestamp=1767614400000.0)), "is not unix seconds between 1970 and 2100 (milliseconds?)"),
+    # the last one of two keys won silently
+    ('{"timestamp": 1767614400.0, "chunk_size": 256, "seq_len": 512, "seq_len": 100, "chunk_hashes": []}',
+     "the key 'seq_len' is given twice"),
+])
+def test_lmcache_lines_beyond_bounds_are_refused_naming_file_and_line(db, tmp_path, line, message):
+    f = write(tmp_path / "lookup_hashes_1.jsonl", [json.dumps(lm_obj()), line])
+    with pytest.raises(PayloadError) as e:
+        traces.import_trace(db, "dep", [f])
+    assert str(e.value).startswith(f"{f}:2: ") and message in str(e.value), str(e.value)
+    assert db.fetch("traces", deployment="dep") == []
+
+
+@pytest.mark.parametrize("change, message", [
+    # input_length 2,147,484,160 gave an infinite hit rate of -0.5
+    ({"input_length": 2_147_484_160, "hash_ids": []}, "'input_length' = 2147484160 is out of range"),
+    ({"output_length": 2**31}, "'output_length' = 2147483648 is out of range"),
+    ({"timestamp": 1e20}, "is not milliseconds between 1970 and 2100"),
+])
+def test_mooncake_lines_beyond_bounds_are_refused(db, tmp_path, change, message):
+    ok = {"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [1]}
+    f = write(tmp_path / "m.jsonl", [json.dumps(ok), json.dumps({**ok, **change})])
+    with pytest.raises(PayloadError) as e:
+        traces.import_trace(db, "dep", [f])
+    assert str(e.value).startswith(f"{f}:2: ") and message in str(e.value), str(e.value)
+
+
+def test_import_trace_exits_2_on_every_such_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from kvplan.app.cli import app
+
+    for i, line in enumerate(['{"timestamp": 1.0, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                              json.dumps(lm_obj()).replace('"r"', "9" * 5000),
+                              json.dumps({"timestamp": 0, "input_length": 512, "output_length": 2**31,
+                                          "hash_ids": [1]})]):
+        f = write(tmp_path / f"lookup_hashes_{i}.jsonl", [line])
+        r = CliRunner().invoke(app, ["import-trace", "--db", str(tmp_path / "k.duckdb"), "--deployment", "d",
+                                     str(f), "--format", "mooncake" if "hash_ids" in line else "lmcache"])
+        assert r.exit_code == 2, r.output
+        assert f"{f}:1: " in r.output and "Traceback" not in r.output
+
+
+def test_counts_that_pass_2_to_the_31_are_summed_exactly(db, tmp_path):
+    # 30 prompts of 100M tokens (the bound) are 3e9 tokens: INTEGER sums wrapped; BIGINT now
+    from kvplan.app.views.whatif import whatif
+
+    lines = [json.dumps(lm_obj(timestamp=1767614400.0 + i, seq_len=100_000_000, chunk_hashes=["0xa", "0xb"]))
+             for i in range(30)]
+    traces.import_trace(db, "dep", [write(tmp_path / "lookup_hashes_1.jsonl", lines)])
+    d = whatif(db, "dep", seconds_per_cached_token=1e-6, tokens_per_month=1e9)
+    assert d["trace"]["total_tokens"] == 3_000_000_000
+    # 29 repeats x 512 hit tokens of 3e9
+    assert d["infinite_hit_rate"] == pytest.approx(29 * 512 / 3e9)
+
+
+def test_a_resumed_import_names_the_right_line(db, tmp_path):
+    # the first import takes a complete last line without its newline; LMCache then writes the newline and
+    # the next line: line 4 of the file was reported as line 5
+    f = write(tmp_path / "lookup_hashes_1.jsonl", [json.dumps(lm_obj(timestamp=1767614400.0 + i))
+                                                    for i in range(3)], newline_at_end=False)
+    assert traces.import_trace(db, "dep", [f]).requests == 3
+    with open(f, "a") as fh:
+        fh.write("\n" + json.dumps(lm_obj(seq_len="bad")) + "\n")
+    with pytest.raises(PayloadError) as e:
+        traces.import_trace(db, "dep", [f])
+    assert str(e.value).startswith(f"{f}:4: ")
+
+
+def test_a_resumed_import_stores_the_next_line_under_its_number(db, tmp_path):
+    f = write(tmp_path / "lookup_hashes_1.jsonl", [json.dumps(lm_obj(timestamp=1767614400.0 + i))
+                                                    for i in range(3)], newline_at_end=False)
+    traces.import_trace(db, "dep", [f])
+    with open(f, "a") as fh:
+        fh.write("\n" + json.dumps(lm_obj(timestamp=1767614403.0)) + "\n")
+    assert traces.import_trace(db, "dep", [f]).requests == 1
+    with db.read() as con:
+        assert [r[0] for r in con.execute("SELECT line FROM trace_requests ORDER BY line").fetchall()] == [1, 2, 3, 4]
+
+
+def test_two_first_imports_at_once_never_raise_a_database_error(tmp_path):
+    # two `kvplan import-trace` of one new trace at the same time: the second died with DuckDB's
+    # ConstraintException (duplicate trace name). Now one of them is told to run again (exit 2) or both pass
+    import subprocess
+    import sys
+
+    from kvplan.sql.db import Database
+
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    files = []
+    for name in ("a", "b"):
+        files.append(write(tmp_path / f"lookup_hashes_{name}.jsonl", [json.dumps(lm_obj(
+            timestamp=1767614400.0 + i, chunk_hashes=[f"0x{name}{i:x}"])) for i in range(20_000)]))
+    cmd = [sys.executable, "-m", "kvplan.app.cli", "import-trace", "--db", str(db.path), "--deployment", "d",
+           "--trace", "x"]
+    procs = [subprocess.Popen(cmd + [str(f)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for f in files]
+    outs = [(p.wait(timeout=300), p.stdout.read()) for p in procs]
+    for rc, text in outs:
+        assert "Traceback" not in text and "ConstraintException" not in text, text
+        assert rc == 0 or (rc == 2 and "another process meanwhile: run again" in text), text
+    imported = sum(20_000 for rc, _ in outs if rc == 0)
+    assert db.fetch("traces", deployment="d")[0]["requests"] == imported

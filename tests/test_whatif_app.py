@@ -151,3 +151,69 @@ def test_configured_size_and_prices_come_from_the_deployments_settings(loaded):
     d = whatif(loaded, "dep", ranks=2, cfg=DeploymentSettings(prices={"cache_tier_gb_cpu": 3 * BPC / 1e9}))
     assert d["configured"]["capacity_chunks"] == 3
     assert any("cache_tier_gb_cpu" in n for n in d["notes"])
+
+
+# ---- every option in its range, strict JSON ------------------------------------------------
+@pytest.mark.parametrize("args, option", [
+    (["--ranks", "1000000000"], "--ranks"),           # hung (100,000 ranks took 36 s)
+    (["--ranks", "0"], "--ranks"),
+    (["--configured-gb", "inf"], "--configured-gb"),  # tracebacks (OverflowError, ValueError)
+    (["--capacity-gb", "nan"], "--capacity-gb"),
+    (["--l2-gb", "inf"], "--l2-gb"),
+    (["--seconds-per-token", "inf"], "--seconds-per-token"),
+    (["--tokens-per-month", "nan"], "--tokens-per-month"),
+    (["--bytes-per-chunk", "-5"], "--bytes-per-chunk"),
+    (["--seconds-per-token", "-1"], "--seconds-per-token"),
+    (["--seed", "-1"], "--seed"),
+    (["--configured-gb", "-5"], "--configured-gb"),   # accepted silently
+    (["--capacity-gb", "-1"], "--capacity-gb"),
+    (["--l2-gb", "-3"], "--l2-gb"),
+    (["--bytes-per-chunk", "0"], "--bytes-per-chunk"),  # ignored silently
+    (["--model", "nope"], "--model"),                 # reported 0 requests
+])
+def test_whatif_refuses_an_option_out_of_range_naming_it(tmp_path, args, option):
+    db = str(tmp_path / "k.duckdb")
+    r = runner.invoke(app, ["import-trace", "--db", db, "--deployment", "dep", str(trace_dir(tmp_path))])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["whatif", "--db", db, "--deployment", "dep", *args])
+    assert r.exit_code == 2, r.output
+    assert option in r.output and "Traceback" not in r.output  # "--model: ..." or Typer's "Invalid value for '--x'"
+
+
+def test_whatif_model_names_the_models_the_trace_has(loaded):
+    from kvplan.collectors.trace_parse import TraceError
+
+    with pytest.raises(TraceError, match="no requests of model 'nope'; its models: 'm'"):
+        whatif(loaded, "dep", model_name="nope")
+    assert whatif(loaded, "dep", model_name="m")["trace"]["requests"] == 20
+
+
+def test_whatif_json_is_strict_json(tmp_path):
+    # memory free and the largest seconds per token and volume allowed: the dollars grow huge but stay
+    # finite; before the bounds, 1e300 x 1e300 printed `Infinity`, which JSON parsers refuse
+    db = str(tmp_path / "k.duckdb")
+    runner.invoke(app, ["import-trace", "--db", db, "--deployment", "dep", str(trace_dir(tmp_path))])
+    r = runner.invoke(app, ["whatif", "--db", db, "--deployment", "dep", "--json", "--seconds-per-token", "1",
+                            "--tokens-per-month", "1e18"])
+    assert r.exit_code == 0, r.output
+
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+    json.loads(r.output, parse_constant=refuse)
+
+
+def test_json_text_writes_null_for_non_finite_numbers():
+    from kvplan.app.cli.common import json_text
+
+    assert json.loads(json_text({"a": float("inf"), "b": [float("nan"), 1.5]})) == {"a": None, "b": [None, 1.5]}
+
+
+@pytest.mark.parametrize("change", [dict(capacity_gb=-1.0), dict(configured_gb=float("inf")), dict(l2_gb=float("nan")),
+                                    dict(bytes_per_chunk=0), dict(seed=-1), dict(ranks=10**9),
+                                    dict(seconds_per_cached_token=-1.0), dict(tokens_per_month=float("inf"))])
+def test_the_view_checks_its_options_for_every_caller(loaded, change):
+    # the page and the report call the view directly, not through the CLI's option bounds
+    from kvplan.models.core.errors import KvplanError
+
+    with pytest.raises(KvplanError, match="must be"):
+        whatif(loaded, "dep", **change)

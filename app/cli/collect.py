@@ -202,4 +202,8 @@ def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     out.print(f"  schedule: scrape every {s.schedule.scrape_interval_s:g}s, nightly '{s.schedule.nightly_cron}'"
               f" ({s.schedule.timezone or 'local time'})", highlight=False)
     out.print(f"  database: {Path(s.db)}; prices: {len(s.prices)} key(s)", highlight=False)
+    from kvplan.collectors.settings import same_server_notes
+
+    for note in same_server_notes(s.deployments):
+        err.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, NoReturn, ParamSpec, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -68,6 +68,24 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except KvplanError as e:
             fail(str(e))
     return run
+
+
+def json_text(obj: Any, **kw: Any) -> str:
+    """``obj`` as strict JSON (RFC 8259): a non-finite float (inf, nan) is ``null``, never the
+    ``Infinity`` / ``NaN`` Python writes by default, which JSON parsers refuse."""
+    import json
+    import math
+
+    def clean(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(obj), allow_nan=False, **kw)
 
 
 def parse_time(value: str, what: str) -> datetime:

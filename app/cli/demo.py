@@ -33,7 +33,8 @@ def demo(
         res = load_demo(database, dataset or DEMO_FILE,
                         progress=lambda i, n: bar.update(task, completed=i, total=n))
     out.print(f"demo deployment {res['deployment']!r} in {s.db}: {res['scrapes']} scrapes stored, "
-              f"{res['duplicates']} already there, {res['failures']} failed scrapes (gaps), {res['runs']} runs")
+              f"{res['duplicates']} already there, {res['failures']} failed scrapes (gaps), {res['runs']} runs, "
+              f"{res.get('lookups', 0)} LMCache lookups (the What-if page's trace)")
     out.print(f"[dim]{res['header']['note']}[/dim]")
     if not load_only:
         dashboard(db=Path(s.db), config=config, port=port, headless=headless)

@@ -12,6 +12,7 @@ import typer
 from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, parse_time, parse_window, settings
 from kvplan.app.data.store import require_deployment
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.redact import redact
 from kvplan.models.metrics.catalog import KINDS
 
 
@@ -37,6 +38,8 @@ def import_metrics(
                            max_bytes=s.scrape_max_bytes)
     for f, r in zip(files, results, strict=True):
         out.print(f"{f}: {r.status} ({r.samples} samples) as target {r.target!r} at {r.ts.isoformat()}Z")
+        for w in r.warnings:
+            err.print(f"[yellow]{f}: {redact(w)}[/yellow]", highlight=False, soft_wrap=True)
 
 
 def scrape(

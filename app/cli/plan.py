@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, open_db, out, parse_window, settings
+from kvplan.app.cli.common import ConfigOpt, DbOpt, json_text, open_db, out, parse_window, settings
 from kvplan.app.data.store import deployment_settings, require_deployment
 
 
@@ -20,6 +19,9 @@ def plan(
     gpus: Annotated[int | None, typer.Option(min=1, max=100_000, help="GPUs serving the deployment, for this "
                     "plan only (default: config deployments[].gpus, else vLLM engines seen x "
                     "gpus_per_engine).")] = None,
+    topology: Annotated[bool, typer.Option(
+        "--topology", help="Add the TTFT what-if's finding: a cache set-up that holds the TTFT SLO where "
+        "today's misses, and the GPUs each needs (needs a trace).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -32,15 +34,28 @@ def plan(
     t0, t1 = parse_window(from_, to)
     s = settings(config, db)
     database = open_db(s)
+    finding = None
+    if topology:
+        from kvplan.app.views.whatif import whatif
+        from kvplan.models.cache.alternatives import TopologyFinding
+
+        f = whatif(database, deployment, model_name=model_name, t_from=t0, t_to=t1,
+                   cfg=deployment_settings(s, deployment)).get("finding")
+        if f is None:
+            out.print("[dim]note: --topology: no TTFT prediction for this window (see kvplan whatif)[/dim]")
+        finding = TopologyFinding.from_dict(f) if f else None
     with database.snapshot() as src:
         require_deployment(src, deployment)
-        result = plan_range(src, deployment, t0, t1, model_name, cfg=deployment_settings(s, deployment), gpus=gpus)
+        result = plan_range(src, deployment, t0, t1, model_name, cfg=deployment_settings(s, deployment), gpus=gpus,
+                            topology=finding)
     d = result.to_dict()
     if as_json:
-        sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(d, indent=2, sort_keys=True) + "\n")
         return
     out.print(f"[bold]{d['headline']}[/bold]", highlight=False)
     out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}", highlight=False)
+    if d.get("topology_finding"):
+        out.print(f"topology: {d['topology_finding']['sentence']}", highlight=False, soft_wrap=True)
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):
         out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, open_db, out, positive, settings
+from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, parse_window, positive, settings
 from kvplan.app.data.store import deployment_settings
+from kvplan.models.core.errors import KvplanError
 
 MAX_RANKS = 4096
 """Most private caches a what-if compares (the replay is linear in ranks x requests)."""
@@ -26,18 +26,22 @@ def import_trace(
     fmt: Annotated[str, typer.Option("--format", help="auto, lmcache or mooncake.")] = "auto",
     bytes_per_chunk: Annotated[int | None, typer.Option(min=1, max=2**40,
                                                    help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
+    instance: Annotated[str | None, typer.Option(help="The cache instance (LMCache server) these logs come from "
+                                                      "(default: each log's directory name).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Import request traces with prefix-chunk hashes (LMCache lookup-hash logs, Mooncake
     format). Every file is validated first; re-importing is a no-op; a log that has grown is
-    imported from where the last import stopped."""
+    imported from where the last import stopped. The logs of several LMCache servers (one
+    directory each, or a directory of them) import as one trace, told apart by instance."""
     from kvplan.collectors.traces import import_trace as do_import
 
     database = open_db(settings(config, db))
-    r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk)
+    r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk,
+                  instance=instance)
     for f in r.files:
         tail = " (an incomplete last line is left for the next import)" if f.partial_tail else ""
-        out.print(f"{f.file}: {f.status}, {f.requests} request(s){tail}")
+        out.print(f"{f.instance}/{f.file}: {f.status}, {f.requests} request(s){tail}")
     bpc = f"{r.bytes_per_chunk:,} bytes per chunk" if r.bytes_per_chunk else "bytes per chunk unknown"
     out.print(f"trace {r.trace!r} ({r.format}) of {deployment}: {r.requests} new request(s); {bpc}")
 
@@ -67,20 +71,27 @@ def whatif(
     points: Annotated[int, typer.Option(
         min=1, max=10_000, help="Capacities listed (the curve itself is exact at all).")] = 30,
     seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Seed of the random routing.")] = 0,
+    from_: Annotated[str | None, typer.Option("--from", help="Window start (ISO 8601; UTC if no zone): the "
+                                                            "trace's requests and the metrics in it.")] = None,
+    to: Annotated[str | None, typer.Option("--to", help="Window end (ISO 8601).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Hit rate against cache capacity (exact, every capacity in one pass, LMCache's hit rule),
-    one shared pool against private caches, and the capacity that pays best."""
+    one shared pool against private caches, the capacity that pays best; today's topology from
+    the trace against what the deployment measured, and TTFT for today and every alternative."""
     from kvplan.app.views.whatif import whatif as run
 
+    if (from_ is None) != (to is None):
+        raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")
+    t0, t1 = parse_window(from_, to) if from_ is not None and to is not None else (None, None)
     s = settings(config, db)
     d = run(open_db(s), deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
             configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
             seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
-            points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment))
+            points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment), t_from=t0, t_to=t1)
     if as_json:
-        sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(d, indent=2, sort_keys=True) + "\n")
         return
     t = d["trace"]
     out.print(f"trace {t['name']!r}: {t['requests']:,} requests, {t['chunk_references']:,} chunk "
@@ -110,8 +121,44 @@ def whatif(
         be = d["dollars"]["break_even"]
         if be:
             out.print(f"past {be['capacity_gb']:,.2f} GB the cache costs more than it saves")
+    _print_topology(d)
     for n in d["notes"]:
         out.print(f"[dim]note: {n}[/dim]")
+
+
+def _s(v: float | None) -> str:
+    return f"{v:.3f} s" if v is not None else "-"
+
+
+def _pct(v: float | None) -> str:
+    return f"{v:.1%}" if v is not None else "-"
+
+
+def _print_topology(d: dict) -> None:
+    """Today's topology against what it measured, then TTFT for every alternative."""
+    t = d.get("today")
+    if not t:
+        return
+    out.print(f"today: {t['instances']} cache instance(s) ({', '.join(t['instance_names'])}), {t['engines']} "
+              f"engine(s); hit rate {_pct(t['hit_rate_predicted'])} replayed, {_pct(t['hit_rate_measured'])} "
+              "measured (LMCache counters)")
+    out.print(f"today's TTFT: mean {_s(t['ttft_mean_s_predicted'])} predicted, {_s(t['ttft_mean_s_measured'])} "
+              f"measured; p99 {_s(t['ttft_p99_s_predicted'])} predicted, {_s(t['ttft_p99_s_measured'])} measured "
+              "(histogram)")
+    if d.get("latency"):
+        slo = d["slo"]["ttft_p99_s"]
+        out.print(f"{'set-up':<28} {'hit rate':>8} {'TTFT mean':>10} {'p50':>8} {'p99':>8}  p99 <= {slo:g} s SLO")
+        for r in d["latency"]:
+            name = r["topology"] + (f" {r['ranks']}x {r['routing']}" if r["routing"] else "")
+            out.print(f"{name:<28} {_pct(r['hit_rate']):>8} {_s(r['ttft_mean_s']):>10} {_s(r['ttft_p50_s']):>8} "
+                      f"{_s(r['ttft_p99_s']):>8}  {'yes' if r['holds_slo'] else 'no'}")
+    e = d.get("engines_needed")
+    if e:
+        def k(v: int | None) -> str:
+            return str(v) if v is not None else f"more than {e['searched_up_to']}"
+
+        out.print(f"engines that hold the SLO: today's caches {k(e['today'])}, one shared pool {k(e['shared'])} "
+                  f"(today: {e['engines_today']})")
 
 
 def _cap(gb: float | None, tokens: int) -> str:

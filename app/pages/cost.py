@@ -9,13 +9,13 @@ import streamlit as st
 from kvplan.app import charts, state
 from kvplan.app.data.store import save_facts, save_price_form
 from kvplan.app.report import fmt
-from kvplan.app.views.cost import cost_view
+from kvplan.app.views.cost import CostView, cost_view
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.fields import FieldSpec
 from kvplan.models.decision.presets import PRESETS
 from kvplan.models.inputs.deployment import DEPLOYMENT_FIELDS, DeploymentFacts
-from kvplan.models.inputs.planning import PLANNING_FIELDS
-from kvplan.models.inputs.pricebook import FIELDS
+from kvplan.models.inputs.planning import PLANNING_FIELDS, PlanningInputs
+from kvplan.models.inputs.pricebook import FIELDS, PriceBook
 
 
 def save(deployment: str) -> None:
@@ -59,10 +59,8 @@ def preset_plans() -> dict:
     return {k: p.plan() for k, p in PRESETS.items()}
 
 
-st.title("Cost & decision")
-sel = state.selection()
-if sel is not None:
-    v = state.view(cost_view, sel.deployment, sel.t_from, sel.t_to, sel.model_name, cfg=state.cfg(sel.deployment))
+def plan_sections(sel: state.Selection, v: Any) -> None:
+    """The plan of the window: decision, waterfall, tiers, capacity, sensitivity."""
     p = v.overview.plan
     state.caption(sel, f"price book: {v.overview.pricebook_origin}")
     state.badge(p.decision)
@@ -134,6 +132,14 @@ if sel is not None:
     else:
         st.info("No sensitivity without a priced plan (see the decision above).")
 
+
+def forms(sel: state.Selection, v: Any) -> None:
+    """The editable price book, planning inputs and deployment facts. Shown even when the saved
+    values cannot be read (the view failed): then with the defaults, so a bad saved value can be
+    overwritten from here."""
+    pricebook = v.pricebook if v is not None else PriceBook()
+    planning = v.planning if v is not None else PlanningInputs()
+    facts = v.overview.facts if v is not None else None
     st.subheader("Price book and planning inputs")
     kind, text = st.session_state.pop("pricebook_msg", (None, None))
     if kind:
@@ -143,15 +149,14 @@ if sel is not None:
         with left:
             st.caption("Price book (yours to set; defaults are placeholders)")
             for spec in FIELDS:
-                field(f"pb_{sel.deployment}", spec, getattr(v.pricebook, spec.name))
+                field(f"pb_{sel.deployment}", spec, getattr(pricebook, spec.name))
         with right:
             st.caption("Planning inputs")
             for spec in PLANNING_FIELDS:
-                field(f"pl_{sel.deployment}", spec, getattr(v.planning, spec.name))
+                field(f"pl_{sel.deployment}", spec, getattr(planning, spec.name))
         st.form_submit_button("Save price book", on_click=save, args=(sel.deployment,))
 
     st.subheader("Deployment facts")
-    facts = v.overview.facts
     st.caption("What the metrics cannot know: GPUs per engine (tensor x pipeline parallel), the GPU and the model. "
                f"In force: {facts.origin if facts else 'defaults'}. The FLOP-based estimators run when peak FLOP/s "
                "and model parameters are given.")
@@ -164,6 +169,20 @@ if sel is not None:
             with cols[i % 3]:
                 field(f"df_{sel.deployment}", spec, getattr(facts.facts if facts else DeploymentFacts(), spec.name))
         st.form_submit_button("Save deployment facts", on_click=save_deployment_facts, args=(sel.deployment,))
+
+
+st.title("Cost & decision")
+sel = state.selection()
+if sel is not None:
+    v: CostView | None
+    try:
+        v = state.view(cost_view, sel.deployment, sel.t_from, sel.t_to, sel.model_name, cfg=state.cfg(sel.deployment))
+    except KvplanError as e:  # e.g. a saved value that no longer validates: the forms below fix it
+        st.error(f"{e}")
+        v = None
+    if v is not None:
+        plan_sections(sel, v)
+    forms(sel, v)
 
 st.subheader("Published planning presets")
 st.warning("These are the source articles' published scenarios turned into model inputs: PLANNING PRESETS, "

@@ -1,7 +1,10 @@
 """What-if: hit rate against cache capacity from a stored trace (exact at every capacity),
 the configured size marked, one shared pool against per-GPU caches, and the capacity that
-pays best. Reads ``kvplan.app.views.whatif.whatif``."""
+pays best; today's topology from the data against what it measured, and TTFT for today and
+every alternative (against capacity, with the SLO). Follows the sidebar's time range. Reads
+``kvplan.app.views.whatif.whatif``."""
 
+from datetime import datetime
 from typing import Any
 
 import pandas as pd
@@ -15,13 +18,76 @@ st.title("What-if: cache size and topology")
 state.through_navigation()
 
 
-@st.cache_data(ttl=60, show_spinner="Replaying the trace once for every capacity ...")
+@st.cache_data(ttl=60, show_spinner="Replaying the trace once for every capacity and topology ...")
 def compute(path: str, deployment: str, trace: str, ranks: int, configured_gb: float | None,
-            bytes_per_chunk: int | None, seconds_per_token: float | None,
-            tokens_per_month: float | None) -> dict[str, Any]:
+            bytes_per_chunk: int | None, seconds_per_token: float | None, tokens_per_month: float | None,
+            t_from: datetime | None, t_to: datetime | None) -> dict[str, Any]:
     return whatif(state.db(), deployment, trace, ranks=ranks, configured_gb=configured_gb,
                   bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
-                  tokens_per_month=tokens_per_month, cfg=state.cfg(deployment))
+                  tokens_per_month=tokens_per_month, cfg=state.cfg(deployment), t_from=t_from, t_to=t_to)
+
+
+def window(info: dict) -> tuple[datetime | None, datetime | None]:
+    """The sidebar's time range over the trace (it ends at the trace's last request); the whole
+    trace for "all data" and for traces whose times are not unix times (Mooncake)."""
+    from kvplan.models.core.timeutil import from_epoch_s
+
+    span = state.RANGES[st.sidebar.selectbox("Time range", list(state.RANGES), key="range")]
+    first, last = info["first_ts"], info["last_ts"]
+    if span is None or first is None or first < 1e8:
+        return None, None
+    return from_epoch_s(max(first, last - span.total_seconds()) - 1.0), from_epoch_s(last + 10.0)
+
+
+def _s(v) -> str:
+    return f"{v:.3f} s" if v is not None else "-"
+
+
+def topology_section(d: dict) -> None:
+    """Today's topology from the data against what it measured; TTFT for every alternative."""
+    t = d.get("today")
+    if not t:
+        return
+    st.subheader("Today's topology, from the data")
+    m = st.columns(4)
+    m[0].metric("Cache instances", t["instances"], help=", ".join(t["instance_names"]))
+    m[1].metric("Engines", t["engines"], help=t["engine_routing"])
+    m[2].metric("Hit rate, replayed", fmt.pct(t["hit_rate_predicted"]), help=t["hit_rate_definition"])
+    m[3].metric("Hit rate, LMCache measured", fmt.pct(t["hit_rate_measured"]),
+                help="lmcache_mp_lookup_hit_tokens / lookup_requested_tokens over the same span")
+    st.dataframe(pd.DataFrame([
+        {"TTFT": "mean", "measured": _s(t["ttft_mean_s_measured"]), "predicted": _s(t["ttft_mean_s_predicted"])},
+        {"TTFT": "p50", "measured": _s(t["ttft_p50_s_measured"]), "predicted": _s(t["ttft_p50_s_predicted"])},
+        {"TTFT": "p99", "measured": _s(t["ttft_p99_s_measured"]), "predicted": _s(t["ttft_p99_s_predicted"])},
+        {"TTFT": "p99 as the histogram reads it", "measured": _s(t["ttft_p99_s_measured"]),
+         "predicted": _s(t["ttft_p99_s_predicted_as_histogram"])}]), hide_index=True)
+    st.caption("How far to trust the alternatives: today predicted from the same model, against the TTFT "
+               f"histogram over the same span ({t['requests']:,} requests in the trace, "
+               f"{t['requests_measured'] or 0:,.0f} in the histogram). Capacity per instance: "
+               f"{t['capacity_source'] or 'unbounded'}.")
+    if not d["latency"]:
+        return
+    state.chart(charts_whatif.today_chart(d))
+    slo = d["slo"]["ttft_p99_s"]
+    st.subheader(f"TTFT: today against the alternatives (p99 SLO {slo:g} s)")
+    st.dataframe(pd.DataFrame([{
+        "set-up": charts_whatif.SETUP_LABELS.get(r["topology"], r["topology"])
+        + (f", {r['ranks']} private caches, {r['routing'].replace('_', ' ')}" if r["routing"] else ""),
+        "capacity": (f"{r['capacity_gb']:,.3f} GB" if r["capacity_gb"] is not None
+                     else f"{r['capacity_chunks']:,} chunks"),
+        "hit rate": fmt.pct(r["hit_rate"]), "TTFT mean": _s(r["ttft_mean_s"]), "p50": _s(r["ttft_p50_s"]),
+        "p99": _s(r["ttft_p99_s"]), "holds the SLO": "yes" if r["holds_slo"] else "no",
+        "goodput (req/s)": f"{r['goodput_rps']:.3g}" if r["goodput_rps"] is not None else "-"}
+        for r in d["latency"]]), hide_index=True)
+    state.chart(charts_whatif.ttft_capacity_chart(d))
+    e = d["engines_needed"]
+    if e:
+        def k(v) -> str:
+            return str(v) if v is not None else f"more than {e['searched_up_to']}"
+        st.caption(f"Engines that hold the SLO on this traffic: today's caches {k(e['today'])}, one shared pool "
+                   f"{k(e['shared'])} (today {e['engines_today']}; {e['rule']}). The prediction runs the "
+                   "deployment's fitted prefill cost model over the trace's arrivals: see models/README.md for "
+                   "what it leaves out and how it was checked.")
 
 
 db = state.db()
@@ -52,7 +118,8 @@ if not info["bytes_per_chunk"]:
 spt = c[3].number_input("GPU-seconds per cached token (0 = from metrics)", 0.0, 10.0, 0.0,
                         key="whatif_spt", format="%.6f") or None
 
-d = compute(path, dep, name, int(ranks), configured or None, bpc, spt, None)  # a KvplanError shows as st.error
+t_from, t_to = window(info)
+d = compute(path, dep, name, int(ranks), configured or None, bpc, spt, None, t_from, t_to)  # KvplanError: st.error
 
 t = d["trace"]
 st.caption(f"{dep} · trace {t['name']!r} ({t['format']}) · {t['requests']:,} requests · "
@@ -73,6 +140,7 @@ if d["dollars"]:
                 help=f"net {fmt.usd(b['net_usd_per_month'])}/month: every GB past it costs more than the "
                      "prefill time it saves")
 state.chart(charts_whatif.curve_chart(d))
+topology_section(d)
 
 s = d["shared_vs_private"]
 st.subheader(f"One shared pool or {s['ranks']} private caches?")

@@ -55,29 +55,66 @@ def write_report(db: Database, deployment: str, month: str, path: str | Path, *,
     if suffix not in (".pdf", ".html", ".htm"):
         raise KvplanError(f"the report is written as .pdf or .html (got {suffix or 'no suffix'!r})", source=str(path))
     _check_writable(path)
-    data = build(db, deployment, month, model_name=model_name, measured_on=measured_on, cfg=cfg)
-    html = render_html(data, generated_at)
+    html = render_html(build(db, deployment, month, model_name=model_name, measured_on=measured_on, cfg=cfg),
+                       generated_at)
+    data = render_pdf(html) if suffix == ".pdf" else html.encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if suffix == ".pdf":
-            path.write_bytes(render_pdf(html))
-        else:
-            path.write_text(html, encoding="utf-8")
+        _write_new(path, data)
     except OSError as e:
         raise KvplanError(f"cannot write the report: {e.strerror or e}", source=str(path)) from None
     return path
 
 
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file next to ``path`` and rename it over ``path``: never through a
+    symbolic link or into a FIFO or device, and a reader never sees half a report."""
+    import os
+    import tempfile
+
+    _check_writable(path)  # again: the path may have changed while the report rendered
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _check_writable(path: Path) -> None:
-    """Refuse, before any rendering, an output that is a directory or lies under a file."""
+    """Refuse, before any rendering, an output that is a directory, a symbolic link, anything but
+    a regular file (a FIFO blocked forever), or lies under a file."""
+    if path.is_symlink():
+        raise KvplanError("cannot write the report: it is a symbolic link (kvplan does not write through "
+                          "links; give the target's path)", source=str(path))
     if path.is_dir():
         raise KvplanError("cannot write the report: it is a directory (give a file name such as "
                           "report.pdf)", source=str(path))
+    if path.exists() and not path.is_file():
+        raise KvplanError("cannot write the report: it exists and is not a regular file (a FIFO, socket or "
+                          "device)", source=str(path))
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise KvplanError(f"cannot write the report: {parent} is a file, not a folder", source=str(path))
             break
+
+
+def report_file_name(deployment: str, month: str, fmt: str) -> str:
+    """The nightly report's file name: the deployment name with anything but letters, digits,
+    '.', '_' and '-' replaced by '_' and no leading '.', plus a short hash of the real name when
+    that changed it (two names never share a file); it never holds a '/' or starts with '..', so
+    it stays inside report_dir (a deployment named '../../escaped' wrote outside it)."""
+    import hashlib
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", deployment).lstrip(".")[:80] or "deployment"
+    if safe != deployment:
+        safe += "-" + hashlib.sha256(deployment.encode()).hexdigest()[:8]
+    return f"{safe}-{month}.{fmt}"
 
 
 def nightly_reports(settings: Settings, day: date) -> list[Path]:
@@ -94,7 +131,7 @@ def nightly_reports(settings: Settings, day: date) -> list[Path]:
     folder = settings.schedule.report_dir or Path(settings.db).parent / "reports"
     written = []
     for name in sorted({d["deployment"] for d in fetch_rw(db, "deployments")}):
-        path = folder / f"{name}-{month}.{settings.schedule.report_format}"
+        path = folder / report_file_name(name, month, settings.schedule.report_format)
         try:
             written.append(write_report(db, name, month, path, cfg=deployment_settings(settings, name)))
         except KvplanError as e:  # no data that month

@@ -52,6 +52,7 @@ def render_section(d: dict, charts: bool = True) -> str:
                          fmt.pct(p["infinite_hit_rate"])] for p in s["private"]], {1, 2}))
     if charts and s["points"]:
         out.append(svg(charts_whatif.topology_chart(d)))
+    out += _topology(d, charts)
     if d["dollars"]:
         dl = d["dollars"]
         b = dl["best"]
@@ -73,7 +74,47 @@ def render_section(d: dict, charts: bool = True) -> str:
     return "".join(out)
 
 
+def _s(v: float | None) -> str:
+    return f"{v:.3f} s" if v is not None else "-"
+
+
+def _topology(d: dict[str, Any], charts: bool) -> list[str]:
+    """Today's topology from the data against what it measured, and TTFT per set-up."""
+    t = d.get("today")
+    if not t:
+        return []
+    out = [f"<h3>Today's topology, from the data: {t['instances']} cache instance(s), {t['engines']} engine(s)</h3>",
+           table(["", "measured", "predicted (today replayed)"],
+                 [["token hit rate (LMCache)", fmt.pct(t["hit_rate_measured"]), fmt.pct(t["hit_rate_predicted"])],
+                  ["TTFT mean", _s(t["ttft_mean_s_measured"]), _s(t["ttft_mean_s_predicted"])],
+                  ["TTFT p50", _s(t["ttft_p50_s_measured"]), _s(t["ttft_p50_s_predicted"])],
+                  ["TTFT p99", _s(t["ttft_p99_s_measured"]), _s(t["ttft_p99_s_predicted"])]], {1, 2}),
+           f'<p class="meta">Instances: {escape(", ".join(t["instance_names"]))}; engines: '
+           f'{escape(t["engine_routing"])}; capacity per instance: {escape(t["capacity_source"] or "unbounded")}. '
+           "Predicted with the deployment's fitted prefill cost over the trace's arrivals; the gap between "
+           "measured and predicted today is how far to trust the alternatives below.</p>"]
+    if not d.get("latency"):
+        return out
+    slo = d["slo"]["ttft_p99_s"]
+    out.append(f"<h3>TTFT for each set-up (the same requests; p99 SLO {slo:g} s)</h3>")
+    out.append(table(["set-up", "token hit rate", "TTFT mean", "p50", "p99", "holds the SLO"],
+                     [[charts_whatif.SETUP_LABELS.get(r["topology"], r["topology"])
+                       + (f", {r['ranks']} private caches, {r['routing'].replace('_', ' ')}" if r["routing"] else ""),
+                       fmt.pct(r["hit_rate"]), _s(r["ttft_mean_s"]), _s(r["ttft_p50_s"]), _s(r["ttft_p99_s"]),
+                       "yes" if r["holds_slo"] else "no"] for r in d["latency"]], {1, 2, 3, 4}))
+    if charts and d.get("latency_curve"):
+        out.append(svg(charts_whatif.ttft_capacity_chart(d)))
+    e = d.get("engines_needed")
+    if e:
+        def k(v: int | None) -> str:
+            return str(v) if v is not None else f"more than {e['searched_up_to']}"
+        out.append(f"<p>Engines that hold the SLO on this traffic: today's caches {k(e['today'])}, one shared pool "
+                   f"{k(e['shared'])} (today: {e['engines_today']}).</p>")
+    return out
+
+
 def whatif_section(db: Database, deployment: str, **kw: Any) -> str:
+
     """The section for a deployment's newest trace, or a one-line note when it has none."""
     from kvplan.app.views.whatif import whatif
 

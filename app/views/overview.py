@@ -27,6 +27,7 @@ from kvplan.app.data.window import (
     peak_running_per_engine,
     window_buckets,
 )
+from kvplan.models.cache.alternatives import TopologyFinding
 from kvplan.models.capacity.growth import MIN_TREND_DAYS, measured_growth
 from kvplan.models.decision.plan import PlanResult
 from kvplan.models.decision.plan import plan as run_plan
@@ -65,7 +66,7 @@ def window_measurement(source: Source, win: Window, cfg: DeploymentSettings = De
 
 def plan_window(source: Source, win: Window, cfg: DeploymentSettings = DeploymentSettings(), *,
                 pricebook: PriceBook | None = None, planning: PlanningInputs | None = None,
-                gpus: int | None = None) -> PlannedWindow:
+                gpus: int | None = None, topology: TopologyFinding | None = None) -> PlannedWindow:
     """The buy-vs-reuse plan of a loaded window: the saved (or config, or default) prices
     unless given, the fleet by ``kvplan.app.data.store.fleet``. CLI, pages and report all call this."""
     prices = load_pricebook(source, win.deployment, cfg.prices)
@@ -80,7 +81,8 @@ def plan_window(source: Source, win: Window, cfg: DeploymentSettings = Deploymen
     peak = m.window.peak_hour_requests_per_s if m.window is not None else None
     running = peak_running_per_engine(source, win.deployment, win.t_from, win.t_to, win.model_name)
     result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl, facts=facts.facts,
-                                 goodput=goodput, peak_hour_requests_per_s=peak, concurrency_per_replica=running),
+                                 goodput=goodput, peak_hour_requests_per_s=peak, concurrency_per_replica=running,
+                                 topology=topology),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)
     return PlannedWindow(result, prices, fl, facts, pair)
@@ -156,9 +158,12 @@ def overview(source: Source, deployment: str, t_from: datetime, t_to: datetime, 
 
 
 def plan_range(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None, *,
-               cfg: DeploymentSettings = DeploymentSettings(), gpus: int | None = None) -> PlanResult:
-    """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it."""
+               cfg: DeploymentSettings = DeploymentSettings(), gpus: int | None = None,
+               topology: TopologyFinding | None = None) -> PlanResult:
+    """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it (with the TTFT
+    what-if's ``topology`` finding when given)."""
     from kvplan.app.data.window import check_model
 
     check_model(source, deployment, model_name)
-    return plan_window(source, load_window(source, deployment, t_from, t_to, model_name), cfg, gpus=gpus).plan
+    return plan_window(source, load_window(source, deployment, t_from, t_to, model_name), cfg, gpus=gpus,
+                       topology=topology).plan

@@ -16,20 +16,62 @@ curve and once per routing for the private caches, and prices the curve with
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from kvplan.app.data.store import DeploymentSettings, load_pricebook
-from kvplan.collectors.traces import load_trace
+from kvplan.collectors.trace_parse import TraceError
+from kvplan.collectors.traces import TraceInfo, load_trace
 from kvplan.models.cache import pools, sim, value
-from kvplan.models.cache.sim import GB
+from kvplan.models.cache.sim import GB, Trace
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.timeutil import from_epoch_s
 from kvplan.sql.db import Database
 
 DEFAULT_RANKS = 8
 DEFAULT_POINTS = 30
+MAX_RANKS = 4096
+"""Most private caches compared with one shared pool (the replay is linear in ranks x requests;
+1,000,000,000 hung)."""
+MAX_POINTS = 10_000
+MAX_GB = 1e6
+"""Largest cache size an option may give, GB (a petabyte)."""
+MAX_SECONDS_PER_TOKEN = 1.0
+MAX_TOKENS_PER_MONTH = 1e18
+MAX_SEED = 2**32 - 1
+
+
+def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | None, capacity_gb: float | None,
+                  configured_gb: float | None, l2_gb: float | None, seconds_per_cached_token: float | None,
+                  tokens_per_month: float | None) -> None:
+    """Every option in its range before anything runs, for every caller (the CLI's options declare
+    the same bounds; the page and the report call this view directly): ``KvplanError`` naming it
+    (a negative size was accepted silently, inf or nan raised a traceback, a bytes per chunk of 0
+    was ignored)."""
+    from kvplan.collectors.trace_parse import MAX_BYTES_PER_CHUNK
+
+    def bad(option: str, got: object, rule: str) -> None:
+        raise KvplanError(f"must be {rule}; got {got!r}", source=option)
+
+    whole: tuple[tuple[str, int | None, int, int], ...] = (
+        ("--ranks", ranks, 1, MAX_RANKS), ("--points", points, 1, MAX_POINTS), ("--seed", seed, 0, MAX_SEED),
+        ("--bytes-per-chunk", bytes_per_chunk, 1, MAX_BYTES_PER_CHUNK))
+    for option, n, low, high in whole:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not low <= n <= high):
+            bad(option, n, f"a whole number from {low:,} to {high:,}")
+    sizes: tuple[tuple[str, float | None, float], ...] = (
+        ("--capacity-gb", capacity_gb, MAX_GB), ("--configured-gb", configured_gb, MAX_GB), ("--l2-gb", l2_gb, MAX_GB),
+        ("--seconds-per-token", seconds_per_cached_token, MAX_SECONDS_PER_TOKEN),
+        ("--tokens-per-month", tokens_per_month, MAX_TOKENS_PER_MONTH))
+    for option, x, top in sizes:
+        if x is None:
+            continue
+        ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= top
+        if not ok:
+            bad(option, x, f"a finite number above 0 and at most {top:g}")
 
 
 def _trace_span(db: Database, trace_id: int) -> tuple[float, float]:
@@ -60,13 +102,21 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model_nam
            seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
            configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
            tokens_per_month: float | None = None, capacity_gb: float | None = None,
-           l2_gb: float | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> dict[str, Any]:
+           l2_gb: float | None = None, cfg: DeploymentSettings = DeploymentSettings(),
+           t_from: datetime | None = None, t_to: datetime | None = None,
+           latency: bool = True) -> dict[str, Any]:
     """The what-if for one trace (module doc). ``capacity_gb`` = total capacity compared
-    shared vs private (default: the configured size, else half the saturation size). Long on
-    purpose: the dict it returns is the ``kvplan whatif --json`` contract, written out in one place."""
-    tr, info = load_trace(db, deployment, trace, model_name=model_name)
-    bpc = bytes_per_chunk or info.bytes_per_chunk
+    shared vs private (default: the configured size, else half the saturation size);
+    ``t_from``/``t_to`` keep the trace's requests in that window (LMCache logs: unix times) and
+    measure the deployment over it; ``latency`` adds today's topology and the TTFT what-if
+    (``app.views.whatif_topology``). Long on purpose: the dict it returns is the
+    ``kvplan whatif --json`` contract, written out in one place."""
+    check_options(ranks=ranks, points=points, seed=seed, bytes_per_chunk=bytes_per_chunk, capacity_gb=capacity_gb,
+                  configured_gb=configured_gb, l2_gb=l2_gb, seconds_per_cached_token=seconds_per_cached_token,
+                  tokens_per_month=tokens_per_month)
     notes: list[str] = []
+    tr, info = _load(db, deployment, trace, model_name, t_from, t_to, notes)
+    bpc = bytes_per_chunk or info.bytes_per_chunk
     if not bpc:
         notes.append("bytes per chunk unknown (no shapes/dtypes in the trace): capacities in "
                      "GB need --bytes-per-chunk; shown in tokens only")
@@ -107,14 +157,26 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model_nam
     svp = _shared_vs_private(tr, curve, caps, rates, ranks=ranks, routings=routings, seed=seed,
                              total_chunks=_compared_capacity(capacity_gb, bpc, configured, ranks, sat),
                              gb=gb, chunk_tokens=chunk_tokens)
-    t0, t1 = _trace_span(db, info.trace_id)
+    t0, t1 = ((float(tr.ts[0]), float(tr.ts[-1])) if tr.ts is not None and tr.requests
+              else _trace_span(db, info.trace_id))
     dollars, why = _dollars(db, deployment, cfg, curve, caps, pb, bpc, t0, t1,
                             seconds_per_cached_token, tokens_per_month)
     best_gb = dollars["best"]["capacity_gb"] if dollars else None
     if why is not None:
         notes.append(f"dollars left out: {why}")
 
+    topo = {}
+    if latency:
+        from kvplan.app.views.whatif_topology import topology_whatif
+
+        topo = topology_whatif(db, deployment, tr, info.instances, bpc=bpc,
+                               slo_s=load_pricebook(db, deployment, cfg.prices).planning.ttft_p99_slo_seconds,
+                               configured_gb=configured["capacity_gb"] if configured else configured_gb,
+                               routings=routings, seed=seed, l2_gb=l2_gb, gpus_per_engine=cfg.gpus_per_engine,
+                               t_from=t_from, t_to=t_to)
+        notes += topo.pop("topology_notes", [])
     return {
+        **topo,
         "deployment": deployment,
         "trace": {"name": info.name, "format": info.format, "model_name": model_name,
                   "requests": curve.requests, "chunk_references": curve.references,
@@ -124,7 +186,8 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model_nam
                   "full_chunk_tokens": int((tr.chunk_size * np.diff(tr.offsets)).sum()),
                   "chunk_tokens": chunk_tokens, "bytes_per_chunk": bpc,
                   "bytes_source": "option" if bytes_per_chunk else info.bytes_source,
-                  "first_ts": t0, "last_ts": t1, "seconds": t1 - t0},
+                  "first_ts": t0, "last_ts": t1, "seconds": t1 - t0, "instances": list(info.instances),
+                  "window": [t_from.isoformat(), t_to.isoformat()] if t_from and t_to else None},
         "points": pts,
         "infinite_hit_rate": curve.infinite_hit_rate,
         "saturation": {"capacity_chunks": sat, "capacity_tokens": sat * chunk_tokens,
@@ -138,6 +201,22 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model_nam
         "hit_rule": "LMCache cache-simulator: leading chunks present, then all chunks most "
                     "recent; LRU; capacity = max(1, bytes // bytes_per_chunk)",
     }
+
+
+def _load(db: Database, deployment: str, trace: str | None, model_name: str | None, t_from: datetime | None,
+          t_to: datetime | None, notes: list[str]) -> tuple[Trace, TraceInfo]:
+    """The trace, in the window when one is given and the trace's times are unix times."""
+    if t_from is None or t_to is None:
+        return load_trace(db, deployment, trace, model_name=model_name)
+    tr, info = load_trace(db, deployment, trace, model_name=model_name, t_from=t_from.timestamp(),
+                          t_to=t_to.timestamp())
+    if info.format == "mooncake":
+        notes.append("a Mooncake trace's times start at 0: the window does not apply to it")
+        return load_trace(db, deployment, trace, model_name=model_name)
+    if not tr.requests:
+        raise TraceError(f"trace {info.name!r} of {deployment!r} has no request in "
+                         f"{t_from.isoformat()} .. {t_to.isoformat()}", source="--from/--to")
+    return tr, info
 
 
 def _compared_capacity(capacity_gb, bpc, configured, ranks: int, sat: int) -> int:

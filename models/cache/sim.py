@@ -88,6 +88,11 @@ class Trace:
     """int64, prompt tokens per request (tail included)."""
     chunk_size: np.ndarray
     """int64, tokens per chunk, per request."""
+    ts: np.ndarray | None = None
+    """float64 seconds per request (when the lookup was logged), if known."""
+    instance: np.ndarray | None = None
+    """int64 per request: which cache instance served it (an index into the trace's instance
+    names), if known."""
 
     @property
     def requests(self) -> int:
@@ -96,6 +101,11 @@ class Trace:
     @property
     def references(self) -> int:
         return int(self.offsets[-1])
+
+    @property
+    def full_chunk_tokens(self) -> np.ndarray:
+        """Tokens of each request's full chunks (what LMCache's lookup counters count)."""
+        return self.chunk_size * np.diff(self.offsets)
 
     def subset(self, mask: np.ndarray) -> Trace:
         """The requests where ``mask`` is true, in order."""
@@ -107,6 +117,8 @@ class Trace:
             offsets=np.concatenate(([0], np.cumsum(lengths[mask]))).astype(np.int64),
             seq_len=self.seq_len[mask],
             chunk_size=self.chunk_size[mask],
+            ts=None if self.ts is None else self.ts[mask],
+            instance=None if self.instance is None else self.instance[mask],
         )
 
 

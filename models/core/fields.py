@@ -116,6 +116,47 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     return cls(**{name: coerce(cls.__name__, known[name], v) for name, v in data.items()})
 
 
+NAME_MAX = 200
+_UNSEEN = ("Cc", "Cf", "Zl", "Zp", "Cs")
+"""Unicode categories refused in names: control and format characters (the bidi overrides
+U+202A-U+202E and isolates U+2066-U+2069 reorder what a terminal or a report shows; zero-width
+characters make two names look alike), line and paragraph separators, lone surrogates."""
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` is not a usable deployment or target name (None: it is): non-empty, no
+    leading or trailing blanks, at most 200 characters, no control, format (bidi, zero-width) or
+    separator character."""
+    import unicodedata
+
+    if not isinstance(name, str) or not name.strip():
+        return "it is empty"
+    if name != name.strip():
+        return "it has leading or trailing blanks"
+    if len(name) > NAME_MAX:
+        return f"it is longer than {NAME_MAX} characters"
+    bad = next((c for c in name if unicodedata.category(c) in _UNSEEN), None)
+    if bad is not None:
+        return (f"it holds U+{ord(bad):04X} ({unicodedata.name(bad, 'a control character')}), a control or "
+                "invisible formatting character")
+    return None
+
+
+def scenario(obj: T, **changes: Any) -> T:
+    """A copy of a frozen settings dataclass with ``changes`` applied and NOT checked against the
+    fields' bounds: for the what-ifs a plan computes itself (the GPU price +-20 %, growth + 5
+    points, overhead x 1.5). The bounds are for what a user enters; a saved price of $1,000/GPU-hour
+    (the bound) must still give a plan whose +25 % scenario is $1,250."""
+    import copy
+
+    out = copy.copy(obj)
+    for name, value in changes.items():
+        if name not in {s.name for s in specs(type(obj))}:
+            raise AttributeError(f"{type(obj).__name__} has no field {name!r}")
+        object.__setattr__(out, name, value)
+    return out
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     """Plain dict (JSON-serialisable), one key per field."""
     return {s.name: getattr(obj, s.name) for s in specs(type(obj))}

@@ -3,7 +3,8 @@
 ``redact(text)`` removes, wherever they appear in the text:
 
 * ``user:password@`` (or ``user@``) inside URLs;
-* the value of an ``Authorization`` header and any ``Bearer``/``Basic`` credential;
+* the value of an ``Authorization`` header and any ``Bearer``/``Basic`` credential, also
+  URL-encoded (``Basic%20dXNl...%3D``, as a server echoes a request line back);
 * values of query, form or JSON parameters that name a secret (``token``, ``access_token``,
   ``password``, ``api_key``, ``secret`` ...) and of ``X-Api-Key``/``Cookie`` headers;
 * every secret value kvplan was configured with (``register_secret``: the Prometheus
@@ -20,8 +21,11 @@ from typing import overload
 MASK = "<redacted>"
 
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
-_AUTH_HEADER = re.compile(r"(?i)\b(proxy-)?(authorization)(\s*[:=]\s*|['\"]\s*[:,]\s*['\"])([^\r\n'\"\\]+)")
-_SCHEME_CRED = re.compile(r"(?i)\b(bearer|basic|token|digest)\s+[A-Za-z0-9\-._~+/=]{6,}")
+_SPACE = r"(?:\s|%(?:25)?20|\+)"  # a blank, also URL-encoded (%20, %2520) or form-encoded (+)
+_AUTH_HEADER = re.compile(r"(?i)\b(proxy-)?(authorization)(\s*[:=]\s*|%(?:25)?3A" + _SPACE + r"*|['\"]\s*[:,]\s*['\"])"
+                          r"([^\r\n'\"\\&]+)")
+_SCHEME_CRED = re.compile(r"(?i)\b(bearer|basic|token|digest)" + _SPACE
+                          + r"+(?:[A-Za-z0-9\-._~+/=]|%[0-9A-Fa-f]{2}){6,}")
 # key=value (query strings, form bodies) and "key": "value" (JSON); not "key: text", which
 # is how kvplan's own messages name a config key (prometheus.bearer_token: ...)
 _PARAM = re.compile(r"(?i)\b((?:access_|refresh_|id_|api_|auth_|bearer_|x-api-)?(?:token|key|password|passwd|"

@@ -70,6 +70,8 @@ def month_start(month: str, what: str = "month") -> datetime:
         m = datetime.strptime(month, "%Y-%m")
     except ValueError:
         raise KvplanError(f"{month!r} is not a month like 2026-11", source=what) from None
+    if not 2000 <= m.year <= 2100:  # 9999-12 has no next month a datetime can hold
+        raise KvplanError(f"{month!r} is not a month from 2000-01 to 2100-12", source=what)
     return m.replace(tzinfo=UTC)
 
 

@@ -136,6 +136,9 @@ class PlanResult:
     """``lmcache`` (the decision weighs what LMCache adds) or ``all``."""
     prefill_cost_model: dict[str, Any] | None = None
     """The fitted parts with their bands, the history used, status and fix."""
+    topology_finding: dict[str, Any] | None = None
+    """``PlanInputs.topology`` with its sentence: an alternative cache set-up that holds the TTFT
+    SLO where today's misses, with the GPUs each needs (``models.cache.alternatives``)."""
     saved_by_tier: dict[str, dict[str, float] | None] = field(default_factory=dict)
     """``device`` (vLLM's own prefix cache, free) and ``lmcache`` (net of its overhead; also
     ``gross`` and ``overhead``), GPU-seconds in the covered span, each with ``low``/``high``."""
@@ -191,7 +194,7 @@ class PlanResult:
             "usd_per_1m_prompt_tokens_without_reuse", "usd_per_1m_output_tokens_with_reuse",
             "usd_per_1m_output_tokens_without_reuse", "capacity_method", "gpus_per_replica",
             "replica_message", "peak_hour_requests_per_s", "purchase_schedule_without_reuse",
-            "purchase_schedule_with_reuse", "horizon_cost_usd", "flip_probability")}
+            "purchase_schedule_with_reuse", "horizon_cost_usd", "flip_probability", "topology_finding")}
         d["decision"] = self.decision.kind
         d["decision_by_tier"] = {k: t.to_dict() for k, t in self.decision_by_tier.items()}
         d["headline"] = self.headline
@@ -231,6 +234,8 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
                      f"{c.inputs.goodput.with_reuse_rps:g} with ({c.inputs.goodput.source})")
     hz = ev.horizon
     notes += [f"estimator {e.name}: {e.note}" for e in s.estimators]
+    if inputs.topology is not None and inputs.topology.holds_where_today_misses:
+        notes.append(f"topology: {inputs.topology.sentence()}")
     tiers = decide_tiers(inputs, ev)
     return PlanResult(
         label=label, source=source, realisation=inputs.planning.realisation,
@@ -264,7 +269,8 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
         purchase_schedule_without_reuse=hz.baseline.schedule() if hz else [],
         purchase_schedule_with_reuse=hz.reuse.schedule() if hz else [],
         horizon_cost_usd=hz.to_dict() if hz else {"baseline": None, "reuse": None},
-        flip_probability=ev.flip_probability, **extra)
+        flip_probability=ev.flip_probability,
+        topology_finding=inputs.topology.to_dict() if inputs.topology is not None else None, **extra)
 
 
 def _band(b: Any) -> dict[str, float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvplan.models.core.fields import scenario
 from kvplan.models.decision.verdict import MAX_WHAT_IF_HIT_RATE, PlanInputs, price_plan, scale_gpu_price
 from kvplan.models.prefill.measurement import with_hit_rate
 
@@ -38,7 +39,7 @@ class SensitivityRow:
 
 def _scale_overhead(inputs: PlanInputs, k: float) -> PlanInputs:
     pb = inputs.pricebook
-    pb = replace(pb, cache_service_node_usd_per_month=pb.cache_service_node_usd_per_month * k,
+    pb = scenario(pb, cache_service_node_usd_per_month=pb.cache_service_node_usd_per_month * k,
                  usd_per_gb_month_cpu_memory=pb.usd_per_gb_month_cpu_memory * k,
                  usd_per_gb_month_ssd=pb.usd_per_gb_month_ssd * k,
                  usd_per_ops_hour=pb.usd_per_ops_hour * k)
@@ -86,8 +87,8 @@ def sensitivity(base: PlanInputs, price_pct: float = 0.25, hit_rate_pct: float =
     g = p.growth_rate_per_month
     g_lo, g_hi = max(-0.5, g - growth_points), g + growth_points
     row("growth", "per month", g, g_lo, g_hi,
-        replace(base, planning=replace(p, growth_rate_per_month=g_lo)),
-        replace(base, planning=replace(p, growth_rate_per_month=g_hi)))
+        replace(base, planning=scenario(p, growth_rate_per_month=g_lo)),
+        replace(base, planning=scenario(p, growth_rate_per_month=g_hi)))
 
     row("cache overhead", "$/month", b.overhead_usd, b.overhead_usd * (1 - overhead_pct),
         b.overhead_usd * (1 + overhead_pct), _scale_overhead(base, 1 - overhead_pct),

@@ -31,6 +31,7 @@ from typing import Any
 
 from kvplan.models.capacity.fleet import plan_capacity
 from kvplan.models.core.calendar import SECONDS_PER_MONTH
+from kvplan.models.core.fields import scenario
 from kvplan.models.decision.reasons import Decision, usd
 from kvplan.models.decision.verdict import (
     Evaluation,
@@ -72,8 +73,8 @@ class TierDecision:
 
 def free(pb: PriceBook) -> PriceBook:
     """The price book with no cache cost: vLLM's prefix cache comes with vLLM."""
-    return replace(pb, cache_service_node_usd_per_month=0.0, usd_per_gb_month_cpu_memory=0.0,
-                   usd_per_gb_month_ssd=0.0, ops_hours_per_month=0.0)
+    return scenario(pb, cache_service_node_usd_per_month=0.0, usd_per_gb_month_cpu_memory=0.0,
+                    usd_per_gb_month_ssd=0.0, ops_hours_per_month=0.0)
 
 
 def _gated(inputs: PlanInputs, ev: Evaluation) -> bool:

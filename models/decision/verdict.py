@@ -50,10 +50,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
+from kvplan.models.cache.alternatives import TopologyFinding
 from kvplan.models.capacity.fleet import CapacityInputs, CapacityResult, capacity_inputs_from, plan_capacity
 from kvplan.models.capacity.goodput import Goodput
 from kvplan.models.capacity.horizon import HorizonPlan, plan_horizon
 from kvplan.models.capacity.replica import ReplicaFit, replica_fit
+from kvplan.models.core.fields import scenario
 from kvplan.models.decision.benefit import Benefit, monthly_benefit, throughput_gpu_hours
 from kvplan.models.decision.reasons import SENTENCES, BreakEven, Case, Decision, break_even, data_gate
 from kvplan.models.inputs.deployment import DeploymentFacts
@@ -94,6 +96,9 @@ class PlanInputs:
     concurrency_per_replica: float | None = None
     """Measured running requests per replica (vllm:num_requests_running) for the KV part of the
     memory check; None = 1 sequence."""
+    topology: TopologyFinding | None = None
+    """The TTFT what-if's finding (an alternative cache set-up at the TTFT SLO, engines each
+    needs); None = no trace. Reported with the plan (``PlanResult.topology_finding``)."""
 
 
 @dataclass(frozen=True)
@@ -306,8 +311,9 @@ def flip_probability(capacity: CapacityResult, savings: PrefillSavings, priceboo
 
 
 def scale_gpu_price(pb: PriceBook, k: float) -> PriceBook:
-    """The price book with the GPU's price (rent, or capex and power/hosting) x ``k``."""
+    """The price book with the GPU's price x ``k``: a scenario, not checked against the input
+    bounds (``fields.scenario``)."""
     if pb.pricing_mode == "cloud":
-        return replace(pb, usd_per_gpu_hour=pb.usd_per_gpu_hour * k)
-    return replace(pb, capex_usd_per_gpu=pb.capex_usd_per_gpu * k,
-                   power_hosting_usd_per_gpu_month=pb.power_hosting_usd_per_gpu_month * k)
+        return scenario(pb, usd_per_gpu_hour=pb.usd_per_gpu_hour * k)
+    return scenario(pb, capex_usd_per_gpu=pb.capex_usd_per_gpu * k,
+                    power_hosting_usd_per_gpu_month=pb.power_hosting_usd_per_gpu_month * k)

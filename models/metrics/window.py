@@ -56,6 +56,9 @@ class Increase:
     broken: int = 0
     """Decreases with an unchanged ``_created``: a broken or replaced target, not counted
     (``increments()`` macro)."""
+    gaps: int = 0
+    """Pairs spanning a scrape of its target the series was missing from: continued from its last
+    value, not from 0 (migration 012)."""
 
 
 @dataclass(frozen=True)
@@ -320,7 +323,7 @@ def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None) -
         estimated_flops=total(rows, c.total_name(c.ESTIMATED_FLOPS)),
         counter_resets=sum(r.resets for r in rows),
         counter_decreases=sum(r.broken or 0 for r in rows),
-        notes=_decrease_notes(rows),
+        notes=_decrease_notes(rows) + _gap_notes(rows) + _sum_notes(rows),
     )
     for name in RATE_FIELDS:
         v = getattr(st, name)
@@ -360,6 +363,65 @@ def _decrease_notes(rows: list[Increase]) -> list[str]:
     more = f" and {len(broken) - 5} more series" if len(broken) > 5 else ""
     return [f"warning: {sum(broken.values())} counter decrease(s) with an unchanged _created were not counted "
             f"(not a restart: a broken or replaced target) - {names}{more}"]
+
+
+PARTS = (
+    (c.total_name(c.PROMPT_BY_SOURCE), ("source",), c.total_name(c.PROMPT_TOKENS)),
+    (c.total_name(c.PROMPT_TOKENS_CACHED), (), c.total_name(c.PROMPT_TOKENS)),
+    (c.total_name(c.LM_HIT_L1), (), c.total_name(c.LM_HIT)),
+    (c.total_name(c.LM_HIT_L2), (), c.total_name(c.LM_HIT)),
+)
+"""(part, labels summed over, whole): counters whose parts can never add up to more than the whole:
+prompt tokens by source, and the cached ones, against all prompt tokens; LMCache's L1 and L2 hits
+(summed together) against all its hits."""
+PART_SLACK = 0.01
+"""A part may exceed its whole by this share before it is flagged: two counters updated one after
+the other can be caught between the two updates by a scrape (a window edge)."""
+
+
+def parts_above_whole(values: Iterable[tuple[str, str | None, str | None, tuple[tuple[str, str], ...], float]],
+                      slack: float = PART_SLACK) -> list[str]:
+    """Warnings for sums that cannot be: ``values`` are (name, model_name, engine, other labels,
+    value) of one payload's samples or one window's increases; a part (summed over its ``PARTS``
+    labels, L1 + L2 together) above its whole's series by more than ``slack`` is named."""
+    rows = list(values)
+    wholes = {(n, m, e, lab): v for n, m, e, lab, v in rows if n in {w for _, _, w in PARTS}}
+    sums: dict[tuple[str, str, str | None, str | None, tuple[tuple[str, str], ...]], float] = defaultdict(float)
+    for part, summed, whole in PARTS:
+        label = "lmcache_mp_lookup_hit_l1_tokens_total + _l2_tokens_total" if whole == c.total_name(c.LM_HIT) \
+            else part
+        for n, m, e, lab, v in rows:
+            if n == part:
+                sums[(label, whole, m, e, tuple((k, x) for k, x in lab if k not in summed))] += v
+    out = []
+    for (label, whole, m, e, lab), v in sorted(sums.items(), key=str):
+        w = wholes.get((whole, m, e, lab))
+        if w is not None and v > w * (1.0 + slack) + 1e-9:
+            where = ", ".join([f"{k}={x}" for k, x in lab] + ([f"model_name={m}"] if m is not None else [])
+                              + ([f"engine={e}"] if e is not None else []))
+            out.append(f"warning: {label} sums to {v:,.0f}, above {whole} = {w:,.0f}"
+                       + (f" ({where})" if where else "") + ": a part cannot exceed the whole (inconsistent "
+                       "counters; the figures that use them are suspect)")
+    return out
+
+
+def _sum_notes(rows: list[Increase]) -> list[str]:
+    names = {n for p, _, w in PARTS for n in (p, w)}
+    return parts_above_whole((r.name, r.model_name, r.engine, tuple(sorted(json.loads(r.labels or "{}").items())),
+                              r.increase) for r in rows if r.name in names)
+
+
+def _gap_notes(rows: list[Increase]) -> list[str]:
+    gaps: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r.gaps:
+            gaps[f"{r.name} ({r.target})" if r.target else r.name] += r.gaps
+    if not gaps:
+        return []
+    names = ", ".join(f"{k}: {v}" for k, v in sorted(gaps.items())[:5])
+    more = f" and {len(gaps) - 5} more series" if len(gaps) > 5 else ""
+    return [f"note: {sum(gaps.values())} time(s) a series seen before was missing from a scrape of its target and "
+            f"came back: counted from its last value, not from 0 (a truncated or partial payload?) - {names}{more}"]
 
 
 def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,

@@ -43,7 +43,7 @@ ORDER BY 1;
 -- rolled-up days (the same rule as rollup_day).
 SELECT se.name, se.family, se.model_name, se.le, se.labels,
        sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets,
-       sum(CAST(i.broken AS INTEGER)) AS broken
+       sum(CAST(i.broken AS INTEGER)) AS broken, sum(CAST(i.gap AS INTEGER)) AS gaps
 FROM increments($deployment, $t_lookback, $t_to, $model_name) i
 JOIN series se ON se.series_id = i.series_id
 WHERE i.ts > $t_after

@@ -3,7 +3,7 @@
 -- optionally only one model (see the increments() macro for the exact rule).
 SELECT se.name, se.family, se.model_name, se.engine, se.le, se.labels, t.name AS target,
        sum(i.delta) AS increase, count(*) AS pairs, sum(CAST(i.reset AS INTEGER)) AS resets,
-       sum(CAST(i.broken AS INTEGER)) AS broken
+       sum(CAST(i.broken AS INTEGER)) AS broken, sum(CAST(i.gap AS INTEGER)) AS gaps
 FROM increments($deployment, $t_from, $t_to, $model_name) i
 JOIN series se ON se.series_id = i.series_id
 JOIN targets t ON t.target_id = se.target_id

@@ -14,13 +14,23 @@ UPDATE traces SET bytes_per_chunk = $n_bytes_per_chunk, bytes_source = $bytes_so
 WHERE trace_id = $trace_id;
 
 -- name: trace_file
--- What an earlier import took of one file of a trace.
-SELECT * FROM trace_files WHERE trace_id = $trace_id AND file = $file;
+-- What an earlier import took of one file of one cache instance of a trace.
+SELECT * FROM trace_files WHERE trace_id = $trace_id AND instance = $instance AND file = $file;
 
 -- name: upsert_trace_file
 -- Record (or extend) the imported part of one file.
-INSERT OR REPLACE INTO trace_files (trace_id, file, sha256, bytes, lines, imported_at)
-VALUES ($trace_id, $file, $sha256, $n_bytes, $n_lines, $imported_at);
+INSERT OR REPLACE INTO trace_files (trace_id, instance, file, sha256, bytes, lines, imported_at)
+VALUES ($trace_id, $instance, $file, $sha256, $n_bytes, $n_lines, $imported_at);
+
+-- name: adopt_trace_file_rows
+-- A file imported before traces had instances (instance ''): its requests now belong to the
+-- instance it is imported under (its trace_files row is replaced by upsert_trace_file).
+UPDATE trace_requests SET instance = $instance
+WHERE trace_id = $trace_id AND instance = '' AND file = $file;
+
+-- name: drop_legacy_trace_file
+-- The instance-less row of a file that an import has adopted.
+DELETE FROM trace_files WHERE trace_id = $trace_id AND instance = '' AND file = $file;
 
 -- name: trace_chunk_keys
 -- The hash -> key map of a trace (LMCache hex hashes).
@@ -30,6 +40,7 @@ SELECT hash, key FROM trace_chunk_keys WHERE trace_id = $trace_id;
 -- Every trace of a deployment with its size, newest first.
 SELECT t.trace_id, t.name, t.format, t.bytes_per_chunk, t.bytes_source, t.created_at,
        (SELECT count(*) FROM trace_files f WHERE f.trace_id = t.trace_id) AS files,
+       count(DISTINCT r.instance) AS instances,
        count(r.trace_id) AS requests,
        coalesce(sum(len(r.chunk_keys)), 0) AS chunk_references,
        coalesce(sum(r.seq_len), 0) AS tokens,
@@ -43,12 +54,16 @@ GROUP BY ALL
 ORDER BY t.created_at DESC, t.trace_id DESC;
 
 -- name: trace_replay
--- A trace's requests in replay order: timestamp, then file name, then line (LMCache's
--- simulator sorts by timestamp, stably, over files in name order). $model_name NULL = all.
-SELECT chunk_keys, seq_len, chunk_size
+-- A trace's requests in replay order: timestamp, then instance, file name and line (LMCache's
+-- simulator sorts by timestamp, stably, over files in name order): the logs of every cache
+-- instance merged by time. $model_name NULL = all; $from_unix_s/$to_unix_s (NULL = open) cut a
+-- window [from, to] in the trace's own seconds (unix seconds for LMCache logs).
+SELECT chunk_keys, seq_len, chunk_size, ts, instance
 FROM trace_requests
 WHERE trace_id = $trace_id AND ($model_name IS NULL OR model_name = $model_name)
-ORDER BY ts, file, line;
+  AND ($from_unix_s IS NULL OR ts >= $from_unix_s) AND ($to_unix_s IS NULL OR ts <= $to_unix_s)
+ORDER BY ts, instance, file, line;
+
 
 -- name: trace_deployments
 -- Deployments that hold at least one trace.
@@ -57,3 +72,7 @@ SELECT DISTINCT deployment FROM traces ORDER BY deployment;
 -- name: trace_span
 -- First and last request time (unix seconds) of one trace.
 SELECT min(ts) AS t0, max(ts) AS t1 FROM trace_requests WHERE trace_id = $trace_id;
+
+-- name: traces_files_of
+-- The imported files of one trace, by instance and name.
+SELECT instance, file, bytes, lines FROM trace_files WHERE trace_id = $trace_id ORDER BY instance, file;

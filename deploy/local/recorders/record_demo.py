@@ -2,7 +2,8 @@
 random Llama): several traffic phases, scraped every few seconds, written to
 deploy/demo/kvplan-demo.jsonl.gz. `kvplan demo` loads it through the normal import path.
 
-What is real: every /metrics body, every failed scrape (vllm-1 is restarted mid-recording:
+What is real: every /metrics body, every LMCache lookup (its ``--lookup-hash-log-dir`` lines: the
+What-if page's trace), every failed scrape (vllm-1 is restarted mid-recording:
 its scrapes fail while it is down, and its counters restart), every client-side request
 timing. What is changed, and said in the file's header and on the dashboard: the time axis
 is stretched (``--stretch``, default 30x) so ~10 minutes of recording read as ~5 hours of
@@ -29,7 +30,7 @@ import httpx
 
 from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
-from kvplan.collectors.relabel import relabel_exposition
+from kvplan.collectors.relabel import model_label, relabel_exposition
 from kvplan.deploy.local import stack as stk
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -77,6 +78,20 @@ class Recorder:
         self.scrape_once()
 
 
+def lookup_records(logs_dir: Path, since: float) -> list[dict]:
+    """LMCache's lookup-hash log lines of this recording (``type: lookup``, the instance and file
+    they came from), ``model_name`` relabelled like the scrapes' (the server logs the model path)."""
+    out = []
+    for f in sorted(logs_dir.glob("lookup_hashes_*.jsonl")) if logs_dir.exists() else []:
+        for line in f.read_text().splitlines():
+            if line.strip():
+                obj = json.loads(line)
+                if obj.get("timestamp", 0) >= since:
+                    obj["model_name"] = model_label(obj.get("model_name")) or stk.MODEL_NAME
+                    out.append({"type": "lookup", "instance": "lmcache", "file": f.name, "line": obj})
+    return out
+
+
 def phase(title: str) -> None:
     print(f"[demo] {time.strftime('%H:%M:%S')} {title}", flush=True)
 
@@ -92,6 +107,9 @@ def main() -> int:
 
     own = args.run_dir is None
     run_dir = Path(args.run_dir or "/tmp/kvplan-demo-stack")
+    logs_dir = run_dir / stk.LOOKUP_HASH_LOG_DIR
+    for old in (logs_dir.glob("lookup_hashes_*.jsonl") if own and logs_dir.exists() else []):
+        old.unlink()  # a previous recording's lookups would be read as this one's
     stack = (stk.up(run_dir, n_vllm=2, n_vllm_nocache=1, prometheus=False, scrape_interval="5s")
              if own else stk.Stack.load(run_dir))
     try:
@@ -138,6 +156,7 @@ def main() -> int:
         if own:
             stk.down(run_dir)
 
+    lookups = lookup_records(logs_dir, since=t_start - 60)
     header = {"type": "header", "deployment": DEPLOYMENT, "measured_on": MEASURED_ON,
               "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_start)),
               "real_seconds": round(t_end - t_start, 1), "stretch": args.stretch,
@@ -149,10 +168,10 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt", encoding="utf-8", compresslevel=9) as f:
         f.write(json.dumps(header) + "\n")
-        for rec_ in rec.records + runs:
+        for rec_ in rec.records + runs + lookups:
             f.write(json.dumps(rec_) + "\n")
     print(f"[demo] wrote {args.out} ({args.out.stat().st_size / 1e6:.1f} MB): {len(rec.records)} scrapes, "
-          f"{len(runs)} runs, {t_end - t_start:.0f} s recorded", flush=True)
+          f"{len(runs)} runs, {len(lookups)} LMCache lookups, {t_end - t_start:.0f} s recorded", flush=True)
     return 0
 
 

@@ -1,0 +1,203 @@
+"""The topology and TTFT half of the what-if (``kvplan whatif --json`` keys ``today``, ``latency``,
+``latency_curve``, ``latency_model``, ``engines_needed``): today's topology from the trace and the
+deployment's metrics, checked against what it measured over the same span, and every alternative
+in hit rate and TTFT (``kvplan.models.cache.alternatives``, ``kvplan.models.cache.latency``).
+
+Inputs the trace does not carry:
+
+* engines: the deployment's vLLM engines with data in the span (else one per cache instance);
+* each instance's cache size: LMCache's own L1 gauges (in-use bytes / in-use share), else the
+  configured size split over the instances, else unbounded (said in ``notes``);
+* the prefill cost and the overheads: fitted on the look-back ending at the span's end
+  (``app.data.latency.latency_model``); without an identified cost model the TTFT half is left
+  out and says why;
+* the TTFT SLO: the planning inputs' ``ttft_p99_slo_seconds``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from kvplan.app.data.latency import l1_capacity_bytes, latency_model, measured
+from kvplan.models.cache import alternatives as alt
+from kvplan.models.cache import latency as lat
+from kvplan.models.cache.sim import GB, Trace, capacity_chunks
+from kvplan.models.core.timeutil import from_epoch_s
+from kvplan.models.metrics.window import bucket_quantile
+from kvplan.sql.db import Database
+
+MAX_LATENCY_REQUESTS = 20_000
+"""The TTFT pass replays at most this many requests of the window (the first ones in time): the
+discrete-event pass is Python: about 20,000 requests a second per alternative, and a what-if runs
+about thirty of them (the set-ups, the capacity curve, the engine search)."""
+CURVE_POINTS = 6
+SPAN_MARGIN_S = 10.0
+"""The measured span is the trace's first to last request, widened by this much each side (the
+requests' completions and the scrapes after them)."""
+
+
+def _capacities(db: Database, deployment: str, names: tuple[str, ...], a: datetime, b: datetime, bpc: int | None,
+                configured_gb: float | None, notes: list[str]) -> tuple[list[int] | None, str | None]:
+    """Each instance's capacity in chunks, and where it came from."""
+    if not bpc:
+        notes.append("bytes per chunk unknown: today's caches replayed unbounded")
+        return None, None
+    l1 = l1_capacity_bytes(db, deployment, a, b)
+    if l1 and set(l1) == set(names):
+        return [capacity_chunks(l1[n], bpc) for n in names], "LMCache's L1 gauges (in-use bytes / in-use share)"
+    if l1 and len(set(round(v) for v in l1.values())) == 1:
+        return [capacity_chunks(next(iter(l1.values())), bpc)] * len(names), "LMCache's L1 gauges"
+    if l1:
+        mean = sum(l1.values()) / len(l1)
+        notes.append(f"LMCache targets ({', '.join(sorted(l1))}) and trace instances ({', '.join(names)}) do not "
+                     "match by name: every instance replayed at their mean L1")
+        return [capacity_chunks(mean, bpc)] * len(names), "LMCache's L1 gauges (mean)"
+    if configured_gb:
+        return ([capacity_chunks(configured_gb * GB / len(names), bpc)] * len(names),
+                "the configured size split over the instances")
+    notes.append("no LMCache L1 gauge and no configured size: today's caches replayed unbounded")
+    return None, None
+
+
+def _span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[datetime, datetime] | None:
+    if t_from is not None and t_to is not None:
+        return t_from, t_to
+    if tr.ts is None or not tr.requests or float(tr.ts[0]) < 1e8:  # not unix times (Mooncake)
+        return None
+    return from_epoch_s(float(tr.ts[0]) - SPAN_MARGIN_S), from_epoch_s(float(tr.ts[-1]) + SPAN_MARGIN_S)
+
+
+def _row(p: alt.Predicted, bpc: int | None, slo: float, bounds: list[float] | None = None) -> dict[str, Any]:
+    a, s = p.alternative, p.summary
+    hist = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
+    return {"ttft_p99_s_as_histogram": hist, "topology": a.topology, "routing": a.routing, "ranks": a.ranks,
+            "capacity_chunks": a.capacity_chunks,
+            "capacity_gb": a.capacity_chunks * bpc / GB if bpc else None, "hit_rate": p.hit_rate,
+            "ttft_mean_s": s.ttft_mean_s, "ttft_p50_s": s.ttft_p50_s, "ttft_p99_s": s.ttft_p99_s,
+            "goodput_rps": s.goodput_rps, "within_slo": s.within_slo,
+            "holds_slo": s.ttft_p99_s is not None and s.ttft_p99_s <= slo}
+
+
+def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, ...], *, bpc: int | None,
+                    slo_s: float, configured_gb: float | None, routings: tuple[str, ...], seed: int,
+                    l2_gb: float | None, gpus_per_engine: int, t_from: datetime | None = None,
+                    t_to: datetime | None = None) -> dict[str, Any]:
+    """``today``, ``latency``, ``latency_curve``, ``latency_model``, ``engines_needed`` (module
+    doc). Long on purpose: the JSON contract of the topology half, written out in one place."""
+    notes: list[str] = []
+    span = _span(tr, t_from, t_to)
+    meas = measured(db, deployment, *span) if span else {}
+    instances = max(1, len(names))
+    engines = int(meas.get("engines") or 0) or instances
+    if not meas.get("engines"):
+        notes.append(f"no vLLM engine with data in the span: one engine per cache instance ({instances})")
+    caps, cap_source = _capacities(db, deployment, names, *(span or (from_epoch_s(0), from_epoch_s(0))), bpc,
+                                   configured_gb, notes)
+    each = caps or [max(1, tr.references + 1)] * instances
+    today = alt.today(tr, instances=instances, engines=engines, capacity_chunks=each)
+    total = int(sum(each))
+    out: dict[str, Any] = {"today": {
+        "instances": instances, "instance_names": list(names), "engines": today.engines,
+        "requests": tr.requests, "requests_measured": meas.get("requests"),
+        "capacity_chunks_per_instance": each if caps else None,
+        "capacity_gb_per_instance": [c * bpc / GB for c in each] if caps and bpc else None,
+        "capacity_source": cap_source,
+        "hit_rate_predicted": float(today.hits.sum()) / max(1.0, float(tr.full_chunk_tokens.sum())),
+        "hit_rate_measured": meas.get("hit_rate"),
+        "ttft_mean_s_measured": meas.get("ttft_mean_s"), "ttft_p50_s_measured": meas.get("ttft_p50_s"),
+        "ttft_p99_s_measured": meas.get("ttft_p99_s"), "ttft_p99_bucket_s_measured": meas.get("ttft_p99_bucket_s"),
+        "ttft_mean_s_predicted": None, "ttft_p50_s_predicted": None, "ttft_p99_s_predicted": None,
+        "ttft_p99_s_predicted_as_histogram": None,
+        "span": [span[0].isoformat(), span[1].isoformat()] if span else None,
+        "engine_routing": ("each instance's requests round-robin over its engines" if instances > 1
+                           else "round-robin over the engines in time order (the log does not say which "
+                                "engine served a request)"),
+        "hit_rate_definition": "hit tokens / full-chunk tokens looked up (LMCache's lookup counters); "
+                               "with the TTFT pass, a request hits only chunks stored before its lookup "
+                               "(hit_rate_predicted_lru: every chunk stored at once, as LMCache's simulator)"},
+        "latency": [], "latency_curve": [], "latency_model": None, "engines_needed": None, "finding": None,
+        "slo": {"ttft_p99_s": slo_s, "source": "planning inputs (ttft_p99_slo_seconds)"}, "topology_notes": notes}
+    if span is None:
+        notes.append("the trace's times are not unix times: no metrics to measure or price it with")
+        return out
+    latency, cost, over = latency_model(db, deployment, span[1])
+    out["latency_model"] = {"status": cost.status, "reason": cost.reason, "history": cost.history,
+                            "parts": {p.name: p.value for p in cost.parts}, "overheads": over.to_dict(),
+                            "max_batch_tokens": lat.DEFAULT_BATCH_TOKENS}
+    if latency is None:
+        notes.append(f"no TTFT prediction: the prefill cost model is {cost.status} ({cost.reason})")
+        return out
+    if tr.requests > MAX_LATENCY_REQUESTS:
+        notes.append(f"TTFT replayed on the first {MAX_LATENCY_REQUESTS:,} of {tr.requests:,} requests")
+        keep = np.zeros(tr.requests, dtype=bool)
+        keep[:MAX_LATENCY_REQUESTS] = True
+        tr = tr.subset(keep)
+        today = alt.today(tr, instances=instances, engines=engines, capacity_chunks=each)
+    # goodput's denominator, the stream's span; a trace without request times (priced here when
+    # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
+    seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
+    _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas)
+    e = out["engines_needed"] = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine)
+    pool = next(r for r in out["latency"] if r["topology"] == "shared")
+    size = f"{pool['capacity_gb']:,.3g} GB" if pool["capacity_gb"] is not None else f"{total:,} chunks"
+    out["finding"] = alt.TopologyFinding(
+        f"one shared pool of {size}", slo_s, out["today"]["ttft_p99_s_predicted"], pool["ttft_p99_s"],
+        today.engines, e["today"], e["shared"], gpus_per_engine).to_dict()
+    return out
+
+
+def _fill(out: dict[str, Any], tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, bpc: int | None,
+          slo: float, seconds: float, routings: tuple[str, ...], seed: int, l2_gb: float | None,
+          meas: dict[str, Any]) -> None:
+    """The predicted half: today (and its check), the alternatives, TTFT against capacity."""
+    def run(a: alt.Alternative) -> alt.Predicted:
+        return alt.predict(tr, a, latency, slo_s=slo, seconds=seconds)
+
+    p_today = run(alt.as_today(tr, today))
+    t = out["today"]
+    s = p_today.summary
+    t.update(ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
+             ttft_p99_s_predicted=s.ttft_p99_s, hit_rate_predicted_lru=t["hit_rate_predicted"],
+             hit_rate_predicted=p_today.hit_rate)
+    bounds = meas.get("ttft_bounds") or None
+    if bounds:
+        t["ttft_p99_s_predicted_as_histogram"] = bucket_quantile(0.99, lat.as_histogram(p_today.ttft, bounds)).value
+    alts = [alt.shared(tr, today, total)]
+    alts += [alt.private(tr, today.engines, r, total, seed) for r in routings]
+    if l2_gb is not None and bpc:
+        l2 = capacity_chunks(l2_gb * GB, bpc)
+        tier = alt.shared(tr, today, total + l2)
+        alts.append(alt.Alternative("tiered", None, tier.ranks, total + l2, tier.hits, tier.engine, tier.engines))
+        out["topology_notes"].append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of "
+                                     "their sum holds); L2 hits priced as L1 loads (no L2 load cost measured)")
+    out["latency"] = [_row(p_today, bpc, slo, bounds)] + [_row(run(a), bpc, slo, bounds) for a in alts]
+    grid = alt.capacity_grid(max(1, total // 16), max(total * 4, 1), CURVE_POINTS, also=[total])
+    for c in grid:
+        mine = alt.hits(tr, today.instance_of, today.instances, max(1, c // today.instances))
+        for a in (alt.Alternative("today", None, today.engines, c, mine, today.engine_of, today.engines,
+                                  today.instance_of if today.instances > 1 else None), alt.shared(tr, today, c)):
+            out["latency_curve"].append(_row(run(a), bpc, slo))
+
+
+def _engines_needed(tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, slo: float,
+                    gpus_per_engine: int) -> dict[str, Any]:
+    """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``)."""
+    most = min(alt.MAX_ENGINE_SEARCH, max(4 * today.engines, 1))
+    per = max(1, total // today.instances)
+    if today.instances == 1:
+        today_k = alt.engines_needed(tr, lambda k: alt.on_engines(alt.as_today(tr, today), tr, k), latency,
+                                     slo_s=slo, most=most)
+    else:  # k private caches of today's size each, round-robin (the data's routing needs today's ranks)
+        today_k = alt.engines_needed(tr, lambda k: alt.private(tr, k, "round_robin", per * k), latency,
+                                     slo_s=slo, most=most)
+    pool = alt.shared(tr, today, total)
+    shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most)
+    return {"today": today_k, "shared": shared_k, "engines_today": today.engines, "searched_up_to": most,
+            "gpus_per_engine": gpus_per_engine,
+            "gpus_today": today_k * gpus_per_engine if today_k else None,
+            "gpus_shared": shared_k * gpus_per_engine if shared_k else None,
+            "rule": "fewest engines whose predicted TTFT p99 is within the SLO, the same requests spread "
+                    "round-robin over them"}

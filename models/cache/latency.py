@@ -1,0 +1,338 @@
+"""TTFT of a request stream under a cache topology: a discrete-event pass over each engine's
+scheduler steps, priced by the deployment's fitted prefill cost model.
+
+**What a request costs.** Its prefill computes the prompt tokens its cache does not hit, at the
+fitted cost (``kvplan.models.prefill.fit``, engine-seconds): ``fixed + per_token x computed +
+attention x (P^2 - H^2)/2 + store x stored + load x hit + lmcache_request``. Before that, off the
+engine, LMCache looks the prompt up (``lookup_s``) and loads the hit tokens into the engine's
+KV cache (``load_s_per_hit_token`` each); after its first token the API server streams it
+(``frontend_s``). Those three come from the deployment's TTFT, queue and prefill histograms in
+quiet intervals (``calibrate``).
+
+**The engine** (vLLM's scheduler, one per rank): at each step boundary the scheduler sees what
+arrived meanwhile (a request's lookup starts then), and picks up lookups and loads that have
+finished (an idle engine sees each at once). A step runs one token of every decoding request
+and, in arrival order, the prefill of ready requests up to ``max_batch_tokens`` (vLLM's
+``max_num_batched_tokens``; a longer prefill continues in the next steps). A step with prefill
+lasts the prefill's cost plus one decode step when requests are decoding; a decode-only step
+lasts ``decode_step_s``. A request's first token comes at the end of the step that finishes its
+prefill; it then decodes ``output_tokens - 1`` more steps. Deterministic: the same stream gives
+the same TTFTs (random routing takes a seed upstream).
+
+What this cannot see: the engine's own noise (the same prompt's prefill varies run to run), a
+cache server slowed by concurrent lookups from several engines (the shared pool's one server
+under bursts), the time a request waited before the scheduler saw it in the stream it was
+recorded from (the trace's time is when LMCache got the lookup), preemption, and decode steps
+that grow with the batch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kvplan.models.prefill.fit import PrefillCostModel
+from kvplan.models.prefill.nnls import nnls_fit
+
+QUIET_SHARE = 0.9
+"""An interval counts as quiet when at least this share of its decode steps carried one request
+(``Interval.alone_share``): requests did not wait for each other there."""
+MIN_QUIET = 3
+"""Fewer quiet intervals than this: the overheads come from every interval (and say so)."""
+DEFAULT_BATCH_TOKENS = 2048
+"""vLLM's ``max_num_batched_tokens`` default for the OpenAI server (CPU and most GPUs)."""
+
+
+@dataclass(frozen=True)
+class LatencyInterval:
+    """One target's scrape interval: the increases the overheads are measured from."""
+
+    requests: float
+    """TTFT observations (``vllm:time_to_first_token_seconds_count``)."""
+    ttft_s: float
+    queue_s: float
+    prefill_s: float
+    """Sums of the TTFT, queue-time and prefill-time histograms, seconds."""
+    cached_tokens: float
+    """Prompt tokens minus computed tokens of the same requests."""
+    decode_s: float = 0.0
+    decode_tokens: float = 0.0
+    """Decode-time sum and the output tokens after the first."""
+    generation_tokens: float = 0.0
+    lookup_s: float = 0.0
+    lookups: float = 0.0
+    """``vllm:lmcache_mp_lookup_duration_seconds`` sum and count."""
+    alone: float = 1.0
+    """Share of decode steps that carried one request (1 = requests never overlapped)."""
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """What a request spends around its prefill, measured (``calibrate``)."""
+
+    lookup_s: float
+    load_s_per_hit_token: float
+    frontend_s: float
+    decode_step_s: float
+    output_tokens: int
+    intervals: int
+    """Intervals the figures came from."""
+    quiet: bool
+    """Whether they were quiet ones (else every interval: waits leak into the overheads)."""
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lookup_s": self.lookup_s, "load_s_per_hit_token": self.load_s_per_hit_token,
+                "frontend_s": self.frontend_s, "decode_step_s": self.decode_step_s,
+                "output_tokens": self.output_tokens, "intervals": self.intervals, "quiet": self.quiet,
+                "notes": list(self.notes)}
+
+
+def calibrate(rows: Sequence[LatencyInterval], *, quiet_share: float = QUIET_SHARE) -> Overheads:
+    """The overheads from per-interval histogram sums: in quiet intervals, TTFT minus prefill
+    per request = ``a + b x hit tokens`` (weighted NNLS, weight = requests); ``a`` is the lookup
+    (its own histogram) plus the frontend, ``b`` the load per hit token. Decode step = decode
+    time / output tokens after the first; output tokens = generation tokens / requests."""
+    rows = [r for r in rows if r.requests > 0]
+    if not rows:
+        return Overheads(0.0, 0.0, 0.0, 0.0, 1, 0, False, ("no TTFT histogram in the history: TTFT is "
+                                                          "prefill time alone",))
+    notes: list[str] = []
+    quiet = [r for r in rows if r.alone >= quiet_share]
+    use = quiet if len(quiet) >= MIN_QUIET else rows
+    if use is rows:
+        notes.append(f"only {len(quiet)} quiet interval(s): the overheads come from all {len(rows)}, "
+                     "and include waits behind other requests (they lean high)")
+    a, b, use = _lower_half_fit(use)
+    lookups = sum(r.lookups for r in use)
+    lookup = sum(r.lookup_s for r in use) / lookups if lookups else 0.0
+    dec_tok = sum(r.decode_tokens for r in use)
+    decode_step = sum(r.decode_s for r in use) / dec_tok if dec_tok else 0.0
+    gen = sum(r.generation_tokens for r in rows) / sum(r.requests for r in rows)
+    if lookup > a:
+        notes.append("the lookups took longer than TTFT minus prefill: the frontend is taken as 0")
+    return Overheads(lookup_s=min(lookup, a), load_s_per_hit_token=b, frontend_s=max(0.0, a - lookup),
+                     decode_step_s=decode_step, output_tokens=max(1, round(gen)) if gen else 1,
+                     intervals=len(use), quiet=use is quiet, notes=tuple(notes))
+
+
+def _lower_half_fit(rows: list[LatencyInterval]) -> tuple[float, float, list[LatencyInterval]]:
+    """``TTFT - prefill = a + b x cached`` per request: fitted on every row, then again on the
+    rows at or below that fit (a wait behind another request only ever adds time: the lower
+    half is where requests did not wait)."""
+    def fit(rs: list[LatencyInterval]) -> tuple[float, float]:
+        n = np.array([r.requests for r in rs])
+        y = np.array([(r.ttft_s - r.prefill_s) / r.requests for r in rs])
+        x = np.array([r.cached_tokens / r.requests for r in rs])
+        if not x.any():
+            return float(np.average(y, weights=n)), 0.0
+        a, b = nnls_fit(np.column_stack([np.ones_like(n), x]), y, n)
+        return float(a), float(b)
+
+    a, b = fit(rows)
+    low = [r for r in rows if (r.ttft_s - r.prefill_s) / r.requests <= a + b * r.cached_tokens / r.requests]
+    if len(low) >= MIN_QUIET:
+        a, b = fit(low)
+        rows = low
+    return a, b, rows
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Engine-seconds per request part (the prefill cost model's) and the overheads."""
+
+    fixed: float
+    per_token: float
+    attention: float = 0.0
+    store: float = 0.0
+    load: float = 0.0
+    lmcache_request: float = 0.0
+    lookup_s: float = 0.0
+    load_s_per_hit_token: float = 0.0
+    frontend_s: float = 0.0
+    decode_step_s: float = 0.0
+    output_tokens: int = 1
+    max_batch_tokens: int | None = DEFAULT_BATCH_TOKENS
+    source: str = ""
+
+    @classmethod
+    def from_fit(cls, cost: PrefillCostModel, over: Overheads, *,
+                 max_batch_tokens: int | None = DEFAULT_BATCH_TOKENS) -> LatencyModel:
+        c = cost.coef()
+        return cls(fixed=c["fixed"], per_token=c["per_token"], attention=c["attention"], store=c["store"],
+                   load=c["load"], lmcache_request=c["lmcache_request"], lookup_s=over.lookup_s,
+                   load_s_per_hit_token=over.load_s_per_hit_token, frontend_s=over.frontend_s,
+                   decode_step_s=over.decode_step_s, output_tokens=over.output_tokens,
+                   max_batch_tokens=max_batch_tokens, source=cost.history)
+
+    def prefill_s(self, prompt: np.ndarray, hit: np.ndarray, full: np.ndarray) -> np.ndarray:
+        """Engine-seconds of each request's whole prefill (no waiting)."""
+        prompt, hit = np.asarray(prompt, float), np.asarray(hit, float)
+        s = (self.fixed + self.lmcache_request + self.per_token * np.maximum(prompt - hit, 1.0)
+             + self.attention * (prompt ** 2 - hit ** 2) / 2 + self.load * hit
+             + self.store * np.maximum(np.asarray(full, float) - hit, 0.0))
+        return np.asarray(s, float)  # numpy's ufunc stubs type the sum Any: as the float array it is
+
+
+@dataclass(frozen=True)
+class Stream:
+    """What the engines are asked: per request (arrival order not required)."""
+
+    arrival: np.ndarray
+    """Seconds."""
+    prompt: np.ndarray
+    """Prompt tokens."""
+    hit: np.ndarray
+    """Tokens the cache serves under this topology."""
+    full: np.ndarray
+    """Full-chunk tokens (what LMCache stores of a miss)."""
+    engine: np.ndarray
+    """Engine (rank) index per request."""
+    engines: int
+    output_tokens: np.ndarray | None = None
+    """Per request (Mooncake traces carry them); else ``LatencyModel.output_tokens``."""
+
+
+def simulate(s: Stream, m: LatencyModel) -> np.ndarray:
+    """TTFT of every request, seconds (module doc)."""
+    ttft = np.full(len(s.arrival), np.nan)
+    for e in range(s.engines):
+        idx = np.flatnonzero(s.engine == e)
+        _Engine(s, m, ttft).run(idx[np.argsort(s.arrival[idx], kind="stable")])
+    return ttft
+
+
+@dataclass
+class _Engine:
+    s: Stream
+    m: LatencyModel
+    ttft: np.ndarray
+    t: float = -math.inf
+    step: int = 0
+    lookups: list[tuple[float, int]] = field(default_factory=list)
+    """Heap of (when the lookup ends, request)."""
+    loads: list[tuple[float, int]] = field(default_factory=list)
+    """Heap of (when the load of the hit tokens ends, request)."""
+    ready: deque[int] = field(default_factory=deque)
+    """Requests whose prefill can run, in arrival order."""
+    done: dict[int, int] = field(default_factory=dict)
+    """Prompt tokens computed so far per request (a long prefill spans steps)."""
+    decoding: list[int] = field(default_factory=list)
+    """Heap of the step at which each decoding request ends."""
+
+    def run(self, requests: np.ndarray) -> None:
+        order: list[int] = requests.tolist()
+        k = 0
+        while k < len(order) or self.lookups or self.loads or self.ready or self.decoding:
+            k = self._see(order, k)
+            if not self.ready:
+                nxt = min([math.inf] + [h[0][0] for h in (self.lookups, self.loads) if h]
+                          + ([float(self.s.arrival[order[k]])] if k < len(order) else []))
+                if not self.decoding:
+                    self.t = max(self.t, nxt)
+                    continue
+                d = max(self.m.decode_step_s, 1e-9)  # decode-only steps, up to the next event
+                jump = self.decoding[0] - self.step  # to the next decode's end, or the next event's step
+                if math.isfinite(nxt):
+                    jump = min(jump, max(1, math.ceil((nxt - self.t) / d)))
+                self.t += jump * d
+                self.step += jump
+            else:
+                self._prefill_step()
+            while self.decoding and self.decoding[0] <= self.step:
+                heapq.heappop(self.decoding)
+
+    def _see(self, order: list[int], k: int) -> int:
+        """What the scheduler sees at this boundary (repeatedly: an idle engine sees at once)."""
+        changed = True
+        while changed:
+            changed = False
+            while k < len(order) and self.s.arrival[order[k]] <= self.t:
+                heapq.heappush(self.lookups, (max(self.t, float(self.s.arrival[order[k]])) + self.m.lookup_s,
+                                              order[k]))
+                k, changed = k + 1, True
+            while self.lookups and self.lookups[0][0] <= self.t:
+                _, i = heapq.heappop(self.lookups)
+                load = self.m.load_s_per_hit_token * float(self.s.hit[i])
+                if load > 0:
+                    heapq.heappush(self.loads, (self.t + load, i))
+                else:
+                    self.ready.append(i)
+                changed = True
+            while self.loads and self.loads[0][0] <= self.t:
+                self.ready.append(heapq.heappop(self.loads)[1])
+                changed = True
+        return k
+
+    def _prefill_step(self) -> None:
+        m, s = self.m, self.s
+        budget = (m.max_batch_tokens or 2**62) - len(self.decoding)
+        dur, finished = 0.0, []
+        for i in list(self.ready):
+            if budget <= 0:
+                break
+            hit, prompt = float(s.hit[i]), float(s.prompt[i])
+            need = max(1, int(prompt - hit)) - self.done.get(i, 0)
+            take = min(need, budget)
+            c0 = hit + self.done.get(i, 0)
+            dur += m.per_token * take + m.attention * ((c0 + take) ** 2 - c0 ** 2) / 2
+            if i not in self.done:
+                dur += m.fixed + m.lmcache_request + m.load * hit
+            self.done[i] = self.done.get(i, 0) + take
+            budget -= take
+            if take == need:
+                finished.append(i)
+                dur += m.store * max(0.0, float(s.full[i]) - hit)
+        if self.decoding:
+            dur += m.decode_step_s
+        self.t += dur
+        self.step += 1
+        for i in finished:
+            self.ready.remove(i)
+            self.ttft[i] = self.t - float(s.arrival[i]) + m.frontend_s
+            out = int(s.output_tokens[i]) if s.output_tokens is not None else m.output_tokens
+            if out > 1:
+                heapq.heappush(self.decoding, self.step + out - 1)
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    requests: int
+    ttft_mean_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    within_slo: float | None
+    """Share of requests with TTFT at most the SLO."""
+    goodput_rps: float | None
+    """Requests per second within the SLO over the stream's span."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "ttft_mean_s": self.ttft_mean_s, "ttft_p50_s": self.ttft_p50_s,
+                "ttft_p99_s": self.ttft_p99_s, "within_slo": self.within_slo, "goodput_rps": self.goodput_rps}
+
+
+def summarize(ttft: np.ndarray, *, slo_s: float | None, seconds: float) -> LatencySummary:
+    """Mean, p50, p99 (linear interpolation, numpy's default) and goodput at the SLO."""
+    v = np.asarray(ttft, float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return LatencySummary(0, None, None, None, None, None)
+    ok = float((v <= slo_s).mean()) if slo_s else None
+    good = float((v <= slo_s).sum()) / seconds if slo_s and seconds > 0 else None
+    return LatencySummary(len(v), float(v.mean()), float(np.percentile(v, 50)), float(np.percentile(v, 99)),
+                          ok, good)
+
+
+def as_histogram(ttft: np.ndarray, bounds: Sequence[float]) -> list[tuple[float, float]]:
+    """Predicted TTFTs as cumulative (upper bound, count) buckets of a measured histogram's
+    bounds (+Inf added): a quantile of them reads like the measured one, bucket for bucket."""
+    v = np.asarray(ttft, float)
+    v = v[np.isfinite(v)]
+    les = sorted({float(b) for b in bounds} | {math.inf})
+    return [(le, float((v <= le).sum())) for le in les]

@@ -1,0 +1,173 @@
+"""The topology what-if against the recorded two-rank A/B (tests/fixtures/topology-ab, recorded
+on the CPU stack by deploy/local/recorders/record_topology_ab.py): two vLLM servers with vLLM's
+prefix cache off, LMCache the only tier; ``private`` = one LMCache per server (two lookup logs),
+``shared`` = one LMCache for both; the same 78 requests, round-robin, a sequential phase and a
+phase of bursts of 4 concurrent multi-turn clients. TTFTs are CPU-scale.
+
+From each side's data alone (its scrapes and logs) the other side is predicted and compared with
+what the other side measured (models/README.md, "Validation", states the tolerance):
+
+* hit rate within 2 points, both phases;
+* sequential phase: TTFT mean within 15 %, p99 within 25 % (the predicted TTFTs read through the
+  measured histogram's buckets, as the measured p99 is);
+* bursts: the model under-predicts TTFT (recorded: mean -52 % and -37 %): it takes a request's
+  arrival from its LMCache lookup, which vLLM's scheduler sends only once the engine finished the
+  step it was running, so the wait behind another request's prefill before that is lost.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.app.cli import app
+from tests.topology_ab import SIDES, cross, side_whatif
+
+HIT_POINTS = 0.02
+MEAN_REL = 0.15
+P99_REL = 0.25
+PHASES = ("sequential", "concurrent")
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("phase", PHASES)
+def test_todays_replay_gives_the_hit_rate_lmcache_counted(topology_ab, side, phase):
+    """The private side's two logs import as one deployment; replaying each instance's requests
+    through its own L1 (size from LMCache's gauges) gives what LMCache's counters measured over
+    the same phase (recorded: 0.546 private, 0.666 shared one request at a time; 0.829 and 0.894
+    in bursts)."""
+    dbs, metas = topology_ab
+    t = side_whatif(dbs[side], metas[side], phase)["today"]
+    assert t["instances"] == len(metas[side]["topology"]["instances"])
+    assert t["engines"] == 2 and t["capacity_source"].startswith("LMCache's L1 gauges")
+    # LMCache logs no line for a prompt shorter than one chunk (no chunk hash): request 5 of the
+    # schedule (243 tokens < 256) is counted by vLLM's TTFT histogram, not in the trace
+    assert t["requests_measured"] - t["requests"] == (1 if phase == "sequential" else 0)
+    # in bursts a lookup misses chunks another engine's prefill has not stored yet: the TTFT pass
+    # says when each prefill ended (recorded: exact; every chunk stored at once would give 0.904
+    # against 0.894 on the shared pool)
+    tol = 1e-9 if phase == "sequential" else 0.005
+    assert abs(t["hit_rate_predicted"] - t["hit_rate_measured"]) <= tol, t
+    assert t["hit_rate_measured"] == pytest.approx(metas[side]["phases"][phase]["lmcache_hit_rate"])
+
+
+@pytest.mark.parametrize("src", SIDES)
+@pytest.mark.parametrize("phase", PHASES)
+def test_each_side_predicts_the_other_sides_hit_rate(topology_ab, src, phase):
+    dbs, metas = topology_ab
+    c = cross(dbs, metas, src, phase)
+    assert abs(c["hit_pred"] - c["hit_meas"]) <= HIT_POINTS, c
+    # and the shared pool hit more: the article's point, measured (0.666 vs 0.546 one request at
+    # a time, 0.894 vs 0.829 in bursts), which the prediction carries across
+    rate = {s: metas[s]["phases"][phase]["lmcache_hit_rate"] for s in SIDES}
+    assert rate["shared"] > rate["private"] + 0.05
+    assert (c["hit_pred"] > c["today"]["hit_rate_predicted"]) == (src == "private")
+
+
+@pytest.mark.parametrize("src", SIDES)
+def test_each_side_predicts_the_other_sides_ttft_one_request_at_a_time(topology_ab, src):
+    """Recorded: private -> shared mean 0.118 vs 0.128 s (-8 %), p99 0.454 vs 0.481 s (-6 %);
+    shared -> private 0.149 vs 0.140 s (+6 %), p99 0.482 vs 0.452 s (+6 %)."""
+    c = cross(*topology_ab, src, "sequential")
+    assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= MEAN_REL, c
+    assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= P99_REL, c
+
+
+@pytest.mark.parametrize("src", SIDES)
+def test_bursts_are_under_predicted_as_stated(topology_ab, src):
+    """The stated limit, held to its numbers: in bursts the prediction is low (recorded: mean
+    -52 % private -> shared, -37 % shared -> private), and today's own check shows it as much
+    (a user sees from today how far to trust the alternatives)."""
+    c = cross(*topology_ab, src, "concurrent")
+    t = c["today"]
+    assert c["mean_pred"] < c["mean_meas"] and t["ttft_mean_s_predicted"] < t["ttft_mean_s_measured"]
+    assert 0.3 <= 1 - c["mean_pred"] / c["mean_meas"] <= 0.65, c
+    assert 0.25 <= 1 - t["ttft_mean_s_predicted"] / t["ttft_mean_s_measured"] <= 0.6, t
+
+
+def test_whatif_json_keys(topology_ab, tmp_path):
+    """``kvplan whatif --json``: today{...} and latency[...] with the keys the issue lists; the
+    old keys stay."""
+    import shutil
+
+    dbs, metas = topology_ab
+    db = tmp_path / "private.duckdb"
+    shutil.copy(dbs["private"].path, db)
+    sp = metas["private"]["phases"]["sequential"]
+    from kvplan.models.core.timeutil import from_epoch_s
+
+    r = CliRunner().invoke(app, ["whatif", "--db", str(db), "--deployment", "ab-private", "--ranks", "2", "--json",
+                                 "--from", from_epoch_s(sp["start"] - 1.2).isoformat(),
+                                 "--to", from_epoch_s(sp["end"] + 3).isoformat()])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert {"today", "latency", "points", "shared_vs_private", "dollars", "trace", "configured"} <= set(d)
+    assert {"instances", "hit_rate_predicted", "hit_rate_measured", "ttft_mean_s_measured", "ttft_p99_s_measured",
+            "ttft_mean_s_predicted", "ttft_p99_s_predicted"} <= set(d["today"])
+    assert d["today"]["instances"] == 2 and d["today"]["requests"] == sp["requests"] - 1  # request 5: no chunk
+    kinds = [(r["topology"], r["routing"]) for r in d["latency"]]
+    assert kinds == [("today", None), ("shared", None), ("private", "round_robin"), ("private", "random"),
+                     ("private", "prefix_affinity")]
+    for row in d["latency"]:
+        assert {"topology", "routing", "capacity_gb", "hit_rate", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
+                "goodput_rps"} <= set(row)
+        assert row["ttft_p50_s"] <= row["ttft_p99_s"] and 0 <= row["hit_rate"] <= 1
+    # the same capacity everywhere: today's two L1s of 0.05 GiB = 102 whole chunks of 512 KiB each
+    # (0.05 x 2^30 / 2^19 = 102.4), 2 x 102 x 524,288 bytes = 0.106954752 GB
+    assert {round(r["capacity_gb"], 9) for r in d["latency"]} == {0.106954752}
+    # a window with nothing in it is an error naming the options, exit 2
+    r = CliRunner().invoke(app, ["whatif", "--db", str(db), "--deployment", "ab-private", "--from",
+                                 "2020-01-01T00:00:00Z", "--to", "2020-01-02T00:00:00Z"])
+    assert r.exit_code == 2 and "--from/--to" in r.output
+    r = CliRunner().invoke(app, ["whatif", "--db", str(db), "--deployment", "ab-private", "--from",
+                                 "2020-01-01T00:00:00Z"])
+    assert r.exit_code == 2 and "both --from and --to" in r.output
+
+
+def test_whatif_page_shows_today_against_the_shared_pool_and_ttft(topology_ab, tmp_path, monkeypatch):
+    """The What-if page on the private side: today's topology (2 instances, 2 engines, the
+    replayed and the measured hit rate), today against the shared pool, TTFT against capacity
+    with the SLO line."""
+    import shutil
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    dbs, _ = topology_ab
+    db = tmp_path / "private.duckdb"
+    shutil.copy(dbs["private"].path, db)
+    monkeypatch.setenv("KVPLAN_DB", str(db))
+    t = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py"), default_timeout=300)
+    t.switch_page("pages/whatif.py")
+    t.run()
+    assert not t.exception, t.exception
+    m = {x.label: x.value for x in t.metric}
+    assert m["Cache instances"] == "2" and m["Engines"] == "2"
+    assert m["Hit rate, replayed"] == "70.3%" and m["Hit rate, LMCache measured"] == "70.5%"  # whole trace
+    titles = [json.loads(c.proto.spec).get("title") for c in t.get("vega_lite_chart")]
+    titles = [x.get("text") if isinstance(x, dict) else x for x in titles]
+    assert any(x and x.startswith("TTFT p99 against cache capacity") for x in titles)
+    assert any(x and x.startswith("TTFT: today (measured, predicted) against one shared pool") for x in titles)
+    slo = next(json.loads(c.proto.spec) for c in t.get("vega_lite_chart")
+               if str(json.loads(c.proto.spec).get("title", "")).startswith("TTFT p99 against"))
+    assert '"type": "rule"' in json.dumps(slo) and "#c0392b" in json.dumps(slo)  # the SLO line
+    frames = [f.value for f in t.dataframe]
+    setups = next(f for f in frames if "holds the SLO" in f.columns)["set-up"].tolist()
+    assert setups[:2] == ["today's topology", "one shared pool"]
+    # the sidebar's time range: the last 15 minutes hold the whole recording too (about 90 s)
+    t.selectbox(key="range").set_value("last 15 minutes").run()
+    assert not t.exception
+
+
+def test_report_section_has_today_and_ttft(topology_ab):
+    from kvplan.app.report.whatif import render_section
+    from kvplan.app.views.whatif import whatif
+
+    dbs, _ = topology_ab
+    html = render_section(whatif(dbs["shared"], "ab-shared", ranks=2))
+    assert "Today&#x27;s topology, from the data: 1 cache instance(s), 2 engine(s)" in html or \
+        "Today's topology, from the data: 1 cache instance(s), 2 engine(s)" in html
+    assert "TTFT for each set-up" in html and "2 private caches, round robin" in html
+    assert html.count("<svg") >= 4

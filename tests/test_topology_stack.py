@@ -1,0 +1,49 @@
+"""The topology what-if against a fresh two-rank A/B on the real stack (CPU, tiny model), the
+same comparison as tests/test_topology_ab.py on its recorded fixture: record_topology_ab.py
+--small starts its own short-lived servers (both sides at once: 4 vLLM servers with prefix
+caching off, 3 LMCache servers, about 10 GB; the caller holds the stack lock), runs 53 requests
+a side (33 one at a time, 20 in bursts of 4 clients) and stops them; then each side's data alone
+predicts the other side's hit rate and, one request at a time, its TTFT mean, within the bounds
+models/README.md states for a small live run: hit rate within 2 points one at a time and 3 in
+bursts (which chunks a concurrent request had stored rides on the TTFT pass, low in bursts);
+TTFT mean within 40 % (on 33 requests a side the two sides' own noise is of that size: three runs
+on this shared 2-core machine gave +8/-30 %, -36/+26 % and -4 % on one side; the recorded A/B's 78
+requests hold 15 %). The p99 is printed, not held: on a few dozen requests it is one request."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.topology_ab import SIDES, cross, load_side, meta
+
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(1800)]
+
+RECORDER = Path(__file__).resolve().parents[1] / "deploy" / "local" / "recorders" / "record_topology_ab.py"
+
+
+@pytest.fixture(scope="module")
+def fresh_ab(tmp_path_factory):
+    base = tmp_path_factory.mktemp("topology-stack")
+    out = base / "out"
+    run = subprocess.run([sys.executable, str(RECORDER), "--small", "--no-lock", "--seed", "23", "--out", str(out),
+                          "--run-dir", str(base / "run")], capture_output=True, text=True, timeout=1700)
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    print(run.stdout[-1500:], f"\nrecorded in {out}")
+    dbs = {s: load_side(base / f"{s}.duckdb", out / s) for s in SIDES}
+    return dbs, {s: meta(out / s) for s in SIDES}
+
+
+@pytest.mark.parametrize("src", SIDES)
+def test_a_fresh_ab_is_predicted_side_from_side(fresh_ab, src):
+    for phase, points in (("sequential", 0.02), ("concurrent", 0.03)):
+        c = cross(*fresh_ab, src, phase)
+        print(src, phase, {k: v for k, v in c.items() if k != "today"})
+        assert abs(c["hit_pred"] - c["hit_meas"]) <= points, (phase, c)
+    c = cross(*fresh_ab, src, "sequential")
+    assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= 0.40, c
+    # every lookup of the live run is in its log, and today's replay is LMCache's count, exactly
+    assert abs(c["today"]["hit_rate_predicted"] - c["today"]["hit_rate_measured"]) <= 1e-9, c["today"]

@@ -1,0 +1,57 @@
+"""The recorded topology A/B (``tests/fixtures/topology-ab``, ``record_topology_ab.py``): load a
+side into DuckDB through the product's paths (the scrapes as ``kvplan demo`` loads a recording,
+the lookup logs with ``import-trace``), and predict one side from the other's data alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kvplan.app.views.whatif import whatif
+from kvplan.collectors import traces
+from kvplan.collectors.demo import load_demo
+from kvplan.models.core.timeutil import from_epoch_s
+from kvplan.sql.db import Database
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "topology-ab"
+SIDES = ("private", "shared")
+OTHER = {"private": "shared", "shared": "private"}
+EDGE_BEFORE_S, EDGE_AFTER_S = 1.2, 3.0
+"""A phase's window: from a scrape before its first request to the scrapes after its last answer."""
+
+
+def load_side(path: Path, side_dir: Path) -> Database:
+    db = Database(path)
+    db.migrate()
+    load_demo(db, side_dir / "scrapes.jsonl.xz")
+    traces.import_trace(db, f"ab-{side_dir.name}", [side_dir / "lookup-logs"])
+    return db
+
+
+def meta(side_dir: Path) -> dict:
+    return json.loads((side_dir / "meta.json").read_text())
+
+
+def window(m: dict, phase: str):
+    sp = m["phases"][phase]
+    return from_epoch_s(sp["start"] - EDGE_BEFORE_S), from_epoch_s(sp["end"] + EDGE_AFTER_S)
+
+
+def side_whatif(db: Database, m: dict, phase: str) -> dict:
+    a, b = window(m, phase)
+    return whatif(db, f"ab-{m['side']}", ranks=m["vllm_servers"], t_from=a, t_to=b)
+
+
+def cross(dbs: dict[str, Database], metas: dict[str, dict], src: str, phase: str) -> dict:
+    """From ``src``'s data alone: the other side's hit rate, TTFT mean and p99, against what
+    the other side measured over the same phase."""
+    dst = OTHER[src]
+    pred = side_whatif(dbs[src], metas[src], phase)
+    row = next(r for r in pred["latency"] if (r["topology"] == "shared") == (dst == "shared")
+               and (dst == "shared" or r["routing"] == "round_robin"))
+    meas = side_whatif(dbs[dst], metas[dst], phase)["today"]
+    # the predicted TTFTs read through the measured histogram's buckets, as the measured p99 is read
+    return {"hit_pred": row["hit_rate"], "hit_meas": meas["hit_rate_measured"],
+            "mean_pred": row["ttft_mean_s"], "mean_meas": meas["ttft_mean_s_measured"],
+            "p99_pred": row["ttft_p99_s_as_histogram"], "p99_meas": meas["ttft_p99_s_measured"],
+            "today": pred["today"]}
