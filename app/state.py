@@ -192,6 +192,25 @@ def badge(decision: Decision) -> None:
     st.markdown(f"#### :{BADGE_COLORS[decision.kind]}-badge[{decision.kind}] {decision.reason}")
 
 
+def tier_decisions(p: PlanResult) -> None:
+    """One decision per cache tier (vLLM's prefix cache: free; LMCache: on its margin), each
+    with its monthly benefit and reason (Overview and Cost pages; the report shows the same)."""
+    from kvplan.app.report import fmt
+
+    tiers = p.decision_by_tier
+    if not tiers:
+        return
+    c = st.columns(2)
+    for i, key in enumerate(("device", "lmcache")):
+        t = tiers.get(key)
+        if t is None:
+            continue
+        c[i].metric(f"{t.label} decision", t.kind or "not in this window",
+                    delta=None if t.monthly_benefit_usd is None else f"{fmt.usd(t.monthly_benefit_usd)}/month",
+                    delta_color="off", help=t.reason)
+    st.caption(p.headline)
+
+
 def prefill_summary(p: PlanResult) -> None:
     """What the cache saved by tier (vLLM's prefix cache: free; LMCache: net, what the decision
     weighs), $ per 1M prompt/output tokens with and without reuse, and the cost model the

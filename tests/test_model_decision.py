@@ -95,11 +95,13 @@ def test_not_worth_it_at_zero_hit_rate():
 def test_not_worth_it_when_positive_but_small():
     # gains = 5,844.48 * 0.08/0.8 = $584.448; overhead 5 ops hours * $100 = $500. No growth,
     # the fleet kept (absorb_growth) and every freed hour used by extra traffic (fill 1): no
-    # purchase on either path, so the reuse path only adds the $500/month
+    # purchase on either path
     pb = dataclasses.replace(PB, ops_hours_per_month=5.0)
     ev = evaluate(PlanInputs(window(hit_rate=0.08), pb, PlanningInputs(
         ttft_p99_slo_seconds=2, realisation="absorb_growth", headroom_fill_fraction=1.0)))
-    assert ev.horizon.reuse.cost_usd - ev.horizon.baseline.cost_usd == pytest.approx(24 * 500)
+    # the filled headroom ($584.448/month) is credited to the reuse path (issue 20: the horizon
+    # and the monthly benefit are one computation): 24 x (500 - 584.448) = $2,026.75 cheaper
+    assert ev.horizon.reuse.cost_usd - ev.horizon.baseline.cost_usd == pytest.approx(24 * (500 - 584.448))
     # net = 584.448 - 500 = 84.45 > 0 but < 146.11
     assert ev.benefit.monthly_benefit_usd == pytest.approx(84.448)
     assert ev.decision.kind == "NOT_WORTH_IT"
@@ -148,15 +150,28 @@ def test_a_wide_band_is_reported_as_a_flip_probability():
     assert 0 < ev.flip_probability < 0.5
 
 
-def test_need_data_when_the_verdict_flips_in_most_scenarios():
+def test_a_whole_gpu_hanging_on_one_percent_of_the_prompt_is_not_reuse():
     # 1 % hits at a 2 s target: the queue needs 6 replicas of 0.4 s prefills at 10 req/s
-    # (offered load exactly 4) and 5 of 0.396 s: a whole GPU hangs on 1 % of the prompt. In the
-    # centre the reuse path is 24 x (1,826.40 - 400) cheaper, but most draws lose that replica
+    # (offered load exactly 4) and 5 of 0.396 s: the horizon is 24 x (1,826.40 - 400) cheaper
+    # with reuse, but the prefill the cache frees is 5,844.48 x 0.01 / 0.8 = $73.06/month
+    # against $400 of overhead: the monthly benefit is -$326.94 (issue 20: REUSE needs a
+    # positive monthly benefit too; before, this was a REUSE-in-the-centre NEED_DATA)
     ev = run(window(hit_rate=0.01))
     assert ev.horizon.saving_usd == pytest.approx(24 * (GPU_MONTH - 400))
-    assert ev.flip_probability >= 0.5
-    assert ev.decision.kind == "NEED_DATA"
-    assert "flips in" in ev.decision.reason
+    assert ev.benefit.monthly_benefit_usd == pytest.approx(GAINS * 0.01 / 0.8 - 400)
+    assert ev.decision.kind == "NOT_WORTH_IT"
+    assert "overhead exceeds the saved prefill" in ev.decision.reason
+
+
+def test_need_data_when_the_verdict_flips_in_most_scenarios():
+    # rule 4 on the REUSE window of test_reuse_when_positive_and_meaningful, at a flip
+    # probability of 60 % (given): NEED_DATA, saying so
+    from kvplan.models.decision.verdict import decide
+    ev = run()
+    d = decide(ev.savings, ev.capacity, ev.benefit, PB, PlanningInputs(ttft_p99_slo_seconds=2.0),
+               horizon=ev.horizon, flip_probability=0.6)
+    assert d.kind == "NEED_DATA"
+    assert "flips in 60% of resampled scenarios" in d.reason
 
 
 def test_reuse_now_buy_later_when_reuse_only_defers_the_purchase():
@@ -219,13 +234,21 @@ def test_sensitivity_rows_by_hand():
     assert (hit.low_input, hit.high_input) == pytest.approx((0.6, 0.99))  # 0.8*1.25 capped
     assert hit.low_benefit == pytest.approx(GAINS * 0.6 / 0.8 - 400)
     assert hit.high_benefit == pytest.approx(GAINS * 0.99 / 0.8 - 400)
-    growth = by["growth"]  # shrink does not use growth: a flat bar
-    assert growth.low_benefit == growth.high_benefit == pytest.approx(base)
+    growth = by["growth"]
+    # -5 %/month: no purchase on either path, the bar's low end is the base. +5 %/month
+    # (issue 20: the deferral is read off the horizon, in shrink too): the baseline keeps its 8
+    # GPUs and buys 1 in months 12, 15, 17, 19, 21 and 23 (the queue's schedule), i.e.
+    # 8 x 24 + 12 + 9 + 7 + 5 + 3 + 1 = 229 GPU-months; the reuse path gives back 5 and holds
+    # 3 for 24 months = 72. Deferral = (229 - 72) / 24 - 5 = 1.5417 GPU-months a month
+    # x $1,826.40 = $2,815.70; the shrink term stays 5,844.48 (under 5 x 730.56 GPU-hours)
+    assert growth.low_benefit == pytest.approx(base)
+    assert growth.high_benefit == pytest.approx(GAINS + (157 / 24 - 5) * GPU_MONTH - 400)
     over = by["cache overhead"]
     assert (over.low_input, over.high_input) == pytest.approx((200.0, 600.0))
     assert (over.low_benefit, over.high_benefit) == pytest.approx((base + 200, base - 200))
     assert all(r.base_benefit == pytest.approx(base) for r in rows)
-    assert [r.name for r in rows] == ["GPU price", "hit rate", "cache overhead", "growth"]
+    # swings: price 0.5 x 5,844.48 = 2,922; hit rate 0.39 / 0.8 x 5,844.48 = 2,849; growth 2,816; overhead 400
+    assert [r.name for r in rows] == ["GPU price", "hit rate", "growth", "cache overhead"]
 
 
 def test_sensitivity_is_empty_without_an_estimate():

@@ -149,7 +149,7 @@ def test_a_report_without_runs_or_enough_data_still_says_what_it_knows(db, tmp_p
     put(db, 0, one(0, 0, [0, 0, 0]))
     put(db, 1, one(10, 100, [2, 4, 4]))
     text = text_of(write_report(db, "d", "2026-11", tmp_path / "r.html").read_text())
-    assert "NEED_DATA Not enough data to price reuse" in text
+    assert "NEED_DATA vLLM prefix cache: Not enough data to price reuse" in text  # the tier named (issue 20)
     assert "No workload-driver runs recorded for this deployment" in text
     assert "Measured on: not recorded" in text and "CPU-scale numbers." not in text
     assert "Private caches" not in text and "One vLLM engine" in text

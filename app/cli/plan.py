@@ -52,7 +52,8 @@ def plan(
     if as_json:
         sys.stdout.write(json_text(d, indent=2, sort_keys=True) + "\n")
         return
-    out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}")
+    out.print(f"[bold]{d['headline']}[/bold]", highlight=False)
+    out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}", highlight=False)
     if d.get("topology_finding"):
         out.print(f"topology: {d['topology_finding']['sentence']}", highlight=False, soft_wrap=True)
     for note in (a for a in d["assumptions"] if a.startswith("note: ")):

@@ -64,6 +64,7 @@ def plan_sections(sel: state.Selection, v: Any) -> None:
     p = v.overview.plan
     state.caption(sel, f"price book: {v.overview.pricebook_origin}")
     state.badge(p.decision)
+    state.tier_decisions(p)
     for f in p.decision.flips:
         st.markdown(f"- would change if: {f}")
 

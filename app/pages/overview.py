@@ -16,6 +16,7 @@ if sel is not None:
     s, p, slo = ov.window.stats, ov.plan, ov.slo
     state.caption(sel, ov.window.source_note)
     state.badge(p.decision)
+    state.tier_decisions(p)
 
     c = st.columns(4)
     c[0].metric("Monthly benefit", fmt.usd(p.monthly_benefit_usd),

@@ -13,7 +13,7 @@ from kvplan.app.report.data import ReportData
 from kvplan.app.report.render import svg, table
 from kvplan.app.views.cache import REQUEST_WEIGHTED_NOTE
 from kvplan.app.views.cost import capacity_schedule
-from kvplan.models.decision.plan import tier_attribution
+from kvplan.models.decision.plan import PlanResult, tier_attribution
 from kvplan.models.inputs.planning import PLANNING_FIELDS
 from kvplan.models.inputs.pricebook import FIELDS
 from kvplan.models.metrics.runs import CPU_NOTE, compare_runs
@@ -48,7 +48,18 @@ def _decision(d: ReportData) -> str:
             f"<p>Monthly benefit: <b>{fmt.usd(p.monthly_benefit_usd)}</b> "
             f"(band {fmt.usd_band(p.monthly_benefit_low_usd, p.monthly_benefit_high_usd)}), "
             f"realised as {escape(p.realisation.replace('_', ' '))}.</p>"
+            + _tier_decisions(p)
             + (f"<p>What would change the verdict:</p><ul>{flips}</ul>" if flips else ""))
+
+
+def _tier_decisions(p: PlanResult) -> str:
+    """One decision per cache tier: vLLM's prefix cache (free) and LMCache (on its margin)."""
+    rows = [[t.label, t.kind or "not in this window", fmt.usd(t.monthly_benefit_usd), t.reason]
+            for t in p.decision_by_tier.values()]
+    if not rows:
+        return ""
+    return (f"<h3>Decision by cache tier</h3><p>{escape(p.headline)}</p>"
+            + table(["tier", "decision", "$ / month", "reason"], rows, {2}))
 
 
 def _reuse(d: ReportData) -> str:

@@ -20,7 +20,10 @@ owned annuity + power/hosting, counted from the purchase month) summed over the 
 plus, for the reuse path, the cache overhead each month: the price book's fixed cost for the
 GPUs held (service per node, cache memory and disk, ops time) and the GPU time spent loading
 cached KV (grows with traffic; left out when a measured goodput already includes it).
-Deferral is thus priced from the two purchase schedules, not from freed GPU-hours.
+Deferral is thus priced from the two purchase schedules, not from freed GPU-hours. With
+``absorb_growth`` and a ``headroom_fill_fraction``, the freed headroom that extra traffic
+fills is credited to the reuse path (``credit_usd_per_month``), so the horizon and the
+monthly benefit (``kvplan.models.decision.benefit``) are one computation.
 
 A path that needs more than ``MAX_FLEET_GPUS`` (runaway growth), or that no number of GPUs
 can serve (one prefill longer than the SLO), costs infinity from that month: the answer is a
@@ -71,6 +74,13 @@ class PathCost:
     """First month no fleet below the search limit (or at all) meets the SLO; None if none."""
     beyond_limit: bool = False
     """True when it breaks because it would need more than ``MAX_FLEET_GPUS`` GPUs."""
+    credit_usd: float = 0.0
+    """Value of freed headroom that extra traffic fills (``absorb_growth`` with a
+    ``headroom_fill_fraction``), over the horizon: subtracted from ``cost_usd`` (0 for the
+    baseline)."""
+    hit_cost_usd: float = 0.0
+    """Part of ``overhead_usd`` that is GPU time loading cached KV (the rest is the price
+    book's fixed cache cost)."""
 
     @property
     def holds(self) -> bool:
@@ -120,7 +130,8 @@ class HorizonPlan:
 
 
 def _walk(name: str, needed: list[int | None], beyond: list[bool], current: int, gpr: int, shrink: bool,
-          usd_per_gpu_month: float, overhead: list[float] | None) -> PathCost:
+          usd_per_gpu_month: float, overhead: list[float] | None, credit: float = 0.0,
+          hit: list[float] | None = None) -> PathCost:
     held, released = current, 0
     known = [n for n in needed if n is not None]
     peak = max(known) if known else None
@@ -128,11 +139,11 @@ def _walk(name: str, needed: list[int | None], beyond: list[bool], current: int,
         # give back only what this path will not need again within the horizon
         released, held = current - peak, peak
     purchases: list[Purchase] = []
-    gpu_months = over = 0.0
+    gpu_months = over = hit_usd = 0.0
     for m, need in enumerate(needed):
         if need is None:
             return PathCost(name, released, tuple(purchases), gpu_months, gpu_months * usd_per_gpu_month, over,
-                            math.inf, m, beyond[m])
+                            math.inf, m, beyond[m], credit * m, hit_usd)
         usable = (held // gpr) * gpr
         if need > usable:
             buy = need - usable
@@ -141,14 +152,19 @@ def _walk(name: str, needed: list[int | None], beyond: list[bool], current: int,
         gpu_months += held
         if overhead is not None:
             over += overhead[m] if len(overhead) > m else 0.0
+        if hit is not None:
+            hit_usd += hit[m] if len(hit) > m else 0.0
+    total_credit = credit * len(needed)
     return PathCost(name, released, tuple(purchases), gpu_months, gpu_months * usd_per_gpu_month, over,
-                    gpu_months * usd_per_gpu_month + over)
+                    gpu_months * usd_per_gpu_month + over - total_credit, credit_usd=total_credit, hit_cost_usd=hit_usd)
 
 
 def plan_horizon(capacity: CapacityResult, pricebook: PriceBook, *, realisation: str = "absorb_growth",
-                 hit_cost_usd_per_month: float = 0.0) -> HorizonPlan:
+                 hit_cost_usd_per_month: float = 0.0, credit_usd_per_month: float = 0.0) -> HorizonPlan:
     """Both paths over the capacity schedule (module docstring). ``hit_cost_usd_per_month``:
-    GPU time spent loading cached KV at today's traffic, $ (grows with traffic)."""
+    GPU time spent loading cached KV at today's traffic, $ (grows with traffic);
+    ``credit_usd_per_month``: the freed headroom extra traffic fills, $ (horizon average,
+    ``kvplan.models.decision.benefit``), credited to the reuse path."""
     cap = capacity.inputs
     gpr, current = cap.gpus_per_replica, cap.current_gpus
     rows = capacity.schedule
@@ -162,9 +178,9 @@ def plan_horizon(capacity: CapacityResult, pricebook: PriceBook, *, realisation:
     beyond_w = [r.beyond_with_reuse for r in rows]
     first = _walk("reuse", needed_w, beyond_w, current, gpr, shrink, price, None)
     held = _held(first, current, len(rows))
-    overhead = [pricebook.cache_overhead_usd_per_month(h) + hit_cost_usd_per_month
-                * (1.0 + cap.growth_rate_per_month) ** m for m, h in enumerate(held)]
-    reuse = _walk("reuse", needed_w, beyond_w, current, gpr, shrink, price, overhead)
+    hit = [hit_cost_usd_per_month * (1.0 + cap.growth_rate_per_month) ** m for m in range(len(held))]
+    overhead = [pricebook.cache_overhead_usd_per_month(h) + hit[m] for m, h in enumerate(held)]
+    reuse = _walk("reuse", needed_w, beyond_w, current, gpr, shrink, price, overhead, credit_usd_per_month, hit)
     return HorizonPlan(base, reuse, cap.horizon_months, price)
 
 

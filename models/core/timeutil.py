@@ -7,6 +7,7 @@ without a zone is UTC.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, date, datetime, timedelta
 
 from kvplan.models.core.errors import KvplanError
@@ -77,3 +78,13 @@ def month_start(month: str, what: str = "month") -> datetime:
 def next_month(m: datetime) -> datetime:
     """The first instant of the month after the one ``m`` starts."""
     return m.replace(year=m.year + (m.month == 12), month=m.month % 12 + 1, day=1)
+
+
+def duration(seconds: float) -> str:
+    """A length in seconds, rounded DOWN so it never reads as meeting a bound it misses: "51 s"
+    (under 2 min), "30.5 min" (tenths, under 2 h), "2.3 h" (tenths)."""
+    if seconds < 120:
+        return f"{math.floor(seconds):.0f} s"
+    if seconds < 7200:
+        return f"{math.floor(seconds / 6) / 10:g} min"
+    return f"{math.floor(seconds / 360) / 10:g} h"

@@ -35,6 +35,15 @@ Overhead (a positive number, subtracted): the price book's fixed cache cost (ser
 cache RAM and disk, operations time) plus the GPU time spent loading cached KV
 (``PrefillSavings.hit_cost_gpu_hours_per_month``): a cache hit is not free.
 
+With the horizon (``kvplan.models.capacity.horizon.plan_horizon``, as the plan always passes
+it) and both of its paths holding, the terms are read off the two paths, so the benefit and
+the horizon are one computation: the shrink cap is the GPUs the reuse path gives back beyond
+the baseline; the deferral is the baseline's extra GPU-months per month -- purchases the reuse
+path makes later, fewer or never -- at ``usd_per_gpu_month`` (owned: the capex annuity at the
+cost of capital); the overhead is the reuse path's average; the filled headroom is the credit
+the horizon gives the reuse path. Hence benefit x months <= the horizon's saving (equal when
+the freed hours cover the GPUs given back), and the two agree in sign.
+
 Bands: ``low``/``high`` re-run the allocation with the low/high saved hours of
 ``PrefillSavings`` (estimator spread and window length); prices and overhead are taken as
 exact. What this cannot know: whether removed GPUs can really be sold or returned, or whether
@@ -43,10 +52,11 @@ extra traffic will come.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from kvplan.models.capacity.fleet import CapacityResult
+from kvplan.models.capacity.horizon import HorizonPlan
 from kvplan.models.core.calendar import HOURS_PER_MONTH
 from kvplan.models.inputs.planning import REALISATIONS
 from kvplan.models.inputs.pricebook import PriceBook
@@ -188,17 +198,26 @@ def _absorb(hours: float, capacity: CapacityResult, fill: float) -> _Hours:
                   headroom=sum(headroom) / n)
 
 
-def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
-                    capacity: CapacityResult | None, realisation: str = "shrink",
-                    headroom_fill_fraction: float = 0.0,
-                    num_gpus: int | None = None) -> Benefit:
-    """Price the saved prefill time per month (see module docstring). Long on purpose: the
-    four terms and their bands sit in one function so a reader can check that no GPU-hour is
-    counted twice.
+def throughput_gpu_hours(savings: PrefillSavings, capacity: CapacityResult | None, realisation: str,
+                         headroom_fill_fraction: float) -> float:
+    """Freed headroom extra traffic fills, GPU-hours/month (horizon average; 0 unless
+    ``absorb_growth``): the credit ``plan_horizon`` gives the reuse path."""
+    if realisation != "absorb_growth" or capacity is None:
+        return 0.0
+    return _absorb(savings.gpu_hours_per_month or 0.0, capacity, headroom_fill_fraction).throughput
 
-    ``capacity`` supplies the fleet (current GPUs, GPUs needed with reuse, growth schedule);
-    it is required for ``absorb_growth``. ``num_gpus`` (fleet size for the per-node overhead)
-    defaults to ``capacity.inputs.current_gpus``."""
+
+def _horizon_gpus(horizon: HorizonPlan | None) -> tuple[float, float] | None:
+    """(GPUs reuse gives back beyond the baseline, deferred GPU-months per month) of a horizon
+    whose two paths hold; None otherwise (a broken path costs infinity)."""
+    if horizon is None or not (horizon.baseline.holds and horizon.reuse.holds):
+        return None
+    b, r, n = horizon.baseline, horizon.reuse, horizon.horizon_months
+    released = float(max(0, r.released_gpus - b.released_gpus))
+    return released, (b.gpu_months - r.gpu_months) / n - released
+
+
+def _check(realisation: str, headroom_fill_fraction: float, capacity: CapacityResult | None) -> None:
     if realisation not in REALISATIONS:
         raise ValueError(f"realisation: must be one of {', '.join(REALISATIONS)}; "
                          f"got {realisation!r}")
@@ -207,6 +226,22 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
                          f"got {headroom_fill_fraction!r}")
     if realisation == "absorb_growth" and capacity is None:
         raise ValueError("realisation: 'absorb_growth' needs a capacity plan (growth schedule)")
+
+
+def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
+                    capacity: CapacityResult | None, realisation: str = "shrink",
+                    headroom_fill_fraction: float = 0.0,
+                    num_gpus: int | None = None, horizon: HorizonPlan | None = None) -> Benefit:
+    """Price the saved prefill time per month (see module docstring): the four terms and
+    their bands in one place, so a reader can check that no GPU-hour is counted twice.
+
+    ``capacity`` supplies the fleet (current GPUs, GPUs needed with reuse, growth schedule);
+    it is required for ``absorb_growth``. ``num_gpus`` (fleet size for the per-node overhead)
+    defaults to ``capacity.inputs.current_gpus``. ``horizon`` (both paths, from
+    ``plan_horizon`` with this benefit's headroom credit): when both paths hold, the shrink
+    cap, the deferral and the overhead are read from it, so the total is at most the
+    horizon's saving per month and the two agree in sign."""
+    _check(realisation, headroom_fill_fraction, capacity)
     if num_gpus is None:
         if capacity is None:
             raise ValueError("num_gpus: needed when no capacity plan is given")
@@ -214,45 +249,35 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
     notes: list[str] = []
     if not savings.available:
         notes.append("no saved-prefill estimate: freed GPU-hours counted as 0")
-    central_h = savings.gpu_hours_per_month or 0.0
-    low_h = savings.gpu_hours_per_month_low or 0.0
-    high_h = savings.gpu_hours_per_month_high or 0.0
+    hz = _horizon_gpus(horizon)
 
     def allocate(hours: float) -> _Hours:
         if realisation == "shrink" or capacity is None:  # absorb_growth has a capacity (checked above)
-            return _shrink(hours, capacity)
-        return _absorb(hours, capacity, headroom_fill_fraction)
+            got = _shrink(hours, capacity)
+            if hz is not None:  # the GPUs the horizon's reuse path gives back beyond the baseline
+                got = replace(got, saved_prefill=min(hours, hz[0] * HOURS_PER_MONTH))
+        else:
+            got = _absorb(hours, capacity, headroom_fill_fraction)
+        if hz is not None:  # purchases the reuse path makes later, fewer or never
+            got = replace(got, deferral=hz[1] * HOURS_PER_MONTH)
+        return got
 
-    mid, lo, hi = allocate(central_h), allocate(low_h), allocate(high_h)
+    mid, lo, hi = (allocate(h or 0.0) for h in (savings.gpu_hours_per_month, savings.gpu_hours_per_month_low,
+                                                savings.gpu_hours_per_month_high))
     rate = pricebook.effective_usd_per_gpu_hour()
-    if realisation == "shrink":
-        if capacity is None:
-            notes.append("no capacity plan: shrink not capped by the SLO")
-        elif capacity.gpus_needed_with_reuse is None:
-            notes.append("SLO unreachable on this GPU even with reuse: shrink not capped")
-        elif mid.saved_prefill < mid.freed:
-            notes.append(f"shrink capped at {mid.saved_prefill:.0f} of {mid.freed:.0f} freed "
-                         "GPU-hours: reuse makes no more GPUs unnecessary under the SLO (GPUs the "
-                         "fleet could give up without reuse too are not credited to the cache)")
-    elif capacity is not None:  # absorb_growth (checked above)
-        if capacity.deferred_gpu_months is None:
-            notes.append("baseline cannot meet the SLO on this GPU at all: every freed hour "
-                         "counted as replacing capacity")
-        if headroom_fill_fraction == 0.0 and mid.headroom > 0:
-            notes.append(f"{mid.headroom:.0f} freed GPU-hours/month are idle "
-                         "headroom, counted as worth $0 (headroom_fill_fraction = 0)")
-    fixed = pricebook.cache_overhead_usd_per_month(num_gpus)
-    hit_cost = savings.hit_cost_gpu_hours_per_month * mid.traffic_factor * rate
+    notes += _notes(realisation, capacity, mid, headroom_fill_fraction)
+    if horizon is not None and hz is not None:
+        n = horizon.horizon_months
+        hit_cost = horizon.reuse.hit_cost_usd / n
+        fixed = horizon.reuse.overhead_usd / n - hit_cost
+    else:
+        fixed = pricebook.cache_overhead_usd_per_month(num_gpus)
+        hit_cost = savings.hit_cost_gpu_hours_per_month * mid.traffic_factor * rate
     overhead = fixed + hit_cost
-    terms = (
-        BenefitTerm("saved_prefill", LABELS["saved_prefill"], mid.saved_prefill * rate,
-                    lo.saved_prefill * rate, hi.saved_prefill * rate, mid.saved_prefill),
-        BenefitTerm("throughput", LABELS["throughput"], mid.throughput * rate,
-                    lo.throughput * rate, hi.throughput * rate, mid.throughput),
-        BenefitTerm("deferral", LABELS["deferral"], mid.deferral * rate, lo.deferral * rate,
-                    hi.deferral * rate, mid.deferral),
-        BenefitTerm("overhead", LABELS["overhead"], overhead, overhead, overhead, 0.0),
-    )
+    terms = tuple(BenefitTerm(name, LABELS[name], getattr(mid, name) * rate, getattr(lo, name) * rate,
+                              getattr(hi, name) * rate, getattr(mid, name))
+                  for name in ("saved_prefill", "throughput", "deferral"))
+    terms += (BenefitTerm("overhead", LABELS["overhead"], overhead, overhead, overhead, 0.0),)
     gains = terms[:3]
     return Benefit(
         realisation=realisation,
@@ -264,3 +289,24 @@ def monthly_benefit(savings: PrefillSavings, pricebook: PriceBook,
         usd_per_gpu_hour=rate, freed_gpu_hours_per_month=mid.freed,
         attributed_gpu_hours={t.name: t.gpu_hours for t in gains},
         fixed_overhead_usd=fixed, hit_cost_usd=hit_cost, terms=terms, notes=tuple(notes))
+
+
+def _notes(realisation: str, capacity: CapacityResult | None, mid: _Hours, fill: float) -> list[str]:
+    notes: list[str] = []
+    if realisation == "shrink":
+        if capacity is None:
+            notes.append("no capacity plan: shrink not capped by the SLO")
+        elif capacity.gpus_needed_with_reuse is None:
+            notes.append("SLO unreachable on this GPU even with reuse: shrink not capped")
+        elif mid.saved_prefill < mid.freed:
+            notes.append(f"shrink capped at {mid.saved_prefill:.0f} of {mid.freed:.0f} freed "
+                         "GPU-hours: reuse makes no more GPUs unnecessary under the SLO (GPUs the "
+                         "fleet could give up without reuse too are not credited to the cache)")
+    elif capacity is not None:  # absorb_growth (checked by the caller)
+        if capacity.deferred_gpu_months is None:
+            notes.append("baseline cannot meet the SLO on this GPU at all: every freed hour "
+                         "counted as replacing capacity")
+        if fill == 0.0 and mid.headroom > 0:
+            notes.append(f"{mid.headroom:.0f} freed GPU-hours/month are idle "
+                         "headroom, counted as worth $0 (headroom_fill_fraction = 0)")
+    return notes

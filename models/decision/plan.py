@@ -14,6 +14,7 @@ from typing import Any
 from kvplan.models.core.calendar import SECONDS_PER_MONTH
 from kvplan.models.decision.benefit import WaterfallRow
 from kvplan.models.decision.sensitivity import SensitivityRow, sensitivity
+from kvplan.models.decision.tiers import TierDecision, decide_tiers, headline, named_reason
 from kvplan.models.decision.verdict import Decision, Evaluation, PlanInputs, evaluate
 from kvplan.models.inputs.pricebook import PriceBook
 from kvplan.models.prefill.measurement import PrefillMeasurement
@@ -166,6 +167,12 @@ class PlanResult:
     """``{baseline, reuse}``: cost of each path over the horizon, $ (None: the path breaks)."""
     flip_probability: float | None = None
     """Share of resampled scenarios whose verdict differs from this one (None: no verdict)."""
+    decision_by_tier: dict[str, TierDecision] = field(default_factory=dict)
+    """One decision per cache tier: ``device`` (vLLM's prefix cache, free) and ``lmcache``
+    (the LMCache service on its margin), each with its kind, monthly benefit and reason
+    (``kvplan.models.decision.tiers``)."""
+    headline: str = ""
+    """One line naming both tier decisions."""
 
     @property
     def reason(self) -> str:
@@ -189,6 +196,8 @@ class PlanResult:
             "replica_message", "peak_hour_requests_per_s", "purchase_schedule_without_reuse",
             "purchase_schedule_with_reuse", "horizon_cost_usd", "flip_probability", "topology_finding")}
         d["decision"] = self.decision.kind
+        d["decision_by_tier"] = {k: t.to_dict() for k, t in self.decision_by_tier.items()}
+        d["headline"] = self.headline
         d["reason"] = self.decision.reason
         d["flips"] = list(self.decision.flips)
         d["waterfall"] = [r._asdict() for r in self.waterfall]
@@ -227,9 +236,10 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
     notes += [f"estimator {e.name}: {e.note}" for e in s.estimators]
     if inputs.topology is not None and inputs.topology.holds_where_today_misses:
         notes.append(f"topology: {inputs.topology.sentence()}")
+    tiers = decide_tiers(inputs, ev)
     return PlanResult(
         label=label, source=source, realisation=inputs.planning.realisation,
-        decision=ev.decision,
+        decision=named_reason(inputs, ev), decision_by_tier=tiers, headline=headline(tiers),
         monthly_benefit_usd=b.monthly_benefit_usd if b else None,
         monthly_benefit_low_usd=b.monthly_benefit_low_usd if b else None,
         monthly_benefit_high_usd=b.monthly_benefit_high_usd if b else None,
@@ -296,6 +306,16 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
         total = t.total
         saved, lo, hi = total.value, total.low, total.high
         with_reuse, without = t.with_reuse.value, t.without_reuse.value
+    elif m.requests > 0 and m.cached_prompt_tokens <= 0 and band is None:
+        # no hits, no saving, whatever the cost model: vLLM's tier saved 0; LMCache (when in the
+        # window) cost the lookup time vLLM measured
+        lookup = (w.lookup_seconds if w is not None else 0.0) * m.tensor_parallel_size
+        zero = {"value": 0.0, "low": 0.0, "high": 0.0}
+        out["saved_by_tier"] = {"device": zero, "lmcache": (
+            {"value": -lookup, "low": -lookup, "high": -lookup, "gross": 0.0, "overhead": lookup, "source": "measured"}
+            if m.priced_tier == "lmcache" else None)}
+        saved = lo = hi = -lookup if m.priced_tier == "lmcache" else 0.0
+        with_reuse = without = None
     else:
         out["saved_by_tier"] = {"device": None, "lmcache": None}
         saved = lo = hi = None

@@ -12,9 +12,13 @@ against the smaller need.
    (one prefill is longer than the target), the fleet needed is beyond the search limit, or
    the reuse path too must add GPUs now (month 0).
 3. ``REUSE`` -- the reuse path costs less over the horizon, by at least
-   ``min_benefit_share_of_fleet_cost`` of the fleet's monthly cost per month ("REUSE now; BUY
-   2 GPUs in month 14 instead of month 5" when it only defers the purchase). Never when the
-   reuse path costs more.
+   ``min_benefit_share_of_fleet_cost`` of the fleet's monthly cost per month, and so does the
+   monthly benefit (``benefit``, read off the same two paths: it is at most the horizon's
+   saving per month, less when the freed prefill hours are fewer than the whole GPUs the queue
+   gives back) ("REUSE now; BUY 2 GPUs in month 14 instead of month 5" when it only defers the
+   purchase). Never when the reuse path costs more or the monthly benefit is not positive;
+   when only the baseline breaks (no fleet meets the SLO without reuse) the horizon alone
+   decides.
 4. ``NEED_DATA`` -- rule 3 holds in the centre but flips in at least half of the resampled
    scenarios (``flip_probability`` >= 0.5): measure a longer window before committing.
 5. ``BUY`` -- reuse does not pay (rule 3 fails) and the baseline must add GPUs within the
@@ -22,10 +26,14 @@ against the smaller need.
 6. ``NOT_WORTH_IT`` -- reuse does not pay and no purchase is due: overhead >= savings (the
    article's honest answer when requests barely overlap), or a saving below the threshold.
 
+``verdict_rule`` is that order, in one place; ``decide`` writes the sentence of the rule it
+returns (``kvplan.models.decision.reasons``) and ``flip_probability`` compares its kinds.
+
 ``flip_probability``: share of 200 seeded draws whose verdict by rules 2, 3, 5, 6 differs from
-the central one. Each draw takes the hit rate and the load from one bootstrap resample of the
-window's measured intervals (``PricedWindow.resamples``; without them the hit-rate gain moves
-+-``hit_rate_range`` relative and the load stays), the per-token cost across the saved-prefill
+the central one (each draw recomputes capacity, horizon and benefit). Each draw takes the hit
+rate and the load from one bootstrap resample of the window's measured intervals
+(``PricedWindow.resamples``; without them the hit-rate gain moves +-``hit_rate_range``
+relative and the load stays), the per-token cost across the saved-prefill
 band low/high, GPU price +-``price_range`` and growth +-``growth_range`` (uniform).
 
 Flips are the input values at which the verdict would change. Money flips use the benefit's
@@ -33,39 +41,39 @@ linear dependence on hit rate, GPU price and overhead (approximate when the shri
 deferral cap binds; the sensitivity rows recompute exactly). Capacity flips (growth, hit rate
 needed to last the horizon) are exact for the queueing model.
 
-The tornado (one input moved down and up) is ``kvplan.models.decision.sensitivity``.
+The tornado (one input moved down and up) is ``kvplan.models.decision.sensitivity``; the
+decision per cache tier (vLLM prefix cache, LMCache) is ``kvplan.models.decision.tiers``.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field, replace
 
 from kvplan.models.cache.alternatives import TopologyFinding
-from kvplan.models.capacity.fleet import (
-    CapacityInputs,
-    CapacityResult,
-    capacity_inputs_from,
-    growth_that_lasts,
-    hit_rate_that_lasts,
-    plan_capacity,
-)
+from kvplan.models.capacity.fleet import CapacityInputs, CapacityResult, capacity_inputs_from, plan_capacity
 from kvplan.models.capacity.goodput import Goodput
-from kvplan.models.capacity.horizon import HorizonPlan, beyond_note, plan_horizon, purchase_text
+from kvplan.models.capacity.horizon import HorizonPlan, plan_horizon
 from kvplan.models.capacity.replica import ReplicaFit, replica_fit
 from kvplan.models.core.fields import scenario
-from kvplan.models.decision.benefit import Benefit, monthly_benefit
+from kvplan.models.decision.benefit import Benefit, monthly_benefit, throughput_gpu_hours
+from kvplan.models.decision.reasons import SENTENCES, BreakEven, Case, Decision, break_even, data_gate
 from kvplan.models.inputs.deployment import DeploymentFacts
 from kvplan.models.inputs.planning import REALISATIONS, PlanningInputs
 from kvplan.models.inputs.pricebook import PriceBook
 from kvplan.models.prefill.measurement import PrefillMeasurement
 from kvplan.models.prefill.savings import PrefillSavings, estimate_savings
 
+__all__ = ["KINDS", "BreakEven", "Decision", "Evaluation", "PlanInputs", "break_even", "decide", "evaluate",
+           "flip_probability", "price_plan", "verdict_kind", "verdict_rule"]
+
 KINDS = ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
 MAX_WHAT_IF_HIT_RATE = 0.99
 """Sensitivity never moves the hit rate above this: vLLM always computes at least the last
 prompt token, and at 100 % estimator A would have no computed tokens to measure."""
+RULE_KIND = {"buy_unreachable": "BUY", "buy_today": "BUY", "buy_both_break": "BUY", "reuse": "REUSE",
+             "buy_later": "BUY", "not_worth_it": "NOT_WORTH_IT"}
+"""The verdict of each rule of ``verdict_rule``."""
 
 
 @dataclass(frozen=True)
@@ -94,20 +102,8 @@ class PlanInputs:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """The verdict."""
-
-    kind: str
-    """``BUY``, ``REUSE``, ``NOT_WORTH_IT`` or ``NEED_DATA``."""
-    reason: str
-    """One sentence."""
-    flips: list[str]
-    """Input changes that would change the verdict."""
-
-
-@dataclass(frozen=True)
 class Evaluation:
-    """One pass of the pipeline: savings -> capacity -> benefit -> decision."""
+    """One pass of the pipeline: savings -> capacity -> horizon -> benefit -> decision."""
 
     savings: PrefillSavings
     """Saved prefill GPU time in the window."""
@@ -133,13 +129,12 @@ FLIP_SEED = 20240611
 
 def evaluate(inputs: PlanInputs) -> Evaluation:
     """Run the whole model once on ``inputs``."""
-    savings, capacity, benefit = price_plan(inputs)
+    savings, capacity, benefit, horizon = _priced(inputs)
     pb, p = inputs.pricebook, inputs.planning
-    alternative = horizon = flip = None
+    alternative = flip = None
     if capacity is not None:
         other = next(r for r in REALISATIONS if r != p.realisation)
-        alternative = monthly_benefit(savings, pb, capacity, other, p.headroom_fill_fraction)
-        horizon = _horizon(capacity, savings, pb, p.realisation)
+        alternative = benefit_and_horizon(savings, capacity, pb, other, p.headroom_fill_fraction)[0]
         w = inputs.measurement.window
         flip = flip_probability(capacity, savings, pb, p, resamples=w.resamples if w is not None else ())
     return Evaluation(savings, capacity, benefit,
@@ -165,322 +160,109 @@ def _hit_cost_usd(capacity: CapacityResult, savings: PrefillSavings, pb: PriceBo
     return savings.hit_cost_gpu_hours_per_month * pb.effective_usd_per_gpu_hour()
 
 
-def _horizon(capacity: CapacityResult, savings: PrefillSavings, pb: PriceBook, realisation: str) -> HorizonPlan:
-    return plan_horizon(capacity, pb, realisation=realisation,
-                        hit_cost_usd_per_month=_hit_cost_usd(capacity, savings, pb))
+def benefit_and_horizon(savings: PrefillSavings, capacity: CapacityResult, pb: PriceBook, realisation: str,
+                        fill: float) -> tuple[Benefit, HorizonPlan]:
+    """The two paths and the monthly benefit read off them: one computation (``benefit``)."""
+    credit = throughput_gpu_hours(savings, capacity, realisation, fill) * pb.effective_usd_per_gpu_hour()
+    hz = plan_horizon(capacity, pb, realisation=realisation,
+                      hit_cost_usd_per_month=_hit_cost_usd(capacity, savings, pb), credit_usd_per_month=credit)
+    return monthly_benefit(savings, pb, capacity, realisation, fill, horizon=hz), hz
+
+
+def _priced(inputs: PlanInputs) -> tuple[PrefillSavings, CapacityResult | None, Benefit | None, HorizonPlan | None]:
+    m, pb, p = inputs.measurement, inputs.pricebook, inputs.planning
+    savings = estimate_savings(m)
+    cap_in = capacity_inputs_from(
+        m, savings, ttft_p99_slo_seconds=p.ttft_p99_slo_seconds,
+        growth_rate_per_month=p.growth_rate_per_month, horizon_months=p.horizon_months,
+        prefill_capacity_share=p.prefill_capacity_share, gpus_per_replica=replica_of(inputs).gpus_per_replica,
+        goodput=inputs.goodput, peak_requests_per_second=inputs.peak_hour_requests_per_s,
+        headroom=p.headroom)
+    if cap_in is None:
+        return savings, None, None, None
+    capacity = plan_capacity(cap_in, pb)
+    benefit, horizon = benefit_and_horizon(savings, capacity, pb, p.realisation, p.headroom_fill_fraction)
+    return savings, capacity, benefit, horizon
 
 
 def price_plan(inputs: PlanInputs) -> tuple[PrefillSavings, CapacityResult | None, Benefit | None]:
     """savings -> capacity -> benefit, without the verdict."""
-    m, pb, p = inputs.measurement, inputs.pricebook, inputs.planning
-    savings = estimate_savings(m)
-    fit = replica_of(inputs)
-    gpr = fit.gpus_per_replica
-    cap_in = capacity_inputs_from(
-        m, savings, ttft_p99_slo_seconds=p.ttft_p99_slo_seconds,
-        growth_rate_per_month=p.growth_rate_per_month, horizon_months=p.horizon_months,
-        prefill_capacity_share=p.prefill_capacity_share, gpus_per_replica=gpr,
-        goodput=inputs.goodput, peak_requests_per_second=inputs.peak_hour_requests_per_s,
-        headroom=p.headroom)
-    capacity = plan_capacity(cap_in, pb) if cap_in is not None else None
-    benefit = None
-    if capacity is not None:
-        benefit = monthly_benefit(savings, pb, capacity, p.realisation, p.headroom_fill_fraction)
-    return savings, capacity, benefit
+    return _priced(inputs)[:3]
 
 
-# ---- the verdict -------------------------------------------------------------------------
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f} %"
+# ---- the verdict: one rule order ---------------------------------------------------------
+def verdict_rule(capacity: CapacityResult, horizon: HorizonPlan, meaningful_usd_per_month: float,
+                 monthly_benefit_usd: float | None = None) -> str:
+    """Which of rules 2, 3, 5, 6 of the module docstring holds (the data rule and the flip rule
+    aside): ``buy_unreachable``, ``buy_today``, ``buy_both_break``, ``reuse``, ``buy_later`` or
+    ``not_worth_it`` (``RULE_KIND`` maps them to verdicts). ``monthly_benefit_usd``: the benefit
+    read off ``horizon`` (None: the horizon alone)."""
+    if capacity.gpus_needed_with_reuse is None:
+        return "buy_unreachable"
+    b, r = horizon.baseline, horizon.reuse
+    first = r.first_purchase
+    if first is not None and first.month == 0:
+        return "buy_today"
+    if not b.holds and not r.holds:
+        return "buy_both_break"
+    pays = horizon.reuse_cheaper and horizon.saving_usd >= meaningful_usd_per_month * horizon.horizon_months
+    if pays and b.holds and monthly_benefit_usd is not None:
+        pays = monthly_benefit_usd > 0 and monthly_benefit_usd >= meaningful_usd_per_month
+    if pays:
+        return "reuse"
+    if b.purchases or not b.holds:
+        return "buy_later"
+    return "not_worth_it"
 
 
-def _usd(x: float) -> str:
-    return f"-${-x:,.0f}" if x < 0 else f"${x:,.0f}"
+def verdict_kind(capacity: CapacityResult, horizon: HorizonPlan, meaningful_usd_per_month: float,
+                 monthly_benefit_usd: float | None = None) -> str:
+    """``BUY``, ``REUSE`` or ``NOT_WORTH_IT``: the verdict of ``verdict_rule``."""
+    return RULE_KIND[verdict_rule(capacity, horizon, meaningful_usd_per_month, monthly_benefit_usd)]
 
 
-def _months(x: float, horizon: int) -> str:
-    return "today" if x <= 0 else f"in month {x:.1f} of the {horizon}-month horizon"
-
-
-@dataclass(frozen=True)
-class BreakEven:
-    """Input values at which the monthly benefit would equal a target (linear approximation:
-    benefit ~= s * k * net - fixed, with ``net`` = gains - hit cost today, ``s`` the
-    incremental hit rate relative to today's and ``k`` the GPU price relative to today's;
-    gains and hit cost are GPU-hours x price, the fixed overhead depends on neither, and the
-    target -- a share of the fleet's cost -- scales with ``k``). Exact while no cap binds."""
-
-    hit_rate: float | None
-    """Hit rate giving the target (may exceed 1: unreachable); None if hits save nothing."""
-    usd_per_gpu_hour: float | None
-    """GPU price giving the target; None if no price does (net <= target)."""
-    fixed_overhead_usd: float | None
-    """Fixed cache overhead giving the target; None if hits save nothing."""
-
-
-def break_even(savings: PrefillSavings, benefit: Benefit, target_usd: float) -> BreakEven:
-    """Where the benefit crosses ``target_usd`` (see ``BreakEven``)."""
-    gains = benefit.saved_prefill_usd + benefit.throughput_usd + benefit.deferral_usd
-    net = gains - benefit.hit_cost_usd
-    fixed = benefit.fixed_overhead_usd
-    h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
-    hit = h0 + (h - h0) * (fixed + target_usd) / net if net > 0 and h > h0 else None
-    price = benefit.usd_per_gpu_hour * fixed / (net - target_usd) if net > target_usd else None
-    overhead = max(0.0, net - target_usd) if net > 0 else None
-    return BreakEven(hit, price, overhead)
-
-
-def _money_flips(savings: PrefillSavings, benefit: Benefit, target_usd: float,
-                 above: bool, threshold: str = "") -> list[str]:
-    """Break-even values as sentences, one per input (hit rate, GPU price, fixed overhead):
-    the value that would change the verdict, or plainly that no value of that input would
-    (and why). ``above``: the benefit must rise to the target; ``threshold``: how the target
-    reads (e.g. "$146/month, 1.0 % of the fleet's $14,611/month")."""
-    be = break_even(savings, benefit, target_usd)
-    verb = "rises to" if above else "falls to"
-    said: list[str] = []
-
-    def goal() -> str:  # the target in full the first time, short after
-        if not above:
-            return f"${target_usd:,.0f}/month"
-        if said:
-            return f"the ${target_usd:,.0f}/month threshold"
-        said.append("x")
-        return f"the ${target_usd:,.0f}/month that makes reuse worth it" + (f" ({threshold})" if threshold else "")
-
-    h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
-    gains = benefit.saved_prefill_usd + benefit.throughput_usd + benefit.deferral_usd
-    net = gains - benefit.hit_cost_usd
-    out: list[str] = []
-    if be.hit_rate is not None and be.hit_rate <= 1:
-        out.append(f"hit rate {verb} ~{_pct(be.hit_rate)} (now {_pct(h)})")
-    elif be.hit_rate is not None:  # above 100 %: report what 100 % would give instead
-        at_full = net * (1.0 - h0) / (h - h0) - benefit.fixed_overhead_usd
-        out.append(f"no hit rate would do it: even every prompt token from the cache (100 %, now {_pct(h)}) "
-                   f"would net ~{_usd(at_full)}/month, under {goal()}")
-    elif above and gains <= 0 < (savings.gpu_hours_per_month or 0.0) and benefit.realisation == "shrink":
-        out.append("no hit rate would do it at today's load: the prefill the cache saves frees no GPU to give back "
-                   "(shrink); traffic growth that needs more GPUs, or realisation absorb_growth, would")
-    elif above:
-        out.append(f"a hit rate above the baseline's {_pct(h0)} (now {_pct(h)}): the cache saved nothing in this "
-                   "window, so the hit rate that would pay cannot be read from it; measure a window with cache hits"
-                   if h <= h0 else "no hit rate would do it: each hit's lookup/transfer costs as much GPU time "
-                   "as the prefill it saves")
-    if be.usd_per_gpu_hour is not None:
-        out.append(f"GPU price {verb} ~${be.usd_per_gpu_hour:,.2f}/GPU-hour "
-                   f"(now ${benefit.usd_per_gpu_hour:,.2f})")
-    elif above and net > 0:
-        out.append(f"no GPU price would do it: the saved GPU time (${net:,.0f}/month at "
-                   f"${benefit.usd_per_gpu_hour:,.2f}/GPU-hour) stays under {goal()} at any price, as both "
-                   "scale with the price")
-    if be.fixed_overhead_usd is not None and (be.fixed_overhead_usd > 0 or not above):
-        out.append(f"fixed cache overhead {'falls' if above else 'rises'} to "
-                   f"~${be.fixed_overhead_usd:,.0f}/month (now ${benefit.fixed_overhead_usd:,.0f})")
-    elif above and benefit.fixed_overhead_usd > 0:
-        out.append(f"no fixed cache overhead would do it: even at $0/month (now "
-                   f"${benefit.fixed_overhead_usd:,.0f}) the saved GPU time (${max(net, 0):,.0f}/month) stays "
-                   f"under {goal()}")
-    return out
+def meaningful_usd(capacity: CapacityResult, pricebook: PriceBook, planning: PlanningInputs) -> float:
+    """The money threshold: ``min_benefit_share_of_fleet_cost`` of today's fleet, $/month."""
+    return planning.min_benefit_share_of_fleet_cost * capacity.inputs.current_gpus * pricebook.usd_per_gpu_month()
 
 
 def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Benefit | None,
            pricebook: PriceBook, planning: PlanningInputs,
            alternative: Benefit | None = None, *, horizon: HorizonPlan | None = None,
            flip_probability: float | None = None) -> Decision:
-    """The verdict for one evaluated window (rules in the module docstring). Long on purpose:
-    the rules are tried in the documented order, top to bottom, in one place.
+    """The verdict for one evaluated window: the data gate (rule 1), then the rule
+    ``verdict_rule`` picks and its sentence (``reasons.SENTENCES``); rule 4 turns a REUSE
+    that flips in half the scenarios into NEED_DATA.
 
     ``alternative`` is the benefit under the other realisation; when it would land on the
     other side of the money threshold, switching realisation is listed as a flip.
     ``horizon``: both paths (computed here when not given); ``flip_probability``: rule 4."""
     p = planning
-    # 1. enough data?
-    missing: list[str] = []
-    if savings.requests <= 0:
-        missing.append("no requests in the window")
-    if savings.window_seconds < p.min_window_seconds:
-        missing.append(f"window is {savings.window_seconds / 60:.0f} min "
-                       f"(need >= {p.min_window_seconds / 60:.0f} min)")
-    if 0 < savings.requests < p.min_requests:
-        missing.append(f"only {savings.requests:.0f} requests (need >= {p.min_requests:.0f})")
-    model = savings.cost_model
-    if not savings.available:
-        if model is not None and not model.identified:
-            missing.append(f"the prefill cost model is not identified ({model.reason})")
-        else:
-            missing.append("no estimate of prefill cost per token (need the prefill timer, or "
-                           "vLLM FLOPs / model params with gpu_peak_flops)")
-    if missing or capacity is None or benefit is None:
-        if not missing:
-            missing.append("load or hit rate unavailable")
-        flips = [f"measure at least {p.min_window_seconds / 3600:g} h and "
-                 f"{p.min_requests:.0f} requests with prefill timing or FLOPs metrics"]
-        if model is not None and not model.identified and model.fix:
-            flips.append(model.fix)
-        return Decision("NEED_DATA", "Not enough data to price reuse: " + "; ".join(missing)
-                        + ".", flips)
-
-    cap = capacity.inputs
-    fleet_cost = cap.current_gpus * pricebook.usd_per_gpu_month()
-    meaningful = p.min_benefit_share_of_fleet_cost * fleet_cost
+    gate = data_gate(savings, capacity, benefit, p)
+    if gate is not None or capacity is None or benefit is None:
+        return gate or Decision("NEED_DATA", "Not enough data to price reuse.", [])
+    if horizon is None:
+        benefit, horizon = benefit_and_horizon(savings, capacity, pricebook, p.realisation,
+                                               p.headroom_fill_fraction)
+    meaningful = meaningful_usd(capacity, pricebook, p)
     total = benefit.monthly_benefit_usd
-    switch: list[str] = []
-    if alternative is not None and (alternative.monthly_benefit_usd >= meaningful) != \
-            (total >= meaningful):
+    switch = []
+    if alternative is not None and (alternative.monthly_benefit_usd >= meaningful) != (total >= meaningful):
         switch.append(f"realising the savings as {alternative.realisation.replace('_', ' ')} "
                       f"instead (${alternative.monthly_benefit_usd:,.0f}/month)")
-    growth_ok = growth_that_lasts(cap, cap.hit_rate)
-    growth_flip = (f"growth above ~{_pct(growth_ok)}/month (now "
-                   f"{_pct(cap.growth_rate_per_month)}) would make even the reuse fleet run out"
-                   if growth_ok is not None and growth_ok >= 0 else None)
-    if horizon is None:
-        horizon = plan_horizon(capacity, pricebook, realisation=p.realisation,
-                               hit_cost_usd_per_month=_hit_cost_usd(capacity, savings, pricebook))
-    kind = verdict_kind(capacity, horizon, meaningful)
-    b_path, r_path = horizon.baseline, horizon.reuse
-    months = cap.horizon_months
-    slo = f"{cap.ttft_p99_slo_seconds:g} s p99 TTFT target"
-
-    def money() -> str:
-        if not b_path.holds and r_path.holds:
-            return f"the reuse path costs ${r_path.cost_usd:,.0f} over the {months}-month horizon"
-        return (f"${b_path.cost_usd:,.0f} over the {months}-month horizon without reuse vs "
-                f"${r_path.cost_usd:,.0f} with it, cache overhead included")
-
-    # 2. BUY: nothing else holds the SLO
-    if capacity.gpus_needed_with_reuse is None:
-        if capacity.beyond_limit_with_reuse:
-            return Decision(
-                "BUY", f"Even with reuse today's load needs {beyond_note(r_path)}: buy, and size a "
-                "fleet that large by hand.", [f for f in [growth_flip] if f])
-        if cap.goodput is not None:
-            return Decision("BUY", f"The measured goodput with reuse is 0 requests/s per replica "
-                            f"({cap.goodput.source}): no number of these replicas meets the SLO.",
-                            ["a sweep with a goodput above 0"])
-        return Decision(
-            "BUY", "Even with reuse one prefill takes "
-            f"{capacity.service_seconds_with_reuse:.2f} s, "
-            f"above the {slo}: no number of these GPUs "
-            "meets it; buy faster GPUs (or more per replica).",
-            [f"a TTFT target of at least {capacity.service_seconds_with_reuse:.2f} s",
-             "a higher hit rate or shorter prompts"])
-    buy_flips: list[str] = []
-    if growth_ok is not None and growth_ok >= 0:
-        buy_flips.append(f"growth at or below ~{_pct(growth_ok)}/month "
-                         f"(now {_pct(cap.growth_rate_per_month)})")
-    h_need = hit_rate_that_lasts(cap)
-    if h_need is not None and h_need > cap.hit_rate:
-        buy_flips.append(f"hit rate of ~{_pct(h_need)} (now {_pct(cap.hit_rate)})")
-    if kind == "BUY" and r_path.first_purchase is not None and r_path.first_purchase.month == 0:
-        cheaper = "with reuse" if horizon.reuse_cheaper else "without reuse"
-        without = purchase_text(b_path) if b_path.purchases else "none"
-        return Decision(
-            "BUY", f"Even with reuse the {cap.current_gpus} GPUs miss the {slo} today "
-            f"(today's load needs {capacity.gpus_needed_with_reuse}, "
-            f"{cap.gpus_per_replica} per replica): buy {purchase_text(r_path)} with reuse ({without} "
-            f"without; {b_path.gpus_bought if b_path.holds else 'beyond the search'} GPUs over the horizon). "
-            f"Cheaper {cheaper}: {money()}.", buy_flips)
-    if kind == "BUY" and not r_path.holds and not b_path.holds:
-        return Decision(
-            "BUY", f"Growth outruns both paths: without reuse {beyond_note(b_path)}, with reuse "
-            f"{beyond_note(r_path)}. Buy {purchase_text(r_path) or 'as growth demands'} and re-plan "
-            "before then.", buy_flips)
-
-    # 3. REUSE: the reuse path costs less (rule 4: unless it flips in half the scenarios)
-    if kind == "REUSE":
-        saving = horizon.saving_usd
-        if not b_path.holds:
-            how = (f"without reuse {beyond_note(b_path)}; with reuse the fleet "
-                   + (f"holds by buying {purchase_text(r_path)}" if r_path.purchases else
-                      f"holds the {slo} for the {months}-month horizon"))
-        elif b_path.purchases and r_path.purchases:
-            rb, bb = r_path.first_purchase, b_path.first_purchase
-            how = (f"BUY {rb.gpus} GPU{'s' if rb.gpus != 1 else ''} in month {rb.month} instead of "
-                   f"{bb.gpus} in month {bb.month}" if rb.gpus != bb.gpus else
-                   f"BUY {rb.gpus} GPU{'s' if rb.gpus != 1 else ''} in month {rb.month} instead of month {bb.month}")
-        elif b_path.purchases:
-            how = (f"without reuse the fleet misses the {slo} "
-                   f"{_months(capacity.runout_month_without_reuse or b_path.first_purchase.month, months)} "
-                   f"(buy {purchase_text(b_path)}); with reuse it holds for the {months}-month horizon")
-        else:
-            wo, w = capacity.gpus_needed_without_reuse, capacity.gpus_needed_with_reuse
-            how = (f"the {slo} needs {w} GPU{'s' if w != 1 else ''} with reuse instead of {wo} without"
-                   + (f" (release {r_path.released_gpus - b_path.released_gpus} more)"
-                      if r_path.released_gpus > b_path.released_gpus else ""))
-        saved = "" if math.isinf(saving) else f"${saving:,.0f} cheaper ({money()}); "
-        flips = _money_flips(savings, benefit, meaningful, above=False) + switch
-        if growth_flip:
-            flips.append(growth_flip)
-        if flip_probability is not None and flip_probability >= 0.5:
-            return Decision(
-                "NEED_DATA", f"Reuse is cheaper in the centre ({saved.rstrip('; ') or money()}), but the "
-                f"verdict flips in {flip_probability:.0%} of resampled scenarios: measure a longer window "
-                "to be sure.", ["a window of a day or more (narrows the band)"] + flips)
-        return Decision("REUSE", f"REUSE now; {how}: {saved}saved prefill worth ${total:,.0f}/month "
-                        f"(net, freed GPU-hours).", flips)
-
-    # 5. BUY: reuse does not pay and the baseline must add GPUs
-    if b_path.purchases or not b_path.holds:
-        later = ""
-        if r_path.holds and b_path.first_purchase is not None and (
-                r_path.first_purchase is None or r_path.first_purchase.month > b_path.first_purchase.month):
-            later = (" Reuse would defer it" + (f" to month {r_path.first_purchase.month}"
-                                                if r_path.first_purchase else " past the horizon")
-                     + ", but its overhead costs more than the GPUs it defers.")
-        return Decision(
-            "BUY", f"Buy {purchase_text(b_path) or beyond_note(b_path)} without reuse: reuse does not pay for "
-            f"itself ({money()}).{later}", buy_flips + [f for f in switch])
-
-    # 6. NOT_WORTH_IT
-    threshold = f"{_pct(p.min_benefit_share_of_fleet_cost)} of the fleet's ${fleet_cost:,.0f}/month"
-    h, h0 = savings.hit_rate or 0.0, savings.baseline_hit_rate or 0.0
-    if total <= 0:
-        saved = total + benefit.overhead_usd
-        if saved <= 0:
-            hours = savings.gpu_hours_per_month or 0.0
-            if h <= h0:
-                why = (f"the cache saved no prefill in this window (hit rate {_pct(h)}, baseline without it "
-                       f"{_pct(h0)})")
-            elif hours > 0 and benefit.realisation == "shrink":
-                n = capacity.gpus_needed_with_reuse if capacity is not None else None
-                needed = f"{n} GPU{'s' if n != 1 else ''}" if n is not None else "the same GPUs"
-                why = (f"the {hours:,.2f} GPU-hours/month of prefill it saves (before its own cost) free no GPU "
-                       f"({needed} needed with or without reuse)")
-            else:
-                why = f"the cache saved no prefill GPU time at a {_pct(h)} hit rate"
-            cost = (f" and costs ${benefit.overhead_usd:,.0f}/month" if benefit.overhead_usd > 0
-                    else "; no overhead is priced either")
-            reason = f"Nothing to gain: {why}{cost} ({benefit.realisation})."
-        else:
-            reason = (f"The cache costs ${benefit.overhead_usd:,.0f}/month and saves ${saved:,.0f}/month at a "
-                      f"{_pct(h)} hit rate ({benefit.realisation}): overhead exceeds the saved prefill.")
-    elif total < meaningful:
-        reason = (f"Reuse nets only ${total:,.0f}/month, under {threshold}: effort is better spent "
-                  "elsewhere.")
-    else:
-        reason = (f"Reuse frees GPU time worth ${total:,.0f}/month net, but no whole GPU: no purchase is due "
-                  f"without it and it frees no replica the baseline would keep ({money()}).")
-    return Decision("NOT_WORTH_IT", reason,
-                    _money_flips(savings, benefit, meaningful, above=True, threshold=threshold) + switch)
+    case = Case(savings, capacity, benefit, horizon, p, capacity.inputs.current_gpus * pricebook.usd_per_gpu_month(),
+                meaningful, switch, flip_probability)
+    return SENTENCES[verdict_rule(capacity, horizon, meaningful, total)](case)
 
 
-def verdict_kind(capacity: CapacityResult, horizon: HorizonPlan, meaningful_usd_per_month: float) -> str:
-    """``BUY``, ``REUSE`` or ``NOT_WORTH_IT`` by rules 2, 3, 5, 6 of the module docstring (the
-    data rules and the flip rule aside): what ``flip_probability`` compares."""
-    if capacity.gpus_needed_with_reuse is None:
-        return "BUY"
-    b, r = horizon.baseline, horizon.reuse
-    first = r.first_purchase
-    if first is not None and first.month == 0:
-        return "BUY"
-    if not b.holds and not r.holds:
-        return "BUY"
-    saving = horizon.saving_usd
-    if horizon.reuse_cheaper and saving >= meaningful_usd_per_month * horizon.horizon_months:
-        return "REUSE"
-    if b.purchases or not b.holds:
-        return "BUY"
-    return "NOT_WORTH_IT"
+def _scaled(savings: PrefillSavings, saved_k: float, cost_k: float) -> PrefillSavings:
+    """The savings with the saved hours x ``saved_k`` and the hit cost x ``cost_k`` (one draw)."""
+    def k(x: float | None) -> float | None:
+        return None if x is None else x * saved_k
+    return replace(savings, gpu_hours_per_month=k(savings.gpu_hours_per_month),
+                   gpu_hours_per_month_low=k(savings.gpu_hours_per_month_low),
+                   gpu_hours_per_month_high=k(savings.gpu_hours_per_month_high),
+                   hit_cost_gpu_hours_per_month=savings.hit_cost_gpu_hours_per_month * cost_k)
 
 
 def flip_probability(capacity: CapacityResult, savings: PrefillSavings, pricebook: PriceBook,
@@ -491,14 +273,12 @@ def flip_probability(capacity: CapacityResult, savings: PrefillSavings, priceboo
     resamples of the measured intervals: hit rate, load factor) replace the planning input's
     hit-rate range and add the load's sampling spread when the window has them."""
     cap, p = capacity.inputs, planning
-    rate = pricebook.effective_usd_per_gpu_hour()
-    hit_cost_hours = savings.hit_cost_gpu_hours_per_month if capacity.method != "goodput" else 0.0
 
-    def kind(c: CapacityResult, pb: PriceBook, hit_usd: float) -> str:
-        hz = plan_horizon(c, pb, realisation=p.realisation, hit_cost_usd_per_month=hit_usd)
-        return verdict_kind(c, hz, p.min_benefit_share_of_fleet_cost * cap.current_gpus * pb.usd_per_gpu_month())
+    def kind(c: CapacityResult, pb: PriceBook, sv: PrefillSavings) -> str:
+        b, hz = benefit_and_horizon(sv, c, pb, p.realisation, p.headroom_fill_fraction)
+        return verdict_kind(c, hz, meaningful_usd(capacity, pb, p), b.monthly_benefit_usd)
 
-    central = kind(capacity, pricebook, hit_cost_hours * rate)
+    central = kind(capacity, pricebook, savings)
     mid = savings.gpu_hours_per_month or 0.0
     lo_k = (savings.gpu_hours_per_month_low or 0.0) / mid if mid > 0 else 1.0
     hi_k = (savings.gpu_hours_per_month_high or 0.0) / mid if mid > 0 else 1.0
@@ -524,8 +304,8 @@ def flip_probability(capacity: CapacityResult, savings: PrefillSavings, priceboo
                                      peak_requests_per_second=peak,
                                      prefill_tokens_per_gpu_second=cap.prefill_tokens_per_gpu_second / k)
         pb = scale_gpu_price(pricebook, price_k)
-        c = plan_capacity(ci, pb)
-        if kind(c, pb, hit_cost_hours * k * pb.effective_usd_per_gpu_hour()) != central:
+        gained = (h_draw - h0) / (h - h0) if h > h0 else 1.0
+        if kind(plan_capacity(ci, pb), pb, _scaled(savings, k * load_k * gained, k)) != central:
             flips += 1
     return flips / draws
 

@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvplan.models.core.calendar import SECONDS_PER_MONTH
+from kvplan.models.core.timeutil import duration
 from kvplan.models.prefill.fit import PrefillCostModel
 from kvplan.models.prefill.measurement import PrefillMeasurement
 from kvplan.models.prefill.window import MeasuredAB, TierSavings, tier_savings
@@ -310,7 +311,7 @@ def _window_notes(m: PrefillMeasurement, asked: float | None, fitted: bool) -> l
                      f"{asked / 3600:.2f} h asked for ({m.window.coverage:.0%}): the covered "
                      "span is priced")
     if m.window_seconds < 3600:
-        notes.append(f"window is {m.window_seconds / 60:.0f} min, shorter than an hour: "
+        notes.append(f"window is {duration(m.window_seconds)}, shorter than an hour: "
                      "monthly figures are a long extrapolation")
     if m.cost_model is not None:
         notes.extend(f"prefill cost model: {n}" for n in m.cost_model.notes)
