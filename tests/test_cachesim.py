@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvplan.models.cache import pools, sim
+from kvplan.models.cache import lru_reference, pools, sim
 
 A, B, C, X = 1, 2, 3, 9
 
@@ -57,7 +57,7 @@ def test_hits_then_refresh_order_inside_a_request():
 def test_repeated_chunk_inside_a_request():
     curve = curve_of([([A, A, B], 30, 10), ([A, A, B], 30, 10)])
     for cap in range(1, 5):
-        assert curve.hit_tokens(cap) == sim.reference_hit_tokens(
+        assert curve.hit_tokens(cap) == lru_reference.reference_hit_tokens(
             sim.make_trace([([A, A, B], 30, 10), ([A, A, B], 30, 10)]), cap)
 
 
@@ -93,7 +93,7 @@ def test_curve_equals_brute_force_lru_at_every_capacity(seed):
     trace = _random_trace(rng, int(rng.integers(1, 60)), int(rng.integers(1, 40)))
     curve = sim.lru_curve(trace)
     for cap in range(1, curve.unique_chunks + 3):
-        assert curve.hit_tokens(cap) == sim.reference_hit_tokens(trace, cap), cap
+        assert curve.hit_tokens(cap) == lru_reference.reference_hit_tokens(trace, cap), cap
     assert curve.hit_tokens(10**9) == curve.infinite_hit_tokens
 
 
@@ -152,7 +152,7 @@ def test_private_caches_equal_brute_force_per_rank():
         topo = pools.topology(trace, ranks=3, policy=policy, seed=5)
         ranks = pools.route(trace, 3, policy, seed=5)
         for cap in (3, 9, 30, 90):
-            expect = sum(sim.reference_hit_tokens(trace.subset(ranks == k), cap // 3)
+            expect = sum(lru_reference.reference_hit_tokens(trace.subset(ranks == k), cap // 3)
                          for k in range(3))
             assert topo.private_hit_tokens(cap) == expect
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import vl_convert
 
-from kvplan.app import charts
+from kvplan.app import charts, charts_cost
 from kvplan.models.decision.benefit import WaterfallRow
 from kvplan.models.decision.sensitivity import SensitivityRow
 
@@ -28,7 +28,7 @@ WF = [WaterfallRow("Saved prefill", 100.0, 80.0, 120.0), WaterfallRow("Throughpu
 
 
 def test_waterfall_floats_each_term_from_the_running_total():
-    chart = charts.waterfall_chart(WF)
+    chart = charts_cost.waterfall_chart(WF)
     df = data(chart).drop_duplicates("order").set_index("term")
     # error bars only where there is a band
     bars = chart.to_dict()["layer"][1]
@@ -45,7 +45,7 @@ def test_waterfall_floats_each_term_from_the_running_total():
 def test_tornado_keeps_the_order_and_draws_the_base():
     rows = [SensitivityRow("hit rate", "share", 0.5, 0.4, 0.6, -10.0, 90.0, 40.0),
             SensitivityRow("GPU price", "$/GPU-hour", 2.5, 1.9, 3.1, 20.0, 60.0, 40.0)]
-    df = data(charts.tornado_chart(rows))
+    df = data(charts_cost.tornado_chart(rows))
     bars = df.dropna(subset=["input"])
     assert bars[["input", "side", "benefit"]].values.tolist() == [
         ["hit rate", "input low", -10.0], ["hit rate", "input high", 90.0],
@@ -73,7 +73,7 @@ def test_quantile_band_marks_inf_and_slo():
 
 def test_capacity_leaves_out_unreachable_months():
     sched = [{"month": 0, "with_reuse": 2, "without_reuse": None}, {"month": 1, "with_reuse": 3, "without_reuse": 5}]
-    df = data(charts.capacity_chart(sched, 4))
+    df = data(charts_cost.capacity_chart(sched, 4))
     lines = df.dropna(subset=["setup"])
     assert lines[["month", "setup", "gpus"]].values.tolist() == [
         [0, "with reuse", 2], [1, "without reuse", 5], [1, "with reuse", 3]]
@@ -94,10 +94,10 @@ BUILDERS = {
     "gauge": lambda rows: charts.gauge_chart(rows, "g"),
     "band": lambda rows: charts.quantile_band_chart(rows, "TTFT", "b", 2.0),
     "phases": lambda rows: charts.phases_chart(rows),
-    "waterfall": lambda rows: charts.waterfall_chart(WF if rows else []),
-    "capacity": lambda rows: charts.capacity_chart(
+    "waterfall": lambda rows: charts_cost.waterfall_chart(WF if rows else []),
+    "capacity": lambda rows: charts_cost.capacity_chart(
         [{"month": 0, "with_reuse": 1, "without_reuse": 2}] if rows else [], 1),
-    "tornado": lambda rows: charts.tornado_chart(
+    "tornado": lambda rows: charts_cost.tornado_chart(
         [SensitivityRow("h", "s", 0.5, 0.4, 0.6, 1.0, 2.0, 1.5)] if rows else []),
 }
 ROW = {"bucket": datetime(2026, 11, 2), "tier": "t", "hit_rate": 0.5, "source": "device", "tokens": 10.0,

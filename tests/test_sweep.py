@@ -14,7 +14,7 @@ import pytest
 import vl_convert
 from typer.testing import CliRunner
 
-from kvplan.app import charts
+from kvplan.app import charts_cost
 from kvplan.app.cli import app
 from kvplan.app.data.sweeps import latest_sweep_pair
 from kvplan.app.views.sweeps import sweep_view
@@ -107,7 +107,7 @@ def test_a_stored_pair_reads_back_and_the_view_gives_goodput(db):
     assert v.on.limited_by == "not reached" and v.goodput.with_reuse_rps == pytest.approx(10 / (9 / 8 + 0.09))
     assert [r["passes"] for r in v.rows] == [True, True, False, True, True, True]
     assert v.cpu_scale and v.load_kind == "rate"
-    chart = charts.sweep_curves_chart(v.rows, v.ttft_slo_s, v.goodput_rows, v.load_kind)
+    chart = charts_cost.sweep_curves_chart(v.rows, v.ttft_slo_s, v.goodput_rows, v.load_kind)
     spec = chart.to_dict()
     rows = [r for d in spec["datasets"].values() for r in d]
     assert {r.get("side") for r in rows} >= {"without reuse", "with reuse"}
@@ -118,7 +118,7 @@ def test_a_stored_pair_reads_back_and_the_view_gives_goodput(db):
 def test_the_view_without_sweeps_is_empty(db):
     v = sweep_view(db, "prod", ttft_slo_s=0.5)
     assert v.empty and v.rows == [] and v.goodput is None
-    assert vl_convert.vegalite_to_svg(charts.sweep_curves_chart([], 0.5).to_dict()).startswith("<svg")
+    assert vl_convert.vegalite_to_svg(charts_cost.sweep_curves_chart([], 0.5).to_dict()).startswith("<svg")
 
 
 class _Completions(BaseHTTPRequestHandler):

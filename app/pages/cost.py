@@ -6,7 +6,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from kvplan.app import charts, state
+from kvplan.app import charts_cost, state
 from kvplan.app.data.store import save_facts, save_price_form
 from kvplan.app.report import fmt
 from kvplan.app.views.cost import CostView, cost_view
@@ -74,7 +74,7 @@ def plan_sections(sel: state.Selection, v: Any) -> None:
     c[2].metric("Saved prefill GPU-hours / month", fmt.number(p.saved_prefill_gpu_hours))
     c[3].metric("Purchase deferred", "n/a" if p.deferral_months is None else f"{p.deferral_months:.1f} months")
     if p.waterfall:
-        state.chart(charts.waterfall_chart(p.waterfall))
+        state.chart(charts_cost.waterfall_chart(p.waterfall))
         st.dataframe(pd.DataFrame([{"term": r.label, "$ / month": fmt.usd(r.usd),
                                     "band": fmt.usd_band(r.low, r.high)} for r in p.waterfall]), hide_index=True)
 
@@ -112,13 +112,14 @@ def plan_sections(sel: state.Selection, v: Any) -> None:
          "purchases": fmt.schedule(p.purchase_schedule_with_reuse),
          "cost over the horizon": fmt.usd(hz.get("reuse"))}]), hide_index=True)
     if v.schedule:
-        state.chart(charts.capacity_chart(v.schedule, p.current_gpus))
+        state.chart(charts_cost.capacity_chart(v.schedule, p.current_gpus))
     sw = v.sweep
     if sw is not None and sw.pair is not None:
         st.markdown(f"**{sw.pair.label[0].upper() + sw.pair.label[1:]}**")
         if sw.cpu_scale:
             st.caption("Measured on a CPU stack with a tiny model: CPU-scale seconds, not GPU results.")
-        state.chart(charts.sweep_curves_chart(sw.rows, sw.ttft_slo_s, sw.goodput_rows, sw.load_kind or "concurrency"))
+        state.chart(charts_cost.sweep_curves_chart(sw.rows, sw.ttft_slo_s, sw.goodput_rows,
+                                                   sw.load_kind or "concurrency"))
         st.dataframe(pd.DataFrame([{"side": r["side"], "goodput (req/s)": fmt.number(r["goodput_rps"]),
                                     "limited by": r["limited_by"], "note": r["note"]} for r in sw.goodput_rows]),
                      hide_index=True)
@@ -128,7 +129,7 @@ def plan_sections(sel: state.Selection, v: Any) -> None:
 
     st.subheader("Sensitivity")
     if p.sensitivity:
-        state.chart(charts.tornado_chart(p.sensitivity))
+        state.chart(charts_cost.tornado_chart(p.sensitivity))
     else:
         st.info("No sensitivity without a priced plan (see the decision above).")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
-from kvplan.app import charts
+from kvplan.app import charts, charts_cost
 from kvplan.app.report import fmt
 from kvplan.app.report.data import ReportData
 from kvplan.app.report.render import svg, table
@@ -187,11 +187,11 @@ def _pricing(d: ReportData) -> str:
     schedule = capacity_schedule(p)
     return ("<h2>5. Pricing</h2>" + _saved_prefill(d) + "<h3>Monthly benefit</h3>"
             + table(["term", "$ / month", "band"], wf, {1})
-           + (svg(charts.waterfall_chart(p.waterfall)) if p.waterfall else "")
+           + (svg(charts_cost.waterfall_chart(p.waterfall)) if p.waterfall else "")
            + "<h3>Capacity and deferral</h3>" + table(["", ""], cap, {1})
-           + (svg(charts.capacity_chart(schedule, p.current_gpus)) if schedule else "") + _sweep(d)
+           + (svg(charts_cost.capacity_chart(schedule, p.current_gpus)) if schedule else "") + _sweep(d)
            + "<h3>Sensitivity</h3>" + table(["input moved", "range", "benefit at low", "benefit at high"], sens, {2, 3})
-           + (svg(charts.tornado_chart(p.sensitivity)) if p.sensitivity else ""))
+           + (svg(charts_cost.tornado_chart(p.sensitivity)) if p.sensitivity else ""))
 
 
 def _saved_prefill(d: ReportData) -> str:
@@ -221,7 +221,8 @@ def _sweep(d: ReportData) -> str:
     cpu = " CPU-scale seconds from a tiny model, not GPU results." if sw.cpu_scale else ""
     return (f"<h3>Load sweep</h3><p>{escape(sw.pair.label)}.{cpu}</p>"
             + table(["side", "goodput (req/s)", "limited by", "note"], rows, {1})
-            + svg(charts.sweep_curves_chart(sw.rows, sw.ttft_slo_s, sw.goodput_rows, sw.load_kind or "concurrency")))
+            + svg(charts_cost.sweep_curves_chart(sw.rows, sw.ttft_slo_s, sw.goodput_rows,
+                                                 sw.load_kind or "concurrency")))
 
 
 def _assumptions(d: ReportData) -> str:

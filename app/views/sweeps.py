@@ -1,5 +1,5 @@
 """Load-sweep view: the latest sweep pair of a deployment as plain rows for
-``kvplan.app.charts.sweep_curves_chart``, with both goodputs at the SLOs and how each was limited.
+``kvplan.app.charts_cost.sweep_curves_chart``, with both goodputs at the SLOs and how each was limited.
 Not wired into a page yet."""
 
 from __future__ import annotations

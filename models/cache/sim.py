@@ -61,7 +61,6 @@ trace, and whether the trace's period is representative.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -377,7 +376,7 @@ def tier_split(trace: Trace, distances: Distances, l1_chunks: int, l2_chunks: in
 
 
 # --------------------------------------------------------------------------------------------
-# Capacities to show, and a reference implementation for tests
+# Capacities to show (the reference implementation for tests: lru_reference.py)
 # --------------------------------------------------------------------------------------------
 
 
@@ -387,29 +386,3 @@ def log_capacities(lo_chunks: int, hi_chunks: int, points: int) -> np.ndarray:
     hi = max(lo, int(hi_chunks))
     vals = np.unique(np.rint(np.geomspace(lo, hi, max(1, points))).astype(np.int64))
     return vals
-
-
-def reference_hit_tokens(trace: Trace, capacity: int) -> int:
-    """LMCache's ``simulate`` loop (``LRUCacheFast``) at one capacity: slow, for tests."""
-    cache: OrderedDict[int, None] = OrderedDict()
-    cap = max(1, int(capacity))
-    hits = 0
-    for r in range(trace.requests):
-        chunk_ids = trace.chunk_ids[trace.offsets[r]:trace.offsets[r + 1]].tolist()
-        hit_prefix = 0
-        for h in chunk_ids:
-            if h in cache:
-                hit_prefix += 1
-            else:
-                break
-        hits += hit_prefix * int(trace.chunk_size[r])
-        for i, h in enumerate(chunk_ids):
-            if i < hit_prefix or h in cache:
-                cache.move_to_end(h)
-            else:
-                if len(cache) >= cap:
-                    cache.popitem(last=False)
-                cache[h] = None
-    return hits
-
-
