@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.models.prefill.validation import tolerance
+from kvplan.models.prefill.validation import gate, tolerance
 
 
 def test_large_saving_is_judged_against_itself():
@@ -25,6 +25,18 @@ def test_small_saving_is_judged_against_cache_off_prefill():
     assert t.rule == "share of cache-off prefill" and t.allowed == pytest.approx(0.5)
     assert t.relative == pytest.approx(0.04) and t.ok
     assert not tolerance(predicted=0.0, measured=-1.0, off_prefill=10.0).ok
+
+
+def test_the_ci_gate_is_the_same_rule_at_twice_the_shares():
+    # measured 4 s, cache-off 10 s: large saving -> 30 % of 4 s = 1.2 s; 5.1 s is 1.1 s off (held),
+    # 5.3 s is 1.3 s off (missed). Small: measured -1 s -> 15 % of 10 s = 1.5 s.
+    g = gate(predicted=5.1, measured=4.0, off_prefill=10.0)
+    assert g.rule == "share of measured" and g.allowed == pytest.approx(1.2) and g.ok
+    assert not tolerance(predicted=5.1, measured=4.0, off_prefill=10.0).ok
+    assert not gate(predicted=5.3, measured=4.0, off_prefill=10.0).ok
+    s = gate(predicted=0.4, measured=-1.0, off_prefill=10.0)
+    assert s.rule == "share of cache-off prefill" and s.allowed == pytest.approx(1.5) and s.ok
+    assert not gate(predicted=0.6, measured=-1.0, off_prefill=10.0).ok
 
 
 def test_negative_large_saving_uses_its_magnitude():
