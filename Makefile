@@ -46,9 +46,9 @@ demo: $(STAMP)
 	$(VENV)/bin/kvplan demo --db $(DB) --port $(PORT)
 
 # The whole suite, real stack and browser included; lint first (it fails the suite). The fuzz
-# drops every family from a middle scrape here (KVPLAN_FUZZ_DROPS=all; the fast layer: 24 drops).
+# runs 100 examples and drops every family from a middle scrape here (the fast layer: 10 and 6).
 test: lint sysdeps stack
-	KVPLAN_FUZZ_DROPS=all $(PY) -m pytest -v --durations=15
+	KVPLAN_FUZZ_EXAMPLES=100 KVPLAN_FUZZ_DROPS=all $(PY) -m pytest -v --durations=15
 
 # Lint and types, a few seconds: ruff (pyproject [tool.ruff]), mypy (pyproject [tool.mypy]:
 # strict on kvplan.models and kvplan.sql) and the check that every public function of app/,
@@ -70,7 +70,7 @@ typecheck: $(STAMP)
 # The fast layer alone (under 2 minutes): no servers, no browser, no slow integrations
 # (tests/conftest.py lists them), a short fixed-seed fuzz.
 test-fast: $(STAMP)
-	KVPLAN_FUZZ_EXAMPLES=25 $(PY) -m pytest -q -m "not stack and not browser and not prometheus and not slow"
+	KVPLAN_FUZZ_EXAMPLES=10 KVPLAN_FUZZ_DROPS=6 $(PY) -m pytest -q -n 2 -m "not stack and not browser and not prometheus and not slow"
 
 # Benchmarks (scripts, not tests): each prints its measurements and ratios side by side.
 bench: $(STAMP) sysdeps

@@ -4,8 +4,9 @@ Layers: `make test-fast` runs `-m "not stack and not browser and not prometheus 
 (the inner loop, under two minutes); `make test` runs everything. A test is `slow` when it drives
 a whole integration each time (a Streamlit page through AppTest, a PDF/HTML report through
 vl-convert and WeasyPrint, a wheel build, a daemon process): marked here, in one place, by module
-or by test, so a test file needs no marker of its own. The fuzz runs in both layers: 300
-examples in `make test`, a short fixed-seed run in `make test-fast` (KVPLAN_FUZZ_EXAMPLES)."""
+or by test, so a test file needs no marker of its own. The fuzz runs in both layers: 100
+examples and every family dropped in `make test`, a short fixed-seed run in `make test-fast`
+(KVPLAN_FUZZ_EXAMPLES=10, KVPLAN_FUZZ_DROPS=6; two xdist workers)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ SLOW_MODULES = {
     "test_demo.py": "the whole demo dataset loaded",
     "test_packaging.py": "a wheel built and installed into a fresh venv",
     "test_concurrency.py": "a writer and readers for CONCURRENCY_TEST_S seconds",
+    "test_topology_ab.py": "the recorded two-rank A/B replayed and its TTFT passes run, per case",
 }
 SLOW_TESTS = {
     "test_scheduler.py::test_a_killed_daemon_loses_nothing_committed_and_restarts_cleanly": "a daemon killed",
@@ -56,8 +58,15 @@ SLOW_TESTS = {
     "test_db_reading.py::test_one_pass_reads_the_same_window_and_buckets_as_the_two_reads": "90 days read twice",
     "test_app_service.py::test_gauges_read_from_gauge_rollups_equal_raw": "days of gauges rolled up and read twice",
     "test_app_service.py::test_a_window_read_from_rollups_counts_what_the_raw_samples_count": "weeks rolled up",
-    "test_topology_ab.py::test_whatif_page_shows_today_against_the_shared_pool_and_ttft": "the What-if page, AppTest",
-    "test_topology_ab.py::test_report_section_has_today_and_ttft": "the report section rendered (vl-convert SVGs)",
+    "test_app_service.py::test_engines_in_window_agree_with_the_raw_engines_query": "weeks of engines read twice",
+    "test_app_service.py::test_daily_chart_points_from_rollups_equal_the_raw_ones": "days rolled up and read twice",
+    "test_dashboard.py::test_sigterm_to_kvplan_dashboard_stops_its_streamlit_child": "a Streamlit child started",
+    "test_model_capacity.py::test_a_plan_at_the_largest_fleet_allowed_takes_seconds": "plans at 100,000 GPUs",
+    "test_model_capacity.py::test_erlang_c_of_large_fleets_matches_the_exact_formula": "exact Erlang C at 3,000",
+    "test_sweep.py::test_pilot_sweep_stores_both_sides_and_prints_goodput": "a whole pilot sweep",
+    "test_data_prefill.py::test_a_short_recording_is_not_identifiable_and_says_so": "a recording fitted whole",
+    "test_app_service.py::test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine": "plans twice",
+    "test_app_service.py::test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys": "the plan CLI on a store",
 }
 
 

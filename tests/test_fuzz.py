@@ -12,7 +12,7 @@ by series (a series seen before continues from its last value), and the gap must
 KVPLAN_FUZZ_DROPS drops (single families, then random sets of families, seeded), or ``all``: every
 family of every middle scrape of every recorded case.
 
-The fast layer runs a few of each (defaults 30 and 24, a few seconds); ``make test`` sets 300 and
+The fast layer runs a few of each (10 and 6; defaults 30 and 24); ``make test`` sets 100 and
 ``all``.
 """
 
