@@ -21,7 +21,7 @@ import os
 import tomllib
 from pathlib import Path
 
-from kvplan.models.core.errors import KvplanError
+from ..models.core.errors import KvplanError
 
 ENV = "KVPLAN_DASHBOARD_AUTH"
 REQUIRED = ("redirect_uri", "cookie_secret", "client_id", "client_secret", "server_metadata_url")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from kvplan.app.charts import LEGEND, Layered, frame
+from .charts import LEGEND, Layered, frame
 
 
 def waterfall_chart(rows: Sequence) -> Layered:

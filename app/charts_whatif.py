@@ -6,7 +6,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from kvplan.app.charts import Layered
+from .charts import Layered
 
 LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=4)
 ROUTING_LABELS = {"shared": "one shared pool", "round_robin": "private, round-robin",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kvplan.app.charts import Gap, Timeline
-from kvplan.sql.db import Source
+from ..sql.db import Source
+from .charts import Gap, Timeline
 
 
 def recorded_gaps(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:

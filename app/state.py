@@ -12,17 +12,17 @@ from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
 
-from kvplan.app.data.store import DeploymentSettings, deployment_settings, deployments_with_data
-from kvplan.collectors.settings import Settings
-from kvplan.collectors.settings_load import load_settings
-from kvplan.sql.db import Database
+from ..collectors.settings import Settings
+from ..collectors.settings_load import load_settings
+from ..sql.db import Database
+from .data.store import DeploymentSettings, deployment_settings, deployments_with_data
 
 if TYPE_CHECKING:
     from streamlit.elements.vega_charts import AltairChart
 
-    from kvplan.app.charts import Timeline
-    from kvplan.models.decision.plan import PlanResult
-    from kvplan.models.decision.verdict import Decision
+    from ..models.decision.plan import PlanResult
+    from ..models.decision.verdict import Decision
+    from .charts import Timeline
 
 T = TypeVar("T")
 
@@ -180,14 +180,14 @@ def caption(sel: Selection, note: str = "") -> None:
 def timeline(sel: Selection, step_s: int) -> Timeline:
     """How the page's time charts are drawn: the picked zone, the bucket width, the
     window's recorded gaps (failed scrapes, Prometheus gaps)."""
-    from kvplan.app.gaps import timeline as tl
+    from .gaps import timeline as tl
 
     return view(tl, sel.deployment, sel.t_from, sel.t_to, step_s, sel.tz)
 
 
 def badge(decision: Decision) -> None:
     """The verdict as a coloured badge and its one-sentence reason."""
-    from kvplan.app.report.fmt import BADGE_COLORS
+    from .report.fmt import BADGE_COLORS
 
     st.markdown(f"#### :{BADGE_COLORS[decision.kind]}-badge[{decision.kind}] {decision.reason}")
 
@@ -195,7 +195,7 @@ def badge(decision: Decision) -> None:
 def tier_decisions(p: PlanResult) -> None:
     """One decision per cache tier (vLLM's prefix cache: free; LMCache: on its margin), each
     with its monthly benefit and reason (Overview and Cost pages; the report shows the same)."""
-    from kvplan.app.report import fmt
+    from .report import fmt
 
     tiers = p.decision_by_tier
     if not tiers:
@@ -215,8 +215,8 @@ def prefill_summary(p: PlanResult) -> None:
     """What the cache saved by tier (vLLM's prefix cache: free; LMCache: net, what the decision
     weighs), $ per 1M prompt/output tokens with and without reuse, and the cost model the
     saving rests on (Overview and Cost pages; the report shows the same)."""
-    from kvplan.app.report import fmt
-    from kvplan.models.decision.plan import tier_attribution
+    from ..models.decision.plan import tier_attribution
+    from .report import fmt
 
     rows = {r["key"]: r for r in tier_attribution(p)}
     c = st.columns(4)
@@ -250,8 +250,8 @@ def chart(c: AltairChart) -> None:
 def report(path: str, deployment: str, month: str, model_name: str | None, version: tuple) -> tuple[str, dict]:
     """(HTML, headline numbers) of one capacity report, built once per data version (the same
     document ``kvplan report`` writes). ``prewarm_reports`` fills it in the background."""
-    from kvplan.app import report as rep
-    from kvplan.app.report import fmt
+    from . import report as rep
+    from .report import fmt
 
     d = rep.build(db(), deployment, month, model_name=model_name, cfg=cfg(deployment))  # one snapshot
     s, p = d.overview.window.stats, d.overview.plan
@@ -273,7 +273,7 @@ def prewarm_reports() -> None:
     import logging
     import threading
 
-    from kvplan.app.data.store import data_months
+    from .data.store import data_months
 
     path = str(settings().db)
     if not db().path.exists():

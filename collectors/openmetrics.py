@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from datetime import datetime
 
-from kvplan.collectors.payload import Payload
+from .payload import Payload
 
 
 def _escape(v: str) -> str:

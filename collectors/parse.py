@@ -36,7 +36,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
 
-from kvplan.collectors.parse_checks import (
+from .parse_checks import (
     _check_histograms,
     _check_hits,
     _created_time,
@@ -46,8 +46,8 @@ from kvplan.collectors.parse_checks import (
     _value_is_kept,
     part_exceeds_whole,
 )
-from kvplan.collectors.payload import Payload, PayloadError, Sample, _find_line, _fmt_labels
-from kvplan.collectors.relabel import model_label
+from .payload import Payload, PayloadError, Sample, _find_line, _fmt_labels
+from .relabel import model_label
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc", "sglang")
 

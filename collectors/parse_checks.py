@@ -9,8 +9,8 @@ import itertools
 import math
 from typing import Any
 
-from kvplan.collectors.payload import PayloadError, Sample, _find_line, _fmt_labels
-from kvplan.models.metrics.window_notes import parts_above_whole
+from ..models.metrics.window_notes import parts_above_whole
+from .payload import PayloadError, Sample, _find_line, _fmt_labels
 
 _PSTACK = "the vLLM production-stack router"
 _ROUTER_FAMILIES = {  # families only a router or gateway declares -> what it is

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvplan.models.core.errors import KvplanError
+from ..models.core.errors import KvplanError
 
 
 class PayloadError(KvplanError):

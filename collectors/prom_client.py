@@ -4,21 +4,15 @@ URL without credentials."""
 
 from __future__ import annotations
 
-import re
-
 import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from kvplan.collectors.prom_math import Raw
-from kvplan.collectors.scrape import redact_url
-from kvplan.collectors.settings import PrometheusConfig
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.timeutil import from_epoch_s
-
-
-class PromError(KvplanError):
-    """A Prometheus query that failed; the message names the URL and the query."""
+from ..models.core.timeutil import from_epoch_s
+from .prom_math import Raw
+from .prom_stream import PromError as PromError  # (importers take it from here)
+from .scrape import redact_url
+from .settings import PrometheusConfig
 
 
 class PromClient:
@@ -50,21 +44,10 @@ class PromClient:
     def range_vector(self, query: str, at: float) -> list[Raw]:
         """The raw samples of a range-vector query evaluated at unix time ``at`` (decoded one
         series at a time while the answer arrives: numpy arrays, never the whole JSON)."""
-        from kvplan.collectors.prom_stream import stream_matrix
+        from .prom_stream import stream_matrix
 
         where = f"{self.safe_url}/api/v1/query {query!r} at {_iso(at)}"
         return list(stream_matrix(self, "/api/v1/query", {"query": query, "time": f"{at:.3f}"}, where))
-
-
-def _errno(e: Exception) -> str:
-    """The OS reason inside requests' long ConnectionError text (which repeats the query)."""
-    m = re.search(r"\[Errno -?\d+\][^'\")]*", str(e))
-    return m.group(0).strip() if m else _short(e, 200)
-
-
-def _short(e: Exception, n: int = 300) -> str:
-    s = str(e)
-    return s if len(s) <= n else s[:n] + "..."
 
 
 def _iso(t: float) -> str:

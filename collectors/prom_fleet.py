@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvplan.collectors.prom_math import Raw, silent_stretches
-from kvplan.collectors.prom_rules import DELAY_LABEL, RULE_STEP_S, Query, Window, queries
-from kvplan.collectors.prom_stream import stream_matrix
-from kvplan.collectors.relabel import model_label
-from kvplan.collectors.store import series_id
-from kvplan.models.core.redact import redact
+from ..models.core.redact import redact
+from .prom_math import Raw, silent_stretches
+from .prom_rules import DELAY_LABEL, RULE_STEP_S, Query, Window, queries
+from .prom_stream import stream_matrix
+from .relabel import model_label
+from .store import series_id
 
 if TYPE_CHECKING:
-    from kvplan.collectors.prom_client import PromClient
-    from kvplan.collectors.prom_rows import Rows
-    from kvplan.collectors.settings import DeploymentConfig
+    from .prom_client import PromClient
+    from .prom_rows import Rows
+    from .settings import DeploymentConfig
 
 LOST = ("aggregated: per-engine series are not kept (one fleet target per engine kind and model), and a "
         "restart's or a new series' count before its first sample in a step is not counted")
@@ -72,7 +72,7 @@ class FleetChunk:
 
 def fetch_sums(client: PromClient, qs: list[Query], t0: int, t1: int, step_s: int) -> FleetChunk:
     """Query-time sums: one query_range per sample name, at every step end in (t0, t1]."""
-    from kvplan.collectors.prom_client import PromError, _iso
+    from .prom_client import PromError, _iso
 
     ch = FleetChunk(t0, t1)
     form = {"start": f"{(t0 + step_s * 1000) / 1000:.3f}", "end": f"{t1 / 1000:.3f}", "step": str(step_s)}
@@ -88,7 +88,7 @@ def fetch_sums(client: PromClient, qs: list[Query], t0: int, t1: int, step_s: in
 def fetch_recorded(client: PromClient, qs: list[Query], selector: str, t0: int, t1: int, step_s: int) -> FleetChunk:
     """The rule pack's outputs: their raw samples, each moved back by its ``kvplan_delay`` to
     the end of the minute it covers and added into kvplan's step holding that end."""
-    from kvplan.collectors.prom_client import PromError, _iso
+    from .prom_client import PromError, _iso
 
     by_record = {q.record: q for q in qs}
     names = "|".join(re.escape(r) for r in by_record)
@@ -115,7 +115,7 @@ def fetch_recorded(client: PromClient, qs: list[Query], selector: str, t0: int, 
 
 
 def _delay_ms(text: str | None, where: str) -> int:
-    from kvplan.collectors.prom_client import PromError
+    from .prom_client import PromError
 
     m = _DUR.match(text or "")
     if not m:

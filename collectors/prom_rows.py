@@ -5,21 +5,31 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvplan.collectors.prom_math import Raw, step_gauges, step_increments
-from kvplan.collectors.relabel import model_label
-from kvplan.collectors.store import series_id
-from kvplan.models.metrics.catalog import FAMILIES
-
-if TYPE_CHECKING:
-    from kvplan.collectors.prometheus import Chunk
+from ..models.metrics.catalog import FAMILIES
+from .prom_math import Raw, step_gauges, step_increments
+from .relabel import model_label
+from .store import series_id
 
 _OWN_LABELS = ("__name__", "instance", "job", "model_name", "engine", "le")
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
              "gauge": ("",)}
+
+
+@dataclass
+class Chunk:
+    """What one chunk (t0, t1] produced, before it is written."""
+
+    t0: int
+    t1: int
+    series: list[Raw] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def n_raw(self) -> int:
+        return sum(int(((s.t > self.t0) & (s.t <= self.t1)).sum()) for s in self.series)
 
 
 def family_query(family: str, selector: str, range_s: int) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.models.metrics.catalog import FAMILIES, RUNNING
+from ..models.metrics.catalog import FAMILIES, RUNNING
 
 PER_ENGINE_LABELS = ("instance", "pod", "engine", "worker_id", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
 """Labels that tell one engine (process, pod, rank) from another: summed away."""

@@ -13,24 +13,44 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import ijson
 import numpy as np
 import requests
 
-from kvplan.collectors.prom_math import Raw
+from ..models.core.errors import KvplanError
+from .prom_math import Raw
 
-if TYPE_CHECKING:
-    from kvplan.collectors.prom_client import PromClient
+
+class PromError(KvplanError):
+    """A Prometheus query that failed; the message names the URL and the query."""
+
+
+class PromSession(Protocol):
+    """What ``stream_matrix`` needs of ``collectors.prom_client.PromClient``: its
+    prometheus-api-client connection (session, headers, auth, TLS), URL and timeout."""
+
+    _api: Any
+    url: str
+    timeout_s: float
+
+
+def _errno(e: Exception) -> str:
+    """The OS reason inside requests' long ConnectionError text (which repeats the query)."""
+    m = re.search(r"\[Errno -?\d+\][^'\")]*", str(e))
+    return m.group(0).strip() if m else _short(e, 200)
+
+
+def _short(e: Exception, n: int = 300) -> str:
+    s = str(e)
+    return s if len(s) <= n else s[:n] + "..."
 
 
 def series_of(item: dict, where: str) -> Raw:
     """One ``{"metric": {...}, "values": [[t, "v"], ...]}`` element as a Raw (times in ms)."""
     metric, values = item.get("metric"), item.get("values")
     if not isinstance(metric, dict) or not isinstance(values, list):
-        from kvplan.collectors.prom_client import PromError
-
         raise PromError(f"{where}: malformed response (expected a matrix of series with 'values')")
     n = len(values)
     t = np.fromiter((round(float(x[0]) * 1000) for x in values), np.int64, n)
@@ -59,7 +79,7 @@ class _Prefixed:
         return self.raw.read(n)
 
 
-def stream_matrix(client: PromClient, path: str, form: dict[str, str], where: str) -> Iterator[Raw]:
+def stream_matrix(client: PromSession, path: str, form: dict[str, str], where: str) -> Iterator[Raw]:
     """POST ``form`` to ``<url><path>`` (``/api/v1/query`` with a range vector, or
     ``/api/v1/query_range``) and yield each series of the matrix as it is decoded. Every
     failure is a PromError naming ``where`` (URL, query, time), never the credentials.
@@ -67,8 +87,6 @@ def stream_matrix(client: PromClient, path: str, form: dict[str, str], where: st
     Prometheus, Thanos and Mimir write ``{"status":"success","data":{"resultType":"matrix",
     "result":[`` first: when the body starts so, the series are decoded one by one; any other
     start (an error document, another key order) is read whole and checked like before."""
-    from kvplan.collectors.prom_client import PromError, _errno, _short
-
     api = client._api
     try:
         r = api._session.post(f"{client.url}{path}", data=form, headers=api.headers, auth=api.auth,
@@ -107,7 +125,6 @@ def stream_matrix(client: PromClient, path: str, form: dict[str, str], where: st
 
 
 def _whole(body: bytes, where: str) -> Iterator[Raw]:
-    from kvplan.collectors.prom_client import PromError
 
     try:
         doc = json.loads(body)

@@ -41,39 +41,25 @@ from itertools import islice
 import numpy as np
 import pyarrow as pa
 
-from kvplan.collectors.parse import detect_kind
-from kvplan.collectors.parse_checks import router_of
-from kvplan.collectors.prom_client import PromClient, PromError, _iso
-from kvplan.collectors.prom_fleet import LOST, fetch_fleet_chunk, fleet_gaps, fleet_names, fleet_rows
-from kvplan.collectors.prom_math import Raw, silent_stretches
-from kvplan.collectors.prom_rows import Rows, build_rows, family_query, split_name, target_name
-from kvplan.collectors.prom_rules import RULE_STEP_S
-from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
-from kvplan.collectors.settings_checks import duration_s
-from kvplan.collectors.store import ensure_target
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.redact import redact
-from kvplan.models.core.timeutil import aware_utc, from_epoch_ms, utcnow
-from kvplan.models.metrics.catalog import FAMILIES
-from kvplan.sql.db import Database
+from ..models.core.errors import KvplanError
+from ..models.core.redact import redact
+from ..models.core.timeutil import aware_utc, from_epoch_ms, utcnow
+from ..models.metrics.catalog import FAMILIES
+from ..sql.db import Database
+from .parse import detect_kind
+from .parse_checks import router_of
+from .prom_client import PromClient, PromError, _iso
+from .prom_fleet import LOST, fetch_fleet_chunk, fleet_gaps, fleet_names, fleet_rows
+from .prom_math import Raw, silent_stretches
+from .prom_rows import Chunk, Rows, build_rows, family_query, split_name, target_name
+from .prom_rules import RULE_STEP_S
+from .settings import DeploymentConfig, PrometheusConfig
+from .settings_checks import duration_s
+from .store import ensure_target
 
 log = logging.getLogger("kvplan.prometheus")
 
 # -- one chunk ---------------------------------------------------------------------------
-@dataclass
-class Chunk:
-    """What one chunk (t0, t1] produced, before it is written."""
-
-    t0: int
-    t1: int
-    series: list[Raw] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def n_raw(self) -> int:
-        return sum(int(((s.t > self.t0) & (s.t <= self.t1)).sum()) for s in self.series)
-
-
 def fetch_chunk(client: PromClient, selector: str, t0: int, t1: int, lookback: int) -> Chunk:
     """Every family's raw samples in [t0 - lookback, t1] (ms), one family query after the
     other, each decoded as a stream. A failed query fails the chunk."""

@@ -34,14 +34,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from kvplan.collectors.scrape import Target, scrape_target
-from kvplan.collectors.settings import Settings
-from kvplan.collectors.store import ensure_target
-from kvplan.collectors.traces import ingest_trace_dir
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.redact import redact
-from kvplan.models.core.timeutil import day_start, utcnow
-from kvplan.sql.db import Database
+from ..models.core.errors import KvplanError
+from ..models.core.redact import redact
+from ..models.core.timeutil import day_start, utcnow
+from ..sql.db import Database
+from .scrape import Target, scrape_target
+from .settings import Settings
+from .store import ensure_target
+from .traces import ingest_trace_dir
 
 log = logging.getLogger("kvplan.collector")
 
@@ -208,7 +208,7 @@ class Nightly:
         return [self.run_day(d) for d in days]
 
     def run_day(self, day: date) -> Outcome:
-        from kvplan.collectors.prometheus import ingest_range
+        from .prometheus import ingest_range
 
         s = self.settings
         t0, t1 = day_bounds(day)

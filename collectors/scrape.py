@@ -29,9 +29,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.payload import Payload, PayloadError
-from kvplan.collectors.store import (
+from ..models.core.errors import KvplanError
+from ..models.core.redact import redact
+from ..models.core.timeutil import aware_utc, utcnow
+from ..sql.db import Database
+from .parse import parse_payload
+from .payload import Payload, PayloadError
+from .store import (
     ConflictError,
     StoreResult,
     insert_payload,
@@ -39,10 +43,6 @@ from kvplan.collectors.store import (
     store_failure,
     store_payload,
 )
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.redact import redact
-from kvplan.models.core.timeutil import aware_utc, utcnow
-from kvplan.sql.db import Database
 
 
 @dataclass(frozen=True)

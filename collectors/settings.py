@@ -38,12 +38,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from kvplan.collectors.prom_rules import PER_ENGINE_LABELS
-from kvplan.collectors.settings_checks import _check_duration, _check_url, check_selector, duration_s
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.fields import name_problem
-from kvplan.models.inputs.deployment import DeploymentFacts
-from kvplan.models.inputs.planning import prices_from_table
+from ..models.core.errors import KvplanError
+from ..models.core.fields import name_problem
+from ..models.inputs.deployment import DeploymentFacts
+from ..models.inputs.planning import prices_from_table
+from .prom_rules import PER_ENGINE_LABELS
+from .settings_checks import _check_duration, _check_url, check_selector, duration_s
 
 
 class TargetConfig(BaseModel):

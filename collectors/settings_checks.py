@@ -4,11 +4,8 @@ selectors, and the note on one server configured under several spellings of its 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:
-    from kvplan.collectors.settings import DeploymentConfig
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -37,7 +34,7 @@ def _check_url(v: str | None) -> str | None:
 
 def check_url(v: str) -> str:
     """An http(s) URL with a host and a valid port; the message never shows a password."""
-    from kvplan.models.core.redact import redact
+    from ..models.core.redact import redact
 
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -89,13 +86,13 @@ def _endpoint(url: str) -> tuple[str, str, int | None, str]:
     return u.scheme, host, port, u.path.rstrip("/") or "/"
 
 
-def same_server_notes(deployments: list[DeploymentConfig]) -> list[str]:
+def same_server_notes(targets: Iterable[tuple[str, str, str]]) -> list[str]:
     """One server configured under several spellings of its host (localhost, 127.0.0.1,
-    [::ffff:127.0.0.1]) is several targets: its counters would be counted once per spelling."""
+    [::ffff:127.0.0.1]) is several targets: its counters would be counted once per spelling.
+    ``targets``: (deployment, target, url) of every configured target."""
     groups: dict[tuple, list[tuple[str, str, str]]] = {}
-    for d in deployments:
-        for t in d.targets:
-            groups.setdefault(_endpoint(t.url), []).append((d.name, t.name, t.url))
+    for d, t, url in targets:
+        groups.setdefault(_endpoint(url), []).append((d, t, url))
     out = []
     for (scheme, host, port, path), seen in groups.items():
         if len(seen) > 1:

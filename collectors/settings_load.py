@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from kvplan.collectors.settings import _CONFIG_PATH, Settings
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.redact import register_secret
+from ..models.core.errors import KvplanError
+from ..models.core.redact import register_secret
+from .settings import _CONFIG_PATH, Settings
 
 DEFAULT_CONFIG = Path("kvplan.toml")
 SECRET_KEYS = ("password", "bearer_token")

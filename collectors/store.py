@@ -18,12 +18,12 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from kvplan.collectors.payload import Payload
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.fields import name_problem
-from kvplan.models.core.redact import redact
-from kvplan.models.core.timeutil import naive_utc
-from kvplan.sql.db import Database
+from ..models.core.errors import KvplanError
+from ..models.core.fields import name_problem
+from ..models.core.redact import redact
+from ..models.core.timeutil import naive_utc
+from ..sql.db import Database
+from .payload import Payload
 
 
 class ConflictError(KvplanError):

@@ -11,7 +11,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvplan.collectors.payload import PayloadError
+from .payload import PayloadError
 
 DTYPE_BYTES = {  # LMCache's table (tools/cache_simulator/simulator.py::_DTYPE_BYTES)
     "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,

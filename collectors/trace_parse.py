@@ -25,15 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvplan.collectors.payload import PayloadError
-from kvplan.collectors.trace_lines import (
+from ..models.core.errors import KvplanError
+from .payload import PayloadError
+from .trace_lines import (
     MAX_LINE_BYTES,
     ParsedFile,
     _parse_lmcache_line,
     _parse_mooncake_line,
     load_line,
 )
-from kvplan.models.core.errors import KvplanError
 
 FORMATS = ("lmcache", "mooncake")
 LMCACHE_GLOB = "lookup_hashes_*.jsonl"

@@ -39,15 +39,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvplan.collectors.payload import PayloadError
-from kvplan.collectors.store import ConflictError
-from kvplan.collectors.trace_lines import MAX_BYTES_PER_CHUNK, ParsedFile, detect_format
-from kvplan.collectors.trace_parse import FORMATS, LMCACHE_GLOB, MOONCAKE_BLOCK, Scan, TraceError, scan_file
-from kvplan.collectors.trace_paths import expand_paths
-from kvplan.models.cache import sim
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.timeutil import utcnow
-from kvplan.sql.db import Database
+from ..models.cache import sim
+from ..models.core.errors import KvplanError
+from ..models.core.timeutil import utcnow
+from ..sql.db import Database
+from .payload import PayloadError
+from .store import ConflictError
+from .trace_lines import MAX_BYTES_PER_CHUNK, ParsedFile, detect_format
+from .trace_parse import FORMATS, LMCACHE_GLOB, MOONCAKE_BLOCK, Scan, TraceError, scan_file
+from .trace_paths import expand_paths
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from typing import Any, Protocol
 
 import duckdb
 
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.timeutil import naive_utc
+from ..models.core.errors import KvplanError
+from ..models.core.timeutil import naive_utc
 
 HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"

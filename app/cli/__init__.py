@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import typer
 
-from kvplan.app.cli import collect, dashboard, demo, metrics, plan, report, rules, whatif, workload
-from kvplan.app.cli.common import user_errors
+from . import collect, dashboard, demo, metrics, plan, report, rules, whatif, workload
+from .common import user_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="kvplan: measure KV-cache reuse on vLLM/LMCache and decide: buy GPUs or reuse.")

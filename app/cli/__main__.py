@@ -1,5 +1,5 @@
 """``python -m kvplan.app.cli``: the kvplan command line."""
 
-from kvplan.app.cli import main
+from . import main
 
 main()

@@ -16,8 +16,8 @@ from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, err, fail, open_db, out, parse_time, settings
-from kvplan.models.core.errors import KvplanError
+from ...models.core.errors import KvplanError
+from .common import ConfigOpt, DbOpt, err, fail, open_db, out, parse_time, settings
 
 
 def _logging(verbose: bool = False) -> None:
@@ -45,10 +45,10 @@ def ingest(
     command's whole job, read top to bottom."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from kvplan.collectors.prometheus import ingest_range, ingest_window
-    from kvplan.collectors.scheduler import logged_run
-    from kvplan.collectors.settings import DeploymentConfig
-    from kvplan.collectors.settings_checks import check_selector, duration_s
+    from ...collectors.prometheus import ingest_range, ingest_window
+    from ...collectors.scheduler import logged_run
+    from ...collectors.settings import DeploymentConfig
+    from ...collectors.settings_checks import check_selector, duration_s
 
     t0, t1 = ingest_window(parse_time(from_, "--from"), parse_time(to, "--to"))
     if t1 <= t0:
@@ -118,9 +118,9 @@ def collect(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Collect: one scrape round of every configured target, or run the daemon / the nightly job."""
-    from kvplan.app.data.store import rollup_gauges_day
-    from kvplan.app.report import nightly_reports
-    from kvplan.collectors.scheduler import Nightly, NightlyJobs, Scraper, run_daemon
+    from ...collectors.scheduler import Nightly, NightlyJobs, Scraper, run_daemon
+    from ..data.store import rollup_gauges_day
+    from ..report import nightly_reports
 
     jobs = NightlyJobs(rollup_gauges=rollup_gauges_day, report=nightly_reports)
 
@@ -165,7 +165,7 @@ def _scrape_capacity(s) -> None:
     """Say where direct scraping should hand over to Prometheus (bench/scrape_bench.py)."""
     import os
 
-    from kvplan.collectors.scheduler import TARGETS_PER_CORE_AT_15S
+    from ...collectors.scheduler import TARGETS_PER_CORE_AT_15S
 
     n = sum(len(d.targets) for d in s.deployments)
     cores = os.cpu_count() or 1
@@ -180,7 +180,7 @@ def _scrape_capacity(s) -> None:
 
 def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     """Validate the configuration (TOML + KVPLAN_* environment + secret files); errors name the key."""
-    from kvplan.collectors.scrape import redact_url
+    from ...collectors.scrape import redact_url
 
     s = settings(config, db)
     p = s.prometheus
@@ -203,8 +203,8 @@ def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     out.print(f"  schedule: scrape every {s.schedule.scrape_interval_s:g}s, nightly '{s.schedule.nightly_cron}'"
               f" ({s.schedule.timezone or 'local time'})", highlight=False)
     out.print(f"  database: {Path(s.db)}; prices: {len(s.prices)} key(s)", highlight=False)
-    from kvplan.collectors.settings_checks import same_server_notes
+    from ...collectors.settings_checks import same_server_notes
 
-    for note in same_server_notes(s.deployments):
+    for note in same_server_notes((d.name, t.name, t.url) for d in s.deployments for t in d.targets):
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
 

@@ -15,12 +15,12 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 
-from kvplan.collectors.settings import Settings
-from kvplan.collectors.settings_load import load_settings
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.redact import redact
-from kvplan.models.core.timeutil import parse_time as _parse_time
-from kvplan.sql.db import Database
+from ...collectors.settings import Settings
+from ...collectors.settings_load import load_settings
+from ...models.core.errors import KvplanError
+from ...models.core.redact import redact
+from ...models.core.timeutil import parse_time as _parse_time
+from ...sql.db import Database
 
 err = Console(stderr=True)
 out = Console()

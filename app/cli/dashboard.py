@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, err, fail, out, settings
+from .common import ConfigOpt, DbOpt, err, fail, out, settings
 
 
 def dashboard(
@@ -29,7 +29,7 @@ def dashboard(
     import threading
     import webbrowser
 
-    from kvplan.app.auth import ENV, check_auth_secrets
+    from ..auth import ENV, check_auth_secrets
 
     s = settings(config, db)
     secrets_file = check_auth_secrets(auth_secrets) if auth_secrets else None
@@ -43,7 +43,7 @@ def dashboard(
     env = dict(os.environ, KVPLAN_DB=str(Path(s.db).resolve()), **{ENV: "1" if secrets_file else "0"})
     if config:
         env["KVPLAN_CONFIG"] = str(config.resolve())
-    from kvplan.app.launch import streamlit_command
+    from ..launch import streamlit_command
 
     # app/launch.py: headless, minimal toolbar, no outbound call; listening on --address only.
     # kvplan opens the browser itself once the server answers.

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, settings
+from .common import ConfigOpt, DbOpt, err, open_db, out, settings
 
 
 def demo(
@@ -23,8 +23,8 @@ def demo(
 ) -> None:
     """Load the demo dataset (recorded from the real vLLM + LMCache stack on CPU with a tiny
     model; time axis stretched, see its header) into the DuckDB file and open the dashboard."""
-    from kvplan.app.cli.dashboard import dashboard
-    from kvplan.collectors.demo import DEMO_FILE, load_demo
+    from ...collectors.demo import DEMO_FILE, load_demo
+    from .dashboard import dashboard
 
     s = settings(config, db)
     database = open_db(s)
@@ -51,7 +51,7 @@ def stack_up(run_dir: RunDir = Path("var/stack"),
              nocache: Annotated[int, typer.Option(
                  min=0, max=16, help="vLLM servers with no reuse (prefix caching off).")] = 0) -> None:
     """Install (first time, ~3 min), build the tiny model and start the stack on free ports."""
-    from kvplan.deploy.local import stack as stk
+    from ...deploy.local import stack as stk
 
     st = stk.up(run_dir, n_vllm=vllm, n_vllm_plain=plain, n_vllm_nocache=nocache)  # StackError: exit 2
     for s_ in st.servers:
@@ -61,7 +61,7 @@ def stack_up(run_dir: RunDir = Path("var/stack"),
 
 def stack_down(run_dir: RunDir = Path("var/stack")) -> None:
     """Stop exactly the processes `kvplan stack up` started (by pid)."""
-    from kvplan.deploy.local import stack as stk
+    from ...deploy.local import stack as stk
 
     for line in stk.down(run_dir):
         out.print(line)
@@ -69,7 +69,7 @@ def stack_down(run_dir: RunDir = Path("var/stack")) -> None:
 
 def stack_status(run_dir: RunDir = Path("var/stack")) -> None:
     """Health of every server of the stack."""
-    from kvplan.deploy.local import stack as stk
+    from ...deploy.local import stack as stk
 
     for row in stk.status(run_dir):
         out.print(row)

@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, err, open_db, out, parse_time, parse_window, settings
-from kvplan.app.data.store import require_deployment
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.redact import redact
-from kvplan.models.metrics.catalog import KINDS
+from ...models.core.errors import KvplanError
+from ...models.core.redact import redact
+from ...models.metrics.catalog import KINDS
+from ..data.store import require_deployment
+from .common import ConfigOpt, DbOpt, err, open_db, out, parse_time, parse_window, settings
 
 
 def import_metrics(
@@ -29,7 +29,7 @@ def import_metrics(
     """Import saved /metrics texts as scrapes taken at --at (air-gapped clusters: curl now, import later).
 
     Importing the same file for the same time again changes nothing."""
-    from kvplan.collectors.scrape import import_files
+    from ...collectors.scrape import import_files
 
     ts = parse_time(at, "--at") if at else None
     s = settings(config, db)
@@ -48,8 +48,8 @@ def scrape(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Scrape /metrics URLs once and store the result (a failed scrape is recorded as a gap)."""
-    from kvplan.collectors.scrape import Target, default_target_name, redact_url, scrape_target
-    from kvplan.collectors.settings_checks import check_url
+    from ...collectors.scrape import Target, default_target_name, redact_url, scrape_target
+    from ...collectors.settings_checks import check_url
 
     for url in urls:
         try:
@@ -83,7 +83,7 @@ def stats(
 ) -> None:
     """Hit rates, cached tokens and TTFT/TPOT/ITL p50/p99 of a deployment over a window (exact:
     sums of counter increases between scrapes inside the window, then ratios)."""
-    from kvplan.app.data.window import stats as window
+    from ..data.window import stats as window
 
     t0, t1 = parse_window(from_, to)
     database = open_db(settings(config, db))

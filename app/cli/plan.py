@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, json_text, open_db, out, parse_window, settings
-from kvplan.app.data.store import deployment_settings, require_deployment
+from ..data.store import deployment_settings, require_deployment
+from .common import ConfigOpt, DbOpt, json_text, open_db, out, parse_window, settings
 
 
 def plan(
@@ -27,17 +27,17 @@ def plan(
 ) -> None:
     """Monthly benefit of KV-cache reuse and the decision (BUY, REUSE, NOT_WORTH_IT, NEED_DATA)
     for a measured window, with the price book saved in the database (or the defaults)."""
-    from kvplan.app.report import fmt
-    from kvplan.app.views.overview import plan_range
-    from kvplan.models.decision.plan import tier_attribution
+    from ...models.decision.plan import tier_attribution
+    from ..report import fmt
+    from ..views.overview import plan_range
 
     t0, t1 = parse_window(from_, to)
     s = settings(config, db)
     database = open_db(s)
     finding = None
     if topology:
-        from kvplan.app.views.whatif import whatif
-        from kvplan.models.cache.alternatives import TopologyFinding
+        from ...models.cache.alternatives import TopologyFinding
+        from ..views.whatif import whatif
 
         f = whatif(database, deployment, model_name=model_name, t_from=t0, t_to=t1,
                    cfg=deployment_settings(s, deployment)).get("finding")

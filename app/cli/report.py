@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import ConfigOpt, DbOpt, open_db, out, parse_time, settings
-from kvplan.app.data.store import deployment_settings
+from ..data.store import deployment_settings
+from .common import ConfigOpt, DbOpt, open_db, out, parse_time, settings
 
 
 def report(
@@ -26,7 +26,7 @@ def report(
 ) -> None:
     """Write the capacity report (measured reuse, tail baseline, topology, pilot runs, pricing,
     assumptions and price book, data provenance) as PDF or HTML."""
-    from kvplan.app.report import write_report
+    from ..report import write_report
 
     when = parse_time(generated_at, "--generated-at") if generated_at else None
     s = settings(config, db)

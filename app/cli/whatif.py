@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, parse_window, positive, settings
-from kvplan.app.data.store import deployment_settings
-from kvplan.models.core.errors import KvplanError
+from ...models.core.errors import KvplanError
+from ..data.store import deployment_settings
+from .common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, parse_window, positive, settings
 
 MAX_RANKS = 4096
 """Most private caches a what-if compares (the replay is linear in ranks x requests)."""
@@ -34,7 +34,7 @@ def import_trace(
     format). Every file is validated first; re-importing is a no-op; a log that has grown is
     imported from where the last import stopped. The logs of several LMCache servers (one
     directory each, or a directory of them) import as one trace, told apart by instance."""
-    from kvplan.collectors.traces import import_trace as do_import
+    from ...collectors.traces import import_trace as do_import
 
     database = open_db(settings(config, db))
     r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk,
@@ -80,7 +80,7 @@ def whatif(
     """Hit rate against cache capacity (exact, every capacity in one pass, LMCache's hit rule),
     one shared pool against private caches, the capacity that pays best; today's topology from
     the trace against what the deployment measured, and TTFT for today and every alternative."""
-    from kvplan.app.views.whatif import whatif as run
+    from ..views.whatif import whatif as run
 
     if (from_ is None) != (to is None):
         raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")

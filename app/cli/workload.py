@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from kvplan.app.cli.common import SEED_MAX, ConfigOpt, DbOpt, err, open_db, out, positive, settings
-from kvplan.models.core.errors import KvplanError
+from ...models.core.errors import KvplanError
+from .common import SEED_MAX, ConfigOpt, DbOpt, err, open_db, out, positive, settings
 
 
 def pilot(
@@ -80,10 +80,10 @@ def pilot(
         return
     if not server:
         raise KvplanError("give at least one --server (or --sweep with --off-url and --on-url)", source="--server")
-    from kvplan.collectors.loadgen import client as lg_client
-    from kvplan.collectors.loadgen import workload as wl
-    from kvplan.collectors.loadgen.runs import save_run
-    from kvplan.collectors.scrape import Target, default_target_name, scrape_target
+    from ...collectors.loadgen import client as lg_client
+    from ...collectors.loadgen import workload as wl
+    from ...collectors.loadgen.runs import save_run
+    from ...collectors.scrape import Target, default_target_name, scrape_target
 
     if (reuse is None) != (ab_pair is None):
         raise KvplanError("a measured A/B side needs both --reuse off|on and --ab-pair NAME",
@@ -132,9 +132,9 @@ def _sweep(*, deployment: str, model_name: str, off_url: str | None, on_url: str
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kvplan.app.data.store import load_pricebook
-    from kvplan.collectors.loadgen.sweep import SweepPlan, run_pair, save_sweep
-    from kvplan.models.capacity.goodput import sweep_goodput
+    from ...collectors.loadgen.sweep import SweepPlan, run_pair, save_sweep
+    from ...models.capacity.goodput import sweep_goodput
+    from ..data.store import load_pricebook
 
     if not off_url or not on_url:
         raise KvplanError("a sweep needs the replica with reuse off and the one with reuse on",

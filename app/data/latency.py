@@ -16,14 +16,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from kvplan.app.data.prefill import DEFAULT_LOOKBACK, describe_history, prefill_intervals
-from kvplan.app.data.window import engines_in_window, load_window
-from kvplan.models.cache.latency import LatencyInterval, LatencyModel, Overheads, calibrate
-from kvplan.models.core.timeutil import aware_utc, naive_utc
-from kvplan.models.metrics import catalog as c
-from kvplan.models.metrics import window as mw
-from kvplan.models.prefill.fit import PrefillCostModel, fit_prefill_cost
-from kvplan.sql.db import Database
+from ...models.cache.latency import LatencyInterval, LatencyModel, Overheads, calibrate
+from ...models.core.timeutil import aware_utc, naive_utc
+from ...models.metrics import catalog as c
+from ...models.metrics import window as mw
+from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
+from ...sql.db import Database
+from .prefill import DEFAULT_LOOKBACK, describe_history, prefill_intervals
+from .window import engines_in_window, load_window
 
 NAMES = [c.count_name(c.TTFT), c.sum_name(c.TTFT), c.sum_name(c.QUEUE_TIME), c.sum_name(c.PREFILL_TIME),
          c.sum_name(c.PROMPT_LENGTH), c.sum_name(c.PREFILL_COMPUTED), c.sum_name(c.DECODE_TIME),

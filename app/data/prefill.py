@@ -19,15 +19,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from kvplan.models.core.timeutil import aware_utc, naive_utc
-from kvplan.models.inputs.deployment import DeploymentFacts
-from kvplan.models.metrics import catalog as c
-from kvplan.models.metrics.spellings import cached_rule
-from kvplan.models.prefill.fit import fit_prefill_cost
-from kvplan.models.prefill.interval import Interval
-from kvplan.models.prefill.measurement import PrefillMeasurement, measurement_from_window
-from kvplan.models.prefill.window import MeasuredAB, PricedWindow
-from kvplan.sql.db import Source
+from ...models.core.timeutil import aware_utc, naive_utc
+from ...models.inputs.deployment import DeploymentFacts
+from ...models.metrics import catalog as c
+from ...models.metrics.spellings import cached_rule
+from ...models.prefill.fit import fit_prefill_cost
+from ...models.prefill.interval import Interval
+from ...models.prefill.measurement import PrefillMeasurement, measurement_from_window
+from ...models.prefill.window import MeasuredAB, PricedWindow
+from ...sql.db import Source
 
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING
 
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.timeutil import DAY, aware_utc, month_start, next_month
-from kvplan.models.inputs.deployment import DeploymentFacts
-from kvplan.models.inputs.planning import PlanningInputs, prices_from_table
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.models.metrics.spans import as_instant
-from kvplan.sql.db import Database, Source
+from ...models.core.errors import KvplanError
+from ...models.core.timeutil import DAY, aware_utc, month_start, next_month
+from ...models.inputs.deployment import DeploymentFacts
+from ...models.inputs.planning import PlanningInputs, prices_from_table
+from ...models.inputs.pricebook import PriceBook
+from ...models.metrics.spans import as_instant
+from ...sql.db import Database, Source
 
 if TYPE_CHECKING:
-    from kvplan.collectors.settings import Settings
+    from ...collectors.settings import Settings
 
 
 def deployments_with_data(source: Source) -> list[dict]:

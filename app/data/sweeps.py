@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from kvplan.models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
-from kvplan.sql.db import Source
+from ...models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
+from ...sql.db import Source
 
 
 @dataclass(frozen=True)

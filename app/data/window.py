@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
-from kvplan.models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
-from kvplan.models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
-from kvplan.models.metrics.window import Increase, WindowStats, window_stats
-from kvplan.models.metrics.window_notes import null_reasons
-from kvplan.sql.db import Source
+from ...models.core.errors import KvplanError
+from ...models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
+from ...models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
+from ...models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
+from ...models.metrics.window import Increase, WindowStats, window_stats
+from ...models.metrics.window_notes import null_reasons
+from ...sql.db import Source
 
 
 @dataclass(frozen=True)

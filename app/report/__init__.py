@@ -16,19 +16,19 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvplan.app.data.store import DeploymentSettings, deployment_settings
-from kvplan.app.report.data import ReportData, build
-from kvplan.models.core.errors import KvplanError
-from kvplan.sql.db import Database
+from ...models.core.errors import KvplanError
+from ...sql.db import Database
+from ..data.store import DeploymentSettings, deployment_settings
+from .data import ReportData, build
 
 if TYPE_CHECKING:
-    from kvplan.collectors.settings import Settings
+    from ...collectors.settings import Settings
 
 __all__ = ["ReportData", "build", "nightly_reports", "render_html", "render_pdf", "write_report"]
 
 
 def render_html(data: ReportData, generated_at: datetime | None = None) -> str:
-    from kvplan.app.report.html import render_html as _render
+    from .html import render_html as _render
 
     return _render(data, generated_at)
 
@@ -123,7 +123,7 @@ def nightly_reports(settings: Settings, day: date) -> list[Path]:
     ``schedule.report_dir``. A deployment without data that month is skipped."""
     import logging
 
-    from kvplan.collectors.scheduler import fetch_rw  # the daemon's scrape threads hold read-write connections
+    from ...collectors.scheduler import fetch_rw  # the daemon's scrape threads hold read-write connections
 
     log = logging.getLogger("kvplan.report")
     db = Database(settings.db, lock_timeout_s=settings.lock_timeout_s)

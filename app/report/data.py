@@ -6,21 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from kvplan.app.charts import Timeline
-from kvplan.app.data.store import DeploymentSettings, month_window
-from kvplan.app.data.window import load_window_and_buckets
-from kvplan.app.gaps import timeline
-from kvplan.app.views.cache import CacheView, cache_view
-from kvplan.app.views.collection import CollectionView, collection_view, topology_view
-from kvplan.app.views.latency import LatencyView, latency_view
-from kvplan.app.views.overview import Overview, overview
-from kvplan.app.views.runs import RunsView, runs_view
-from kvplan.app.views.sweeps import SweepView, sweep_view_of
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.metrics.runs import is_cpu_scale
-from kvplan.models.metrics.serving import ServingTopology
-from kvplan.models.metrics.spans import chart_step
-from kvplan.sql.db import Database, queries
+from ...models.core.errors import KvplanError
+from ...models.metrics.runs import is_cpu_scale
+from ...models.metrics.serving import ServingTopology
+from ...models.metrics.spans import chart_step
+from ...sql.db import Database, queries
+from ..charts import Timeline
+from ..data.store import DeploymentSettings, month_window
+from ..data.window import load_window_and_buckets
+from ..gaps import timeline
+from ..views.cache import CacheView, cache_view
+from ..views.collection import CollectionView, collection_view, topology_view
+from ..views.latency import LatencyView, latency_view
+from ..views.overview import Overview, overview
+from ..views.runs import RunsView, runs_view
+from ..views.sweeps import SweepView, sweep_view_of
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
@@ -77,7 +77,7 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
     same data). ``KvplanError`` when the month holds no data."""
-    from kvplan.app.report.whatif import whatif_section
+    from .whatif import whatif_section
 
     whatif_html = whatif_section(db, deployment, cfg=cfg)
     with db.snapshot() as src:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from kvplan.models.metrics.window import Quantile
+from ...models.metrics.window import Quantile
 
 if TYPE_CHECKING:
-    from kvplan.models.decision.plan import PlanResult
+    from ...models.decision.plan import PlanResult
 
 NOT_REPORTED = "not reported"
 
@@ -125,7 +125,7 @@ def cost_model_line(p: PlanResult) -> str:
         return cov + "Saved prefill: estimators only (no cost model)."
     if not cm.identified:
         return cov + f"Prefill cost model not identified: {cm.reason}. To fix: {cm.fix}"
-    from kvplan.models.prefill.savings import cost_model_text
+    from ...models.prefill.savings import cost_model_text
 
     return cov + f"Prefill cost model ({cm.source}): {cost_model_text(cm)}; fitted on {cm.history}."
 

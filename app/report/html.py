@@ -7,16 +7,16 @@ from __future__ import annotations
 from datetime import datetime
 from html import escape
 
-from kvplan.app import charts, charts_cost
-from kvplan.app.report import fmt
-from kvplan.app.report.data import ReportData
-from kvplan.app.report.render import svg, table
-from kvplan.app.views.cache import REQUEST_WEIGHTED_NOTE
-from kvplan.app.views.cost import capacity_schedule
-from kvplan.models.decision.plan import PlanResult, tier_attribution
-from kvplan.models.inputs.planning import PLANNING_FIELDS
-from kvplan.models.inputs.pricebook import FIELDS
-from kvplan.models.metrics.runs import CPU_NOTE, compare_runs
+from ...models.decision.plan import PlanResult, tier_attribution
+from ...models.inputs.planning import PLANNING_FIELDS
+from ...models.inputs.pricebook import FIELDS
+from ...models.metrics.runs import CPU_NOTE, compare_runs
+from .. import charts, charts_cost
+from ..views.cache import REQUEST_WEIGHTED_NOTE
+from ..views.cost import capacity_schedule
+from . import fmt
+from .data import ReportData
+from .render import svg, table
 
 CSS = """
 @page { size: A4; margin: 16mm 14mm;

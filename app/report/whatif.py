@@ -8,11 +8,11 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from kvplan.app import charts_whatif
-from kvplan.app.report import fmt
-from kvplan.app.report.render import svg, table
-from kvplan.collectors.traces import TraceError
-from kvplan.sql.db import Database
+from ...collectors.traces import TraceError
+from ...sql.db import Database
+from .. import charts_whatif
+from . import fmt
+from .render import svg, table
 
 TITLE = "8. Cache size and topology what-if"
 
@@ -116,7 +116,7 @@ def _topology(d: dict[str, Any], charts: bool) -> list[str]:
 def whatif_section(db: Database, deployment: str, **kw: Any) -> str:
 
     """The section for a deployment's newest trace, or a one-line note when it has none."""
-    from kvplan.app.views.whatif import whatif
+    from ..views.whatif import whatif
 
     try:
         d = whatif(db, deployment, **kw)

@@ -6,7 +6,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from kvplan.app.data.window import (
+from ...models.metrics.catalog import GAUGE_LABELS
+from ...models.metrics.spans import chart_step
+from ...models.metrics.tiers import Tier, tiers
+from ...sql.db import Source
+from ..data.window import (
     TimeBucket,
     Window,
     gauge_points,
@@ -14,12 +18,8 @@ from kvplan.app.data.window import (
     load_window_and_buckets,
     window_buckets,
 )
-from kvplan.app.views.overview import tier_points
-from kvplan.app.views.runs import runs_view
-from kvplan.models.metrics.catalog import GAUGE_LABELS
-from kvplan.models.metrics.spans import chart_step
-from kvplan.models.metrics.tiers import Tier, tiers
-from kvplan.sql.db import Source
+from .overview import tier_points
+from .runs import runs_view
 
 REQUEST_WEIGHTED_NOTE = (
     "Request-weighted hit rate (the share of requests with at least one cached token) is not in "

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from kvplan.models.core.timeutil import DAY, ceil_day, floor_day
-from kvplan.models.metrics.serving import ServingTopology, serving_topology
-from kvplan.sql.db import Source
+from ...models.core.timeutil import DAY, ceil_day, floor_day
+from ...models.metrics.serving import ServingTopology, serving_topology
+from ...sql.db import Source
 
 
 @dataclass(frozen=True)

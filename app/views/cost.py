@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from kvplan.app.data.store import DeploymentSettings
-from kvplan.app.views.overview import Overview, overview
-from kvplan.app.views.sweeps import SweepView, sweep_view_of
-from kvplan.models.decision.plan import PlanResult
-from kvplan.models.inputs.planning import PlanningInputs
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.sql.db import Source
+from ...models.decision.plan import PlanResult
+from ...models.inputs.planning import PlanningInputs
+from ...models.inputs.pricebook import PriceBook
+from ...sql.db import Source
+from ..data.store import DeploymentSettings
+from .overview import Overview, overview
+from .sweeps import SweepView, sweep_view_of
 
 
 @dataclass(frozen=True)

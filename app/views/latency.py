@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from kvplan.app.data.store import load_pricebook
-from kvplan.app.data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
-from kvplan.app.views.overview import latency_points
-from kvplan.models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
-from kvplan.models.metrics.spans import chart_step
-from kvplan.models.metrics.window import Quantile, latency_quantiles
-from kvplan.sql.db import Source
+from ...models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
+from ...models.metrics.spans import chart_step
+from ...models.metrics.window import Quantile, latency_quantiles
+from ...sql.db import Source
+from ..data.store import load_pricebook
+from ..data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
+from .overview import latency_points
 
 
 @dataclass(frozen=True)

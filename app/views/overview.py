@@ -5,8 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from kvplan.app.data.prefill import plan_measurement
-from kvplan.app.data.store import (
+from ...models.cache.alternatives import TopologyFinding
+from ...models.capacity.growth import MIN_TREND_DAYS, measured_growth
+from ...models.decision.plan import PlanResult
+from ...models.decision.plan import plan as run_plan
+from ...models.decision.verdict import PlanInputs
+from ...models.inputs.planning import PlanningInputs
+from ...models.inputs.pricebook import PriceBook
+from ...models.metrics.slo import Slo, slo_attainment
+from ...models.metrics.tiers import tiers
+from ...models.metrics.window import latency_quantiles
+from ...models.prefill.measurement import PrefillMeasurement
+from ...sql.db import Source
+from ..data.prefill import plan_measurement
+from ..data.store import (
     DeploymentSettings,
     Facts,
     Fleet,
@@ -16,8 +28,8 @@ from kvplan.app.data.store import (
     load_facts,
     load_pricebook,
 )
-from kvplan.app.data.sweeps import SweepPair, latest_sweep_pair
-from kvplan.app.data.window import (
+from ..data.sweeps import SweepPair, latest_sweep_pair
+from ..data.window import (
     TimeBucket,
     Window,
     daily_requests,
@@ -27,18 +39,6 @@ from kvplan.app.data.window import (
     peak_running_per_engine,
     window_buckets,
 )
-from kvplan.models.cache.alternatives import TopologyFinding
-from kvplan.models.capacity.growth import MIN_TREND_DAYS, measured_growth
-from kvplan.models.decision.plan import PlanResult
-from kvplan.models.decision.plan import plan as run_plan
-from kvplan.models.decision.verdict import PlanInputs
-from kvplan.models.inputs.planning import PlanningInputs
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.models.metrics.slo import Slo, slo_attainment
-from kvplan.models.metrics.tiers import tiers
-from kvplan.models.metrics.window import latency_quantiles
-from kvplan.models.prefill.measurement import PrefillMeasurement
-from kvplan.sql.db import Source
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def plan_range(source: Source, deployment: str, t_from: datetime, t_to: datetime
                topology: TopologyFinding | None = None) -> PlanResult:
     """``kvplan plan``: the plan of [t_from, t_to] read as the pages read it (with the TTFT
     what-if's ``topology`` finding when given)."""
-    from kvplan.app.data.window import check_model
+    from ..data.window import check_model
 
     check_model(source, deployment, model_name)
     return plan_window(source, load_window(source, deployment, t_from, t_to, model_name), cfg, gpus=gpus,

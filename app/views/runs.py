@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.models.metrics.runs import default_pair, is_cpu_scale
-from kvplan.models.metrics.window import ratio
-from kvplan.sql.db import Source
+from ...models.metrics.runs import default_pair, is_cpu_scale
+from ...models.metrics.window import ratio
+from ...sql.db import Source
 
 
 @dataclass(frozen=True)

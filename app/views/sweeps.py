@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvplan.app.data.store import load_pricebook
-from kvplan.app.data.sweeps import SweepPair, latest_sweep_pair
-from kvplan.models.capacity.goodput import Goodput, SideGoodput, failed_metrics
-from kvplan.models.metrics.runs import is_cpu_scale
-from kvplan.sql.db import Source
+from ...models.capacity.goodput import Goodput, SideGoodput, failed_metrics
+from ...models.metrics.runs import is_cpu_scale
+from ...sql.db import Source
+from ..data.store import load_pricebook
+from ..data.sweeps import SweepPair, latest_sweep_pair
 
 SIDES = {"off": "without reuse", "on": "with reuse"}
 """Series names of the two sides, as the chart labels them."""

@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.app.data.store import DeploymentSettings, load_pricebook
-from kvplan.collectors.trace_parse import TraceError
-from kvplan.collectors.traces import TraceInfo, load_trace
-from kvplan.models.cache import pools, sim, value
-from kvplan.models.cache.sim import GB, Trace
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.timeutil import from_epoch_s
-from kvplan.sql.db import Database
+from ...collectors.trace_parse import TraceError
+from ...collectors.traces import TraceInfo, load_trace
+from ...models.cache import pools, sim, value
+from ...models.cache.sim import GB, Trace
+from ...models.core.errors import KvplanError
+from ...models.core.timeutil import from_epoch_s
+from ...sql.db import Database
+from ..data.store import DeploymentSettings, load_pricebook
 
 DEFAULT_RANKS = 8
 DEFAULT_POINTS = 30
@@ -51,7 +51,7 @@ def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | 
     the same bounds; the page and the report call this view directly): ``KvplanError`` naming it
     (a negative size was accepted silently, inf or nan raised a traceback, a bytes per chunk of 0
     was ignored)."""
-    from kvplan.collectors.trace_lines import MAX_BYTES_PER_CHUNK
+    from ...collectors.trace_lines import MAX_BYTES_PER_CHUNK
 
     def bad(option: str, got: object, rule: str) -> None:
         raise KvplanError(f"must be {rule}; got {got!r}", source=option)
@@ -83,9 +83,9 @@ def seconds_per_token_from_metrics(db: Database, deployment: str, t0: float, t1:
                                    cfg: DeploymentSettings = DeploymentSettings()) -> float | None:
     """``kvplan.models.prefill.savings``'s GPU-seconds per prompt token over [t0, t1] (unix), if measurable,
     from the same measurement the plan prices (``kvplan.app.views.overview.window_measurement``)."""
-    from kvplan.app.data.window import load_window
-    from kvplan.app.views.overview import window_measurement
-    from kvplan.models.prefill.savings import estimate_savings
+    from ...models.prefill.savings import estimate_savings
+    from ..data.window import load_window
+    from .overview import window_measurement
 
     if t1 - t0 < 1 or t0 < 10**8:  # not unix times (a Mooncake trace starts at 0)
         return None
@@ -167,7 +167,7 @@ def whatif(db: Database, deployment: str, trace: str | None = None, *, model_nam
 
     topo = {}
     if latency:
-        from kvplan.app.views.whatif_topology import topology_whatif
+        from .whatif_topology import topology_whatif
 
         topo = topology_whatif(db, deployment, tr, info.instances, bpc=bpc,
                                slo_s=load_pricebook(db, deployment, cfg.prices).planning.ttft_p99_slo_seconds,

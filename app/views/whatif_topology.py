@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.app.data.latency import l1_capacity_bytes, latency_model, measured
-from kvplan.models.cache import alternatives as alt
-from kvplan.models.cache import latency as lat
-from kvplan.models.cache.sim import GB, Trace, capacity_chunks
-from kvplan.models.core.timeutil import from_epoch_s
-from kvplan.models.metrics.window import bucket_quantile
-from kvplan.sql.db import Database
+from ...models.cache import alternatives as alt
+from ...models.cache import latency as lat
+from ...models.cache.sim import GB, Trace, capacity_chunks
+from ...models.core.timeutil import from_epoch_s
+from ...models.metrics.window import bucket_quantile
+from ...sql.db import Database
+from ..data.latency import l1_capacity_bytes, latency_model, measured
 
 MAX_LATENCY_REQUESTS = 20_000
 """The TTFT pass replays at most this many requests of the window (the first ones in time): the

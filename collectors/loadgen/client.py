@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from kvplan.collectors.loadgen.workload import (
+from .workload import (
     RequestResult,
     RunResult,
     Scenario,

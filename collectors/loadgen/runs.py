@@ -9,10 +9,10 @@ from dataclasses import asdict
 
 import pyarrow as pa
 
-from kvplan.collectors.loadgen.workload import RunResult
-from kvplan.collectors.scrape import redact_url
-from kvplan.models.core.timeutil import from_epoch_s
-from kvplan.sql.db import Database
+from ...models.core.timeutil import from_epoch_s
+from ...sql.db import Database
+from ..scrape import redact_url
+from .workload import RunResult
 
 
 def save_run(db: Database, deployment: str, run: RunResult, *, label: str | None = None,

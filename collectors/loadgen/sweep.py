@@ -36,13 +36,13 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
 
-from kvplan.collectors.loadgen import client as lg_client
-from kvplan.collectors.loadgen import workload as wl
-from kvplan.collectors.scrape import redact_url
-from kvplan.models.capacity.goodput import SweepPoint
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.timeutil import from_epoch_s
-from kvplan.sql.db import Database
+from ...models.capacity.goodput import SweepPoint
+from ...models.core.errors import KvplanError
+from ...models.core.timeutil import from_epoch_s
+from ...sql.db import Database
+from ..scrape import redact_url
+from . import client as lg_client
+from . import workload as wl
 
 MAX_LEVEL = {"concurrency": 10_000, "rate": 100_000.0}
 """Highest level a sweep takes: concurrent users, or requests/s."""
@@ -231,7 +231,7 @@ def run_pair(off_url: str, on_url: str, model_name: str, plan: SweepPlan, *,
 
 def save_sweep(db: Database, deployment: str, sweep: SweepResult, *, pair: str, measured_on: str) -> int:
     """Insert one side, its levels and its requests in one transaction; returns the sweep id."""
-    from kvplan.collectors.store import check_name
+    from ..store import check_name
 
     check_name(deployment, "--deployment")
     with db.write() as con:

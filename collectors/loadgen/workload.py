@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from kvplan.models.core.errors import KvplanError
+from ...models.core.errors import KvplanError
 
 Scenario = Literal["shared_prefix", "unique", "multi_turn"]
 Routing = Literal["round_robin", "random", "affinity"]

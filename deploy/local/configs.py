@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from kvplan.deploy.local.records import Server, Stack
+from .records import Server, Stack
 
 KVPLAN_TOML = "kvplan.toml"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kvplan.models.core.errors import KvplanError
+from ...models.core.errors import KvplanError
 
 LOG_TAIL_LINES = 60
 

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import httpx
 
-from kvplan.deploy.local.errors import StackStartError
-from kvplan.deploy.local.processes import _alive, _exit_code, _log, log_tail
-from kvplan.deploy.local.records import Server
+from .errors import StackStartError
+from .processes import _alive, _exit_code, _log, log_tail
+from .records import Server
 
 # Default health deadlines (seconds). vLLM compiles at startup: 30-90 s alone on
 # 2 cores, several servers started together share those cores.

@@ -11,8 +11,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvplan.deploy.local.errors import LOG_TAIL_LINES, StackError
-from kvplan.deploy.local.processes import _clean_env, _log
+from .errors import LOG_TAIL_LINES, StackError
+from .processes import _clean_env, _log
 
 HERE = Path(__file__).resolve().parent
 INSTALL_SCRIPT = HERE / "install_stack.sh"

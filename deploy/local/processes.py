@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from kvplan.deploy.local.errors import LOG_TAIL_LINES
-from kvplan.deploy.local.records import Server
+from .errors import LOG_TAIL_LINES
+from .records import Server
 
 STACK_ID_ENV = "KVPLAN_STACK_ID"
 

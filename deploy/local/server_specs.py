@@ -9,8 +9,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvplan.deploy.local.errors import StackError
-from kvplan.deploy.local.records import Server
+from .errors import StackError
+from .records import Server
 
 HERE = Path(__file__).resolve().parent
 

@@ -36,13 +36,13 @@ from typing import Any
 
 import httpx
 
-from kvplan.deploy.local.configs import KVPLAN_TOML, kvplan_config, prometheus_config
-from kvplan.deploy.local.errors import StackError, StackStartError
-from kvplan.deploy.local.health import AUX_START_TIMEOUT, VLLM_START_TIMEOUT, _wait_healthy
-from kvplan.deploy.local.install import MODEL_NAME, ensure_installed, ensure_model, stack_home, stack_python, stack_venv
-from kvplan.deploy.local.processes import _alive, _log, _spawn, _stop, free_ports, log_tail
-from kvplan.deploy.local.records import STACK_JSON, Server, Stack
-from kvplan.deploy.local.server_specs import (
+from .configs import KVPLAN_TOML, kvplan_config, prometheus_config
+from .errors import StackError, StackStartError
+from .health import AUX_START_TIMEOUT, VLLM_START_TIMEOUT, _wait_healthy
+from .install import MODEL_NAME, ensure_installed, ensure_model, stack_home, stack_python, stack_venv
+from .processes import _alive, _log, _spawn, _stop, free_ports, log_tail
+from .records import STACK_JSON, Server, Stack
+from .server_specs import (
     LOOKUP_HASH_LOG_DIR,
     OMP_BIND,
     _lmcache_server,

@@ -6,9 +6,9 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from kvplan.models.cache.pools import Topology, topology
-from kvplan.models.cache.sim import Curve, Trace, lru_curve, make_trace
-from kvplan.models.cache.value import CapacityValue, ValueInputs, optimum
+from .pools import Topology, topology
+from .sim import Curve, Trace, lru_curve, make_trace
+from .value import CapacityValue, ValueInputs, optimum
 
 __all__ = [
     "CapacityValue", "Curve", "Topology", "Trace", "ValueInputs", "lru_curve", "make_trace", "optimum", "topology"

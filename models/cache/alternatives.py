@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.models.cache import latency as lat
-from kvplan.models.cache.pools import route
-from kvplan.models.cache.sim import Trace, hit_tokens_by_request, stack_distances
+from . import latency as lat
+from .pools import route
+from .sim import Trace, hit_tokens_by_request, stack_distances
 
 MAX_ENGINE_SEARCH = 4096
 """Most engines ``engines_needed`` tries."""

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.models.prefill.fit import PrefillCostModel
-from kvplan.models.prefill.nnls import nnls_fit
+from ..prefill.fit import PrefillCostModel
+from ..prefill.nnls import nnls_fit
 
 QUIET_SHARE = 0.9
 """An interval counts as quiet when at least this share of its decode steps carried one request

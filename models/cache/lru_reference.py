@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from kvplan.models.cache.sim import Trace
+from .sim import Trace
 
 
 def reference_hit_tokens(trace: Trace, capacity: int) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvplan.models.cache.sim import Curve, Trace, lru_curve, prev_next
+from .sim import Curve, Trace, lru_curve, prev_next
 
 ROUTINGS = ("round_robin", "random", "prefix_affinity")
 AFFINITY_MIN_MATCH = 0.5

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.models.cache.sim import GB, Curve
-from kvplan.models.core.calendar import SECONDS_PER_MONTH
+from ..core.calendar import SECONDS_PER_MONTH
+from .sim import GB, Curve
 
 
 @dataclass(frozen=True)

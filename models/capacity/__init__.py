@@ -6,12 +6,12 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from kvplan.models.capacity.fleet import CapacityInputs, CapacityResult, plan_capacity
-from kvplan.models.capacity.goodput import Goodput, SweepPoint, sweep_goodput
-from kvplan.models.capacity.growth import GrowthTrend, measured_growth
-from kvplan.models.capacity.horizon import HorizonPlan, plan_horizon
-from kvplan.models.capacity.queueing import FleetBeyondLimit, replicas_needed
-from kvplan.models.capacity.replica import ReplicaFit, replica_fit
+from .fleet import CapacityInputs, CapacityResult, plan_capacity
+from .goodput import Goodput, SweepPoint, sweep_goodput
+from .growth import GrowthTrend, measured_growth
+from .horizon import HorizonPlan, plan_horizon
+from .queueing import FleetBeyondLimit, replicas_needed
+from .replica import ReplicaFit, replica_fit
 
 __all__ = [
     "CapacityInputs", "CapacityResult", "FleetBeyondLimit", "Goodput", "GrowthTrend", "HorizonPlan", "ReplicaFit",

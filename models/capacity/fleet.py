@@ -45,17 +45,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.models.capacity.goodput import Goodput
-from kvplan.models.capacity.queueing import (
+from ..inputs.pricebook import PriceBook
+from ..prefill.measurement import PrefillMeasurement
+from ..prefill.savings import PrefillSavings
+from .goodput import Goodput
+from .queueing import (
     FleetBeyondLimit,
     max_arrival_rate,
     replicas_needed,
     runout_month,
     ttft_quantile,
 )
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.models.prefill.measurement import PrefillMeasurement
-from kvplan.models.prefill.savings import PrefillSavings
 
 MAX_FLEET_GPUS = 10_000
 """Search limit of a plan's fleet: more GPUs than this are "beyond 10,000 GPUs" (a BUY with a

@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvplan.models.core.errors import KvplanError
+from ..core.errors import KvplanError
 
 TTFT = "ttft_p99"
 TPOT = "tpot_p99"

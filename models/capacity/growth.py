@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvplan.models.core.calendar import DAYS_PER_MONTH
+from ..core.calendar import DAYS_PER_MONTH
 
 MIN_TREND_DAYS = 14
 """Whole days with requests a trend needs."""

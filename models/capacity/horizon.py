@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.models.capacity.fleet import MAX_FLEET_GPUS, CapacityResult
-from kvplan.models.inputs.pricebook import PriceBook
+from ..inputs.pricebook import PriceBook
+from .fleet import MAX_FLEET_GPUS, CapacityResult
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from kvplan.models.core.errors import KvplanError
+from ..core.errors import KvplanError
 
 MAX_REPLICAS = 1_000_000
 """Search limit for the replica count of ``replicas_needed`` called alone."""

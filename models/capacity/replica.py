@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.models.inputs.deployment import DeploymentFacts
+from ..inputs.deployment import DeploymentFacts
 
 GB = 1e9
 """Bytes per GB (decimal, as GPU memory is sold)."""

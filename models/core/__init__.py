@@ -6,11 +6,11 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from kvplan.models.core.calendar import DAYS_PER_MONTH, HOURS_PER_MONTH, SECONDS_PER_MONTH
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.fields import FieldSpec, spec, specs
-from kvplan.models.core.redact import redact, register_secret
-from kvplan.models.core.timeutil import aware_utc, from_epoch_s, naive_utc, parse_time, utcnow
+from .calendar import DAYS_PER_MONTH, HOURS_PER_MONTH, SECONDS_PER_MONTH
+from .errors import KvplanError
+from .fields import FieldSpec, spec, specs
+from .redact import redact, register_secret
+from .timeutil import aware_utc, from_epoch_s, naive_utc, parse_time, utcnow
 
 __all__ = [
     "DAYS_PER_MONTH", "FieldSpec", "HOURS_PER_MONTH", "KvplanError", "SECONDS_PER_MONTH", "aware_utc",

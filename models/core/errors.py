@@ -16,7 +16,7 @@ class KvplanError(Exception):
     such as ``deployments.0.targets.1.url`` or a form field such as ``growth_per_month``."""
 
     def __init__(self, message: str, *, source: str | None = None):
-        from kvplan.models.core.redact import redact
+        from .redact import redact
 
         # every user-facing error passes the one redaction function: no token, password or
         # user:password@ survives into a message, a log, the database or a report

@@ -12,7 +12,7 @@ import math
 from dataclasses import field, fields
 from typing import Any, NamedTuple, TypeVar
 
-from kvplan.models.core.errors import KvplanError
+from .errors import KvplanError
 
 T = TypeVar("T")
 

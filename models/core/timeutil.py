@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, date, datetime, timedelta
 
-from kvplan.models.core.errors import KvplanError
+from .errors import KvplanError
 
 UTC = UTC
 DAY = timedelta(days=1)

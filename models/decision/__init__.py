@@ -6,11 +6,11 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from kvplan.models.decision.benefit import Benefit, monthly_benefit
-from kvplan.models.decision.plan import PlanResult, plan
-from kvplan.models.decision.presets import Preset
-from kvplan.models.decision.sensitivity import SensitivityRow, sensitivity
-from kvplan.models.decision.verdict import Decision, Evaluation, PlanInputs, decide, evaluate
+from .benefit import Benefit, monthly_benefit
+from .plan import PlanResult, plan
+from .presets import Preset
+from .sensitivity import SensitivityRow, sensitivity
+from .verdict import Decision, Evaluation, PlanInputs, decide, evaluate
 
 __all__ = [
     "Benefit", "Decision", "Evaluation", "PlanInputs", "PlanResult", "Preset", "SensitivityRow", "decide",

@@ -55,12 +55,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from kvplan.models.capacity.fleet import CapacityResult
-from kvplan.models.capacity.horizon import HorizonPlan
-from kvplan.models.core.calendar import HOURS_PER_MONTH
-from kvplan.models.inputs.planning import REALISATIONS
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.models.prefill.savings import PrefillSavings
+from ..capacity.fleet import CapacityResult
+from ..capacity.horizon import HorizonPlan
+from ..core.calendar import HOURS_PER_MONTH
+from ..inputs.planning import REALISATIONS
+from ..inputs.pricebook import PriceBook
+from ..prefill.savings import PrefillSavings
 
 LABELS = {
     "saved_prefill": "Saved prefill GPU-hours",

@@ -11,14 +11,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvplan.models.core.calendar import SECONDS_PER_MONTH
-from kvplan.models.decision.benefit import WaterfallRow
-from kvplan.models.decision.sensitivity import SensitivityRow, sensitivity
-from kvplan.models.decision.tiers import TierDecision, decide_tiers, headline, named_reason
-from kvplan.models.decision.verdict import Decision, Evaluation, PlanInputs, evaluate
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.models.prefill.measurement import PrefillMeasurement
-from kvplan.models.prefill.savings import EstimatorResult, PrefillSavings
+from ..core.calendar import SECONDS_PER_MONTH
+from ..inputs.pricebook import PriceBook
+from ..prefill.measurement import PrefillMeasurement
+from ..prefill.savings import EstimatorResult, PrefillSavings
+from .benefit import WaterfallRow
+from .sensitivity import SensitivityRow, sensitivity
+from .tiers import TierDecision, decide_tiers, headline, named_reason
+from .verdict import Decision, Evaluation, PlanInputs, evaluate
 
 ASSUMPTIONS: tuple[str, ...] = (
     "A month is 30.44 days; the span the data covers inside the range asked for is scaled "

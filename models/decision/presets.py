@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvplan.models.decision.plan import PlanResult, plan
-from kvplan.models.decision.verdict import PlanInputs
-from kvplan.models.inputs.deployment import DeploymentFacts
-from kvplan.models.inputs.planning import PlanningInputs
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.models.prefill.measurement import PrefillMeasurement
+from ..inputs.deployment import DeploymentFacts
+from ..inputs.planning import PlanningInputs
+from ..inputs.pricebook import PriceBook
+from ..prefill.measurement import PrefillMeasurement
+from .plan import PlanResult, plan
+from .verdict import PlanInputs
 
 SYNTHETIC_WINDOW_SECONDS = 86400.0
 """Presets describe one day of steady traffic (no short-window penalty)."""

@@ -8,12 +8,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvplan.models.capacity.fleet import CapacityResult, growth_that_lasts, hit_rate_that_lasts
-from kvplan.models.capacity.horizon import HorizonPlan, beyond_note, purchase_text
-from kvplan.models.core.timeutil import duration
-from kvplan.models.decision.benefit import Benefit
-from kvplan.models.inputs.planning import PlanningInputs
-from kvplan.models.prefill.savings import PrefillSavings
+from ..capacity.fleet import CapacityResult, growth_that_lasts, hit_rate_that_lasts
+from ..capacity.horizon import HorizonPlan, beyond_note, purchase_text
+from ..core.timeutil import duration
+from ..inputs.planning import PlanningInputs
+from ..prefill.savings import PrefillSavings
+from .benefit import Benefit
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvplan.models.core.fields import scenario
-from kvplan.models.decision.verdict import MAX_WHAT_IF_HIT_RATE, PlanInputs, price_plan, scale_gpu_price
-from kvplan.models.prefill.measurement import with_hit_rate
+from ..core.fields import scenario
+from ..prefill.measurement import with_hit_rate
+from .verdict import MAX_WHAT_IF_HIT_RATE, PlanInputs, price_plan, scale_gpu_price
 
 
 @dataclass(frozen=True)

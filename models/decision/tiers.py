@@ -29,18 +29,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from kvplan.models.capacity.fleet import plan_capacity
-from kvplan.models.core.calendar import SECONDS_PER_MONTH
-from kvplan.models.core.fields import scenario
-from kvplan.models.decision.reasons import Decision, usd
-from kvplan.models.decision.verdict import (
+from ..capacity.fleet import plan_capacity
+from ..core.calendar import SECONDS_PER_MONTH
+from ..core.fields import scenario
+from ..inputs.pricebook import PriceBook
+from .reasons import Decision, usd
+from .verdict import (
     Evaluation,
     PlanInputs,
     benefit_and_horizon,
     meaningful_usd,
     verdict_rule,
 )
-from kvplan.models.inputs.pricebook import PriceBook
 
 DEVICE_LABEL = "vLLM prefix cache"
 LMCACHE_LABEL = "LMCache"

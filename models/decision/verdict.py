@@ -50,19 +50,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
-from kvplan.models.cache.alternatives import TopologyFinding
-from kvplan.models.capacity.fleet import CapacityInputs, CapacityResult, capacity_inputs_from, plan_capacity
-from kvplan.models.capacity.goodput import Goodput
-from kvplan.models.capacity.horizon import HorizonPlan, plan_horizon
-from kvplan.models.capacity.replica import ReplicaFit, replica_fit
-from kvplan.models.core.fields import scenario
-from kvplan.models.decision.benefit import Benefit, monthly_benefit, throughput_gpu_hours
-from kvplan.models.decision.reasons import SENTENCES, BreakEven, Case, Decision, break_even, data_gate
-from kvplan.models.inputs.deployment import DeploymentFacts
-from kvplan.models.inputs.planning import REALISATIONS, PlanningInputs
-from kvplan.models.inputs.pricebook import PriceBook
-from kvplan.models.prefill.measurement import PrefillMeasurement
-from kvplan.models.prefill.savings import PrefillSavings, estimate_savings
+from ..cache.alternatives import TopologyFinding
+from ..capacity.fleet import CapacityInputs, CapacityResult, capacity_inputs_from, plan_capacity
+from ..capacity.goodput import Goodput
+from ..capacity.horizon import HorizonPlan, plan_horizon
+from ..capacity.replica import ReplicaFit, replica_fit
+from ..core.fields import scenario
+from ..inputs.deployment import DeploymentFacts
+from ..inputs.planning import REALISATIONS, PlanningInputs
+from ..inputs.pricebook import PriceBook
+from ..prefill.measurement import PrefillMeasurement
+from ..prefill.savings import PrefillSavings, estimate_savings
+from .benefit import Benefit, monthly_benefit, throughput_gpu_hours
+from .reasons import SENTENCES, BreakEven, Case, Decision, break_even, data_gate
 
 __all__ = ["KINDS", "BreakEven", "Decision", "Evaluation", "PlanInputs", "break_even", "decide", "evaluate",
            "flip_probability", "price_plan", "verdict_kind", "verdict_rule"]

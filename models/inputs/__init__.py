@@ -6,9 +6,9 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from kvplan.models.inputs.deployment import DeploymentFacts
-from kvplan.models.inputs.planning import PlanningInputs, prices_from_table
-from kvplan.models.inputs.pricebook import PriceBook
+from .deployment import DeploymentFacts
+from .planning import PlanningInputs, prices_from_table
+from .pricebook import PriceBook
 
 __all__ = [
     "DeploymentFacts", "PlanningInputs", "PriceBook", "prices_from_table"

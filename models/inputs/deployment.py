@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.models.core import fields as _fields
-from kvplan.models.core.fields import FieldSpec
-from kvplan.models.core.fields import spec as _f
+from ..core import fields as _fields
+from ..core.fields import FieldSpec
+from ..core.fields import spec as _f
 
 DEFAULT_PREFILL_MFU = 0.4
 """Assumed model-FLOPs utilisation of prefill (compute-bound; 30-60 % is typical)."""

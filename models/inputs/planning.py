@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.models.core import fields as _fields
-from kvplan.models.core.errors import KvplanError
-from kvplan.models.core.fields import spec
-from kvplan.models.inputs.pricebook import FIELDS as PRICEBOOK_FIELDS
-from kvplan.models.inputs.pricebook import PriceBook
+from ..core import fields as _fields
+from ..core.errors import KvplanError
+from ..core.fields import spec
+from .pricebook import FIELDS as PRICEBOOK_FIELDS
+from .pricebook import PriceBook
 
 REALISATIONS = ("shrink", "absorb_growth")
 """Freed GPU time is either a smaller fleet (shrink) or more traffic on the same one

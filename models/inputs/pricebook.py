@@ -24,10 +24,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.models.core import fields as _fields
-from kvplan.models.core.calendar import HOURS_PER_MONTH
-from kvplan.models.core.fields import FieldSpec
-from kvplan.models.core.fields import spec as _f
+from ..core import fields as _fields
+from ..core.calendar import HOURS_PER_MONTH
+from ..core.fields import FieldSpec
+from ..core.fields import spec as _f
 
 PRICING_MODES = ("cloud", "owned")
 

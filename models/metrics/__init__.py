@@ -6,12 +6,12 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from kvplan.models.metrics.runs import compare_runs
-from kvplan.models.metrics.serving import ServingTopology, serving_topology
-from kvplan.models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
-from kvplan.models.metrics.spans import Spans, plan_spans
-from kvplan.models.metrics.tiers import Tier, tiers
-from kvplan.models.metrics.window import Increase, Quantile, WindowStats, latency_quantiles, window_stats
+from .runs import compare_runs
+from .serving import ServingTopology, serving_topology
+from .slo import Slo, slo_attainment, tpot_slo_attainment
+from .spans import Spans, plan_spans
+from .tiers import Tier, tiers
+from .window import Increase, Quantile, WindowStats, latency_quantiles, window_stats
 
 __all__ = [
     "Increase", "Quantile", "ServingTopology", "Slo", "Spans", "Tier", "WindowStats", "compare_runs",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvplan.models.metrics.window import ratio
+from .window import ratio
 
 COMPARE = (  # key, label, unit, better: 'lower' (factor = baseline / candidate) or 'higher'
     ("wall_s", "total time", "s", "lower"),

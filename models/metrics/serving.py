@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from kvplan.models.metrics.catalog import LMCACHE_INPROC, LMCACHE_MP, VLLM
+from .catalog import LMCACHE_INPROC, LMCACHE_MP, VLLM
 
 UNKNOWN_HOST = "unknown (imported payloads)"
 

@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kvplan.models.metrics.catalog import LATENCIES, TPOT, TTFT
-from kvplan.models.metrics.window import Increase, histogram_buckets
+from .catalog import LATENCIES, TPOT, TTFT
+from .window import Increase, histogram_buckets
 
 
 @dataclass(frozen=True)

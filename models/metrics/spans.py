@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from kvplan.models.core.timeutil import DAY, aware_utc, ceil_day, day_start, floor_day
+from ..core.timeutil import DAY, aware_utc, ceil_day, day_start, floor_day
 
 EDGE_LOOKBACK = timedelta(hours=6)
 """The longest scrape interval for which a rollup-backed window counts exactly the pairs a

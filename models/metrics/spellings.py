@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from kvplan.models.metrics import catalog as c
+from . import catalog as c
 
 _HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.models.metrics import catalog as c
-from kvplan.models.metrics.spellings import resolve
-from kvplan.models.metrics.window import Increase, WindowStats, total
+from . import catalog as c
+from .spellings import resolve
+from .window import Increase, WindowStats, total
 
 
 @dataclass(frozen=True)

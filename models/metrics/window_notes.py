@@ -8,12 +8,9 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from kvplan.models.metrics import catalog as c
-
-if TYPE_CHECKING:
-    from kvplan.models.metrics.window import Increase
+from . import catalog as c
+from .increase import Increase
 
 
 def _decrease_notes(rows: list[Increase]) -> list[str]:

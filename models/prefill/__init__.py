@@ -6,17 +6,17 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from kvplan.models.prefill.fit import CostPart, PrefillCostModel, fit_prefill_cost
-from kvplan.models.prefill.interval import Interval, rounds
-from kvplan.models.prefill.measurement import (
+from .fit import CostPart, PrefillCostModel, fit_prefill_cost
+from .interval import Interval, rounds
+from .measurement import (
     PrefillMeasurement,
     measurement_from_stats,
     measurement_from_window,
     with_hit_rate,
 )
-from kvplan.models.prefill.savings import PrefillSavings, estimate_savings
-from kvplan.models.prefill.validation import ABValidation, validate_ab
-from kvplan.models.prefill.window import MeasuredAB, PricedWindow, TierSavings, tier_savings
+from .savings import PrefillSavings, estimate_savings
+from .validation import ABValidation, validate_ab
+from .window import MeasuredAB, PricedWindow, TierSavings, tier_savings
 
 __all__ = [
     "ABValidation", "CostPart", "Interval", "MeasuredAB", "PrefillCostModel", "PrefillMeasurement",

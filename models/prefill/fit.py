@@ -74,8 +74,8 @@ from typing import Any
 
 import numpy as np
 
-from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
-from kvplan.models.prefill.nnls import ALONE_FLOOR, LMCACHE_TERMS, Estimator
+from .interval import Interval, engine_prefill_seconds, rounds
+from .nnls import ALONE_FLOOR, LMCACHE_TERMS, Estimator
 
 TERMS = ("fixed", "per_token", "attention", "store", "load", "lmcache_request")
 UNITS = {"fixed": "s/request", "per_token": "s/token", "attention": "s/token^2",

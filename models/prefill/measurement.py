@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvplan.models.prefill.fit import PrefillCostModel
-from kvplan.models.prefill.window import MeasuredAB, PricedWindow
+from .fit import PrefillCostModel
+from .window import MeasuredAB, PricedWindow
 
 DEFAULT_PREFILL_MFU = 0.4
 """Assumed model-FLOPs utilisation of prefill (compute-bound; 30-60 % is typical)."""
@@ -269,7 +269,7 @@ def measurement_from_window(window: PricedWindow, cost_model: PrefillCostModel |
       what LMCache adds: the baseline keeps vLLM's own prefix-cache hits (free);
     * ``stats`` (a ``kvplan.models.metrics.window.WindowStats`` of the same range) supplies vLLM's FLOP
       counter and generation tokens for estimator B."""
-    from kvplan.models.inputs.deployment import DeploymentFacts
+    from ..inputs.deployment import DeploymentFacts
 
     facts = facts or DeploymentFacts()
     if lmcache is None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvplan.models.prefill.interval import Interval, engine_prefill_seconds
+from .interval import Interval, engine_prefill_seconds
 
 LMCACHE_TERMS = ("store", "load", "lmcache_request")
 ALONE_FLOOR = 0.01

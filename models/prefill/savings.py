@@ -55,11 +55,11 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvplan.models.core.calendar import SECONDS_PER_MONTH
-from kvplan.models.core.timeutil import duration
-from kvplan.models.prefill.fit import PrefillCostModel
-from kvplan.models.prefill.measurement import PrefillMeasurement
-from kvplan.models.prefill.window import MeasuredAB, TierSavings, tier_savings
+from ..core.calendar import SECONDS_PER_MONTH
+from ..core.timeutil import duration
+from .fit import PrefillCostModel
+from .measurement import PrefillMeasurement
+from .window import MeasuredAB, TierSavings, tier_savings
 
 FULL_COVERAGE_SECONDS = 86400.0
 """A window of at least one day covers the daily traffic cycle: no coverage penalty."""

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvplan.models.prefill.fit import fit_prefill_cost
-from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
-from kvplan.models.prefill.window import PricedWindow, tier_savings
+from .fit import fit_prefill_cost
+from .interval import Interval, engine_prefill_seconds, rounds
+from .window import PricedWindow, tier_savings
 
 REL_TOLERANCE = 0.15
 """Allowed error as a share of the measured saving, when the saving is large."""

@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvplan.models.prefill.fit import BAND, PrefillCostModel, percentile
-from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
+from .fit import BAND, PrefillCostModel, percentile
+from .interval import Interval, engine_prefill_seconds, rounds
 
 
 # ---- the priced window --------------------------------------------------------------------
