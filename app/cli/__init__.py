@@ -23,8 +23,8 @@ stack_app = typer.Typer(no_args_is_help=True, help="The real local serving stack
 
 for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.scrape), ("stats", metrics.stats),
                  ("ingest", collect.ingest), ("collect", collect.collect), ("pilot", workload.pilot),
-                 ("plan", plan.plan), ("report", report.report), ("dashboard", dashboard.dashboard),
-                 ("demo", demo.demo), ("import-trace", whatif.import_trace), ("whatif", whatif.whatif),
+                 ("plan", plan.plan_command), ("report", report.report), ("dashboard", dashboard.dashboard),
+                 ("demo", demo.demo), ("import-trace", whatif.import_trace), ("whatif", whatif.whatif_command),
                  ("rules", rules.rules)):
     app.command(name)(user_errors(fn))
 config_app.command("check")(user_errors(collect.config_check))

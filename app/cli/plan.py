@@ -11,7 +11,7 @@ from ..data.store import deployment_settings, require_deployment
 from .common import ConfigOpt, DbOpt, json_text, open_db, out, parse_window, settings
 
 
-def plan(
+def plan_command(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     from_: Annotated[str, typer.Option("--from", help="Window start (ISO 8601).")],
     to: Annotated[str, typer.Option(help="Window end (ISO 8601).")],

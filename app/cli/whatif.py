@@ -46,7 +46,7 @@ def import_trace(
     out.print(f"trace {r.trace!r} ({r.format}) of {deployment}: {r.requests} new request(s); {bpc}")
 
 
-def whatif(
+def whatif_command(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
     trace: Annotated[str | None, typer.Option(help="Trace name (default: the newest).")] = None,
     model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,

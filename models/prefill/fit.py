@@ -374,8 +374,8 @@ def _final_fit(rows: Sequence[Interval], terms: list[str], plain: np.ndarray | N
     pred = X @ beta
     ybar = float((w * y).sum() / w.sum())
     rel_rms = float(math.sqrt((w * (y - pred) ** 2).sum() / w.sum()) / ybar) if ybar > 0 else None
-    parts = tuple(CostPart(t, float(beta[j]), percentile(draws[:, j], BAND[0]),
-                           percentile(draws[:, j], BAND[1]), UNITS[t]) for j, t in enumerate(terms))
+    parts = tuple(CostPart(t, float(beta[j]), draw_percentile(draws[:, j], BAND[0]),
+                           draw_percentile(draws[:, j], BAND[1]), UNITS[t]) for j, t in enumerate(terms))
     full = np.zeros((len(draws), len(TERMS)))
     for j, t in enumerate(terms):
         full[:, TERMS.index(t)] = draws[:, j]
@@ -386,6 +386,6 @@ def _final_fit(rows: Sequence[Interval], terms: list[str], plain: np.ndarray | N
                             rel_rms=rel_rms, notes=tuple(notes), draws=tuple(map(tuple, full)))
 
 
-def percentile(a: np.ndarray, q: float) -> float:
+def draw_percentile(a: np.ndarray, q: float) -> float:
     """The ``q``-th percentile of bootstrap draws (numpy's linear interpolation)."""
     return float(np.percentile(a, q))

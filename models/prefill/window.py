@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .fit import BAND, PrefillCostModel, percentile
+from .fit import BAND, PrefillCostModel, draw_percentile
 from .interval import Interval, engine_prefill_seconds, rounds
 
 
@@ -317,7 +317,7 @@ def tier_savings(cost_model: PrefillCostModel, window: PricedWindow) -> TierSavi
 
     def band(name: str) -> Band:
         vals = np.array([d[name] for d in draws])
-        return Band(float(central[name] * k), percentile(vals, BAND[0]) * k, percentile(vals, BAND[1]) * k)
+        return Band(float(central[name] * k), draw_percentile(vals, BAND[0]) * k, draw_percentile(vals, BAND[1]) * k)
 
     return TierSavings(device=band("device"), lmcache_gross=band("lmcache_gross"),
                        lmcache_overhead=band("lmcache_overhead"), lmcache=band("lmcache"),
