@@ -11,34 +11,31 @@
 --   increment, and without _created (006's reason, kept);
 -- * a process whose _created changed (the created-time zero point, 001/008, kept).
 -- A series seen before that comes back continues from its last value: the pair (last value,
--- value now) is an ordinary pair (Prometheus's reset rule, 008's broken rule).
--- `gap` flags every pair that spans a successful scrape of its target the series was missing
--- from (counted with an ASOF join on the target's scrapes), so the stats can say so: the increase
--- is whole when the series came back with the same _created; when its process restarted in
--- between (a new _created zero point), the increase it made before the restart went unseen.
+-- value now) is an ordinary pair (Prometheus's reset rule, 008's broken rule), and is flagged
+-- `gap` so the stats can say which series were missing from a scrape.
 --
 -- Self-contained: these macros are the whole rules, replacing 008's increments() and 009's
 -- interval_increments(). New output column: increments().gap, interval_increments().gap.
 
 CREATE OR REPLACE MACRO increments(p_deployment, t_from, t_to, p_model) AS TABLE
-WITH scrape_k AS (
-    -- each successful scrape of the deployment's targets: the one before it, and how many came before
-    SELECT sc.target_id, sc.ts, lag(sc.ts) OVER w AS prev_scrape, row_number() OVER w AS k
+WITH scrape_prev AS (
+    -- each successful scrape of the deployment's targets and the one before it
+    SELECT sc.target_id, sc.ts, lag(sc.ts) OVER (PARTITION BY sc.target_id ORDER BY sc.ts) AS prev_scrape
     FROM scrapes sc
     JOIN targets t ON t.target_id = sc.target_id
     JOIN deployments d ON d.deployment_id = t.deployment_id
     WHERE d.name = p_deployment AND sc.ok
-    WINDOW w AS (PARTITION BY sc.target_id ORDER BY sc.ts)
 ),
 s AS (
-    SELECT sa.series_id, se.target_id, sa.ts, sa.value,
+    SELECT sa.series_id, sa.ts, sa.value,
            CASE WHEN isfinite(sa.created) AND sa.created > 0 AND sa.created < 32503680000.0
                 THEN sa.created END AS created,
-           true AS real
+           sp.prev_scrape, true AS real
     FROM samples sa
     JOIN series se ON se.series_id = sa.series_id
     JOIN targets t ON t.target_id = se.target_id
     JOIN deployments d ON d.deployment_id = t.deployment_id
+    LEFT JOIN scrape_prev sp ON sp.target_id = se.target_id AND sp.ts = sa.ts
     WHERE d.name = p_deployment
       AND sa.ts BETWEEN t_from AND t_to
       AND se.type IN ('counter', 'histogram', 'summary')
@@ -47,9 +44,8 @@ s AS (
       AND (sa.value >= 0 OR se.name LIKE '%\_sum' ESCAPE '\')
 ),
 zeros AS (
-    -- a series' _created inside the window, before its first sample of that _created: 0 then
-    SELECT series_id, any_value(target_id) AS target_id, make_timestamp(CAST(created * 1e6 AS BIGINT)) AS ts,
-           0.0 AS value, created, false AS real
+    SELECT series_id, make_timestamp(CAST(created * 1e6 AS BIGINT)) AS ts, 0.0 AS value, created,
+           CAST(NULL AS TIMESTAMP) AS prev_scrape, false AS real
     FROM s
     WHERE created IS NOT NULL
     GROUP BY series_id, created
@@ -57,12 +53,11 @@ zeros AS (
        AND make_timestamp(CAST(created * 1e6 AS BIGINT)) >= t_from
 ),
 firsts AS (
-    -- the first sample of a series inside the window, where its target was scraped (ok) before it
-    -- inside the window without it
-    SELECT f.series_id, f.target_id, sk.prev_scrape
-    FROM (SELECT series_id, target_id, ts, row_number() OVER (PARTITION BY series_id ORDER BY ts) AS n FROM s) f
-    JOIN scrape_k sk ON sk.target_id = f.target_id AND sk.ts = f.ts
-    WHERE f.n = 1 AND sk.prev_scrape IS NOT NULL AND sk.prev_scrape >= t_from
+    -- the first sample of a series inside the window whose target was scraped (ok) inside the
+    -- window before it, without it
+    SELECT series_id, ts, prev_scrape
+    FROM (SELECT series_id, ts, prev_scrape, row_number() OVER (PARTITION BY series_id ORDER BY ts) AS k FROM s) f
+    WHERE k = 1 AND prev_scrape IS NOT NULL AND prev_scrape >= t_from
 ),
 seen_before AS (
     SELECT DISTINCT f.series_id
@@ -71,28 +66,29 @@ seen_before AS (
 ),
 births AS (
     -- a series never seen before was 0 at its target's previous successful scrape
-    SELECT series_id, target_id, prev_scrape AS ts, 0.0 AS value, CAST(NULL AS DOUBLE) AS created, false AS real
-    FROM firsts
-    WHERE series_id NOT IN (SELECT series_id FROM seen_before)
+    SELECT f.series_id, f.prev_scrape AS ts, 0.0 AS value, CAST(NULL AS DOUBLE) AS created,
+           CAST(NULL AS TIMESTAMP) AS prev_scrape, false AS real
+    FROM firsts f
+    WHERE f.series_id NOT IN (SELECT series_id FROM seen_before)
 ),
 pts AS (
-    SELECT p.*, coalesce(sk.k, 0) AS k   -- successful scrapes of the target up to the point
-    FROM (SELECT * FROM s UNION ALL SELECT * FROM zeros UNION ALL SELECT * FROM births) p
-    ASOF LEFT JOIN scrape_k sk ON sk.target_id = p.target_id AND p.ts >= sk.ts
+    SELECT * FROM s
+    UNION ALL
+    SELECT * FROM zeros
+    UNION ALL
+    SELECT * FROM births
 ),
 pairs AS (
-    SELECT series_id, ts, value, created, real, k,
+    SELECT series_id, ts, value, created, prev_scrape, real,
            lag(value) OVER w AS prev, lag(created) OVER w AS prev_created, lag(ts) OVER w AS prev_ts,
-           lag(real) OVER w AS prev_real, lag(k) OVER w AS prev_k
+           lag(real) OVER w AS prev_real
     FROM pts
     WINDOW w AS (PARTITION BY series_id ORDER BY ts)
 ),
 judged AS (
-    SELECT series_id, ts, prev_ts, value, prev,
+    SELECT series_id, ts, value, prev,
            coalesce(created < prev_created OR (value < prev AND created = prev_created), false) AS broken,
-           -- a successful scrape between a sample and the next point of its series, without it
-           coalesce(prev_real AND ((real AND k - prev_k > 1) OR (NOT real AND created IS NOT NULL
-                                                                 AND k - prev_k >= 1)), false) AS gap
+           coalesce(real AND prev_real AND prev_scrape > prev_ts, false) AS gap
     FROM pairs
     WHERE prev IS NOT NULL
 )
@@ -113,24 +109,23 @@ WHERE d.name = p_deployment
   AND (p_model IS NULL OR se.model_name = p_model);
 
 CREATE OR REPLACE MACRO interval_increments(p_deployment, t_from, t_to, p_model, p_names) AS TABLE
-WITH scrape_k AS (
-    -- each successful scrape of the deployment's targets: the one before it, and how many came before
-    SELECT sc.target_id, sc.ts, lag(sc.ts) OVER w AS prev_scrape, row_number() OVER w AS k
+WITH scrape_prev AS (
+    SELECT sc.target_id, sc.ts, lag(sc.ts) OVER (PARTITION BY sc.target_id ORDER BY sc.ts) AS prev_scrape
     FROM scrapes sc
     JOIN targets t ON t.target_id = sc.target_id
     JOIN deployments d ON d.deployment_id = t.deployment_id
     WHERE d.name = p_deployment AND sc.ok
-    WINDOW w AS (PARTITION BY sc.target_id ORDER BY sc.ts)
 ),
 s AS (
-    SELECT sa.series_id, se.target_id, sa.ts, sa.value,
+    SELECT sa.series_id, sa.ts, sa.value,
            CASE WHEN isfinite(sa.created) AND sa.created > 0 AND sa.created < 32503680000.0
                 THEN sa.created END AS created,
-           true AS real
+           sp.prev_scrape, true AS real
     FROM samples sa
     JOIN series se ON se.series_id = sa.series_id
     JOIN targets t ON t.target_id = se.target_id
     JOIN deployments d ON d.deployment_id = t.deployment_id
+    LEFT JOIN scrape_prev sp ON sp.target_id = se.target_id AND sp.ts = sa.ts
     WHERE d.name = p_deployment
       AND sa.ts BETWEEN t_from AND t_to
       AND se.type IN ('counter', 'histogram', 'summary')
@@ -140,9 +135,8 @@ s AS (
       AND (sa.value >= 0 OR se.name LIKE '%\_sum' ESCAPE '\')
 ),
 zeros AS (
-    -- a series' _created inside the window, before its first sample of that _created: 0 then
-    SELECT series_id, any_value(target_id) AS target_id, make_timestamp(CAST(created * 1e6 AS BIGINT)) AS ts,
-           0.0 AS value, created, false AS real
+    SELECT series_id, make_timestamp(CAST(created * 1e6 AS BIGINT)) AS ts, 0.0 AS value, created,
+           CAST(NULL AS TIMESTAMP) AS prev_scrape, false AS real
     FROM s
     WHERE created IS NOT NULL
     GROUP BY series_id, created
@@ -150,12 +144,9 @@ zeros AS (
        AND make_timestamp(CAST(created * 1e6 AS BIGINT)) >= t_from
 ),
 firsts AS (
-    -- the first sample of a series inside the window, where its target was scraped (ok) before it
-    -- inside the window without it
-    SELECT f.series_id, f.target_id, sk.prev_scrape
-    FROM (SELECT series_id, target_id, ts, row_number() OVER (PARTITION BY series_id ORDER BY ts) AS n FROM s) f
-    JOIN scrape_k sk ON sk.target_id = f.target_id AND sk.ts = f.ts
-    WHERE f.n = 1 AND sk.prev_scrape IS NOT NULL AND sk.prev_scrape >= t_from
+    SELECT series_id, ts, prev_scrape
+    FROM (SELECT series_id, ts, prev_scrape, row_number() OVER (PARTITION BY series_id ORDER BY ts) AS k FROM s) f
+    WHERE k = 1 AND prev_scrape IS NOT NULL AND prev_scrape >= t_from
 ),
 seen_before AS (
     SELECT DISTINCT f.series_id
@@ -163,29 +154,29 @@ seen_before AS (
     JOIN samples sa ON sa.series_id = f.series_id AND sa.ts < f.prev_scrape
 ),
 births AS (
-    -- a series never seen before was 0 at its target's previous successful scrape
-    SELECT series_id, target_id, prev_scrape AS ts, 0.0 AS value, CAST(NULL AS DOUBLE) AS created, false AS real
-    FROM firsts
-    WHERE series_id NOT IN (SELECT series_id FROM seen_before)
+    SELECT f.series_id, f.prev_scrape AS ts, 0.0 AS value, CAST(NULL AS DOUBLE) AS created,
+           CAST(NULL AS TIMESTAMP) AS prev_scrape, false AS real
+    FROM firsts f
+    WHERE f.series_id NOT IN (SELECT series_id FROM seen_before)
 ),
 pts AS (
-    SELECT p.*, coalesce(sk.k, 0) AS k   -- successful scrapes of the target up to the point
-    FROM (SELECT * FROM s UNION ALL SELECT * FROM zeros UNION ALL SELECT * FROM births) p
-    ASOF LEFT JOIN scrape_k sk ON sk.target_id = p.target_id AND p.ts >= sk.ts
+    SELECT * FROM s
+    UNION ALL
+    SELECT * FROM zeros
+    UNION ALL
+    SELECT * FROM births
 ),
 pairs AS (
-    SELECT series_id, ts, value, created, real, k,
+    SELECT series_id, ts, value, created, prev_scrape, real,
            lag(value) OVER w AS prev, lag(created) OVER w AS prev_created, lag(ts) OVER w AS prev_ts,
-           lag(real) OVER w AS prev_real, lag(k) OVER w AS prev_k
+           lag(real) OVER w AS prev_real
     FROM pts
     WINDOW w AS (PARTITION BY series_id ORDER BY ts)
 ),
 judged AS (
     SELECT series_id, ts, prev_ts, value, prev,
            coalesce(created < prev_created OR (value < prev AND created = prev_created), false) AS broken,
-           -- a successful scrape between a sample and the next point of its series, without it
-           coalesce(prev_real AND ((real AND k - prev_k > 1) OR (NOT real AND created IS NOT NULL
-                                                                 AND k - prev_k >= 1)), false) AS gap
+           coalesce(real AND prev_real AND prev_scrape > prev_ts, false) AS gap
     FROM pairs
     WHERE prev IS NOT NULL
 )
