@@ -13,17 +13,28 @@ from . import catalog as c
 from .increase import Increase
 
 
-def _decrease_notes(rows: list[Increase]) -> list[str]:
-    broken: dict[str, int] = defaultdict(int)
+def _per_series(rows: list[Increase], field: str) -> tuple[int, str] | None:
+    """The sum of ``field`` (a count such as ``broken`` or ``gaps``) over ``rows`` and the series
+    that have it ("name (target): n", the first five, then how many more); None when none has."""
+    counts: dict[str, int] = defaultdict(int)
     for r in rows:
-        if r.broken:
-            broken[f"{r.name} ({r.target})" if r.target else r.name] += r.broken
-    if not broken:
+        n = getattr(r, field)
+        if n:
+            counts[f"{r.name} ({r.target})" if r.target else r.name] += n
+    if not counts:
+        return None
+    names = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())[:5])
+    more = f" and {len(counts) - 5} more series" if len(counts) > 5 else ""
+    return sum(counts.values()), names + more
+
+
+def _decrease_notes(rows: list[Increase]) -> list[str]:
+    found = _per_series(rows, "broken")
+    if found is None:
         return []
-    names = ", ".join(f"{k}: {v}" for k, v in sorted(broken.items())[:5])
-    more = f" and {len(broken) - 5} more series" if len(broken) > 5 else ""
-    return [f"warning: {sum(broken.values())} counter decrease(s) with an unchanged _created were not counted "
-            f"(not a restart: a broken or replaced target) - {names}{more}"]
+    total, names = found
+    return [f"warning: {total} counter decrease(s) with an unchanged _created were not counted "
+            f"(not a restart: a broken or replaced target) - {names}"]
 
 
 PARTS = (
@@ -73,16 +84,12 @@ def _sum_notes(rows: list[Increase]) -> list[str]:
 
 
 def _gap_notes(rows: list[Increase]) -> list[str]:
-    gaps: dict[str, int] = defaultdict(int)
-    for r in rows:
-        if r.gaps:
-            gaps[f"{r.name} ({r.target})" if r.target else r.name] += r.gaps
-    if not gaps:
+    found = _per_series(rows, "gaps")
+    if found is None:
         return []
-    names = ", ".join(f"{k}: {v}" for k, v in sorted(gaps.items())[:5])
-    more = f" and {len(gaps) - 5} more series" if len(gaps) > 5 else ""
-    return [f"note: {sum(gaps.values())} time(s) a series seen before was missing from a scrape of its target and "
-            f"came back: counted from its last value, not from 0 (a truncated or partial payload?) - {names}{more}"]
+    total, names = found
+    return [f"note: {total} time(s) a series seen before was missing from a scrape of its target and "
+            f"came back: counted from its last value, not from 0 (a truncated or partial payload?) - {names}"]
 
 
 def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,
