@@ -1,6 +1,8 @@
 """Import request traces with prefix-chunk hashes into DuckDB, and read them back for replay.
 
-Two formats, one JSON object per line:
+Request logs (chat, completions and Batch API bodies, Bailian traces) are a third source, hashed
+at import and stored the same way, never their text: ``request_traces.py``. Two trace formats,
+one JSON object per line:
 
 * **LMCache multi-process lookup-hash logs** (``lmcache server --lookup-hash-log-dir DIR``,
   LMCache 0.5.6, ``lmcache/v1/mp_observability/subscribers/logging/lookup_hash.py``): files
@@ -75,14 +77,24 @@ class ImportResult:
 
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                  fmt: str = "auto", bytes_per_chunk: int | None = None,
-                 block: int = MOONCAKE_BLOCK, instance: str | None = None) -> ImportResult:
+                 block: int = MOONCAKE_BLOCK, instance: str | None = None,
+                 tokenizer: str | Path | None = None, chat_template: Path | None = None,
+                 chunk_size: int | None = None) -> ImportResult:
     """Validate every file (a first streaming pass, nothing kept), then store the new lines (a
     second pass, one transaction per batch with the file's progress): nothing is written unless
     every file passed, a crash leaves each file imported up to a batch boundary (the next import
     goes on from there: nothing lost, nothing doubled), and memory is bounded by one line and one
     batch (``trace_parse``), not by the files' size. Each file belongs to a cache instance
     (``instance``, else its directory's name: ``trace_paths.expand_paths``); files are told apart
-    by (instance, name)."""
+    by (instance, name). Request logs (``fmt="requests"``, or files whose first line is a chat,
+    completions or Batch API body) are rendered with ``tokenizer`` / ``chat_template`` and hashed
+    in chunks of ``chunk_size`` tokens: ``request_traces.import_request_logs``."""
+    from .request_traces import DEFAULT_CHUNK, import_request_logs, is_request_log
+
+    if fmt == "requests" or (fmt == "auto" and paths and all(is_request_log(Path(p)) for p in paths)):
+        return import_request_logs(db, deployment, [Path(p) for p in paths], name=name, tokenizer=tokenizer,
+                                   chat_template=chat_template, chunk_size=chunk_size or DEFAULT_CHUNK,
+                                   bytes_per_chunk=bytes_per_chunk, instance=instance)
     pairs = expand_paths(paths, instance)
     files = [f for f, _ in pairs]
     inst = dict(pairs)
@@ -92,7 +104,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         raise KvplanError(f"must be from 1 to {MAX_BYTES_PER_CHUNK:,} (1 TiB); got {bytes_per_chunk}",
                           source="--bytes-per-chunk")
     if fmt not in ("auto", *FORMATS):
-        raise KvplanError(f"unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}",
+        raise KvplanError(f"unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}, requests",
                           source="format")
     formats = {f: (detect_format(f) if fmt == "auto" else fmt) for f in files}
     kinds = set(formats.values())
@@ -242,7 +254,7 @@ def _lmcache_keys(con, trace_id: int, hex_keys: list[str]) -> np.ndarray:
 
 
 def _insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
-    if p.format == "lmcache":
+    if p.format in ("lmcache", "requests"):  # hex digests: keyed per trace
         keys = _lmcache_keys(con, trace_id, p.hex_keys) if p.hex_keys else np.zeros(0, np.int64)
     else:
         keys = np.frombuffer(p.int_keys, dtype=np.int64) if len(p.int_keys) else np.zeros(0, np.int64)
