@@ -28,7 +28,7 @@ does not depend on the day it is served or predicted. Every body has ``max_token
 ``model`` (the stack's served name). The text is generated from word lists: it reads as
 nonsense prose, which is all a cache needs.
 
-    .venv/bin/python deploy/local/recorders/prompt_logs.py [--out tests/fixtures/prompts/stack/logs]
+    .venv/bin/python deploy/local/recorders/prompt_logs.py [--out deploy/demo/prompts/logs]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_OUT = ROOT / "tests" / "fixtures" / "prompts" / "stack" / "logs"
+DEFAULT_OUT = ROOT / "deploy" / "demo" / "prompts" / "logs"
 TEMPLATE = ROOT / "deploy" / "local" / "templates" / "tiny-llama-tools.jinja"
 MODEL = "tiny-llama"
 DATE_STRING = "01 Dec 2026"

