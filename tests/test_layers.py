@@ -35,13 +35,14 @@ FORBIDDEN = {
 ALLOWED = {("app/cli/demo.py", "deploy")}
 """(file, layer) exceptions, each a documented entry point."""
 
-FLOORS = ("core", "inputs", "metrics", "prefill", "cache", "capacity", "decision")
+FLOORS = ("core", "inputs", "metrics", "prompts", "prefill", "cache", "capacity", "decision")
 """models/ subpackages from the ground up, in pipeline order."""
 
 PURE_IMPORTS = {"__future__", "bisect", "collections", "copy", "dataclasses", "datetime", "enum", "functools",
-                "heapq", "itertools", "json", "math", "numpy", "random", "re", "statistics", "threading", "typing",
-                "unicodedata", "urllib"}
+                "hashlib", "heapq", "itertools", "json", "math", "numpy", "random", "re", "statistics", "threading",
+                "typing", "unicodedata", "urllib"}
 """What models/ may import besides itself: computation only (``urllib`` is for ``urllib.parse``;
+``hashlib`` for prefix-cache block keys (models/prompts);
 ``threading`` for the redaction registry's lock;
 ``unicodedata`` for the name check; ``random`` for seeded, deterministic draws)."""
 
