@@ -41,6 +41,7 @@ from ..models.prompts.hashing import ROOT, ExtraKeys, block_hashes, hash_block
 from ..sql.db import Database
 from .payload import PayloadError
 from .requests.read import LogRequest, open_lines, read_file
+from .requests.render import Renderer
 from .store import ConflictError
 from .trace_lines import MAX_BYTES_PER_CHUNK, MAX_CHUNK_TOKENS, ParsedFile
 from .trace_paths import INSTANCE_MAX
@@ -157,7 +158,7 @@ class _Hasher:
 
     def __init__(self, tokenizer: str | Path | None, chat_template: Path | None, chunk_size: int):
         self.tokenizer, self.chat_template, self.chunk_size = tokenizer, chat_template, chunk_size
-        self._renderer = None
+        self._renderer: Renderer | None = None
 
     def keys(self, r: LogRequest) -> tuple[list[str], int]:
         if r.kind == "blocks":
@@ -169,8 +170,6 @@ class _Hasher:
                 raise KvplanError("request logs with text need the model's tokenizer (--tokenizer DIR)",
                                   source=r.where)
             if self._renderer is None:
-                from .requests.render import Renderer
-
                 self._renderer = Renderer(self.tokenizer, self.chat_template)
             ids = self._renderer.render(r).ids
         extra = ExtraKeys(cache_salt=r.cache_salt) if r.cache_salt else ExtraKeys()
@@ -232,11 +231,11 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
             raise ConflictError(f"trace {trace_name!r} holds chunks of {stored} tokens, not {chunk_size}: "
                                 "one trace, one chunk size (import under another --trace name)", source="--chunk-size")
     hasher = _Hasher(tokenizer, chat_template, chunk_size)
-    plans = []
+    plans: list[tuple[Path, str, int, int | None]] = []
     for f, _ in pairs:
         sha, size = _sha(f)
         prev = state.get(f)
-        skip = 0
+        skip: int | None = 0
         if prev is not None and prev["sha256"] == IN_PROGRESS:  # an import stopped part-way: go on
             skip = prev["lines"]
         elif prev is not None:

@@ -61,7 +61,8 @@ def compare(run: dict[str, Any], d: dict[str, Any], per: list[dict[str, Any]]) -
         "mismatches": [(q["line"], q["prompt_tokens"], q["cached_tokens"], p["prompt_tokens"],
                         p["cached_tokens_predicted"])
                        for p, q in zip(per, meas, strict=True)
-                       if (p["prompt_tokens"], p["cached_tokens_predicted"]) != (q["prompt_tokens"], q["cached_tokens"])][:5],
+                       if (p["prompt_tokens"], p["cached_tokens_predicted"])
+                       != (q["prompt_tokens"], q["cached_tokens"])][:5],
     }
 
 

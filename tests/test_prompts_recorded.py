@@ -39,7 +39,8 @@ def test_the_recording_agrees_with_itself():
         assert r["metrics"]["prefix_cache_hits"] == r["cached_tokens"], r["name"]
         for q in r["per_request"]:
             assert (q["metrics_queries"], q["metrics_hits"]) == (q["prompt_tokens"], q["cached_tokens"])
-    assert RUNS["chats-small-kv"]["cache_config"]["num_gpu_blocks"] == str(RUNS["chats-small-kv"]["gpu_blocks_override"])
+    small = RUNS["chats-small-kv"]
+    assert small["cache_config"]["num_gpu_blocks"] == str(small["gpu_blocks_override"])
     # the small cache evicted: fewer hits than the same log with room for everything
     assert RUNS["chats-small-kv"]["cached_tokens"] < RUNS["chats"]["cached_tokens"]
 

@@ -29,13 +29,16 @@ def import_trace(
                                                    help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
     instance: Annotated[str | None, typer.Option(help="The cache instance (LMCache server) these logs come from "
                                                       "(default: each log's directory name).")] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="Request logs: the model's tokenizer, a local directory or a "
-                                                       "model id in the local Hugging Face cache (never downloaded).")] = None,
-    chat_template: Annotated[Path | None, typer.Option(help="Request logs: the chat template the servers use "
-                                                            "(vLLM's --chat-template); default the tokenizer's.")] = None,
-    chunk_size: Annotated[int | None, typer.Option(min=1, max=1_000_000,
-                                                   help="Request logs: tokens per hashed chunk (default 256, "
-                                                        "LMCache's; the engine's block_size for vLLM's cache).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        help="Request logs: the model's tokenizer, a local directory or a model id in the local Hugging Face "
+             "cache (never downloaded).")] = None,
+    chat_template: Annotated[Path | None, typer.Option(
+        help="Request logs: the chat template the servers use (vLLM's --chat-template); default the "
+             "tokenizer's.")] = None,
+    chunk_size: Annotated[int | None, typer.Option(
+        min=1, max=1_000_000,
+        help="Request logs: tokens per hashed chunk (default 256, LMCache's; the engine's block_size for "
+             "vLLM's cache).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Import request traces with prefix-chunk hashes (LMCache lookup-hash logs, Mooncake

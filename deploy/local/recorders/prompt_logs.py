@@ -22,9 +22,10 @@ requests a file, as the tiny model prefills about 5-10k tokens a second on one C
 Each line of every file but the RAG one starts with an ``arrival_time`` (ISO 8601, milliseconds,
 UTC; in the timestamp files it equals the time written into the prompt): the field kvplan's
 reader takes as the request's arrival (the RAG file has none: file order is arrival order).
-The recorder drops it before sending. Every chat body passes ``chat_template_kwargs: {"date_string": ...}`` (a fixed date) to the
-stack's chat template (deploy/local/templates/tiny-llama-tools.jinja), so the rendered prompt
-does not depend on the day it is served or predicted. Every body has ``max_tokens`` (4) and
+The recorder drops it before sending. Every chat body passes
+``chat_template_kwargs: {"date_string": ...}`` (a fixed date) to the stack's chat template
+(deploy/local/templates/tiny-llama-tools.jinja), so the rendered prompt does not depend on the
+day it is served or predicted. Every body has ``max_tokens`` (4) and
 ``model`` (the stack's served name). The text is generated from word lists: it reads as
 nonsense prose, which is all a cache needs.
 
@@ -215,7 +216,7 @@ def ts_requests(rng: random.Random, sessions: int = 6, per_session: int = 5) -> 
               "sentences at most, and never promise refunds.\n\n" + text_block(random.Random(SEED * 17), 2600))
     t = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
     plan = []
-    for s in range(sessions):
+    for _ in range(sessions):
         sid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         for _ in range(per_session):
             plan.append((sid, paragraph(rng, rng.randint(150, 350))))
