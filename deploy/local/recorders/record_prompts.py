@@ -62,7 +62,9 @@ class RunSpec:
     """``--num-gpu-blocks-override`` (None: the pool VLLM_CPU_KVCACHE_SPACE gives, 1 GiB)."""
 
     def vllm_args(self) -> list[str]:
-        args = ["--chat-template", str(TEMPLATE)]
+        # tools with tool_choice "auto" (the agent log) need a tool parser on the server; hermes
+        # parses the output only (the prompt is the template's)
+        args = ["--chat-template", str(TEMPLATE), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
         if self.gpu_blocks is not None:
             args += ["--num-gpu-blocks-override", str(self.gpu_blocks)]
         return args
