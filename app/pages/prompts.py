@@ -29,12 +29,12 @@ with st.form("prompts_check"):
     tokenizer = c[0].text_input("Tokenizer (a local directory or a model id in the local HF cache)",
                                 value=os.environ.get("KVPLAN_TOKENIZER", ""), key="prompts_tokenizer")
     template = c[1].text_input("Chat template file (optional, vLLM's --chat-template)", key="prompts_template")
-    c = st.columns(3)
-    dep = c[0].selectbox("Deployment (block size, capacity, prices)", ["(none: planning preset)"] + deps,
+    c3 = st.columns(3)
+    dep = c3[0].selectbox("Deployment (block size, capacity, prices)", ["(none: planning preset)"] + deps,
                          key="prompts_deployment")
-    bs = c[1].number_input("Block size (0: the deployment's, else 16)", min_value=0, max_value=1_000_000, value=0,
+    bs = c3[1].number_input("Block size (0: the deployment's, else 16)", min_value=0, max_value=1_000_000, value=0,
                            key="prompts_block_size")
-    gb = c[2].number_input("GPU blocks (0: the deployment's, else unlimited)", min_value=0, max_value=2**40, value=0,
+    gb = c3[2].number_input("GPU blocks (0: the deployment's, else unlimited)", min_value=0, max_value=2**40, value=0,
                            key="prompts_gpu_blocks")
     go = st.form_submit_button("Check", type="primary")
 
