@@ -21,7 +21,8 @@ st.caption("OpenAI chat / completions request bodies or Batch API input, one JSO
            "or a Bailian / Mooncake trace. Rendered with the model's own tokenizer and chat template, hashed as vLLM "
            "hashes its blocks, served one request at a time in arrival order.")
 
-deps = [d["deployment"] for d in state.deployments(str(state.settings().db))]
+db_path = Path(state.settings().db)  # the check needs no database; a deployment adds its settings and prices
+deps = [d["deployment"] for d in state.deployments(str(db_path))] if db_path.exists() else []
 with st.form("prompts_check"):
     up = st.file_uploader("Request log", type=["jsonl", "gz", "json"], key="prompts_upload")
     path = st.text_input("... or a file on the dashboard's machine", key="prompts_path")
