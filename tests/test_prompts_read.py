@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.collectors.payload import PayloadError
 from kvplan.collectors.requests.read import read_requests
 from kvplan.collectors.requests.render import Renderer
+from kvplan.collectors.scrape.payload import PayloadError
 from kvplan.models.core.errors import KvplanError
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "prompts"
