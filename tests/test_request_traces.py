@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from kvplan.app.cli import app
 from kvplan.app.report.whatif import whatif_section
 from kvplan.app.views.whatif import whatif
-from kvplan.collectors import traces
+from kvplan.collectors.traces import ingest as traces
 from kvplan.collectors.demo import demo_prompts, load_demo_prompts
-from kvplan.collectors.payload import PayloadError
-from kvplan.collectors.request_traces import model_bytes_per_chunk
+from kvplan.collectors.scrape.payload import PayloadError
+from kvplan.collectors.traces.request_logs import model_bytes_per_chunk
 from kvplan.sql.db import Database
 from tests import prompts_compare as pc
 

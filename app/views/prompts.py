@@ -123,8 +123,11 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
                   block_size: int | None = None, gpu_blocks: int | None = None, lmcache_chunk: int = 256,
                   lora: Sequence[str] = (), deployment: str | None = None, db: Database | None = None,
                   cfg: DeploymentSettings = DeploymentSettings(), progress: Progress | None = None,
-                  on_request: Callable[[LogRequest, Outcome], None] | None = None) -> dict[str, Any]:
-    """The whole check as one JSON-ready dict (``kvplan prompts check --json``)."""
+                  on_request: Callable[[LogRequest, Outcome], None] | None = None,
+                  with_example: bool = False) -> dict[str, Any]:
+    """The whole check as one JSON-ready dict (``kvplan prompts check --json``). ``with_example``
+    (the dashboard only, never the CLI or the report) adds ``example_prompt``: the first request
+    the top finding broke, its rendered text and the divergent line's range, for highlighting."""
     if deployment is not None and db is not None and not db.fetch("cache_config_info", deployment=deployment) \
             and not db.fetch("deployment_span", deployment=deployment)[0]["t0"]:
         known = [r["deployment"] for r in db.fetch("deployments")]
@@ -140,4 +143,7 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
     d["notes"] = notes + d["notes"]
     d["pricing"] = pricing(result, db, deployment, cfg)
     d["tokenizer"] = renderer.name if renderer is not None else None
+    if with_example and result.examples:
+        text, start, end = next(iter(result.examples.values()))
+        d["example_prompt"] = {"text": text, "start": start, "end": end}
     return d

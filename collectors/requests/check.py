@@ -24,6 +24,8 @@ from .read import LogRequest, read_requests
 from .render import Renderer
 
 Progress = Callable[[str, int], None]
+MAX_EXAMPLES = 16
+"""Findings whose first broken request's text is kept in memory (for the dashboard's example)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,9 @@ class CheckResult:
     missed_by_cause: dict[str, int]
     lmcache_hit_tokens: int
     notes: list[str] = field(default_factory=list)
+    examples: dict[tuple[str, int | None, str, int], tuple[str, int, int]] = field(default_factory=dict, repr=False)
+    """Per finding key, the first request it broke: (rendered text, start and end of the divergent
+    line). Memory only, for the dashboard's highlighted example; never in ``as_json``."""
     first_arrival: float | None = None
     """Earliest and latest arrival time in the log (unix seconds), when it has them."""
     last_arrival: float | None = None
@@ -191,6 +196,7 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
     finder = Finder()
     lm = LmcacheUnlimited(opts.lmcache_chunk)
     lm_hits = 0
+    examples: dict[tuple[str, int | None, str, int], tuple[str, int, int]] = {}
     per: dict[str, array[int]] = {k: array("q") for k in ("P", "H", "U", "C")}
     predictor: Predictor | None = None
     tick = _ticker(progress, "predicting")
@@ -209,7 +215,10 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
             per[k].append(v)
         lm_hits += _lmcache(lm, p)
         if p.text is not None and p.lines is not None:
-            finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable)
+            f = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable)
+            if f is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
+                li = next(x for x in p.lines if x.place == (f.message_index, f.role, f.line))
+                examples[f.key] = (p.text, li.start, li.end)
         if on_request is not None:
             on_request(r, o)
         tick(totals.requests)
@@ -244,7 +253,7 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
                  "modelled; multimodal inputs are not supported")
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
-                       t_first, t_last)
+                       {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last)
 
 
 def _unmeasured(t: Totals) -> Totals:

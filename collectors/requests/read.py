@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ...models.core.timeutil import parse_time
-from ..payload import PayloadError
+from ..scrape.payload import PayloadError
 
 MAX_LINE_BYTES = 64 * 2**20
 """Longest request line read (64 MiB: a 1M-token prompt as text is ~4 MB)."""

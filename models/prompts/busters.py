@@ -9,7 +9,8 @@ its content), the tool list (role ``tools``), or text the template wrote itself 
 :class:`Finder` sees requests in arrival order. A request that missed part of what it could hit
 is compared with the recent request it shares the most line text with (at least half of its
 text); when their first differing line comes before content they still share (at least a
-quarter of the request's text), that line is a finding, classified by the span that differs
+quarter of the request's text), that line is a finding, and so is each line right after it
+that the earlier request does not have (busters come in pairs), classified by the span that differs
 (:func:`classify`). Findings are keyed by (kind, message index, role, line), so the same
 timestamp line in every request is one finding.
 
@@ -41,6 +42,9 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _HEX = re.compile(r"(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}")
 _WORD = re.compile(r"[\w:.\-+/]")
 MAX_EXAMPLE = 40
+MAX_PAIRED = 4
+"""Most consecutive divergent lines one request counts (busters come in pairs: a timestamp line,
+then a session id line)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,15 @@ def _json_equal(a: str, b: str) -> bool:
     return isinstance(ja, (dict, list)) and ja == jb
 
 
+def _overlapping(rx: re.Pattern[str], text: str, lo: int, hi: int) -> tuple[int, int] | None:
+    """The first match of ``rx`` in ``text`` that overlaps [lo, hi) (a date whose day differs but
+    whose year is shared still reads as a date)."""
+    for m in rx.finditer(text):
+        if m.start() < max(hi, lo + 1) and m.end() > lo:
+            return m.start(), m.end()
+    return None
+
+
 def classify(a: str, b: str, role: str = "") -> tuple[str, tuple[int, int]]:
     """The kind of difference between line ``a`` (this request) and ``b`` (an earlier one), and
     the span of ``a`` it lies in."""
@@ -145,9 +158,9 @@ def classify(a: str, b: str, role: str = "") -> tuple[str, tuple[int, int]]:
     span, other = a[lo:hi], b[blo:bhi]
     for kind, rx in (("iso_timestamp", _ISO), ("uuid", _UUID), ("epoch_timestamp", _EPOCH), ("date", _DATE),
                      ("hex_id", _HEX)):
-        m = rx.search(span)
-        if m and rx.search(other):
-            return kind, (lo + m.start(), lo + m.end())
+        m = _overlapping(rx, a, lo, hi)
+        if m is not None and _overlapping(rx, b, blo, bhi) is not None:
+            return kind, m
     if span.isdigit() and other.isdigit() and len(span) <= 9:
         return "counter", (lo, hi)
     return "other", (lo, hi)
@@ -241,6 +254,15 @@ class Finder:
                     if h in theirs and t.strip())
         if after * 4 < me.chars:
             return None
+        first: Finding | None = None
+        m = k
+        while m < len(me.lines) and m < k + MAX_PAIRED and (m == k or me.lines[m] not in theirs):
+            f = self._finding(me, other, m, first_miss_block)
+            first = first or f
+            m += 1
+        return first
+
+    def _finding(self, me: _Seen, other: _Seen, k: int, first_miss_block: int) -> Finding:
         info = me.infos[k]
         a = me.texts[k]
         b = other.texts[k] if k < len(other.texts) else ""

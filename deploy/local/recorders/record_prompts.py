@@ -39,7 +39,7 @@ from pathlib import Path
 
 import httpx
 
-from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.scrape.parse import parse_payload
 from kvplan.deploy.local import stack as stk
 from kvplan.deploy.local.recorders import prompt_logs
 from kvplan.deploy.local.server_specs import OMP_BIND

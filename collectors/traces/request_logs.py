@@ -35,16 +35,16 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..models.core.errors import KvplanError
-from ..models.core.timeutil import utcnow
-from ..models.prompts.hashing import ROOT, ExtraKeys, block_hashes, hash_block
-from ..sql.db import Database
-from .payload import PayloadError
-from .requests.read import LogRequest, open_lines, read_file
-from .requests.render import Renderer
-from .store import ConflictError
-from .trace_lines import MAX_BYTES_PER_CHUNK, MAX_CHUNK_TOKENS, ParsedFile
-from .trace_paths import INSTANCE_MAX
+from ...models.core.errors import KvplanError
+from ...models.core.timeutil import utcnow
+from ...models.prompts.hashing import ROOT, ExtraKeys, block_hashes, hash_block
+from ...sql.db import Database
+from ..scrape.payload import PayloadError
+from ..requests.read import LogRequest, open_lines, read_file
+from ..requests.render import Renderer
+from ..scrape.store import ConflictError
+from .lines import MAX_BYTES_PER_CHUNK, MAX_CHUNK_TOKENS, ParsedFile
+from .paths import INSTANCE_MAX
 
 DEFAULT_CHUNK = 256
 """LMCache's default ``chunk_size``."""
@@ -207,7 +207,7 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
                         instance: str | None = None, batch_lines: int = 4096):
     """Import request logs as the trace ``name`` (default ``requests``) of ``deployment`` (module
     doc). Returns a ``traces.ImportResult``; ``timed`` files carry arrival times."""
-    from .traces import FileResult, ImportResult, _insert_requests, _one, _trace_state
+    from .ingest import FileResult, ImportResult, _insert_requests, _one, _trace_state
 
     if not 1 <= chunk_size <= MAX_CHUNK_TOKENS:
         raise KvplanError(f"must be from 1 to {MAX_CHUNK_TOKENS:,} tokens; got {chunk_size}", source="--chunk-size")

@@ -1,7 +1,7 @@
 """Import request traces with prefix-chunk hashes into DuckDB, and read them back for replay.
 
 Request logs (chat, completions and Batch API bodies, Bailian traces) are a third source, hashed
-at import and stored the same way, never their text: ``request_traces.py``. Two trace formats,
+at import and stored the same way, never their text: ``request_logs.py``. Two trace formats,
 one JSON object per line:
 
 * **LMCache multi-process lookup-hash logs** (``lmcache server --lookup-hash-log-dir DIR``,
@@ -16,7 +16,7 @@ one JSON object per line:
   chunks: the partial tail is a miss under both.
 
 Every file is validated whole before anything is written (a first streaming pass); an error
-names the file and the line (:class:`kvplan.collectors.parse.PayloadError`). Files are streamed,
+names the file and the line (:class:`kvplan.collectors.scrape.parse.PayloadError`). Files are streamed,
 never read whole: the import's own memory is one line (at most 16 MiB) and one batch (at most
 8,192 lines and 131,072 chunk references), whatever the file's size; DuckDB adds its index of
 the trace's distinct chunk hashes (it grows with distinct chunks, not with the file).
@@ -41,15 +41,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..models.cache import sim
-from ..models.core.errors import KvplanError
-from ..models.core.timeutil import utcnow
-from ..sql.db import Database
-from .payload import PayloadError
-from .store import ConflictError
-from .trace_lines import MAX_BYTES_PER_CHUNK, ParsedFile, detect_format
-from .trace_parse import FORMATS, LMCACHE_GLOB, MOONCAKE_BLOCK, Scan, TraceError, scan_file
-from .trace_paths import expand_paths
+from ...models.cache import sim
+from ...models.core.errors import KvplanError
+from ...models.core.timeutil import utcnow
+from ...sql.db import Database
+from ..scrape.payload import PayloadError
+from ..scrape.store import ConflictError
+from .lines import MAX_BYTES_PER_CHUNK, ParsedFile, detect_format
+from .parse import FORMATS, LMCACHE_GLOB, MOONCAKE_BLOCK, Scan, TraceError, scan_file
+from .paths import expand_paths
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     (``instance``, else its directory's name: ``trace_paths.expand_paths``); files are told apart
     by (instance, name). Request logs (``fmt="requests"``, or files whose first line is a chat,
     completions or Batch API body) are rendered with ``tokenizer`` / ``chat_template`` and hashed
-    in chunks of ``chunk_size`` tokens: ``request_traces.import_request_logs``."""
-    from .request_traces import DEFAULT_CHUNK, import_request_logs, is_request_log
+    in chunks of ``chunk_size`` tokens: ``request_logs.import_request_logs``."""
+    from .request_logs import DEFAULT_CHUNK, import_request_logs, is_request_log
 
     if fmt == "requests" or (fmt == "auto" and paths and all(is_request_log(Path(p)) for p in paths)):
         return import_request_logs(db, deployment, [Path(p) for p in paths], name=name, tokenizer=tokenizer,
