@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from kvplan.app.cli import app
 from kvplan.app.report.whatif import whatif_section
 from kvplan.app.views.whatif import whatif
-from kvplan.collectors.traces import ingest as traces
 from kvplan.collectors.demo import demo_prompts, load_demo_prompts
 from kvplan.collectors.scrape.payload import PayloadError
+from kvplan.collectors.traces import ingest as traces
 from kvplan.collectors.traces.request_logs import model_bytes_per_chunk
 from kvplan.sql.db import Database
 from tests import prompts_compare as pc

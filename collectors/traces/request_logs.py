@@ -39,9 +39,9 @@ from ...models.core.errors import KvplanError
 from ...models.core.timeutil import utcnow
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_hashes, hash_block
 from ...sql.db import Database
-from ..scrape.payload import PayloadError
 from ..requests.read import LogRequest, open_lines, read_file
 from ..requests.render import Renderer
+from ..scrape.payload import PayloadError
 from ..scrape.store import ConflictError
 from .lines import MAX_BYTES_PER_CHUNK, MAX_CHUNK_TOKENS, ParsedFile
 from .paths import INSTANCE_MAX
