@@ -114,7 +114,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     kind = kinds.pop()
     trace_name = name or ("lmcache" if kind == "lmcache" else files[0].stem)
     with db.read() as con:
-        row, state = _trace_state(con, deployment, trace_name, kind, inst)
+        row, state = trace_state(con, deployment, trace_name, kind, inst)
     scans = [_validate(f, kind, state.get(f), trace_name, block) for f in files]
     layouts = {s.bytes_per_chunk for s in scans if s.bytes_per_chunk is not None}
     if row is not None and row["bytes_source"] == "shapes/dtypes" and row["bytes_per_chunk"]:
@@ -123,7 +123,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         raise PayloadError(str(files[0]), f"files give different KV bytes per chunk "
                            f"({sorted(layouts)}): one trace holds one KV layout")
     with db.write() as con:
-        now, now_state = _trace_state(con, deployment, trace_name, kind, inst)
+        now, now_state = trace_state(con, deployment, trace_name, kind, inst)
         if (now is None) != (row is None) or now_state != state:  # another import meanwhile: refuse, retry
             raise ConflictError("imported by another process meanwhile: run again", source=str(files[0]))
         if row is None:
@@ -156,12 +156,12 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         for s, prev in ((s, state.get(s.path)) for s in scans)))
 
 
-def _trace_state(con: object, deployment: str, trace_name: str, kind: str,
+def trace_state(con: object, deployment: str, trace_name: str, kind: str,
                  inst: dict[Path, str]) -> tuple[dict | None, dict[Path, dict]]:
     """The trace's row (None: new) and what earlier imports took of each file of its instance.
     A file imported before traces had instances (instance '') whose imported part is unchanged is
     the same file: the import adopts it rather than importing it again (once per file name)."""
-    row = _one(con, "trace_by_name", deployment=deployment, name=trace_name)
+    row = one_row(con, "trace_by_name", deployment=deployment, name=trace_name)
     state: dict[Path, dict] = {}
     if row is not None:
         if row["format"] != kind:
@@ -169,9 +169,9 @@ def _trace_state(con: object, deployment: str, trace_name: str, kind: str,
                                 f"{row['format']} lines, not {kind}", source=str(next(iter(inst))))
         adopted: set[str] = set()
         for f, name in inst.items():
-            prev = _one(con, "trace_file", trace_id=row["trace_id"], instance=name, file=f.name)
+            prev = one_row(con, "trace_file", trace_id=row["trace_id"], instance=name, file=f.name)
             if prev is None and f.name not in adopted:
-                legacy = _one(con, "trace_file", trace_id=row["trace_id"], instance="", file=f.name)
+                legacy = one_row(con, "trace_file", trace_id=row["trace_id"], instance="", file=f.name)
                 if legacy is not None and _head_sha(f, legacy["bytes"]) == legacy["sha256"]:
                     prev = legacy
                     adopted.add(f.name)
@@ -219,11 +219,11 @@ def _store(db: Database, trace_id: int, scan: Scan, prev: dict | None, block: in
 
     def write(batch: ParsedFile) -> None:
         with db.write() as con:
-            now = _one(con, "trace_file", trace_id=trace_id, instance=instance, file=scan.path.name)
+            now = one_row(con, "trace_file", trace_id=trace_id, instance=instance, file=scan.path.name)
             if (now["bytes"] if now is not None else None) != done["bytes"]:
                 raise ConflictError("imported by another process meanwhile: run again", source=str(scan.path))
             if batch.requests:
-                _insert_requests(con, trace_id, batch, instance)
+                insert_requests(con, trace_id, batch, instance)
             Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=instance, file=scan.path.name,
                          sha256=batch.sha256,
                          n_bytes=batch.bytes, n_lines=batch.lines, imported_at=utcnow())
@@ -253,7 +253,7 @@ def _lmcache_keys(con, trace_id: int, hex_keys: list[str]) -> np.ndarray:
     return np.asarray(got, dtype=np.int64)
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
+def insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
     if p.format in ("lmcache", "requests"):  # hex digests: keyed per trace
         keys = _lmcache_keys(con, trace_id, p.hex_keys) if p.hex_keys else np.zeros(0, np.int64)
     else:
@@ -277,7 +277,7 @@ def _insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
                 "seq_len, output_len, chunk_keys, instance) SELECT * FROM reqs")
 
 
-def _one(con, query: str, **params) -> dict | None:
+def one_row(con, query: str, **params) -> dict | None:
     cur = Database.run(con, query, **params)
     row = cur.fetchone()
     if row is None:
@@ -314,7 +314,7 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
                 raise TraceError(f"deployment {deployment!r} has no trace: run "
                                  "`kvplan import-trace` first", source="trace")
             name = rows[0][1]
-        row = _one(con, "trace_by_name", deployment=deployment, name=name)
+        row = one_row(con, "trace_by_name", deployment=deployment, name=name)
         if row is None:
             raise TraceError(f"deployment {deployment!r} has no trace named {name!r}",
                              source="trace")

@@ -207,7 +207,7 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
                         instance: str | None = None, batch_lines: int = 4096):
     """Import request logs as the trace ``name`` (default ``requests``) of ``deployment`` (module
     doc). Returns a ``traces.ImportResult``; ``timed`` files carry arrival times."""
-    from .ingest import FileResult, ImportResult, _insert_requests, _one, _trace_state
+    from .ingest import FileResult, ImportResult, insert_requests, one_row, trace_state
 
     if not 1 <= chunk_size <= MAX_CHUNK_TOKENS:
         raise KvplanError(f"must be from 1 to {MAX_CHUNK_TOKENS:,} tokens; got {chunk_size}", source="--chunk-size")
@@ -224,7 +224,7 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
         bpc = model_bytes_per_chunk(tokenizer, chunk_size)
         source = "model config" if bpc else None
     with db.read() as con:
-        row, state = _trace_state(con, deployment, trace_name, "requests", inst)
+        row, state = trace_state(con, deployment, trace_name, "requests", inst)
     if row is not None:
         stored = _stored_chunk(db, row["trace_id"])
         if stored is not None and stored != chunk_size:
@@ -253,7 +253,7 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
                 pass
     results = []
     with db.write() as con:
-        now, now_state = _trace_state(con, deployment, trace_name, "requests", inst)
+        now, now_state = trace_state(con, deployment, trace_name, "requests", inst)
         if (now is None) != (row is None) or now_state != state:
             raise ConflictError("imported by another process meanwhile: run again", source=str(pairs[0][0]))
         if now is None:
@@ -272,10 +272,10 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
         done = {"lines": skip, "n": 0}
         for b in _rows(f, skip, hasher, batch_lines):  # the second pass: render, hash, store a batch at a time
             with db.write() as con:
-                was = _one(con, "trace_file", trace_id=trace_id, instance=inst[f], file=f.name)
+                was = one_row(con, "trace_file", trace_id=trace_id, instance=inst[f], file=f.name)
                 if (was["lines"] if was else 0) != done["lines"]:
                     raise ConflictError("imported by another process meanwhile: run again", source=str(f))
-                _insert_requests(con, trace_id, b, inst[f])
+                insert_requests(con, trace_id, b, inst[f])
                 # in progress: no sha256 yet (a later import goes on after the last line stored)
                 Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=inst[f], file=f.name,
                              sha256=IN_PROGRESS, n_bytes=0, n_lines=b.line_no[-1], imported_at=utcnow())
