@@ -174,7 +174,6 @@ def load_demo_prompts(db: Database, root: Path = DEMO_PROMPTS) -> int:
     requests (0 when loaded before)."""
     from .traces import import_trace
 
-    d = demo_prompts(root)
     return import_trace(db, PROMPTS_DEPLOYMENT, [root / "logs" / f for f in PROMPTS_TRACE_FILES], name="requests",
-                        fmt="requests", tokenizer=d["tokenizer"], chat_template=d["chat_template"],
+                        fmt="requests", tokenizer=root / "tokenizer", chat_template=CHAT_TEMPLATE,
                         instance="vllm-0").requests
