@@ -41,16 +41,16 @@ def moved_to_the_end(body: dict) -> dict:
                                  {"role": "user", "content": body["messages"][1]["content"] + "\n" + ts_line}]}
 
 
-def reference_hit_rate(bodies: list[dict]) -> float:
+def reference_hit_rate(bodies: list[dict], texts: list[str] | None = None) -> float:
     """Unlimited cache, one request at a time: each request hits the longest prefix it shares
     with any earlier one, in full blocks within prompt_tokens - 1."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
-    seqs = []
-    for b in bodies:
-        text = tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True)
-        seqs.append(tok(text, add_special_tokens=False)["input_ids"])
+    if texts is None:
+        texts = [tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True,
+                                         **b.get("chat_template_kwargs", {})) for b in bodies]
+    seqs = [tok(text, add_special_tokens=False)["input_ids"] for text in texts]
     hit = total = 0
     for i, s in enumerate(seqs):
         best = 0
@@ -153,3 +153,34 @@ def test_line_map_and_apply_fix_on_rendered_text():
                       (1, "user", 1), (None, "template", 7), (None, "template", 8)]
     f = Finding("counter", 0, "system", 2, "A: 9", 0)
     assert apply_fix(text, lines, [f]) == "<s><|system|>\nA\nB\n<|user|>\nQ\nT: 1<|end|>\n<|assistant|>\n"
+
+
+def test_a_date_the_template_writes_flushes_the_cache_once_a_day(tmp_path, renderer):
+    """The fixture template writes "Today: <strftime_now('%d %B %Y')>" (chat_template_kwargs
+    add_date): vLLM renders the day each request arrives. 4 requests a day over 3 days."""
+    from datetime import UTC, datetime
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    day0 = 1796083200  # 2026-12-01T00:00:00Z
+    bodies = []
+    for i in range(12):
+        bodies.append({"created": day0 + (i // 4) * 86400 + (i % 4) * 60, "chat_template_kwargs": {"add_date": True},
+                       "messages": [{"role": "system", "content": "You are a support agent.\n" + DOC},
+                                    {"role": "user", "content": f"Question {i}?"}]})
+    d = check([write(tmp_path / "dated.jsonl", bodies)], renderer, CheckOptions(block_size=BS)).as_json()
+    served, fixed = [], []
+    for b in bodies:
+        day = datetime.fromtimestamp(b["created"], tz=UTC).strftime("%d %B %Y")
+        today = datetime.now().strftime("%d %B %Y")
+        served.append(tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True,
+                                              add_date=True).replace(f"Today: {today}", f"Today: {day}"))
+        moved = [b["messages"][0], {"role": "user", "content": b["messages"][1]["content"] + f"\nToday: {day}"}]
+        fixed.append(tok.apply_chat_template(moved, tokenize=False, add_generation_prompt=True))
+    assert d["hit_rate_predicted"] == pytest.approx(reference_hit_rate(bodies, served), abs=1e-12)
+    (f,) = d["findings"]
+    assert (f["kind"], f["role"], f["template"], f["requests_affected"]) == ("date", "template", True, 2)
+    assert f["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(bodies, fixed), abs=1e-12)
+    assert f["hit_rate_if_fixed"] > d["hit_rate_predicted"]
+    assert any("the server's date" in n for n in d["notes"])

@@ -11,6 +11,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ class Prepared:
     """One request ready for the caches: its keys and (text prompts) its text and line map."""
 
     request: LogRequest
-    hashed: Hashed
+    hashed: Hashed | None
     ids: np.ndarray | None
     text: str | None = None
     lines: list[LineInfo] | None = None
@@ -115,11 +116,15 @@ class Preparer:
         self.block_size = opts.block_size
         self.trace_block: int | None = None
         self.notes: list[str] = []
+        self.date: tuple[str, str, tuple[int | None, str, int]] | None = None
+        self.date_checked = False
+        self.dated = 0
 
     def extra(self, r: LogRequest) -> ExtraKeys:
         return ExtraKeys(lora=r.model if r.model in self.opts.lora else None, cache_salt=r.cache_salt)
 
-    def prepare(self, r: LogRequest) -> Prepared:
+    def prepare(self, r: LogRequest, *, encode: bool = True) -> Prepared:
+        """Render (text prompts) and, unless ``encode`` is False, tokenize and hash ``r``."""
         if r.kind == "blocks":
             return Prepared(r, self._blocks(r), None)
         if r.kind == "completion" and r.prompt_ids is not None:
@@ -128,16 +133,52 @@ class Preparer:
         if self.renderer is None:
             raise KvplanError("a text prompt needs the model's tokenizer: give --tokenizer DIR (or a model id in "
                               "the local Hugging Face cache)", source=r.where)
-        rendered = self.renderer.render(r)
-        ids = np.asarray(rendered.ids, dtype=np.int64)
-        lines = None
-        if rendered.text is not None:
-            contents: list[tuple[str, str | None]] = (
-                [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
-            names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
-            lines = line_map(rendered.text, contents, names)
-        return Prepared(r, hashed(ids, self.block_size, self.extra(r), output_tokens=r.output_tokens), ids,
-                        rendered.text, lines)
+        text = self.renderer.text(r)
+        contents: list[tuple[str, str | None]] = (
+            [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
+        names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
+        lines = line_map(text, contents, names)
+        if r.kind == "chat":
+            dated = self._server_date(r, text, lines)
+            if dated is not None:
+                text = dated
+                lines = line_map(text, contents, names)
+        p = Prepared(r, None, None, text, lines)
+        if encode:
+            self.encode(p)
+        return p
+
+    def encode(self, p: Prepared) -> Hashed:
+        """``p``'s token ids and keys from its text (once)."""
+        if p.hashed is None:
+            assert self.renderer is not None and p.text is not None
+            p.ids = np.asarray(self.renderer.encode(p.text, add_special_tokens=p.request.kind == "completion"),
+                               dtype=np.int64)
+            p.hashed = hashed(p.ids, self.block_size, self.extra(p.request), output_tokens=p.request.output_tokens)
+        return p.hashed
+
+    def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
+        """A chat template that writes today's date (``strftime_now``) renders, in vLLM, the date
+        the request arrived: the text with that date in place of today's, or None. Found once, on
+        the first chat request, in the template's own lines."""
+        if not self.date_checked:
+            self.date_checked = True
+            self.date = template_date(text, lines)
+            if self.date is not None:
+                place = self.date[2]
+                self.notes.append(f"the chat template writes the server's date (template line {place[2]}): vLLM "
+                                  "renders the day a request arrives, so cached prefixes after it are lost once a "
+                                  "day" + ("" if r.arrival is not None else "; the log has no arrival times, so the "
+                                           "prediction renders every request with today's date"))
+        if self.date is None or r.arrival is None:
+            return None
+        fmt, today, place = self.date
+        day = datetime.fromtimestamp(r.arrival, tz=UTC).strftime(fmt)
+        for li in lines:
+            if li.place == place and today in text[li.start:li.end]:
+                self.dated += 1
+                return text[:li.start] + text[li.start:li.end].replace(today, day, 1) + text[li.end:]
+        return None
 
     def retokenize(self, p: Prepared, text: str) -> Hashed:
         assert self.renderer is not None
@@ -165,6 +206,26 @@ class Preparer:
             prev = hash_block(prev, r.block_ids[i * g:(i + 1) * g], extra.for_block(i))
             keys.append(prev)
         return Hashed(r.input_length, tuple(keys), max(1, r.output_tokens or 1))
+
+
+DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
+                "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y")
+"""strftime formats a template's date is looked for in (Llama 3.1's "Today Date: 26 Jul 2024" is %d %b %Y)."""
+
+
+def template_date(text: str, lines: Sequence[LineInfo]) -> tuple[str, str, tuple[int | None, str, int]] | None:
+    """(format, today's date in it, the line's place) when a template line holds today's date."""
+    days = {datetime.now(), datetime.now(UTC)}
+    for li in lines:
+        if li.role != "template":
+            continue
+        seg = text[li.start:li.end]
+        for fmt in DATE_FORMATS:
+            for d in days:
+                today = d.strftime(fmt)
+                if today in seg:
+                    return fmt, today, li.place
+    return None
 
 
 def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int:
@@ -209,7 +270,7 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
         p = prep.prepare(r)
         if predictor is None:
             predictor = Predictor(prep.block_size, opts.gpu_blocks)
-        o = predictor.serve(p.hashed)
+        o = predictor.serve(prep.encode(p) if p.hashed is None else p.hashed)
         totals.add(o)
         for k, v in (("P", o.prompt_tokens), ("H", o.hittable), ("U", o.cached_unlimited), ("C", o.cached)):
             per[k].append(v)
@@ -272,13 +333,13 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = 0
     for r in _requests(paths):
-        p = prep.prepare(r)
+        p = prep.prepare(r, encode=False)
         for i, (v, pred) in enumerate(zip(variants, preds, strict=True)):
             h = p.hashed
             if p.text is not None and p.lines is not None:
                 t = apply_fix(p.text, p.lines, v)
-                if t != p.text:
-                    h = prep.retokenize(p, t)
+                h = prep.retokenize(p, t) if t != p.text else prep.encode(p)
+            assert h is not None
             o = pred.serve(h)
             totals[i].add(o)
             if i == len(variants) - 1:
