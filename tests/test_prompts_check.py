@@ -184,3 +184,28 @@ def test_a_date_the_template_writes_flushes_the_cache_once_a_day(tmp_path, rende
     assert f["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(bodies, fixed), abs=1e-12)
     assert f["hit_rate_if_fixed"] > d["hit_rate_predicted"]
     assert any("the server's date" in n for n in d["notes"])
+
+
+def test_a_tool_list_in_a_different_order_per_request(tmp_path, renderer):
+    """Four tools, shuffled per request, rendered one per line by the fixture template: a `tools`
+    finding whose fix (the tool lines sorted) gives what sorted tool lists measure."""
+    rng = random.Random(4)
+    tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": f"does thing {k} " * 8,
+                                                "parameters": {"type": "object"}}} for k in range(4)]
+    bodies, fixed = [], []
+    for i in range(12):
+        order = tools[:]
+        rng.shuffle(order)
+        msgs = [{"role": "system", "content": "You are an agent.\n" + DOC}, {"role": "user", "content": f"Task {i}"}]
+        bodies.append({"messages": msgs, "tools": order})
+        fixed.append({"messages": msgs, "tools": sorted(order, key=json.dumps)})
+    d = check([write(tmp_path / "tools.jsonl", bodies)], renderer, CheckOptions(block_size=BS)).as_json()
+    kinds = {f["kind"] for f in d["findings"]}
+    assert kinds == {"tools"} and all(f["role"] == "tools" for f in d["findings"])
+
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    texts = [tok.apply_chat_template(b["messages"], tools=b["tools"], tokenize=False, add_generation_prompt=True)
+             for b in fixed]
+    assert d["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(fixed, texts), abs=1e-12)
+    assert d["hit_rate_if_fixed"] > d["hit_rate_predicted"] + 0.3
