@@ -123,6 +123,9 @@ def test_a_uuid_line_and_a_timestamp_line_are_two_findings_fixed_together(tmp_pa
     # each alone fixes little (the other still breaks the chain); both together fix most
     assert all(f["hit_rate_if_fixed"] < 0.2 for f in d["findings"])
     assert d["hit_rate_if_fixed"] > 0.8
+    one = check([tmp_path / "two.jsonl"], renderer, CheckOptions(block_size=BS, max_fixes=1)).as_json()
+    assert [f["hit_rate_if_fixed"] is None for f in one["findings"]] == [False, True]  # not recomputed: null
+    assert one["hit_rate_if_fixed"] == d["hit_rate_if_fixed"]
 
 
 @pytest.mark.parametrize("a, b, kind", [

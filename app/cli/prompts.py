@@ -91,8 +91,9 @@ def print_check(d: dict[str, Any]) -> None:
     for f in d["findings"]:
         where = (f"template text before message {f['message_index']}" if f["template"] else
                  f"line {f['line']} of message {f['message_index']} ({f['role']})")
+        lost = f"{f['tokens_lost']:,}" if f["tokens_lost"] is not None else "-"
         out.print(f"- {f['kind']} at {where}, e.g. {f['example']!r}: {f['requests_affected']:,} requests, "
-                  f"{f['tokens_lost']:,} tokens; {_pct(f['hit_rate_if_fixed'])} if {f['fix']}",
+                  f"{lost} tokens; {_pct(f['hit_rate_if_fixed'])} if {f['fix']}",
                   highlight=False, markup=False)
     p = d["pricing"]
     if p["extra_usd_per_month_if_fixed"] is not None:

@@ -56,8 +56,11 @@ class Prepared:
 
 @dataclass
 class FindingResult:
+    """A finding and the totals of the replay with it alone fixed (None: not recomputed, past
+    ``max_fixes``)."""
+
     finding: Finding
-    totals: Totals
+    totals: Totals | None
 
 
 @dataclass
@@ -103,7 +106,8 @@ def finding_json(fr: FindingResult, base: Totals) -> dict[str, Any]:
     f = fr.finding
     return {"kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
             "example": f.example, "requests_affected": f.requests_affected,
-            "tokens_lost": max(0, fr.totals.cached - base.cached), "hit_rate_if_fixed": fr.totals.hit_rate,
+            "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
+            "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
             "first_block": f.first_block, "template": f.template, "fix": f.fix}
 
 
@@ -300,11 +304,11 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
         fixed_u = array("q")
         vt = _fix_pass(paths, renderer, opts, prep.block_size, variants, fixed_u, progress)
         results = [FindingResult(f, vt[i]) for i, f in enumerate(found[:opts.max_fixes])]
-        results += [FindingResult(f, _unmeasured(totals)) for f in found[opts.max_fixes:]]
+        results += [FindingResult(f, None) for f in found[opts.max_fixes:]]
         fixed = vt[-1]
         if len(found) > opts.max_fixes:
-            notes.append(f"{len(found)} findings: the first {opts.max_fixes} recomputed one by one, all of them "
-                         "together")
+            notes.append(f"{len(found)} findings: the first {opts.max_fixes} recomputed one by one (the others' "
+                         "tokens_lost and hit_rate_if_fixed are null), all of them together")
         for u, h, f_u in zip(per["U"], per["H"], fixed_u, strict=True):
             busted += min(max(0, f_u - u), h - u)
     partial = sum(per["P"]) - sum(per["H"])
@@ -315,10 +319,6 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
                        {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last)
-
-
-def _unmeasured(t: Totals) -> Totals:
-    return Totals(t.requests, t.prompt_tokens, t.hittable, t.cached, t.cached_unlimited, t.unfit)
 
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
