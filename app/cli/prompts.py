@@ -32,7 +32,7 @@ def prompts_check(
     lora: Annotated[list[str] | None, typer.Option(help="A model name that is a LoRA adapter (repeatable): its "
                                                         "name is mixed into block keys.")] = None,
     per_request: Annotated[Path | None, typer.Option(help="Write each request's predicted cached tokens here "
-                                                          "(JSON lines: file, line, prompt_tokens, "
+                                                          "(JSON lines: file, line, custom_id, prompt_tokens, "
                                                           "cached_tokens_predicted, cached_tokens_unlimited).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
@@ -54,7 +54,8 @@ def prompts_check(
 
     def on_request(r: Any, o: Any) -> None:
         if fh is not None:
-            fh.write(json.dumps({"file": r.source, "line": r.line, "prompt_tokens": o.prompt_tokens,
+            fh.write(json.dumps({"file": r.source, "line": r.line, "custom_id": r.custom_id,
+                                 "prompt_tokens": o.prompt_tokens,
                                  "cached_tokens_predicted": o.cached,
                                  "cached_tokens_unlimited": o.cached_unlimited}) + "\n")
 
