@@ -41,16 +41,16 @@ def moved_to_the_end(body: dict) -> dict:
                                  {"role": "user", "content": body["messages"][1]["content"] + "\n" + ts_line}]}
 
 
-def reference_hit_rate(bodies: list[dict]) -> float:
+def reference_hit_rate(bodies: list[dict], texts: list[str] | None = None) -> float:
     """Unlimited cache, one request at a time: each request hits the longest prefix it shares
     with any earlier one, in full blocks within prompt_tokens - 1."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
-    seqs = []
-    for b in bodies:
-        text = tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True)
-        seqs.append(tok(text, add_special_tokens=False)["input_ids"])
+    if texts is None:
+        texts = [tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True,
+                                         **b.get("chat_template_kwargs", {})) for b in bodies]
+    seqs = [tok(text, add_special_tokens=False)["input_ids"] for text in texts]
     hit = total = 0
     for i, s in enumerate(seqs):
         best = 0
@@ -123,6 +123,9 @@ def test_a_uuid_line_and_a_timestamp_line_are_two_findings_fixed_together(tmp_pa
     # each alone fixes little (the other still breaks the chain); both together fix most
     assert all(f["hit_rate_if_fixed"] < 0.2 for f in d["findings"])
     assert d["hit_rate_if_fixed"] > 0.8
+    one = check([tmp_path / "two.jsonl"], renderer, CheckOptions(block_size=BS, max_fixes=1)).as_json()
+    assert [f["hit_rate_if_fixed"] is None for f in one["findings"]] == [False, True]  # not recomputed: null
+    assert one["hit_rate_if_fixed"] == d["hit_rate_if_fixed"]
 
 
 @pytest.mark.parametrize("a, b, kind", [
@@ -153,3 +156,59 @@ def test_line_map_and_apply_fix_on_rendered_text():
                       (1, "user", 1), (None, "template", 7), (None, "template", 8)]
     f = Finding("counter", 0, "system", 2, "A: 9", 0)
     assert apply_fix(text, lines, [f]) == "<s><|system|>\nA\nB\n<|user|>\nQ\nT: 1<|end|>\n<|assistant|>\n"
+
+
+def test_a_date_the_template_writes_flushes_the_cache_once_a_day(tmp_path, renderer):
+    """The fixture template writes "Today: <strftime_now('%d %B %Y')>" (chat_template_kwargs
+    add_date): vLLM renders the day each request arrives. 4 requests a day over 3 days."""
+    from datetime import UTC, datetime
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    day0 = 1796083200  # 2026-12-01T00:00:00Z
+    bodies = []
+    for i in range(12):
+        bodies.append({"created": day0 + (i // 4) * 86400 + (i % 4) * 60, "chat_template_kwargs": {"add_date": True},
+                       "messages": [{"role": "system", "content": "You are a support agent.\n" + DOC},
+                                    {"role": "user", "content": f"Question {i}?"}]})
+    d = check([write(tmp_path / "dated.jsonl", bodies)], renderer, CheckOptions(block_size=BS)).as_json()
+    served, fixed = [], []
+    for b in bodies:
+        day = datetime.fromtimestamp(b["created"], tz=UTC).strftime("%d %B %Y")
+        today = datetime.now().strftime("%d %B %Y")
+        served.append(tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True,
+                                              add_date=True).replace(f"Today: {today}", f"Today: {day}"))
+        moved = [b["messages"][0], {"role": "user", "content": b["messages"][1]["content"] + f"\nToday: {day}"}]
+        fixed.append(tok.apply_chat_template(moved, tokenize=False, add_generation_prompt=True))
+    assert d["hit_rate_predicted"] == pytest.approx(reference_hit_rate(bodies, served), abs=1e-12)
+    (f,) = d["findings"]
+    assert (f["kind"], f["role"], f["template"], f["requests_affected"]) == ("date", "template", True, 2)
+    assert f["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(bodies, fixed), abs=1e-12)
+    assert f["hit_rate_if_fixed"] > d["hit_rate_predicted"]
+    assert any("the server's date" in n for n in d["notes"])
+
+
+def test_a_tool_list_in_a_different_order_per_request(tmp_path, renderer):
+    """Four tools, shuffled per request, rendered one per line by the fixture template: a `tools`
+    finding whose fix (the tool lines sorted) gives what sorted tool lists measure."""
+    rng = random.Random(4)
+    tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": f"does thing {k} " * 8,
+                                                "parameters": {"type": "object"}}} for k in range(4)]
+    bodies, fixed = [], []
+    for i in range(12):
+        order = tools[:]
+        rng.shuffle(order)
+        msgs = [{"role": "system", "content": "You are an agent.\n" + DOC}, {"role": "user", "content": f"Task {i}"}]
+        bodies.append({"messages": msgs, "tools": order})
+        fixed.append({"messages": msgs, "tools": sorted(order, key=json.dumps)})
+    d = check([write(tmp_path / "tools.jsonl", bodies)], renderer, CheckOptions(block_size=BS)).as_json()
+    kinds = {f["kind"] for f in d["findings"]}
+    assert kinds == {"tools"} and all(f["role"] == "tools" for f in d["findings"])
+
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    texts = [tok.apply_chat_template(b["messages"], tools=b["tools"], tokenize=False, add_generation_prompt=True)
+             for b in fixed]
+    assert d["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(fixed, texts), abs=1e-12)
+    assert d["hit_rate_if_fixed"] > d["hit_rate_predicted"] + 0.3

@@ -129,3 +129,15 @@ def test_bad_sizes_are_refused():
     with pytest.raises(ValueError):
         BlockPool(1)
     assert Hashed(3, ()).output_tokens == 1
+
+
+def test_block_hashes_equal_hash_block_chained_by_hand():
+    from kvplan.models.prompts.hashing import ROOT, hash_block
+
+    t = list(range(100))
+    e = ExtraKeys(lora="l", cache_salt="s")
+    want, prev = [], ROOT
+    for i in range(100 // 16):
+        prev = hash_block(prev, t[i * 16:(i + 1) * 16], e.for_block(i))
+        want.append(prev)
+    assert block_hashes(t, 16, e) == want

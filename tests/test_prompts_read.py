@@ -43,6 +43,7 @@ def test_every_format_is_read_in_file_order(tmp_path):
     assert [r.kind for r in rs] == ["chat", "chat", "completion", "completion", "chat"]
     assert (rs[0].output_tokens, rs[0].cache_salt) == (5, "s")
     assert rs[2].prompt == "abc" and rs[3].prompt_ids == [1, 2, 3]
+    assert (rs[1].custom_id, rs[2].custom_id, rs[0].custom_id) == ("r1", "r2", None)
     assert rs[4].messages[0]["content"] == "a\nb"  # vLLM's string content format joins text parts
     assert [r.line for r in rs] == [1, 2, 3, 4, 5]
 

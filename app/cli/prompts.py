@@ -32,7 +32,7 @@ def prompts_check(
     lora: Annotated[list[str] | None, typer.Option(help="A model name that is a LoRA adapter (repeatable): its "
                                                         "name is mixed into block keys.")] = None,
     per_request: Annotated[Path | None, typer.Option(help="Write each request's predicted cached tokens here "
-                                                          "(JSON lines: file, line, prompt_tokens, "
+                                                          "(JSON lines: file, line, custom_id, prompt_tokens, "
                                                           "cached_tokens_predicted, cached_tokens_unlimited).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
@@ -54,7 +54,8 @@ def prompts_check(
 
     def on_request(r: Any, o: Any) -> None:
         if fh is not None:
-            fh.write(json.dumps({"file": r.source, "line": r.line, "prompt_tokens": o.prompt_tokens,
+            fh.write(json.dumps({"file": r.source, "line": r.line, "custom_id": r.custom_id,
+                                 "prompt_tokens": o.prompt_tokens,
                                  "cached_tokens_predicted": o.cached,
                                  "cached_tokens_unlimited": o.cached_unlimited}) + "\n")
 
@@ -91,8 +92,9 @@ def print_check(d: dict[str, Any]) -> None:
     for f in d["findings"]:
         where = (f"template text before message {f['message_index']}" if f["template"] else
                  f"line {f['line']} of message {f['message_index']} ({f['role']})")
+        lost = f"{f['tokens_lost']:,}" if f["tokens_lost"] is not None else "-"
         out.print(f"- {f['kind']} at {where}, e.g. {f['example']!r}: {f['requests_affected']:,} requests, "
-                  f"{f['tokens_lost']:,} tokens; {_pct(f['hit_rate_if_fixed'])} if {f['fix']}",
+                  f"{lost} tokens; {_pct(f['hit_rate_if_fixed'])} if {f['fix']}",
                   highlight=False, markup=False)
     p = d["pricing"]
     if p["extra_usd_per_month_if_fixed"] is not None:

@@ -50,7 +50,8 @@ def render_section(d: dict[str, Any]) -> str:
         [[f"{m['cold']:,}", f"{m['evicted']:,}", f"{m['busted']:,}", f"{m['partial']:,}"]], {0, 1, 2, 3}))
     rows = [[f["kind"], (f"template, before message {f['message_index']}" if f.get("template")
                          else f"message {f['message_index']} ({f['role']}), line {f['line']}"),
-             f["example"], f"{f['requests_affected']:,}", f"{f['tokens_lost']:,}", fmt.pct(f["hit_rate_if_fixed"]),
+             f["example"], f"{f['requests_affected']:,}",
+             f"{f['tokens_lost']:,}" if f["tokens_lost"] is not None else "-", fmt.pct(f["hit_rate_if_fixed"]),
              f.get("fix", "")] for f in d["findings"]]
     out.append("<h3>Cache-busters</h3>" + table(
         ["kind", "where", "shape of the span", "requests", "tokens lost", "hit rate if fixed", "fix"], rows,

@@ -8,8 +8,11 @@ token ids and prefix-cache predictions out. The public API (stable):
   directory or local HF cache, offline) and ``apply_chat_template``, as vLLM renders;
   ``.render(request) -> Rendered(ids, text)``, ``.encode(text, add_special_tokens=...)``.
 * ``check.Preparer(renderer, options).prepare(request) -> Prepared`` (``hashed``: the
-  request's vLLM block keys, ``ids``: its token ids or None for block-id traces); LMCache chunk
-  keys: ``kvplan.models.prompts.hashing.chunk_hashes(ids, chunk_size)``.
+  request's vLLM block keys, ``ids``: its token ids or None for block-id traces, ``text`` and
+  ``lines``: the rendered prompt, memory only); ``prepare(request, encode=False)`` renders only,
+  ``Preparer.encode(prepared)`` tokenizes and hashes later. A template that writes today's date is
+  rendered with the request's arrival day, as vLLM would have. LMCache chunk keys:
+  ``kvplan.models.prompts.hashing.chunk_hashes(ids, chunk_size, partial=True)``.
 * ``check.check(paths, renderer, CheckOptions(block_size, gpu_blocks, lmcache_chunk, lora),
   progress=..., on_request=...) -> CheckResult``; ``CheckResult.as_json()`` is
   ``kvplan prompts check --json``.

@@ -11,6 +11,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ class Prepared:
     """One request ready for the caches: its keys and (text prompts) its text and line map."""
 
     request: LogRequest
-    hashed: Hashed
+    hashed: Hashed | None
     ids: np.ndarray | None
     text: str | None = None
     lines: list[LineInfo] | None = None
@@ -55,8 +56,11 @@ class Prepared:
 
 @dataclass
 class FindingResult:
+    """A finding and the totals of the replay with it alone fixed (None: not recomputed, past
+    ``max_fixes``)."""
+
     finding: Finding
-    totals: Totals
+    totals: Totals | None
 
 
 @dataclass
@@ -102,7 +106,8 @@ def finding_json(fr: FindingResult, base: Totals) -> dict[str, Any]:
     f = fr.finding
     return {"kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
             "example": f.example, "requests_affected": f.requests_affected,
-            "tokens_lost": max(0, fr.totals.cached - base.cached), "hit_rate_if_fixed": fr.totals.hit_rate,
+            "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
+            "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
             "first_block": f.first_block, "template": f.template, "fix": f.fix}
 
 
@@ -115,11 +120,15 @@ class Preparer:
         self.block_size = opts.block_size
         self.trace_block: int | None = None
         self.notes: list[str] = []
+        self.date: tuple[str, str, tuple[int | None, str, int]] | None = None
+        self.date_checked = False
+        self.dated = 0
 
     def extra(self, r: LogRequest) -> ExtraKeys:
         return ExtraKeys(lora=r.model if r.model in self.opts.lora else None, cache_salt=r.cache_salt)
 
-    def prepare(self, r: LogRequest) -> Prepared:
+    def prepare(self, r: LogRequest, *, encode: bool = True) -> Prepared:
+        """Render (text prompts) and, unless ``encode`` is False, tokenize and hash ``r``."""
         if r.kind == "blocks":
             return Prepared(r, self._blocks(r), None)
         if r.kind == "completion" and r.prompt_ids is not None:
@@ -128,16 +137,52 @@ class Preparer:
         if self.renderer is None:
             raise KvplanError("a text prompt needs the model's tokenizer: give --tokenizer DIR (or a model id in "
                               "the local Hugging Face cache)", source=r.where)
-        rendered = self.renderer.render(r)
-        ids = np.asarray(rendered.ids, dtype=np.int64)
-        lines = None
-        if rendered.text is not None:
-            contents: list[tuple[str, str | None]] = (
-                [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
-            names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
-            lines = line_map(rendered.text, contents, names)
-        return Prepared(r, hashed(ids, self.block_size, self.extra(r), output_tokens=r.output_tokens), ids,
-                        rendered.text, lines)
+        text = self.renderer.text(r)
+        contents: list[tuple[str, str | None]] = (
+            [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
+        names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
+        lines = line_map(text, contents, names)
+        if r.kind == "chat":
+            dated = self._server_date(r, text, lines)
+            if dated is not None:
+                text = dated
+                lines = line_map(text, contents, names)
+        p = Prepared(r, None, None, text, lines)
+        if encode:
+            self.encode(p)
+        return p
+
+    def encode(self, p: Prepared) -> Hashed:
+        """``p``'s token ids and keys from its text (once)."""
+        if p.hashed is None:
+            assert self.renderer is not None and p.text is not None
+            p.ids = np.asarray(self.renderer.encode(p.text, add_special_tokens=p.request.kind == "completion"),
+                               dtype=np.int64)
+            p.hashed = hashed(p.ids, self.block_size, self.extra(p.request), output_tokens=p.request.output_tokens)
+        return p.hashed
+
+    def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
+        """A chat template that writes today's date (``strftime_now``) renders, in vLLM, the date
+        the request arrived: the text with that date in place of today's, or None. Found once, on
+        the first chat request, in the template's own lines."""
+        if not self.date_checked:
+            self.date_checked = True
+            self.date = template_date(text, lines)
+            if self.date is not None:
+                place = self.date[2]
+                self.notes.append(f"the chat template writes the server's date (template line {place[2]}): vLLM "
+                                  "renders the day a request arrives, so cached prefixes after it are lost once a "
+                                  "day" + ("" if r.arrival is not None else "; the log has no arrival times, so the "
+                                           "prediction renders every request with today's date"))
+        if self.date is None or r.arrival is None:
+            return None
+        fmt, today, place = self.date
+        day = datetime.fromtimestamp(r.arrival, tz=UTC).strftime(fmt)
+        for li in lines:
+            if li.place == place and today in text[li.start:li.end]:
+                self.dated += 1
+                return text[:li.start] + text[li.start:li.end].replace(today, day, 1) + text[li.end:]
+        return None
 
     def retokenize(self, p: Prepared, text: str) -> Hashed:
         assert self.renderer is not None
@@ -165,6 +210,26 @@ class Preparer:
             prev = hash_block(prev, r.block_ids[i * g:(i + 1) * g], extra.for_block(i))
             keys.append(prev)
         return Hashed(r.input_length, tuple(keys), max(1, r.output_tokens or 1))
+
+
+DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
+                "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y")
+"""strftime formats a template's date is looked for in (Llama 3.1's "Today Date: 26 Jul 2024" is %d %b %Y)."""
+
+
+def template_date(text: str, lines: Sequence[LineInfo]) -> tuple[str, str, tuple[int | None, str, int]] | None:
+    """(format, today's date in it, the line's place) when a template line holds today's date."""
+    days = {datetime.now(), datetime.now(UTC)}
+    for li in lines:
+        if li.role != "template":
+            continue
+        seg = text[li.start:li.end]
+        for fmt in DATE_FORMATS:
+            for d in days:
+                today = d.strftime(fmt)
+                if today in seg:
+                    return fmt, today, li.place
+    return None
 
 
 def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int:
@@ -209,7 +274,7 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
         p = prep.prepare(r)
         if predictor is None:
             predictor = Predictor(prep.block_size, opts.gpu_blocks)
-        o = predictor.serve(p.hashed)
+        o = predictor.serve(prep.encode(p) if p.hashed is None else p.hashed)
         totals.add(o)
         for k, v in (("P", o.prompt_tokens), ("H", o.hittable), ("U", o.cached_unlimited), ("C", o.cached)):
             per[k].append(v)
@@ -239,11 +304,11 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
         fixed_u = array("q")
         vt = _fix_pass(paths, renderer, opts, prep.block_size, variants, fixed_u, progress)
         results = [FindingResult(f, vt[i]) for i, f in enumerate(found[:opts.max_fixes])]
-        results += [FindingResult(f, _unmeasured(totals)) for f in found[opts.max_fixes:]]
+        results += [FindingResult(f, None) for f in found[opts.max_fixes:]]
         fixed = vt[-1]
         if len(found) > opts.max_fixes:
-            notes.append(f"{len(found)} findings: the first {opts.max_fixes} recomputed one by one, all of them "
-                         "together")
+            notes.append(f"{len(found)} findings: the first {opts.max_fixes} recomputed one by one (the others' "
+                         "tokens_lost and hit_rate_if_fixed are null), all of them together")
         for u, h, f_u in zip(per["U"], per["H"], fixed_u, strict=True):
             busted += min(max(0, f_u - u), h - u)
     partial = sum(per["P"]) - sum(per["H"])
@@ -254,10 +319,6 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
                        {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last)
-
-
-def _unmeasured(t: Totals) -> Totals:
-    return Totals(t.requests, t.prompt_tokens, t.hittable, t.cached, t.cached_unlimited, t.unfit)
 
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
@@ -272,13 +333,13 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = 0
     for r in _requests(paths):
-        p = prep.prepare(r)
+        p = prep.prepare(r, encode=False)
         for i, (v, pred) in enumerate(zip(variants, preds, strict=True)):
             h = p.hashed
             if p.text is not None and p.lines is not None:
                 t = apply_fix(p.text, p.lines, v)
-                if t != p.text:
-                    h = prep.retokenize(p, t)
+                h = prep.retokenize(p, t) if t != p.text else prep.encode(p)
+            assert h is not None
             o = pred.serve(h)
             totals[i].add(o)
             if i == len(variants) - 1:

@@ -71,6 +71,8 @@ class LogRequest:
     block_tokens: int = 0
     input_length: int = 0
     chat_id: str | None = None
+    custom_id: str | None = None
+    """A Batch API line's ``custom_id`` (kept to match per-request predictions with responses)."""
 
     @property
     def where(self) -> str:
@@ -224,7 +226,10 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
         url = obj["url"]
         if not isinstance(url, str) or not ("/chat/completions" in url or url.endswith("/completions")):
             raise PayloadError(src, f"url {str(url)[:60]!r}: only /v1/chat/completions and /v1/completions", n)
-        return _body(body, src, n, _arrival(obj, src, n) or _arrival(body, src, n), url)
+        r = _body(body, src, n, _arrival(obj, src, n) or _arrival(body, src, n), url)
+        if isinstance(obj.get("custom_id"), str):
+            r.custom_id = obj["custom_id"][:256]
+        return r
     return _body(obj, src, n, _arrival(obj, src, n))
 
 

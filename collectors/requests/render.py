@@ -70,6 +70,14 @@ class Renderer:
         text = self.chat_text(r)
         return Rendered(self.encode(text, add_special_tokens=False), text)
 
+    def text(self, r: LogRequest) -> str:
+        """A text request's prompt as vLLM tokenizes it: the chat template's output, or the
+        completions prompt."""
+        if r.kind == "completion":
+            assert r.prompt is not None
+            return r.prompt
+        return self.chat_text(r)
+
     def chat_text(self, r: LogRequest, messages: list[dict[str, Any]] | None = None) -> str:
         kwargs = dict(r.chat_template_kwargs)
         for k in ("tokenize", "conversation", "messages", "chat_template"):

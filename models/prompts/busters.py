@@ -16,7 +16,7 @@ timestamp line in every request is one finding.
 
 The fix (:func:`apply_fix`) is applied to every request that has a line at the finding's place:
 volatile values (timestamps, dates, ids, counters, other) are **moved to the end** of the
-request's last message; formatting (whitespace, JSON key order, tool lists) is **normalised**.
+request's last message; formatting (whitespace, JSON key order, tool lists: their lines sorted) is **normalised**.
 Prompt text is held in memory only: a finding keeps the *shape* of its span (:func:`shape`:
 digits as 9, letters as a/A), never the text.
 """
@@ -187,6 +187,10 @@ class Finding:
         return (self.kind, self.message_index, self.role, self.line)
 
     @property
+    def place(self) -> tuple[int | None, str, int]:
+        return (self.message_index, self.role, self.line)
+
+    @property
     def fix(self) -> str:
         return "normalised" if self.kind in NORMALISED else "moved to the end of the last message"
 
@@ -297,18 +301,21 @@ def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding]) ->
     """``text`` with every finding in ``fixes`` fixed at its place (a request without a line
     there is unchanged): a moved line goes after the end of the last message's content (the
     text's end when no line is tied to a message); a normalised line is replaced by its
-    canonical form (whitespace collapsed, JSON keys sorted, the first tool list seen)."""
+    canonical form (whitespace collapsed, JSON keys sorted; a tool list's lines sorted)."""
     by_place = {(f.message_index, f.role, f.line): f for f in fixes}
     moved: list[str] = []
     edits: list[tuple[int, int, str]] = []
+    tool_lines = [i for i in infos if i.role == "tools"]
+    if any(f.kind == "tools" and i.place == f.place for f in fixes for i in tool_lines):
+        ordered = sorted(text[i.start:i.end] for i in tool_lines)  # the tool list in one order
+        edits.extend((i.start, i.end, t) for i, t in zip(tool_lines, ordered, strict=True))
     for info in infos:
         f = by_place.get(info.place)
-        if f is None:
+        if f is None or f.kind == "tools":
             continue
         line = text[info.start:info.end]
         if f.kind in NORMALISED:
-            new = f.canonical if f.kind == "tools" and f.canonical is not None else _canonical(line, f.kind)
-            edits.append((info.start, info.end, new))
+            edits.append((info.start, info.end, _canonical(line, f.kind)))
         else:
             moved.append(line)
             edits.append((info.start, min(info.end + 1, len(text)), ""))

@@ -65,14 +65,20 @@ def block_hashes(tokens: Sequence[int] | np.ndarray, block_size: int, extra: Ext
                  *, start: int = 0, parent: bytes = ROOT) -> list[bytes]:
     """The chained keys of every full block of ``tokens`` (a trailing partial block has none).
     ``start``/``parent`` continue a chain: block ``start`` onwards, ``parent`` the key of block
-    ``start - 1`` (used for the blocks a request's output tokens fill)."""
+    ``start - 1`` (used for the blocks a request's output tokens fill). The same keys as
+    :func:`hash_block` block by block, the token bytes converted once."""
     if block_size < 1:
         raise ValueError(f"block_size must be at least 1; got {block_size}")
-    arr = np.asarray(tokens, dtype=np.int64)
+    buf = _tokens_bytes(tokens)
+    width = 8 * block_size
     out: list[bytes] = []
     prev = parent
-    for b in range(start, len(arr) // block_size):
-        prev = hash_block(prev, arr[b * block_size:(b + 1) * block_size], extra.for_block(b))
+    plain = extra.for_block(1)
+    tail_plain = len(plain).to_bytes(4, "little") + plain
+    sha = hashlib.sha256
+    for b in range(start, len(buf) // width):
+        e = tail_plain if b else len(extra.for_block(0)).to_bytes(4, "little") + extra.for_block(0)
+        prev = sha(prev + buf[b * width:(b + 1) * width] + e).digest()
         out.append(prev)
     return out
 
