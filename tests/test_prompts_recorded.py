@@ -54,3 +54,28 @@ def test_prediction_matches_vllm(name, tmp_path):
 def test_the_timestamp_buster_and_its_fix(tmp_path):
     res = pc.check_timestamp_case(RUNS["ts-top"], RUNS["ts-end"], tmp_path)
     assert res["measured_now"] < 0.05 < 0.5 < res["measured_fixed"]  # the case is what it claims to be
+
+
+def test_the_prompts_page_runs_on_a_recorded_demo_log(monkeypatch, tmp_path):
+    """The demo's logs on the Prompts page: picked by name, checked with their own tokenizer,
+    template and engine settings, labelled as recorded on the CPU stack with vLLM's measurement."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from kvplan.app.report import fmt
+
+    monkeypatch.setenv("KVPLAN_DB", str(tmp_path / "k.duckdb"))
+    t = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py"), default_timeout=180)
+    t.switch_page("pages/prompts.py")
+    t.run()
+    t.selectbox(key="prompts_demo").select("ts-top")
+    next(b for b in t.button if b.label == "Check").click()
+    t.run()
+    assert not t.exception, t.exception
+    d, _ = pc.predict(pc.LOGS / "ts-top.jsonl", RUNS["ts-top"], tmp_path)
+    m = {x.label: x.value for x in t.metric}
+    assert m["Predicted hit rate"] == fmt.pct(d["hit_rate_predicted"])
+    assert m["Every finding fixed"] == fmt.pct(d["hit_rate_if_fixed"])
+    info = " ".join(x.value for x in t.info)
+    assert f"vLLM measured {fmt.pct(pc.measured_hit_rate(RUNS['ts-top']))}" in info and "CPU stack" in info
