@@ -17,8 +17,11 @@ import pytest
 from kvplan.deploy.local.recorders import prompt_logs
 from tests import prompts_compare as pc
 
-MANIFEST = json.loads((pc.STACK / "recording.json").read_text())
+RECORDING = pc.STACK / "recording.json"
+MANIFEST = json.loads(RECORDING.read_text()) if RECORDING.exists() else {"runs": []}
 RUNS = {r["name"]: r for r in MANIFEST["runs"]}
+recorded = pytest.mark.skipif(not RECORDING.exists(), reason=f"{RECORDING} not recorded yet: run "
+                              "deploy/local/recorders/record_prompts.py (holds the stack lock)")
 
 
 def test_the_logs_are_what_the_generator_writes():
@@ -29,6 +32,7 @@ def test_the_logs_are_what_the_generator_writes():
         assert (pc.LOGS / name).read_bytes() == data, name
 
 
+@recorded
 def test_the_recording_agrees_with_itself():
     """vLLM's two reports of the same thing: usage per request summed = /metrics over the run."""
     assert {r["name"] for r in MANIFEST["runs"]} >= {"agent-tools", "chats", "rag", "ts-top", "ts-end",
@@ -45,17 +49,20 @@ def test_the_recording_agrees_with_itself():
     assert RUNS["chats-small-kv"]["cached_tokens"] < RUNS["chats"]["cached_tokens"]
 
 
+@recorded
 @pytest.mark.parametrize("name", ["agent-tools", "chats", "rag", "ts-top", "ts-end", "chats-small-kv"])
 def test_prediction_matches_vllm(name, tmp_path):
     run = RUNS[name]
     pc.check_run(run, pc.LOGS / run["file"], tmp_path)
 
 
+@recorded
 def test_the_timestamp_buster_and_its_fix(tmp_path):
     res = pc.check_timestamp_case(RUNS["ts-top"], RUNS["ts-end"], tmp_path)
     assert res["measured_now"] < 0.05 < 0.5 < res["measured_fixed"]  # the case is what it claims to be
 
 
+@recorded
 def test_the_prompts_page_runs_on_a_recorded_demo_log(monkeypatch, tmp_path):
     """The demo's logs on the Prompts page: picked by name, checked with their own tokenizer,
     template and engine settings, labelled as recorded on the CPU stack with vLLM's measurement."""
