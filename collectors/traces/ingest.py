@@ -36,7 +36,9 @@ import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -156,7 +158,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         for s, prev in ((s, state.get(s.path)) for s in scans)))
 
 
-def trace_state(con: object, deployment: str, trace_name: str, kind: str,
+def trace_state(con: duckdb.DuckDBPyConnection, deployment: str, trace_name: str, kind: str,
                  inst: dict[Path, str]) -> tuple[dict | None, dict[Path, dict]]:
     """The trace's row (None: new) and what earlier imports took of each file of its instance.
     A file imported before traces had instances (instance '') whose imported part is unchanged is
@@ -253,7 +255,7 @@ def _lmcache_keys(con, trace_id: int, hex_keys: list[str]) -> np.ndarray:
     return np.asarray(got, dtype=np.int64)
 
 
-def insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
+def insert_requests(con: duckdb.DuckDBPyConnection, trace_id: int, p: ParsedFile, instance: str) -> None:
     if p.format in ("lmcache", "requests"):  # hex digests: keyed per trace
         keys = _lmcache_keys(con, trace_id, p.hex_keys) if p.hex_keys else np.zeros(0, np.int64)
     else:
@@ -277,7 +279,7 @@ def insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
                 "seq_len, output_len, chunk_keys, instance) SELECT * FROM reqs")
 
 
-def one_row(con, query: str, **params) -> dict | None:
+def one_row(con: duckdb.DuckDBPyConnection, query: str, **params: Any) -> dict | None:
     cur = Database.run(con, query, **params)
     row = cur.fetchone()
     if row is None:

@@ -34,6 +34,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import utcnow
@@ -45,6 +46,9 @@ from ..scrape.payload import PayloadError
 from ..scrape.store import ConflictError
 from .lines import MAX_BYTES_PER_CHUNK, MAX_CHUNK_TOKENS, ParsedFile
 from .paths import INSTANCE_MAX
+
+if TYPE_CHECKING:
+    from .ingest import ImportResult
 
 DEFAULT_CHUNK = 256
 """LMCache's default ``chunk_size``."""
@@ -204,7 +208,7 @@ def _rows(f: Path, skip_lines: int, hasher: _Hasher, batch_lines: int) -> Iterat
 def import_request_logs(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                         tokenizer: str | Path | None = None, chat_template: Path | None = None,
                         chunk_size: int = DEFAULT_CHUNK, bytes_per_chunk: int | None = None,
-                        instance: str | None = None, batch_lines: int = 4096):
+                        instance: str | None = None, batch_lines: int = 4096) -> ImportResult:
     """Import request logs as the trace ``name`` (default ``requests``) of ``deployment`` (module
     doc). Returns a ``traces.ImportResult``; ``timed`` files carry arrival times."""
     from .ingest import FileResult, ImportResult, insert_requests, one_row, trace_state
