@@ -15,6 +15,7 @@ own tokenizer and ``apply_chat_template`` (never a re-implementation).
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,35 @@ class Rendered:
 
     ids: list[int]
     text: str | None
+
+
+def tool_call_arguments_parsed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as vLLM hands them to the template: an assistant tool call's ``arguments``
+    (a JSON string in OpenAI's format) parsed into a dict, ``{}`` when empty (vLLM
+    ``renderers/chat_utils.py``: templates expect dicts; ``tojson`` then re-serialises them, so the
+    string's own spacing is lost). A string that is not a JSON object is left as it is."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if isinstance(calls, list) and calls:
+            new_calls = []
+            for c in calls:
+                fn = c.get("function") if isinstance(c, dict) else None
+                if isinstance(fn, dict) and not isinstance(fn.get("arguments"), dict):
+                    args = fn.get("arguments")
+                    parsed: Any = {}
+                    if args:
+                        try:
+                            parsed = json.loads(args) if isinstance(args, str) else args
+                        except ValueError:
+                            parsed = args
+                        if not isinstance(parsed, dict):
+                            parsed = args
+                    c = {**c, "function": {**fn, "arguments": parsed}}
+                new_calls.append(c)
+            m = {**m, "tool_calls": new_calls}
+        out.append(m)
+    return out
 
 
 class Renderer:
@@ -84,7 +114,8 @@ class Renderer:
             kwargs.pop(k, None)
         try:
             text = self.tok.apply_chat_template(
-                messages if messages is not None else r.messages, tools=r.tools, chat_template=self.template,
+                tool_call_arguments_parsed(messages if messages is not None else r.messages), tools=r.tools,
+                chat_template=self.template,
                 add_generation_prompt=r.add_generation_prompt and not r.continue_final_message,
                 continue_final_message=r.continue_final_message, tokenize=False, **kwargs)
         except Exception as e:  # jinja2 errors, raise_exception(), no template
