@@ -1,0 +1,116 @@
+"""One measured history per command, on the recorded topology A/B (tests/fixtures/topology-ab):
+
+* ``kvplan whatif --json`` gives exactly the JSON it gave before the what-if became a dataclass
+  (the files in tests/fixtures/whatif-golden were written by the dict-returning code, commit
+  5dfa47a, and is compared key by key, floats to 1e-9 relative);
+* ``kvplan plan``, ``kvplan plan --topology``, ``kvplan whatif`` and ``kvplan report`` each fit
+  the deployment's prefill cost model once and read the price book once: counted by wrapping
+  ``kvplan.models.prefill.fit.fit_prefill_cost`` (in every module that holds it) and the named
+  queries run through ``Database.fetch`` / ``Snapshot.fetch``;
+* ``plan --topology --json`` prints only JSON on stdout (issue 27, case 17), and without any
+  trace the plan still stands, with a note saying why the topology part is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.app.cli import app
+from kvplan.models.core.timeutil import from_epoch_s
+from kvplan.models.prefill import fit as fit_module
+from kvplan.sql import db as sqldb
+
+GOLDEN_DIR = Path(__file__).resolve().parent / "fixtures" / "whatif-golden"
+SIDE = "shared"
+DEPLOYMENT = "ab-shared"
+
+
+def _runner() -> CliRunner:
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:  # click >= 8.2 keeps stderr apart already
+        return CliRunner()
+
+
+@pytest.fixture
+def side_db(topology_ab, tmp_path) -> tuple[Path, dict]:
+    dbs, metas = topology_ab
+    path = tmp_path / f"{SIDE}.duckdb"
+    shutil.copy(dbs[SIDE].path, path)
+    return path, metas[SIDE]
+
+
+def _window(m: dict, phase: str = "sequential") -> list[str]:
+    sp = m["phases"][phase]
+    return ["--from", from_epoch_s(sp["start"] - 1.2).isoformat(), "--to", from_epoch_s(sp["end"] + 3).isoformat()]
+
+
+@pytest.fixture
+def counted(monkeypatch) -> Counter:
+    """Fits of the prefill cost model (key ``fit``) and named queries run (key: the query's name)."""
+    counts: Counter = Counter()
+    original = fit_module.fit_prefill_cost
+
+    def counting(*a, **kw):
+        counts["fit"] += 1
+        return original(*a, **kw)
+
+    for mod in [m for name, m in sys.modules.items() if name.startswith("kvplan")]:
+        if getattr(mod, "fit_prefill_cost", None) is original:
+            monkeypatch.setattr(mod, "fit_prefill_cost", counting)
+
+    snap_fetch = sqldb.Snapshot.fetch
+
+    def snapshot_fetch(self, query, /, **params):
+        counts[query] += 1
+        return snap_fetch(self, query, **params)
+
+    def database_fetch(self, query, /, **params):  # counted once: it does not go through Snapshot.fetch
+        counts[query] += 1
+        with self.read() as con:
+            return sqldb._rows(self.run(con, query, **params))
+
+    monkeypatch.setattr(sqldb.Snapshot, "fetch", snapshot_fetch)
+    monkeypatch.setattr(sqldb.Database, "fetch", database_fetch)
+    return counts
+
+
+def _same(a, b, path="$"):
+    """``a`` equals ``b`` key by key; floats to 1e-9 relative."""
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), f"{path}: {a!r} != {b!r}"
+        return
+    assert type(a) is type(b) or (isinstance(a, (int, float)) and isinstance(b, (int, float))), \
+        f"{path}: {type(a).__name__} != {type(b).__name__} ({a!r} / {b!r})"
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), f"{path}: keys {sorted(set(a) ^ set(b))} differ"
+        for k in a:
+            _same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), f"{path}: {len(a)} items != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("golden, options", [
+    ("ab-shared-sequential.json", ["--ranks", "2", "window"]),
+    ("ab-shared-l1-l2.json", ["--ranks", "3", "--configured-gb", "0.05", "--l2-gb", "0.1", "--points", "8"]),
+])
+def test_whatif_json_is_unchanged(side_db, golden, options):
+    path, m = side_db
+    opts = [x for o in options for x in (_window(m) if o == "window" else [o])]
+    r = _runner().invoke(app, ["whatif", "--db", str(path), "--deployment", DEPLOYMENT, "--json", *opts])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert got["today"]["ttft_p99_s_predicted"] is not None and got["finding"] is not None  # the TTFT half ran
+    _same(got, json.loads((GOLDEN_DIR / golden).read_text()))
