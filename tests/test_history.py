@@ -113,4 +113,38 @@ def test_whatif_json_is_unchanged(side_db, golden, options):
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     assert got["today"]["ttft_p99_s_predicted"] is not None and got["finding"] is not None  # the TTFT half ran
-    _same(got, json.loads((GOLDEN_DIR / golden).read_text()))
+    want = json.loads((GOLDEN_DIR / golden).read_text())
+    got_dollars, want_dollars = got.pop("dollars"), want.pop("dollars")
+    _same(got, want)
+    # the dollars: the same keys, the same inputs but the GPU-seconds per token, which is the
+    # one history's (module doc)
+    assert sorted(got_dollars) == sorted(want_dollars)
+    assert [sorted(p) for p in got_dollars["points"]] == [sorted(p) for p in want_dollars["points"]]
+    for k in ("requested_tokens_per_month", "requested_tokens_per_month_source", "usd_per_gpu_hour",
+              "usd_per_gb_month", "seconds_per_cached_token_source"):
+        _same(got_dollars[k], want_dollars[k], k)
+    assert got_dollars["seconds_per_cached_token"] == pytest.approx(
+        _seconds_per_token(path, got["trace"], got["today"]["span"]), rel=1e-9)
+
+
+def _seconds_per_token(path: Path, trace: dict, span: list[str]) -> float:
+    """GPU-seconds per cached token over the trace's first to last request, priced with the cost
+    model fitted on the 7 days before the measured span's end: from the building blocks."""
+    from datetime import datetime, timedelta
+
+    from kvplan.app.data.prefill import describe_history, prefill_intervals
+    from kvplan.app.data.window import engines_in_window, load_window
+    from kvplan.models.inputs.deployment import DeploymentFacts
+    from kvplan.models.prefill import PricedWindow, estimate_savings, fit_prefill_cost, measurement_from_window
+    from kvplan.sql.db import Database
+
+    db = Database(path)
+    end = datetime.fromisoformat(span[1])
+    ivs = prefill_intervals(db, DEPLOYMENT, end - timedelta(days=7), end)
+    cost = fit_prefill_cost(ivs, history=describe_history(DEPLOYMENT, ivs, end - timedelta(days=7), end))
+    a, b = from_epoch_s(trace["first_ts"]), from_epoch_s(trace["last_ts"])
+    window = PricedWindow.from_intervals(prefill_intervals(db, DEPLOYMENT, a, b), t_from=a.timestamp(),
+                                         t_to=b.timestamp())
+    m = measurement_from_window(window, cost, facts=DeploymentFacts(), stats=load_window(db, DEPLOYMENT, a, b).stats,
+                                engines=max(1, engines_in_window(db, DEPLOYMENT, a, b)))
+    return estimate_savings(m).gpu_seconds_per_token

@@ -10,6 +10,7 @@ from ...models.metrics.catalog import GAUGE_LABELS
 from ...models.metrics.spans import chart_step
 from ...models.metrics.tiers import Tier, tiers
 from ...sql.db import Source
+from ..data.points import tier_points
 from ..data.window import (
     TimeBucket,
     Window,
@@ -18,7 +19,6 @@ from ..data.window import (
     load_window_and_buckets,
     window_buckets,
 )
-from .overview import tier_points
 from .runs import runs_view
 
 REQUEST_WEIGHTED_NOTE = (
