@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvplan.app.data.plan import plan_range
 from kvplan.app.data.store import DeploymentSettings
 from kvplan.app.data.window import engines_in_window, stats
-from kvplan.app.data.plan import plan_range
 from kvplan.collectors.openmetrics import _labels
 from kvplan.collectors.parse import parse_payload
 from kvplan.collectors.prom_rules import render

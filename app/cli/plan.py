@@ -13,7 +13,7 @@ from .common import ConfigOpt, DbOpt, err, json_text, open_db, out, parse_window
 
 if TYPE_CHECKING:
     from ...models.cache.alternatives import TopologyFinding
-    from ...sql.db import Source
+    from ...sql.db import Snapshot
     from ..data.history import History
 
 
@@ -73,7 +73,7 @@ def plan_command(
     out.print(fmt.cost_model_line(result), highlight=False, soft_wrap=True)
 
 
-def _topology_finding(src: Source, deployment: str, model_name: str | None, t0: datetime, t1: datetime,
+def _topology_finding(src: Snapshot, deployment: str, model_name: str | None, t0: datetime, t1: datetime,
                       history: History) -> TopologyFinding | None:
     """``--topology``: the TTFT what-if's finding over the window, priced with the plan's own
     history. Without one (no trace, no request in the window, no TTFT prediction) the plan stands

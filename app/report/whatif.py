@@ -9,7 +9,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ...collectors.traces import TraceError
-from ...sql.db import Source
+from ...sql.db import Database, Snapshot
 from .. import charts_whatif
 from . import fmt
 from .render import svg, table
@@ -116,7 +116,7 @@ def _topology(d: WhatIf, charts: bool) -> list[str]:
     return out
 
 
-def whatif_section(source: Source, deployment: str, **kw: Any) -> str:
+def whatif_section(source: Database | Snapshot, deployment: str, **kw: Any) -> str:
     """The section for a deployment's newest trace, or a one-line note when it has none.
     ``source``: the report's snapshot; ``kw`` go to ``kvplan.app.views.whatif.whatif`` (the
     report passes its ``history``)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ...models.cache.value import CapacityValue
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import from_epoch_s
 from ...models.inputs.pricebook import PriceBook
-from ...sql.db import Source
+from ...sql.db import Database, Snapshot, Source
 from ..answers import Answer
 from ..data.history import History, load_history
 from ..data.store import DeploymentSettings, load_pricebook
@@ -255,7 +255,7 @@ def seconds_per_token_from_metrics(source: Source, history: History, t0: float, 
         return None
 
 
-def whatif(source: Source, deployment: str, trace: str | None = None, *, model_name: str | None = None,
+def whatif(source: Database | Snapshot, deployment: str, trace: str | None = None, *, model_name: str | None = None,
            ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = pools.ROUTINGS,
            seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
            configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
@@ -349,9 +349,11 @@ def whatif(source: Source, deployment: str, trace: str | None = None, *, model_n
                   notes=tuple(notes), topology=topo)
 
 
-def _load(db: Source, deployment: str, trace: str | None, model_name: str | None, t_from: datetime | None,
-          t_to: datetime | None, notes: list[str]) -> tuple[Trace, TraceInfo]:
-    """The trace, in the window when one is given and the trace's times are unix times."""
+def _load(source: Database | Snapshot, deployment: str, trace: str | None, model_name: str | None,
+          t_from: datetime | None, t_to: datetime | None, notes: list[str]) -> tuple[Trace, TraceInfo]:
+    """The trace, in the window when one is given and the trace's times are unix times (read
+    through ``source.read()``: a snapshot's own connection)."""
+    db = cast(Database, source)  # load_trace reads through read(), which a Snapshot has too
     if t_from is None or t_to is None:
         return load_trace(db, deployment, trace, model_name=model_name)
     tr, info = load_trace(db, deployment, trace, model_name=model_name, t_from=t_from.timestamp(),

@@ -252,7 +252,9 @@ def topology_whatif(source: Source, deployment: str, tr: Trace, names: tuple[str
     if span is None or history is None:
         notes.append("the trace's times are not unix times: no metrics to measure or price it with")
         return out
+    history = history.with_overheads(source)
     cost, over, latency = history.cost, history.overheads, history.latency
+    assert over is not None  # with_overheads calibrated them
     out = replace(out, latency_model=LatencyModelInfo(cost.status, cost.reason, cost.history,
                                                       {p.name: p.value for p in cost.parts}, over,
                                                       lat.DEFAULT_BATCH_TOKENS))
