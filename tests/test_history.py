@@ -148,3 +148,94 @@ def _seconds_per_token(path: Path, trace: dict, span: list[str]) -> float:
     m = measurement_from_window(window, cost, facts=DeploymentFacts(), stats=load_window(db, DEPLOYMENT, a, b).stats,
                                 engines=max(1, engines_in_window(db, DEPLOYMENT, a, b)))
     return estimate_savings(m).gpu_seconds_per_token
+
+
+COMMANDS = {
+    "plan": lambda m: ["plan", "--deployment", DEPLOYMENT, *_window(m), "--json"],
+    "plan --topology": lambda m: ["plan", "--deployment", DEPLOYMENT, *_window(m), "--topology", "--json"],
+    "whatif": lambda m: ["whatif", "--deployment", DEPLOYMENT, "--ranks", "2", *_window(m), "--json"],
+    "report": lambda m: ["report", "--deployment", DEPLOYMENT, "--month", "2026-12", "-o", "{tmp}/report.html"],
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_one_fit_and_one_price_book_per_command(side_db, counted, tmp_path, command):
+    """Before (5dfa47a) on this database: plan 1 fit, plan --topology 3, whatif 2, report 3 (and
+    the price book read 1, 3, 2, 3 times; the history's prefill intervals 2, 6, 4, 6 times)."""
+    path, m = side_db
+    args = [a.replace("{tmp}", str(tmp_path)) for a in COMMANDS[command](m)]
+    r = _runner().invoke(app, [args[0], "--db", str(path), *args[1:]])
+    assert r.exit_code == 0, r.output
+    assert counted["fit"] == 1, counted
+    assert counted["get_pricebook"] == 1 and counted["get_facts"] == 1, counted
+    # the history once; beside it, only the priced windows' own intervals (the plan's window, the
+    # trace's span for the what-if's dollars), each read once
+    windows = {"plan": 1, "plan --topology": 2, "whatif": 1, "report": 2}[command]
+    assert counted["prefill_intervals"] == 1 + windows, counted
+    assert counted["latency_intervals"] == (0 if command == "plan" else 1), counted
+
+
+def test_the_history_counts_lmcache_chunks_with_the_deployments_chunk_size(side_db):
+    """``lmcache_chunk_tokens`` set for the deployment: the history's stored tokens are write
+    chunks x that size (5dfa47a's TTFT fit used the default 256 whatever the facts said)."""
+    from kvplan.app.data.history import load_history
+    from kvplan.app.data.store import DeploymentSettings
+    from kvplan.models.inputs.deployment import DeploymentFacts
+    from kvplan.sql.db import Database
+
+    path, m = side_db
+    end = from_epoch_s(m["phases"]["sequential"]["end"] + 3)
+    with Database(path).snapshot() as src:
+        default = load_history(src, DEPLOYMENT, end)
+        mine = load_history(src, DEPLOYMENT, end, cfg=DeploymentSettings(facts=DeploymentFacts(lmcache_chunk_tokens=64)))
+    stored = [(a.stored_tokens, b.stored_tokens) for a, b in zip(default.intervals, mine.intervals, strict=True)
+              if a.stored_tokens]
+    assert stored, "the recording has LMCache write chunks"
+    assert default.facts.facts.lmcache_chunk_tokens == 256
+    for a, b in stored:
+        assert b == pytest.approx(a * 64 / 256)
+
+
+def test_plan_topology_json_without_a_ttft_prediction_prints_only_json(side_db):
+    """Issue 27, case 17: no prefill-time histogram, so no cost model and no TTFT prediction:
+    stdout is the plan's JSON alone; the note goes to stderr."""
+    from kvplan.sql.db import Database
+
+    path, m = side_db
+    with Database(path).write() as con:
+        con.execute("DELETE FROM samples WHERE series_id IN (SELECT series_id FROM series "
+                    "WHERE name LIKE 'vllm:request_prefill_time_seconds%')")
+    r = _runner().invoke(app, ["plan", "--db", str(path), "--deployment", DEPLOYMENT, *_window(m), "--topology",
+                               "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["decision"] in ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA") and not d.get("topology_finding")
+    assert "note: --topology: no TTFT prediction for this window" in r.stderr
+
+
+def test_plan_topology_without_any_trace_still_plans(db):
+    """Issue 27, case 17: a deployment with metrics and no trace: the plan stands (exit 0, the
+    same JSON as without --topology) and a note on stderr says why the topology part is missing."""
+    from tests.recorded import import_case
+
+    ss = import_case(db, "shared_vs_unique", "p")
+    window = ["--from", ss[0].at.isoformat(), "--to", ss[-1].at.isoformat()]
+    base = _runner().invoke(app, ["plan", "--db", str(db.path), "--deployment", "p", *window, "--json"])
+    r = _runner().invoke(app, ["plan", "--db", str(db.path), "--deployment", "p", *window, "--topology", "--json"])
+    assert base.exit_code == 0 and r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == json.loads(base.stdout)
+    assert "note: --topology: no topology finding" in r.stderr and "has no trace" in r.stderr
+    text = _runner().invoke(app, ["plan", "--db", str(db.path), "--deployment", "p", *window, "--topology"])
+    assert text.exit_code == 0 and "monthly benefit" in text.stdout and "no topology finding" in text.stderr
+
+
+def test_verdicts_and_statuses_are_str_enums():
+    from enum import StrEnum
+
+    from kvplan.models.decision import Verdict
+    from kvplan.models.prefill import CostStatus
+
+    assert issubclass(Verdict, StrEnum) and issubclass(CostStatus, StrEnum)
+    assert [v.value for v in Verdict] == ["BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA"]
+    assert json.dumps({"d": Verdict.NOT_WORTH_IT, "s": CostStatus.NO_DATA}) == '{"d": "NOT_WORTH_IT", "s": "no_data"}'
+    assert f"{Verdict.BUY}: {CostStatus.FITTED}" == "BUY: fitted"
