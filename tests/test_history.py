@@ -187,7 +187,8 @@ def test_the_history_counts_lmcache_chunks_with_the_deployments_chunk_size(side_
     end = from_epoch_s(m["phases"]["sequential"]["end"] + 3)
     with Database(path).snapshot() as src:
         default = load_history(src, DEPLOYMENT, end)
-        mine = load_history(src, DEPLOYMENT, end, cfg=DeploymentSettings(facts=DeploymentFacts(lmcache_chunk_tokens=64)))
+        cfg = DeploymentSettings(facts=DeploymentFacts(lmcache_chunk_tokens=64))
+        mine = load_history(src, DEPLOYMENT, end, cfg=cfg)
     stored = [(a.stored_tokens, b.stored_tokens) for a, b in zip(default.intervals, mine.intervals, strict=True)
               if a.stored_tokens]
     assert stored, "the recording has LMCache write chunks"
