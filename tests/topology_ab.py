@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kvplan.app.views.whatif import WhatIf, whatif
 from kvplan.app.views.whatif_topology import TopologyWhatIf
-from kvplan.collectors import traces
 from kvplan.collectors.demo import load_demo
+from kvplan.collectors.traces import ingest as traces
 from kvplan.models.core.timeutil import from_epoch_s
 from kvplan.sql.db import Database
 

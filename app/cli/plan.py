@@ -78,7 +78,7 @@ def _topology_finding(src: Snapshot, deployment: str, model_name: str | None, t0
     """``--topology``: the TTFT what-if's finding over the window, priced with the plan's own
     history. Without one (no trace, no request in the window, no TTFT prediction) the plan stands
     without it and a note on stderr says why: stdout stays the plan (one JSON object with --json)."""
-    from ...collectors.traces import TraceError
+    from ...collectors.traces.parse import TraceError
     from ..views.whatif import whatif
 
     try:
