@@ -134,3 +134,23 @@ def test_a_missing_tokenizer_is_a_clear_error(tmp_path):
         Renderer(tmp_path / "nope")
     with pytest.raises(KvplanError, match="--tokenizer no-such-org/no-such-model"):
         Renderer("no-such-org/no-such-model")
+
+
+def test_tool_call_arguments_reach_the_template_as_a_dict(tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]}
+    p = write(tmp_path / "t.jsonl", [{"messages": [{"role": "user", "content": "go"}, call,
+                                                  {"role": "tool", "content": "ok"}]}])
+    (r,) = read_requests([p])
+    want = tok.apply_chat_template([{"role": "user", "content": "go"},
+                                    {**call, "tool_calls": [{"id": "c1", "type": "function",
+                                                             "function": {"name": "f", "arguments": {"x": 1}}}]},
+                                    {"role": "tool", "content": "ok"}], tokenize=False, add_generation_prompt=True)
+    assert Renderer(TOKENIZER).render(r).text == want and '"arguments": {"x": 1}' in want
+    assert r.messages[1]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'  # the request is unchanged
+    r.messages[1]["tool_calls"][0]["function"]["arguments"] = "{not json"
+    with pytest.raises(KvplanError, match=r"t.jsonl:1: messages\[1\]: a tool call's arguments are not JSON"):
+        Renderer(TOKENIZER).render(r)

@@ -93,7 +93,9 @@ def pricing(result: CheckResult, db: Database | None, deployment: str | None,
         from ...models.prefill.savings import estimate_savings
         spt = estimate_savings(preset.inputs.measurement).gpu_seconds_per_token
         usd = preset.inputs.pricebook.effective_usd_per_gpu_hour()
-        source = f"PLANNING PRESET: {preset.title} (not your deployment)"
+        why = (f"deployment {deployment}'s metrics give no prefill cost per cached token (too little data?)"
+               if deployment is not None else "no --deployment")
+        source = f"PLANNING PRESET: {preset.title} (not your deployment: {why})"
     t = result.totals
     fixed = result.fixed.cached if result.fixed is not None else t.cached
     tpm = None

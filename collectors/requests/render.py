@@ -9,13 +9,16 @@ own tokenizer and ``apply_chat_template`` (never a re-implementation).
   with the tokenizer's template or ``chat_template`` (vLLM's ``--chat-template FILE``), then
   ``tokenizer(text, add_special_tokens=False)``: the rendered text already holds the BOS token
   when the template writes it. ``tool_choice: "none"`` still renders the tools (vLLM's default).
+* Text content parts are joined with newlines (vLLM's "string" content format, what it uses for
+  templates that do not loop over content parts; a template that expects the "openai" parts
+  format renders differently here: a known gap). Tool-call ``arguments`` are parsed to a dict,
+  as vLLM's ``_postprocess_messages`` does.
 * **Completions** (``serving_completion``): a text ``prompt`` is tokenized with
   ``add_special_tokens=True``; a list of token ids is used as is.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,35 +35,6 @@ class Rendered:
 
     ids: list[int]
     text: str | None
-
-
-def tool_call_arguments_parsed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages as vLLM hands them to the template: an assistant tool call's ``arguments``
-    (a JSON string in OpenAI's format) parsed into a dict, ``{}`` when empty (vLLM
-    ``renderers/chat_utils.py``: templates expect dicts; ``tojson`` then re-serialises them, so the
-    string's own spacing is lost). A string that is not a JSON object is left as it is."""
-    out = []
-    for m in messages:
-        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
-        if isinstance(calls, list) and calls:
-            new_calls = []
-            for c in calls:
-                fn = c.get("function") if isinstance(c, dict) else None
-                if isinstance(fn, dict) and not isinstance(fn.get("arguments"), dict):
-                    args = fn.get("arguments")
-                    parsed: Any = {}
-                    if args:
-                        try:
-                            parsed = json.loads(args) if isinstance(args, str) else args
-                        except ValueError:
-                            parsed = args
-                        if not isinstance(parsed, dict):
-                            parsed = args
-                    c = {**c, "function": {**fn, "arguments": parsed}}
-                new_calls.append(c)
-            m = {**m, "tool_calls": new_calls}
-        out.append(m)
-    return out
 
 
 class Renderer:
@@ -112,10 +86,10 @@ class Renderer:
         kwargs = dict(r.chat_template_kwargs)
         for k in ("tokenize", "conversation", "messages", "chat_template"):
             kwargs.pop(k, None)
+        msgs = tool_call_arguments(messages if messages is not None else r.messages, r.where)
         try:
             text = self.tok.apply_chat_template(
-                tool_call_arguments_parsed(messages if messages is not None else r.messages), tools=r.tools,
-                chat_template=self.template,
+                msgs, tools=r.tools, chat_template=self.template,
                 add_generation_prompt=r.add_generation_prompt and not r.continue_final_message,
                 continue_final_message=r.continue_final_message, tokenize=False, **kwargs)
         except Exception as e:  # jinja2 errors, raise_exception(), no template
@@ -125,5 +99,36 @@ class Renderer:
         return text
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        """Token ids of ``text`` (add_special_tokens: completions True, chat False)."""
         ids = self.tok(text, add_special_tokens=add_special_tokens)["input_ids"]
         return list(ids)
+
+
+def tool_call_arguments(messages: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """vLLM's ``_postprocess_messages``: an assistant message's tool-call ``arguments`` reach the
+    template as a dict (parsed from their JSON string; empty or missing: ``{}``), as transformers
+    asks. The caller's messages are left unchanged."""
+    import copy
+    import json
+
+    out = messages
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls")
+        if m.get("role") != "assistant" or not isinstance(calls, list):
+            continue
+        if out is messages:
+            out = copy.deepcopy(messages)
+        for call in out[i]["tool_calls"]:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict):
+                continue
+            args = fn.get("arguments")
+            if not args:
+                fn["arguments"] = {}
+            elif not isinstance(args, (dict, list)):
+                try:
+                    fn["arguments"] = json.loads(args)
+                except (TypeError, ValueError):
+                    raise KvplanError(f"messages[{i}]: a tool call's arguments are not JSON (vLLM refuses it)",
+                                      source=where) from None
+    return out
