@@ -81,10 +81,14 @@ def pricing(result: CheckResult, db: Database | None, deployment: str | None,
     spt = usd = None
     source = None
     if db is not None and deployment is not None:
+        from ...models.core.timeutil import from_epoch_s
+        from ..data.history import load_history
         from .whatif import seconds_per_token_from_metrics
         rows = db.fetch("deployment_span", deployment=deployment)
         if rows and rows[0]["t0"] is not None:
-            spt = seconds_per_token_from_metrics(db, deployment, float(rows[0]["t0"]), float(rows[0]["t1"]), cfg)
+            t0, t1 = float(rows[0]["t0"]), float(rows[0]["t1"])
+            history = load_history(db, deployment, from_epoch_s(t1), t_from=from_epoch_s(t0), cfg=cfg)
+            spt = seconds_per_token_from_metrics(db, history, t0, t1)
         if spt is not None:
             usd = load_pricebook(db, deployment, cfg.prices).pricebook.effective_usd_per_gpu_hour()
             source = f"deployment {deployment}: its fitted prefill cost per cached token and its price book"
