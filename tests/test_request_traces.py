@@ -61,12 +61,12 @@ def test_block_sized_chunks_give_the_hits_vllm_measured(db):
     assert (r.format, r.trace, r.requests) == ("requests", "requests", run["requests"])
     assert r.bytes_per_chunk == 4 * 128 * 256 * 2
     d = whatif(db, "vllm-only", ranks=2, latency=False)
-    assert d["trace"]["requests"] == run["requests"]
-    assert d["trace"]["total_tokens"] == run["prompt_tokens"]
+    assert d.trace.requests == run["requests"]
+    assert d.trace.total_tokens == run["prompt_tokens"]
     whole = sum(1 for q in run["per_request"] if q["prompt_tokens"] % 128 == 0)
-    hit_tokens = round(d["infinite_hit_rate"] * d["trace"]["total_tokens"])
+    hit_tokens = round(d.infinite_hit_rate * d.trace.total_tokens)
     assert run["cached_tokens"] <= hit_tokens <= run["cached_tokens"] + 128 * whole
-    assert d["points"] and d["shared_vs_private"]["private"]
+    assert d.points and d.shared_vs_private.private
 
 
 def test_timed_logs_keep_their_arrival_times_and_reimport_is_a_noop(db):
@@ -205,5 +205,5 @@ def test_the_demo_loads_its_request_logs_as_a_vllm_only_trace(db):
     d = {"deployment": "demo-requests"}
     assert load_demo_prompts(db) == 0
     w = whatif(db, d["deployment"], ranks=2, latency=False)
-    assert w["trace"]["format"] == "requests" and w["trace"]["bytes_per_chunk"] == 4 * 256 * 256 * 2
-    assert w["trace"]["instances"] == ["vllm-0"]
+    assert w.trace.format == "requests" and w.trace.bytes_per_chunk == 4 * 256 * 256 * 2
+    assert list(w.trace.instances) == ["vllm-0"]
