@@ -25,7 +25,7 @@ from ...collectors.requests.render import Renderer
 from ...models.core.errors import KvplanError
 from ...models.prompts.predict import Outcome
 from ...sql.db import Database
-from ..data.store import DeploymentSettings, load_pricebook
+from ..data.store import DeploymentSettings
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -72,6 +72,29 @@ def settings_for(db: Database | None, deployment: str | None, block_size: int | 
     return block_size, gpu_blocks, notes
 
 
+def _deployment_price(db: Database, deployment: str, t0: float, t1: float,
+                      cfg: DeploymentSettings) -> tuple[float | None, float | None]:
+    """(GPU-seconds one cached prompt token saves, $ per GPU-hour) over the deployment's data
+    [t0, t1] (unix): ``kvplan.models.prefill.savings`` on the measurement the plan prices, with the
+    deployment's history (cost model, price book); (None, None) when not measurable."""
+    from ...models.core.timeutil import from_epoch_s
+    from ...models.prefill.savings import estimate_savings
+    from ..data.history import load_history
+    from ..data.plan import window_measurement
+    from ..data.window import load_window
+
+    if t1 - t0 < 1:
+        return None, None
+    a, b = from_epoch_s(t0), from_epoch_s(t1)
+    try:
+        history = load_history(db, deployment, b, t_from=a, cfg=cfg)
+        m, _ = window_measurement(db, load_window(db, deployment, a, b), history)
+        spt = estimate_savings(m).gpu_seconds_per_token
+    except (KvplanError, ValueError):  # no metrics for that span: priced with the preset
+        return None, None
+    return spt, history.prices.pricebook.effective_usd_per_gpu_hour()
+
+
 def pricing(result: CheckResult, db: Database | None, deployment: str | None,
             cfg: DeploymentSettings = DeploymentSettings()) -> dict[str, Any]:
     """What the predicted hits save now and with every finding fixed (see the module docstring)."""
@@ -81,16 +104,10 @@ def pricing(result: CheckResult, db: Database | None, deployment: str | None,
     spt = usd = None
     source = None
     if db is not None and deployment is not None:
-        from ...models.core.timeutil import from_epoch_s
-        from ..data.history import load_history
-        from .whatif import seconds_per_token_from_metrics
         rows = db.fetch("deployment_span", deployment=deployment)
         if rows and rows[0]["t0"] is not None:
-            t0, t1 = float(rows[0]["t0"]), float(rows[0]["t1"])
-            history = load_history(db, deployment, from_epoch_s(t1), t_from=from_epoch_s(t0), cfg=cfg)
-            spt = seconds_per_token_from_metrics(db, history, t0, t1)
+            spt, usd = _deployment_price(db, deployment, float(rows[0]["t0"]), float(rows[0]["t1"]), cfg)
         if spt is not None:
-            usd = load_pricebook(db, deployment, cfg.prices).pricebook.effective_usd_per_gpu_hour()
             source = f"deployment {deployment}: its fitted prefill cost per cached token and its price book"
     if spt is None or usd is None:
         preset = l40s_agent()
