@@ -63,4 +63,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results import record
+
+    raise SystemExit(record("sweep", main))

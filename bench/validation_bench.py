@@ -83,4 +83,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results import record
+
+    raise SystemExit(record("validation", main))
