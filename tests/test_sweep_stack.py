@@ -5,7 +5,7 @@ replica's capacity (1 / its request time), then a rate sweep at 0.5 to 6 times t
 (12 requests a level, open-loop Poisson arrivals, one 8,000-character system prompt + 200-character
 tails, 8 output tokens) on ``vllm-nocache-0`` (reuse off) and ``vllm-0`` (vLLM prefix cache +
 LMCache), interleaved by level. TTFT SLO = 3 x the reuse-off TTFT p50 at the lowest level,
-rounded up to 10 ms; TPOT SLO 0.25 s. Then one run of 16 requests on each side at the midpoint
+rounded up to 10 ms; TPOT SLO 0.25 s. Then one run of 24 requests on each side at the midpoint
 of the two goodputs: the reuse-off replica must miss the TTFT SLO there, the reuse-on replica
 meet it. The load, and the time the sweep may take (``sweep_check.budget_s``: twice its worst
 case at the measured capacity), follow what this machine serves: a slower machine runs a

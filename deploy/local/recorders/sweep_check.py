@@ -48,7 +48,7 @@ it, at it, and past it up to where the reuse-on replica (which skips the shared 
 loaded as well."""
 REQUESTS_PER_LEVEL = 12
 CALIBRATION_REQUESTS = 3
-CHECK_REQUESTS = 16
+CHECK_REQUESTS = 24
 """Requests of the run at the load between the goodputs."""
 SHAPE = SweepPlan(levels=(1.0,), load_kind="rate", scenario="shared_prefix", prefix_chars=8000, tail_chars=200,
                   output_tokens=8, requests_per_level=REQUESTS_PER_LEVEL, level_seconds=1.0, request_timeout_s=60.0)
