@@ -88,7 +88,10 @@ def test_a_slow_target_delays_no_other(db):
     metrics = MetricsServer(slow_s=600.0)                      # the slow target hangs until released
     s = settings_for(db, [("fast1", f"{metrics.url}/fast/1"), ("fast2", f"{metrics.url}/fast/2"),
                           ("slow", f"{metrics.url}/slow/1")], scrape_interval_s=10.0)
-    scraper = Scraper(s, db)  # a round waits 0.9 x the interval for its scrapes: room for a busy machine
+    # a round waits 0.9 x the interval for its scrapes (room for a busy machine); the slow one
+    # stays in flight through both rounds (its timeout is longer) until released
+    s = s.model_copy(update={"scrape_timeout_s": 60})
+    scraper = Scraper(s, db)
     scraper.ensure_targets()
     try:
         first = scraper.round()                                # returned while slow still hangs
