@@ -114,7 +114,7 @@ def test_a_writer_and_readers_share_the_file_without_errors_or_losses(tmp_path):
         with Database(db.path, lock_timeout_s=60).read() as con:
             return con.execute("SELECT count(*) FROM scrapes").fetchone()[0] > 0
 
-    wait_until(first_scrape, "the writer's first scrape")
+    wait_until(first_scrape, "the writer's first scrape", every_s=0.2)
     r_outs = [tmp_path / f"reader{i}.json" for i in range(READERS)]
     procs += [spawn_server("reader", db.path, DURATION_S, o) for o in r_outs]
     for p in procs:
