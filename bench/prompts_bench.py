@@ -85,4 +85,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import record
+
+    raise SystemExit(record("prompts", main))
