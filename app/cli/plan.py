@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..data.store import deployment_settings, require_deployment
-from .common import ConfigOpt, DbOpt, json_text, open_db, out, parse_window, settings
+from .common import ConfigOpt, DbOpt, json_text, open_reader, out, parse_window, settings
 
 
 def plan_command(
@@ -33,7 +33,7 @@ def plan_command(
 
     t0, t1 = parse_window(from_, to)
     s = settings(config, db)
-    database = open_db(s)
+    database = open_reader(s)
     finding = None
     if topology:
         from ...models.cache.alternatives import TopologyFinding

@@ -10,7 +10,18 @@ import typer
 
 from ...models.core.errors import KvplanError
 from ..data.store import deployment_settings
-from .common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, parse_window, positive, settings
+from .common import (
+    SEED_MAX,
+    ConfigOpt,
+    DbOpt,
+    json_text,
+    open_reader,
+    open_writer,
+    out,
+    parse_window,
+    positive,
+    settings,
+)
 
 MAX_RANKS = 4096
 """Most private caches a what-if compares (the replay is linear in ranks x requests)."""
@@ -36,7 +47,7 @@ def import_trace(
     directory each, or a directory of them) import as one trace, told apart by instance."""
     from ...collectors.traces import import_trace as do_import
 
-    database = open_db(settings(config, db))
+    database = open_writer(settings(config, db))
     r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk,
                   instance=instance)
     for f in r.files:
@@ -86,7 +97,7 @@ def whatif_command(
         raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")
     t0, t1 = parse_window(from_, to) if from_ is not None and to is not None else (None, None)
     s = settings(config, db)
-    d = run(open_db(s), deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
+    d = run(open_reader(s), deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
             configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
             seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
             points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment), t_from=t0, t_to=t1)
