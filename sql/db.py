@@ -216,7 +216,10 @@ class Database:
         delay = 0.01
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                # DuckDB draws a progress bar on stdout for a query past 2 s: it broke `--json`
+                con.execute("SET enable_progress_bar = false")
+                return con
             except (duckdb.IOException, duckdb.ConnectionException) as e:
                 if not _is_lock_error(e) or time.monotonic() >= deadline:
                     if _is_lock_error(e):
