@@ -170,7 +170,7 @@ def test_stats_and_the_dashboard_read_while_a_long_import_writes(tmp_path):
     error, each reads during the import (scrape counts between the first and the last), and
     every file's scrape is stored. Every process's lock timeout is IMPORT_LOCK_TIMEOUT_S, shorter
     than the import."""
-    from kvplan.collectors.parse import parse_payload
+    from kvplan.collectors.scrape.parse import parse_payload
     from kvplan.sql.db import Database
 
     files = tmp_path / "files"
