@@ -15,6 +15,12 @@
   open the file; readers pass through it before they open theirs. Once a writer waits, new
   readers wait behind it for one short transaction, and the writer waits only for the
   reads already running (see tests/test_concurrency.py for the measured bound).
+* A writer of several transactions (a long import) lets readers in between them: readers hold a
+  shared flock on ``<file>.reader-lock`` until their connection is open, and the writer waits
+  for it to be free (capped) before its next transaction (``let_readers_in``).
+* Readers never migrate: ``require_current`` checks, read-only, that the file holds this code's
+  migrations and macro files (``sql/macros``, the exact-increase rule), and names
+  ``kvplan migrate`` when it does not. ``migrate`` refuses a file a newer kvplan wrote.
 """
 
 from __future__ import annotations
