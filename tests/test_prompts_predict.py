@@ -50,15 +50,16 @@ def test_a_shorter_or_divergent_prompt_hits_its_common_full_blocks():
 
 def test_eviction_frees_a_requests_tail_before_its_head():
     """block_size 4, num_gpu_blocks 5 (block 0 is the null block: 4 usable, free queue [1,2,3,4]).
-    A (9 tokens, 1 output token: 9 computed, 3 blocks) takes 1,2,3, keys a0->1, a1->2; freed
-    tail first: queue [4,3,2,1]. B (9 other tokens) pops 4,3,2: block 2 loses a1, block 1 keeps
-    a0. A again hits a0 only: 4 tokens, where an unlimited cache hits 8. Had the blocks been freed
-    head first (queue [4,1,2,3]), B would have taken 1 and 2 and A would hit nothing."""
+    A (9 tokens, 1 output token: 9 computed, 3 blocks) takes 1,2,3, keys a0->1, a1->2, block 3
+    partial; freed tail first: keyed 2, 1 appended (queue [4,2,1]), partial 3 prepended: queue
+    [3,4,2,1]. B (9 other tokens) pops 3,4,2: block 2 loses a1, block 1 keeps a0. A again hits a0
+    only: 4 tokens, where an unlimited cache hits 8. Had the blocks been freed head first (queue
+    [3,4,1,2]), B would have taken 1 and A would hit nothing."""
     p = Predictor(4, gpu_blocks=5)
     a = list(range(9))
     b = list(range(100, 109))
     assert p.serve(hashed(a, 4, output_tokens=1)).cached == 0
-    assert list(p.pool.free) == [4, 3, 2, 1] if p.pool else False
+    assert list(p.pool.free) == [3, 4, 2, 1] if p.pool else False
     assert p.serve(hashed(b, 4, output_tokens=1)).cached == 0
     o = p.serve(hashed(a, 4, output_tokens=1))
     assert (o.cached, o.cached_unlimited) == (4, 8)
@@ -66,8 +67,8 @@ def test_eviction_frees_a_requests_tail_before_its_head():
 
 def test_output_tokens_take_blocks_and_evict():
     """4 usable blocks of 4 tokens. A: 9 prompt tokens (keys a0, a1). B: 5 prompt tokens and 8
-    output tokens: 12 computed tokens, 3 blocks, popped from [4,3,2,1]: 4, 3, 2 (a1 evicted).
-    With 1 output token B needs 2 blocks (4, 3) and a1 survives."""
+    output tokens: 12 computed tokens, 3 blocks, popped from [3,4,2,1]: 3, 4, 2 (a1 evicted).
+    With 1 output token B needs 2 blocks (3, 4) and a1 survives."""
     a = list(range(9))
     b = list(range(200, 205))
     for out, want in ((8, 4), (1, 8)):
@@ -75,6 +76,37 @@ def test_output_tokens_take_blocks_and_evict():
         p.serve(hashed(a, 4))
         p.serve(hashed(b, 4, output_tokens=out))
         assert p.serve(hashed(a, 4)).cached == want
+
+
+def test_a_freed_partial_block_is_reused_before_a_cached_block_is_evicted():
+    """vLLM's BlockPool.free_blocks puts a finished request's unhashed blocks (its partial last
+    block) at the free queue's head and its hashed ones at the tail. block_size 4, 4 usable
+    blocks, queue [1,2,3,4]; each request 1 output token (computed = prompt tokens).
+    A (6 tokens): pops 1, 2: 1 = a0, 2 partial; freed: 1 appended, 2 prepended: [2,3,4,1].
+    B (6 other tokens): pops 2, 3: 2 = b0, 3 partial; freed: [3,4,1,2].
+    C (5 other tokens): pops 3, 4: 3 = c0, 4 partial; freed: [4,1,2,3]. Nothing evicted: three
+    keyed blocks and one scratch block fit in 4.
+    A again: hit a0 (block 1 touched, leaves the queue), pops 4; freed: [4,2,3,1]: hits 4 tokens.
+    B again: hit b0 (block 2), pops 4; freed: [4,3,1,2]: hits 4 tokens.
+    Had every freed block gone to the tail (queue after A [3,4,2,1], after B [2,1,4,3]), C would
+    have popped 2, 1 and evicted a0; A again would miss and pop 4, 3, evicting b0: 0 and 0."""
+    p = Predictor(4, gpu_blocks=5)
+    a, b, c = [1, 2, 3, 4, 5, 6], [11, 12, 13, 14, 15, 16], [21, 22, 23, 24, 25]
+    assert [p.serve(hashed(x, 4)).cached for x in (a, b, c)] == [0, 0, 0]
+    assert p.pool is not None and list(p.pool.free) == [4, 1, 2, 3]
+    assert p.pool.evictions == 0
+    assert [p.serve(hashed(x, 4)).cached for x in (a, b)] == [4, 4]
+    assert list(p.pool.free) == [4, 3, 1, 2]
+
+
+def test_full_blocks_of_unknown_generated_tokens_are_freed_to_the_tail():
+    """Generated tokens whose ids are unknown fill a full block that vLLM hashes (so it goes to
+    the queue's tail) though nothing here can hit it. block_size 4, 4 usable blocks.
+    A: 5 prompt tokens, 4 output tokens: 8 computed, blocks 1 (a0) and 2 (full, generated),
+    no partial block; freed reversed, both to the tail: [3,4,2,1]."""
+    p = Predictor(4, gpu_blocks=5)
+    p.serve(hashed([1, 2, 3, 4, 5], 4, output_tokens=4))
+    assert p.pool is not None and list(p.pool.free) == [3, 4, 2, 1]
 
 
 def test_a_hit_block_in_the_free_queue_is_touched_before_allocation():

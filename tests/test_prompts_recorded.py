@@ -50,13 +50,16 @@ def test_the_recording_agrees_with_itself():
 
 
 @recorded
-@pytest.mark.parametrize("name", ["agent-tools", "chats", "rag", "ts-top", "ts-end", pytest.param(
-    "chats-small-kv", marks=pytest.mark.xfail(strict=True, reason="the block-pool model predicts 60.9 % where vLLM "
-                                              "measured 64.6 % with 40 blocks (3.7 points; 27 of 30 requests exact, 3 "
-                                              "under-predicted): the eviction order is not yet vLLM's"))])
+@pytest.mark.parametrize("name", ["agent-tools", "chats", "rag", "ts-top", "ts-end", "chats-small-kv"])
 def test_prediction_matches_vllm(name, tmp_path):
     run = RUNS[name]
-    pc.check_run(run, pc.LOGS / run["file"], tmp_path)
+    c = pc.check_run(run, pc.LOGS / run["file"], tmp_path)
+    if run["gpu_blocks_override"] is not None:
+        # the issue asks for 1 point; the block pool model is exact on every request of the
+        # recording (40 blocks, where the unlimited cache would hit more)
+        assert c["cached_equal"] == c["requests"], c
+        assert c["json"]["cached_tokens_predicted"] == run["cached_tokens"]
+        assert c["json"]["hit_rate_predicted"] < c["json"]["hit_rate_unlimited"]  # the pool did evict
 
 
 @recorded

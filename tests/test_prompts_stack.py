@@ -40,9 +40,7 @@ def served(tmp_path_factory, request):
     return out
 
 
-@pytest.mark.parametrize("name", [s.name if s.gpu_blocks is None else pytest.param(s.name, marks=pytest.mark.xfail(
-    strict=True, reason="small KV cache: 3.7 points off in the recording (tests/test_prompts_recorded.py)"))
-    for s in rec.RUNS])
+@pytest.mark.parametrize("name", [s.name for s in rec.RUNS])
 def test_prediction_matches_vllm_live(served, name, tmp_path):
     run = served[name]
     assert run["metrics"]["prefix_cache_queries"] == run["prompt_tokens"]

@@ -16,8 +16,12 @@ order: with an unlimited cache, and with vLLM V1's block pool of ``num_gpu_block
 * the full blocks it computed get their keys (prompt blocks, and blocks that generated tokens
   fill: their keys are known only when the caller gives the output token ids, else they can
   never be hit and only take room);
-* when it finishes its blocks are freed **in reverse order**, appended to the queue's tail: its
-  tail blocks are evicted before its head, and all of them after what was freed earlier.
+* when it finishes its blocks are freed **in reverse order** (``BlockPool.free_blocks``): the
+  blocks holding a key are appended to the queue's tail (its tail blocks are evicted before its
+  head, and all of them after what was freed earlier); the block without a hash, its partial
+  last block, is *prepended* to the queue's head, so the next allocation reuses it before
+  evicting any cached block (vLLM: "LIFO reuse of non-cached blocks"). Full blocks of
+  generated tokens whose ids are unknown are hashed by vLLM: they go to the tail like the others.
 
 Requests arriving while others run (concurrency) are not modelled: each request finishes
 before the next one starts. The unlimited cache keeps every key ever computed, so its hits are
@@ -143,12 +147,20 @@ class BlockPool:
             self.free.pop(b, None)
         blocks = list(hit) + [self._pop() for _ in range(need)]
         keys = list(h.hashes) + list(h.output_hashes)
-        for i in range(len(hit), min(computed // block_size, len(keys))):
+        full = computed // block_size
+        for i in range(len(hit), min(full, len(keys))):
             b = blocks[i]
             self.key_of[b] = keys[i]
             self.blocks_of.setdefault(keys[i], {})[b] = None
-        for b in reversed(blocks):  # freed tail first: the head outlives the tail
+        # freed in reverse, tail first (vLLM's BlockPool.free_blocks): its full blocks, hashed by
+        # vLLM (here keyed, or holding generated tokens whose ids are unknown), are appended to
+        # the queue's tail, so its head outlives its tail and everything freed before it; its
+        # partial last block, never hashed, is prepended to the head: reused before any eviction
+        for b in reversed(blocks[:full]):
             self.free[b] = None
+        for b in blocks[full:]:
+            self.free[b] = None
+            self.free.move_to_end(b, last=False)
         return len(hit), True
 
 
