@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...models.core.errors import KvplanError
+from ...models.core.fields import NAME_MAX, name_problem
 from ..scrape.payload import PayloadError
 from .parse import LMCACHE_GLOB
 
-INSTANCE_MAX = 200
-"""Longest instance name (a directory name or ``--instance``)."""
+INSTANCE_MAX = NAME_MAX
+"""Longest instance name (a directory name or ``--instance``): a deployment name's rules."""
 
 
 def _logs_in(d: Path) -> list[Path]:
@@ -27,8 +28,10 @@ def expand_paths(paths: list[Path], instance: str | None = None) -> list[tuple[P
     ``logs/lmcache-1/``) gives each of them as its own instance. Files are told apart by
     (instance, name): two LMCache servers started in the same second write files of the same
     name, in different directories."""
-    if instance is not None and (not instance.strip() or len(instance) > INSTANCE_MAX):
-        raise KvplanError(f"must be a name of 1 to {INSTANCE_MAX} characters", source="instance")
+    if instance is not None:
+        why = name_problem(instance)
+        if why is not None:
+            raise KvplanError(f"{instance!r} is not a usable instance name: {why}", source="--instance")
     out: list[tuple[Path, str]] = []
     dirs: dict[str, Path] = {}  # instance -> the directory that named it
 
