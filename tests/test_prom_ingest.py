@@ -475,7 +475,7 @@ def test_bearer_token_from_the_environment_never_reaches_db_logs_or_output(prom,
                 "--config", str(conf)]
         monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", "wrong-token")
         bad = runner.invoke(app, args)
-        assert bad.exit_code == 1 and "HTTP Status Code 401" in bad.output and "wrong-token" not in bad.output
+        assert bad.exit_code == 2 and "HTTP Status Code 401" in bad.output and "wrong-token" not in bad.output
         monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", TOKEN)
         ok = runner.invoke(app, args + ["--step", "1m"])
         assert ok.exit_code == 0, ok.output
