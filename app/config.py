@@ -103,7 +103,8 @@ def _patch(base: Any, env: Any, var: str) -> Any:
         for k in sorted(env, key=int):
             i = int(k)
             if i >= len(items):
-                names = sorted(v for v in os.environ if v.upper().startswith(f"{var}__{k}__") or v.upper() == f"{var}__{k}")
+                names = sorted(v for v in os.environ
+                               if v.upper().startswith(f"{var}__{k}__") or v.upper() == f"{var}__{k}")
                 raise ConfigError(f"{', '.join(names) or f'{var}__{k}'}: the configuration has no "
                                   f"{var.removeprefix(_ENV_PREFIX).lower().replace('__', '.')}.{k} "
                                   f"({len(items)} given): the environment can change an element, not add one")

@@ -146,3 +146,57 @@ def test_the_environment_still_sets_numbers_and_booleans(tmp_path, monkeypatch):
     s = load_settings(write(tmp_path))
     assert s.schedule.scrape_interval_s == 7 and s.prometheus.verify_tls is False
     assert os.environ["KVPLAN_SCHEDULE__SCRAPE_INTERVAL_S"] == "7"
+
+
+# -- 23: a round the daemon skipped is a recorded gap -----------------------------------------------
+def _poll(cond, deadline_s: float, what: str):
+    import time
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    pytest.fail(f"not within {deadline_s}s: {what}")
+
+
+def test_a_skipped_daemon_round_is_recorded_as_a_gap(tmp_path, caplog):
+    import logging
+    import threading
+
+    from kvplan.collectors.schedule.scheduler import run_daemon
+    from kvplan.models.inputs.settings import DeploymentConfig, ScheduleConfig, Settings, TargetConfig
+    from kvplan.sql.db import Database
+    from tests.hostile import Server
+
+    caplog.set_level(logging.WARNING)
+    srv = Server("ok", 0)
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    s = Settings(db=db.path, scrape_timeout_s=5, schedule=ScheduleConfig(scrape_interval_s=1.0),
+                 deployments=[DeploymentConfig(name="d", targets=[TargetConfig(name="v", url=srv.url)])])
+
+    def scrapes(ok: bool) -> list:
+        with db.read() as con:
+            return con.execute("SELECT ts, error FROM scrapes WHERE ok = ? ORDER BY ts", [ok]).fetchall()
+
+    stop = threading.Event()
+    th = threading.Thread(target=run_daemon, args=(s, db, stop), daemon=True)
+    th.start()
+    try:
+        _poll(lambda: scrapes(True), 30, "a first scrape")
+        # another writer keeps the database for a while (an 800-file import, a backfill chunk): the
+        # round in flight cannot write its run row, so the next ones find it still running
+        with db.write():
+            _poll(lambda: any("skipped" in r.getMessage() for r in caplog.records), 30, "a skipped round")
+        gaps = _poll(lambda: [g for g in scrapes(False) if "round skipped" in (g[1] or "")], 30,
+                     "the skipped round recorded in scrapes")
+        assert "previous round was still running" in gaps[0][1] and "scrape_interval_s = 1s" in gaps[0][1]
+        runs = [r for r in db.fetch("collector_runs", limit=50) if (r["message"] or "").startswith("round skipped")]
+        assert runs and runs[0]["status"] == "errors" and runs[0]["n_errors"] == 1
+    finally:
+        stop.set()
+        th.join(30)
+        srv.close()
+    assert not th.is_alive()

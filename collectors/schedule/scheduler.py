@@ -30,17 +30,18 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
-from ...models.core.timeutil import day_start, utcnow
+from ...models.core.timeutil import aware_utc, day_start, utcnow
 from ...models.inputs.settings import Settings
 from ...sql.db import Database
-from ..scrape.scrape import Target, scrape_target
-from ..scrape.store import ensure_target
+from ..scrape.scrape import Target, redact_url, scrape_target
+from ..scrape.store import ensure_target, insert_failure
 from ..traces.ingest import ingest_trace_dir
 
 log = logging.getLogger("kvplan.collector")
@@ -105,6 +106,8 @@ class Scraper:
         self.targets = [(d.name, Target(t.name, t.url, t.kind)) for d in settings.deployments for t in d.targets]
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="scrape")
         self.inflight: dict[tuple[str, str], Future] = {}
+        # skipped rounds are written from here, never from the scheduler's own thread
+        self.recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scrape-skips")
 
     def ensure_targets(self) -> None:
         """Create every deployment and target up front, so concurrent first scrapes never race
@@ -117,12 +120,14 @@ class Scraper:
         started = utcnow()
         out = Outcome()
         futures: dict[tuple[str, str], Future] = {}
+        skipped: list[tuple[str, Target]] = []
         for dep, t in self.targets:
             key = (dep, t.name)
             prev = self.inflight.get(key)
             if prev is not None and not prev.done():
                 out.errors += 1
                 out.notes.append(f"{dep}/{t.name}: previous scrape still running, skipped")
+                skipped.append((dep, t))
                 continue
             futures[key] = self.inflight[key] = self.pool.submit(
                 scrape_target, self.db, dep, t, timeout_s=self.settings.scrape_timeout_s,
@@ -142,13 +147,38 @@ class Scraper:
             else:
                 out.rows += f.result().samples
         with self.db.write() as con:
+            for dep, t in skipped:  # a gap at this round's time, as a failed scrape is
+                insert_failure(con, deployment=dep, target=t.name, kind=t.kind or "unknown", ts=started,
+                               error="not scraped: its previous scrape was still running", source="scrape",
+                               url=redact_url(t.url))
             Database.run(con, "insert_collector_run", job="scrape", deployment=None, day=None, started_at=started,
                          ended_at=utcnow(), status="ok" if out.errors == 0 else "errors", n_rows=out.rows,
                          n_errors=out.errors, message=out.message)
         return out
 
+    def record_skipped(self, when: datetime, why: str) -> None:
+        """A whole round the scheduler did not run (the previous one still running, or the daemon
+        too busy to start it in time): every target gets a failed scrape at the round's time (a
+        gap, as a failed scrape is) and the run log a row; written off the scheduler's thread."""
+        log.warning("scrape round of %s skipped: %s", when.isoformat(), why)
+
+        def write() -> None:
+            try:
+                with self.db.write() as con:
+                    for dep, t in self.targets:
+                        insert_failure(con, deployment=dep, target=t.name, kind=t.kind or "unknown", ts=when,
+                                       error=f"scrape round skipped: {why}", source="scrape", url=redact_url(t.url))
+                    Database.run(con, "insert_collector_run", job="scrape", deployment=None, day=None,
+                                 started_at=when, ended_at=utcnow(), status="errors", n_rows=0,
+                                 n_errors=len(self.targets), message=f"round skipped: {why}")
+            except Exception:  # the daemon goes on; the log says it
+                log.exception("recording the skipped round of %s", when.isoformat())
+
+        self.recorder.submit(write)
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.recorder.shutdown(wait=True)
 
 
 # -- the nightly job -------------------------------------------------------------------------
@@ -276,7 +306,24 @@ def build_scheduler(settings: Settings, db: Database,
                       **defaults)
     sched.add_job(nightly.run, CronTrigger.from_crontab(sc.nightly_cron, timezone=sched.timezone), id="nightly",
                   misfire_grace_time=int(sc.misfire_grace_s), **defaults)
+    sched.add_listener(_on_skipped(scraper, sc.scrape_interval_s), EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
     return sched, scraper, nightly
+
+
+def _on_skipped(scraper: Scraper, interval_s: float) -> Callable[[Any], None]:
+    """APScheduler's listener of rounds it did not run: recorded (``Scraper.record_skipped``),
+    not only logged."""
+    def on(event: Any) -> None:
+        if getattr(event, "job_id", None) != "scrape" or not scraper.targets:
+            return
+        if event.code == EVENT_JOB_MAX_INSTANCES:
+            why = f"the previous round was still running (schedule.scrape_interval_s = {interval_s:g}s)"
+        else:
+            why = "the daemon was too busy to start it in time (missed its start by more than the interval)"
+        times = getattr(event, "scheduled_run_times", None) or [event.scheduled_run_time]
+        for when in times:
+            scraper.record_skipped(aware_utc(when), why)
+    return on
 
 
 def run_daemon(settings: Settings, db: Database, stop: threading.Event | None = None,

@@ -34,6 +34,7 @@ import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -179,7 +180,7 @@ def _trace_state(con: object, deployment: str, trace_name: str, kind: str,
     return row, state
 
 
-def _imported_as(con: object, trace_id: int, f: Path, instance: str) -> dict | None:
+def _imported_as(con: Any, trace_id: int, f: Path, instance: str) -> dict | None:
     """The row of an earlier import of this very file under another instance (same name, and
     its imported bytes are this file's first bytes): a file is identified by its content, not by
     the directory or --instance it was reached under."""

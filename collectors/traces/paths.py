@@ -117,7 +117,8 @@ def expand_paths(paths: list[Path], instance: str | None = None) -> list[tuple[P
                 continue
             # real directories before links to them (logs/latest -> lmcache-1): a file reached
             # twice keeps its real directory's name
-            subs = sorted((s for s in p.iterdir() if s.is_dir() and _logs_in(s)), key=lambda s: (s.is_symlink(), s.name))
+            subs = sorted((s for s in p.iterdir() if s.is_dir() and _logs_in(s)),
+                          key=lambda s: (s.is_symlink(), s.name))
             if not subs:
                 raise PayloadError(str(p), f"directory holds no {LMCACHE_GLOB} file (nor "
                                    "sub-directories of them, one per cache instance)")

@@ -39,7 +39,14 @@ from ..core.errors import KvplanError
 from ..core.fields import name_problem
 from .deployment import DeploymentFacts
 from .planning import prices_from_table
-from .settings_checks import PER_ENGINE_LABELS, check_duration, check_optional_url, check_selector, duration_s, no_bool_number
+from .settings_checks import (
+    PER_ENGINE_LABELS,
+    check_duration,
+    check_optional_url,
+    check_selector,
+    duration_s,
+    no_bool_number,
+)
 
 
 class TargetConfig(BaseModel):

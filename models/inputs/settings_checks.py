@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..core.redact import redact
-from urllib.parse import urlsplit
 
 PER_ENGINE_LABELS = ("instance", "pod", "engine", "worker_id", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
 """Labels that tell one engine (process, pod, rank) from another: summed away."""
