@@ -37,11 +37,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
-from ...models.core.timeutil import aware_utc, day_start, utcnow
+from ...models.core.timeutil import aware_utc, day_start, naive_utc, utcnow
 from ...models.inputs.settings import Settings
 from ...sql.db import Database
-from ..scrape.scrape import Target, redact_url, scrape_target
-from ..scrape.store import ensure_target, insert_failure
+from ..scrape.scrape import Target, scrape_target
+from ..scrape.store import ensure_target
 from ..traces.ingest import ingest_trace_dir
 
 log = logging.getLogger("kvplan.collector")
@@ -108,6 +108,9 @@ class Scraper:
         self.inflight: dict[tuple[str, str], Future] = {}
         # skipped rounds are written from here, never from the scheduler's own thread
         self.recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scrape-skips")
+        self._skips: list[tuple[datetime, str]] = []
+        self._skips_lock = threading.Lock()
+        self._draining = False
 
     def ensure_targets(self) -> None:
         """Create every deployment and target up front, so concurrent first scrapes never race
@@ -148,9 +151,7 @@ class Scraper:
                 out.rows += f.result().samples
         with self.db.write() as con:
             for dep, t in skipped:  # a gap at this round's time, as a failed scrape is
-                insert_failure(con, deployment=dep, target=t.name, kind=t.kind or "unknown", ts=started,
-                               error="not scraped: its previous scrape was still running", source="scrape",
-                               url=redact_url(t.url))
+                _gap(con, dep, t, started, "not scraped: its previous scrape was still running")
             Database.run(con, "insert_collector_run", job="scrape", deployment=None, day=None, started_at=started,
                          ended_at=utcnow(), status="ok" if out.errors == 0 else "errors", n_rows=out.rows,
                          n_errors=out.errors, message=out.message)
@@ -161,24 +162,44 @@ class Scraper:
         too busy to start it in time): every target gets a failed scrape at the round's time (a
         gap, as a failed scrape is) and the run log a row; written off the scheduler's thread."""
         log.warning("scrape round of %s skipped: %s", when.isoformat(), why)
+        with self._skips_lock:
+            self._skips.append((when, why))
+            if self._draining:
+                return
+            self._draining = True
+        self.recorder.submit(self._write_skips)
 
-        def write() -> None:
-            try:
-                with self.db.write() as con:
+    def _write_skips(self) -> None:
+        """Every skipped round noted so far, in one transaction (an overloaded daemon skips many:
+        one write each would add to the load that made it skip)."""
+        with self._skips_lock:
+            skips, self._skips, self._draining = self._skips, [], False
+        try:
+            with self.db.write() as con:
+                for when, why in skips:
                     for dep, t in self.targets:
-                        insert_failure(con, deployment=dep, target=t.name, kind=t.kind or "unknown", ts=when,
-                                       error=f"scrape round skipped: {why}", source="scrape", url=redact_url(t.url))
+                        _gap(con, dep, t, when, f"scrape round skipped: {why}")
                     Database.run(con, "insert_collector_run", job="scrape", deployment=None, day=None,
                                  started_at=when, ended_at=utcnow(), status="errors", n_rows=0,
                                  n_errors=len(self.targets), message=f"round skipped: {why}")
-            except Exception:  # the daemon goes on; the log says it
-                log.exception("recording the skipped round of %s", when.isoformat())
-
-        self.recorder.submit(write)
+        except Exception:  # the daemon goes on; the log says it
+            log.exception("recording %d skipped scrape rounds", len(skips))
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.recorder.shutdown(wait=True)
+
+
+def _gap(con: Any, deployment: str, t: Target, ts: datetime, error: str) -> None:
+    """A failed scrape of ``t`` at ``ts`` (a gap), leaving the target's row as it is (its kind
+    was read off its payloads; a skipped round knows nothing new about it)."""
+    dep = Database.run(con, "get_deployment_id", name=deployment).fetchone()
+    row = Database.run(con, "get_target", deployment_id=dep[0], name=t.name).fetchone() if dep else None
+    target_id = row[0] if row else ensure_target(con, deployment, t.name, t.kind or "unknown", None)
+    ts = naive_utc(ts)
+    if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
+        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=redact(error), duration_s=None,
+                     source="scrape", payload_sha256=None, n_samples=0, warnings=None)
 
 
 # -- the nightly job -------------------------------------------------------------------------
