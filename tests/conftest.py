@@ -39,6 +39,7 @@ def _isolated_env(monkeypatch, tmp_path):
 
 SLOW_MODULES = {
     "test_app_pages.py": "every page through Streamlit's AppTest",
+    "test_one_number.py": "stats, plan, Overview and the report on every recorded case and engine fixture",
     "test_app_recorded.py": "pages through AppTest on each recorded case",
     "test_whatif_app.py": "the What-if page through AppTest",
     "test_relabel.py": "the demo dataset through the Runs page",
