@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import lzma
 import shutil
 import time
@@ -68,6 +69,7 @@ def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], p
         "side": sd.name, "measured_on": MEASURED_ON, "seed": args.seed, "small": args.small,
         "clients": args.clients, "turns": args.turns, "rounds": args.rounds,
         "scrape_interval_s": args.interval, "priority": level,
+        "pinning": getattr(args, "pinning", None), "cores": os.cpu_count(),
         "vllm_servers": RANKS, "vllm_flags": ["--no-enable-prefix-caching", "LMCacheMPConnector"],
         "output_tokens": OUTPUT_TOKENS,
         "topology": {"instances": {_short(lm.name): sorted(v for v, c in sd.uses.items() if c == _short(lm.name))
