@@ -147,11 +147,17 @@ def _print_topology(d: dict) -> None:
               "(histogram)")
     if d.get("latency"):
         slo = d["slo"]["ttft_p99_s"]
-        out.print(f"{'set-up':<28} {'hit rate':>8} {'TTFT mean':>10} {'p50':>8} {'p99':>8}  p99 <= {slo:g} s SLO")
+        k = t.get("ttft_calibration") or {}
+        if k.get("calibrated"):
+            out.print("TTFTs calibrated on today (raw x today's measured / predicted): mean x"
+                      f"{k['mean']['ratio']:.2f}, p50 x{k['p50']['ratio'] or 1:.2f}, p99 x{k['p99']['ratio'] or 1:.2f}")
+        out.print(f"{'set-up':<28} {'hit rate':>8} {'TTFT mean':>10} {'(raw)':>8} {'p50':>8} {'(raw)':>8} {'p99':>8} "
+                  f"{'(raw)':>8}  p99 <= {slo:g} s SLO")
         for r in d["latency"]:
             name = r["topology"] + (f" {r['ranks']}x {r['routing']}" if r["routing"] else "")
-            out.print(f"{name:<28} {_pct(r['hit_rate']):>8} {_s(r['ttft_mean_s']):>10} {_s(r['ttft_p50_s']):>8} "
-                      f"{_s(r['ttft_p99_s']):>8}  {'yes' if r['holds_slo'] else 'no'}")
+            out.print(f"{name:<28} {_pct(r['hit_rate']):>8} {_s(r['ttft_mean_s']):>10} {_s(r['ttft_mean_s_raw']):>8} "
+                      f"{_s(r['ttft_p50_s']):>8} {_s(r['ttft_p50_s_raw']):>8} {_s(r['ttft_p99_s']):>8} "
+                      f"{_s(r['ttft_p99_s_raw']):>8}  {'yes' if r['holds_slo'] else 'no'}")
     e = d.get("engines_needed")
     if e:
         def k(v: int | None) -> str:

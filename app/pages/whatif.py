@@ -43,6 +43,18 @@ def _s(v) -> str:
     return f"{v:.3f} s" if v is not None else "-"
 
 
+def _ratio(r: dict | None) -> str:
+    """Today's measured / predicted and its interval (``models.cache.calibration``)."""
+    if not r or r.get("ratio") is None:
+        return "- (not calibrated)"
+    iv = r.get("ratio_interval")
+    return f"x{r['ratio']:.2f}" + (f" ({iv[0]:.2f}-{iv[1]:.2f})" if iv else "")
+
+
+def _iv(v: list | None) -> str:
+    return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
+
+
 def topology_section(d: dict) -> None:
     """Today's topology from the data against what it measured; TTFT for every alternative."""
     t = d.get("today")
@@ -55,12 +67,17 @@ def topology_section(d: dict) -> None:
     m[2].metric("Hit rate, replayed", fmt.pct(t["hit_rate_predicted"]), help=t["hit_rate_definition"])
     m[3].metric("Hit rate, LMCache measured", fmt.pct(t["hit_rate_measured"]),
                 help="lmcache_mp_lookup_hit_tokens / lookup_requested_tokens over the same span")
+    k = t.get("ttft_calibration") or {}
     st.dataframe(pd.DataFrame([
-        {"TTFT": "mean", "measured": _s(t["ttft_mean_s_measured"]), "predicted": _s(t["ttft_mean_s_predicted"])},
-        {"TTFT": "p50", "measured": _s(t["ttft_p50_s_measured"]), "predicted": _s(t["ttft_p50_s_predicted"])},
-        {"TTFT": "p99", "measured": _s(t["ttft_p99_s_measured"]), "predicted": _s(t["ttft_p99_s_predicted"])},
+        {"TTFT": "mean", "measured": _s(t["ttft_mean_s_measured"]), "predicted": _s(t["ttft_mean_s_predicted"]),
+         "measured / predicted (carried into every set-up)": _ratio(k.get("mean"))},
+        {"TTFT": "p50", "measured": _s(t["ttft_p50_s_measured"]), "predicted": _s(t["ttft_p50_s_predicted"]),
+         "measured / predicted (carried into every set-up)": _ratio(k.get("p50"))},
+        {"TTFT": "p99", "measured": _s(t["ttft_p99_s_measured"]), "predicted": _s(t["ttft_p99_s_predicted"]),
+         "measured / predicted (carried into every set-up)": _ratio(k.get("p99"))},
         {"TTFT": "p99 as the histogram reads it", "measured": _s(t["ttft_p99_s_measured"]),
-         "predicted": _s(t["ttft_p99_s_predicted_as_histogram"])}]), hide_index=True)
+         "predicted": _s(t["ttft_p99_s_predicted_as_histogram"]),
+         "measured / predicted (carried into every set-up)": ""}]), hide_index=True)
     st.caption("How far to trust the alternatives: today predicted from the same model, against the TTFT "
                f"histogram over the same span ({t['requests']:,} requests in the trace, "
                f"{t['requests_measured'] or 0:,.0f} in the histogram). Capacity per instance: "
@@ -75,10 +92,17 @@ def topology_section(d: dict) -> None:
         + (f", {r['ranks']} private caches, {r['routing'].replace('_', ' ')}" if r["routing"] else ""),
         "capacity": (f"{r['capacity_gb']:,.3f} GB" if r["capacity_gb"] is not None
                      else f"{r['capacity_chunks']:,} chunks"),
-        "hit rate": fmt.pct(r["hit_rate"]), "TTFT mean": _s(r["ttft_mean_s"]), "p50": _s(r["ttft_p50_s"]),
-        "p99": _s(r["ttft_p99_s"]), "holds the SLO": "yes" if r["holds_slo"] else "no",
+        "hit rate": fmt.pct(r["hit_rate"]), "TTFT mean": _s(r["ttft_mean_s"]),
+        "mean interval": _iv(r["ttft_mean_s_interval"]), "mean raw": _s(r["ttft_mean_s_raw"]),
+        "p50": _s(r["ttft_p50_s"]), "p50 raw": _s(r["ttft_p50_s_raw"]), "p99": _s(r["ttft_p99_s"]),
+        "p99 interval": _iv(r["ttft_p99_s_interval"]), "p99 raw": _s(r["ttft_p99_s_raw"]),
+        "holds the SLO": "yes" if r["holds_slo"] else "no",
         "goodput (req/s)": f"{r['goodput_rps']:.3g}" if r["goodput_rps"] is not None else "-"}
         for r in d["latency"]]), hide_index=True)
+    st.caption("TTFT mean, p50 and p99: the replay's prediction (raw) times today's measured / predicted for "
+               "the same statistic (above), with the interval of 80 % of a block bootstrap over today's span: how "
+               "steady today's error was, not what a set-up-specific effect (a cache server slower under more "
+               "engines) adds. Goodput counts the raw predictions. " + " ".join(k.get("notes") or []))
     state.chart(charts_whatif.ttft_capacity_chart(d))
     e = d["engines_needed"]
     if e:

@@ -78,30 +78,50 @@ def _s(v: float | None) -> str:
     return f"{v:.3f} s" if v is not None else "-"
 
 
+def _ratio(r: dict[str, Any] | None) -> str:
+    if not r or r.get("ratio") is None:
+        return "not calibrated"
+    iv = r.get("ratio_interval")
+    return f"x{r['ratio']:.2f}" + (f" ({iv[0]:.2f}-{iv[1]:.2f})" if iv else "")
+
+
+def _iv(v: list[float] | None) -> str:
+    return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
+
+
 def _topology(d: dict[str, Any], charts: bool) -> list[str]:
     """Today's topology from the data against what it measured, and TTFT per set-up."""
     t = d.get("today")
     if not t:
         return []
+    k = t.get("ttft_calibration") or {}
     out = [f"<h3>Today's topology, from the data: {t['instances']} cache instance(s), {t['engines']} engine(s)</h3>",
-           table(["", "measured", "predicted (today replayed)"],
-                 [["token hit rate (LMCache)", fmt.pct(t["hit_rate_measured"]), fmt.pct(t["hit_rate_predicted"])],
-                  ["TTFT mean", _s(t["ttft_mean_s_measured"]), _s(t["ttft_mean_s_predicted"])],
-                  ["TTFT p50", _s(t["ttft_p50_s_measured"]), _s(t["ttft_p50_s_predicted"])],
-                  ["TTFT p99", _s(t["ttft_p99_s_measured"]), _s(t["ttft_p99_s_predicted"])]], {1, 2}),
+           table(["", "measured", "predicted (today replayed)", "measured / predicted"],
+                 [["token hit rate (LMCache)", fmt.pct(t["hit_rate_measured"]), fmt.pct(t["hit_rate_predicted"]), ""],
+                  ["TTFT mean", _s(t["ttft_mean_s_measured"]), _s(t["ttft_mean_s_predicted"]), _ratio(k.get("mean"))],
+                  ["TTFT p50", _s(t["ttft_p50_s_measured"]), _s(t["ttft_p50_s_predicted"]), _ratio(k.get("p50"))],
+                  ["TTFT p99", _s(t["ttft_p99_s_measured"]), _s(t["ttft_p99_s_predicted"]), _ratio(k.get("p99"))]],
+                 {1, 2, 3}),
            f'<p class="meta">Instances: {escape(", ".join(t["instance_names"]))}; engines: '
            f'{escape(t["engine_routing"])}; capacity per instance: {escape(t["capacity_source"] or "unbounded")}. '
            "Predicted with the deployment's fitted prefill cost over the trace's arrivals; the gap between "
-           "measured and predicted today is how far to trust the alternatives below.</p>"]
+           "measured and predicted today (its ratio, per statistic) is carried into every set-up below.</p>"]
     if not d.get("latency"):
         return out
     slo = d["slo"]["ttft_p99_s"]
     out.append(f"<h3>TTFT for each set-up (the same requests; p99 SLO {slo:g} s)</h3>")
-    out.append(table(["set-up", "token hit rate", "TTFT mean", "p50", "p99", "holds the SLO"],
+    out.append(table(["set-up", "token hit rate", "TTFT mean", "(interval)", "mean raw", "p50", "p50 raw", "p99",
+                      "(interval)", "p99 raw", "holds the SLO"],
                      [[charts_whatif.SETUP_LABELS.get(r["topology"], r["topology"])
                        + (f", {r['ranks']} private caches, {r['routing'].replace('_', ' ')}" if r["routing"] else ""),
-                       fmt.pct(r["hit_rate"]), _s(r["ttft_mean_s"]), _s(r["ttft_p50_s"]), _s(r["ttft_p99_s"]),
-                       "yes" if r["holds_slo"] else "no"] for r in d["latency"]], {1, 2, 3, 4}))
+                       fmt.pct(r["hit_rate"]), _s(r["ttft_mean_s"]), _iv(r.get("ttft_mean_s_interval")),
+                       _s(r.get("ttft_mean_s_raw")), _s(r["ttft_p50_s"]), _s(r.get("ttft_p50_s_raw")),
+                       _s(r["ttft_p99_s"]), _iv(r.get("ttft_p99_s_interval")), _s(r.get("ttft_p99_s_raw")),
+                       "yes" if r["holds_slo"] else "no"] for r in d["latency"]], set(range(1, 10))))
+    out.append('<p class="meta">TTFT mean, p50 and p99 calibrated on today: the replay\'s (raw) times today\'s '
+               "measured / predicted for the same statistic; the interval holds 80 % of a block bootstrap over "
+               "today's span (how steady today's error was, not what an effect of the set-up itself adds). "
+               + escape(" ".join(k.get("notes") or [])) + "</p>")
     if charts and d.get("latency_curve"):
         out.append(svg(charts_whatif.ttft_capacity_chart(d)))
     e = d.get("engines_needed")

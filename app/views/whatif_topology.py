@@ -12,6 +12,14 @@ Inputs the trace does not carry:
   (``app.data.latency.latency_model``); without an identified cost model the TTFT half is left
   out and says why;
 * the TTFT SLO: the planning inputs' ``ttft_p99_slo_seconds``.
+
+Every set-up's TTFT mean, p50 and p99 is calibrated on today (``kvplan.models.cache.calibration``:
+today's measured / predicted per statistic, from the TTFT histogram over the span):
+``ttft_mean_s`` is the calibrated value, ``ttft_mean_s_raw`` the replay's, ``ttft_mean_s_interval``
+the calibrated value's block-bootstrap interval (the same for p50, p99 and the p99 read through
+the histogram's buckets); ``today.ttft_calibration`` holds the ratios. ``holds_slo``, the finding
+and the engine search use the calibrated p99; ``goodput_rps`` and ``within_slo`` count the raw
+predicted TTFTs.
 """
 
 from __future__ import annotations
@@ -22,12 +30,13 @@ from typing import Any
 import numpy as np
 
 from ...models.cache import alternatives as alt
+from ...models.cache import calibration as cb
 from ...models.cache import latency as lat
 from ...models.cache.sim import GB, Trace, capacity_chunks
 from ...models.core.timeutil import from_epoch_s
 from ...models.metrics.window import bucket_quantile
 from ...sql.db import Database
-from ..data.latency import l1_capacity_bytes, latency_model, measured
+from ..data.latency import l1_capacity_bytes, latency_model, measured, ttft_intervals
 
 MAX_LATENCY_REQUESTS = 20_000
 """The TTFT pass replays at most this many requests of the window (the first ones in time): the
@@ -70,15 +79,22 @@ def _span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[da
     return from_epoch_s(float(tr.ts[0]) - SPAN_MARGIN_S), from_epoch_s(float(tr.ts[-1]) + SPAN_MARGIN_S)
 
 
-def _row(p: alt.Predicted, bpc: int | None, slo: float, bounds: list[float] | None = None) -> dict[str, Any]:
+def _row(p: alt.Predicted, bpc: int | None, slo: float, cal: cb.Calibration,
+         bounds: list[float] | None = None) -> dict[str, Any]:
+    """One set-up's row: calibrated TTFTs beside the raw ones (module doc)."""
     a, s = p.alternative, p.summary
-    hist = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
-    return {"ttft_p99_s_as_histogram": hist, "topology": a.topology, "routing": a.routing, "ranks": a.ranks,
-            "capacity_chunks": a.capacity_chunks,
+    hist_raw = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
+    ttft: dict[str, Any] = {}
+    for stat, key, raw in (("mean", "ttft_mean_s", s.ttft_mean_s), ("p50", "ttft_p50_s", s.ttft_p50_s),
+                           ("p99", "ttft_p99_s", s.ttft_p99_s), ("p99", "ttft_p99_s_as_histogram", hist_raw)):
+        value, interval = cb.calibrated(cal, stat, raw)
+        ttft.update({key: value, f"{key}_raw": raw, f"{key}_interval": interval})
+    p99 = ttft["ttft_p99_s"]
+    return {"ttft_p99_s_as_histogram": ttft.pop("ttft_p99_s_as_histogram"), "topology": a.topology,
+            "routing": a.routing, "ranks": a.ranks, "capacity_chunks": a.capacity_chunks,
             "capacity_gb": a.capacity_chunks * bpc / GB if bpc else None, "hit_rate": p.hit_rate,
-            "ttft_mean_s": s.ttft_mean_s, "ttft_p50_s": s.ttft_p50_s, "ttft_p99_s": s.ttft_p99_s,
-            "goodput_rps": s.goodput_rps, "within_slo": s.within_slo,
-            "holds_slo": s.ttft_p99_s is not None and s.ttft_p99_s <= slo}
+            **ttft, "calibrated": cal.calibrated, "goodput_rps": s.goodput_rps, "within_slo": s.within_slo,
+            "holds_slo": bool(p99 is not None and p99 <= slo)}
 
 
 def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, ...], *, bpc: int | None,
@@ -110,7 +126,7 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
         "ttft_mean_s_measured": meas.get("ttft_mean_s"), "ttft_p50_s_measured": meas.get("ttft_p50_s"),
         "ttft_p99_s_measured": meas.get("ttft_p99_s"), "ttft_p99_bucket_s_measured": meas.get("ttft_p99_bucket_s"),
         "ttft_mean_s_predicted": None, "ttft_p50_s_predicted": None, "ttft_p99_s_predicted": None,
-        "ttft_p99_s_predicted_as_histogram": None,
+        "ttft_p99_s_predicted_as_histogram": None, "ttft_calibration": None,
         "span": [span[0].isoformat(), span[1].isoformat()] if span else None,
         "engine_routing": ("each instance's requests round-robin over its engines" if instances > 1
                            else "round-robin over the engines in time order (the log does not say which "
@@ -139,20 +155,23 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
     # goodput's denominator, the stream's span; a trace without request times (priced here when
     # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
     seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
-    _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas)
-    e = out["engines_needed"] = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine)
+    cal = _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas,
+                ttft_intervals(db, deployment, *span))
+    e = out["engines_needed"] = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine,
+                                                cal.p99.ratio or 1.0)
     pool = next(r for r in out["latency"] if r["topology"] == "shared")
     size = f"{pool['capacity_gb']:,.3g} GB" if pool["capacity_gb"] is not None else f"{total:,} chunks"
     out["finding"] = alt.TopologyFinding(
-        f"one shared pool of {size}", slo_s, out["today"]["ttft_p99_s_predicted"], pool["ttft_p99_s"],
+        f"one shared pool of {size}", slo_s, out["latency"][0]["ttft_p99_s"], pool["ttft_p99_s"],
         today.engines, e["today"], e["shared"], gpus_per_engine).to_dict()
     return out
 
 
 def _fill(out: dict[str, Any], tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, bpc: int | None,
           slo: float, seconds: float, routings: tuple[str, ...], seed: int, l2_gb: float | None,
-          meas: dict[str, Any]) -> None:
-    """The predicted half: today (and its check), the alternatives, TTFT against capacity."""
+          meas: dict[str, Any], measured_ttft: list[cb.MeasuredInterval]) -> cb.Calibration:
+    """The predicted half: today (and its check), today's calibration, the alternatives, TTFT
+    against capacity."""
     def run(a: alt.Alternative) -> alt.Predicted:
         return alt.predict(tr, a, latency, slo_s=slo, seconds=seconds)
 
@@ -165,6 +184,12 @@ def _fill(out: dict[str, Any], tr: Trace, today: alt.Today, latency: lat.Latency
     bounds = meas.get("ttft_bounds") or None
     if bounds:
         t["ttft_p99_s_predicted_as_histogram"] = bucket_quantile(0.99, lat.as_histogram(p_today.ttft, bounds)).value
+    # today's error, per statistic, carried into every set-up (a trace without times: nothing to match)
+    cal = cb.calibrate_today(p_today.ttft, (tr.ts if tr.ts is not None else np.full(tr.requests, np.nan))
+                             + p_today.ttft, measured_ttft if tr.ts is not None else [])
+    t["ttft_calibration"] = cal.to_dict()
+    if not cal.calibrated:
+        out["topology_notes"].append("TTFTs not calibrated on today: " + "; ".join(cal.notes))
     alts = [alt.shared(tr, today, total)]
     alts += [alt.private(tr, today.engines, r, total, seed) for r in routings]
     if l2_gb is not None and bpc:
@@ -173,31 +198,35 @@ def _fill(out: dict[str, Any], tr: Trace, today: alt.Today, latency: lat.Latency
         alts.append(alt.Alternative("tiered", None, tier.ranks, total + l2, tier.hits, tier.engine, tier.engines))
         out["topology_notes"].append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of "
                                      "their sum holds); L2 hits priced as L1 loads (no L2 load cost measured)")
-    out["latency"] = [_row(p_today, bpc, slo, bounds)] + [_row(run(a), bpc, slo, bounds) for a in alts]
+    out["latency"] = [_row(p_today, bpc, slo, cal, bounds)] + [_row(run(a), bpc, slo, cal, bounds) for a in alts]
     grid = alt.capacity_grid(max(1, total // 16), max(total * 4, 1), CURVE_POINTS, also=[total])
     for c in grid:
         mine = alt.hits(tr, today.instance_of, today.instances, max(1, c // today.instances))
         for a in (alt.Alternative("today", None, today.engines, c, mine, today.engine_of, today.engines,
                                   today.instance_of if today.instances > 1 else None), alt.shared(tr, today, c)):
-            out["latency_curve"].append(_row(run(a), bpc, slo))
+            out["latency_curve"].append(_row(run(a), bpc, slo, cal))
+    return cal
 
 
 def _engines_needed(tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, slo: float,
-                    gpus_per_engine: int) -> dict[str, Any]:
-    """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``)."""
+                    gpus_per_engine: int, p99_ratio: float = 1.0) -> dict[str, Any]:
+    """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``),
+    on the p99 calibrated on today (``p99_ratio``)."""
     most = min(alt.MAX_ENGINE_SEARCH, max(4 * today.engines, 1))
     per = max(1, total // today.instances)
     if today.instances == 1:
         today_k = alt.engines_needed(tr, lambda k: alt.on_engines(alt.as_today(tr, today), tr, k), latency,
-                                     slo_s=slo, most=most)
+                                     slo_s=slo, most=most, p99_ratio=p99_ratio)
     else:  # k private caches of today's size each, round-robin (the data's routing needs today's ranks)
         today_k = alt.engines_needed(tr, lambda k: alt.private(tr, k, "round_robin", per * k), latency,
-                                     slo_s=slo, most=most)
+                                     slo_s=slo, most=most, p99_ratio=p99_ratio)
     pool = alt.shared(tr, today, total)
-    shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most)
+    shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most,
+                                  p99_ratio=p99_ratio)
     return {"today": today_k, "shared": shared_k, "engines_today": today.engines, "searched_up_to": most,
             "gpus_per_engine": gpus_per_engine,
             "gpus_today": today_k * gpus_per_engine if today_k else None,
             "gpus_shared": shared_k * gpus_per_engine if shared_k else None,
-            "rule": "fewest engines whose predicted TTFT p99 is within the SLO, the same requests spread "
-                    "round-robin over them"}
+            "p99_ratio": p99_ratio,
+            "rule": "fewest engines whose predicted TTFT p99, calibrated on today (x p99_ratio), is within the "
+                    "SLO, the same requests spread round-robin over them"}

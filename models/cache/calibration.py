@@ -151,7 +151,7 @@ def _stats(ttft: np.ndarray, count: float, sum_s: float, buckets: dict[float, fl
 def _ratio(m: float | None, p: float | None) -> float | None:
     if m is None or p is None or not p > 0 or not math.isfinite(m) or not math.isfinite(p):
         return None
-    return m / p
+    return float(m) / float(p)
 
 
 def calibrate_today(ttft: np.ndarray, first_token_at: np.ndarray, intervals: Sequence[MeasuredInterval], *,
@@ -200,7 +200,7 @@ def calibrate_today(ttft: np.ndarray, first_token_at: np.ndarray, intervals: Seq
         buckets: dict[float, float] = {}
         for i in np.flatnonzero(weights):
             for le, n in b_buckets[i].items():
-                buckets[le] = buckets.get(le, 0.0) + n * weights[i]
+                buckets[le] = buckets.get(le, 0.0) + n * float(weights[i])
         v = np.concatenate([np.repeat(by_block[i], int(weights[i])) for i in np.flatnonzero(weights)] or [ttft[:0]])
         return _stats(v, float(b_count @ weights), float(b_sum @ weights), buckets, bounds)
 
@@ -222,7 +222,7 @@ def calibrate_today(ttft: np.ndarray, first_token_at: np.ndarray, intervals: Seq
         m, p = whole[s]
         xs = np.array(samples[s])
         enough = len(xs) >= draws // 2
-        out[s] = Ratio(s, m, p, _ratio(m, p), float(np.quantile(xs, tail)) if enough else None,
+        out[s] = Ratio(s, None if m is None else float(m), None if p is None else float(p), _ratio(m, p), float(np.quantile(xs, tail)) if enough else None,
                        float(np.quantile(xs, 1 - tail)) if enough else None)
     if bucket_quantile(0.99, sorted(_sum_buckets(b_buckets).items())).in_inf:
         notes.append("today's measured p99 lies in the +Inf bucket: its ratio is a lower bound")
