@@ -12,9 +12,9 @@ from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
 
-from ..collectors.settings import Settings
-from ..collectors.settings_load import load_settings
+from ..models.inputs.settings import Settings
 from ..sql.db import Database
+from .config import load_settings
 from .data.store import DeploymentSettings, deployment_settings, deployments_with_data
 
 if TYPE_CHECKING:

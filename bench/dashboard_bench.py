@@ -11,7 +11,7 @@ carry source 'replay'.
 
 The first scrape of each target goes through the real store; the rest are bulk-inserted in
 time order with the same series ids (the shape the collector leaves). Then every whole day
-is rolled up by the collector daemon's own nightly function (kvplan.collectors.scheduler.rollup_day)
+is rolled up by the collector daemon's own nightly function (kvplan.collectors.schedule.scheduler.rollup_day)
 and kvplan.app.data.store.rollup_gauges_day, timed per day.
 
 Each page's view call (what the page script calls, with the page's step) is timed on
@@ -39,8 +39,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.store import ensure_target, series_id
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.store import ensure_target, series_id
 from kvplan.sql.db import Database
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def replay(path: Path, case: str, days: int, engines: int, interval_min: int) ->
 
 def roll_up(db: Database, deployment: str, days: int) -> list[float]:
     from kvplan.app.data.store import rollup_gauges_day
-    from kvplan.collectors.scheduler import rollup_day
+    from kvplan.collectors.schedule.scheduler import rollup_day
 
     took = []
     for d in range(days):

@@ -25,8 +25,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.store import insert_payload, payload_sha256, series_id, store_payload
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.store import insert_payload, payload_sha256, series_id, store_payload
 from kvplan.sql.db import Database
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,10 +40,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from kvplan.collectors.openmetrics import _labels
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.payload import Payload
-from kvplan.collectors.prometheus import split_name
+from kvplan.collectors.prometheus.ingest import split_name
+from kvplan.collectors.scrape.openmetrics import label_text
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.payload import Payload
 
 ROOT = Path(__file__).resolve().parents[1]
 DAY = 86400
@@ -121,7 +121,7 @@ def fill(work: Path, args, t0: int) -> tuple[int, float, float]:
                    [(args.engines + n, f"node{n}:8090", "lmcache") for n in range(nodes)])
         for eng, inst, job in targets:
             for s in kept:
-                series.append((eng, _labels(s, {"instance": inst, "job": job, "replay": label}), s))
+                series.append((eng, label_text(s, {"instance": inst, "job": job, "replay": label}), s))
     g = {eng: load(args.days, ticks, eng) for eng in {e for e, _, _ in series}}
     gen_s = prom_s = 0.0
     samples = 0
@@ -182,7 +182,7 @@ def start_prometheus(work: Path) -> tuple[subprocess.Popen, str]:
 CHILD = """
 import json, resource, sys, time
 from datetime import datetime
-from kvplan.collectors.settings_load import load_settings
+from kvplan.app.config import load_settings
 from kvplan.sql.db import Database
 s = load_settings(__import__('pathlib').Path({conf!r}))
 db = Database(s.db); db.migrate()
@@ -246,20 +246,21 @@ def run(work: Path, args, url: str, start: datetime, samples: int) -> None:
                     f'chunk = "{args.chunk}"\nlookback = "{lookback}s"\ngap_after = "{gap}s"\ntimeout_s = 600\n'
                     f'[[deployments]]\nname = "bench"\nprometheus_selector = \'job=~"vllm|lmcache"\'\n')
     rng = f"datetime.fromisoformat({start.isoformat()!r}), datetime.fromisoformat({end.isoformat()!r})"
-    back = child(conf, f"""from kvplan.collectors.prometheus import ingest_range
+    back = child(conf, f"""from kvplan.collectors.prometheus.ingest import ingest_range
 r = ingest_range(db, s.prometheus, s.deployments[0], {rng})
 out = dict(raw=r.raw_samples, rows=r.rows, failed=r.failed, chunks=r.chunks, far=r.far_pairs, gaps=r.gaps)""")
-    rollups = child(conf, f"""from kvplan.collectors.scheduler import rollup_day
+    rollups = child(conf, f"""from kvplan.collectors.schedule.scheduler import rollup_day
 from datetime import timedelta
 d0 = datetime.fromisoformat({start.date().isoformat()!r}).date()
 out = dict(rows=sum(rollup_day(db, 'bench', d0 + timedelta(days=i)) for i in range({args.days})))""")
     last = (end - timedelta(days=1)).date()
-    night = child(conf, f"""import kvplan.collectors.scheduler as sch
+    night = child(conf, f"""import kvplan.collectors.schedule.scheduler as sch
 sch.REPORT_MODULE = 'app.no_such_report'
 o = sch.Nightly(s, db).run_day(datetime.fromisoformat({last.isoformat()!r}).date())
 out = dict(rows=o.rows, errors=o.errors)""")
-    read = child(conf, f"""from kvplan.collectors.prometheus import PromClient, fetch_chunk, chunk_bounds, in_order
-from kvplan.collectors.settings_checks import duration_s
+    read = child(conf, f"""from kvplan.collectors.prometheus.ingest import (PromClient, fetch_chunk, chunk_bounds,
+                                                 in_order)
+from kvplan.models.inputs.settings_checks import duration_s
 c = PromClient(s.prometheus); n = 0
 d0 = datetime.fromisoformat({(end - timedelta(days=1)).isoformat()!r}); d1 = datetime.fromisoformat({end.isoformat()!r})
 lb = int(duration_s(s.prometheus.lookback) * 1000)
@@ -302,7 +303,7 @@ def nights(work: Path, args, proc, url: str, start: datetime, samples: int):
     """One night (the last day: ingest + rollups) per mode, each in its own process with its
     peak RSS, and Prometheus's own CPU time answering it; the rule pack's outputs backfilled
     first by promtool (Prometheus evaluating the pack over the day, timed the same way)."""
-    from kvplan.collectors.prom_rules import render
+    from kvplan.collectors.prometheus.rules import render
 
     modes = args.modes.split(",")
     d0 = start + timedelta(days=args.days - 1)
@@ -335,8 +336,8 @@ def nights(work: Path, args, proc, url: str, start: datetime, samples: int):
                         f'chunk = "{args.chunk}"\nlookback = "{lookback}s"\ngap_after = "{gap}s"\ntimeout_s = 3600\n'
                         f'[[deployments]]\nname = "bench"\nprometheus_selector = \'job=~"vllm|lmcache"\'\n{extra}')
         c0 = _cpu_s(proc.pid)
-        o = child(conf, f"""from kvplan.collectors.prometheus import ingest_range
-from kvplan.collectors.scheduler import rollup_day
+        o = child(conf, f"""from kvplan.collectors.prometheus.ingest import ingest_range
+from kvplan.collectors.schedule.scheduler import rollup_day
 from kvplan.app.data.window import stats
 r = ingest_range(db, s.prometheus, s.deployments[0], {rng})
 n = rollup_day(db, 'bench', datetime.fromisoformat({d0.isoformat()!r}).date())

@@ -32,9 +32,9 @@ def free_port() -> int:
 
 
 def main() -> None:
-    from kvplan.collectors.parse import parse_payload
-    from kvplan.collectors.scheduler import Scraper
-    from kvplan.collectors.settings import DeploymentConfig, ScheduleConfig, Settings, TargetConfig
+    from kvplan.collectors.schedule.scheduler import Scraper
+    from kvplan.collectors.scrape.parse import parse_payload
+    from kvplan.models.inputs.settings import DeploymentConfig, ScheduleConfig, Settings, TargetConfig
     from kvplan.sql.db import Database
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

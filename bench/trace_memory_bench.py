@@ -50,9 +50,9 @@ def main() -> None:
                                    "shapes": [[4, 256, 256]], "chunk_hashes": hashes}) + "\n"
                 fh.write(line)
                 size, i = size + len(line), i + 1
-        floor = peak_kb("import duckdb, numpy, pyarrow\nfrom kvplan.collectors import traces")
-        scan = peak_kb(f"from kvplan.collectors.trace_parse import scan_file\nscan_file({str(path)!r}, 'lmcache')")
-        imp = peak_kb("from kvplan.sql.db import Database\nfrom kvplan.collectors.traces import import_trace\n"
+        floor = peak_kb("import duckdb, numpy, pyarrow\nfrom kvplan.collectors.traces import ingest as traces")
+        scan = peak_kb(f"from kvplan.collectors.traces.parse import scan_file\nscan_file({str(path)!r}, 'lmcache')")
+        imp = peak_kb("from kvplan.sql.db import Database\nfrom kvplan.collectors.traces.ingest import import_trace\n"
                       f"db = Database({str(Path(d) / 'k.duckdb')!r}); db.migrate()\n"
                       f"import_trace(db, 'd', [{str(path)!r}])")
         print(f"file {size / 2**20:,.0f} MiB, {i:,} lines")

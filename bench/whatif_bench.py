@@ -3,7 +3,7 @@
   LMCache sweep   ``lmcache tool cache-simulator sweep``'s loop (``run_sweep``: load the
                   JSONL, then ``simulate(fast=True)`` once per capacity, LRUCacheFast), 30
                   log-spaced capacities, run from the stack venv (LMCache 0.5.6)
-  kvplan          ``kvplan.collectors.trace_parse.parse_file`` (validation included) + ``kvplan.models.cache.sim.
+  kvplan          ``kvplan.collectors.traces.parse.parse_file`` (validation included) + ``kvplan.models.cache.sim.
                   lru_curve``: every capacity at once; then the same 30 capacities read off it
 
 Same trace file for both: an LMCache lookup-hash JSONL made from the Mooncake FAST'25
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvplan.collectors.trace_parse import parse_file
+from kvplan.collectors.traces.parse import parse_file
 from kvplan.deploy.local import stack as stk
 from kvplan.models.cache import pools, sim
 

@@ -21,9 +21,9 @@ from ..models.core.timeutil import from_epoch_s, naive_utc
 from ..sql.db import Database
 from .loadgen.runs import save_run
 from .loadgen.workload import RequestResult, RunResult, Workload
-from .parse import parse_payload
-from .payload import Payload, PayloadError
-from .store import insert_failure, insert_payload, payload_sha256
+from .scrape.parse import parse_payload
+from .scrape.payload import Payload, PayloadError
+from .scrape.store import insert_failure, insert_payload, payload_sha256
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
 
@@ -108,7 +108,7 @@ def _load_lookups(db: Database, deployment: str, recs: list[dict], t0: float, st
     every time, so loading again imports nothing. Returns the new requests."""
     import tempfile
 
-    from .traces import import_trace
+    from .traces.ingest import import_trace
 
     if not recs:
         return 0

@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from kvplan.collectors.scrape import import_file
+from kvplan.collectors.scrape.scrape import import_file
 from kvplan.sql.db import Database
 
 ENGINES = Path(__file__).parent / "fixtures" / "payloads" / "engines"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.collectors.scrape import import_file
+from kvplan.collectors.scrape.scrape import import_file
 from kvplan.sql.db import Database
 from tests.conftest import PAYLOADS
 from tests.loopback import Loopback

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.scrape import import_file
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.scrape import import_file
 from kvplan.sql.db import Database
 
 PAYLOADS = Path(__file__).parent / "fixtures" / "payloads"

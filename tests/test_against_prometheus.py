@@ -15,7 +15,7 @@ from itertools import combinations
 import pytest
 
 from kvplan.app.data.window import stats, window_increases
-from kvplan.collectors.openmetrics import to_openmetrics
+from kvplan.collectors.scrape.openmetrics import to_openmetrics
 from kvplan.models.metrics.window import bucket_quantile, histogram_buckets, total, window_stats
 from tests.prom_fixtures import create_blocks, promql, scalar, start_prometheus
 from tests.recorded import cases, import_case, parsed, scrapes

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.store import payload_sha256, store_failure, store_payload
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.store import payload_sha256, store_failure, store_payload
 from kvplan.sql.db import Database
 
 TTFT_BOUNDS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -349,9 +349,9 @@ def add_collection(db: Database) -> None:
 
 def rollup(db: Database, deployment: str, day: datetime) -> None:
     """What the nightly job does for one UTC day: daily_rollups (the collector daemon's
-    kvplan.collectors.scheduler.rollup_day) and gauge_rollups (kvplan.app.data.store.rollup_gauges_day)."""
+    kvplan.collectors.schedule.scheduler.rollup_day) and gauge_rollups (kvplan.app.data.store.rollup_gauges_day)."""
     from kvplan.app.data.store import rollup_gauges_day
-    from kvplan.collectors.scheduler import rollup_day
+    from kvplan.collectors.schedule.scheduler import rollup_day
 
     rollup_day(db, deployment, day.date())
     rollup_gauges_day(db, deployment, day.replace(tzinfo=None))

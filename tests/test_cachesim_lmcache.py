@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.collectors import traces
+from kvplan.collectors.traces import ingest as traces
 from kvplan.deploy.local import stack as stk
 from kvplan.models.cache import sim
 

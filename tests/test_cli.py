@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.collectors.scrape import import_file
+from kvplan.collectors.scrape.scrape import import_file
 from tests import hostile
 from tests.hostile import AT, payload
 from tests.payloads import vllm_text

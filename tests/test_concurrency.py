@@ -42,8 +42,8 @@ def _payload(k: int) -> str:
 def writer(path: str, seconds: float, out: str) -> None:
     """Store one scrape after another for ``seconds``; report what was committed and the
     wait for the file at each write."""
-    from kvplan.collectors.parse import parse_payload
-    from kvplan.collectors.store import payload_sha256, store_payload
+    from kvplan.collectors.scrape.parse import parse_payload
+    from kvplan.collectors.scrape.store import payload_sha256, store_payload
     from kvplan.sql.db import Database
 
     class Timed(Database):
@@ -93,7 +93,7 @@ def reader(path: str, seconds: float, out: str) -> None:
                                      "max_s": max(waits)}))
 
 
-def _spawn(fn: str, *args) -> subprocess.Popen:
+def spawn_server(fn: str, *args) -> subprocess.Popen:
     code = f"from tests.test_concurrency import {fn}; {fn}(*{list(map(str, args))!r}[:1], " \
            f"float({args[1]!r}), {str(args[2])!r})"
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
@@ -105,10 +105,10 @@ def test_a_writer_and_readers_share_the_file_without_errors_or_losses(tmp_path):
     db = Database(tmp_path / "k.duckdb")
     db.migrate()
     w_out = tmp_path / "writer.json"
-    procs = [_spawn("writer", db.path, DURATION_S, w_out)]
+    procs = [spawn_server("writer", db.path, DURATION_S, w_out)]
     time.sleep(0.5)  # a first scrape exists before the readers start
     r_outs = [tmp_path / f"reader{i}.json" for i in range(READERS)]
-    procs += [_spawn("reader", db.path, DURATION_S, o) for o in r_outs]
+    procs += [spawn_server("reader", db.path, DURATION_S, o) for o in r_outs]
     for p in procs:
         assert p.wait(DURATION_S + 120) == 0
     w = json.loads(w_out.read_text())

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.collectors.settings import Settings
-from kvplan.collectors.settings_checks import check_selector, duration_s
-from kvplan.collectors.settings_load import ConfigError, load_settings
+from kvplan.app.config import ConfigError, load_settings
+from kvplan.models.inputs.settings import Settings
+from kvplan.models.inputs.settings_checks import check_selector, duration_s
 from tests.hostile import PASSWORD, runner
 
 ROOT = Path(__file__).resolve().parents[1]

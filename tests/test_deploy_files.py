@@ -20,7 +20,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.collectors.settings_load import load_settings
+from kvplan.app.config import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

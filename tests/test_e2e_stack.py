@@ -21,7 +21,7 @@ from kvplan.app.data.window import stats, window_increases
 from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.runs import save_run
-from kvplan.collectors.scrape import Target, scrape_target
+from kvplan.collectors.scrape.scrape import Target, scrape_target
 from kvplan.deploy.local import stack as stk
 from kvplan.sql.db import Database
 from tests.prom_fixtures import promql, scalar
@@ -213,8 +213,8 @@ def test_d_restart_keeps_lmcache_hits_and_counts_no_negative_or_double(local_sta
 def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
     """The same runs ingested from the stack's Prometheus (prometheus-api-client, raw samples ->
     per-step increases) give the numbers kvplan computed from its own direct scrapes."""
-    from kvplan.collectors.prometheus import ingest_range
-    from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
+    from kvplan.collectors.prometheus.ingest import ingest_range
+    from kvplan.models.inputs.settings import DeploymentConfig, PrometheusConfig
 
     db, windows = e2e
     time.sleep(3)  # Prometheus scrapes every second: let it take the last samples

@@ -19,8 +19,8 @@ from kvplan.app.cli import app
 from kvplan.app.data.prefill import plan_measurement
 from kvplan.app.data.window import load_window, stats
 from kvplan.app.views.overview import plan_range
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.payload import PayloadError
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.payload import PayloadError
 from kvplan.models.metrics.tiers import tiers
 from tests.engines import ENGINES, T0, T1, delta, facts, import_release, releases
 

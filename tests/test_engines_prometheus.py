@@ -14,8 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvplan.app.data.window import stats
-from kvplan.collectors.prometheus import ingest_range
-from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
+from kvplan.collectors.prometheus.ingest import ingest_range
+from kvplan.models.inputs.settings import DeploymentConfig, PrometheusConfig
 from kvplan.sql.db import Database
 from tests.engines import ENGINES, T0, T1, import_release
 from tests.prom_fixtures import create_blocks, scalar, start_prometheus

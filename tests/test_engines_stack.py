@@ -24,7 +24,7 @@ import pytest
 
 from kvplan.app.data.prefill import plan_measurement
 from kvplan.app.data.window import stats
-from kvplan.collectors.scrape import import_file
+from kvplan.collectors.scrape.scrape import import_file
 from kvplan.deploy.local import stack as stk
 from kvplan.deploy.local.recorders import record_engines as rec
 

@@ -34,7 +34,7 @@ from kvplan.app.data.window import stats as window_stats
 from kvplan.app.report.data import build
 from kvplan.app.report.html import render_html
 from kvplan.app.views.overview import plan_range
-from kvplan.collectors.scrape import import_file
+from kvplan.collectors.scrape.scrape import import_file
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.metrics.window import RATE_FIELDS
 from kvplan.sql.db import Database
@@ -209,7 +209,7 @@ def _drop(text: str, families: set[str]) -> str:
 
 def _series(f: tuple[Path, datetime], target: str) -> dict[tuple, tuple[float, float | None]]:
     """(value, created) of every sample of a recorded payload, keyed like ``_totals``."""
-    from kvplan.collectors.parse import parse_payload
+    from kvplan.collectors.scrape.parse import parse_payload
 
     p = parse_payload(f[0].read_text(), str(f[0]), at=f[1])
     return {(x.name, x.model_name, x.engine, x.le, json.dumps(dict(x.labels), sort_keys=True, separators=(",", ":")),

@@ -39,9 +39,11 @@ FLOORS = ("core", "inputs", "metrics", "prefill", "cache", "capacity", "decision
 """models/ subpackages from the ground up, in pipeline order."""
 
 PURE_IMPORTS = {"__future__", "bisect", "collections", "copy", "dataclasses", "datetime", "enum", "functools",
-                "heapq", "itertools", "json", "math", "numpy", "random", "re", "statistics", "threading", "typing",
-                "unicodedata", "urllib"}
+                "heapq", "ipaddress", "itertools", "json", "math", "numpy", "pathlib", "pydantic", "random", "re",
+                "statistics", "threading", "typing", "unicodedata", "urllib"}
 """What models/ may import besides itself: computation only (``urllib`` is for ``urllib.parse``;
+``pydantic`` for the settings declarations: validation only, no I/O; ``pathlib`` for their
+path-valued fields, never read; ``ipaddress`` to spell a target's host one way;
 ``threading`` for the redaction registry's lock;
 ``unicodedata`` for the name check; ``random`` for seeded, deterministic draws)."""
 
@@ -151,3 +153,25 @@ def test_an_upward_import_between_model_groups_is_seen(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("from kvplan.models.decision.plan import plan\nfrom kvplan.models.core.errors import KvplanError\n")
     assert {floor_of(m) for m in imported_modules(f)} == {"decision", "core"}
+
+
+PRIVATE_CHECKED = ("app", "collectors", "sql", "models", "deploy", "bench")
+
+
+def private_imports(path: Path, source: str | None = None) -> list[str]:
+    """``file:line imports name`` for every ``from x import _name`` of ``path`` (a dunder such as
+    ``__version__`` is public): a name another module uses is public, or the code moves to its user."""
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    return [f"{path}:{node.lineno} imports {a.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for a in node.names if a.name.startswith("_") and not (a.name.startswith("__") and a.name.endswith("__"))]
+
+
+def test_no_module_imports_another_modules_private_names():
+    bad = [hit for folder in PRIVATE_CHECKED for f in files(folder) for hit in private_imports(f)]
+    assert bad == []
+
+
+def test_the_private_import_check_sees_a_private_name_but_not_a_dunder_or_an_alias(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("from a import __version__, pub as _pub\ndef g():\n    from .b import ok, _hidden\n")
+    assert private_imports(f) == [f"{f}:3 imports _hidden"]

@@ -116,7 +116,9 @@ def test_every_public_dataclass_field_is_documented(name):
                 nxt = cls.body[i + 1] if i + 1 < len(cls.body) else None
                 doc = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) \
                     and isinstance(nxt.value.value, str)
-                meta = isinstance(st.value, ast.Call) and getattr(st.value.func, "id", "") in ("_f", "spec")
+                meta = isinstance(st.value, ast.Call) and (getattr(st.value.func, "id", "") in ("_f", "spec") or (
+                    getattr(st.value.func, "id", "") == "Field"  # the settings: pydantic's description
+                    and any(k.arg == "description" for k in st.value.keywords)))
                 if not (doc or meta):
                     undocumented.append(f"{cls.name}.{st.target.id}")
     assert undocumented == []

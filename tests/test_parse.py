@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kvplan.app.cli import app
-from kvplan.collectors.parse import check_content_type, parse_payload
-from kvplan.collectors.payload import PayloadError
-from kvplan.collectors.scrape import import_file
+from kvplan.collectors.scrape.parse import check_content_type, parse_payload
+from kvplan.collectors.scrape.payload import PayloadError
+from kvplan.collectors.scrape.scrape import import_file
 from tests.hostile import AT, CREATED, bucket_line, payload, replace_line, runner
 from tests.payloads import vllm_text
 
@@ -163,7 +163,7 @@ def test_bucket_without_le_names_file_and_line(db, tmp_path):
 
 
 def test_openmetrics_with_underscored_vllm_names_is_mapped_with_a_warning(db, tmp_path):
-    from kvplan.collectors.parse import parse_payload
+    from kvplan.collectors.scrape.parse import parse_payload
 
     text = vllm_text({("m", "0"): {"created": CREATED, "hits": 1, "queries": 2, "ttft": [1, 2, 2]}})
     text = text.replace("vllm:", "vllm_")

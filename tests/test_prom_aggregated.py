@@ -31,11 +31,11 @@ import pytest
 from kvplan.app.data.store import DeploymentSettings
 from kvplan.app.data.window import engines_in_window, stats
 from kvplan.app.views.overview import plan_range
-from kvplan.collectors.openmetrics import _labels
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.prom_rules import render
-from kvplan.collectors.prometheus import ingest_range, split_name
-from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
+from kvplan.collectors.prometheus.ingest import ingest_range, split_name
+from kvplan.collectors.prometheus.rules import render
+from kvplan.collectors.scrape.openmetrics import label_text
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.models.inputs.settings import DeploymentConfig, PrometheusConfig
 from kvplan.sql.db import Database
 from tests.prom_fixtures import prometheus_bin, start_prometheus
 
@@ -63,7 +63,7 @@ def _kept(payload) -> dict:
             split_name(s.name)
         except KeyError:
             continue
-        out[(s.name, _labels(s, {}))] = s
+        out[(s.name, label_text(s, {}))] = s
     return out
 
 
@@ -95,7 +95,7 @@ def _series(kind: str, idx: int, curves: list[np.ndarray], parts: list[dict], ji
     for key in sorted(set().union(*parts)):
         first = next(p[key] for p in parts if key in p)
         name, _ = key
-        lab = _labels(first, extra)
+        lab = label_text(first, extra)
         if split_name(name)[2]:
             vals = created
         elif first.type == "gauge":

@@ -27,14 +27,14 @@ from typer.testing import CliRunner
 
 from kvplan.app.cli import app
 from kvplan.app.data.window import stats
-from kvplan.collectors.openmetrics import to_openmetrics
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.payload import Payload
-from kvplan.collectors.prom_math import silent_stretches, step_gauges, step_increments
-from kvplan.collectors.prometheus import PromClient, PromError, chunk_bounds, family_query, ingest_range
-from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig
-from kvplan.collectors.store import payload_sha256, store_payload
+from kvplan.collectors.prometheus.ingest import PromClient, PromError, chunk_bounds, family_query, ingest_range
+from kvplan.collectors.prometheus.step_math import silent_stretches, step_gauges, step_increments
+from kvplan.collectors.scrape.openmetrics import to_openmetrics
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.payload import Payload
+from kvplan.collectors.scrape.store import payload_sha256, store_payload
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.inputs.settings import DeploymentConfig, PrometheusConfig
 from kvplan.sql.db import Database
 from tests.loopback import Loopback
 from tests.prom_fixtures import create_blocks, free_port, scalar, start_prometheus
@@ -634,7 +634,7 @@ def test_a_directly_scraped_target_is_never_overwritten_by_prometheus_data(prom,
 def test_prometheus_ingestion_applies_the_same_decrease_rule():
     import numpy as np
 
-    from kvplan.collectors.prom_math import step_increments
+    from kvplan.collectors.prometheus.step_math import step_increments
 
     t = np.array([60_000, 120_000, 180_000], dtype=np.int64)
     v = np.array([100.0, 40.0, 50.0])

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.collectors import prom_rules
-from kvplan.collectors.settings_load import ConfigError, load_settings
+from kvplan.app.config import ConfigError, load_settings
+from kvplan.collectors.prometheus import rules as prom_rules
 
 
 def write(tmp_path: Path, body: str) -> Path:

@@ -6,8 +6,8 @@ against PromQL on a real Prometheus."""
 import pytest
 
 from kvplan.app.data.window import stats
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.store import payload_sha256, store_payload
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.store import payload_sha256, store_payload
 from tests.recorded import PAYLOADS, import_case, scrapes
 
 # The shared_vs_unique case and three of its vLLM scrapes: start, after the unique sessions,

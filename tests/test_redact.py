@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kvplan.app.cli import app
-from kvplan.collectors.scrape import import_file
-from kvplan.collectors.settings import DeploymentConfig
+from kvplan.collectors.scrape.scrape import import_file
+from kvplan.models.inputs.settings import DeploymentConfig
 from tests.hostile import AT, PASSWORD, TOKEN, Echo, payload, runner, secret_free
 
 
@@ -12,10 +12,10 @@ from tests.hostile import AT, PASSWORD, TOKEN, Echo, payload, runner, secret_fre
 def test_echoed_authorization_never_reaches_db_or_report(db, tmp_path, monkeypatch, caplog):
     from datetime import timedelta
 
-    from kvplan.collectors.prometheus import ingest_range
-    from kvplan.collectors.scheduler import logged_run
-    from kvplan.collectors.settings import PrometheusConfig
+    from kvplan.collectors.prometheus.ingest import ingest_range
+    from kvplan.collectors.schedule.scheduler import logged_run
     from kvplan.models.core.redact import register_secret
+    from kvplan.models.inputs.settings import PrometheusConfig
 
     import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT, target="v")
     import_file(db, "d", payload(tmp_path, "b.prom"), AT + timedelta(minutes=5), target="v")
@@ -71,7 +71,7 @@ def test_url_encoded_basic_credentials_are_redacted():
 
 def test_an_echoed_url_encoded_credential_never_reaches_the_gaps(db):
     # a server echoing the request line into its error: the gap stored it verbatim
-    from kvplan.collectors.store import store_failure
+    from kvplan.collectors.scrape.store import store_failure
 
     store_failure(db, deployment="d", target="t", kind="vllm", ts=AT, source="scrape",
                   error=f"HTTP 401 for GET /metrics?h=Authorization%3A%20Basic%20{CRED}%3D")

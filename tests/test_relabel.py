@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.relabel import model_label, relabel_exposition
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.relabel import model_label, relabel_exposition
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE_PATH = re.compile(r"/root/|/home/|\.cache/")

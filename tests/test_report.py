@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from kvplan.app.cli import app
 from kvplan.app.cli import app as cli
 from kvplan.app.report import build, fmt, render_html, write_report
-from kvplan.collectors.scrape import import_file
-from kvplan.collectors.settings import Settings
+from kvplan.collectors.scrape.scrape import import_file
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.inputs.settings import Settings
 from tests import hostile
 from tests.hostile import AT, payload
 from tests.test_app_fixtures import DEPLOYMENT, MEASURED_ON, hour, scenario_db, scenario_expected, scenario_plan
@@ -297,7 +297,7 @@ def test_nightly_report_names_stay_inside_report_dir(db, tmp_path):
     from datetime import date
 
     from kvplan.app.report import nightly_reports
-    from kvplan.collectors.settings import Settings
+    from kvplan.models.inputs.settings import Settings
 
     for name in ("../../escaped", "a/b", "a_b"):
         put(db, 0, one(0, 0, [0, 0, 0]), deployment=name)

@@ -74,7 +74,7 @@ def test_the_checked_in_pack_is_what_kvplan_rules_prints():
 def test_every_catalog_family_and_every_older_spelling_has_its_sums():
     import yaml
 
-    from kvplan.collectors.prom_rules import EXTRA_SPELLINGS, metric_part
+    from kvplan.collectors.prometheus.rules import EXTRA_SPELLINGS, metric_part
     from kvplan.models.metrics.catalog import FAMILIES
 
     records = {r["record"] for g in yaml.safe_load(PACK.read_text())["groups"] for r in g["rules"]}

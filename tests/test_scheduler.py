@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-import kvplan.collectors.scheduler as sch
+import kvplan.collectors.schedule.scheduler as sch
 from kvplan.app.data.window import stats
-from kvplan.collectors.scheduler import Nightly, Scraper, days_to_run, fetch_rw, run_daemon
-from kvplan.collectors.settings import DeploymentConfig, PrometheusConfig, ScheduleConfig, Settings, TargetConfig
+from kvplan.collectors.schedule.scheduler import Nightly, Scraper, days_to_run, fetch_rw, run_daemon
+from kvplan.models.inputs.settings import DeploymentConfig, PrometheusConfig, ScheduleConfig, Settings, TargetConfig
 from kvplan.models.metrics.window import Increase, window_stats
 from kvplan.sql.db import Database
 from tests.loopback import Loopback

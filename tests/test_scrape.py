@@ -9,8 +9,8 @@ import time
 import pytest
 
 from kvplan.app.cli import app
-from kvplan.collectors.scrape import Target, import_file, scrape_target
-from kvplan.collectors.settings import DeploymentConfig, ScheduleConfig, Settings, TargetConfig
+from kvplan.collectors.scrape.scrape import Target, import_file, scrape_target
+from kvplan.models.inputs.settings import DeploymentConfig, ScheduleConfig, Settings, TargetConfig
 from tests.hostile import AT, GOOD, bucket_line, gaps, payload, runner, targets
 
 
@@ -39,7 +39,7 @@ def test_trickling_body_stops_at_the_total_deadline(db, server):
 
 
 def test_daemon_round_applies_the_cap(db, server):
-    from kvplan.collectors.scheduler import Scraper
+    from kvplan.collectors.schedule.scheduler import Scraper
 
     srv = server("endless", limit=64 * 2**20)
     ok = server("ok")
@@ -57,7 +57,7 @@ def test_daemon_round_applies_the_cap(db, server):
 
 
 def test_two_endpoints_on_one_host_port_are_two_targets(db, server):
-    from kvplan.collectors.scrape import default_target_name
+    from kvplan.collectors.scrape.scrape import default_target_name
 
     ok = server("ok")
     base = ok.url.rsplit("/", 1)[0]
@@ -71,7 +71,7 @@ def test_two_endpoints_on_one_host_port_are_two_targets(db, server):
 
 
 def test_same_file_name_in_two_folders_is_two_targets(db, tmp_path):
-    from kvplan.collectors.scrape import import_files
+    from kvplan.collectors.scrape.scrape import import_files
 
     (tmp_path / "n1").mkdir()
     (tmp_path / "n2").mkdir()

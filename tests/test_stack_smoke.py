@@ -73,7 +73,7 @@ def test_topology(local_stack: stk.Stack):
     run = stk.Stack.load(local_stack.run_dir)
     assert run.to_dict() == local_stack.to_dict()
     # The generated config is a valid kvplan config naming every endpoint.
-    from kvplan.collectors.settings_load import load_settings
+    from kvplan.app.config import load_settings
 
     settings = load_settings(stk.Path(local_stack.run_dir) / "kvplan.toml")
     targets = {t.name: (d.name, t.kind, t.url) for d in settings.deployments for t in d.targets}

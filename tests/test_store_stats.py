@@ -10,9 +10,9 @@ import pytest
 
 from kvplan.app.cli import app
 from kvplan.app.data.window import stats, window_buckets
-from kvplan.collectors.parse import parse_payload
-from kvplan.collectors.scrape import import_file
-from kvplan.collectors.store import ConflictError, payload_sha256, store_failure, store_payload
+from kvplan.collectors.scrape.parse import parse_payload
+from kvplan.collectors.scrape.scrape import import_file
+from kvplan.collectors.scrape.store import ConflictError, payload_sha256, store_failure, store_payload
 from tests.hostile import AT, payload, poison, runner, stats_json, two_scrapes
 from tests.payloads import vllm_text
 
@@ -119,7 +119,7 @@ def test_reimport_is_a_no_op_and_a_different_payload_is_refused(db):
 
 
 def test_crash_mid_write_leaves_nothing(db, monkeypatch):
-    from kvplan.collectors import store
+    from kvplan.collectors.scrape import store
 
     put(db, 0, one(0, 0, [0, 0, 0]))
     real = store.pa.table

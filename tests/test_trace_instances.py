@@ -11,8 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from kvplan.collectors import traces
-from kvplan.collectors.payload import PayloadError
+from kvplan.collectors.scrape.payload import PayloadError
+from kvplan.collectors.traces import ingest as traces
 from kvplan.models.core.errors import KvplanError
 from kvplan.sql.db import Database, migrations
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.collectors import traces
-from kvplan.collectors.payload import PayloadError
-from kvplan.collectors.store import ConflictError
+from kvplan.collectors.scrape.payload import PayloadError
+from kvplan.collectors.scrape.store import ConflictError
+from kvplan.collectors.traces import ingest as traces
 from kvplan.models.cache import sim
 
 # shared/ sits next to the repository (worktrees and CI's clone alike)
@@ -155,12 +155,12 @@ def test_the_mooncake_conversation_trace_imports(db):
 
 
 def test_the_nightly_job_imports_a_deployments_lookup_hash_logs(db, tmp_path):
-    """kvplan.collectors.scheduler.Nightly imports lookup_hash_log_dir of every deployment that sets it."""
+    """kvplan.collectors.schedule.scheduler.Nightly imports lookup_hash_log_dir of every deployment that sets it."""
     import shutil
     from datetime import date
 
-    from kvplan.collectors.scheduler import Nightly
-    from kvplan.collectors.settings import DeploymentConfig, Settings
+    from kvplan.collectors.schedule.scheduler import Nightly
+    from kvplan.models.inputs.settings import DeploymentConfig, Settings
 
     logs = tmp_path / "logs"
     shutil.copytree(FIX / "lmcache-stack", logs)

@@ -14,7 +14,7 @@ from kvplan.app.cli import app
 from kvplan.app.report import fmt
 from kvplan.app.report.whatif import render_section, whatif_section
 from kvplan.app.views.whatif import whatif
-from kvplan.collectors import traces
+from kvplan.collectors.traces import ingest as traces
 from kvplan.models.cache import pools, sim
 
 runner = CliRunner()
@@ -181,7 +181,7 @@ def test_whatif_refuses_an_option_out_of_range_naming_it(tmp_path, args, option)
 
 
 def test_whatif_model_names_the_models_the_trace_has(loaded):
-    from kvplan.collectors.trace_parse import TraceError
+    from kvplan.collectors.traces.parse import TraceError
 
     with pytest.raises(TraceError, match="no requests of model 'nope'; its models: 'm'"):
         whatif(loaded, "dep", model_name="nope")

@@ -307,7 +307,7 @@ def test_the_local_stack_asks_vllm_for_per_request_cached_tokens(tmp_path):
     from kvplan.deploy.local import stack as stk
 
     for extra in ((), ("--no-enable-prefix-caching",)):
-        s = stk._vllm_server("vllm-0", 8000, py=tmp_path / "python", model_path=tmp_path / "m", model_name="m",
+        s = stk.vllm_server("vllm-0", 8000, py=tmp_path / "python", model_path=tmp_path / "m", model_name="m",
                              run_dir=tmp_path, lmcache_rpc_port=None, kv_space_gib=1, max_model_len=4096,
                              extra_args=extra)
         assert "--enable-prompt-tokens-details" in s.cmd

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from kvplan.app.views.whatif import whatif
-from kvplan.collectors import traces
 from kvplan.collectors.demo import load_demo
+from kvplan.collectors.traces import ingest as traces
 from kvplan.models.core.timeutil import from_epoch_s
 from kvplan.sql.db import Database
 

@@ -45,10 +45,10 @@ def ingest(
     command's whole job, read top to bottom."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from ...collectors.prometheus import ingest_range, ingest_window
-    from ...collectors.scheduler import logged_run
-    from ...collectors.settings import DeploymentConfig
-    from ...collectors.settings_checks import check_selector, duration_s
+    from ...collectors.prometheus.ingest import ingest_range, ingest_window
+    from ...collectors.schedule.scheduler import logged_run
+    from ...models.inputs.settings import DeploymentConfig
+    from ...models.inputs.settings_checks import check_selector, duration_s
 
     t0, t1 = ingest_window(parse_time(from_, "--from"), parse_time(to, "--to"))
     if t1 <= t0:
@@ -118,7 +118,7 @@ def collect(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Collect: one scrape round of every configured target, or run the daemon / the nightly job."""
-    from ...collectors.scheduler import Nightly, NightlyJobs, Scraper, run_daemon
+    from ...collectors.schedule.scheduler import Nightly, NightlyJobs, Scraper, run_daemon
     from ..data.store import rollup_gauges_day
     from ..report import nightly_reports
 
@@ -165,7 +165,7 @@ def _scrape_capacity(s) -> None:
     """Say where direct scraping should hand over to Prometheus (bench/scrape_bench.py)."""
     import os
 
-    from ...collectors.scheduler import TARGETS_PER_CORE_AT_15S
+    from ...collectors.schedule.scheduler import TARGETS_PER_CORE_AT_15S
 
     n = sum(len(d.targets) for d in s.deployments)
     cores = os.cpu_count() or 1
@@ -180,7 +180,7 @@ def _scrape_capacity(s) -> None:
 
 def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     """Validate the configuration (TOML + KVPLAN_* environment + secret files); errors name the key."""
-    from ...collectors.scrape import redact_url
+    from ...collectors.scrape.scrape import redact_url
 
     s = settings(config, db)
     p = s.prometheus
@@ -203,7 +203,7 @@ def config_check(config: ConfigOpt = None, db: DbOpt = None) -> None:
     out.print(f"  schedule: scrape every {s.schedule.scrape_interval_s:g}s, nightly '{s.schedule.nightly_cron}'"
               f" ({s.schedule.timezone or 'local time'})", highlight=False)
     out.print(f"  database: {Path(s.db)}; prices: {len(s.prices)} key(s)", highlight=False)
-    from ...collectors.settings_checks import same_server_notes
+    from ...models.inputs.settings_checks import same_server_notes
 
     for note in same_server_notes((d.name, t.name, t.url) for d in s.deployments for t in d.targets):
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)

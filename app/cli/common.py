@@ -15,12 +15,12 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 
-from ...collectors.settings import Settings
-from ...collectors.settings_load import load_settings
 from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.core.timeutil import parse_time as _parse_time
+from ...models.inputs.settings import Settings
 from ...sql.db import Database
+from ..config import load_settings
 
 err = Console(stderr=True)
 out = Console()

@@ -29,7 +29,7 @@ def import_metrics(
     """Import saved /metrics texts as scrapes taken at --at (air-gapped clusters: curl now, import later).
 
     Importing the same file for the same time again changes nothing."""
-    from ...collectors.scrape import import_files
+    from ...collectors.scrape.scrape import import_files
 
     ts = parse_time(at, "--at") if at else None
     s = settings(config, db)
@@ -48,8 +48,8 @@ def scrape(
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Scrape /metrics URLs once and store the result (a failed scrape is recorded as a gap)."""
-    from ...collectors.scrape import Target, default_target_name, redact_url, scrape_target
-    from ...collectors.settings_checks import check_url
+    from ...collectors.scrape.scrape import Target, default_target_name, redact_url, scrape_target
+    from ...models.inputs.settings_checks import check_url
 
     for url in urls:
         try:

@@ -27,8 +27,8 @@ def rules(
 ) -> None:
     """Print kvplan's recording-rule pack: per-minute sums across engines by deployment, model
     and bucket, for aggregated ingestion (prometheus_mode = "aggregated", prometheus_sums = "rules")."""
-    from ...collectors.prom_rules import PER_ENGINE_LABELS, Window, render, render_prometheusrule
-    from ...collectors.settings_checks import duration_s
+    from ...collectors.prometheus.rules import PER_ENGINE_LABELS, Window, render, render_prometheusrule
+    from ...models.inputs.settings_checks import duration_s
 
     without = tuple(x.strip() for x in per_engine_labels.split(",") if x.strip()) if per_engine_labels \
         else PER_ENGINE_LABELS

@@ -34,7 +34,7 @@ def import_trace(
     format). Every file is validated first; re-importing is a no-op; a log that has grown is
     imported from where the last import stopped. The logs of several LMCache servers (one
     directory each, or a directory of them) import as one trace, told apart by instance."""
-    from ...collectors.traces import import_trace as do_import
+    from ...collectors.traces.ingest import import_trace as do_import
 
     database = open_db(settings(config, db))
     r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk,

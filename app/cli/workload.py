@@ -83,7 +83,7 @@ def pilot(
     from ...collectors.loadgen import client as lg_client
     from ...collectors.loadgen import workload as wl
     from ...collectors.loadgen.runs import save_run
-    from ...collectors.scrape import Target, default_target_name, scrape_target
+    from ...collectors.scrape.scrape import Target, default_target_name, scrape_target
 
     if (reuse is None) != (ab_pair is None):
         raise KvplanError("a measured A/B side needs both --reuse off|on and --ab-pair NAME",

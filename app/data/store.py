@@ -21,7 +21,7 @@ from ...models.metrics.spans import as_instant
 from ...sql.db import Database, Source
 
 if TYPE_CHECKING:
-    from ...collectors.settings import Settings
+    from ...models.inputs.settings import Settings
 
 
 def deployments_with_data(source: Source) -> list[dict]:
@@ -215,7 +215,7 @@ class DeploymentSettings:
 
 
 def deployment_settings(settings: Settings | None, deployment: str) -> DeploymentSettings:
-    """The ``DeploymentSettings`` of ``deployment`` in a loaded ``kvplan.collectors.settings.Settings``
+    """The ``DeploymentSettings`` of ``deployment`` in a loaded ``kvplan.models.inputs.settings.Settings``
     (defaults when the config does not list it)."""
     prices = dict(settings.prices) if settings is not None and settings.prices else None
     deps = list(settings.deployments) if settings is not None else []

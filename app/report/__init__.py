@@ -22,7 +22,7 @@ from ..data.store import DeploymentSettings, deployment_settings
 from .data import ReportData, build
 
 if TYPE_CHECKING:
-    from ...collectors.settings import Settings
+    from ...models.inputs.settings import Settings
 
 __all__ = ["ReportData", "build", "nightly_reports", "render_html", "render_pdf", "write_report"]
 
@@ -118,12 +118,12 @@ def report_file_name(deployment: str, month: str, fmt: str) -> str:
 
 
 def nightly_reports(settings: Settings, day: date) -> list[Path]:
-    """The nightly job's report step (``kvplan.collectors.scheduler.NightlyJobs.report``): each
+    """The nightly job's report step (``kvplan.collectors.schedule.scheduler.NightlyJobs.report``): each
     deployment's capacity report for the month of ``day`` (so far) into
     ``schedule.report_dir``. A deployment without data that month is skipped."""
     import logging
 
-    from ...collectors.scheduler import fetch_rw  # the daemon's scrape threads hold read-write connections
+    from ...collectors.schedule.scheduler import fetch_rw  # the daemon's scrape threads hold read-write connections
 
     log = logging.getLogger("kvplan.report")
     db = Database(settings.db, lock_timeout_s=settings.lock_timeout_s)

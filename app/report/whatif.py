@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ...collectors.traces import TraceError
+from ...collectors.traces.ingest import TraceError
 from ...sql.db import Database
 from .. import charts_whatif
 from . import fmt

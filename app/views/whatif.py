@@ -1,6 +1,6 @@
 """The cache-size and topology what-if, as one JSON-able dict (CLI, page and report read it).
 
-Reads a stored trace (``kvplan.collectors.traces``), runs ``kvplan.models.cache.sim`` once for the shared
+Reads a stored trace (``kvplan.collectors.traces.ingest``), runs ``kvplan.models.cache.sim`` once for the shared
 curve and once per routing for the private caches, and prices the curve with
 ``kvplan.models.cache.value``. Inputs a trace does not carry come from options or the database:
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ...collectors.trace_parse import TraceError
-from ...collectors.traces import TraceInfo, load_trace
+from ...collectors.traces.ingest import TraceInfo, load_trace
+from ...collectors.traces.parse import TraceError
 from ...models.cache import pools, sim, value
 from ...models.cache.sim import GB, Trace
 from ...models.core.errors import KvplanError
@@ -51,7 +51,7 @@ def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | 
     the same bounds; the page and the report call this view directly): ``KvplanError`` naming it
     (a negative size was accepted silently, inf or nan raised a traceback, a bytes per chunk of 0
     was ignored)."""
-    from ...collectors.trace_lines import MAX_BYTES_PER_CHUNK
+    from ...collectors.traces.lines import MAX_BYTES_PER_CHUNK
 
     def bad(option: str, got: object, rule: str) -> None:
         raise KvplanError(f"must be {rule}; got {got!r}", source=option)

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ...models.core.timeutil import from_epoch_s
 from ...sql.db import Database
-from ..scrape import redact_url
+from ..scrape.scrape import redact_url
 from .workload import RunResult
 
 

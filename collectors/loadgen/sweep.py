@@ -40,7 +40,7 @@ from ...models.capacity.goodput import SweepPoint
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import from_epoch_s
 from ...sql.db import Database
-from ..scrape import redact_url
+from ..scrape.scrape import redact_url
 from . import client as lg_client
 from . import workload as wl
 
@@ -231,7 +231,7 @@ def run_pair(off_url: str, on_url: str, model_name: str, plan: SweepPlan, *,
 
 def save_sweep(db: Database, deployment: str, sweep: SweepResult, *, pair: str, measured_on: str) -> int:
     """Insert one side, its levels and its requests in one transaction; returns the sweep id."""
-    from ..store import check_name
+    from ..scrape.store import check_name
 
     check_name(deployment, "--deployment")
     with db.write() as con:

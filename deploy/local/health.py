@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import httpx
 
 from .errors import StackStartError
-from .processes import _alive, _exit_code, _log, log_tail
+from .processes import exit_code, is_alive, log_line, log_tail
 from .records import Server
 
 # Default health deadlines (seconds). vLLM compiles at startup: 30-90 s alone on
@@ -19,14 +19,14 @@ VLLM_START_TIMEOUT = float(os.environ.get("KVPLAN_STACK_START_TIMEOUT", "900"))
 AUX_START_TIMEOUT = 180.0
 
 
-def _wait_healthy(servers: Sequence[Server], stack_id: str, timeout_s: float) -> None:
+def wait_healthy(servers: Sequence[Server], stack_id: str, timeout_s: float) -> None:
     pending = {s.name: s for s in servers}
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=3.0, trust_env=False) as client:
         while pending:
             for name, s in list(pending.items()):
-                if not _alive(s, stack_id):
-                    code = _exit_code(s)
+                if not is_alive(s, stack_id):
+                    code = exit_code(s)
                     raise StackStartError(
                         f"{name} ({s.kind}, port {s.port}) exited during startup"
                         + (f" with code {code}" if code is not None else ""),
@@ -39,7 +39,7 @@ def _wait_healthy(servers: Sequence[Server], stack_id: str, timeout_s: float) ->
                     ok = False
                 if ok:
                     s.ready_s = round(time.time() - (s.started_at or time.time()), 1)
-                    _log(f"{name} healthy after {s.ready_s:.1f} s ({s.health_url})")
+                    log_line(f"{name} healthy after {s.ready_s:.1f} s ({s.health_url})")
                     del pending[name]
             if not pending:
                 return

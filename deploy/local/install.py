@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import LOG_TAIL_LINES, StackError
-from .processes import _clean_env, _log
+from .processes import clean_env, log_line
 
 HERE = Path(__file__).resolve().parent
 INSTALL_SCRIPT = HERE / "install_stack.sh"
@@ -46,10 +46,10 @@ def model_dir() -> Path:
 
 def _run_visible(cmd: Sequence[str], what: str) -> None:
     """Run a setup command with its output on our stderr; raise with a tail on failure."""
-    _log(f"{what}: {' '.join(map(str, cmd))}")
+    log_line(f"{what}: {' '.join(map(str, cmd))}")
     proc = subprocess.run(
         list(map(str, cmd)), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, env=_clean_env(),
+        stderr=subprocess.STDOUT, text=True, env=clean_env(),
     )
     for line in proc.stdout.splitlines():
         if "is neither a file nor a directory" not in line:
@@ -65,7 +65,7 @@ def ensure_installed() -> Path:
     if not (venv / ".kvplan-ok").exists():
         t0 = time.monotonic()
         _run_visible(["bash", str(INSTALL_SCRIPT)], "installing the stack venv")
-        _log(f"stack venv installed in {time.monotonic() - t0:.0f} s: {venv}")
+        log_line(f"stack venv installed in {time.monotonic() - t0:.0f} s: {venv}")
     py = stack_python()
     if not py.exists():
         raise StackError(f"stack python missing after install: {py}")

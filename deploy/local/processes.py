@@ -19,14 +19,14 @@ from .records import Server
 STACK_ID_ENV = "KVPLAN_STACK_ID"
 
 
-def _log(msg: str) -> None:
+def log_line(msg: str) -> None:
     print(f"[stack] {msg}", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------- processes
 
 
-def _clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     # The caller may run inside another venv (kvplan's): never leak it into the stack.
     for k in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP"):
@@ -54,7 +54,7 @@ def free_ports(n: int) -> list[int]:
 _CHILDREN: dict[int, subprocess.Popen] = {}  # processes this interpreter started (to reap them)
 
 
-def _spawn(server: Server, stack_id: str) -> None:
+def spawn_server(server: Server, stack_id: str) -> None:
     log_path = Path(server.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -67,14 +67,14 @@ def _spawn(server: Server, stack_id: str) -> None:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=_clean_env({**server.env, STACK_ID_ENV: stack_id}),
+            env=clean_env({**server.env, STACK_ID_ENV: stack_id}),
             cwd=str(log_path.parent),
         )
     _CHILDREN[proc.pid] = proc
     server.pid = proc.pid
     server.started_at = time.time()
     server.ready_s = None
-    _log(f"started {server.name} (pid {proc.pid}, port {server.port}) -> {log_path}")
+    log_line(f"started {server.name} (pid {proc.pid}, port {server.port}) -> {log_path}")
 
 
 def _proc_pgrp(pid: int) -> int | None:
@@ -137,7 +137,7 @@ def _reap() -> None:
             _CHILDREN.pop(pid, None)
 
 
-def _alive(server: Server, stack_id: str) -> bool:
+def is_alive(server: Server, stack_id: str) -> bool:
     if not server.pid:
         return False
     proc = _CHILDREN.get(server.pid)
@@ -146,12 +146,12 @@ def _alive(server: Server, stack_id: str) -> bool:
     return bool(_members(server, stack_id))
 
 
-def _exit_code(server: Server) -> int | None:
+def exit_code(server: Server) -> int | None:
     proc = _CHILDREN.get(server.pid or -1)
     return proc.poll() if proc is not None else None
 
 
-def _stop(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> list[str]:
+def stop_servers(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> list[str]:
     """SIGTERM the process groups, wait, SIGKILL what is left. Returns names stopped."""
     servers = [s for s in servers if s.pid]
     stopped = []
@@ -160,7 +160,7 @@ def _stop(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> li
             try:
                 os.killpg(s.pid, signal.SIGTERM)
                 stopped.append(s.name)
-                _log(f"SIGTERM {s.name} (process group {s.pid})")
+                log_line(f"SIGTERM {s.name} (process group {s.pid})")
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + grace_s
@@ -171,7 +171,7 @@ def _stop(servers: Iterable[Server], stack_id: str, grace_s: float = 30.0) -> li
         time.sleep(0.2)
     for s in servers:
         if s.pid and _members(s, stack_id):
-            _log(f"SIGKILL {s.name} (process group {s.pid}): still running after {grace_s:.0f} s")
+            log_line(f"SIGKILL {s.name} (process group {s.pid}): still running after {grace_s:.0f} s")
             try:
                 os.killpg(s.pid, signal.SIGKILL)
             except ProcessLookupError:

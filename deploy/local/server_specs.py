@@ -27,7 +27,7 @@ gives a connected server two threads and a plain one one, so the same prompt cos
 CPU time and wall time on the two sides of an A/B."""
 
 
-def _vllm_server(name: str, port: int, *, py: Path, model_path: Path, model_name: str, run_dir: Path,
+def vllm_server(name: str, port: int, *, py: Path, model_path: Path, model_name: str, run_dir: Path,
                  lmcache_rpc_port: int | None, kv_space_gib: int, max_model_len: int,
                  extra_args: Sequence[str], omp_bind: str | None = OMP_BIND,
                  quiet: bool = True) -> Server:
@@ -80,7 +80,7 @@ LOOKUP_HASH_LOG_DIR = "lookup-hash-logs"
 """Under the run dir: LMCache's lookup-hash JSONL logs (`kvplan import-trace`, the what-if)."""
 
 
-def _lmcache_server(http_port: int, rpc_port: int, *, py: Path, run_dir: Path,
+def lmcache_server(http_port: int, rpc_port: int, *, py: Path, run_dir: Path,
                     l1_size_gb: float = 1, lookup_hash_log: bool = True) -> Server:
     base = f"http://127.0.0.1:{http_port}"
     lmcache_bin = py.parent / "lmcache"
@@ -108,7 +108,7 @@ def prometheus_binary() -> str:
     return exe
 
 
-def _prometheus_server(port: int, *, run_dir: Path) -> Server:
+def prometheus_server(port: int, *, run_dir: Path) -> Server:
     base = f"http://127.0.0.1:{port}"
     cmd = [
         prometheus_binary(),

@@ -38,22 +38,22 @@ import httpx
 
 from .configs import KVPLAN_TOML, kvplan_config, prometheus_config
 from .errors import StackError, StackStartError
-from .health import AUX_START_TIMEOUT, VLLM_START_TIMEOUT, _wait_healthy
+from .health import AUX_START_TIMEOUT, VLLM_START_TIMEOUT, wait_healthy
 from .install import MODEL_NAME, ensure_installed, ensure_model, stack_home, stack_python, stack_venv
-from .processes import _alive, _log, _spawn, _stop, free_ports, log_tail
+from .processes import free_ports, is_alive, log_line, log_tail, spawn_server, stop_servers
 from .records import STACK_JSON, Server, Stack
 from .server_specs import (
     LOOKUP_HASH_LOG_DIR,
     OMP_BIND,
-    _lmcache_server,
-    _prometheus_server,
-    _vllm_server,
+    lmcache_server,
+    prometheus_server,
+    vllm_server,
 )
 
 __all__ = [
     "AUX_START_TIMEOUT", "KVPLAN_TOML", "LOOKUP_HASH_LOG_DIR", "MODEL_NAME", "STACK_JSON", "VLLM_START_TIMEOUT",
-    "Server", "Stack", "StackError", "StackStartError", "_lmcache_server", "_spawn", "_vllm_server",
-    "_wait_healthy", "down", "ensure_installed", "ensure_model", "free_ports", "log_tail", "restart",
+    "Server", "Stack", "StackError", "StackStartError", "lmcache_server", "spawn_server", "vllm_server",
+    "wait_healthy", "down", "ensure_installed", "ensure_model", "free_ports", "log_tail", "restart",
     "stack_home", "stack_python", "stack_venv", "status", "up",
 ]
 
@@ -68,7 +68,7 @@ def _existing_live_stack(run_dir: Path) -> Stack | None:
         st = Stack.load(run_dir)
     except (ValueError, TypeError, OSError):
         return None
-    if any(_alive(s, st.stack_id) for s in st.servers):
+    if any(is_alive(s, st.stack_id) for s in st.servers):
         return st
     return None
 
@@ -128,29 +128,29 @@ def up(
     )
     lm = None
     if lmcache:
-        lm = _lmcache_server(next(ports), next(ports), py=py, run_dir=run, l1_size_gb=l1_size_gb,
+        lm = lmcache_server(next(ports), next(ports), py=py, run_dir=run, l1_size_gb=l1_size_gb,
                              lookup_hash_log=lookup_hash_log)
         stack.servers.append(lm)
     common: dict[str, Any] = dict(py=py, model_path=model_path, model_name=MODEL_NAME, run_dir=run,
                                   kv_space_gib=kv_space_gib, max_model_len=max_model_len,
                                   extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
     connected = [
-        _vllm_server(f"vllm-{i}", next(ports), lmcache_rpc_port=lm.rpc_port, **common)  # type: ignore[union-attr]
+        vllm_server(f"vllm-{i}", next(ports), lmcache_rpc_port=lm.rpc_port, **common)  # type: ignore[union-attr]
         for i in range(n_vllm)
     ]
     plain = [
-        _vllm_server(f"vllm-plain-{i}", next(ports), lmcache_rpc_port=None, **common)
+        vllm_server(f"vllm-plain-{i}", next(ports), lmcache_rpc_port=None, **common)
         for i in range(n_vllm_plain)
     ]
     nocache_args = tuple(vllm_extra_args) + ("--no-enable-prefix-caching",)
     plain += [
-        _vllm_server(f"vllm-nocache-{i}", next(ports), lmcache_rpc_port=None, **{**common, "extra_args": nocache_args})
+        vllm_server(f"vllm-nocache-{i}", next(ports), lmcache_rpc_port=None, **{**common, "extra_args": nocache_args})
         for i in range(n_vllm_nocache)
     ]
     stack.servers += connected + plain
     prom = None
     if prometheus:
-        prom = _prometheus_server(next(ports), run_dir=run)
+        prom = prometheus_server(next(ports), run_dir=run)
         stack.servers.append(prom)
         stack.prometheus_url = prom.base_url
         (run / "prometheus.yml").write_text(prometheus_config(stack))
@@ -158,23 +158,23 @@ def up(
     try:
         first = [s for s in (lm, prom) if s is not None] + plain
         for s in first:
-            _spawn(s, stack.stack_id)
+            spawn_server(s, stack.stack_id)
             stack.save()  # save after every spawn: `down` can always clean up
         if lm is not None:
-            _wait_healthy([lm], stack.stack_id, AUX_START_TIMEOUT)
+            wait_healthy([lm], stack.stack_id, AUX_START_TIMEOUT)
         for s in connected:
-            _spawn(s, stack.stack_id)
+            spawn_server(s, stack.stack_id)
             stack.save()
-        _wait_healthy([s for s in stack.servers if s.ready_s is None], stack.stack_id, timeout)
+        wait_healthy([s for s in stack.servers if s.ready_s is None], stack.stack_id, timeout)
     except BaseException:
-        _log("startup failed: stopping what was started")
-        _stop(stack.servers, stack.stack_id)
+        log_line("startup failed: stopping what was started")
+        stop_servers(stack.servers, stack.stack_id)
         stack.stopped_at = time.time()
         stack.save()
         raise
     stack.save()
     (run / KVPLAN_TOML).write_text(kvplan_config(stack))
-    _log(f"stack up in {time.monotonic() - t0:.1f} s: {run / STACK_JSON}")
+    log_line(f"stack up in {time.monotonic() - t0:.1f} s: {run / STACK_JSON}")
     return stack
 
 
@@ -185,7 +185,7 @@ def down(run_dir: str | os.PathLike[str]) -> list[str]:
         return []
     stack = Stack.load(run)
     order = stack.vllm() + [s for s in stack.servers if s.kind != "vllm"]
-    stopped = _stop(order, stack.stack_id)
+    stopped = stop_servers(order, stack.stack_id)
     if stopped or stack.stopped_at is None:
         stack.stopped_at = time.time()
     stack.save()
@@ -197,7 +197,7 @@ def restart(stack: Stack, server_name: str, *, timeout_s: float | None = None) -
     s = stack.server(server_name)
     if s.kind != "vllm":
         raise StackError(f"restart is for vLLM servers; {server_name} is {s.kind}")
-    _stop([s], stack.stack_id)
+    stop_servers([s], stack.stack_id)
     stack.save()
     # The port must be free again before the new process binds it.
     deadline = time.monotonic() + 30
@@ -209,12 +209,12 @@ def restart(stack: Stack, server_name: str, *, timeout_s: float | None = None) -
                 break
             except OSError:
                 time.sleep(0.3)
-    _spawn(s, stack.stack_id)
+    spawn_server(s, stack.stack_id)
     stack.save()
     try:
-        _wait_healthy([s], stack.stack_id, timeout_s or VLLM_START_TIMEOUT)
+        wait_healthy([s], stack.stack_id, timeout_s or VLLM_START_TIMEOUT)
     except BaseException:
-        _stop([s], stack.stack_id)
+        stop_servers([s], stack.stack_id)
         stack.save()
         raise
     stack.save()
@@ -227,7 +227,7 @@ def status(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     rows = []
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         for s in stack.servers:
-            alive = _alive(s, stack.stack_id)
+            alive = is_alive(s, stack.stack_id)
             healthy = False
             if alive:
                 try:

@@ -201,7 +201,7 @@ moves a request's mean."""
 GAUGE_LABELS = {LM_L1_USAGE: "LMCache L1 usage", KV_USAGE: "vLLM KV-cache usage"}
 """Gauges the Cache page charts, with their display labels (display only: code filters on the key)."""
 
-# Target kinds, told apart by the families a payload holds (kvplan.collectors.parse.detect_kind).
+# Target kinds, told apart by the families a payload holds (kvplan.collectors.scrape.parse.detect_kind).
 VLLM, LMCACHE_MP, LMCACHE_INPROC, SGLANG = "vllm", "lmcache_mp", "lmcache_inproc", "sglang"
 KINDS = (VLLM, LMCACHE_MP, LMCACHE_INPROC, SGLANG)
 KIND_PREFIXES = {VLLM: "vllm:", LMCACHE_MP: "lmcache_mp_", LMCACHE_INPROC: "lmcache:", SGLANG: "sglang:"}

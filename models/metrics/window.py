@@ -26,7 +26,7 @@ from typing import Any
 from . import catalog as c
 from .increase import Increase as Increase  # (importers take it from here)
 from .spellings import BLOCK_HITS, BLOCK_QUERIES, cached_tokens, family_of, resolve, version_notes
-from .window_notes import _decrease_notes, _gap_notes, _sum_notes
+from .window_notes import decrease_notes, gap_notes, sum_notes
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None) -
         estimated_flops=total(rows, c.total_name(c.ESTIMATED_FLOPS)),
         counter_resets=sum(r.resets for r in rows),
         counter_decreases=sum(r.broken or 0 for r in rows),
-        notes=_decrease_notes(rows) + _gap_notes(rows) + _sum_notes(rows),
+        notes=decrease_notes(rows) + gap_notes(rows) + sum_notes(rows),
     )
     for name in RATE_FIELDS:
         v = getattr(st, name)

@@ -28,7 +28,7 @@ def _per_series(rows: list[Increase], field: str) -> tuple[int, str] | None:
     return sum(counts.values()), names + more
 
 
-def _decrease_notes(rows: list[Increase]) -> list[str]:
+def decrease_notes(rows: list[Increase]) -> list[str]:
     found = _per_series(rows, "broken")
     if found is None:
         return []
@@ -77,13 +77,13 @@ def parts_above_whole(values: Iterable[tuple[str, str | None, str | None, tuple[
     return out
 
 
-def _sum_notes(rows: list[Increase]) -> list[str]:
+def sum_notes(rows: list[Increase]) -> list[str]:
     names = {n for p, _, w in PARTS for n in (p, w)}
     return parts_above_whole((r.name, r.model_name, r.engine, tuple(sorted(json.loads(r.labels or "{}").items())),
                               r.increase) for r in rows if r.name in names)
 
 
-def _gap_notes(rows: list[Increase]) -> list[str]:
+def gap_notes(rows: list[Increase]) -> list[str]:
     found = _per_series(rows, "gaps")
     if found is None:
         return []

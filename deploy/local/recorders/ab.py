@@ -40,11 +40,11 @@ import httpx
 from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.runs import save_run
-from kvplan.collectors.scrape import Target, scrape_target
-from kvplan.deploy.local.recorders.ab_processes import _comm as _comm  # record_topology_ab imports it from here
-from kvplan.deploy.local.recorders.ab_processes import _threads as _threads  # (the same)
+from kvplan.collectors.scrape.scrape import Target, scrape_target
+from kvplan.deploy.local.recorders.ab_processes import comm_of as comm_of  # record_topology_ab imports it from here
 from kvplan.deploy.local.recorders.ab_processes import cpu_seconds, priority, worker_pids
 from kvplan.deploy.local.recorders.ab_processes import process_tree as process_tree  # (the same)
+from kvplan.deploy.local.recorders.ab_processes import threads_of as threads_of  # (the same)
 from kvplan.deploy.local.recorders.ab_scenarios import Scenario, calibration, validation_cases
 from kvplan.deploy.local.records import Server
 from kvplan.sql.db import Database

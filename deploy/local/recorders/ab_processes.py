@@ -35,7 +35,7 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
-def _comm(pid: int) -> str:
+def comm_of(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
@@ -44,7 +44,7 @@ def _comm(pid: int) -> str:
 
 def worker_pids(server_pid: int) -> list[int]:
     """The vLLM worker processes (``VLLM::Worker``) under a server's process."""
-    return [p for p in process_tree(server_pid) if "Worker" in _comm(p)]
+    return [p for p in process_tree(server_pid) if "Worker" in comm_of(p)]
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:
@@ -61,7 +61,7 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     return total
 
 
-def _threads(pids: Sequence[int]) -> list[int]:
+def threads_of(pids: Sequence[int]) -> list[int]:
     out = []
     for p in pids:
         try:
@@ -80,8 +80,8 @@ def priority(realtime: Sequence[int], high: Sequence[int] = ()) -> Iterator[str]
     restored after. None of them busy-waits (vLLM: ``QUIET_DIR``; LMCache idles at ~1 % of a
     core), so real-time threads give the core back whenever they wait. Yields the level
     reached: ``realtime``, ``nice -20`` (real-time not permitted) or ``normal``."""
-    servers = _threads([p for pid in list(realtime) + list(high) for p in process_tree(pid)])
-    driver = _threads([os.getpid()])
+    servers = threads_of([p for pid in list(realtime) + list(high) for p in process_tree(pid)])
+    driver = threads_of([os.getpid()])
     hi: list[int] = []
     level = "realtime"
     try:

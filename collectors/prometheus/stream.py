@@ -19,8 +19,8 @@ import ijson
 import numpy as np
 import requests
 
-from ..models.core.errors import KvplanError
-from .prom_math import Raw
+from ...models.core.errors import KvplanError
+from .step_math import Raw
 
 
 class PromError(KvplanError):
@@ -28,7 +28,7 @@ class PromError(KvplanError):
 
 
 class PromSession(Protocol):
-    """What ``stream_matrix`` needs of ``collectors.prom_client.PromClient``: its
+    """What ``stream_matrix`` needs of ``collectors.prometheus.client.PromClient``: its
     prometheus-api-client connection (session, headers, auth, TLS), URL and timeout."""
 
     _api: Any

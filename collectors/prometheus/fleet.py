@@ -1,7 +1,7 @@
 """Aggregated ingestion: the per-step sums across a deployment's engines, as one "fleet" target
 per engine kind and model (``prometheus_mode = "aggregated"``).
 
-Per chunk (t0, t1] kvplan asks, for every family of ``collectors.prom_rules.queries`` (the
+Per chunk (t0, t1] kvplan asks, for every family of ``collectors.prometheus.rules.queries`` (the
 catalog plus older spellings), either
 
 * ``prometheus_sums = "query"``: the sums themselves, one ``query_range`` per sample name
@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..models.core.redact import redact
-from .prom_math import Raw, silent_stretches
-from .prom_rules import DELAY_LABEL, RULE_STEP_S, Query, Window, queries
-from .prom_stream import stream_matrix
-from .relabel import model_label
-from .store import series_id
+from ...models.core.redact import redact
+from ..scrape.relabel import model_label
+from ..scrape.store import series_id
+from .rules import DELAY_LABEL, RULE_STEP_S, Query, Window, queries
+from .step_math import Raw, silent_stretches
+from .stream import stream_matrix
 
 if TYPE_CHECKING:
-    from .prom_client import PromClient
-    from .prom_rows import Rows
-    from .settings import DeploymentConfig
+    from ...models.inputs.settings import DeploymentConfig
+    from .client import PromClient
+    from .rows import Rows
 
 LOST = ("aggregated: per-engine series are not kept (one fleet target per engine kind and model), and a "
         "restart's or a new series' count before its first sample in a step is not counted")
@@ -72,13 +72,13 @@ class FleetChunk:
 
 def fetch_sums(client: PromClient, qs: list[Query], t0: int, t1: int, step_s: int) -> FleetChunk:
     """Query-time sums: one query_range per sample name, at every step end in (t0, t1]."""
-    from .prom_client import PromError, _iso
+    from .client import PromError, iso
 
     ch = FleetChunk(t0, t1)
     form = {"start": f"{(t0 + step_s * 1000) / 1000:.3f}", "end": f"{t1 / 1000:.3f}", "step": str(step_s)}
     try:
         for q in qs:
-            where = f"{client.safe_url}/api/v1/query_range {q.sample!r} sum, {_iso(t0 / 1000)}..{_iso(t1 / 1000)}"
+            where = f"{client.safe_url}/api/v1/query_range {q.sample!r} sum, {iso(t0 / 1000)}..{iso(t1 / 1000)}"
             ch.parts += [(q, r) for r in stream_matrix(client, "/api/v1/query_range", {**form, "query": q.expr}, where)]
     except PromError as e:
         ch.parts, ch.error = [], redact(str(e))
@@ -88,14 +88,14 @@ def fetch_sums(client: PromClient, qs: list[Query], t0: int, t1: int, step_s: in
 def fetch_recorded(client: PromClient, qs: list[Query], selector: str, t0: int, t1: int, step_s: int) -> FleetChunk:
     """The rule pack's outputs: their raw samples, each moved back by its ``kvplan_delay`` to
     the end of the minute it covers and added into kvplan's step holding that end."""
-    from .prom_client import PromError, _iso
+    from .client import PromError, iso
 
     by_record = {q.record: q for q in qs}
     names = "|".join(re.escape(r) for r in by_record)
     slack = 3600  # outputs are stamped after the minute they cover (by kvplan_delay, <= 1h)
     query = f'{{__name__=~"{names}"{"," + selector if selector else ""}}}[{(t1 - t0) // 1000 + slack}s]'
     at = t1 / 1000 + slack
-    where = f"{client.safe_url}/api/v1/query (rule pack outputs, {len(by_record)} names) at {_iso(at)}"
+    where = f"{client.safe_url}/api/v1/query (rule pack outputs, {len(by_record)} names) at {iso(at)}"
     ch = FleetChunk(t0, t1)
     step = step_s * 1000
     try:
@@ -115,7 +115,7 @@ def fetch_recorded(client: PromClient, qs: list[Query], selector: str, t0: int, 
 
 
 def _delay_ms(text: str | None, where: str) -> int:
-    from .prom_client import PromError
+    from .client import PromError
 
     m = _DUR.match(text or "")
     if not m:
@@ -145,7 +145,7 @@ def fleet_names(ch: FleetChunk) -> dict[str, tuple[str, dict]]:
 
 
 def fleet_rows(ch: FleetChunk, target_ids: dict[str, int], rows: Rows) -> dict[str, np.ndarray]:
-    """Fill ``rows`` (collectors.prometheus.Rows) from the chunk; returns each fleet target's
+    """Fill ``rows`` (collectors.prometheus.ingest.Rows) from the chunk; returns each fleet target's
     step ends with engines reporting (for the silent-stretch gaps)."""
     seen: dict[str, list] = defaultdict(list)
     added: set[int] = set()

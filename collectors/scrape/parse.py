@@ -37,16 +37,16 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
 
 from .parse_checks import (
-    _check_histograms,
-    _check_hits,
-    _created_time,
-    _refuse_routers,
-    _refuse_what_is_not_metrics,
-    _regroup_strays,
-    _value_is_kept,
+    check_histograms,
+    check_hits,
+    created_time,
     part_exceeds_whole,
+    refuse_routers,
+    refuse_what_is_not_metrics,
+    regroup_strays,
+    value_is_kept,
 )
-from .payload import Payload, PayloadError, Sample, _find_line, _fmt_labels
+from .payload import Payload, PayloadError, Sample, find_line, fmt_labels
 from .relabel import model_label
 
 KINDS = ("vllm", "lmcache_mp", "lmcache_inproc", "sglang")
@@ -133,8 +133,8 @@ def _split_labels(source: str, text: str, s, fam_type: str) -> tuple[str | None,
     le_raw = labels.get("le")
     le = None
     if fam_type == "histogram" and s.name.endswith("_bucket") and le_raw is None:
-        where = _find_line(text, s.name, labels)
-        raise PayloadError(source, f"{s.name}{_fmt_labels(labels)}: a histogram bucket without an le label",
+        where = find_line(text, s.name, labels)
+        raise PayloadError(source, f"{s.name}{fmt_labels(labels)}: a histogram bucket without an le label",
                            line=where[0] if where else None)
     if le_raw is not None:
         try:
@@ -142,8 +142,8 @@ def _split_labels(source: str, text: str, s, fam_type: str) -> tuple[str | None,
         except ValueError:
             le = None
         if le is None or math.isnan(le):
-            where = _find_line(text, s.name, labels)
-            raise PayloadError(source, f"{s.name}{_fmt_labels(labels)}: le={le_raw!r} is not a number",
+            where = find_line(text, s.name, labels)
+            raise PayloadError(source, f"{s.name}{fmt_labels(labels)}: le={le_raw!r} is not a number",
                                line=where[0] if where else None)
     rest = tuple(sorted((k, v) for k, v in labels.items() if k not in ("model_name", "engine", "le")))
     return model_name, engine, le, rest
@@ -162,16 +162,16 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     if kind is not None and kind not in KINDS:
         raise PayloadError(source, f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     fmt = check_content_type(source, content_type)
-    _refuse_what_is_not_metrics(source, text)
+    refuse_what_is_not_metrics(source, text)
     text, mapped = _colon_names(text)
-    raw_families, strays = _regroup_strays(text, _read_families(source, text, fmt))
+    raw_families, strays = regroup_strays(text, _read_families(source, text, fmt))
     raw_families, blocks = _blocks_as_blocks(raw_families)
     families, created, plain = _split_created(source, text, raw_families, at_s)
-    _refuse_routers(source, families)
+    refuse_routers(source, families)
     kind = kind or _detected_kind(source, families)
     samples, warnings = _checked_samples(source, text, plain, created)
-    _check_histograms(source, samples)
-    _check_hits(source, text, samples)
+    check_histograms(source, samples)
+    check_hits(source, text, samples)
     return Payload(source=source, kind=kind, samples=samples, families=families,
                    warnings=mapped + strays + blocks + warnings + part_exceeds_whole(samples))
 
@@ -211,7 +211,7 @@ def _split_created(source: str, text: str, raw_families: list[Any], at_s: float
         for s in fam.samples:
             base = s.name[: -len("_created")] if s.name.endswith("_created") else None
             if base is not None and kept.get(base) in ("counter", "histogram", "summary"):
-                created[(base, tuple(sorted(s.labels.items())))] = _created_time(source, text, s, at_s)
+                created[(base, tuple(sorted(s.labels.items())))] = created_time(source, text, s, at_s)
                 continue
             plain.append((fam.name, fam.type, s))
             if fam.name.endswith("_created"):
@@ -238,7 +238,7 @@ def _checked_samples(source: str, text: str, plain: list[tuple[str, str, Any]], 
     for fam_name, fam_type, s in plain:
         model_name, engine, le, rest = _split_labels(source, text, s, fam_type)
         value = float(s.value)
-        if not _value_is_kept(source, text, s, fam_type, value, warnings):
+        if not value_is_kept(source, text, s, fam_type, value, warnings):
             continue
         labels_no_le = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
         sample = Sample(
@@ -246,9 +246,9 @@ def _checked_samples(source: str, text: str, plain: list[tuple[str, str, Any]], 
             engine=engine, le=le, labels=rest, created=created.get((fam_name, labels_no_le)),
         )
         if sample.key in seen:
-            where = _find_line(text, s.name, s.labels)
+            where = find_line(text, s.name, s.labels)
             at = f" (lines {', '.join(map(str, where))})" if len(where) > 1 else ""
-            raise PayloadError(source, f"duplicate series {s.name}{_fmt_labels(s.labels)}{at}",
+            raise PayloadError(source, f"duplicate series {s.name}{fmt_labels(s.labels)}{at}",
                                line=where[-1] if where else None)
         seen[sample.key] = sample
         samples.append(sample)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..models.core.errors import KvplanError
+from ...models.core.errors import KvplanError
 
 
 class PayloadError(KvplanError):
@@ -57,7 +57,7 @@ class Payload:
         return [s for s in self.samples if s.name == name]
 
 
-def _find_line(text: str, sample_name: str, labels: dict[str, str]) -> list[int]:
+def find_line(text: str, sample_name: str, labels: dict[str, str]) -> list[int]:
     """Line numbers of exposition lines for this sample (used to point at duplicates)."""
     hits = []
     for i, line in enumerate(text.splitlines(), start=1):
@@ -71,7 +71,7 @@ def _find_line(text: str, sample_name: str, labels: dict[str, str]) -> list[int]
     return hits
 
 
-def _fmt_labels(labels: dict[str, str]) -> str:
+def fmt_labels(labels: dict[str, str]) -> str:
     if not labels:
         return ""
     return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"

@@ -41,21 +41,21 @@ from itertools import islice
 import numpy as np
 import pyarrow as pa
 
-from ..models.core.errors import KvplanError
-from ..models.core.redact import redact
-from ..models.core.timeutil import aware_utc, from_epoch_ms, utcnow
-from ..models.metrics.catalog import FAMILIES
-from ..sql.db import Database
-from .parse import detect_kind
-from .parse_checks import router_of
-from .prom_client import PromClient, PromError, _iso
-from .prom_fleet import LOST, fetch_fleet_chunk, fleet_gaps, fleet_names, fleet_rows
-from .prom_math import Raw, silent_stretches
-from .prom_rows import Chunk, Rows, build_rows, family_query, split_name, target_name
-from .prom_rules import RULE_STEP_S
-from .settings import DeploymentConfig, PrometheusConfig
-from .settings_checks import duration_s
-from .store import ensure_target
+from ...models.core.errors import KvplanError
+from ...models.core.redact import redact
+from ...models.core.timeutil import aware_utc, from_epoch_ms, utcnow
+from ...models.inputs.settings import DeploymentConfig, PrometheusConfig
+from ...models.inputs.settings_checks import duration_s
+from ...models.metrics.catalog import FAMILIES
+from ...sql.db import Database
+from ..scrape.parse import detect_kind
+from ..scrape.parse_checks import router_of
+from ..scrape.store import ensure_target
+from .client import PromClient, PromError, iso
+from .fleet import LOST, fetch_fleet_chunk, fleet_gaps, fleet_names, fleet_rows
+from .rows import Chunk, Rows, build_rows, family_query, split_name, target_name
+from .rules import RULE_STEP_S
+from .step_math import Raw, silent_stretches
 
 log = logging.getLogger("kvplan.prometheus")
 
@@ -279,8 +279,8 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
         else:
             res.failed += 1
             res.errors.append(ch.error)
-            log.error("deployment %s: chunk %s..%s failed: %s", deployment.name, _iso(ch.t0 / 1000),
-                      _iso(ch.t1 / 1000), ch.error)
+            log.error("deployment %s: chunk %s..%s failed: %s", deployment.name, iso(ch.t0 / 1000),
+                      iso(ch.t1 / 1000), ch.error)
         n_inc, n_g = write_chunk(db, dep_id, ch, rows, gaps, step_s, deployment.prometheus_selector)
         res.chunks += 1
         res.raw_samples += ch.n_raw

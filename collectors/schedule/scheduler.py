@@ -34,14 +34,14 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from ..models.core.errors import KvplanError
-from ..models.core.redact import redact
-from ..models.core.timeutil import day_start, utcnow
-from ..sql.db import Database
-from .scrape import Target, scrape_target
-from .settings import Settings
-from .store import ensure_target
-from .traces import ingest_trace_dir
+from ...models.core.errors import KvplanError
+from ...models.core.redact import redact
+from ...models.core.timeutil import day_start, utcnow
+from ...models.inputs.settings import Settings
+from ...sql.db import Database
+from ..scrape.scrape import Target, scrape_target
+from ..scrape.store import ensure_target
+from ..traces.ingest import ingest_trace_dir
 
 log = logging.getLogger("kvplan.collector")
 
@@ -208,7 +208,7 @@ class Nightly:
         return [self.run_day(d) for d in days]
 
     def run_day(self, day: date) -> Outcome:
-        from .prometheus import ingest_range
+        from ..prometheus.ingest import ingest_range
 
         s = self.settings
         t0, t1 = day_bounds(day)

@@ -11,7 +11,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .payload import PayloadError
+from ..scrape.payload import PayloadError
 
 DTYPE_BYTES = {  # LMCache's table (tools/cache_simulator/simulator.py::_DTYPE_BYTES)
     "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
@@ -175,7 +175,7 @@ def _layout(obj: dict, out: ParsedFile, n: int) -> None:
                            "(import models separately)", n)
 
 
-def _parse_lmcache_line(obj: dict, out: ParsedFile, n: int) -> None:
+def parse_lmcache_line(obj: dict, out: ParsedFile, n: int) -> None:
     path = out.path
     for key in ("timestamp", "chunk_size", "seq_len", "chunk_hashes"):
         if key not in obj:
@@ -201,7 +201,7 @@ def _parse_lmcache_line(obj: dict, out: ParsedFile, n: int) -> None:
     out.offsets.append(len(out.hex_keys))
 
 
-def _parse_mooncake_line(obj: dict, out: ParsedFile, n: int, block: int) -> None:
+def parse_mooncake_line(obj: dict, out: ParsedFile, n: int, block: int) -> None:
     path = out.path
     for key in ("timestamp", "input_length", "hash_ids"):
         if key not in obj:

@@ -1,11 +1,15 @@
 """The checks settings values go through: PromQL durations, http(s) URLs, PromQL label
-selectors, and the note on one server configured under several spellings of its host."""
+selectors, and the note on one server configured under several spellings of its host; and the
+default of the labels aggregated ingestion sums away."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit
+
+PER_ENGINE_LABELS = ("instance", "pod", "engine", "worker_id", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
+"""Labels that tell one engine (process, pod, rank) from another: summed away."""
 
 _DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -21,12 +25,12 @@ def duration_s(text: str) -> float:
     return int(m.group(1)) * _UNITS[m.group(2)]
 
 
-def _check_duration(v: str) -> str:
+def check_duration(v: str) -> str:
     duration_s(v)
     return v
 
 
-def _check_url(v: str | None) -> str | None:
+def check_optional_url(v: str | None) -> str | None:
     if v is None:
         return v
     return check_url(v)
@@ -34,7 +38,7 @@ def _check_url(v: str | None) -> str | None:
 
 def check_url(v: str) -> str:
     """An http(s) URL with a host and a valid port; the message never shows a password."""
-    from ..models.core.redact import redact
+    from ..core.redact import redact
 
     parts = urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -90,7 +94,7 @@ def same_server_notes(targets: Iterable[tuple[str, str, str]]) -> list[str]:
     """One server configured under several spellings of its host (localhost, 127.0.0.1,
     [::ffff:127.0.0.1]) is several targets: its counters would be counted once per spelling.
     ``targets``: (deployment, target, url) of every configured target."""
-    groups: dict[tuple, list[tuple[str, str, str]]] = {}
+    groups: dict[tuple[str, str, int | None, str], list[tuple[str, str, str]]] = {}
     for d, t, url in targets:
         groups.setdefault(_endpoint(url), []).append((d, t, url))
     out = []

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..models.core.errors import KvplanError
-from .payload import PayloadError
-from .trace_parse import LMCACHE_GLOB
+from ...models.core.errors import KvplanError
+from ..scrape.payload import PayloadError
+from .parse import LMCACHE_GLOB
 
 INSTANCE_MAX = 200
 """Longest instance name (a directory name or ``--instance``)."""

@@ -14,7 +14,7 @@ Two formats, one JSON object per line:
   chunks: the partial tail is a miss under both.
 
 Every file is validated whole before anything is written (a first streaming pass); an error
-names the file and the line (:class:`kvplan.collectors.parse.PayloadError`). Files are streamed,
+names the file and the line (:class:`kvplan.collectors.scrape.parse.PayloadError`). Files are streamed,
 never read whole: the import's own memory is one line (at most 16 MiB) and one batch (at most
 8,192 lines and 131,072 chunk references), whatever the file's size; DuckDB adds its index of
 the trace's distinct chunk hashes (it grows with distinct chunks, not with the file).
@@ -39,15 +39,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..models.cache import sim
-from ..models.core.errors import KvplanError
-from ..models.core.timeutil import utcnow
-from ..sql.db import Database
-from .payload import PayloadError
-from .store import ConflictError
-from .trace_lines import MAX_BYTES_PER_CHUNK, ParsedFile, detect_format
-from .trace_parse import FORMATS, LMCACHE_GLOB, MOONCAKE_BLOCK, Scan, TraceError, scan_file
-from .trace_paths import expand_paths
+from ...models.cache import sim
+from ...models.core.errors import KvplanError
+from ...models.core.timeutil import utcnow
+from ...sql.db import Database
+from ..scrape.payload import PayloadError
+from ..scrape.store import ConflictError
+from .lines import MAX_BYTES_PER_CHUNK, ParsedFile, detect_format
+from .parse import FORMATS, LMCACHE_GLOB, MOONCAKE_BLOCK, Scan, TraceError, scan_file
+from .paths import expand_paths
 
 
 @dataclass(frozen=True)

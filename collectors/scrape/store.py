@@ -18,11 +18,11 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
-from ..models.core.errors import KvplanError
-from ..models.core.fields import name_problem
-from ..models.core.redact import redact
-from ..models.core.timeutil import naive_utc
-from ..sql.db import Database
+from ...models.core.errors import KvplanError
+from ...models.core.fields import name_problem
+from ...models.core.redact import redact
+from ...models.core.timeutil import naive_utc
+from ...sql.db import Database
 from .payload import Payload
 
 

@@ -9,8 +9,8 @@ import itertools
 import math
 from typing import Any
 
-from ..models.metrics.window_notes import parts_above_whole
-from .payload import PayloadError, Sample, _find_line, _fmt_labels
+from ...models.metrics.window_notes import parts_above_whole
+from .payload import PayloadError, Sample, find_line, fmt_labels
 
 _PSTACK = "the vLLM production-stack router"
 _ROUTER_FAMILIES = {  # families only a router or gateway declares -> what it is
@@ -34,7 +34,7 @@ def router_of(families: dict[str, str]) -> tuple[str, list[str]] | None:
     return None
 
 
-def _refuse_routers(source: str, families: dict[str, str]) -> None:
+def refuse_routers(source: str, families: dict[str, str]) -> None:
     found = router_of(families)
     if found is None:
         return
@@ -71,7 +71,7 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), 
             "stateset": ("",)}
 
 
-def _regroup_strays(text: str, raw_families: list[Any]) -> tuple[list[Any], list[str]]:
+def regroup_strays(text: str, raw_families: list[Any]) -> tuple[list[Any], list[str]]:
     """Samples written outside their family's block (after another family's lines): the text
     parser makes each such run a new family of type unknown, which was stored untyped and left out
     of every total. Exposition requires a family's lines together; Prometheus itself reads the
@@ -90,9 +90,9 @@ def _regroup_strays(text: str, raw_families: list[Any]) -> tuple[list[Any], list
         (target,) = homes.values()
         target.samples.extend(fam.samples)
         first = fam.samples[0]
-        where = _find_line(text, first.name, first.labels)
+        where = find_line(text, first.name, first.labels)
         more = f" and {len(fam.samples) - 1} more sample(s)" if len(fam.samples) > 1 else ""
-        warnings.append(f"{first.name}{_fmt_labels(first.labels)}" + (f" (line {where[-1]})" if where else "")
+        warnings.append(f"{first.name}{fmt_labels(first.labels)}" + (f" (line {where[-1]})" if where else "")
                         + f"{more} outside the lines of its family {target.name} ({target.type}; another family's "
                         "lines come between, or its TYPE line names it differently): read as part of it")
     return kept, warnings
@@ -108,7 +108,7 @@ def _monotonic(fam_type: str, name: str) -> bool:
     return fam_type == "counter" or (fam_type in ("histogram", "summary") and name.endswith(("_bucket", "_count")))
 
 
-def _refuse_what_is_not_metrics(source: str, text: str) -> None:
+def refuse_what_is_not_metrics(source: str, text: str) -> None:
     if not text.strip():
         raise PayloadError(source, "empty body: no metrics at all")
     head = text.lstrip()[:200].lower()
@@ -119,42 +119,42 @@ def _refuse_what_is_not_metrics(source: str, text: str) -> None:
         raise PayloadError(source, "this looks like JSON, not Prometheus text exposition", line=1)
 
 
-def _created_time(source: str, text: str, s: Any, at_s: float) -> float:
+def created_time(source: str, text: str, s: Any, at_s: float) -> float:
     c = float(s.value)
     why = ("is not a number" if math.isnan(c) else "is not finite" if not math.isfinite(c)
            else "is before 1970" if c <= 0
            else "is more than a year after the scrape time" if c > at_s + CREATED_AHEAD_S else None)
     if why:
-        where = _find_line(text, s.name, s.labels)
-        raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a _created time "
+        where = find_line(text, s.name, s.labels)
+        raise PayloadError(source, f"{s.name}{fmt_labels(s.labels)} = {s.value}: a _created time "
                                    f"(unix seconds of the series' start) {why}",
                            line=where[0] if where else None)
     return c
 
 
-def _value_is_kept(source: str, text: str, s: Any, fam_type: str, value: float, warnings: list[str]) -> bool:
+def value_is_kept(source: str, text: str, s: Any, fam_type: str, value: float, warnings: list[str]) -> bool:
     quantile = fam_type == "summary" and "quantile" in s.labels
     if not math.isfinite(value):
         if fam_type in ("counter", "histogram", "summary") and not quantile:
-            lines_at = _find_line(text, s.name, s.labels)
-            raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} is {s.value}: a {fam_type} "
+            lines_at = find_line(text, s.name, s.labels)
+            raise PayloadError(source, f"{s.name}{fmt_labels(s.labels)} is {s.value}: a {fam_type} "
                                        "must be a finite number", line=lines_at[0] if lines_at else None)
         # a gauge, or a summary quantile (NaN when nothing was observed lately): kept out
-        warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value}; not stored")
+        warnings.append(f"{s.name}{fmt_labels(s.labels)} is {s.value}; not stored")
         return False
     too_big = abs(value) > MAX_COUNTER
     if _monotonic(fam_type, s.name) and (value < 0 or too_big):
-        lines_at = _find_line(text, s.name, s.labels)
+        lines_at = find_line(text, s.name, s.labels)
         why = "negative" if value < 0 else f"above 2**53 ({MAX_COUNTER:.4g}), beyond exact counting"
-        raise PayloadError(source, f"{s.name}{_fmt_labels(s.labels)} = {s.value}: a {fam_type} value cannot be "
+        raise PayloadError(source, f"{s.name}{fmt_labels(s.labels)} = {s.value}: a {fam_type} value cannot be "
                                    f"{why}", line=lines_at[0] if lines_at else None)
     if too_big:
-        warnings.append(f"{s.name}{_fmt_labels(s.labels)} is {s.value} (above 2**53); not stored")
+        warnings.append(f"{s.name}{fmt_labels(s.labels)} is {s.value} (above 2**53); not stored")
         return False
     return True
 
 
-def _check_histograms(source: str, samples: list[Sample]) -> None:
+def check_histograms(source: str, samples: list[Sample]) -> None:
     """Each histogram series needs a ``+Inf`` bucket equal to its ``_count`` and
     non-decreasing cumulative buckets; a payload cut off mid-histogram fails here."""
     buckets: dict[tuple, list[Sample]] = {}
@@ -183,7 +183,7 @@ def _check_histograms(source: str, samples: list[Sample]) -> None:
             raise PayloadError(source, f"histogram {label} has buckets but no _count: payload truncated?")
 
 
-def _check_hits(source: str, text: str, samples: list[Sample]) -> None:
+def check_hits(source: str, text: str, samples: list[Sample]) -> None:
     """Within one payload, a hits counter never exceeds the queries counter of its series."""
     by_key = {(x.name, x.model_name, x.engine, x.labels): x for x in samples}
     for hits_name, queries_name in HIT_PAIRS:
@@ -194,7 +194,7 @@ def _check_hits(source: str, text: str, samples: list[Sample]) -> None:
             if q is not None and h.value > q.value:
                 lbl = dict(labels, **({"model_name": model_name} if model_name is not None else {}),
                            **({"engine": engine} if engine is not None else {}))
-                where = _find_line(text, hits_name, lbl)
-                raise PayloadError(source, f"{hits_name}{_fmt_labels(lbl)} = {h.value:g} is above "
+                where = find_line(text, hits_name, lbl)
+                raise PayloadError(source, f"{hits_name}{fmt_labels(lbl)} = {h.value:g} is above "
                                            f"{queries_name} = {q.value:g}: hits cannot exceed queries",
                                    line=where[0] if where else None)

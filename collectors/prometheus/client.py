@@ -1,5 +1,5 @@
 """The Prometheus (Thanos, Mimir) HTTP client of range ingestion: auth, TLS, retries, and
-answers decoded as a stream (``collectors.prom_stream``). ``str()`` and every error show the
+answers decoded as a stream (``collectors.prometheus.stream``). ``str()`` and every error show the
 URL without credentials."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from ..models.core.timeutil import from_epoch_s
-from .prom_math import Raw
-from .prom_stream import PromError as PromError  # (importers take it from here)
-from .scrape import redact_url
-from .settings import PrometheusConfig
+from ...models.core.timeutil import from_epoch_s
+from ...models.inputs.settings import PrometheusConfig
+from ..scrape.scrape import redact_url
+from .step_math import Raw
+from .stream import PromError as PromError  # (importers take it from here)
 
 
 class PromClient:
@@ -44,13 +44,13 @@ class PromClient:
     def range_vector(self, query: str, at: float) -> list[Raw]:
         """The raw samples of a range-vector query evaluated at unix time ``at`` (decoded one
         series at a time while the answer arrives: numpy arrays, never the whole JSON)."""
-        from .prom_stream import stream_matrix
+        from .stream import stream_matrix
 
-        where = f"{self.safe_url}/api/v1/query {query!r} at {_iso(at)}"
+        where = f"{self.safe_url}/api/v1/query {query!r} at {iso(at)}"
         return list(stream_matrix(self, "/api/v1/query", {"query": query, "time": f"{at:.3f}"}, where))
 
 
-def _iso(t: float) -> str:
+def iso(t: float) -> str:
     return from_epoch_s(t).isoformat().replace("+00:00", "Z")
 
 

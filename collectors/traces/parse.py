@@ -1,6 +1,6 @@
 """Read request-trace files (LMCache lookup-hash logs, the Mooncake format) and validate them:
-the parsing half of ``kvplan.collectors.traces`` (which stores and replays them), as
-``kvplan.collectors.parse`` is for ``/metrics`` payloads. Errors name the file and the line.
+the parsing half of ``kvplan.collectors.traces.ingest`` (which stores and replays them), as
+``kvplan.collectors.scrape.parse`` is for ``/metrics`` payloads. Errors name the file and the line.
 
 Files are streamed (``scan_file``), never read whole: a line at a time (at most
 ``MAX_LINE_BYTES``), validated lines handed on in batches of at most ``BATCH_LINES`` lines and
@@ -25,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models.core.errors import KvplanError
-from .payload import PayloadError
-from .trace_lines import (
+from ...models.core.errors import KvplanError
+from ..scrape.payload import PayloadError
+from .lines import (
     MAX_LINE_BYTES,
     ParsedFile,
-    _parse_lmcache_line,
-    _parse_mooncake_line,
     load_line,
+    parse_lmcache_line,
+    parse_mooncake_line,
 )
 
 FORMATS = ("lmcache", "mooncake")
@@ -137,9 +137,9 @@ def scan_file(path: Path, fmt: str, *, skip_bytes: int = 0, skip_lines: int = 0,
                     raise PayloadError(str(path), "a trace line must be a JSON object", n)
                 batch.bytes_per_chunk = layout
                 if fmt == "lmcache":
-                    _parse_lmcache_line(obj, batch, n)
+                    parse_lmcache_line(obj, batch, n)
                 else:
-                    _parse_mooncake_line(obj, batch, n, block)
+                    parse_mooncake_line(obj, batch, n, block)
                 layout = batch.bytes_per_chunk
                 batch.line_no.append(n)
                 requests += 1

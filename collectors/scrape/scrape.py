@@ -29,10 +29,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..models.core.errors import KvplanError
-from ..models.core.redact import redact
-from ..models.core.timeutil import aware_utc, utcnow
-from ..sql.db import Database
+from ...models.core.errors import KvplanError
+from ...models.core.redact import redact
+from ...models.core.timeutil import aware_utc, utcnow
+from ...sql.db import Database
 from .parse import parse_payload
 from .payload import Payload, PayloadError
 from .store import (

@@ -1,4 +1,6 @@
-"""kvplan's settings: one object, every field documented.
+"""kvplan's settings: one object, every field documented. Pure data: the declarations and their
+value checks (pydantic validation, no file system, no environment); ``kvplan.app.config``
+loads them.
 
 Precedence, highest first: CLI flags (passed as overrides) > environment variables
 (``KVPLAN_*``, nested with ``__``: ``KVPLAN_PROMETHEUS__URL``) > secret files (a
@@ -11,7 +13,9 @@ kvplan never writes them to DuckDB, logs or reports, and the TOML file may not h
 (a config file gets copied, committed and pasted into tickets).
 
 This module holds the settings models (targets, deployments, Prometheus, schedule, Settings);
-their value checks are in settings_checks.py, loading and its error messages in settings_load.py.
+their value checks are in settings_checks.py; loading (the sources above, the checks that touch
+the file system or need the scheduler: ca_file, nightly_cron, timezone) and its error messages
+in app/config.py.
 """
 
 from __future__ import annotations
@@ -30,20 +34,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import (
-    BaseSettings,
-    NestedSecretsSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
 
-from ..models.core.errors import KvplanError
-from ..models.core.fields import name_problem
-from ..models.inputs.deployment import DeploymentFacts
-from ..models.inputs.planning import prices_from_table
-from .prom_rules import PER_ENGINE_LABELS
-from .settings_checks import _check_duration, _check_url, check_selector, duration_s
+from ..core.errors import KvplanError
+from ..core.fields import name_problem
+from .deployment import DeploymentFacts
+from .planning import prices_from_table
+from .settings_checks import PER_ENGINE_LABELS, check_duration, check_optional_url, check_selector, duration_s
 
 
 class TargetConfig(BaseModel):
@@ -56,7 +52,7 @@ class TargetConfig(BaseModel):
     kind: Literal["vllm", "lmcache_mp", "lmcache_inproc", "sglang"] | None = Field(
         default=None, description="Force the payload kind; by default detected from the metric names.")
 
-    _url = field_validator("url")(_check_url)
+    _url = field_validator("url")(check_optional_url)
 
 
 class DeploymentConfig(BaseModel):
@@ -118,7 +114,7 @@ class DeploymentConfig(BaseModel):
 
     @field_validator("facts")
     @classmethod
-    def _facts(cls, v):
+    def _facts(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None:
             try:
                 DeploymentFacts.from_dict(v)
@@ -127,7 +123,7 @@ class DeploymentConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _facts_agree(self):
+    def _facts_agree(self) -> DeploymentConfig:
         if self.facts and {"tensor_parallel", "pipeline_parallel"} & set(self.facts) and self.gpus_per_engine != 1:
             per = DeploymentFacts.from_dict(self.facts).gpus_per_engine
             if per != self.gpus_per_engine:
@@ -182,8 +178,8 @@ class PrometheusConfig(BaseModel):
     bearer_token: SecretStr | None = Field(
         default=None, description="Bearer token: env KVPLAN_PROMETHEUS__BEARER_TOKEN or a secret file only.")
 
-    _url = field_validator("url")(_check_url)
-    _durations = field_validator("step", "chunk", "lookback", "gap_after")(_check_duration)
+    _url = field_validator("url")(check_optional_url)
+    _durations = field_validator("step", "chunk", "lookback", "gap_after")(check_duration)
 
     @field_validator("step")
     @classmethod
@@ -200,15 +196,8 @@ class PrometheusConfig(BaseModel):
             raise ValueError(f"{v!r} must be a multiple of step {step!r}")
         return v
 
-    @field_validator("ca_file")
-    @classmethod
-    def _ca_exists(cls, v: str | None) -> str | None:
-        if v is not None and not Path(v).is_file():
-            raise ValueError(f"{v!r}: no such file")
-        return v
-
     @model_validator(mode="after")
-    def _user_with_password(self):
+    def _user_with_password(self) -> PrometheusConfig:
         if self.password is not None and not self.username:
             raise ValueError("password is set but username is not")
         return self
@@ -239,36 +228,11 @@ class ScheduleConfig(BaseModel):
     keep_scrape_runs_days: int = Field(default=14, ge=1, le=3650, description="Scrape-round rows in collector_runs are "
                                                                      "kept this many days.")
 
-    @field_validator("nightly_cron")
-    @classmethod
-    def _cron(cls, v: str) -> str:
-        from apscheduler.triggers.cron import CronTrigger
 
-        try:
-            CronTrigger.from_crontab(v)
-        except ValueError as e:
-            raise ValueError(f"{v!r} is not a 5-field cron expression (minute hour day month weekday): {e}") from None
-        return v
-
-    @field_validator("timezone")
-    @classmethod
-    def _tz(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        from zoneinfo import ZoneInfo
-
-        try:
-            ZoneInfo(v)
-        except Exception:
-            raise ValueError(f"{v!r} is not an IANA time zone such as Europe/Madrid or UTC") from None
-        return v
-
-
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """Everything kvplan can be configured with."""
 
-    model_config = SettingsConfigDict(env_prefix="KVPLAN_", env_nested_delimiter="__",
-                                      secrets_nested_delimiter="__", extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     db: Path = Field(default=Path("kvplan.duckdb"), description="DuckDB file kvplan reads and writes.")
     scrape_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="Total seconds one /metrics scrape may "
@@ -305,21 +269,6 @@ class Settings(BaseSettings):
             seen.add(d.name)
         return self
 
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_PATH[0]) if _CONFIG_PATH[0] else None
-        secrets = NestedSecretsSettingsSource(file_secret_settings)
-        sources = [init_settings, env_settings, secrets]
-        if toml is not None:
-            sources.append(toml)
-        return tuple(sources)
-
     def deployment(self, name: str) -> DeploymentConfig | None:
         return next((d for d in self.deployments if d.name == name), None)
 
-
-_CONFIG_PATH: list[Path | None] = [None]

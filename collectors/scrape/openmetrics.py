@@ -14,14 +14,14 @@ import math
 from collections.abc import Iterable
 from datetime import datetime
 
-from .payload import Payload
+from .payload import Payload, Sample
 
 
 def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(sample, extra: dict[str, str]) -> str:
+def label_text(sample: Sample, extra: dict[str, str]) -> str:
     labels = dict(sample.labels)
     if sample.model_name is not None:
         labels["model_name"] = sample.model_name
@@ -40,7 +40,7 @@ def to_openmetrics(scrapes: Iterable[tuple[datetime, dict[str, str], Payload]]) 
     for ts, extra, payload in scrapes:
         t = ts.timestamp()
         for s in payload.samples:
-            by_name.setdefault(s.name, []).append((t, _labels(s, extra), s.value))
+            by_name.setdefault(s.name, []).append((t, label_text(s, extra), s.value))
     out: list[str] = []
     for name in sorted(by_name):
         out.append(f"# TYPE {name} unknown")

@@ -1,6 +1,8 @@
 """Loading kvplan's settings: ``load_settings`` (precedence: overrides > env > secret files >
-the TOML file > defaults), the refusal of secrets in the config file, and ConfigError
-messages that blame the file or the environment variable that set each bad key."""
+the TOML file > defaults), the refusal of secrets in the config file, the checks that need the
+file system or the scheduler (ca_file exists, nightly_cron parses, timezone is known), and
+ConfigError messages that blame the file or the environment variable that set each bad key.
+The settings themselves are pure data: ``kvplan.models.inputs.settings``."""
 
 from __future__ import annotations
 
@@ -10,12 +12,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from ..models.core.errors import KvplanError
 from ..models.core.redact import register_secret
-from .settings import _CONFIG_PATH, Settings
+from ..models.inputs.settings import PrometheusConfig, ScheduleConfig, Settings
 
 DEFAULT_CONFIG = Path("kvplan.toml")
 SECRET_KEYS = ("password", "bearer_token")
@@ -23,6 +32,73 @@ SECRET_KEYS = ("password", "bearer_token")
 
 class ConfigError(KvplanError):
     """Invalid configuration; the message names the file and every bad key."""
+
+
+class _PrometheusChecked(PrometheusConfig):
+    """PrometheusConfig, plus the check that reads the file system."""
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_exists(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).is_file():
+            raise ValueError(f"{v!r}: no such file")
+        return v
+
+
+class _ScheduleChecked(ScheduleConfig):
+    """ScheduleConfig, plus the checks that need the scheduler and the time-zone database."""
+
+    @field_validator("nightly_cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(v)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is not a 5-field cron expression (minute hour day month weekday): {e}") from None
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from zoneinfo import ZoneInfo
+
+        try:
+            ZoneInfo(v)
+        except Exception:
+            raise ValueError(f"{v!r} is not an IANA time zone such as Europe/Madrid or UTC") from None
+        return v
+
+
+_CONFIG_PATH: list[Path | None] = [None]
+
+
+class _Sources(Settings, BaseSettings):
+    """Settings read from the sources, in precedence order; load_settings returns a plain Settings."""
+
+    model_config = SettingsConfigDict(env_prefix="KVPLAN_", env_nested_delimiter="__",
+                                      secrets_nested_delimiter="__", extra="forbid", allow_inf_nan=False)
+
+    prometheus: _PrometheusChecked = Field(default_factory=_PrometheusChecked,
+                                           description=Settings.model_fields["prometheus"].description)
+    schedule: _ScheduleChecked = Field(default_factory=_ScheduleChecked,
+                                       description=Settings.model_fields["schedule"].description)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=_CONFIG_PATH[0]) if _CONFIG_PATH[0] else None
+        secrets = NestedSecretsSettingsSource(file_secret_settings)
+        sources = [init_settings, env_settings, secrets]
+        if toml is not None:
+            sources.append(toml)
+        return tuple(sources)
 
 
 def _refuse_secrets_in_file(path: Path) -> None:
@@ -87,8 +163,9 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     _CONFIG_PATH[0] = path
     try:
         # BaseSettings.__init__ takes _secrets_dir; pydantic's dataclass_transform signature leaves it out
-        s = Settings(_secrets_dir=secrets_dir,  # type: ignore[call-arg]
-                     **{k: v for k, v in overrides.items() if v is not None})
+        read = _Sources(_secrets_dir=secrets_dir,  # type: ignore[call-arg]
+                        **{k: v for k, v in overrides.items() if v is not None})
+        s = Settings.model_validate(read.model_dump())  # the plain data, every value already checked
         for secret in (s.prometheus.bearer_token, s.prometheus.password):
             if secret is not None:
                 register_secret(secret.get_secret_value())

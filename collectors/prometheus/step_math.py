@@ -1,7 +1,7 @@
 """The exact arithmetic of Prometheus range ingestion, pure and vectorised (numpy arrays, times
 in integer milliseconds): per-step counter increases with the same reset and ``_created`` rules
 as the ``increments()`` SQL macro, gauges at step ends, and the silent stretches that become
-gaps. ``kvplan.collectors.prometheus`` fetches the raw samples and stores what these return."""
+gaps. ``kvplan.collectors.prometheus.ingest`` fetches the raw samples and stores what these return."""
 
 from __future__ import annotations
 
