@@ -222,8 +222,9 @@ def calibrate_today(ttft: np.ndarray, first_token_at: np.ndarray, intervals: Seq
         m, p = whole[s]
         xs = np.array(samples[s])
         enough = len(xs) >= draws // 2
-        out[s] = Ratio(s, None if m is None else float(m), None if p is None else float(p), _ratio(m, p), float(np.quantile(xs, tail)) if enough else None,
-                       float(np.quantile(xs, 1 - tail)) if enough else None)
+        lo = float(np.quantile(xs, tail)) if enough else None
+        hi = float(np.quantile(xs, 1 - tail)) if enough else None
+        out[s] = Ratio(s, None if m is None else float(m), None if p is None else float(p), _ratio(m, p), lo, hi)
     if bucket_quantile(0.99, sorted(_sum_buckets(b_buckets).items())).in_inf:
         notes.append("today's measured p99 lies in the +Inf bucket: its ratio is a lower bound")
     return Calibration(out["mean"], out["p50"], out["p99"], k, len(ttft), n_meas, draws, level, tuple(notes))

@@ -52,7 +52,13 @@ Measured TTFTs are CPU-scale (a 7 MB random model on two CPU cores): they valida
 what-if's method, they are not GPU latencies.
 
     .venv/bin/python deploy/local/recorders/record_topology_ab.py [--seed 19] [--l1-gib 0.05]
-        [--rounds 6] [--clients 4] [--turns 10] [--small] [--out DIR] [--run-dir DIR]
+        [--rounds 6] [--clients 4] [--turns 10] [--small] [--pin] [--out DIR] [--run-dir DIR]
+
+``--pin``: while requests flow, each side's engine ``i`` (its worker process, every thread) is
+pinned to core ``i`` alone (``sched_setaffinity``), beyond the OMP binding; ``meta.json`` says
+so (``pinning``) and gives the machine's 1-minute load average at each phase's start and end
+(``machine_load_1min``: other work on the machine). The second fixture,
+``tests/fixtures/topology-ab-3c``, is ``--seed 23 --clients 3 --pin``.
 
 Holds ``flock /tmp/kvplan-stack.lock`` while any server runs (one real stack at a time);
 ``--no-lock`` when the caller holds it.

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import lzma
+import os
 import shutil
 import time
 from dataclasses import asdict
