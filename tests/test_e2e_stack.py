@@ -239,7 +239,7 @@ def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
 
 def test_plan_on_the_live_stack(e2e):
     """`kvplan plan` on live data: the JSON keys the CLI promises, and a verdict."""
-    from kvplan.app.views.overview import plan_range as plan
+    from kvplan.app.data.plan import plan_range as plan
 
     db, windows = e2e
     first = min(w.start for w in windows.values())

@@ -101,6 +101,25 @@ def test_no_layer_imports_a_higher_one(layer):
     assert bad == []
 
 
+VIEW_HELPERS = {("app/views/whatif.py", "kvplan.app.views.whatif_topology")}
+"""(view, module) pairs where a view may import another module of app/views: the what-if's two
+halves (one page's view, in two files). Everything a second page needs (the plan of a window,
+chart rows, sweep views) lives in app/data/."""
+
+
+def test_a_view_never_imports_another_pages_view():
+    """No module of app/views imports another app/views module (the package itself included),
+    except the pairs named in ``VIEW_HELPERS``."""
+    bad = [f"{rel(f)} imports {m}" for f in files("app/views") for m in imported_modules(f)
+           if m.startswith("kvplan.app.views") and m != ".".join(module_of(f)) and (rel(f), m) not in VIEW_HELPERS]
+    assert bad == []
+
+
+def test_the_view_check_sees_an_import_of_another_view():
+    seen = imported_modules(ROOT / "app" / "views" / "cost.py", "from .overview import overview\n")
+    assert "kvplan.app.views.overview" in seen
+
+
 def floor_of(module: str) -> str | None:
     parts = module.split(".")
     return parts[2] if parts[:2] == ["kvplan", "models"] and len(parts) > 2 else None

@@ -240,9 +240,9 @@ def test_counts_that_pass_2_to_the_31_are_summed_exactly(db, tmp_path):
              for i in range(30)]
     traces.import_trace(db, "dep", [write(tmp_path / "lookup_hashes_1.jsonl", lines)])
     d = whatif(db, "dep", seconds_per_cached_token=1e-6, tokens_per_month=1e9)
-    assert d["trace"]["total_tokens"] == 3_000_000_000
+    assert d.trace.total_tokens == 3_000_000_000
     # 29 repeats x 512 hit tokens of 3e9
-    assert d["infinite_hit_rate"] == pytest.approx(29 * 512 / 3e9)
+    assert d.infinite_hit_rate == pytest.approx(29 * 512 / 3e9)
 
 
 def test_a_resumed_import_names_the_right_line(db, tmp_path):

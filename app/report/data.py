@@ -12,7 +12,9 @@ from ...models.metrics.serving import ServingTopology
 from ...models.metrics.spans import chart_step
 from ...sql.db import Database, queries
 from ..charts import Timeline
+from ..data.history import load_history
 from ..data.store import DeploymentSettings, month_window
+from ..data.sweeps import SweepView, sweep_view_of
 from ..data.window import load_window_and_buckets
 from ..gaps import timeline
 from ..views.cache import CacheView, cache_view
@@ -20,7 +22,6 @@ from ..views.collection import CollectionView, collection_view, topology_view
 from ..views.latency import LatencyView, latency_view
 from ..views.overview import Overview, overview
 from ..views.runs import RunsView, runs_view
-from ..views.sweeps import SweepView, sweep_view_of
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
@@ -76,10 +77,10 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
           measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> ReportData:
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
-    same data). ``KvplanError`` when the month holds no data."""
+    same data), the deployment's history read and its cost model fitted once (the plan and the
+    what-if share them). ``KvplanError`` when the month holds no data."""
     from .whatif import whatif_section
 
-    whatif_html = whatif_section(db, deployment, cfg=cfg)
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
@@ -87,7 +88,9 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
         if not win.rows:
             raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
                               + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
-        ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win)
+        history = load_history(src, deployment, t_to, t_from=t_from, model_name=model_name, cfg=cfg)
+        ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win, history=history)
+        whatif_html = whatif_section(src, deployment, history=history)
         runs = runs_view(src, deployment)
         return ReportData(
             deployment=deployment, month=month, model_name=model_name, t_from=t_from, t_to=t_to, overview=ov,
