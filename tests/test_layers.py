@@ -35,16 +35,16 @@ FORBIDDEN = {
 ALLOWED = {("app/cli/demo.py", "deploy")}
 """(file, layer) exceptions, each a documented entry point."""
 
-FLOORS = ("core", "inputs", "metrics", "prefill", "cache", "capacity", "decision")
+FLOORS = ("core", "inputs", "metrics", "prompts", "prefill", "cache", "capacity", "decision")
 """models/ subpackages from the ground up, in pipeline order."""
 
 PURE_IMPORTS = {"__future__", "bisect", "collections", "copy", "dataclasses", "datetime", "enum", "functools",
-                "heapq", "ipaddress", "itertools", "json", "math", "numpy", "pathlib", "pydantic", "random", "re",
-                "statistics", "threading", "typing", "unicodedata", "urllib"}
+                "hashlib", "heapq", "ipaddress", "itertools", "json", "math", "numpy", "pathlib", "pydantic", "random",
+                "re", "statistics", "threading", "typing", "unicodedata", "urllib"}
 """What models/ may import besides itself: computation only (``urllib`` is for ``urllib.parse``;
-``pydantic`` for the settings declarations: validation only, no I/O; ``pathlib`` for their
-path-valued fields, never read; ``ipaddress`` to spell a target's host one way;
-``threading`` for the redaction registry's lock;
+``hashlib`` for prefix-cache block keys (models/prompts); ``pydantic`` for the settings
+declarations: validation only, no I/O; ``pathlib`` for their path-valued fields, never read;
+``ipaddress`` to spell a target's host one way; ``threading`` for the redaction registry's lock;
 ``unicodedata`` for the name check; ``random`` for seeded, deterministic draws)."""
 
 

@@ -52,6 +52,8 @@ class ReportData:
     timeline: Timeline = Timeline()
     """How the report's time charts are drawn (UTC, the bucket width, the recorded gaps)."""
     whatif_html: str = ""
+    prompts_html: str = ""
+    """Section 9, a request log's prompts check (``kvplan report --prompts-check FILE``), or empty."""
     sweep: SweepView | None = None
     """The deployment's latest load sweep at the planning SLOs (sizing by goodput), if any."""
     """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
@@ -74,13 +76,18 @@ def measured_on_default(runs: RunsView) -> str | None:
 
 
 def build(db: Database, deployment: str, month: str, *, model_name: str | None = None,
-          measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> ReportData:
+          measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings(),
+          prompts_check: dict | None = None) -> ReportData:
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
     same data), the deployment's history read and its cost model fitted once (the plan and the
     what-if share them). ``KvplanError`` when the month holds no data."""
     from .whatif import whatif_section
 
+    prompts_html = ""
+    if prompts_check is not None:
+        from .prompts import render_section
+        prompts_html = render_section(prompts_check)
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
@@ -103,6 +110,7 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
             scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
             ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
             measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
+            prompts_html=prompts_html,
             sweep=sweep_view_of(ov.sweep, ov.plan.inputs.planning.ttft_p99_slo_seconds,
                                 ov.plan.inputs.planning.tpot_p99_slo_seconds),
             timeline=timeline(src, deployment, t_from, t_to, chart_step(t_from, t_to, step)))
