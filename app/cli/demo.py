@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from .common import ConfigOpt, DbOpt, err, open_db, out, settings
+from .common import ConfigOpt, DbOpt, err, open_writer, out, settings
 
 
 def demo(
@@ -27,7 +27,7 @@ def demo(
     from .dashboard import dashboard
 
     s = settings(config, db)
-    database = open_db(s)
+    database = open_writer(s)
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("loading demo scrapes", total=None)
         res = load_demo(database, dataset or DEMO_FILE,

@@ -10,7 +10,18 @@ import typer
 
 from ...models.core.errors import KvplanError
 from ..data.store import deployment_settings
-from .common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, parse_window, positive, settings
+from .common import (
+    SEED_MAX,
+    ConfigOpt,
+    DbOpt,
+    json_text,
+    open_reader,
+    open_writer,
+    out,
+    parse_window,
+    positive,
+    settings,
+)
 
 if TYPE_CHECKING:
     from ..views.whatif import WhatIf
@@ -52,7 +63,7 @@ def import_trace(
     import as one trace, told apart by instance."""
     from ...collectors.traces.ingest import import_trace as do_import
 
-    database = open_db(settings(config, db))
+    database = open_writer(settings(config, db))
     r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk,
                   instance=instance, tokenizer=tokenizer, chat_template=chat_template, chunk_size=chunk_size)
     for f in r.files:
@@ -102,7 +113,7 @@ def whatif_command(
         raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")
     t0, t1 = parse_window(from_, to) if from_ is not None and to is not None else (None, None)
     s = settings(config, db)
-    with open_db(s).snapshot() as src:
+    with open_reader(s).snapshot() as src:
         d = run(src, deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
                 configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
                 seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
