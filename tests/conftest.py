@@ -121,3 +121,14 @@ def topology_ab(tmp_path_factory):
     d = tmp_path_factory.mktemp("topology-ab")
     dbs = {s: load_side(d / f"{s}.duckdb", FIX / s) for s in SIDES}
     return dbs, {s: meta(FIX / s) for s in SIDES}
+
+
+@pytest.fixture(scope="session")
+def topology_ab_3c(tmp_path_factory):
+    """Both sides of the second recorded topology A/B (``tests/fixtures/topology-ab-3c``: a
+    concurrent phase of 3 clients, each engine pinned to its own core), as ``topology_ab``."""
+    from tests.topology_ab import FIX_3C, SIDES, load_side, meta
+
+    d = tmp_path_factory.mktemp("topology-ab-3c")
+    dbs = {s: load_side(d / f"{s}.duckdb", FIX_3C / s) for s in SIDES}
+    return dbs, {s: meta(FIX_3C / s) for s in SIDES}
