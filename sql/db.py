@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import threading
@@ -39,6 +40,7 @@ from ..models.core.timeutil import naive_utc
 
 HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"
+MACROS = HERE / "macros"
 QUERIES = HERE / "queries"
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -85,6 +87,16 @@ def migrations() -> list[tuple[int, str, str]]:
     for path in sorted(MIGRATIONS.glob("*.sql")):
         version = int(path.name.split("_", 1)[0])
         out.append((version, path.stem, path.read_text()))
+    return out
+
+
+def macros() -> list[tuple[str, str, str]]:
+    """(file name, sha256, sql) of every macro file (``sql/macros/*.sql``, the exact-increase
+    rule), in order. Applied after the numbered migrations whenever the text changed."""
+    out = []
+    for path in sorted(MACROS.glob("*.sql")):
+        text = path.read_text()
+        out.append((path.name, hashlib.sha256(text.encode()).hexdigest(), text))
     return out
 
 
@@ -228,7 +240,8 @@ class Database:
 
     # -- schema ------------------------------------------------------------------------
     def migrate(self) -> list[str]:
-        """Apply pending migrations, each in its own transaction. Returns their names."""
+        """Apply pending migrations, each in its own transaction, then the macro files whose text
+        changed (``sql/macros``). Returns the names of the migrations applied."""
         applied: list[str] = []
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._turnstile.writer(self.lock_timeout_s):
@@ -253,9 +266,30 @@ class Database:
                     con.execute("ROLLBACK")
                     raise DatabaseError(f"{self.path}: migration {name} failed: {e}") from e
                 applied.append(name)
+            self._apply_macros(con)
         finally:
             con.close()
         return applied
+
+    def _apply_macros(self, con: duckdb.DuckDBPyConnection) -> None:
+        """(Re)apply each macro file whose text differs from the one the database recorded in
+        ``schema_macros`` (CREATE OR REPLACE): a database migrated by any kvplan version ends
+        with this version's rule."""
+        con.execute("CREATE TABLE IF NOT EXISTS schema_macros ("
+                    "file VARCHAR PRIMARY KEY, sha256 VARCHAR NOT NULL, "
+                    "applied_at TIMESTAMP NOT NULL DEFAULT current_timestamp)")
+        done = dict(con.execute("SELECT file, sha256 FROM schema_macros").fetchall())
+        for file, digest, sql in macros():
+            if done.get(file) == digest:
+                continue
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(sql)
+                con.execute("INSERT OR REPLACE INTO schema_macros (file, sha256) VALUES (?, ?)", [file, digest])
+                con.execute("COMMIT")
+            except Exception as e:
+                con.execute("ROLLBACK")
+                raise DatabaseError(f"{self.path}: macros {file} failed: {e}") from e
 
     def schema_version(self) -> int:
         with self.read() as con:

@@ -92,3 +92,43 @@ def test_lock_held_too_long_is_a_clear_error(db):
     finally:
         p.kill()
         p.wait()
+
+
+def _catalog_names() -> set[str]:
+    """Every metric (sample) name the catalog spells: its family constants, the samples of each
+    (``_total``, ``_bucket``, ``_sum``, ``_count``) and the names in its tables."""
+    from kvplan.models.metrics import catalog
+
+    families: set[str] = set()
+    for value in vars(catalog).values():
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else [value]
+        families |= {v for v in items if isinstance(v, str)}
+    helpers = (catalog.total_name, catalog.bucket_name, catalog.sum_name, catalog.count_name)
+    return families | {h(f) for f in families for h in helpers}
+
+
+def _metric_literals(text: str) -> list[str]:
+    """The string literals of SQL code (comments left out) that are metric names: a name with a
+    colon (vllm:, lmcache:, sglang:, kvplan:) or LMCache MP's lmcache_mp_ prefix."""
+    import re as _re
+
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    return [s for s in _re.findall(r"'([^']*)'", code)
+            if _re.fullmatch(r"[a-z_]+:[a-z0-9_:]+|lmcache_mp_[a-z0-9_]+|(vllm|sglang)_[a-z0-9_]+", s)]
+
+
+def test_every_metric_name_in_sql_is_spelled_by_the_catalog():
+    from pathlib import Path
+
+    import kvplan.sql.db as dbmod
+
+    files = [p for d in (dbmod.QUERIES, dbmod.MACROS, dbmod.MIGRATIONS) for p in sorted(Path(d).glob("*.sql"))]
+    found = {(p.name, s) for p in files for s in _metric_literals(p.read_text())}
+    assert len(found) >= 30, f"only {len(found)} metric names found in sql/: the scan is broken"
+    known = _catalog_names()
+    unknown = sorted(f"{f}: {s}" for f, s in found if s not in known)
+    assert not unknown, "metric names in SQL that models/metrics/catalog.py does not spell:\n" + "\n".join(unknown)
+    # the check itself: a misspelt name would be caught
+    typo = "vllm:prefix_cache_hit_total"
+    assert _metric_literals(f"WHERE i.name = '{typo}' -- 'vllm:x'") == [typo]
+    assert typo not in known

@@ -206,6 +206,13 @@ VLLM, LMCACHE_MP, LMCACHE_INPROC, SGLANG = "vllm", "lmcache_mp", "lmcache_inproc
 KINDS = (VLLM, LMCACHE_MP, LMCACHE_INPROC, SGLANG)
 KIND_PREFIXES = {VLLM: "vllm:", LMCACHE_MP: "lmcache_mp_", LMCACHE_INPROC: "lmcache:", SGLANG: "sglang:"}
 
+# -- Names only kvplan's own SQL reads -------------------------------------------------------
+LM_L1_MEMORY_BYTES = "lmcache_mp_l1_memory_usage_bytes"
+"""LMCache L1 bytes held, beside LM_L1_USAGE: the what-if's cache size per ratio. Read from
+direct scrapes only (not in GAUGES, so Prometheus ingestion does not fetch it)."""
+ENGINE_COUNTS = {VLLM: "kvplan:vllm_engines", SGLANG: "kvplan:sglang_engines", LMCACHE_MP: "kvplan:lmcache_mp_servers"}
+"""Per kind: the gauge Prometheus ingestion writes per step, how many engines (servers) reported."""
+
 
 def total_name(family: str) -> str:
     """A counter's sample name on the wire."""
