@@ -55,7 +55,10 @@ def step_increments(t: np.ndarray, v: np.ndarray, created: np.ndarray, c0: int, 
         # unchanged _created (a glitch), or a process first seen after another one answered (two
         # processes behind one URL), counts nothing and is no reset
         known = np.isfinite(cr) & np.isfinite(crp) & ~restart
-        own = np.where(np.isfinite(pm), np.maximum(vc - pm, 0.0), 0.0)
+        # a process's first sample counts from 0 when it started inside what was fetched (the
+        # macro's zero point at _created), else nothing: it was alive before, answering elsewhere
+        born = t.size > 0 and np.isfinite(cr) & (cr >= t[0])
+        own = np.where(np.isfinite(pm), np.maximum(vc - pm, 0.0), np.where(born, vc, 0.0))
         delta = np.where(known, own, np.where(restart | drop, vc, vc - vp))
         resets = np.where(known, False, np.where(restart, has_p & (vp > 0), drop))
     ends = (t[cur] + step - 1) // step * step

@@ -145,13 +145,15 @@ def cached_per_stretch(intervals: Iterable[list[Any]]) -> tuple[float | None, st
     are the increases of one target over one scrape interval each (the ``CACHED_RULE_NAMES``).
     A target upgraded mid-window (vLLM 0.15, no ``prompt_tokens_cached``, to 0.16) counts its
     hits before the upgrade and its counter after it, never the counter alone; unknown (None)
-    as soon as one interval with prompt tokens gives no way to tell its cached ones."""
+    as soon as one interval with prompt tokens gives no way to tell its cached ones. (A restart's
+    pairs to a series' zero point end at that series' own _created, so an interval can hold one
+    series alone: one without prompt tokens needs no cached ones.)"""
     total, how, found = 0.0, set(), False
     for rows in intervals:
         rows, _ = resolve(rows)
         v, where = _target_cached(rows)
         if v is None:
-            if _total(rows, c.total_name(c.PROMPT_TOKENS)) is not None:
+            if (_total(rows, c.total_name(c.PROMPT_TOKENS)) or 0.0) > 0:
                 return None, ""
             continue
         found = True

@@ -35,10 +35,10 @@
 --     (a glitch sample, a counter that went backwards): the pair counts 0 and is flagged `broken`,
 --     and the climb back afterwards counts only what lies above the earlier highest value;
 --   - _created differs from the previous sample's and that process answered earlier in the
---     window (two processes behind one URL, answering in turn): it counts what it added since, and
---     the pair is flagged `broken`; a process first seen in the window whose _created is older
---     than the window's previous sample (a second process, or an older one answering after a
---     newer one) counts 0, flagged `broken`;
+--     window (two processes behind one URL, answering in turn): it counts what it added since (the
+--     older process's samples are flagged `broken`); a process first seen in the window without a
+--     zero point (its _created is older than the window: a second process answering) counts 0,
+--     flagged `broken`;
 --   - a restart (a _created inside the window, after the previous sample) is the zero point above:
 --     the old process's pair to it is a reset, the new process counts from 0;
 --   - _created unknown on either side: Prometheus's rule, a decrease is a reset and the pair counts
@@ -136,7 +136,7 @@ pairs AS (
     WINDOW w AS (PARTITION BY series_id ORDER BY ts)
 ),
 judged AS (
-    SELECT series_id, ts, prev_ts, value, prev, proc_prev, created, prev_created,
+    SELECT series_id, ts, prev_ts, value, prev, proc_prev, created, prev_created, prev_real,
            -- _created known on both sides of a real sample: counted against its own process
            coalesce(real AND created IS NOT NULL AND prev_created IS NOT NULL, false) AS known,
            coalesce(real AND prev_real AND prev_scrape > prev_ts, false) AS gap
@@ -149,7 +149,7 @@ counted AS (
                 WHEN proc_prev IS NULL THEN 0.0
                 ELSE greatest(value - proc_prev, 0.0) END AS delta,
            NOT known AND value < prev AS reset,
-           known AND (proc_prev IS NULL OR value < proc_prev OR created <> prev_created) AS broken
+           known AND (proc_prev IS NULL OR value < proc_prev OR (created < prev_created AND prev_real)) AS broken
     FROM judged
 )
 SELECT c.series_id, c.prev_ts AS t_start, c.ts AS t_end, c.delta, c.reset, c.broken,
