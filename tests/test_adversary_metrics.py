@@ -275,14 +275,15 @@ def test_ingestion_counts_a_glitch_and_two_processes_as_the_direct_import_does()
     from kvplan.collectors.prometheus.step_math import step_increments
 
     minute = 60_000
-    t = np.arange(13, dtype=np.int64) * 5 * minute + minute
+    base = int(T0.timestamp() * 1000)  # the processes started before (1.5e12, 1.6e12 ms)
+    t = base + np.arange(13, dtype=np.int64) * 5 * minute
     # case 2: 550,000 .. 670,000 with one 0 at the 7th sample, _created unchanged
     v = np.array([0.0 if i == 6 else 550_000 + 10_000 * i for i in range(13)])
     created = np.full(13, 1.6e12)
-    _, delta, _, resets, _ = step_increments(t, v, created, 0, t[-1], minute, 600_000)
+    _, delta, _, resets, _ = step_increments(t, v, created, base - minute, t[-1], minute, 600_000)
     assert delta.sum() == 120_000 and resets.sum() == 0
     # case 3: processes A (even samples) and B (odd ones), each adding 10,000 per 5 minutes
     v = np.array([300_000 + 10_000 * i if i % 2 == 0 else 100_000 + 10_000 * i for i in range(13)], dtype=float)
     created = np.array([1.5e12 if i % 2 == 0 else 1.6e12 for i in range(13)])
-    _, delta, _, _, _ = step_increments(t, v, created, 0, t[-1], minute, 600_000)
+    _, delta, _, _, _ = step_increments(t, v, created, base - minute, t[-1], minute, 600_000)
     assert delta.sum() == 120_000 + 100_000

@@ -83,7 +83,8 @@ def _fill(con: duckdb.DuckDBPyConnection, seed: int, hostile: bool = True) -> No
                     r = rnd.random()
                     if r < 0.04:  # a restart: new process, new _created (or none)
                         value = rnd.choice([0.0, 3.0])
-                        created = rnd.choice([None, ts.timestamp() - rnd.choice([1, 5] if not hostile else [1, 5, 100])])
+                        back = [1, 5, 100] if hostile else [1, 5]  # 100 s: before the previous scrape
+                        created = rnd.choice([None, ts.timestamp() - rnd.choice(back)])
                     elif r < 0.07 and hostile:  # a drop with the same _created: broken
                         value = max(0.0, value - rnd.choice([1.0, 50.0]))
                     elif r < 0.09 and created is not None and hostile:  # an older process answers

@@ -36,9 +36,10 @@
 --     and the climb back afterwards counts only what lies above the earlier highest value;
 --   - _created differs from the previous sample's and that process answered earlier in the
 --     window (two processes behind one URL, answering in turn): it counts what it added since (the
---     older process's samples are flagged `broken`); a process first seen in the window without a
---     zero point (its _created is older than the window: a second process answering) counts 0,
---     flagged `broken`;
+--     older process's samples are flagged `broken`); a process first seen in the window whose
+--     _created is older than the window (a second process answering) counts 0, flagged `broken`;
+--     one whose _created lies inside the window but after its own first sample (the server's
+--     clock ahead of kvplan's) is a restart, counted from 0;
 --   - a restart (a _created inside the window, after the previous sample) is the zero point above:
 --     the old process's pair to it is a reset, the new process counts from 0;
 --   - _created unknown on either side: Prometheus's rule, a decrease is a reset and the pair counts
@@ -146,11 +147,12 @@ judged AS (
 counted AS (
     SELECT series_id, ts, prev_ts, gap,
            CASE WHEN NOT known THEN (CASE WHEN value < prev THEN value ELSE value - prev END)
-                WHEN proc_prev IS NULL THEN 0.0
+                WHEN proc_prev IS NULL THEN (CASE WHEN born_inside THEN value ELSE 0.0 END)
                 ELSE greatest(value - proc_prev, 0.0) END AS delta,
-           NOT known AND value < prev AS reset,
-           known AND (proc_prev IS NULL OR value < proc_prev OR (created < prev_created AND prev_real)) AS broken
-    FROM judged
+           (NOT known AND value < prev) OR (known AND proc_prev IS NULL AND born_inside) AS reset,
+           known AND ((proc_prev IS NULL AND NOT born_inside) OR value < proc_prev
+                      OR (created < prev_created AND prev_real)) AS broken
+    FROM (SELECT *, make_timestamp(CAST(created * 1e6 AS BIGINT)) >= t_from AS born_inside FROM judged) j
 )
 SELECT c.series_id, c.prev_ts AS t_start, c.ts AS t_end, c.delta, c.reset, c.broken,
        c.gap OR l.series_id IS NOT NULL AS gap
