@@ -29,6 +29,7 @@ pages = [st.Page(str(PAGES / "overview.py"), title="Overview", icon=":material/d
          st.Page(str(PAGES / "cost.py"), title="Cost & decision", icon=":material/payments:", url_path="cost"),
          st.Page(str(PAGES / "runs.py"), title="Runs", icon=":material/sprint:", url_path="runs"),
          st.Page(str(PAGES / "whatif.py"), title="What-if", icon=":material/tune:", url_path="whatif"),
+         st.Page(str(PAGES / "prompts.py"), title="Prompts", icon=":material/short_text:", url_path="prompts"),
          st.Page(str(PAGES / "collection.py"), title="Collection", icon=":material/sensors:", url_path="collection"),
          st.Page(str(PAGES / "report.py"), title="Report", icon=":material/description:", url_path="report")]
 try:

@@ -321,4 +321,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results import record
+
+    raise SystemExit(record("dashboard", main))

@@ -111,4 +111,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import record
+
+    raise SystemExit(record("ingestion", main))

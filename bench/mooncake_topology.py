@@ -138,4 +138,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results import record
+
+    raise SystemExit(record("topology", main))

@@ -410,4 +410,6 @@ def compare_daily(db_path: Path, url: str, start: datetime, days: int) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from results import record
+
+    raise SystemExit(record("ingestion", main))

@@ -61,4 +61,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results import record
+
+    raise SystemExit(record("whatif", main))

@@ -248,4 +248,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results import record
+
+    raise SystemExit(record("whatif", main))

@@ -364,6 +364,12 @@ class Snapshot:
     def fetch(self, query: str, /, **params: Any) -> list[dict[str, Any]]:
         return _rows(Database.run(self._con, query, **params))
 
+    @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The snapshot's own connection, as ``Database.read`` gives one: a reader written
+        against ``read()`` (a trace's columnar replay) runs inside the snapshot."""
+        yield self._con
+
 
 def _param(v: Any) -> Any:
     """Aware datetimes cross into DuckDB's zone-less TIMESTAMP columns as naive UTC."""

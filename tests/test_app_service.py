@@ -333,8 +333,8 @@ def test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine(t
     """Tensor parallel 2: every engine-second is 2 GPU-seconds. The scenario's 48 h (hand-worked,
     tests/test_app_fixtures.py): LMCache supplied 400 requests/h x 48 h x 200 tokens at 50 us =
     192 engine-s; vLLM's own cache 400 x 24 x (1000 + 1600) x 50 us = 1,248 engine-s."""
+    from kvplan.app.data.plan import plan_range
     from kvplan.app.data.store import DeploymentSettings, load_facts, save_facts
-    from kvplan.app.views.overview import plan_range
     from kvplan.models.inputs.deployment import DeploymentFacts
 
     db = scenario_db(tmp_path)
@@ -396,7 +396,7 @@ def test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys(tmp_path):
 
 def test_growth_from_the_measured_trend_needs_whole_days(tmp_path):
     """The scenario holds 2 whole days: no trend, the typed growth stays and the plan says why."""
-    from kvplan.app.views.overview import plan_range
+    from kvplan.app.data.plan import plan_range
 
     db = scenario_db(tmp_path)
     store.save_pricebook(db, DEPLOYMENT, store.PriceBook(), PlanningInputs(growth_source="measured_trend",

@@ -26,6 +26,7 @@ import pytest
 from kvplan.collectors.traces import ingest as traces
 from kvplan.deploy.local import stack as stk
 from kvplan.models.cache import sim
+from tests.waiting import wait_until
 
 FIX = Path(__file__).parent / "fixtures" / "traces"
 SEQUENTIAL = FIX / "lmcache-stack"
@@ -86,20 +87,26 @@ def test_live_stack_lookup_log_predicts_lmcaches_counters(local_stack, db):
     """On the session's live stack (LMCache logs lookups by default): a few sequential
     requests, LMCache's counters before and after, and the replay of the whole log so far
     predicting those requests' hit tokens at the stack's L1 size."""
-    import time
-
     from kvplan.collectors.loadgen import client as lg_client
     from kvplan.collectors.loadgen import workload as wl
     from kvplan.deploy.local.recorders.record_trace import counters
 
     lm, v0 = local_stack.lmcache(), local_stack.server("vllm-0")
     logs = Path(local_stack.run_dir) / stk.LOOKUP_HASH_LOG_DIR
-    before = counters(lm.metrics_url)
+    def logged() -> int:  # complete lines (one per lookup) in every log file so far
+        return sum(f.read_bytes().count(b"\n") for f in logs.glob("lookup_hashes_*.jsonl"))
+
+    before, lines_before = counters(lm.metrics_url), logged()
     for kw in (dict(scenario="shared_prefix", turns=4, seed=77), dict(scenario="multi_turn", turns=3, seed=78)):
         r = lg_client.run([v0.openai_url], local_stack.model_name,
                    wl.Workload(users=1, output_tokens=4, max_seconds=120, **kw))
         assert all(x.ok for x in r.results)
-    time.sleep(2)  # the log is written off the hot path
+    def lookups() -> int:
+        return int(counters(lm.metrics_url)["lmcache_mp_lookups_requests"] - before["lmcache_mp_lookups_requests"])
+
+    wait_until(lambda: lookups() >= 7, "LMCache's lookup counter to count the 7 requests")
+    # the log is written off the hot path: wait until it holds a line per counted lookup
+    wait_until(lambda: logged() - lines_before >= lookups(), "LMCache's lookup log to catch up with its counter")
     after = counters(lm.metrics_url)
     n = int(after["lmcache_mp_lookups_requests"] - before["lmcache_mp_lookups_requests"])
     assert n == 7

@@ -19,12 +19,12 @@ from typing import Any, Literal
 import pytest
 from typer.testing import CliRunner
 
-from kvplan.app.cli import app, config_app, stack_app
+from kvplan.app.cli import app, config_app, prompts_app, stack_app
 from kvplan.app.cli.common import finite, positive
 
 
 def commands() -> Iterator[tuple[list[str], Callable[..., Any]]]:
-    for prefix, typer_app in (([], app), (["config"], config_app), (["stack"], stack_app)):
+    for prefix, typer_app in (([], app), (["config"], config_app), (["stack"], stack_app), (["prompts"], prompts_app)):
         for c in typer_app.registered_commands:
             fn = inspect.unwrap(c.callback)
             yield prefix + [c.name or fn.__name__.replace("_", "-")], fn
@@ -97,6 +97,7 @@ def test_the_walk_finds_the_options_that_matter():
     assert ("whatif", "--ranks", str(4096 + 1)) in seen
     assert ("whatif", "--configured-gb", "nan") in seen and ("whatif", "--seconds-per-token", "-1") in seen
     assert ("plan", "--gpus", "100001") in seen and ("pilot", "--scenario", "no-such-choice") in seen
+    assert ("prompts check", "--gpu-blocks", "1") in seen and ("prompts check", "--block-size", "0") in seen
     assert len(CASES) > 80
 
 

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from tests.waiting import wait_until
+
 ROOT = Path(__file__).resolve().parents[1]
 DURATION_S = float(os.environ.get("CONCURRENCY_TEST_S", "60"))
 READERS = 3
@@ -106,7 +108,13 @@ def test_a_writer_and_readers_share_the_file_without_errors_or_losses(tmp_path):
     db.migrate()
     w_out = tmp_path / "writer.json"
     procs = [spawn_server("writer", db.path, DURATION_S, w_out)]
-    time.sleep(0.5)  # a first scrape exists before the readers start
+
+    def first_scrape() -> bool:  # committed before the readers start
+        assert procs[0].poll() is None, "the writer exited before its first scrape"
+        with Database(db.path, lock_timeout_s=60).read() as con:
+            return con.execute("SELECT count(*) FROM scrapes").fetchone()[0] > 0
+
+    wait_until(first_scrape, "the writer's first scrape", every_s=0.2)
     r_outs = [tmp_path / f"reader{i}.json" for i in range(READERS)]
     procs += [spawn_server("reader", db.path, DURATION_S, o) for o in r_outs]
     for p in procs:

@@ -9,6 +9,7 @@ import pytest
 
 from kvplan.app.cli import app
 from tests.hostile import PASSWORD, runner
+from tests.waiting import wait_until
 
 
 # -- hostile or careless inputs --------------------------------------------------------------
@@ -67,7 +68,16 @@ def test_dashboard_listens_on_loopback_only_and_connects_nowhere(tmp_path):
         else:
             pytest.fail("the dashboard did not answer in 60 s")
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200
-        time.sleep(2)
+        # what it does at start is done once the trace stops growing (no connect() for 2 s)
+        quiet = {"size": -1, "since": time.monotonic()}
+
+        def settled() -> bool:
+            size = trace.stat().st_size
+            if size != quiet["size"]:
+                quiet.update(size=size, since=time.monotonic())
+            return time.monotonic() - quiet["since"] >= 2.0
+
+        wait_until(settled, "the dashboard's start to settle (strace's log unchanged for 2 s)", every_s=0.2)
         listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
         mine = [line.split()[3] for line in listening.splitlines() if line.split()[3].endswith(f":{port}")]
         assert mine == [f"127.0.0.1:{port}"], mine
@@ -207,6 +217,8 @@ def test_sigterm_to_kvplan_dashboard_stops_its_streamlit_child(tmp_path):
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
+        else:
+            pytest.fail("the dashboard did not answer in 90 s")
         children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
         assert children, "no Streamlit child"
         os.kill(proc.pid, signal.SIGTERM)  # the parent only, as a service manager sends it

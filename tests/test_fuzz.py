@@ -30,10 +30,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from kvplan.app.data.plan import plan_range
 from kvplan.app.data.window import stats as window_stats
 from kvplan.app.report.data import build
 from kvplan.app.report.html import render_html
-from kvplan.app.views.overview import plan_range
 from kvplan.collectors.scrape.scrape import import_file
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.metrics.window import RATE_FIELDS

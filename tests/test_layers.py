@@ -35,16 +35,16 @@ FORBIDDEN = {
 ALLOWED = {("app/cli/demo.py", "deploy")}
 """(file, layer) exceptions, each a documented entry point."""
 
-FLOORS = ("core", "inputs", "metrics", "prefill", "cache", "capacity", "decision")
+FLOORS = ("core", "inputs", "metrics", "prompts", "prefill", "cache", "capacity", "decision")
 """models/ subpackages from the ground up, in pipeline order."""
 
 PURE_IMPORTS = {"__future__", "bisect", "collections", "copy", "dataclasses", "datetime", "enum", "functools",
-                "heapq", "ipaddress", "itertools", "json", "math", "numpy", "pathlib", "pydantic", "random", "re",
-                "statistics", "threading", "typing", "unicodedata", "urllib"}
+                "hashlib", "heapq", "ipaddress", "itertools", "json", "math", "numpy", "pathlib", "pydantic", "random",
+                "re", "statistics", "threading", "typing", "unicodedata", "urllib"}
 """What models/ may import besides itself: computation only (``urllib`` is for ``urllib.parse``;
-``pydantic`` for the settings declarations: validation only, no I/O; ``pathlib`` for their
-path-valued fields, never read; ``ipaddress`` to spell a target's host one way;
-``threading`` for the redaction registry's lock;
+``hashlib`` for prefix-cache block keys (models/prompts); ``pydantic`` for the settings
+declarations: validation only, no I/O; ``pathlib`` for their path-valued fields, never read;
+``ipaddress`` to spell a target's host one way; ``threading`` for the redaction registry's lock;
 ``unicodedata`` for the name check; ``random`` for seeded, deterministic draws)."""
 
 
@@ -99,6 +99,25 @@ def test_no_layer_imports_a_higher_one(layer):
     bad = [f"{rel(f)} imports {m}" for f in files(layer) for m in imported_modules(f)
            if layer_of(m) in FORBIDDEN[layer] and (rel(f), layer_of(m)) not in ALLOWED]
     assert bad == []
+
+
+VIEW_HELPERS = {("app/views/whatif.py", "kvplan.app.views.whatif_topology")}
+"""(view, module) pairs where a view may import another module of app/views: the what-if's two
+halves (one page's view, in two files). Everything a second page needs (the plan of a window,
+chart rows, sweep views) lives in app/data/."""
+
+
+def test_a_view_never_imports_another_pages_view():
+    """No module of app/views imports another app/views module (the package itself included),
+    except the pairs named in ``VIEW_HELPERS``."""
+    bad = [f"{rel(f)} imports {m}" for f in files("app/views") for m in imported_modules(f)
+           if m.startswith("kvplan.app.views") and m != ".".join(module_of(f)) and (rel(f), m) not in VIEW_HELPERS]
+    assert bad == []
+
+
+def test_the_view_check_sees_an_import_of_another_view():
+    seen = imported_modules(ROOT / "app" / "views" / "cost.py", "from .overview import overview\n")
+    assert "kvplan.app.views.overview" in seen
 
 
 def floor_of(module: str) -> str | None:

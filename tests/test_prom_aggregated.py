@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvplan.app.data.plan import plan_range
 from kvplan.app.data.store import DeploymentSettings
 from kvplan.app.data.window import engines_in_window, stats
-from kvplan.app.views.overview import plan_range
 from kvplan.collectors.prometheus.ingest import ingest_range, split_name
 from kvplan.collectors.prometheus.rules import render
 from kvplan.collectors.scrape.openmetrics import label_text

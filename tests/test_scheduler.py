@@ -26,23 +26,25 @@ from kvplan.sql.db import Database
 from tests.loopback import Loopback
 from tests.payloads import vllm_text
 from tests.test_prom_ingest import DEP, END, T0, import_direct, prom, same  # noqa: F401 (fixture)
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 class MetricsServer(Loopback):
     """Real /metrics endpoints: /fast/<name> answers at once (counters grow per request),
-    /slow/<name> answers after ``slow_s``."""
+    /slow/<name> answers after ``slow_s``, or as soon as ``release`` is set."""
 
     def __init__(self, slow_s: float = 4.0):
         self.hits: dict[str, int] = {}
+        self.release = threading.Event()
         outer = self
 
         class H(BaseHTTPRequestHandler):
             def do_GET(self):
                 kind, name = self.path.strip("/").split("/")[:2]
                 if kind == "slow":
-                    time.sleep(slow_s)
+                    outer.release.wait(slow_s)
                 n = outer.hits[self.path] = outer.hits.get(self.path, 0) + 1
                 body = vllm_text({("m", "0"): {"hits": 10 * n, "queries": 20 * n, "ttft": [n, 2 * n, 2 * n],
                                                "created": 1.0e9}}).encode()
@@ -65,6 +67,7 @@ class MetricsServer(Loopback):
 def metrics():
     m = MetricsServer()
     yield m
+    m.release.set()
     m.close()
 
 
@@ -81,19 +84,25 @@ def scrape_counts(db: Database) -> dict[str, tuple[int, int]]:
     return {r[0]: (r[1], r[2]) for r in rows}
 
 
-def test_a_slow_target_delays_no_other(db, metrics):
+def test_a_slow_target_delays_no_other(db):
+    metrics = MetricsServer(slow_s=600.0)                      # the slow target hangs until released
     s = settings_for(db, [("fast1", f"{metrics.url}/fast/1"), ("fast2", f"{metrics.url}/fast/2"),
-                          ("slow", f"{metrics.url}/slow/1")], scrape_interval_s=3.0)
+                          ("slow", f"{metrics.url}/slow/1")], scrape_interval_s=10.0)
+    # a round waits 0.9 x the interval for its scrapes (room for a busy machine); the slow one
+    # stays in flight through both rounds (its timeout is longer) until released
+    s = s.model_copy(update={"scrape_timeout_s": 60})
     scraper = Scraper(s, db)
     scraper.ensure_targets()
-    t0 = time.monotonic()
-    first = scraper.round()
-    took = time.monotonic() - t0
-    assert took < 4.0, took                                    # the round did not wait 4 s for slow
-    assert first.errors == 1 and "d/slow: still running" in first.message
-    second = scraper.round()                                   # slow still in flight: skipped, not queued
-    assert "d/slow: previous scrape still running, skipped" in second.message
-    scraper.close()                                            # waits for the slow scrape to finish
+    try:
+        first = scraper.round()                                # returned while slow still hangs
+        assert first.errors == 1 and "d/slow: still running" in first.message
+        second = scraper.round()                               # slow still in flight: skipped, not queued
+        assert "d/slow: previous scrape still running, skipped" in second.message
+        assert "/slow/1" not in metrics.hits                   # it had not answered through both rounds
+    finally:
+        metrics.release.set()
+        scraper.close()                                        # waits for the slow scrape to finish
+        metrics.close()
     assert scrape_counts(db) == {"fast1": (2, 0), "fast2": (2, 0), "slow": (1, 0)}
     assert metrics.hits["/slow/1"] == 1
     runs = db.fetch("collector_runs", limit=10)
@@ -101,18 +110,26 @@ def test_a_slow_target_delays_no_other(db, metrics):
     assert runs[0]["n_rows"] == 2 * 7
 
 
-def test_the_daemon_scrapes_on_its_interval_while_one_target_hangs(db, metrics):
+def test_the_daemon_scrapes_on_its_interval_while_one_target_hangs(db):
+    """The slow target hangs until released (up to 10 minutes): the fast one is scraped again
+    and again meanwhile, and the hung scrape is stored once it answers."""
+    metrics = MetricsServer(slow_s=600.0)
     s = settings_for(db, [("fast", f"{metrics.url}/fast/1"), ("slow", f"{metrics.url}/slow/1")],
                      scrape_interval_s=0.5)
     stop = threading.Event()
     th = threading.Thread(target=run_daemon, args=(s, db, stop))
     th.start()
-    time.sleep(4.2)
-    stop.set()
-    th.join(30)
+    try:
+        wait_until(lambda: metrics.hits.get("/fast/1", 0) >= 4, "4 scrapes of the fast target")
+        assert "/slow/1" not in metrics.hits                   # still hanging: the fast ones did not wait
+    finally:
+        metrics.release.set()
+        stop.set()
+        th.join(60)
+        metrics.close()
     assert not th.is_alive()
     c = scrape_counts(db)
-    assert c["fast"][0] >= 4, c                                # about every 0.5 s despite the 4 s target
+    assert c["fast"][0] >= 4, c
     assert c["slow"][0] == 1, c
 
 

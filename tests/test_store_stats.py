@@ -183,8 +183,8 @@ def test_counter_absent_from_previous_scrape_counts_from_zero(db):
 def test_stored_poisoned_rows_are_reported_not_raised(db, tmp_path, col, expr):
     from datetime import timedelta
 
+    from kvplan.app.data.plan import plan_range as plan
     from kvplan.app.data.window import stats
-    from kvplan.app.views.overview import plan_range as plan
 
     import_file(db, "d", payload(tmp_path, "a.prom", hits=0, queries=0, ttft=[0, 0, 0]), AT)
     import_file(db, "d", payload(tmp_path, "b.prom", hits=10, queries=20, ttft=[1, 2, 2]), AT + timedelta(minutes=5))

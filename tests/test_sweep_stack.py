@@ -1,12 +1,15 @@
 """Goodput from a load sweep on the real stack (CPU, tiny model): the validation of the capacity model.
 
-``kvplan.deploy.local.recorders.sweep_check``: a rate sweep (2-48 requests/s, open-loop Poisson arrivals, one
-8,000-character system prompt + 200-character tails, 8 output tokens) on ``vllm-nocache-0``
-(reuse off) and ``vllm-0`` (vLLM prefix cache + LMCache), interleaved by level. TTFT SLO = 3 x
-the reuse-off TTFT p50 at 2 requests/s, rounded up to 10 ms (about 0.3-0.4 s here); TPOT SLO
-0.25 s. Then one run on each side at the midpoint of the two goodputs: the reuse-off
-replica must miss the TTFT SLO there, the reuse-on replica meet it. About 2 minutes of stack
-time after startup; run under ``flock /tmp/kvplan-stack.lock``.
+``kvplan.deploy.local.recorders.sweep_check``: three sequential requests measure the reuse-off
+replica's capacity (1 / its request time), then a rate sweep at 0.5 to 6 times that capacity
+(12 requests a level, open-loop Poisson arrivals, one 8,000-character system prompt + 200-character
+tails, 8 output tokens) on ``vllm-nocache-0`` (reuse off) and ``vllm-0`` (vLLM prefix cache +
+LMCache), interleaved by level. TTFT SLO = 3 x the reuse-off TTFT p50 at the lowest level,
+rounded up to 10 ms; TPOT SLO 0.25 s. Then one run of 24 requests on each side at the midpoint
+of the two goodputs: the reuse-off replica must miss the TTFT SLO there, the reuse-on replica
+meet it. The load, and the time the sweep may take (``sweep_check.budget_s``: twice its worst
+case at the measured capacity), follow what this machine serves: a slower machine runs a
+lighter sweep for longer. Run under ``flock /tmp/kvplan-stack.lock``.
 """
 
 from __future__ import annotations
@@ -16,11 +19,19 @@ import time
 import pytest
 
 from kvplan.app.data.sweeps import latest_sweep_pair
-from kvplan.deploy.local.recorders.sweep_check import MEASURED_ON, table, validate_sweep_on_stack
+from kvplan.deploy.local.recorders.sweep_check import (
+    LEVEL_FRACTIONS,
+    MEASURED_ON,
+    budget_s,
+    expected_s,
+    table,
+    validate_sweep_on_stack,
+)
 from kvplan.models.capacity.goodput import TTFT
 from kvplan.sql.db import Database
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
+# A hang guard only: the sweep stops itself past the budget its calibration gives it.
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(4 * 3600)]
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +43,18 @@ def validation(local_stack, tmp_path_factory):
     v = validate_sweep_on_stack(db, off_server=local_stack.server("vllm-nocache-0"),
                                 on_server=local_stack.server("vllm-0"), lmcache_server=local_stack.lmcache(),
                                 model_name=local_stack.model_name, seed=seed)
-    print(f"\nload sweep (seed {seed}, {time.monotonic() - t0:.0f} s of stack time)\n{table(v)}")
+    c = v.capacity
+    print(f"\nload sweep (seed {seed}, {time.monotonic() - t0:.0f} s of stack time; budget {budget_s(c):.0f} s, "
+          f"worst case {expected_s(c):.0f} s)\n{table(v)}")
     return db, v
 
 
 def test_every_request_of_the_sweep_was_answered(validation):
     _, v = validation
     assert v.off.errors == [] and v.on.errors == []
-    assert len(v.off.points) == len(v.on.points) == 8
+    assert len(v.off.points) == len(v.on.points) == len(LEVEL_FRACTIONS)
+    # the levels are the fractions of the capacity the calibration measured
+    assert [p.offered for p in v.off.points] == [round(f * v.capacity.rps, 4) for f in LEVEL_FRACTIONS]
 
 
 def test_reuse_raises_the_goodput_and_ttft_limits_the_cache_off_replica(validation):

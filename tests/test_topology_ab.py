@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from tests.topology_ab import SIDES, cross, side_whatif
+from tests.topology_ab import SIDES, cross, side_topology
 
 HIT_POINTS = 0.02
 MEAN_REL = 0.15
@@ -39,18 +39,18 @@ def test_todays_replay_gives_the_hit_rate_lmcache_counted(topology_ab, side, pha
     the same phase (recorded: 0.546 private, 0.666 shared one request at a time; 0.829 and 0.894
     in bursts)."""
     dbs, metas = topology_ab
-    t = side_whatif(dbs[side], metas[side], phase)["today"]
-    assert t["instances"] == len(metas[side]["topology"]["instances"])
-    assert t["engines"] == 2 and t["capacity_source"].startswith("LMCache's L1 gauges")
+    t = side_topology(dbs[side], metas[side], phase).today
+    assert t.instances == len(metas[side]["topology"]["instances"])
+    assert t.engines == 2 and t.capacity_source.startswith("LMCache's L1 gauges")
     # LMCache logs no line for a prompt shorter than one chunk (no chunk hash): request 5 of the
     # schedule (243 tokens < 256) is counted by vLLM's TTFT histogram, not in the trace
-    assert t["requests_measured"] - t["requests"] == (1 if phase == "sequential" else 0)
+    assert t.requests_measured - t.requests == (1 if phase == "sequential" else 0)
     # in bursts a lookup misses chunks another engine's prefill has not stored yet: the TTFT pass
     # says when each prefill ended (recorded: exact; every chunk stored at once would give 0.904
     # against 0.894 on the shared pool)
     tol = 1e-9 if phase == "sequential" else 0.005
-    assert abs(t["hit_rate_predicted"] - t["hit_rate_measured"]) <= tol, t
-    assert t["hit_rate_measured"] == pytest.approx(metas[side]["phases"][phase]["lmcache_hit_rate"])
+    assert abs(t.hit_rate_predicted - t.hit_rate_measured) <= tol, t
+    assert t.hit_rate_measured == pytest.approx(metas[side]["phases"][phase]["lmcache_hit_rate"])
 
 
 @pytest.mark.parametrize("src", SIDES)
@@ -63,7 +63,7 @@ def test_each_side_predicts_the_other_sides_hit_rate(topology_ab, src, phase):
     # a time, 0.894 vs 0.829 in bursts), which the prediction carries across
     rate = {s: metas[s]["phases"][phase]["lmcache_hit_rate"] for s in SIDES}
     assert rate["shared"] > rate["private"] + 0.05
-    assert (c["hit_pred"] > c["today"]["hit_rate_predicted"]) == (src == "private")
+    assert (c["hit_pred"] > c["today"].hit_rate_predicted) == (src == "private")
 
 
 @pytest.mark.parametrize("src", SIDES)
@@ -82,9 +82,9 @@ def test_bursts_are_under_predicted_as_stated(topology_ab, src):
     (a user sees from today how far to trust the alternatives)."""
     c = cross(*topology_ab, src, "concurrent")
     t = c["today"]
-    assert c["mean_pred"] < c["mean_meas"] and t["ttft_mean_s_predicted"] < t["ttft_mean_s_measured"]
+    assert c["mean_pred"] < c["mean_meas"] and t.ttft_mean_s_predicted < t.ttft_mean_s_measured
     assert 0.3 <= 1 - c["mean_pred"] / c["mean_meas"] <= 0.65, c
-    assert 0.25 <= 1 - t["ttft_mean_s_predicted"] / t["ttft_mean_s_measured"] <= 0.6, t
+    assert 0.25 <= 1 - t.ttft_mean_s_predicted / t.ttft_mean_s_measured <= 0.6, t
 
 
 def test_whatif_json_keys(topology_ab, tmp_path):
@@ -166,7 +166,8 @@ def test_report_section_has_today_and_ttft(topology_ab):
     from kvplan.app.views.whatif import whatif
 
     dbs, _ = topology_ab
-    html = render_section(whatif(dbs["shared"], "ab-shared", ranks=2))
+    with dbs["shared"].snapshot() as src:
+        html = render_section(whatif(src, "ab-shared", ranks=2))
     assert "Today&#x27;s topology, from the data: 1 cache instance(s), 2 engine(s)" in html or \
         "Today's topology, from the data: 1 cache instance(s), 2 engine(s)" in html
     assert "TTFT for each set-up" in html and "2 private caches, round robin" in html

@@ -54,24 +54,30 @@ def test_view_numbers_are_the_models(loaded):
                tokens_per_month=1e9)
     trace, _ = traces.load_trace(loaded, "dep")
     curve = sim.lru_curve(trace)
-    assert d["infinite_hit_rate"] == pytest.approx(curve.infinite_hit_rate)
-    for p in d["points"]:
-        assert p["hit_rate"] == pytest.approx(float(curve.hit_rate(p["capacity_chunks"])))
-        assert p["capacity_gb"] == pytest.approx(p["capacity_chunks"] * BPC / 1e9)
-        assert p["capacity_tokens"] == p["capacity_chunks"] * 4
-    assert d["configured"]["capacity_chunks"] == 5
-    assert d["trace"]["full_chunk_tokens"] == trace.references * 4 < d["trace"]["total_tokens"]
-    s = d["shared_vs_private"]
-    assert s["capacity_chunks"] == 5 and s["ranks"] == 2
-    rr = next(p for p in s["private"] if p["routing"] == "round_robin")
-    assert rr["hit_rate"] == pytest.approx(pools.topology(trace, 2, "round_robin").private_hit_rate(5))
-    assert d["best_capacity_gb"] == d["dollars"]["best"]["capacity_gb"]
-    assert d["dollars"]["usd_per_gpu_hour"] == 2.5  # the default price book
-    assert d["tiers"] is None
-    t2 = whatif(loaded, "dep", ranks=2, configured_gb=2 * BPC / 1e9, l2_gb=6 * BPC / 1e9)["tiers"]
-    assert t2["l1_chunks"] == 2 and t2["l2_chunks"] == 6
+    assert d.infinite_hit_rate == pytest.approx(curve.infinite_hit_rate)
+    for p in d.points:
+        assert p.hit_rate == pytest.approx(float(curve.hit_rate(p.capacity_chunks)))
+        assert p.capacity_gb == pytest.approx(p.capacity_chunks * BPC / 1e9)
+        assert p.capacity_tokens == p.capacity_chunks * 4
+    assert d.configured is not None and d.configured.capacity_chunks == 5
+    assert d.trace.full_chunk_tokens == trace.references * 4 < d.trace.total_tokens
+    s = d.shared_vs_private
+    assert s.capacity_chunks == 5 and s.ranks == 2
+    rr = next(p for p in s.private if p.routing == "round_robin")
+    assert rr.hit_rate == pytest.approx(pools.topology(trace, 2, "round_robin").private_hit_rate(5))
+    assert d.dollars is not None and d.best_capacity_gb == d.dollars.best.capacity_gb
+    assert d.dollars.usd_per_gpu_hour == 2.5  # the default price book
+    assert d.tiers is None
+    t2 = whatif(loaded, "dep", ranks=2, configured_gb=2 * BPC / 1e9, l2_gb=6 * BPC / 1e9).tiers
+    assert t2 is not None and t2.l1_chunks == 2 and t2.l2_chunks == 6
     both = curve.hit_tokens(8)
-    assert t2["l1_hit_tokens"] + t2["l2_hit_tokens"] == both and t2["l1_hit_tokens"] >= curve.hit_tokens(2)
+    assert t2.l1_hit_tokens + t2.l2_hit_tokens == both and t2.l1_hit_tokens >= curve.hit_tokens(2)
+    # the JSON is the same answer, key for key (to_dict is --json's)
+    j = d.to_dict()
+    assert j["configured"]["capacity_chunks"] == 5 and j["dollars"]["best"]["capacity_gb"] == d.best_capacity_gb
+    assert [p["routing"] for p in j["shared_vs_private"]["private"]] == list(pools.ROUTINGS)
+    assert set(j["shared_vs_private"]["points"][0]) == {"capacity_chunks", "capacity_gb", "shared", *pools.ROUTINGS}
+    assert "today" in j and j["latency"] == [] and j["finding"] is None  # no metrics: no TTFT half
 
 
 def test_cli_import_and_whatif_json(tmp_path):
@@ -108,7 +114,7 @@ def test_report_section(loaded):
                tokens_per_month=1e9)
     html = render_section(d)
     assert "Cache size and topology what-if" in html and "<svg" in html
-    assert fmt.pct(d["infinite_hit_rate"]) in html
+    assert fmt.pct(d.infinite_hit_rate) in html
     assert "private, prefix affinity" in html and "Best:" in html
     assert "No request trace" in whatif_section(loaded, "other")
 
@@ -147,10 +153,10 @@ def test_configured_size_and_prices_come_from_the_deployments_settings(loaded):
     book saved that is the config's [prices] table: the same source the plan reads."""
     from kvplan.app.data.store import DeploymentSettings
 
-    assert whatif(loaded, "dep", ranks=2)["configured"] is None  # the documented default book has 0 GB
+    assert whatif(loaded, "dep", ranks=2).configured is None  # the documented default book has 0 GB
     d = whatif(loaded, "dep", ranks=2, cfg=DeploymentSettings(prices={"cache_tier_gb_cpu": 3 * BPC / 1e9}))
-    assert d["configured"]["capacity_chunks"] == 3
-    assert any("cache_tier_gb_cpu" in n for n in d["notes"])
+    assert d.configured is not None and d.configured.capacity_chunks == 3
+    assert any("cache_tier_gb_cpu" in n for n in d.notes)
 
 
 # ---- every option in its range, strict JSON ------------------------------------------------
@@ -185,7 +191,7 @@ def test_whatif_model_names_the_models_the_trace_has(loaded):
 
     with pytest.raises(TraceError, match="no requests of model 'nope'; its models: 'm'"):
         whatif(loaded, "dep", model_name="nope")
-    assert whatif(loaded, "dep", model_name="m")["trace"]["requests"] == 20
+    assert whatif(loaded, "dep", model_name="m").trace.requests == 20
 
 
 def test_whatif_json_is_strict_json(tmp_path):

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvplan.app.views.whatif import whatif
+from kvplan.app.views.whatif import WhatIf, whatif
+from kvplan.app.views.whatif_topology import TopologyWhatIf
 from kvplan.collectors.demo import load_demo
 from kvplan.collectors.traces import ingest as traces
 from kvplan.models.core.timeutil import from_epoch_s
@@ -37,21 +38,28 @@ def window(m: dict, phase: str):
     return from_epoch_s(sp["start"] - EDGE_BEFORE_S), from_epoch_s(sp["end"] + EDGE_AFTER_S)
 
 
-def side_whatif(db: Database, m: dict, phase: str) -> dict:
+def side_whatif(db: Database, m: dict, phase: str) -> WhatIf:
     a, b = window(m, phase)
-    return whatif(db, f"ab-{m['side']}", ranks=m["vllm_servers"], t_from=a, t_to=b)
+    with db.snapshot() as src:
+        return whatif(src, f"ab-{m['side']}", ranks=m["vllm_servers"], t_from=a, t_to=b)
+
+
+def side_topology(db: Database, m: dict, phase: str) -> TopologyWhatIf:
+    tw = side_whatif(db, m, phase).topology
+    assert tw is not None
+    return tw
 
 
 def cross(dbs: dict[str, Database], metas: dict[str, dict], src: str, phase: str) -> dict:
     """From ``src``'s data alone: the other side's hit rate, TTFT mean and p99, against what
     the other side measured over the same phase."""
     dst = OTHER[src]
-    pred = side_whatif(dbs[src], metas[src], phase)
-    row = next(r for r in pred["latency"] if (r["topology"] == "shared") == (dst == "shared")
-               and (dst == "shared" or r["routing"] == "round_robin"))
-    meas = side_whatif(dbs[dst], metas[dst], phase)["today"]
+    pred = side_topology(dbs[src], metas[src], phase)
+    row = next(r for r in pred.latency if (r.topology == "shared") == (dst == "shared")
+               and (dst == "shared" or r.routing == "round_robin"))
+    meas = side_topology(dbs[dst], metas[dst], phase).today
     # the predicted TTFTs read through the measured histogram's buckets, as the measured p99 is read
-    return {"hit_pred": row["hit_rate"], "hit_meas": meas["hit_rate_measured"],
-            "mean_pred": row["ttft_mean_s"], "mean_meas": meas["ttft_mean_s_measured"],
-            "p99_pred": row["ttft_p99_s_as_histogram"], "p99_meas": meas["ttft_p99_s_measured"],
-            "today": pred["today"]}
+    return {"hit_pred": row.hit_rate, "hit_meas": meas.hit_rate_measured,
+            "mean_pred": row.ttft_mean_s, "mean_meas": meas.ttft_mean_s_measured,
+            "p99_pred": row.ttft_p99_s_as_histogram, "p99_meas": meas.ttft_p99_s_measured,
+            "today": pred.today}

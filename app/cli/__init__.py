@@ -5,6 +5,7 @@ act on ends the command with its message and exit code 2, never a traceback).
 collectors -> DuckDB: ``import-metrics``, ``scrape``, ``ingest``, ``collect``, ``pilot``, ``config check``;
                       ``rules`` (the recording-rule pack for Prometheus)
 DuckDB -> models:     ``stats``, ``plan``, ``report``, ``whatif`` (after ``import-trace``)
+request logs:         ``prompts check`` (predicted hits, cache-busters)
 the dashboard:        ``dashboard``, ``demo``; development: ``stack`` (deploy/local)
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import typer
 
-from . import collect, dashboard, demo, metrics, plan, report, rules, whatif, workload
+from . import collect, dashboard, demo, metrics, plan, prompts, report, rules, whatif, workload
 from .common import user_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -30,7 +31,10 @@ for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.
 config_app.command("check")(user_errors(collect.config_check))
 for name, stack_fn in (("up", demo.stack_up), ("down", demo.stack_down), ("status", demo.stack_status)):
     stack_app.command(name)(user_errors(stack_fn))
+prompts_app = typer.Typer(no_args_is_help=True, help="Request logs: predicted prefix-cache hits and cache-busters.")
+prompts_app.command("check")(user_errors(prompts.prompts_check))
 app.add_typer(config_app, name="config")
+app.add_typer(prompts_app, name="prompts")
 app.add_typer(stack_app, name="stack")
 
 

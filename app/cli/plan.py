@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..data.store import deployment_settings, require_deployment
-from .common import ConfigOpt, DbOpt, json_text, open_db, out, parse_window, settings
+from .common import ConfigOpt, DbOpt, err, json_text, open_db, out, parse_window, settings
+
+if TYPE_CHECKING:
+    from ...models.cache.alternatives import TopologyFinding
+    from ...sql.db import Snapshot
+    from ..data.history import History
 
 
 def plan_command(
@@ -28,26 +34,19 @@ def plan_command(
     """Monthly benefit of KV-cache reuse and the decision (BUY, REUSE, NOT_WORTH_IT, NEED_DATA)
     for a measured window, with the price book saved in the database (or the defaults)."""
     from ...models.decision.plan import tier_attribution
+    from ..data.history import load_history
+    from ..data.plan import plan_range
     from ..report import fmt
-    from ..views.overview import plan_range
 
     t0, t1 = parse_window(from_, to)
     s = settings(config, db)
-    database = open_db(s)
-    finding = None
-    if topology:
-        from ...models.cache.alternatives import TopologyFinding
-        from ..views.whatif import whatif
-
-        f = whatif(database, deployment, model_name=model_name, t_from=t0, t_to=t1,
-                   cfg=deployment_settings(s, deployment)).get("finding")
-        if f is None:
-            out.print("[dim]note: --topology: no TTFT prediction for this window (see kvplan whatif)[/dim]")
-        finding = TopologyFinding.from_dict(f) if f else None
-    with database.snapshot() as src:
+    cfg = deployment_settings(s, deployment)
+    with open_db(s).snapshot() as src:
         require_deployment(src, deployment)
-        result = plan_range(src, deployment, t0, t1, model_name, cfg=deployment_settings(s, deployment), gpus=gpus,
-                            topology=finding)
+        history = load_history(src, deployment, t1, t_from=t0, model_name=model_name, cfg=cfg)
+        finding = _topology_finding(src, deployment, model_name, t0, t1, history) if topology else None
+        result = plan_range(src, deployment, t0, t1, model_name, cfg=cfg, gpus=gpus, topology=finding,
+                            history=history)
     d = result.to_dict()
     if as_json:
         sys.stdout.write(json_text(d, indent=2, sort_keys=True) + "\n")
@@ -72,3 +71,24 @@ def plan_command(
               f"{fmt.usd_cents(d['usd_per_1m_prompt_tokens_without_reuse'])} without; per 1M output tokens: "
               f"{fmt.usd_cents(d['usd_per_1m_output_tokens_with_reuse'])}", highlight=False)
     out.print(fmt.cost_model_line(result), highlight=False, soft_wrap=True)
+
+
+def _topology_finding(src: Snapshot, deployment: str, model_name: str | None, t0: datetime, t1: datetime,
+                      history: History) -> TopologyFinding | None:
+    """``--topology``: the TTFT what-if's finding over the window, priced with the plan's own
+    history. Without one (no trace, no request in the window, no TTFT prediction) the plan stands
+    without it and a note on stderr says why: stdout stays the plan (one JSON object with --json)."""
+    from ...collectors.traces.parse import TraceError
+    from ..views.whatif import whatif
+
+    try:
+        w = whatif(src, deployment, model_name=model_name, t_from=t0, t_to=t1, history=history)
+    except TraceError as e:
+        err.print(f"note: --topology: no topology finding, the plan stands without it: {e}", highlight=False,
+                  soft_wrap=True)
+        return None
+    finding = w.topology.finding if w.topology is not None else None
+    if finding is None:
+        err.print("note: --topology: no TTFT prediction for this window (see kvplan whatif)", highlight=False,
+                  soft_wrap=True)
+    return finding

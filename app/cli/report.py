@@ -22,14 +22,18 @@ def report(
     generated_at: Annotated[str | None, typer.Option(
         help="Print this time (ISO 8601) as the generation time; by default none, so the same data "
              "gives the same report.")] = None,
+    prompts_check: Annotated[Path | None, typer.Option(
+        help="Add a prompts section from a saved `kvplan prompts check --json` output.")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Write the capacity report (measured reuse, tail baseline, topology, pilot runs, pricing,
     assumptions and price book, data provenance) as PDF or HTML."""
     from ..report import write_report
+    from ..report.prompts import load_check
 
     when = parse_time(generated_at, "--generated-at") if generated_at else None
     s = settings(config, db)
     path = write_report(open_db(s), deployment, month, output, model_name=model_name, generated_at=when,
-                        measured_on=measured_on, cfg=deployment_settings(s, deployment))
+                        measured_on=measured_on, cfg=deployment_settings(s, deployment),
+                        prompts_check=load_check(prompts_check) if prompts_check is not None else None)
     out.print(f"{path}: capacity report of {deployment!r} for {month} ({path.stat().st_size:,} bytes)")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ...models.core.errors import KvplanError
 from ..data.store import deployment_settings
 from .common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, parse_window, positive, settings
+
+if TYPE_CHECKING:
+    from ..views.whatif import WhatIf
 
 MAX_RANKS = 4096
 """Most private caches a what-if compares (the replay is linear in ranks x requests)."""
@@ -86,43 +89,44 @@ def whatif_command(
         raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")
     t0, t1 = parse_window(from_, to) if from_ is not None and to is not None else (None, None)
     s = settings(config, db)
-    d = run(open_db(s), deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
-            configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
-            seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
-            points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment), t_from=t0, t_to=t1)
+    with open_db(s).snapshot() as src:
+        d = run(src, deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
+                configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
+                seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
+                points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment), t_from=t0, t_to=t1)
     if as_json:
-        sys.stdout.write(json_text(d, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(json_text(d.to_dict(), indent=2, sort_keys=True) + "\n")
         return
-    t = d["trace"]
-    out.print(f"trace {t['name']!r}: {t['requests']:,} requests, {t['chunk_references']:,} chunk "
-              f"references, {t['unique_chunks']:,} distinct chunks of {t['chunk_tokens']} tokens")
-    sat = d["saturation"]
-    out.print(f"infinite-capacity hit rate {d['infinite_hit_rate']:.1%}, reached at "
-              f"{_cap(sat['capacity_gb'], sat['capacity_tokens'])}")
+    t = d.trace
+    out.print(f"trace {t.name!r}: {t.requests:,} requests, {t.chunk_references:,} chunk "
+              f"references, {t.unique_chunks:,} distinct chunks of {t.chunk_tokens} tokens")
+    sat = d.saturation
+    out.print(f"infinite-capacity hit rate {d.infinite_hit_rate:.1%}, reached at "
+              f"{_cap(sat.capacity_gb, sat.capacity_tokens)}")
     out.print(f"{'capacity':>22}  {'hit rate':>8}")
-    for p in d["points"]:
-        out.print(f"{_cap(p['capacity_gb'], p['capacity_tokens']):>22}  {p['hit_rate']:>8.1%}")
-    if d["configured"]:
-        c = d["configured"]
-        out.print(f"configured {c['capacity_gb']:g} GB: {c['hit_rate']:.1%}")
-    if d["tiers"]:
-        t2 = d["tiers"]
-        out.print(f"L1 {t2['l1_gb']:g} GB + L2 {t2['l2_gb']:g} GB: {t2['l1_hit_rate']:.1%} from L1, "
-                  f"{t2['l2_hit_rate']:.1%} from L2")
-    s = d["shared_vs_private"]
-    out.print(f"one shared pool of {_cap(s['capacity_gb'], s['capacity_tokens'])}: "
-              f"{s['shared_hit_rate']:.1%}; {s['ranks']} private caches of 1/{s['ranks']} each:")
-    for p in s["private"]:
-        out.print(f"  {p['routing']:<16} {p['hit_rate']:.1%}")
-    if d["dollars"]:
-        b = d["dollars"]["best"]
-        out.print(f"best capacity {b['capacity_gb']:,.2f} GB: net ${b['net_usd_per_month']:,.0f}/month "
-                  f"(saves ${b['saved_usd_per_month']:,.0f}, memory ${b['memory_usd_per_month']:,.0f})")
-        be = d["dollars"]["break_even"]
+    for p in d.points:
+        out.print(f"{_cap(p.capacity_gb, p.capacity_tokens):>22}  {p.hit_rate:>8.1%}")
+    if d.configured:
+        c = d.configured
+        out.print(f"configured {c.capacity_gb:g} GB: {c.hit_rate:.1%}")
+    if d.tiers:
+        t2 = d.tiers
+        out.print(f"L1 {t2.l1_gb:g} GB + L2 {t2.l2_gb:g} GB: {t2.l1_hit_rate:.1%} from L1, "
+                  f"{t2.l2_hit_rate:.1%} from L2")
+    sp = d.shared_vs_private
+    out.print(f"one shared pool of {_cap(sp.capacity_gb, sp.capacity_tokens)}: "
+              f"{sp.shared_hit_rate:.1%}; {sp.ranks} private caches of 1/{sp.ranks} each:")
+    for pc in sp.private:
+        out.print(f"  {pc.routing:<16} {pc.hit_rate:.1%}")
+    if d.dollars:
+        b = d.dollars.best
+        out.print(f"best capacity {b.capacity_gb:,.2f} GB: net ${b.net_usd_per_month:,.0f}/month "
+                  f"(saves ${b.saved_usd_per_month:,.0f}, memory ${b.memory_usd_per_month:,.0f})")
+        be = d.dollars.break_even
         if be:
-            out.print(f"past {be['capacity_gb']:,.2f} GB the cache costs more than it saves")
+            out.print(f"past {be.capacity_gb:,.2f} GB the cache costs more than it saves")
     _print_topology(d)
-    for n in d["notes"]:
+    for n in d.notes:
         out.print(f"[dim]note: {n}[/dim]")
 
 
@@ -134,31 +138,31 @@ def _pct(v: float | None) -> str:
     return f"{v:.1%}" if v is not None else "-"
 
 
-def _print_topology(d: dict) -> None:
+def _print_topology(d: WhatIf) -> None:
     """Today's topology against what it measured, then TTFT for every alternative."""
-    t = d.get("today")
-    if not t:
+    if d.topology is None:
         return
-    out.print(f"today: {t['instances']} cache instance(s) ({', '.join(t['instance_names'])}), {t['engines']} "
-              f"engine(s); hit rate {_pct(t['hit_rate_predicted'])} replayed, {_pct(t['hit_rate_measured'])} "
+    tw = d.topology
+    t = tw.today
+    out.print(f"today: {t.instances} cache instance(s) ({', '.join(t.instance_names)}), {t.engines} "
+              f"engine(s); hit rate {_pct(t.hit_rate_predicted)} replayed, {_pct(t.hit_rate_measured)} "
               "measured (LMCache counters)")
-    out.print(f"today's TTFT: mean {_s(t['ttft_mean_s_predicted'])} predicted, {_s(t['ttft_mean_s_measured'])} "
-              f"measured; p99 {_s(t['ttft_p99_s_predicted'])} predicted, {_s(t['ttft_p99_s_measured'])} measured "
+    out.print(f"today's TTFT: mean {_s(t.ttft_mean_s_predicted)} predicted, {_s(t.ttft_mean_s_measured)} "
+              f"measured; p99 {_s(t.ttft_p99_s_predicted)} predicted, {_s(t.ttft_p99_s_measured)} measured "
               "(histogram)")
-    if d.get("latency"):
-        slo = d["slo"]["ttft_p99_s"]
+    if tw.latency:
+        slo = tw.slo.ttft_p99_s
         out.print(f"{'set-up':<28} {'hit rate':>8} {'TTFT mean':>10} {'p50':>8} {'p99':>8}  p99 <= {slo:g} s SLO")
-        for r in d["latency"]:
-            name = r["topology"] + (f" {r['ranks']}x {r['routing']}" if r["routing"] else "")
-            out.print(f"{name:<28} {_pct(r['hit_rate']):>8} {_s(r['ttft_mean_s']):>10} {_s(r['ttft_p50_s']):>8} "
-                      f"{_s(r['ttft_p99_s']):>8}  {'yes' if r['holds_slo'] else 'no'}")
-    e = d.get("engines_needed")
+        for r in tw.latency:
+            out.print(f"{r.name:<28} {_pct(r.hit_rate):>8} {_s(r.ttft_mean_s):>10} {_s(r.ttft_p50_s):>8} "
+                      f"{_s(r.ttft_p99_s):>8}  {'yes' if r.holds_slo else 'no'}")
+    e = tw.engines_needed
     if e:
         def k(v: int | None) -> str:
-            return str(v) if v is not None else f"more than {e['searched_up_to']}"
+            return str(v) if v is not None else f"more than {e.searched_up_to}"
 
-        out.print(f"engines that hold the SLO: today's caches {k(e['today'])}, one shared pool {k(e['shared'])} "
-                  f"(today: {e['engines_today']})")
+        out.print(f"engines that hold the SLO: today's caches {k(e.today)}, one shared pool {k(e.shared)} "
+                  f"(today: {e.engines_today})")
 
 
 def _cap(gb: float | None, tokens: int) -> str:

@@ -5,24 +5,25 @@ what the deployment measured over a window (LMCache's hit rate, the TTFT histogr
 * ``latency_intervals`` -- one ``models.cache.latency.LatencyInterval`` per vLLM target and
   scrape interval (named query ``latency_intervals``), each with how often its requests had the
   engine alone (from the prefill intervals' iteration-token histogram);
-* ``latency_model`` -- the fitted prefill cost (``app.data.prefill``) and the overheads, over the
-  look-back ending at the window's end;
+* the fitted prefill cost and the overheads are the deployment's history
+  (``app.data.history.load_history``: read and fitted once per command);
 * ``measured`` -- the window's LMCache hit rate, TTFT mean / p50 / p99 (histogram, with the
   bucket bounds) and the vLLM engines that served requests.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from ...models.cache.latency import LatencyInterval, LatencyModel, Overheads, calibrate
+from ...models.cache.latency import LatencyInterval
 from ...models.core.timeutil import aware_utc, naive_utc
 from ...models.metrics import catalog as c
 from ...models.metrics import window as mw
-from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
-from ...sql.db import Database
-from .prefill import DEFAULT_LOOKBACK, describe_history, prefill_intervals
+from ...models.prefill.interval import Interval
+from ...sql.db import Source
+from .prefill import prefill_intervals
 from .window import engines_in_window, load_window
 
 NAMES = [c.count_name(c.TTFT), c.sum_name(c.TTFT), c.sum_name(c.QUEUE_TIME), c.sum_name(c.PREFILL_TIME),
@@ -36,13 +37,16 @@ def _f(v: Any) -> float:
     return float(v) if v is not None else 0.0
 
 
-def latency_intervals(db: Database, deployment: str, t_from: datetime, t_to: datetime,
-                      model_name: str | None = None) -> list[LatencyInterval]:
-    """One row per vLLM target and scrape interval with TTFT observations (module doc)."""
+def latency_intervals(db: Source, deployment: str, t_from: datetime, t_to: datetime,
+                      model_name: str | None = None, *,
+                      prefill: Sequence[Interval] | None = None) -> list[LatencyInterval]:
+    """One row per vLLM target and scrape interval with TTFT observations (module doc).
+    ``prefill``: the prefill intervals of the same span, when already read (the history's)."""
     rows = db.fetch("latency_intervals", deployment=deployment, t_from=naive_utc(t_from), t_to=naive_utc(t_to),
                     model_name=model_name, names=NAMES)
-    alone = {(iv.targets[0], round(iv.t_end, 3)): iv.alone_share()
-             for iv in prefill_intervals(db, deployment, t_from, t_to, model_name) if iv.requests > 0}
+    if prefill is None:
+        prefill = prefill_intervals(db, deployment, t_from, t_to, model_name)
+    alone = {(iv.targets[0], round(iv.t_end, 3)): iv.alone_share() for iv in prefill if iv.requests > 0}
     out = []
     for r in rows:
         if not r["requests"] or r["reset"] or r["prefill_s"] is None or r["queue_s"] is None:
@@ -58,19 +62,7 @@ def latency_intervals(db: Database, deployment: str, t_from: datetime, t_to: dat
     return out
 
 
-def latency_model(db: Database, deployment: str, t_to: datetime, *, model_name: str | None = None,
-                  lookback: timedelta = DEFAULT_LOOKBACK
-                  ) -> tuple[LatencyModel | None, PrefillCostModel, Overheads]:
-    """The deployment's prefill cost model and overheads over the look-back ending at ``t_to``;
-    the latency model is None when the cost model is not identified (it says why)."""
-    t_from = aware_utc(t_to) - lookback
-    history = prefill_intervals(db, deployment, t_from, t_to, model_name)
-    cost = fit_prefill_cost(history, history=describe_history(deployment, history, t_from, t_to))
-    over = calibrate(latency_intervals(db, deployment, t_from, t_to, model_name))
-    return (LatencyModel.from_fit(cost, over) if cost.identified else None), cost, over
-
-
-def measured(db: Database, deployment: str, t_from: datetime, t_to: datetime,
+def measured(db: Source, deployment: str, t_from: datetime, t_to: datetime,
              model_name: str | None = None) -> dict[str, Any]:
     """What the deployment measured over [t_from, t_to] (module doc)."""
     w = load_window(db, deployment, t_from, t_to, model_name)
@@ -89,7 +81,7 @@ def measured(db: Database, deployment: str, t_from: datetime, t_to: datetime,
     }
 
 
-def l1_capacity_bytes(db: Database, deployment: str, t_from: datetime, t_to: datetime) -> dict[str, float]:
+def l1_capacity_bytes(db: Source, deployment: str, t_from: datetime, t_to: datetime) -> dict[str, float]:
     """Each LMCache target's L1 size, bytes, as its own gauges give it (used / share used)."""
     rows = db.fetch("lmcache_l1_capacity", deployment=deployment, t_from=naive_utc(t_from), t_to=naive_utc(t_to))
     return {r["target"]: float(r["capacity_bytes"]) for r in rows if r["capacity_bytes"]}

@@ -23,7 +23,7 @@ from ...models.core.timeutil import aware_utc, naive_utc
 from ...models.inputs.deployment import DeploymentFacts
 from ...models.metrics import catalog as c
 from ...models.metrics.spellings import cached_rule
-from ...models.prefill.fit import fit_prefill_cost
+from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
 from ...models.prefill.interval import Interval
 from ...models.prefill.measurement import PrefillMeasurement, measurement_from_window
 from ...models.prefill.window import MeasuredAB, PricedWindow
@@ -150,16 +150,30 @@ def plan_measurement(db: Source, deployment: str, t_from: datetime, t_to: dateti
     (covered span), the cost model fitted on the look-back ending at ``t_to``, the deployment
     facts, and the latest measured A/B (which overrides the model). ``stats`` (the window's
     ``WindowStats``) adds vLLM's FLOP counter for estimator B. ``num_gpus`` (the fleet, e.g.
-    ``kvplan plan --gpus``) overrides the engines seen: engines = num_gpus / GPUs per engine."""
+    ``kvplan plan --gpus``) overrides the engines seen: engines = num_gpus / GPUs per engine.
+    One window on its own; the commands read the history once (``kvplan.app.data.history``) and
+    price every window of the command with ``measurement_of``."""
     facts = facts or DeploymentFacts()
     history_from = min(aware_utc(t_from), aware_utc(t_to) - lookback)
     history = prefill_intervals(db, deployment, history_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
-    # a window as long as the look-back is read once: its intervals are the history's
-    ivs = history if history_from == aware_utc(t_from) else prefill_intervals(
-        db, deployment, t_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
-    window = PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
     cost = fit_prefill_cost(history, history=describe_history(deployment, history, history_from, t_to))
     ab = measured_ab(db, deployment) if use_measured_ab else None
+    return measurement_of(db, deployment, t_from, t_to, cost, facts=facts, model_name=model_name, stats=stats,
+                          num_gpus=num_gpus, measured=ab, history=(history_from, t_to, history))
+
+
+def measurement_of(db: Source, deployment: str, t_from: datetime, t_to: datetime, cost: PrefillCostModel, *,
+                   facts: DeploymentFacts, model_name: str | None = None, stats: Any = None,
+                   num_gpus: int | None = None, measured: MeasuredAB | None = None,
+                   history: tuple[datetime, datetime, list[Interval]] | None = None) -> PrefillMeasurement:
+    """The measurement of [t_from, t_to] priced with an already fitted ``cost`` model: the
+    window's intervals are read here, unless ``history`` ((from, to, intervals) already read)
+    spans exactly the window."""
+    if history is not None and aware_utc(history[0]) == aware_utc(t_from) and aware_utc(history[1]) == aware_utc(t_to):
+        ivs = history[2]  # a window as long as the look-back is read once: its intervals are the history's
+    else:
+        ivs = prefill_intervals(db, deployment, t_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
+    window = PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
     engines = max(1, num_gpus // facts.gpus_per_engine) if num_gpus else None
-    return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=ab,
+    return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=measured,
                                    engines=engines)

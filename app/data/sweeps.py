@@ -7,10 +7,11 @@ Opens the database read-only for as long as its queries take (``kvplan.sql.db``)
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from ...models.capacity.goodput import SweepGoodput, SweepPoint, sweep_goodput
+from ...models.capacity.goodput import Goodput, SideGoodput, SweepGoodput, SweepPoint, failed_metrics, sweep_goodput
+from ...models.metrics.runs import is_cpu_scale
 from ...sql.db import Source
 
 
@@ -68,3 +69,52 @@ def latest_sweep_pair(db: Source, deployment: str) -> SweepPair | None:
                                measured_on=r["measured_on"], points=pts))
     off, on = sides
     return SweepPair(deployment, rows[0]["pair"], off, on)
+
+
+SIDES = {"off": "without reuse", "on": "with reuse"}
+"""Series names of the two sides, as the chart labels them."""
+
+
+@dataclass(frozen=True)
+class SweepView:
+    ttft_slo_s: float
+    tpot_slo_s: float | None
+    pair: SweepPair | None = None
+    rows: list[dict] = field(default_factory=list)
+    """One per side and level: side, reuse, offered, throughput_rps, ttft_p50_s, ttft_p99_s,
+    tpot_p50_s, tpot_p99_s, requests, failed, passes, misses (what failed, comma-separated)."""
+    goodput: Goodput | None = None
+    off: SideGoodput | None = None
+    on: SideGoodput | None = None
+    load_kind: str | None = None
+    measured_on: str | None = None
+    cpu_scale: bool = False
+    """True when the sweep ran on a CPU stack: milliseconds and a tiny model, not GPU figures."""
+
+    @property
+    def empty(self) -> bool:
+        return self.pair is None
+
+    @property
+    def goodput_rows(self) -> list[dict]:
+        """One per side: side, goodput_rps, limited_by, note."""
+        return [{"side": SIDES[k], "goodput_rps": g.rps, "limited_by": g.limited_by, "note": g.note}
+                for k, g in (("off", self.off), ("on", self.on)) if g is not None]
+
+
+def sweep_view_of(pair: SweepPair | None, ttft_slo_s: float, tpot_slo_s: float | None = None) -> SweepView:
+    """``sweep_view`` of a pair already read (the plan reads it for its goodput)."""
+    if pair is None:
+        return SweepView(ttft_slo_s, tpot_slo_s)
+    sg = pair.goodput(ttft_slo_s, tpot_slo_s)
+    rows = []
+    for reuse, side in (("off", pair.off), ("on", pair.on)):
+        for p in side.points:
+            miss = failed_metrics(p, ttft_slo_s, tpot_slo_s)
+            rows.append({"side": SIDES[reuse], "reuse": reuse, "offered": p.offered,
+                         "throughput_rps": p.throughput_rps, "ttft_p50_s": p.ttft_p50_s,
+                         "ttft_p99_s": p.ttft_p99_s, "tpot_p50_s": p.tpot_p50_s, "tpot_p99_s": p.tpot_p99_s,
+                         "requests": p.requests, "failed": p.failed, "passes": not miss,
+                         "misses": ", ".join(miss)})
+    return SweepView(ttft_slo_s, tpot_slo_s, pair, rows, sg.goodput, sg.off, sg.on, pair.on.load_kind,
+                     pair.on.measured_on, is_cpu_scale(pair.on.measured_on))

@@ -61,8 +61,8 @@ def preset_plans() -> dict:
 
 def plan_sections(sel: state.Selection, v: Any) -> None:
     """The plan of the window: decision, waterfall, tiers, capacity, sensitivity."""
-    p = v.overview.plan
-    state.caption(sel, f"price book: {v.overview.pricebook_origin}")
+    p = v.plan
+    state.caption(sel, f"price book: {v.pricebook_origin}")
     state.badge(p.decision)
     state.tier_decisions(p)
     for f in p.decision.flips:
@@ -84,7 +84,7 @@ def plan_sections(sel: state.Selection, v: Any) -> None:
 
     st.subheader("Capacity projection")
     c = st.columns(4)
-    c[0].metric("GPUs today", fmt.gpus(p.current_gpus), help=f"{v.overview.gpus_origin}.")
+    c[0].metric("GPUs today", fmt.gpus(p.current_gpus), help=f"{v.gpus_origin}.")
     c[1].metric("Needed with reuse", fmt.gpus(p.gpus_needed_with_reuse))
     c[2].metric("Needed without reuse", fmt.gpus(p.gpus_needed_without_reuse))
     c[3].metric("Runs out (with / without)", f"{fmt.months(p.runout_month_with_reuse, 'never')} / "
@@ -140,7 +140,7 @@ def forms(sel: state.Selection, v: Any) -> None:
     overwritten from here."""
     pricebook = v.pricebook if v is not None else PriceBook()
     planning = v.planning if v is not None else PlanningInputs()
-    facts = v.overview.facts if v is not None else None
+    facts = v.facts if v is not None else None
     st.subheader("Price book and planning inputs")
     kind, text = st.session_state.pop("pricebook_msg", (None, None))
     if kind:

@@ -5,14 +5,13 @@ every alternative (against capacity, with the SLO). Follows the sidebar's time r
 ``kvplan.app.views.whatif.whatif``."""
 
 from datetime import datetime
-from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from kvplan.app import charts_whatif, state
 from kvplan.app.report import fmt
-from kvplan.app.views.whatif import whatif
+from kvplan.app.views.whatif import WhatIf, whatif
 
 st.title("What-if: cache size and topology")
 state.through_navigation()
@@ -21,10 +20,11 @@ state.through_navigation()
 @st.cache_data(ttl=60, show_spinner="Replaying the trace once for every capacity and topology ...")
 def compute(path: str, deployment: str, trace: str, ranks: int, configured_gb: float | None,
             bytes_per_chunk: int | None, seconds_per_token: float | None, tokens_per_month: float | None,
-            t_from: datetime | None, t_to: datetime | None) -> dict[str, Any]:
-    return whatif(state.db(), deployment, trace, ranks=ranks, configured_gb=configured_gb,
-                  bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
-                  tokens_per_month=tokens_per_month, cfg=state.cfg(deployment), t_from=t_from, t_to=t_to)
+            t_from: datetime | None, t_to: datetime | None) -> WhatIf:
+    with state.db().snapshot() as src:  # one connection, one view of the data
+        return whatif(src, deployment, trace, ranks=ranks, configured_gb=configured_gb,
+                      bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
+                      tokens_per_month=tokens_per_month, cfg=state.cfg(deployment), t_from=t_from, t_to=t_to)
 
 
 def window(info: dict) -> tuple[datetime | None, datetime | None]:
@@ -43,49 +43,50 @@ def _s(v) -> str:
     return f"{v:.3f} s" if v is not None else "-"
 
 
-def topology_section(d: dict) -> None:
+def topology_section(d: WhatIf) -> None:
     """Today's topology from the data against what it measured; TTFT for every alternative."""
-    t = d.get("today")
-    if not t:
+    tw = d.topology
+    if tw is None:
         return
+    t = tw.today
     st.subheader("Today's topology, from the data")
     m = st.columns(4)
-    m[0].metric("Cache instances", t["instances"], help=", ".join(t["instance_names"]))
-    m[1].metric("Engines", t["engines"], help=t["engine_routing"])
-    m[2].metric("Hit rate, replayed", fmt.pct(t["hit_rate_predicted"]), help=t["hit_rate_definition"])
-    m[3].metric("Hit rate, LMCache measured", fmt.pct(t["hit_rate_measured"]),
+    m[0].metric("Cache instances", t.instances, help=", ".join(t.instance_names))
+    m[1].metric("Engines", t.engines, help=t.engine_routing)
+    m[2].metric("Hit rate, replayed", fmt.pct(t.hit_rate_predicted), help=t.hit_rate_definition)
+    m[3].metric("Hit rate, LMCache measured", fmt.pct(t.hit_rate_measured),
                 help="lmcache_mp_lookup_hit_tokens / lookup_requested_tokens over the same span")
     st.dataframe(pd.DataFrame([
-        {"TTFT": "mean", "measured": _s(t["ttft_mean_s_measured"]), "predicted": _s(t["ttft_mean_s_predicted"])},
-        {"TTFT": "p50", "measured": _s(t["ttft_p50_s_measured"]), "predicted": _s(t["ttft_p50_s_predicted"])},
-        {"TTFT": "p99", "measured": _s(t["ttft_p99_s_measured"]), "predicted": _s(t["ttft_p99_s_predicted"])},
-        {"TTFT": "p99 as the histogram reads it", "measured": _s(t["ttft_p99_s_measured"]),
-         "predicted": _s(t["ttft_p99_s_predicted_as_histogram"])}]), hide_index=True)
+        {"TTFT": "mean", "measured": _s(t.ttft_mean_s_measured), "predicted": _s(t.ttft_mean_s_predicted)},
+        {"TTFT": "p50", "measured": _s(t.ttft_p50_s_measured), "predicted": _s(t.ttft_p50_s_predicted)},
+        {"TTFT": "p99", "measured": _s(t.ttft_p99_s_measured), "predicted": _s(t.ttft_p99_s_predicted)},
+        {"TTFT": "p99 as the histogram reads it", "measured": _s(t.ttft_p99_s_measured),
+         "predicted": _s(t.ttft_p99_s_predicted_as_histogram)}]), hide_index=True)
     st.caption("How far to trust the alternatives: today predicted from the same model, against the TTFT "
-               f"histogram over the same span ({t['requests']:,} requests in the trace, "
-               f"{t['requests_measured'] or 0:,.0f} in the histogram). Capacity per instance: "
-               f"{t['capacity_source'] or 'unbounded'}.")
-    if not d["latency"]:
+               f"histogram over the same span ({t.requests:,} requests in the trace, "
+               f"{t.requests_measured or 0:,.0f} in the histogram). Capacity per instance: "
+               f"{t.capacity_source or 'unbounded'}.")
+    if not tw.latency:
         return
     state.chart(charts_whatif.today_chart(d))
-    slo = d["slo"]["ttft_p99_s"]
+    slo = tw.slo.ttft_p99_s
     st.subheader(f"TTFT: today against the alternatives (p99 SLO {slo:g} s)")
     st.dataframe(pd.DataFrame([{
-        "set-up": charts_whatif.SETUP_LABELS.get(r["topology"], r["topology"])
-        + (f", {r['ranks']} private caches, {r['routing'].replace('_', ' ')}" if r["routing"] else ""),
-        "capacity": (f"{r['capacity_gb']:,.3f} GB" if r["capacity_gb"] is not None
-                     else f"{r['capacity_chunks']:,} chunks"),
-        "hit rate": fmt.pct(r["hit_rate"]), "TTFT mean": _s(r["ttft_mean_s"]), "p50": _s(r["ttft_p50_s"]),
-        "p99": _s(r["ttft_p99_s"]), "holds the SLO": "yes" if r["holds_slo"] else "no",
-        "goodput (req/s)": f"{r['goodput_rps']:.3g}" if r["goodput_rps"] is not None else "-"}
-        for r in d["latency"]]), hide_index=True)
+        "set-up": charts_whatif.SETUP_LABELS.get(r.topology, r.topology)
+        + (f", {r.ranks} private caches, {r.routing.replace('_', ' ')}" if r.routing else ""),
+        "capacity": (f"{r.capacity_gb:,.3f} GB" if r.capacity_gb is not None
+                     else f"{r.capacity_chunks:,} chunks"),
+        "hit rate": fmt.pct(r.hit_rate), "TTFT mean": _s(r.ttft_mean_s), "p50": _s(r.ttft_p50_s),
+        "p99": _s(r.ttft_p99_s), "holds the SLO": "yes" if r.holds_slo else "no",
+        "goodput (req/s)": f"{r.goodput_rps:.3g}" if r.goodput_rps is not None else "-"}
+        for r in tw.latency]), hide_index=True)
     state.chart(charts_whatif.ttft_capacity_chart(d))
-    e = d["engines_needed"]
+    e = tw.engines_needed
     if e:
         def k(v) -> str:
-            return str(v) if v is not None else f"more than {e['searched_up_to']}"
-        st.caption(f"Engines that hold the SLO on this traffic: today's caches {k(e['today'])}, one shared pool "
-                   f"{k(e['shared'])} (today {e['engines_today']}; {e['rule']}). The prediction runs the "
+            return str(v) if v is not None else f"more than {e.searched_up_to}"
+        st.caption(f"Engines that hold the SLO on this traffic: today's caches {k(e.today)}, one shared pool "
+                   f"{k(e.shared)} (today {e.engines_today}; {e.rule}). The prediction runs the "
                    "deployment's fitted prefill cost model over the trace's arrivals: see models/README.md for "
                    "what it leaves out and how it was checked.")
 
@@ -121,55 +122,55 @@ spt = c[3].number_input("GPU-seconds per cached token (0 = from metrics)", 0.0, 
 t_from, t_to = window(info)
 d = compute(path, dep, name, int(ranks), configured or None, bpc, spt, None, t_from, t_to)  # KvplanError: st.error
 
-t = d["trace"]
-st.caption(f"{dep} · trace {t['name']!r} ({t['format']}) · {t['requests']:,} requests · "
-           f"{t['chunk_references']:,} chunk references · {t['unique_chunks']:,} distinct chunks of "
-           f"{t['chunk_tokens']} tokens · " + (f"{t['bytes_per_chunk']:,} bytes per chunk ({t['bytes_source']})"
-                                               if t["bytes_per_chunk"] else "bytes per chunk unknown"))
+t = d.trace
+st.caption(f"{dep} · trace {t.name!r} ({t.format}) · {t.requests:,} requests · "
+           f"{t.chunk_references:,} chunk references · {t.unique_chunks:,} distinct chunks of "
+           f"{t.chunk_tokens} tokens · " + (f"{t.bytes_per_chunk:,} bytes per chunk ({t.bytes_source})"
+                                             if t.bytes_per_chunk else "bytes per chunk unknown"))
 m = st.columns(4)
-m[0].metric("Infinite-capacity hit rate", fmt.pct(d["infinite_hit_rate"]),
+m[0].metric("Infinite-capacity hit rate", fmt.pct(d.infinite_hit_rate),
             help="Every chunk kept forever: the ceiling any cache size can reach on this trace.")
-sat = d["saturation"]
-m[1].metric("Reached at", f"{sat['capacity_gb']:,.3f} GB" if sat["capacity_gb"] is not None
-            else f"{sat['capacity_tokens']:,} tokens")
-if d["configured"]:
-    m[2].metric(f"At the configured {d['configured']['capacity_gb']:g} GB", fmt.pct(d["configured"]["hit_rate"]))
-if d["dollars"]:
-    b = d["dollars"]["best"]
-    m[3].metric("Best capacity", f"{b['capacity_gb']:,.3f} GB",
-                help=f"net {fmt.usd(b['net_usd_per_month'])}/month: every GB past it costs more than the "
+sat = d.saturation
+m[1].metric("Reached at", f"{sat.capacity_gb:,.3f} GB" if sat.capacity_gb is not None
+            else f"{sat.capacity_tokens:,} tokens")
+if d.configured:
+    m[2].metric(f"At the configured {d.configured.capacity_gb:g} GB", fmt.pct(d.configured.hit_rate))
+if d.dollars:
+    b = d.dollars.best
+    m[3].metric("Best capacity", f"{b.capacity_gb:,.3f} GB",
+                help=f"net {fmt.usd(b.net_usd_per_month)}/month: every GB past it costs more than the "
                      "prefill time it saves")
 state.chart(charts_whatif.curve_chart(d))
 topology_section(d)
 
-s = d["shared_vs_private"]
-st.subheader(f"One shared pool or {s['ranks']} private caches?")
-cap = f"{s['capacity_gb']:,.3f} GB" if s["capacity_gb"] is not None else f"{s['capacity_tokens']:,} tokens"
+s = d.shared_vs_private
+st.subheader(f"One shared pool or {s.ranks} private caches?")
+cap = f"{s.capacity_gb:,.3f} GB" if s.capacity_gb is not None else f"{s.capacity_tokens:,} tokens"
 st.dataframe(pd.DataFrame(
-    [{"set-up": f"one shared pool of {cap}", "hit rate": fmt.pct(s["shared_hit_rate"]),
-      "with infinite capacity": fmt.pct(s["shared_infinite_hit_rate"])}]
-    + [{"set-up": f"{s['ranks']} private caches, {charts_whatif.ROUTING_LABELS[p['routing']].split(', ')[1]}",
-        "hit rate": fmt.pct(p["hit_rate"]), "with infinite capacity": fmt.pct(p["infinite_hit_rate"])}
-       for p in s["private"]]), hide_index=True)
+    [{"set-up": f"one shared pool of {cap}", "hit rate": fmt.pct(s.shared_hit_rate),
+      "with infinite capacity": fmt.pct(s.shared_infinite_hit_rate)}]
+    + [{"set-up": f"{s.ranks} private caches, {charts_whatif.ROUTING_LABELS[p.routing].split(', ')[1]}",
+        "hit rate": fmt.pct(p.hit_rate), "with infinite capacity": fmt.pct(p.infinite_hit_rate)}
+       for p in s.private]), hide_index=True)
 st.caption("Private caches each hold 1/N of the total. Routing: round-robin, random (seed "
-           f"{s['seed']}), prefix affinity (the rank that served the deepest seen prefix when it covers "
+           f"{s.seed}), prefix affinity (the rank that served the deepest seen prefix when it covers "
            "at least half of the request, else round-robin). The traces carry no session ids.")
-if s["points"]:
+if s.points:
     state.chart(charts_whatif.topology_chart(d))
 
 st.subheader("In dollars")
-if d["dollars"]:
-    dl = d["dollars"]
-    st.markdown(f"Saved prefill GPU time at {dl['seconds_per_cached_token']:.3g} GPU-s per cached token "
-                f"({dl['seconds_per_cached_token_source']}), {dl['requested_tokens_per_month']:,.0f} prompt "
-                f"tokens / month ({dl['requested_tokens_per_month_source']}), "
-                f"\\${dl['usd_per_gpu_hour']:,.2f} per GPU-hour, minus cache memory at "
-                f"\\${dl['usd_per_gb_month']:,.2f} per GB-month (price book).")
+if d.dollars:
+    dl = d.dollars
+    st.markdown(f"Saved prefill GPU time at {dl.seconds_per_cached_token:.3g} GPU-s per cached token "
+                f"({dl.seconds_per_cached_token_source}), {dl.requested_tokens_per_month:,.0f} prompt "
+                f"tokens / month ({dl.requested_tokens_per_month_source}), "
+                f"\\${dl.usd_per_gpu_hour:,.2f} per GPU-hour, minus cache memory at "
+                f"\\${dl.usd_per_gb_month:,.2f} per GB-month (price book).")
     state.chart(charts_whatif.value_chart(d))
-    if dl["break_even"]:
-        st.caption(f"Past {dl['break_even']['capacity_gb']:,.3f} GB the cache as a whole costs more than it saves.")
+    if dl.break_even:
+        st.caption(f"Past {dl.break_even.capacity_gb:,.3f} GB the cache as a whole costs more than it saves.")
 else:
-    st.info(" ".join(n for n in d["notes"] if n.startswith("dollars")) or "No dollars for this trace.")
-for n in d["notes"]:
+    st.info(" ".join(n for n in d.notes if n.startswith("dollars")) or "No dollars for this trace.")
+for n in d.notes:
     if not n.startswith("dollars"):
         st.caption(n)

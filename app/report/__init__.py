@@ -46,7 +46,7 @@ def render_pdf(html: str) -> bytes:
 
 def write_report(db: Database, deployment: str, month: str, path: str | Path, *, model_name: str | None = None,
                  generated_at: datetime | None = None, measured_on: str | None = None,
-                 cfg: DeploymentSettings = DeploymentSettings()) -> Path:
+                 cfg: DeploymentSettings = DeploymentSettings(), prompts_check: dict | None = None) -> Path:
     """Write the capacity report of ``deployment`` for the UTC month ``month`` ('YYYY-MM')
     to ``path``: PDF if it ends in .pdf, HTML if it ends in .html/.htm. Returns the path.
     ``KvplanError`` for an unknown deployment, a month without data or another suffix."""
@@ -55,7 +55,8 @@ def write_report(db: Database, deployment: str, month: str, path: str | Path, *,
     if suffix not in (".pdf", ".html", ".htm"):
         raise KvplanError(f"the report is written as .pdf or .html (got {suffix or 'no suffix'!r})", source=str(path))
     _check_writable(path)
-    html = render_html(build(db, deployment, month, model_name=model_name, measured_on=measured_on, cfg=cfg),
+    html = render_html(build(db, deployment, month, model_name=model_name, measured_on=measured_on, cfg=cfg,
+                             prompts_check=prompts_check),
                        generated_at)
     data = render_pdf(html) if suffix == ".pdf" else html.encode("utf-8")
     try:

@@ -12,7 +12,9 @@ from ...models.metrics.serving import ServingTopology
 from ...models.metrics.spans import chart_step
 from ...sql.db import Database, queries
 from ..charts import Timeline
+from ..data.history import load_history
 from ..data.store import DeploymentSettings, month_window
+from ..data.sweeps import SweepView, sweep_view_of
 from ..data.window import load_window_and_buckets
 from ..gaps import timeline
 from ..views.cache import CacheView, cache_view
@@ -20,7 +22,6 @@ from ..views.collection import CollectionView, collection_view, topology_view
 from ..views.latency import LatencyView, latency_view
 from ..views.overview import Overview, overview
 from ..views.runs import RunsView, runs_view
-from ..views.sweeps import SweepView, sweep_view_of
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
@@ -51,6 +52,8 @@ class ReportData:
     timeline: Timeline = Timeline()
     """How the report's time charts are drawn (UTC, the bucket width, the recorded gaps)."""
     whatif_html: str = ""
+    prompts_html: str = ""
+    """Section 9, a request log's prompts check (``kvplan report --prompts-check FILE``), or empty."""
     sweep: SweepView | None = None
     """The deployment's latest load sweep at the planning SLOs (sizing by goodput), if any."""
     """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
@@ -73,13 +76,18 @@ def measured_on_default(runs: RunsView) -> str | None:
 
 
 def build(db: Database, deployment: str, month: str, *, model_name: str | None = None,
-          measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings()) -> ReportData:
+          measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings(),
+          prompts_check: dict | None = None) -> ReportData:
     """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
     month clipped to the data inside it, read through one connection (every section sees the
-    same data). ``KvplanError`` when the month holds no data."""
+    same data), the deployment's history read and its cost model fitted once (the plan and the
+    what-if share them). ``KvplanError`` when the month holds no data."""
     from .whatif import whatif_section
 
-    whatif_html = whatif_section(db, deployment, cfg=cfg)
+    prompts_html = ""
+    if prompts_check is not None:
+        from .prompts import render_section
+        prompts_html = render_section(prompts_check)
     with db.snapshot() as src:
         t_from, t_to = month_window(src, deployment, month)
         step = max(600, int((t_to - t_from).total_seconds() // 60))
@@ -87,7 +95,9 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
         if not win.rows:
             raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
                               + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
-        ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win)
+        history = load_history(src, deployment, t_to, t_from=t_from, model_name=model_name, cfg=cfg)
+        ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win, history=history)
+        whatif_html = whatif_section(src, deployment, history=history)
         runs = runs_view(src, deployment)
         return ReportData(
             deployment=deployment, month=month, model_name=model_name, t_from=t_from, t_to=t_to, overview=ov,
@@ -100,6 +110,7 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
             scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
             ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
             measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
+            prompts_html=prompts_html,
             sweep=sweep_view_of(ov.sweep, ov.plan.inputs.planning.ttft_p99_slo_seconds,
                                 ov.plan.inputs.planning.tpot_p99_slo_seconds),
             timeline=timeline(src, deployment, t_from, t_to, chart_step(t_from, t_to, step)))

@@ -265,7 +265,7 @@ def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     cpu = (f'<p class="note"><b>CPU-scale numbers.</b> Measured on: {escape(d.measured_on or "see the runs")}. '
            f"{escape(body_note[0].upper() + body_note[1:])}</p>" if d.cpu_scale else "")
     body = "".join(f(d) for f in (_decision, _reuse, _tail, _topology, _pilot, _pricing, _assumptions, _provenance))
-    body += d.whatif_html
+    body += d.whatif_html + d.prompts_html
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>kvplan capacity report: {escape(d.deployment)} {d.month}</title><style>{CSS}</style></head><body>"
             f"<h1>Capacity report: {escape(d.deployment)}, {d.month}</h1>"

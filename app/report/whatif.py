@@ -6,70 +6,72 @@ same data (``kvplan.app.views.whatif.whatif``) and charts (``kvplan.app.charts_w
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...collectors.traces.ingest import TraceError
-from ...sql.db import Database
+from ...sql.db import Database, Snapshot
 from .. import charts_whatif
 from . import fmt
 from .render import svg, table
 
+if TYPE_CHECKING:
+    from ..views.whatif import WhatIf
+
 TITLE = "8. Cache size and topology what-if"
 
 
-def _cap(gb, tokens) -> str:
+def _cap(gb: float | None, tokens: int | None) -> str:
     return f"{gb:,.3f} GB" if gb is not None else f"{tokens:,} tokens"
 
 
-def render_section(d: dict, charts: bool = True) -> str:
+def render_section(d: WhatIf, charts: bool = True) -> str:
     """The section for an already computed what-if (``kvplan.app.views.whatif.whatif``)."""
-    t = d["trace"]
+    t = d.trace
     out = [f"<h2>{TITLE}</h2>",
-           f"<p>Replayed trace <b>{escape(t['name'])}</b> ({escape(t['format'])}): {t['requests']:,} requests, "
-           f"{t['unique_chunks']:,} distinct chunks of {t['chunk_tokens']} tokens"
-           + (f", {t['bytes_per_chunk']:,} bytes each ({escape(str(t['bytes_source']))})"
-              if t["bytes_per_chunk"] else "")
+           f"<p>Replayed trace <b>{escape(t.name)}</b> ({escape(t.format)}): {t.requests:,} requests, "
+           f"{t.unique_chunks:,} distinct chunks of {t.chunk_tokens} tokens"
+           + (f", {t.bytes_per_chunk:,} bytes each ({escape(str(t.bytes_source))})"
+              if t.bytes_per_chunk else "")
            + ". LRU with LMCache's hit rule (a request hits its leading cached chunks), exact at every "
            "capacity; the same numbers as <code>lmcache tool cache-simulator simulate</code>.</p>"]
-    sat = d["saturation"]
-    rows = [["infinite capacity (ceiling)", _cap(sat["capacity_gb"], sat["capacity_tokens"]),
-             fmt.pct(d["infinite_hit_rate"])]]
-    if d["configured"]:
-        c = d["configured"]
-        rows.append(["configured size", _cap(c["capacity_gb"], c["capacity_tokens"]), fmt.pct(c["hit_rate"])])
-    if d["dollars"]:
-        b = d["dollars"]["best"]
-        rows.append(["best $ / month", _cap(b["capacity_gb"], None), fmt.pct(b["hit_rate"])])
+    sat = d.saturation
+    rows = [["infinite capacity (ceiling)", _cap(sat.capacity_gb, sat.capacity_tokens), fmt.pct(d.infinite_hit_rate)]]
+    if d.configured:
+        c = d.configured
+        rows.append(["configured size", _cap(c.capacity_gb, c.capacity_tokens), fmt.pct(c.hit_rate)])
+    if d.dollars:
+        b = d.dollars.best
+        rows.append(["best $ / month", _cap(b.capacity_gb, None), fmt.pct(b.hit_rate)])
     out.append(table(["capacity", "size", "token hit rate"], rows, {1, 2}))
     if charts:
         out.append(svg(charts_whatif.curve_chart(d)))
-    s = d["shared_vs_private"]
-    out.append(f"<h3>One shared pool of {_cap(s['capacity_gb'], s['capacity_tokens'])} or {s['ranks']} "
-               f"private caches of {_cap(s['per_rank_gb'], s['capacity_tokens'] // s['ranks'])}?</h3>")
+    s = d.shared_vs_private
+    out.append(f"<h3>One shared pool of {_cap(s.capacity_gb, s.capacity_tokens)} or {s.ranks} "
+               f"private caches of {_cap(s.per_rank_gb, s.capacity_tokens // s.ranks)}?</h3>")
     out.append(table(["set-up", "token hit rate", "with infinite capacity"],
-                     [["one shared pool", fmt.pct(s["shared_hit_rate"]), fmt.pct(s["shared_infinite_hit_rate"])]]
-                     + [[charts_whatif.ROUTING_LABELS[p["routing"]], fmt.pct(p["hit_rate"]),
-                         fmt.pct(p["infinite_hit_rate"])] for p in s["private"]], {1, 2}))
-    if charts and s["points"]:
+                     [["one shared pool", fmt.pct(s.shared_hit_rate), fmt.pct(s.shared_infinite_hit_rate)]]
+                     + [[charts_whatif.ROUTING_LABELS[p.routing], fmt.pct(p.hit_rate),
+                         fmt.pct(p.infinite_hit_rate)] for p in s.private], {1, 2}))
+    if charts and s.points:
         out.append(svg(charts_whatif.topology_chart(d)))
     out += _topology(d, charts)
-    if d["dollars"]:
-        dl = d["dollars"]
-        b = dl["best"]
-        be = dl["break_even"]
-        out.append(f"<p>In dollars: {dl['seconds_per_cached_token']:.3g} GPU-s saved per cached token "
-                   f"({escape(dl['seconds_per_cached_token_source'])}), "
-                   f"{dl['requested_tokens_per_month']:,.0f} prompt tokens / month "
-                   f"({escape(dl['requested_tokens_per_month_source'])}), ${dl['usd_per_gpu_hour']:,.2f} per "
-                   f"GPU-hour, ${dl['usd_per_gb_month']:,.2f} per GB-month of cache memory. Best: "
-                   f"<b>{b['capacity_gb']:,.3f} GB</b>, net {fmt.usd(b['net_usd_per_month'])} / month "
-                   f"(saves {fmt.usd(b['saved_usd_per_month'])}, memory {fmt.usd(b['memory_usd_per_month'])}); "
+    if d.dollars:
+        dl = d.dollars
+        b = dl.best
+        be = dl.break_even
+        out.append(f"<p>In dollars: {dl.seconds_per_cached_token:.3g} GPU-s saved per cached token "
+                   f"({escape(dl.seconds_per_cached_token_source)}), "
+                   f"{dl.requested_tokens_per_month:,.0f} prompt tokens / month "
+                   f"({escape(dl.requested_tokens_per_month_source)}), ${dl.usd_per_gpu_hour:,.2f} per "
+                   f"GPU-hour, ${dl.usd_per_gb_month:,.2f} per GB-month of cache memory. Best: "
+                   f"<b>{b.capacity_gb:,.3f} GB</b>, net {fmt.usd(b.net_usd_per_month)} / month "
+                   f"(saves {fmt.usd(b.saved_usd_per_month)}, memory {fmt.usd(b.memory_usd_per_month)}); "
                    "every GB past it costs more than the prefill time it saves"
-                   + (f"; past {be['capacity_gb']:,.3f} GB the cache as a whole costs more than it saves."
+                   + (f"; past {be.capacity_gb:,.3f} GB the cache as a whole costs more than it saves."
                       if be else ".") + "</p>")
         if charts:
             out.append(svg(charts_whatif.value_chart(d)))
-    for n in d["notes"]:
+    for n in d.notes:
         out.append(f'<p class="meta">{escape(n)}</p>')
     return "".join(out)
 
@@ -78,48 +80,50 @@ def _s(v: float | None) -> str:
     return f"{v:.3f} s" if v is not None else "-"
 
 
-def _topology(d: dict[str, Any], charts: bool) -> list[str]:
+def _topology(d: WhatIf, charts: bool) -> list[str]:
     """Today's topology from the data against what it measured, and TTFT per set-up."""
-    t = d.get("today")
-    if not t:
+    tw = d.topology
+    if tw is None:
         return []
-    out = [f"<h3>Today's topology, from the data: {t['instances']} cache instance(s), {t['engines']} engine(s)</h3>",
+    t = tw.today
+    out = [f"<h3>Today's topology, from the data: {t.instances} cache instance(s), {t.engines} engine(s)</h3>",
            table(["", "measured", "predicted (today replayed)"],
-                 [["token hit rate (LMCache)", fmt.pct(t["hit_rate_measured"]), fmt.pct(t["hit_rate_predicted"])],
-                  ["TTFT mean", _s(t["ttft_mean_s_measured"]), _s(t["ttft_mean_s_predicted"])],
-                  ["TTFT p50", _s(t["ttft_p50_s_measured"]), _s(t["ttft_p50_s_predicted"])],
-                  ["TTFT p99", _s(t["ttft_p99_s_measured"]), _s(t["ttft_p99_s_predicted"])]], {1, 2}),
-           f'<p class="meta">Instances: {escape(", ".join(t["instance_names"]))}; engines: '
-           f'{escape(t["engine_routing"])}; capacity per instance: {escape(t["capacity_source"] or "unbounded")}. '
+                 [["token hit rate (LMCache)", fmt.pct(t.hit_rate_measured), fmt.pct(t.hit_rate_predicted)],
+                  ["TTFT mean", _s(t.ttft_mean_s_measured), _s(t.ttft_mean_s_predicted)],
+                  ["TTFT p50", _s(t.ttft_p50_s_measured), _s(t.ttft_p50_s_predicted)],
+                  ["TTFT p99", _s(t.ttft_p99_s_measured), _s(t.ttft_p99_s_predicted)]], {1, 2}),
+           f'<p class="meta">Instances: {escape(", ".join(t.instance_names))}; engines: '
+           f'{escape(t.engine_routing)}; capacity per instance: {escape(t.capacity_source or "unbounded")}. '
            "Predicted with the deployment's fitted prefill cost over the trace's arrivals; the gap between "
            "measured and predicted today is how far to trust the alternatives below.</p>"]
-    if not d.get("latency"):
+    if not tw.latency:
         return out
-    slo = d["slo"]["ttft_p99_s"]
+    slo = tw.slo.ttft_p99_s
     out.append(f"<h3>TTFT for each set-up (the same requests; p99 SLO {slo:g} s)</h3>")
     out.append(table(["set-up", "token hit rate", "TTFT mean", "p50", "p99", "holds the SLO"],
-                     [[charts_whatif.SETUP_LABELS.get(r["topology"], r["topology"])
-                       + (f", {r['ranks']} private caches, {r['routing'].replace('_', ' ')}" if r["routing"] else ""),
-                       fmt.pct(r["hit_rate"]), _s(r["ttft_mean_s"]), _s(r["ttft_p50_s"]), _s(r["ttft_p99_s"]),
-                       "yes" if r["holds_slo"] else "no"] for r in d["latency"]], {1, 2, 3, 4}))
-    if charts and d.get("latency_curve"):
+                     [[charts_whatif.SETUP_LABELS.get(r.topology, r.topology)
+                       + (f", {r.ranks} private caches, {r.routing.replace('_', ' ')}" if r.routing else ""),
+                       fmt.pct(r.hit_rate), _s(r.ttft_mean_s), _s(r.ttft_p50_s), _s(r.ttft_p99_s),
+                       "yes" if r.holds_slo else "no"] for r in tw.latency], {1, 2, 3, 4}))
+    if charts and tw.latency_curve:
         out.append(svg(charts_whatif.ttft_capacity_chart(d)))
-    e = d.get("engines_needed")
+    e = tw.engines_needed
     if e:
         def k(v: int | None) -> str:
-            return str(v) if v is not None else f"more than {e['searched_up_to']}"
-        out.append(f"<p>Engines that hold the SLO on this traffic: today's caches {k(e['today'])}, one shared pool "
-                   f"{k(e['shared'])} (today: {e['engines_today']}).</p>")
+            return str(v) if v is not None else f"more than {e.searched_up_to}"
+        out.append(f"<p>Engines that hold the SLO on this traffic: today's caches {k(e.today)}, one shared pool "
+                   f"{k(e.shared)} (today: {e.engines_today}).</p>")
     return out
 
 
-def whatif_section(db: Database, deployment: str, **kw: Any) -> str:
-
-    """The section for a deployment's newest trace, or a one-line note when it has none."""
+def whatif_section(source: Database | Snapshot, deployment: str, **kw: Any) -> str:
+    """The section for a deployment's newest trace, or a one-line note when it has none.
+    ``source``: the report's snapshot; ``kw`` go to ``kvplan.app.views.whatif.whatif`` (the
+    report passes its ``history``)."""
     from ..views.whatif import whatif
 
     try:
-        d = whatif(db, deployment, **kw)
+        d = whatif(source, deployment, **kw)
     except TraceError:
         return (f"<h2>{TITLE}</h2><p class=\"meta\">No request trace for this deployment: start "
                 "LMCache with <code>--lookup-hash-log-dir</code> and run <code>kvplan import-trace</code>.</p>")

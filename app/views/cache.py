@@ -10,6 +10,8 @@ from ...models.metrics.catalog import GAUGE_LABELS
 from ...models.metrics.spans import chart_step
 from ...models.metrics.tiers import Tier, tiers
 from ...sql.db import Source
+from ..data.points import tier_points
+from ..data.runs import runs_view
 from ..data.window import (
     TimeBucket,
     Window,
@@ -18,8 +20,6 @@ from ..data.window import (
     load_window_and_buckets,
     window_buckets,
 )
-from .overview import tier_points
-from .runs import runs_view
 
 REQUEST_WEIGHTED_NOTE = (
     "Request-weighted hit rate (the share of requests with at least one cached token) is not in "

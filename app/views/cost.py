@@ -9,14 +9,22 @@ from ...models.decision.plan import PlanResult
 from ...models.inputs.planning import PlanningInputs
 from ...models.inputs.pricebook import PriceBook
 from ...sql.db import Source
-from ..data.store import DeploymentSettings
-from .overview import Overview, overview
-from .sweeps import SweepView, sweep_view_of
+from ..data.history import History
+from ..data.plan import history_for, plan_window
+from ..data.store import DeploymentSettings, Facts
+from ..data.sweeps import SweepView, sweep_view_of
+from ..data.window import load_window
 
 
 @dataclass(frozen=True)
 class CostView:
-    overview: Overview
+    plan: PlanResult
+    pricebook_origin: str
+    """Where the price book came from (saved, config file, defaults)."""
+    gpus_origin: str
+    """Which rule gave the fleet size (``kvplan.app.data.store.fleet``)."""
+    facts: Facts
+    """The deployment facts in force and where they came from."""
     pricebook: PriceBook
     planning: PlanningInputs
     schedule: list[dict]
@@ -35,8 +43,10 @@ def capacity_schedule(plan: PlanResult) -> list[dict]:
 
 
 def cost_view(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None, *,
-              cfg: DeploymentSettings = DeploymentSettings()) -> CostView:
-    ov = overview(source, deployment, t_from, t_to, model_name, cfg=cfg)
-    pl = ov.plan.inputs.planning
-    sweep = sweep_view_of(ov.sweep, pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds)
-    return CostView(ov, ov.plan.inputs.pricebook, pl, capacity_schedule(ov.plan), sweep)
+              cfg: DeploymentSettings = DeploymentSettings(), history: History | None = None) -> CostView:
+    win = load_window(source, deployment, t_from, t_to, model_name)
+    pw = plan_window(source, win, history or history_for(source, win, cfg))
+    pl = pw.plan.inputs.planning
+    sweep = sweep_view_of(pw.sweep, pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds)
+    return CostView(pw.plan, pw.prices.origin, pw.fleet.origin, pw.facts, pw.plan.inputs.pricebook, pl,
+                    capacity_schedule(pw.plan), sweep)

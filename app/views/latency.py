@@ -10,9 +10,9 @@ from ...models.metrics.slo import Slo, slo_attainment, tpot_slo_attainment
 from ...models.metrics.spans import chart_step
 from ...models.metrics.window import Quantile, latency_quantiles
 from ...sql.db import Source
+from ..data.points import latency_points
 from ..data.store import load_pricebook
 from ..data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
-from .overview import latency_points
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,15 @@ Inputs the trace does not carry:
 * engines: the deployment's vLLM engines with data in the span (else one per cache instance);
 * each instance's cache size: LMCache's own L1 gauges (in-use bytes / in-use share), else the
   configured size split over the instances, else unbounded (said in ``notes``);
-* the prefill cost and the overheads: fitted on the look-back ending at the span's end
-  (``app.data.latency.latency_model``); without an identified cost model the TTFT half is left
-  out and says why;
+* the prefill cost and the overheads: the deployment's history (``app.data.history.History``,
+  fitted once per command); without an identified cost model the TTFT half is left out and says
+  why;
 * the TTFT SLO: the planning inputs' ``ttft_p99_slo_seconds``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,11 +24,15 @@ import numpy as np
 
 from ...models.cache import alternatives as alt
 from ...models.cache import latency as lat
+from ...models.cache.latency import Overheads
 from ...models.cache.sim import GB, Trace, capacity_chunks
 from ...models.core.timeutil import from_epoch_s
 from ...models.metrics.window import bucket_quantile
-from ...sql.db import Database
-from ..data.latency import l1_capacity_bytes, latency_model, measured
+from ...models.prefill.fit import CostStatus
+from ...sql.db import Source
+from ..answers import Answer
+from ..data.history import History
+from ..data.latency import l1_capacity_bytes, measured
 
 MAX_LATENCY_REQUESTS = 20_000
 """The TTFT pass replays at most this many requests of the window (the first ones in time): the
@@ -37,9 +42,132 @@ CURVE_POINTS = 6
 SPAN_MARGIN_S = 10.0
 """The measured span is the trace's first to last request, widened by this much each side (the
 requests' completions and the scrapes after them)."""
+ENGINE_ROUTING_ONE = ("round-robin over the engines in time order (the log does not say which engine served a "
+                      "request)")
+ENGINE_ROUTING_MANY = "each instance's requests round-robin over its engines"
+HIT_RATE_DEFINITION = ("hit tokens / full-chunk tokens looked up (LMCache's lookup counters); with the TTFT pass, a "
+                       "request hits only chunks stored before its lookup (hit_rate_predicted_lru: every chunk stored "
+                       "at once, as LMCache's simulator)")
+SLO_SOURCE = "planning inputs (ttft_p99_slo_seconds)"
+ENGINES_RULE = ("fewest engines whose predicted TTFT p99 is within the SLO, the same requests spread round-robin "
+                "over them")
 
 
-def _capacities(db: Database, deployment: str, names: tuple[str, ...], a: datetime, b: datetime, bpc: int | None,
+@dataclass(frozen=True)
+class Today(Answer):
+    """Today's topology from the trace, replayed, against what the deployment measured."""
+
+    OMIT_IF_NONE = ("hit_rate_predicted_lru",)
+
+    instances: int
+    instance_names: tuple[str, ...]
+    engines: int
+    requests: int
+    """Requests in the trace (replayed)."""
+    requests_measured: float | None
+    """Requests the TTFT histogram counted over the span."""
+    capacity_chunks_per_instance: tuple[int, ...] | None
+    capacity_gb_per_instance: tuple[float, ...] | None
+    capacity_source: str | None
+    hit_rate_predicted: float
+    """Replayed hit rate: with the TTFT pass, a request hits only chunks stored before its
+    lookup; without it, every chunk stored at once (as LMCache's simulator)."""
+    hit_rate_measured: float | None
+    ttft_mean_s_measured: float | None
+    ttft_p50_s_measured: float | None
+    ttft_p99_s_measured: float | None
+    ttft_p99_bucket_s_measured: tuple[float, float] | None
+    ttft_mean_s_predicted: float | None
+    ttft_p50_s_predicted: float | None
+    ttft_p99_s_predicted: float | None
+    ttft_p99_s_predicted_as_histogram: float | None
+    span: tuple[str, str] | None
+    engine_routing: str
+    hit_rate_definition: str = HIT_RATE_DEFINITION
+    hit_rate_predicted_lru: float | None = None
+    """The replayed hit rate with every chunk stored at once (set when the TTFT pass ran)."""
+
+
+@dataclass(frozen=True)
+class SetupLatency(Answer):
+    """One set-up's predicted hit rate and TTFT (today, one shared pool, private caches, tiered)."""
+
+    ttft_p99_s_as_histogram: float | None
+    """The predicted p99 read through the measured histogram's buckets (as the measured p99 is)."""
+    topology: str
+    """``today``, ``shared``, ``private`` or ``tiered``."""
+    routing: str | None
+    ranks: int
+    capacity_chunks: int
+    capacity_gb: float | None
+    hit_rate: float
+    ttft_mean_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    goodput_rps: float | None
+    within_slo: float | None
+    holds_slo: bool
+
+    @property
+    def name(self) -> str:
+        """``shared``, ``private 2x round_robin``: the CLI's row label."""
+        return self.topology + (f" {self.ranks}x {self.routing}" if self.routing else "")
+
+
+@dataclass(frozen=True)
+class LatencyModelInfo(Answer):
+    """The cost model and overheads the TTFT pass ran with (the deployment's history)."""
+
+    status: CostStatus
+    reason: str
+    history: str
+    parts: dict[str, float]
+    overheads: Overheads
+    max_batch_tokens: int | None
+
+
+@dataclass(frozen=True)
+class EnginesNeeded(Answer):
+    """Fewest engines that hold the SLO, today's caches and one shared pool."""
+
+    today: int | None
+    """None: more than ``searched_up_to``."""
+    shared: int | None
+    engines_today: int
+    searched_up_to: int
+    gpus_per_engine: int
+    gpus_today: int | None
+    gpus_shared: int | None
+    rule: str = ENGINES_RULE
+
+
+@dataclass(frozen=True)
+class SloUsed(Answer):
+    ttft_p99_s: float
+    source: str = SLO_SOURCE
+
+
+@dataclass(frozen=True)
+class TopologyWhatIf(Answer):
+    """The topology and TTFT half of the what-if (module doc); its keys join the what-if's JSON."""
+
+    today: Today
+    latency: tuple[SetupLatency, ...]
+    """Today first, then one shared pool, the private caches per routing, and the tiered pool."""
+    latency_curve: tuple[SetupLatency, ...]
+    """TTFT against total capacity, today's topology and one shared pool."""
+    latency_model: LatencyModelInfo | None
+    engines_needed: EnginesNeeded | None
+    finding: alt.TopologyFinding | None
+    slo: SloUsed
+
+    @property
+    def shared(self) -> SetupLatency | None:
+        """The one-shared-pool row."""
+        return next((r for r in self.latency if r.topology == "shared"), None)
+
+
+def _capacities(db: Source, deployment: str, names: tuple[str, ...], a: datetime, b: datetime, bpc: int | None,
                 configured_gb: float | None, notes: list[str]) -> tuple[list[int] | None, str | None]:
     """Each instance's capacity in chunks, and where it came from."""
     if not bpc:
@@ -70,63 +198,66 @@ def _span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[da
     return from_epoch_s(float(tr.ts[0]) - SPAN_MARGIN_S), from_epoch_s(float(tr.ts[-1]) + SPAN_MARGIN_S)
 
 
-def _row(p: alt.Predicted, bpc: int | None, slo: float, bounds: list[float] | None = None) -> dict[str, Any]:
+def _row(p: alt.Predicted, bpc: int | None, slo: float, bounds: list[float] | None = None) -> SetupLatency:
     a, s = p.alternative, p.summary
     hist = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
-    return {"ttft_p99_s_as_histogram": hist, "topology": a.topology, "routing": a.routing, "ranks": a.ranks,
-            "capacity_chunks": a.capacity_chunks,
-            "capacity_gb": a.capacity_chunks * bpc / GB if bpc else None, "hit_rate": p.hit_rate,
-            "ttft_mean_s": s.ttft_mean_s, "ttft_p50_s": s.ttft_p50_s, "ttft_p99_s": s.ttft_p99_s,
-            "goodput_rps": s.goodput_rps, "within_slo": s.within_slo,
-            "holds_slo": s.ttft_p99_s is not None and s.ttft_p99_s <= slo}
+    return SetupLatency(ttft_p99_s_as_histogram=hist, topology=a.topology, routing=a.routing, ranks=a.ranks,
+                        capacity_chunks=a.capacity_chunks,
+                        capacity_gb=a.capacity_chunks * bpc / GB if bpc else None, hit_rate=p.hit_rate,
+                        ttft_mean_s=s.ttft_mean_s, ttft_p50_s=s.ttft_p50_s, ttft_p99_s=s.ttft_p99_s,
+                        goodput_rps=s.goodput_rps, within_slo=s.within_slo,
+                        holds_slo=s.ttft_p99_s is not None and s.ttft_p99_s <= slo)
 
 
-def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, ...], *, bpc: int | None,
-                    slo_s: float, configured_gb: float | None, routings: tuple[str, ...], seed: int,
-                    l2_gb: float | None, gpus_per_engine: int, t_from: datetime | None = None,
-                    t_to: datetime | None = None) -> dict[str, Any]:
+def topology_span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[datetime, datetime] | None:
+    """The span the deployment is measured over: the window, else the trace's first to last
+    request widened by ``SPAN_MARGIN_S``; None when the trace's times are not unix times."""
+    return _span(tr, t_from, t_to)
+
+
+def topology_whatif(source: Source, deployment: str, tr: Trace, names: tuple[str, ...], *, bpc: int | None,
+                    history: History | None, slo_s: float, configured_gb: float | None, routings: tuple[str, ...],
+                    seed: int, l2_gb: float | None, gpus_per_engine: int, t_from: datetime | None = None,
+                    t_to: datetime | None = None, notes: list[str]) -> TopologyWhatIf:
     """``today``, ``latency``, ``latency_curve``, ``latency_model``, ``engines_needed`` (module
-    doc). Long on purpose: the JSON contract of the topology half, written out in one place."""
-    notes: list[str] = []
+    doc), predicted with ``history``'s cost model and overheads (None when the span is not unix
+    times: nothing to measure). Appends its notes to ``notes``."""
     span = _span(tr, t_from, t_to)
-    meas = measured(db, deployment, *span) if span else {}
+    meas = measured(source, deployment, *span) if span else {}
     instances = max(1, len(names))
     engines = int(meas.get("engines") or 0) or instances
     if not meas.get("engines"):
         notes.append(f"no vLLM engine with data in the span: one engine per cache instance ({instances})")
-    caps, cap_source = _capacities(db, deployment, names, *(span or (from_epoch_s(0), from_epoch_s(0))), bpc,
+    caps, cap_source = _capacities(source, deployment, names, *(span or (from_epoch_s(0), from_epoch_s(0))), bpc,
                                    configured_gb, notes)
     each = caps or [max(1, tr.references + 1)] * instances
     today = alt.today(tr, instances=instances, engines=engines, capacity_chunks=each)
     total = int(sum(each))
-    out: dict[str, Any] = {"today": {
-        "instances": instances, "instance_names": list(names), "engines": today.engines,
-        "requests": tr.requests, "requests_measured": meas.get("requests"),
-        "capacity_chunks_per_instance": each if caps else None,
-        "capacity_gb_per_instance": [c * bpc / GB for c in each] if caps and bpc else None,
-        "capacity_source": cap_source,
-        "hit_rate_predicted": float(today.hits.sum()) / max(1.0, float(tr.full_chunk_tokens.sum())),
-        "hit_rate_measured": meas.get("hit_rate"),
-        "ttft_mean_s_measured": meas.get("ttft_mean_s"), "ttft_p50_s_measured": meas.get("ttft_p50_s"),
-        "ttft_p99_s_measured": meas.get("ttft_p99_s"), "ttft_p99_bucket_s_measured": meas.get("ttft_p99_bucket_s"),
-        "ttft_mean_s_predicted": None, "ttft_p50_s_predicted": None, "ttft_p99_s_predicted": None,
-        "ttft_p99_s_predicted_as_histogram": None,
-        "span": [span[0].isoformat(), span[1].isoformat()] if span else None,
-        "engine_routing": ("each instance's requests round-robin over its engines" if instances > 1
-                           else "round-robin over the engines in time order (the log does not say which "
-                                "engine served a request)"),
-        "hit_rate_definition": "hit tokens / full-chunk tokens looked up (LMCache's lookup counters); "
-                               "with the TTFT pass, a request hits only chunks stored before its lookup "
-                               "(hit_rate_predicted_lru: every chunk stored at once, as LMCache's simulator)"},
-        "latency": [], "latency_curve": [], "latency_model": None, "engines_needed": None, "finding": None,
-        "slo": {"ttft_p99_s": slo_s, "source": "planning inputs (ttft_p99_slo_seconds)"}, "topology_notes": notes}
-    if span is None:
+    bucket = meas.get("ttft_p99_bucket_s")
+    t = Today(
+        instances=instances, instance_names=tuple(names), engines=today.engines, requests=tr.requests,
+        requests_measured=meas.get("requests"),
+        capacity_chunks_per_instance=tuple(each) if caps else None,
+        capacity_gb_per_instance=tuple(c * bpc / GB for c in each) if caps and bpc else None,
+        capacity_source=cap_source,
+        hit_rate_predicted=float(today.hits.sum()) / max(1.0, float(tr.full_chunk_tokens.sum())),
+        hit_rate_measured=meas.get("hit_rate"),
+        ttft_mean_s_measured=meas.get("ttft_mean_s"), ttft_p50_s_measured=meas.get("ttft_p50_s"),
+        ttft_p99_s_measured=meas.get("ttft_p99_s"), ttft_p99_bucket_s_measured=tuple(bucket) if bucket else None,
+        ttft_mean_s_predicted=None, ttft_p50_s_predicted=None, ttft_p99_s_predicted=None,
+        ttft_p99_s_predicted_as_histogram=None,
+        span=(span[0].isoformat(), span[1].isoformat()) if span else None,
+        engine_routing=ENGINE_ROUTING_MANY if instances > 1 else ENGINE_ROUTING_ONE)
+    out = TopologyWhatIf(t, (), (), None, None, None, SloUsed(slo_s))
+    if span is None or history is None:
         notes.append("the trace's times are not unix times: no metrics to measure or price it with")
         return out
-    latency, cost, over = latency_model(db, deployment, span[1])
-    out["latency_model"] = {"status": cost.status, "reason": cost.reason, "history": cost.history,
-                            "parts": {p.name: p.value for p in cost.parts}, "overheads": over.to_dict(),
-                            "max_batch_tokens": lat.DEFAULT_BATCH_TOKENS}
+    history = history.with_overheads(source)
+    cost, over, latency = history.cost, history.overheads, history.latency
+    assert over is not None  # with_overheads calibrated them
+    out = replace(out, latency_model=LatencyModelInfo(cost.status, cost.reason, cost.history,
+                                                      {p.name: p.value for p in cost.parts}, over,
+                                                      lat.DEFAULT_BATCH_TOKENS))
     if latency is None:
         notes.append(f"no TTFT prediction: the prefill cost model is {cost.status} ({cost.reason})")
         return out
@@ -139,51 +270,52 @@ def topology_whatif(db: Database, deployment: str, tr: Trace, names: tuple[str, 
     # goodput's denominator, the stream's span; a trace without request times (priced here when
     # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
     seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
-    _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas)
-    e = out["engines_needed"] = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine)
-    pool = next(r for r in out["latency"] if r["topology"] == "shared")
-    size = f"{pool['capacity_gb']:,.3g} GB" if pool["capacity_gb"] is not None else f"{total:,} chunks"
-    out["finding"] = alt.TopologyFinding(
-        f"one shared pool of {size}", slo_s, out["today"]["ttft_p99_s_predicted"], pool["ttft_p99_s"],
-        today.engines, e["today"], e["shared"], gpus_per_engine).to_dict()
-    return out
+    out = _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas, notes)
+    e = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine)
+    pool = out.shared
+    assert pool is not None  # _fill always predicts one shared pool
+    size = f"{pool.capacity_gb:,.3g} GB" if pool.capacity_gb is not None else f"{total:,} chunks"
+    finding = alt.TopologyFinding(f"one shared pool of {size}", slo_s, out.today.ttft_p99_s_predicted,
+                                  pool.ttft_p99_s, today.engines, e.today, e.shared, gpus_per_engine)
+    return replace(out, engines_needed=e, finding=finding)
 
 
-def _fill(out: dict[str, Any], tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, bpc: int | None,
+def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, bpc: int | None,
           slo: float, seconds: float, routings: tuple[str, ...], seed: int, l2_gb: float | None,
-          meas: dict[str, Any]) -> None:
+          meas: dict[str, Any], notes: list[str]) -> TopologyWhatIf:
     """The predicted half: today (and its check), the alternatives, TTFT against capacity."""
     def run(a: alt.Alternative) -> alt.Predicted:
         return alt.predict(tr, a, latency, slo_s=slo, seconds=seconds)
 
     p_today = run(alt.as_today(tr, today))
-    t = out["today"]
     s = p_today.summary
-    t.update(ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
-             ttft_p99_s_predicted=s.ttft_p99_s, hit_rate_predicted_lru=t["hit_rate_predicted"],
-             hit_rate_predicted=p_today.hit_rate)
     bounds = meas.get("ttft_bounds") or None
-    if bounds:
-        t["ttft_p99_s_predicted_as_histogram"] = bucket_quantile(0.99, lat.as_histogram(p_today.ttft, bounds)).value
+    t = replace(out.today, ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
+                ttft_p99_s_predicted=s.ttft_p99_s, hit_rate_predicted_lru=out.today.hit_rate_predicted,
+                hit_rate_predicted=p_today.hit_rate,
+                ttft_p99_s_predicted_as_histogram=(bucket_quantile(0.99, lat.as_histogram(p_today.ttft, bounds)).value
+                                                   if bounds else None))
     alts = [alt.shared(tr, today, total)]
     alts += [alt.private(tr, today.engines, r, total, seed) for r in routings]
     if l2_gb is not None and bpc:
         l2 = capacity_chunks(l2_gb * GB, bpc)
         tier = alt.shared(tr, today, total + l2)
         alts.append(alt.Alternative("tiered", None, tier.ranks, total + l2, tier.hits, tier.engine, tier.engines))
-        out["topology_notes"].append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of "
-                                     "their sum holds); L2 hits priced as L1 loads (no L2 load cost measured)")
-    out["latency"] = [_row(p_today, bpc, slo, bounds)] + [_row(run(a), bpc, slo, bounds) for a in alts]
+        notes.append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of their sum holds); L2 "
+                     "hits priced as L1 loads (no L2 load cost measured)")
+    rows = [_row(p_today, bpc, slo, bounds)] + [_row(run(a), bpc, slo, bounds) for a in alts]
     grid = alt.capacity_grid(max(1, total // 16), max(total * 4, 1), CURVE_POINTS, also=[total])
+    curve = []
     for c in grid:
         mine = alt.hits(tr, today.instance_of, today.instances, max(1, c // today.instances))
         for a in (alt.Alternative("today", None, today.engines, c, mine, today.engine_of, today.engines,
                                   today.instance_of if today.instances > 1 else None), alt.shared(tr, today, c)):
-            out["latency_curve"].append(_row(run(a), bpc, slo))
+            curve.append(_row(run(a), bpc, slo))
+    return replace(out, today=t, latency=tuple(rows), latency_curve=tuple(curve))
 
 
 def _engines_needed(tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, slo: float,
-                    gpus_per_engine: int) -> dict[str, Any]:
+                    gpus_per_engine: int) -> EnginesNeeded:
     """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``)."""
     most = min(alt.MAX_ENGINE_SEARCH, max(4 * today.engines, 1))
     per = max(1, total // today.instances)
@@ -195,9 +327,6 @@ def _engines_needed(tr: Trace, today: alt.Today, latency: lat.LatencyModel, tota
                                      slo_s=slo, most=most)
     pool = alt.shared(tr, today, total)
     shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most)
-    return {"today": today_k, "shared": shared_k, "engines_today": today.engines, "searched_up_to": most,
-            "gpus_per_engine": gpus_per_engine,
-            "gpus_today": today_k * gpus_per_engine if today_k else None,
-            "gpus_shared": shared_k * gpus_per_engine if shared_k else None,
-            "rule": "fewest engines whose predicted TTFT p99 is within the SLO, the same requests spread "
-                    "round-robin over them"}
+    return EnginesNeeded(today_k, shared_k, today.engines, most, gpus_per_engine,
+                         today_k * gpus_per_engine if today_k else None,
+                         shared_k * gpus_per_engine if shared_k else None)

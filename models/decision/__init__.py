@@ -9,10 +9,11 @@ from __future__ import annotations
 from .benefit import Benefit, monthly_benefit
 from .plan import PlanResult, plan
 from .presets import Preset
+from .reasons import Verdict
 from .sensitivity import SensitivityRow, sensitivity
 from .verdict import Decision, Evaluation, PlanInputs, decide, evaluate
 
 __all__ = [
-    "Benefit", "Decision", "Evaluation", "PlanInputs", "PlanResult", "Preset", "SensitivityRow", "decide",
+    "Benefit", "Decision", "Evaluation", "PlanInputs", "PlanResult", "Preset", "SensitivityRow", "Verdict", "decide",
     "evaluate", "monthly_benefit", "plan", "sensitivity"
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from ..capacity.fleet import CapacityResult, growth_that_lasts, hit_rate_that_lasts
 from ..capacity.horizon import HorizonPlan, beyond_note, purchase_text
@@ -16,11 +17,21 @@ from ..prefill.savings import PrefillSavings
 from .benefit import Benefit
 
 
+class Verdict(StrEnum):
+    """The four answers. A ``StrEnum``: each equals its name as a string, so JSON and text
+    output read ``"BUY"`` as before."""
+
+    BUY = "BUY"
+    REUSE = "REUSE"
+    NOT_WORTH_IT = "NOT_WORTH_IT"
+    NEED_DATA = "NEED_DATA"
+
+
 @dataclass(frozen=True)
 class Decision:
     """The verdict."""
 
-    kind: str
+    kind: Verdict
     """``BUY``, ``REUSE``, ``NOT_WORTH_IT`` or ``NEED_DATA``."""
     reason: str
     """One sentence."""
@@ -70,7 +81,7 @@ def data_gate(savings: PrefillSavings, capacity: CapacityResult | None, benefit:
              f"{p.min_requests:.0f} requests with prefill timing or FLOPs metrics"]
     if model is not None and not model.identified and model.fix:
         flips.append(model.fix)
-    return Decision("NEED_DATA", "Not enough data to price reuse: " + "; ".join(missing) + ".", flips)
+    return Decision(Verdict.NEED_DATA, "Not enough data to price reuse: " + "; ".join(missing) + ".", flips)
 
 
 # ---- break-even values (the flips of the money) ------------------------------------------
@@ -227,14 +238,14 @@ def buy_unreachable(c: Case) -> Decision:
     """Rule 2: with reuse no number of these GPUs (or none below the limit) meets the SLO."""
     cap, r = c.capacity, c.horizon.reuse
     if cap.beyond_limit_with_reuse:
-        return Decision("BUY", f"Even with reuse today's load needs {beyond_note(r)}: buy, and size a "
+        return Decision(Verdict.BUY, f"Even with reuse today's load needs {beyond_note(r)}: buy, and size a "
                         "fleet that large by hand.", c.growth_flip())
     if cap.inputs.goodput is not None:
-        return Decision("BUY", f"The measured goodput with reuse is 0 requests/s per replica "
+        return Decision(Verdict.BUY, f"The measured goodput with reuse is 0 requests/s per replica "
                         f"({cap.inputs.goodput.source}): no number of these replicas meets the SLO.",
                         ["a sweep with a goodput above 0"])
     s = cap.service_seconds_with_reuse
-    return Decision("BUY", f"Even with reuse one prefill takes {s:.2f} s, above the {c.slo}: no number of "
+    return Decision(Verdict.BUY, f"Even with reuse one prefill takes {s:.2f} s, above the {c.slo}: no number of "
                     "these GPUs meets it; buy faster GPUs (or more per replica).",
                     [f"a TTFT target of at least {s:.2f} s", "a higher hit rate or shorter prompts"])
 
@@ -245,7 +256,7 @@ def buy_today(c: Case) -> Decision:
     cheaper = "with reuse" if c.horizon.reuse_cheaper else "without reuse"
     without = purchase_text(b) if b.purchases else "none"
     return Decision(
-        "BUY", f"Even with reuse the {cap.inputs.current_gpus} GPUs miss the {c.slo} today "
+        Verdict.BUY, f"Even with reuse the {cap.inputs.current_gpus} GPUs miss the {c.slo} today "
         f"(today's load needs {cap.gpus_needed_with_reuse}, {cap.inputs.gpus_per_replica} per replica): "
         f"buy {purchase_text(r)} with reuse ({without} without; "
         f"{b.gpus_bought if b.holds else 'beyond the search'} GPUs over the horizon). "
@@ -255,7 +266,7 @@ def buy_today(c: Case) -> Decision:
 def buy_both_break(c: Case) -> Decision:
     """Rule 2: growth outruns both paths."""
     b, r = c.horizon.baseline, c.horizon.reuse
-    return Decision("BUY", f"Growth outruns both paths: without reuse {beyond_note(b)}, with reuse "
+    return Decision(Verdict.BUY, f"Growth outruns both paths: without reuse {beyond_note(b)}, with reuse "
                     f"{beyond_note(r)}. Buy {purchase_text(r) or 'as growth demands'} and re-plan before then.",
                     c.buy_flips())
 
@@ -287,10 +298,10 @@ def reuse(c: Case) -> Decision:
     flips = money_flips(c.savings, c.benefit, c.meaningful, above=False) + c.switch + c.growth_flip()
     if c.flip_probability is not None and c.flip_probability >= 0.5:
         return Decision(
-            "NEED_DATA", f"Reuse is cheaper in the centre ({saved.rstrip('; ') or c.money()}), but the "
+            Verdict.NEED_DATA, f"Reuse is cheaper in the centre ({saved.rstrip('; ') or c.money()}), but the "
             f"verdict flips in {c.flip_probability:.0%} of resampled scenarios: measure a longer window "
             "to be sure.", ["a window of a day or more (narrows the band)"] + flips)
-    return Decision("REUSE", f"REUSE now; {_reuse_how(c)}: {saved}saved prefill worth "
+    return Decision(Verdict.REUSE, f"REUSE now; {_reuse_how(c)}: {saved}saved prefill worth "
                     f"${c.benefit.monthly_benefit_usd:,.0f}/month (net, freed GPU-hours).", flips)
 
 
@@ -303,7 +314,7 @@ def buy_later(c: Case) -> Decision:
         later = (" Reuse would defer it" + (f" to month {r.first_purchase.month}" if r.first_purchase
                                             else " past the horizon")
                  + ", but its overhead costs more than the GPUs it defers.")
-    return Decision("BUY", f"Buy {purchase_text(b) or beyond_note(b)} without reuse: reuse does not pay for "
+    return Decision(Verdict.BUY, f"Buy {purchase_text(b) or beyond_note(b)} without reuse: reuse does not pay for "
                     f"itself ({c.money()}).{later}", c.buy_flips() + c.switch)
 
 
@@ -341,7 +352,7 @@ def not_worth_it(c: Case) -> Decision:
     else:
         reason = (f"Reuse frees GPU time worth ${total:,.0f}/month net, but no whole GPU: no purchase is due "
                   f"without it and it frees no replica the baseline would keep ({c.money()}).")
-    return Decision("NOT_WORTH_IT", reason,
+    return Decision(Verdict.NOT_WORTH_IT, reason,
                     money_flips(c.savings, ben, c.meaningful, above=True, threshold=threshold) + c.switch)
 
 

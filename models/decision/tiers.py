@@ -33,7 +33,7 @@ from ..capacity.fleet import plan_capacity
 from ..core.calendar import SECONDS_PER_MONTH
 from ..core.fields import scenario
 from ..inputs.pricebook import PriceBook
-from .reasons import Decision, usd
+from .reasons import Decision, Verdict, usd
 from .verdict import (
     Evaluation,
     PlanInputs,
@@ -56,7 +56,7 @@ class TierDecision:
     """``device`` (vLLM's prefix cache) or ``lmcache``."""
     label: str
     """"vLLM prefix cache" or "LMCache"."""
-    kind: str | None
+    kind: Verdict | None
     """``REUSE``, ``NOT_WORTH_IT``, ``BUY`` or ``NEED_DATA``; None: the tier is not in the window."""
     monthly_benefit_usd: float | None
     """What the tier is worth per month, $ (device: free, >= 0; LMCache: net of its overhead)."""
@@ -104,7 +104,7 @@ def device_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     m, pb, p = inputs.measurement, inputs.pricebook, inputs.planning
     hours = _device_hours(inputs, ev)
     if hours is None:
-        return TierDecision("device", DEVICE_LABEL, "NEED_DATA", None, None, None,
+        return TierDecision("device", DEVICE_LABEL, Verdict.NEED_DATA, None, None, None,
                             f"NEED_DATA ({DEVICE_LABEL}, free): its saving cannot be priced from this window "
                             "(no identified prefill cost model or estimator).")
     rate = pb.effective_usd_per_gpu_hour()
@@ -122,11 +122,12 @@ def device_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     said_gpus = "" if gpus is None else f" and {gpus} GPU{'s' if gpus != 1 else ''} at the " \
         f"{p.ttft_p99_slo_seconds:g} s p99 TTFT target"
     if _gated(inputs, ev):
-        kind, what = "NEED_DATA", "the window is too short or too small to decide on (it costs nothing: keep it on)"
+        kind, what = Verdict.NEED_DATA, ("the window is too short or too small to decide on (it costs nothing: "
+                                         "keep it on)")
     elif hours[0] > 0:
-        kind, what = "REUSE", "keep prefix caching on"
+        kind, what = Verdict.REUSE, "keep prefix caching on"
     else:
-        kind, what = "NOT_WORTH_IT", ("no prefix-cache hits in this window, so it saved nothing (it costs "
+        kind, what = Verdict.NOT_WORTH_IT, ("no prefix-cache hits in this window, so it saved nothing (it costs "
                                       "nothing either)")
     reason = (f"{kind} ({DEVICE_LABEL}, free): {what}; it saves {hours[0]:,.2f} GPU-h/month "
               f"({usd(hours[0] * rate)} of GPU time){said_gpus}{note}.")
@@ -142,7 +143,7 @@ def _lmcache_cost_only(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     rate = pb.effective_usd_per_gpu_hour()
     fixed = pb.cache_overhead_usd_per_month(m.num_gpus)
     cost = fixed + lookup_h * rate
-    kind = "NEED_DATA" if _gated(inputs, ev) else "NOT_WORTH_IT"
+    kind = Verdict.NEED_DATA if _gated(inputs, ev) else Verdict.NOT_WORTH_IT
     return TierDecision("lmcache", LMCACHE_LABEL, kind, -cost, -lookup_h, 0,
                         f"{LMCACHE_LABEL}: {kind}: no LMCache hits in this window, so it saved nothing and costs "
                         f"{usd(cost)}/month ({usd(fixed)} of service, memory and ops, {lookup_h:,.2f} GPU-h/month "
@@ -162,11 +163,11 @@ def lmcache_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     t = ev.savings.tiers
     k = SECONDS_PER_MONTH / m.window_seconds / 3600.0
     hours = t.lmcache.value * k if t is not None else None
-    if b is None or cap is None or hz is None or ev.decision.kind == "NEED_DATA":
-        return TierDecision("lmcache", LMCACHE_LABEL, "NEED_DATA", b.monthly_benefit_usd if b else None, hours,
+    if b is None or cap is None or hz is None or ev.decision.kind == Verdict.NEED_DATA:
+        return TierDecision("lmcache", LMCACHE_LABEL, Verdict.NEED_DATA, b.monthly_benefit_usd if b else None, hours,
                             None, f"{LMCACHE_LABEL}: {ev.decision.kind}: {ev.decision.reason}")
     rule = verdict_rule(cap, hz, meaningful_usd(cap, inputs.pricebook, inputs.planning), b.monthly_benefit_usd)
-    kind = "BUY" if rule in BREAKS else "REUSE" if rule == "reuse" else "NOT_WORTH_IT"
+    kind = Verdict.BUY if rule in BREAKS else Verdict.REUSE if rule == "reuse" else Verdict.NOT_WORTH_IT
     gpus = None
     if cap.gpus_needed_with_reuse is not None and cap.gpus_needed_without_reuse is not None:
         gpus = cap.gpus_needed_without_reuse - cap.gpus_needed_with_reuse
@@ -198,7 +199,7 @@ def named_reason(inputs: PlanInputs, ev: Evaluation) -> Decision:
     dec, m = ev.decision, inputs.measurement
     lm = m.priced_tier == "lmcache"
     cap, hz, b = ev.capacity, ev.horizon, ev.benefit
-    breaks = dec.kind == "BUY" and cap is not None and hz is not None and b is not None and verdict_rule(
+    breaks = dec.kind == Verdict.BUY and cap is not None and hz is not None and b is not None and verdict_rule(
         cap, hz, meaningful_usd(cap, inputs.pricebook, inputs.planning), b.monthly_benefit_usd) in BREAKS
     if breaks:
         prefix = f"Even with {DEVICE_LABEL} and {LMCACHE_LABEL}: " if lm else f"Even with {DEVICE_LABEL}: "

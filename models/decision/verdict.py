@@ -62,17 +62,17 @@ from ..inputs.pricebook import PriceBook
 from ..prefill.measurement import PrefillMeasurement
 from ..prefill.savings import PrefillSavings, estimate_savings
 from .benefit import Benefit, monthly_benefit, throughput_gpu_hours
-from .reasons import SENTENCES, BreakEven, Case, Decision, break_even, data_gate
+from .reasons import SENTENCES, BreakEven, Case, Decision, Verdict, break_even, data_gate
 
-__all__ = ["KINDS", "BreakEven", "Decision", "Evaluation", "PlanInputs", "break_even", "decide", "evaluate",
+__all__ = ["KINDS", "BreakEven", "Decision", "Verdict", "Evaluation", "PlanInputs", "break_even", "decide", "evaluate",
            "flip_probability", "price_plan", "verdict_kind", "verdict_rule"]
 
-KINDS = ("BUY", "REUSE", "NOT_WORTH_IT", "NEED_DATA")
+KINDS = tuple(Verdict)
 MAX_WHAT_IF_HIT_RATE = 0.99
 """Sensitivity never moves the hit rate above this: vLLM always computes at least the last
 prompt token, and at 100 % estimator A would have no computed tokens to measure."""
-RULE_KIND = {"buy_unreachable": "BUY", "buy_today": "BUY", "buy_both_break": "BUY", "reuse": "REUSE",
-             "buy_later": "BUY", "not_worth_it": "NOT_WORTH_IT"}
+RULE_KIND = {"buy_unreachable": Verdict.BUY, "buy_today": Verdict.BUY, "buy_both_break": Verdict.BUY,
+             "reuse": Verdict.REUSE, "buy_later": Verdict.BUY, "not_worth_it": Verdict.NOT_WORTH_IT}
 """The verdict of each rule of ``verdict_rule``."""
 
 
@@ -240,7 +240,7 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
     p = planning
     gate = data_gate(savings, capacity, benefit, p)
     if gate is not None or capacity is None or benefit is None:
-        return gate or Decision("NEED_DATA", "Not enough data to price reuse.", [])
+        return gate or Decision(Verdict.NEED_DATA, "Not enough data to price reuse.", [])
     if horizon is None:
         benefit, horizon = benefit_and_horizon(savings, capacity, pricebook, p.realisation,
                                                p.headroom_fill_fraction)

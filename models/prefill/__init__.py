@@ -6,7 +6,7 @@ The public names of the group, re-exported; each module says more."""
 
 from __future__ import annotations
 
-from .fit import CostPart, PrefillCostModel, fit_prefill_cost
+from .fit import CostPart, CostStatus, PrefillCostModel, fit_prefill_cost
 from .interval import Interval, rounds
 from .measurement import (
     PrefillMeasurement,
@@ -19,7 +19,7 @@ from .validation import ABValidation, validate_ab
 from .window import MeasuredAB, PricedWindow, TierSavings, tier_savings
 
 __all__ = [
-    "ABValidation", "CostPart", "Interval", "MeasuredAB", "PrefillCostModel", "PrefillMeasurement",
+    "ABValidation", "CostPart", "CostStatus", "Interval", "MeasuredAB", "PrefillCostModel", "PrefillMeasurement",
     "PrefillSavings", "PricedWindow", "TierSavings", "estimate_savings", "fit_prefill_cost",
     "measurement_from_stats", "measurement_from_window", "rounds", "tier_savings", "validate_ab", "with_hit_rate"
 ]

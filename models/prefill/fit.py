@@ -70,6 +70,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -125,11 +126,21 @@ class CostPart:
     """Engine-seconds per request / token / token^2."""
 
 
+class CostStatus(StrEnum):
+    """Whether the cost model could be fitted (a ``StrEnum``: JSON reads ``"fitted"`` as before)."""
+
+    FITTED = "fitted"
+    UNIDENTIFIED = "unidentified"
+    NO_DATA = "no_data"
+    GIVEN = "given"
+    """A planning preset's (or a test's) known parts."""
+
+
 @dataclass(frozen=True)
 class PrefillCostModel:
     """Prefill cost per request in engine-seconds (see module docstring)."""
 
-    status: str
+    status: CostStatus
     """``fitted``, ``unidentified``, ``no_data`` or ``given`` (a planning preset's)."""
     parts: tuple[CostPart, ...]
     """The terms in the model, in ``TERMS`` order (empty when not fitted)."""
@@ -155,7 +166,7 @@ class PrefillCostModel:
 
     @property
     def identified(self) -> bool:
-        return self.status in ("fitted", "given")
+        return self.status in (CostStatus.FITTED, CostStatus.GIVEN)
 
     def coef(self) -> dict[str, float]:
         """Central value per term (0 for terms not in the model)."""
@@ -191,7 +202,7 @@ class PrefillCostModel:
         vals = {"fixed": fixed, "per_token": per_token, "attention": attention}
         parts = tuple(CostPart(t, v, v, v, UNITS[t]) for t, v in vals.items()
                       if t in ("fixed", "per_token") or v)
-        return cls("given", parts, history or source, source=source)
+        return cls(CostStatus.GIVEN, parts, history or source, source=source)
 
 
 def weighted_spread(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
@@ -215,7 +226,7 @@ def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
     notes: list[str] = []
     rows = _usable_rows(rounds(raw) if group_rounds else raw, notes)
     if not rows:
-        return PrefillCostModel("no_data", (), history, 0, 0.0,
+        return PrefillCostModel(CostStatus.NO_DATA, (), history, 0, 0.0,
                                 reason="no interval with prefilled requests and prefill timing "
                                        "(vllm:request_prefill_time_seconds, "
                                        "vllm:request_prefill_kv_computed_tokens) in the history",
@@ -286,7 +297,7 @@ def _unidentified(rows: Sequence[Interval], t_mean: np.ndarray, w: np.ndarray, h
            f"computed tokens per request hardly vary across the {len(rows)} intervals "
            f"({m:,.0f} +- {cv:.0%})")
     return PrefillCostModel(
-        "unidentified", (), history, len(rows), float(sum(r.requests for r in rows)),
+        CostStatus.UNIDENTIFIED, (), history, len(rows), float(sum(r.requests for r in rows)),
         reason=f"cannot separate the per-request from the per-token prefill cost: {why}",
         fix=IDENTIFY_FIX, notes=tuple(notes))
 
@@ -382,7 +393,7 @@ def _final_fit(rows: Sequence[Interval], terms: list[str], plain: np.ndarray | N
     if beta[terms.index("per_token")] == 0 and "attention" not in terms:
         notes.append("the fit put no cost on computed tokens: every prefill second is "
                      "per-request; cached tokens are then worth nothing")
-    return PrefillCostModel("fitted", parts, history, len(rows), float(sum(r.requests for r in rows)),
+    return PrefillCostModel(CostStatus.FITTED, parts, history, len(rows), float(sum(r.requests for r in rows)),
                             rel_rms=rel_rms, notes=tuple(notes), draws=tuple(map(tuple, full)))
 
 

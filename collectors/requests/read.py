@@ -1,0 +1,278 @@
+"""Streaming readers of request logs, one JSON object a line, plain or gzip (told by the file's
+first bytes). Every error is a ``PayloadError`` naming the file and the line.
+
+Line formats, told apart per line:
+
+* **OpenAI chat-completions bodies** (``messages``, optional ``tools``, ``tool_choice``,
+  ``chat_template_kwargs``, ``add_generation_prompt``, ``continue_final_message``, ``model``,
+  ``cache_salt``, ``max_tokens`` / ``max_completion_tokens``);
+* **OpenAI Batch API input lines** (``custom_id``, ``method``, ``url``, ``body``): the body is
+  read as a chat (``/v1/chat/completions``) or completions (``/v1/completions``) body;
+* **completions bodies** (``prompt``: a string, or a list of token ids used as is; a list of
+  several prompts is refused: log one request a line);
+* **Alibaba Bailian traces** (ATC'25: ``chat_id``, ``parent_chat_id``, ``timestamp`` in seconds,
+  ``input_length``, ``output_length``, ``type``, ``turn``, ``hash_ids`` of 16-token blocks) and
+  **Mooncake traces** (``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``
+  of 512-token blocks): no text, block ids only.
+
+**Arrival time**, optional, from the first of these top-level fields a line has:
+``arrival_time``, ``timestamp``, ``created`` (also inside a Batch line's ``body``): an ISO 8601
+string (no zone = UTC) or a number of unix seconds (a number above 1e11 is read as
+milliseconds). Mooncake's ``timestamp`` is milliseconds from the trace start. Without a time,
+file order is arrival order. Within a file, times must not go backwards (a log written as
+requests arrived); several files are merged by time when every line has one, else read one
+after the other in the order given.
+
+Images, audio and other non-text content parts are refused: vLLM mixes multimodal item hashes
+into block keys, which kvplan does not reproduce.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import io
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...models.core.timeutil import parse_time
+from ..scrape.payload import PayloadError
+
+MAX_LINE_BYTES = 64 * 2**20
+"""Longest request line read (64 MiB: a 1M-token prompt as text is ~4 MB)."""
+TIME_FIELDS = ("arrival_time", "timestamp", "created")
+BAILIAN_BLOCK = 16
+MOONCAKE_BLOCK = 512
+
+
+@dataclass
+class LogRequest:
+    """One request of a log, as read. ``kind``: ``chat``, ``completion`` (``prompt`` text or
+    ``prompt_ids``) or ``blocks`` (a trace's ``block_ids`` of ``block_tokens`` each)."""
+
+    source: str
+    line: int
+    kind: str
+    arrival: float | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[Any] | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    prompt: str | None = None
+    prompt_ids: list[int] | None = None
+    model: str | None = None
+    cache_salt: str | None = None
+    output_tokens: int | None = None
+    block_ids: list[int] | None = None
+    block_tokens: int = 0
+    input_length: int = 0
+    chat_id: str | None = None
+    custom_id: str | None = None
+    """A Batch API line's ``custom_id`` (kept to match per-request predictions with responses)."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}"
+
+
+def open_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a plain or gzip file, streamed; blank lines skipped."""
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 (closed below)
+    except OSError as e:
+        raise PayloadError(str(path), f"cannot read: {e.strerror or e}") from None
+    with raw:
+        magic = raw.read(2)
+        raw.seek(0)
+        fh: io.BufferedIOBase = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+        n = 0
+        try:
+            while True:
+                b = fh.readline(MAX_LINE_BYTES + 1)
+                if not b:
+                    return
+                n += 1
+                if len(b) > MAX_LINE_BYTES:
+                    raise PayloadError(str(path), f"line longer than {MAX_LINE_BYTES // 2**20} MiB", n)
+                try:
+                    text = b.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise PayloadError(str(path), f"not UTF-8 (byte {e.start})", n) from None
+                if text.strip():
+                    yield n, text
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise PayloadError(str(path), f"cannot read (corrupt gzip?): {e}", n + 1) from None
+
+
+def _time(v: Any, src: str, n: int, name: str) -> float:
+    if isinstance(v, bool) or v is None:
+        raise PayloadError(src, f"{name} must be ISO 8601 or unix seconds; got {v!r}", n)
+    if isinstance(v, (int, float)):
+        t = float(v)
+        if not t == t or t < 0 or t > 1e15:
+            raise PayloadError(src, f"{name} out of range: {v!r}", n)
+        return t / 1000.0 if t > 1e11 else t
+    if isinstance(v, str):
+        try:
+            return parse_time(v, name).timestamp()
+        except Exception:
+            try:
+                return _time(float(v), src, n, name)
+            except ValueError:
+                raise PayloadError(src, f"{name} is not ISO 8601 or unix seconds: {v[:40]!r}", n) from None
+    raise PayloadError(src, f"{name} must be ISO 8601 or unix seconds; got a {type(v).__name__}", n)
+
+
+def _arrival(obj: dict[str, Any], src: str, n: int) -> float | None:
+    for k in TIME_FIELDS:
+        if k in obj and obj[k] is not None:
+            return _time(obj[k], src, n, k)
+    return None
+
+
+def _int(v: Any, src: str, n: int, name: str, lo: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or v > 100_000_000:
+        raise PayloadError(src, f"{name} must be an integer from {lo} to 100,000,000; got {str(v)[:40]!r}", n)
+    return v
+
+
+def _messages(v: Any, src: str, n: int) -> list[dict[str, Any]]:
+    if not isinstance(v, list) or not v:
+        raise PayloadError(src, "messages must be a non-empty list", n)
+    out = []
+    for i, m in enumerate(v):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise PayloadError(src, f"messages[{i}] must be an object with a role", n)
+        c = m.get("content")
+        if isinstance(c, list):
+            texts = []
+            for j, part in enumerate(c):
+                if not isinstance(part, dict):
+                    raise PayloadError(src, f"messages[{i}].content[{j}] must be an object", n)
+                if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise PayloadError(src, f"messages[{i}].content[{j}] is {part.get('type')!r}: only text is "
+                                       "supported (multimodal inputs change vLLM's block keys)", n)
+                texts.append(part["text"])
+            m = {**m, "content": "\n".join(texts)}  # vLLM's "string" content format joins text parts
+        elif c is not None and not isinstance(c, str):
+            raise PayloadError(src, f"messages[{i}].content must be a string, a list of parts or null", n)
+        out.append(m)
+    return out
+
+
+def _body(obj: dict[str, Any], src: str, n: int, arrival: float | None, url: str | None = None) -> LogRequest:
+    out_tokens = obj.get("max_completion_tokens", obj.get("max_tokens"))
+    common: dict[str, Any] = dict(
+        source=src, line=n, arrival=arrival,
+        model=obj.get("model") if isinstance(obj.get("model"), str) else None,
+        output_tokens=_int(out_tokens, src, n, "max_tokens", 1) if out_tokens is not None else None)
+    salt = obj.get("cache_salt")
+    if salt is not None and not isinstance(salt, str):
+        raise PayloadError(src, "cache_salt must be a string", n)
+    common["cache_salt"] = salt
+    if "messages" in obj and (url is None or "chat" in url):
+        tools = obj.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise PayloadError(src, "tools must be a list", n)
+        kw = obj.get("chat_template_kwargs") or {}
+        if not isinstance(kw, dict):
+            raise PayloadError(src, "chat_template_kwargs must be an object", n)
+        return LogRequest(kind="chat", messages=_messages(obj["messages"], src, n), tools=tools or None,
+                          chat_template_kwargs=kw, add_generation_prompt=bool(obj.get("add_generation_prompt", True)),
+                          continue_final_message=bool(obj.get("continue_final_message", False)), **common)
+    if "prompt" in obj:
+        p = obj["prompt"]
+        if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+            p = p[0]
+        if isinstance(p, str):
+            return LogRequest(kind="completion", prompt=p, **common)
+        if isinstance(p, list) and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in p):
+            if not p:
+                raise PayloadError(src, "prompt is an empty list", n)
+            return LogRequest(kind="completion", prompt_ids=list(p), **common)
+        raise PayloadError(src, "prompt must be a string or a list of token ids (one prompt a line)", n)
+    raise PayloadError(src, "not a request: no messages, prompt, body or hash_ids", n)
+
+
+def parse_line(obj: Any, src: str, n: int) -> LogRequest:
+    """One decoded JSON line as a request."""
+    if not isinstance(obj, dict):
+        raise PayloadError(src, f"a line must be a JSON object; got {type(obj).__name__}", n)
+    if "hash_ids" in obj:
+        ids = obj["hash_ids"]
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise PayloadError(src, "hash_ids must be a list of integers", n)
+        bailian = "chat_id" in obj
+        block = BAILIAN_BLOCK if bailian else MOONCAKE_BLOCK
+        length = _int(obj.get("input_length"), src, n, "input_length", 1)
+        if len(ids) < length // block:
+            raise PayloadError(src, f"hash_ids has {len(ids)} ids, fewer than input_length {length} fills "
+                               f"({length // block} blocks of {block})", n)
+        ts = obj.get("timestamp")
+        arrival = None if ts is None else (_time(ts, src, n, "timestamp") if bailian
+                                           else _int(ts, src, n, "timestamp") / 1000.0)
+        out = obj.get("output_length")
+        return LogRequest(source=src, line=n, kind="blocks", arrival=arrival, block_ids=ids, block_tokens=block,
+                          input_length=length, chat_id=str(obj.get("chat_id")) if bailian else None,
+                          output_tokens=_int(out, src, n, "output_length", 0) or None if out is not None else None)
+    if "body" in obj and "url" in obj:
+        body = obj["body"]
+        if not isinstance(body, dict):
+            raise PayloadError(src, "body must be an object", n)
+        url = obj["url"]
+        if not isinstance(url, str) or not ("/chat/completions" in url or url.endswith("/completions")):
+            raise PayloadError(src, f"url {str(url)[:60]!r}: only /v1/chat/completions and /v1/completions", n)
+        r = _body(body, src, n, _arrival(obj, src, n) or _arrival(body, src, n), url)
+        if isinstance(obj.get("custom_id"), str):
+            r.custom_id = obj["custom_id"][:256]
+        return r
+    return _body(obj, src, n, _arrival(obj, src, n))
+
+
+def _load(line: str, src: str, n: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise PayloadError(src, f"not JSON: {e.msg} (column {e.colno})", n) from None
+    except (ValueError, RecursionError) as e:
+        raise PayloadError(src, f"not a usable JSON line: {e}", n) from None
+
+
+def read_file(path: Path) -> Iterator[LogRequest]:
+    """The requests of one file, in file order; arrival times must not go backwards."""
+    last: float | None = None
+    for n, line in open_lines(path):
+        r = parse_line(_load(line, str(path), n), str(path), n)
+        if r.arrival is not None:
+            if last is not None and r.arrival < last:
+                raise PayloadError(str(path), "arrival time goes backwards: sort the log by time", n)
+            last = r.arrival
+        yield r
+
+
+def read_requests(paths: Sequence[Path]) -> Iterator[LogRequest]:
+    """Every file's requests in arrival order: merged by time when every line has one (a line
+    without one, once files are merged, is an error naming it), else file after file."""
+    if not paths:
+        raise PayloadError("prompts", "no file given")
+    if len(paths) == 1:
+        yield from read_file(paths[0])
+        return
+    first = [next(read_file(p), None) for p in paths]
+    if not all(r is not None and r.arrival is not None for r in first):
+        for p in paths:
+            yield from read_file(p)
+        return
+
+    def keyed(i: int, p: Path) -> Iterator[tuple[float, int, int, LogRequest]]:
+        for k, r in enumerate(read_file(p)):
+            if r.arrival is None:
+                raise PayloadError(r.source, "no arrival time, while the files are merged by time", r.line)
+            yield r.arrival, i, k, r
+
+    for _, _, _, r in heapq.merge(*(keyed(i, p) for i, p in enumerate(paths))):
+        yield r

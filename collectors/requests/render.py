@@ -1,0 +1,134 @@
+"""Render and tokenize a logged request exactly as vLLM's OpenAI server does, with transformers'
+own tokenizer and ``apply_chat_template`` (never a re-implementation).
+
+* The tokenizer comes from a local directory, or a model id already in the local Hugging Face
+  cache: offline (``HF_HUB_OFFLINE=1``, ``local_files_only=True``), never a download. A missing
+  one is a ``KvplanError`` naming it.
+* **Chat** (vLLM ``serving_chat``): ``apply_chat_template(messages, tools=..., 
+  add_generation_prompt=..., continue_final_message=..., tokenize=False, **chat_template_kwargs)``
+  with the tokenizer's template or ``chat_template`` (vLLM's ``--chat-template FILE``), then
+  ``tokenizer(text, add_special_tokens=False)``: the rendered text already holds the BOS token
+  when the template writes it. ``tool_choice: "none"`` still renders the tools (vLLM's default).
+* Text content parts are joined with newlines (vLLM's "string" content format, what it uses for
+  templates that do not loop over content parts; a template that expects the "openai" parts
+  format renders differently here: a known gap). Tool-call ``arguments`` are parsed to a dict,
+  as vLLM's ``_postprocess_messages`` does.
+* **Completions** (``serving_completion``): a text ``prompt`` is tokenized with
+  ``add_special_tokens=True``; a list of token ids is used as is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...models.core.errors import KvplanError
+from .read import LogRequest
+
+
+@dataclass
+class Rendered:
+    """A request's prompt: its token ids and, for text prompts, the text they came from (kept in
+    memory only, for finding where requests diverge; never stored)."""
+
+    ids: list[int]
+    text: str | None
+
+
+class Renderer:
+    """One tokenizer (and chat template) for a whole log."""
+
+    def __init__(self, tokenizer: str | Path, chat_template: Path | None = None):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as e:  # a broken install, not the user's input
+            raise KvplanError(f"transformers is not importable ({e}); reinstall kvplan", source="--tokenizer") from None
+        name = str(tokenizer)
+        try:
+            self.tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        except Exception as e:  # OSError, ValueError, EnvironmentError: not found / unreadable
+            raise KvplanError(f"no tokenizer found there (a local directory, or a model id already in the local "
+                              f"Hugging Face cache; kvplan never downloads): {type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:200] if str(e) else ''}",
+                              source=f"--tokenizer {name}") from None
+        self.template: str | None = None
+        if chat_template is not None:
+            try:
+                self.template = Path(chat_template).read_text(encoding="utf-8")
+            except OSError as e:
+                raise KvplanError(f"cannot read: {e.strerror or e}",
+                                  source=f"--chat-template {chat_template}") from None
+        self.name = name
+
+    def render(self, r: LogRequest) -> Rendered:
+        if r.kind == "completion":
+            if r.prompt_ids is not None:
+                return Rendered(list(r.prompt_ids), None)
+            assert r.prompt is not None
+            return Rendered(self.encode(r.prompt, add_special_tokens=True), r.prompt)
+        text = self.chat_text(r)
+        return Rendered(self.encode(text, add_special_tokens=False), text)
+
+    def text(self, r: LogRequest) -> str:
+        """A text request's prompt as vLLM tokenizes it: the chat template's output, or the
+        completions prompt."""
+        if r.kind == "completion":
+            assert r.prompt is not None
+            return r.prompt
+        return self.chat_text(r)
+
+    def chat_text(self, r: LogRequest, messages: list[dict[str, Any]] | None = None) -> str:
+        kwargs = dict(r.chat_template_kwargs)
+        for k in ("tokenize", "conversation", "messages", "chat_template"):
+            kwargs.pop(k, None)
+        msgs = tool_call_arguments(messages if messages is not None else r.messages, r.where)
+        try:
+            text = self.tok.apply_chat_template(
+                msgs, tools=r.tools, chat_template=self.template,
+                add_generation_prompt=r.add_generation_prompt and not r.continue_final_message,
+                continue_final_message=r.continue_final_message, tokenize=False, **kwargs)
+        except Exception as e:  # jinja2 errors, raise_exception(), no template
+            raise KvplanError(f"the chat template failed: {type(e).__name__}: {str(e)[:200]}", source=r.where) from None
+        if not isinstance(text, str):
+            raise KvplanError("the chat template did not render text", source=r.where)
+        return text
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        """Token ids of ``text`` (add_special_tokens: completions True, chat False)."""
+        ids = self.tok(text, add_special_tokens=add_special_tokens)["input_ids"]
+        return list(ids)
+
+
+def tool_call_arguments(messages: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """vLLM's ``_postprocess_messages``: an assistant message's tool-call ``arguments`` reach the
+    template as a dict (parsed from their JSON string; empty or missing: ``{}``), as transformers
+    asks. The caller's messages are left unchanged."""
+    import copy
+    import json
+
+    out = messages
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls")
+        if m.get("role") != "assistant" or not isinstance(calls, list):
+            continue
+        if out is messages:
+            out = copy.deepcopy(messages)
+        for call in out[i]["tool_calls"]:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict):
+                continue
+            args = fn.get("arguments")
+            if not args:
+                fn["arguments"] = {}
+            elif not isinstance(args, (dict, list)):
+                try:
+                    fn["arguments"] = json.loads(args)
+                except (TypeError, ValueError):
+                    raise KvplanError(f"messages[{i}]: a tool call's arguments are not JSON (vLLM refuses it)",
+                                      source=where) from None
+    return out

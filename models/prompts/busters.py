@@ -1,0 +1,335 @@
+"""Cache-busters: where requests that share most of their content diverge early, what the
+divergent span is, and how to rewrite a prompt with that span fixed.
+
+Everything here works on a request's **rendered** prompt (the chat template's output) split in
+lines, each line tied to where it came from (:func:`line_map`): a message (index, role, line in
+its content), the tool list (role ``tools``), or text the template wrote itself (role
+``template``: a date the template inserts, a header, a turn rendered differently as history).
+
+:class:`Finder` sees requests in arrival order. A request that missed part of what it could hit
+is compared with the recent request it shares the most line text with (at least half of its
+text); when their first differing line comes before content they still share (at least a
+quarter of the request's text), that line is a finding, and so is each line right after it
+that the earlier request does not have (busters come in pairs), classified by the span that differs
+(:func:`classify`). Findings are keyed by (kind, message index, role, line), so the same
+timestamp line in every request is one finding.
+
+The fix (:func:`apply_fix`) is applied to every request that has a line at the finding's place:
+volatile values (timestamps, dates, ids, counters, other) are **moved to the end** of the
+request's last message; formatting (whitespace, JSON key order, tool lists: their lines sorted) is **normalised**.
+Prompt text is held in memory only: a finding keeps the *shape* of its span (:func:`shape`:
+digits as 9, letters as a/A), never the text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+KINDS = ("iso_timestamp", "epoch_timestamp", "date", "uuid", "hex_id", "counter", "json_keys", "tools",
+         "whitespace", "other")
+NORMALISED = frozenset({"json_keys", "tools", "whitespace"})
+"""Kinds fixed by normalising the line; the others are fixed by moving it to the end."""
+
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+_EPOCH = re.compile(r"(?<!\d)1\d{9}(?:\d{3}|\.\d+)?(?!\d)")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4}|\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|"
+                   r"Nov|Dec)[a-z]* \d{4}|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]* \d{1,2},? \d{4}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_HEX = re.compile(r"(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}")
+_WORD = re.compile(r"[\w:.\-+/]")
+MAX_EXAMPLE = 40
+MAX_PAIRED = 4
+"""Most consecutive divergent lines one request counts (busters come in pairs: a timestamp line,
+then a session id line)."""
+
+
+@dataclass(frozen=True)
+class LineInfo:
+    """One line of a rendered prompt: its character range, and where it came from. ``line``
+    is 1-based within the message's content (or, for template text, within the whole prompt);
+    ``content_end``: where the message's content ends in the text (message lines only)."""
+
+    start: int
+    end: int
+    message_index: int | None
+    role: str
+    line: int
+    content_end: int | None = None
+
+    @property
+    def place(self) -> tuple[int | None, str, int]:
+        return (self.message_index, self.role, self.line)
+
+
+def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: Sequence[str] = ()) -> list[LineInfo]:
+    """The lines of ``text`` tied to the messages ``contents`` ((role, content) in order), found in
+    the text in order; a line outside every message is ``tools`` when it names a tool, else
+    ``template`` (then ``message_index`` is the message it precedes, None after the last)."""
+    spans: list[tuple[int, int, int, str]] = []
+    cursor = 0
+    for i, (role, c) in enumerate(contents):
+        if not c:
+            continue
+        for cand in (c, c.strip()):
+            p = text.find(cand, cursor) if cand else -1
+            if p >= 0:
+                spans.append((p, p + len(cand), i, role))
+                cursor = p + len(cand)
+                break
+    names = [f'"{n}"' for n in tool_names if n]
+    out: list[LineInfo] = []
+    start, k, n = 0, 0, 0
+    while True:
+        nl = text.find("\n", start)
+        end = len(text) if nl < 0 else nl
+        n += 1
+        while k < len(spans) and spans[k][1] <= start and not (start == end == spans[k][1] > spans[k][0]):
+            k += 1
+        inside = k < len(spans) and (max(start, spans[k][0]) < min(end, spans[k][1])
+                                     or (start == end and spans[k][0] <= start < spans[k][1]))
+        if inside:
+            s0, s1, idx, role = spans[k]
+            out.append(LineInfo(start, end, idx, role, text.count("\n", s0, max(s0, start)) + 1, s1))
+        else:
+            seg = text[start:end]
+            role = "tools" if any(x in seg for x in names) else "template"
+            out.append(LineInfo(start, end, spans[k][2] if k < len(spans) else None, role, n))
+        if nl < 0:
+            return out
+        start = nl + 1
+
+
+def shape(span: str) -> str:
+    """A span's shape, never its text: digits as 9, lower-case letters as a, upper-case as A,
+    other characters kept; at most 40 characters (longer ones end with '...')."""
+    s = "".join("9" if ch.isdigit() else "a" if ch.islower() else "A" if ch.isupper() else ch for ch in span)
+    return s if len(s) <= MAX_EXAMPLE else s[:MAX_EXAMPLE - 3] + "..."
+
+
+def diff_span(a: str, b: str) -> tuple[int, int]:
+    """The range of ``a`` that differs from ``b`` (common prefix and suffix removed), widened to
+    whole words (letters, digits and ``:.-+/_``)."""
+    p = 0
+    while p < min(len(a), len(b)) and a[p] == b[p]:
+        p += 1
+    s = 0
+    while s < min(len(a), len(b)) - p and a[len(a) - 1 - s] == b[len(b) - 1 - s]:
+        s += 1
+    lo, hi = p, len(a) - s
+    while lo > 0 and _WORD.match(a[lo - 1]):
+        lo -= 1
+    while hi < len(a) and _WORD.match(a[hi]):
+        hi += 1
+    return lo, max(hi, lo)
+
+
+def _json_equal(a: str, b: str) -> bool:
+    try:
+        ja, jb = json.loads(a.strip().rstrip(",")), json.loads(b.strip().rstrip(","))
+    except ValueError:
+        return False
+    return isinstance(ja, (dict, list)) and ja == jb
+
+
+def _overlapping(rx: re.Pattern[str], text: str, lo: int, hi: int) -> tuple[int, int] | None:
+    """The first match of ``rx`` in ``text`` that overlaps [lo, hi) (a date whose day differs but
+    whose year is shared still reads as a date)."""
+    for m in rx.finditer(text):
+        if m.start() < max(hi, lo + 1) and m.end() > lo:
+            return m.start(), m.end()
+    return None
+
+
+def classify(a: str, b: str, role: str = "") -> tuple[str, tuple[int, int]]:
+    """The kind of difference between line ``a`` (this request) and ``b`` (an earlier one), and
+    the span of ``a`` it lies in."""
+    lo, hi = diff_span(a, b)
+    if a.split() == b.split():
+        return "whitespace", (lo, hi)
+    if _json_equal(a, b):
+        return "json_keys", (0, len(a))
+    if role == "tools":
+        return "tools", (lo, hi)
+    blo, bhi = diff_span(b, a)
+    span, other = a[lo:hi], b[blo:bhi]
+    for kind, rx in (("iso_timestamp", _ISO), ("uuid", _UUID), ("epoch_timestamp", _EPOCH), ("date", _DATE),
+                     ("hex_id", _HEX)):
+        m = _overlapping(rx, a, lo, hi)
+        if m is not None and _overlapping(rx, b, blo, bhi) is not None:
+            return kind, m
+    if span.isdigit() and other.isdigit() and len(span) <= 9:
+        return "counter", (lo, hi)
+    return "other", (lo, hi)
+
+
+@dataclass
+class Finding:
+    """One cache-buster: where (``message_index``, ``role``, ``line``), what (``kind``, the span's
+    ``example`` shape), the first divergent block seen, how many requests it broke; ``canonical``
+    is the normalised line's text for kinds fixed by normalising (memory only, never output)."""
+
+    kind: str
+    message_index: int | None
+    role: str
+    line: int
+    example: str
+    first_block: int
+    requests_affected: int = 0
+    template: bool = False
+    canonical: str | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple[str, int | None, str, int]:
+        return (self.kind, self.message_index, self.role, self.line)
+
+    @property
+    def place(self) -> tuple[int | None, str, int]:
+        return (self.message_index, self.role, self.line)
+
+    @property
+    def fix(self) -> str:
+        return "normalised" if self.kind in NORMALISED else "moved to the end of the last message"
+
+
+@dataclass
+class _Seen:
+    lines: list[int]
+    texts: list[str]
+    infos: list[LineInfo]
+    chars: int
+
+
+class Finder:
+    """Finds busters over a stream of rendered requests (see the module docstring). Memory is
+    bounded: the last ``window`` requests' first ``max_lines`` lines, and a line index that is
+    cleared past ``max_index`` entries."""
+
+    def __init__(self, window: int = 256, max_lines: int = 400, max_index: int = 2_000_000):
+        self.window = window
+        self.max_lines = max_lines
+        self.max_index = max_index
+        self.recent: OrderedDict[int, _Seen] = OrderedDict()
+        self.index: dict[int, int] = {}
+        self.findings: dict[tuple[str, int | None, str, int], Finding] = {}
+        self.seq = 0
+
+    def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool) -> Finding | None:
+        """Record one request (in arrival order); return the finding it counts for, if any.
+        ``missed``: it hit less than it could (full blocks within prompt_tokens - 1)."""
+        infos = list(infos)[:self.max_lines]
+        texts = [text[i.start:i.end] for i in infos]
+        hashes = [hash(t) for t in texts]
+        me = _Seen(hashes, texts, infos, sum(len(t) + 1 for t in texts))
+        found = self._compare(me, first_miss_block) if missed and me.chars else None
+        self.seq += 1
+        if len(self.index) > self.max_index:
+            self.index.clear()
+        for h, t in zip(hashes, texts, strict=True):
+            if t.strip():
+                self.index[h] = self.seq
+        self.recent[self.seq] = me
+        while len(self.recent) > self.window:
+            self.recent.popitem(last=False)
+        return found
+
+    def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:
+        votes: dict[int, int] = {}
+        for h, t in zip(me.lines, me.texts, strict=True):
+            j = self.index.get(h)
+            if j is not None and j in self.recent and t.strip():
+                votes[j] = votes.get(j, 0) + len(t) + 1
+        if not votes:
+            return None
+        j = max(votes, key=lambda s: (votes[s], s))
+        if votes[j] * 2 < me.chars:
+            return None
+        other = self.recent[j]
+        k = 0
+        while k < min(len(me.lines), len(other.lines)) and me.lines[k] == other.lines[k]:
+            k += 1
+        if k >= len(me.lines):
+            return None
+        theirs = set(other.lines)
+        after = sum(len(t) + 1 for h, t in zip(me.lines[k + 1:], me.texts[k + 1:], strict=True)
+                    if h in theirs and t.strip())
+        if after * 4 < me.chars:
+            return None
+        first: Finding | None = None
+        m = k
+        while m < len(me.lines) and m < k + MAX_PAIRED and (m == k or me.lines[m] not in theirs):
+            f = self._finding(me, other, m, first_miss_block)
+            first = first or f
+            m += 1
+        return first
+
+    def _finding(self, me: _Seen, other: _Seen, k: int, first_miss_block: int) -> Finding:
+        info = me.infos[k]
+        a = me.texts[k]
+        b = other.texts[k] if k < len(other.texts) else ""
+        kind, (lo, hi) = classify(a, b, info.role)
+        template = info.role == "template"
+        if template and kind == "other" and info.message_index not in (None, 0):
+            kind = "template_history"
+        f = Finding(kind, info.message_index, info.role, info.line, shape(a[lo:hi]), first_miss_block,
+                    template=template)
+        f = self.findings.setdefault(f.key, f)
+        if f.canonical is None and kind in NORMALISED:
+            f.canonical = _canonical(b, kind)
+        f.requests_affected += 1
+        return f
+
+
+def _canonical(line: str, kind: str) -> str:
+    if kind == "whitespace":
+        return " ".join(line.split())
+    if kind == "json_keys":
+        lead = line[:len(line) - len(line.lstrip())]
+        body = line.strip()
+        comma = "," if body.endswith(",") else ""
+        try:
+            return lead + json.dumps(json.loads(body.rstrip(",")), sort_keys=True) + comma
+        except ValueError:
+            return line
+    return line
+
+
+def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding]) -> str:
+    """``text`` with every finding in ``fixes`` fixed at its place (a request without a line
+    there is unchanged): a moved line goes after the end of the last message's content (the
+    text's end when no line is tied to a message); a normalised line is replaced by its
+    canonical form (whitespace collapsed, JSON keys sorted; a tool list's lines sorted)."""
+    by_place = {(f.message_index, f.role, f.line): f for f in fixes}
+    moved: list[str] = []
+    edits: list[tuple[int, int, str]] = []
+    tool_lines = [i for i in infos if i.role == "tools"]
+    if any(f.kind == "tools" and i.place == f.place for f in fixes for i in tool_lines):
+        ordered = sorted(text[i.start:i.end] for i in tool_lines)  # the tool list in one order
+        edits.extend((i.start, i.end, t) for i, t in zip(tool_lines, ordered, strict=True))
+    for info in infos:
+        f = by_place.get(info.place)
+        if f is None or f.kind == "tools":
+            continue
+        line = text[info.start:info.end]
+        if f.kind in NORMALISED:
+            edits.append((info.start, info.end, _canonical(line, f.kind)))
+        else:
+            moved.append(line)
+            edits.append((info.start, min(info.end + 1, len(text)), ""))
+    if not edits:
+        return text
+    if moved:
+        at = max((i.content_end for i in infos if i.content_end is not None), default=len(text))
+        edits.append((at, at, "".join("\n" + m for m in moved)))
+    parts: list[str] = []
+    pos = 0
+    for s0, s1, rep in sorted(edits, key=lambda e: (e[0], e[1])):
+        s0 = max(s0, pos)
+        parts.append(text[pos:s0])
+        parts.append(rep)
+        pos = max(pos, s1)
+    parts.append(text[pos:])
+    return "".join(parts)

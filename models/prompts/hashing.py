@@ -1,0 +1,102 @@
+"""vLLM's prefix-cache block hashes and LMCache's chunk hashes, from token ids.
+
+vLLM V1 (``vllm/v1/core/kv_cache_utils.py``: ``hash_block_tokens``, ``hash_request_tokens``,
+``generate_block_hash_extra_keys``) hashes only **full** blocks of ``block_size`` tokens; each
+block's key is ``hash((parent block's hash, the block's token ids, extra keys))``, the first
+block's parent a root value. The extra keys: the LoRA adapter's name on every block, the
+request's ``cache_salt`` on the first block only, multimodal item hashes with their offsets
+(**not supported here**: a request with images or audio is refused by the readers, not guessed).
+
+The hash function here is sha256 over a fixed byte encoding, not vLLM's pickle/cbor of a tuple:
+a prediction only needs "same key iff same parent, tokens and extra keys", which both give,
+and these digests are stable across processes (vLLM's root is random per process unless
+``PYTHONHASHSEED`` is set), so they can be stored and compared later.
+
+LMCache hashes ``chunk_size`` (256 by default) token chunks with the same chained rule and, by
+default (``save_unfull_chunk``), the last partial chunk too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+ROOT = hashlib.sha256(b"kvplan-prefix-root").digest()
+"""The parent of a request's first block (vLLM: ``NONE_HASH``)."""
+
+
+@dataclass(frozen=True)
+class ExtraKeys:
+    """What vLLM mixes into a block's key besides its tokens. ``lora``: the adapter's name (every
+    block); ``cache_salt``: the request's salt (first block only)."""
+
+    lora: str | None = None
+    cache_salt: str | None = None
+
+    def for_block(self, index: int) -> bytes:
+        parts = []
+        if self.lora is not None:
+            parts.append(b"L" + self.lora.encode("utf-8"))
+        if index == 0 and self.cache_salt is not None:
+            parts.append(b"S" + self.cache_salt.encode("utf-8"))
+        return b"\x00".join(parts)
+
+
+NO_EXTRA = ExtraKeys()
+
+
+def _tokens_bytes(tokens: Sequence[int] | np.ndarray) -> bytes:
+    return np.asarray(tokens, dtype=np.int64).tobytes()
+
+
+def hash_block(parent: bytes, tokens: Sequence[int] | np.ndarray, extra: bytes = b"") -> bytes:
+    """One block's key: sha256 of (parent digest, token ids as int64, extra keys)."""
+    h = hashlib.sha256(parent)
+    h.update(_tokens_bytes(tokens))
+    h.update(len(extra).to_bytes(4, "little"))
+    h.update(extra)
+    return h.digest()
+
+
+def block_hashes(tokens: Sequence[int] | np.ndarray, block_size: int, extra: ExtraKeys = NO_EXTRA,
+                 *, start: int = 0, parent: bytes = ROOT) -> list[bytes]:
+    """The chained keys of every full block of ``tokens`` (a trailing partial block has none).
+    ``start``/``parent`` continue a chain: block ``start`` onwards, ``parent`` the key of block
+    ``start - 1`` (used for the blocks a request's output tokens fill). The same keys as
+    :func:`hash_block` block by block, the token bytes converted once."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1; got {block_size}")
+    buf = _tokens_bytes(tokens)
+    width = 8 * block_size
+    out: list[bytes] = []
+    prev = parent
+    plain = extra.for_block(1)
+    tail_plain = len(plain).to_bytes(4, "little") + plain
+    sha = hashlib.sha256
+    for b in range(start, len(buf) // width):
+        e = tail_plain if b else len(extra.for_block(0)).to_bytes(4, "little") + extra.for_block(0)
+        prev = sha(prev + buf[b * width:(b + 1) * width] + e).digest()
+        out.append(prev)
+    return out
+
+
+def chunk_hashes(tokens: Sequence[int] | np.ndarray, chunk_size: int = 256, extra: ExtraKeys = NO_EXTRA,
+                 *, partial: bool = False) -> list[bytes]:
+    """LMCache's chunk keys: full ``chunk_size`` chunks, chained as vLLM's blocks are; with
+    ``partial`` the last partial chunk gets a key too (LMCache stores it by default; a lookup of
+    a later, longer prompt never matches it, as its tokens differ)."""
+    arr = np.asarray(tokens, dtype=np.int64)
+    keys = block_hashes(arr, chunk_size, extra)
+    tail = len(arr) % chunk_size
+    if partial and tail:
+        keys.append(hash_block(keys[-1] if keys else ROOT, arr[len(arr) - tail:], extra.for_block(len(keys))))
+    return keys
+
+
+def hittable_tokens(prompt_tokens: int, block_size: int) -> int:
+    """Most prompt tokens a request can get from vLLM's cache: full blocks within
+    ``prompt_tokens - 1`` (the last token is always computed), so 48 of a 64-token prompt at 16."""
+    return max(0, (prompt_tokens - 1) // block_size) * block_size

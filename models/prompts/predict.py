@@ -1,0 +1,223 @@
+"""Predicted prefix-cache hits of a request stream served one request at a time, in arrival
+order: with an unlimited cache, and with vLLM V1's block pool of ``num_gpu_blocks`` blocks.
+
+**The block pool is vLLM V1's** (``vllm/v1/core/block_pool.py``, ``kv_cache_manager.py``,
+``single_type_kv_cache_manager.py``, ``kv_cache_utils.py::FreeKVCacheBlockQueue``):
+
+* the pool holds ``num_gpu_blocks`` blocks; block 0 is the null block, taken at start, so
+  ``num_gpu_blocks - 1`` hold KV; the free queue starts with the others in id order;
+* a request's cache hit is the longest run of its leading full-block keys found in the cache,
+  within ``prompt_tokens - 1`` tokens (the last prompt token is always computed); a key held by
+  several blocks (vLLM does not de-duplicate) hits the first;
+* hit blocks are *touched* first: a hit block that sits in the free queue leaves it;
+* then new blocks are popped from the free queue's head (the least recently freed); a popped
+  block that held a key loses it (eviction); the request needs blocks for
+  ``prompt_tokens + output_tokens - 1`` tokens (the last generated token is never computed);
+* the full blocks it computed get their keys (prompt blocks, and blocks that generated tokens
+  fill: their keys are known only when the caller gives the output token ids, else they can
+  never be hit and only take room);
+* when it finishes its blocks are freed **in reverse order**, appended to the queue's tail: its
+  tail blocks are evicted before its head, and all of them after what was freed earlier.
+
+Requests arriving while others run (concurrency) are not modelled: each request finishes
+before the next one starts. The unlimited cache keeps every key ever computed, so its hits are
+an upper bound of the pool's for every request (the same keys are computed in both).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .hashing import NO_EXTRA, ROOT, ExtraKeys, block_hashes, hittable_tokens
+
+
+@dataclass(frozen=True)
+class Hashed:
+    """One request as the cache sees it. ``hashes``: its prompt's full-block keys in order;
+    ``output_tokens``: tokens it generates (at least 1: the first token comes out of prefill);
+    ``output_hashes``: keys of the blocks after the prompt's full blocks that its computed
+    tokens fill, when the generated token ids are known (else those blocks are unhittable)."""
+
+    prompt_tokens: int
+    hashes: tuple[bytes, ...]
+    output_tokens: int = 1
+    output_hashes: tuple[bytes, ...] = ()
+
+
+def hashed(tokens: Sequence[int] | np.ndarray, block_size: int, extra: ExtraKeys = NO_EXTRA, *,
+           output_tokens: int | None = None, output_ids: Sequence[int] | None = None) -> Hashed:
+    """A request's keys from its prompt token ids (and, when known, its generated ids)."""
+    arr = np.asarray(tokens, dtype=np.int64)
+    keys = block_hashes(arr, block_size, extra)
+    n_out = max(1, output_tokens if output_tokens is not None else (len(output_ids) if output_ids else 1))
+    out_keys: list[bytes] = []
+    if output_ids:
+        computed = np.concatenate([arr, np.asarray(output_ids, dtype=np.int64)])[:len(arr) + n_out - 1]
+        out_keys = block_hashes(computed, block_size, extra, start=len(keys),
+                                parent=keys[-1] if keys else ROOT)
+    return Hashed(len(arr), tuple(keys), n_out, tuple(out_keys))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One request's prediction, in tokens. ``hittable``: full blocks within prompt_tokens - 1;
+    ``cached``: hits with the capacity given (unlimited when none); ``cached_unlimited``: with an
+    unlimited cache; ``fits``: False when the pool cannot hold the request at all (counted as a
+    miss, nothing cached: vLLM refuses such a request)."""
+
+    prompt_tokens: int
+    hittable: int
+    cached: int
+    cached_unlimited: int
+    first_miss_block: int
+    fits: bool = True
+
+
+class UnlimitedCache:
+    """Every key ever computed stays."""
+
+    def __init__(self) -> None:
+        self.keys: set[bytes] = set()
+
+    def hit_blocks(self, h: Hashed, max_blocks: int) -> int:
+        n = 0
+        for k in h.hashes[:max_blocks]:
+            if k not in self.keys:
+                break
+            n += 1
+        return n
+
+    def serve(self, h: Hashed, block_size: int) -> int:
+        n = self.hit_blocks(h, hittable_tokens(h.prompt_tokens, block_size) // block_size)
+        self.keys.update(h.hashes)
+        self.keys.update(h.output_hashes)
+        return n
+
+
+class BlockPool:
+    """vLLM V1's block pool and free queue (see the module docstring), one request at a time."""
+
+    def __init__(self, num_gpu_blocks: int):
+        if num_gpu_blocks < 2:
+            raise ValueError(f"num_gpu_blocks must be at least 2 (one is the null block); got {num_gpu_blocks}")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(1, num_gpu_blocks))
+        self.key_of: dict[int, bytes] = {}
+        self.blocks_of: dict[bytes, dict[int, None]] = {}
+        self.evictions = 0
+
+    def _lookup(self, k: bytes) -> int | None:
+        ids = self.blocks_of.get(k)
+        return next(iter(ids)) if ids else None
+
+    def _pop(self) -> int:
+        b, _ = self.free.popitem(last=False)
+        k = self.key_of.pop(b, None)
+        if k is not None:
+            ids = self.blocks_of[k]
+            del ids[b]
+            if not ids:
+                del self.blocks_of[k]
+            self.evictions += 1
+        return b
+
+    def serve(self, h: Hashed, block_size: int) -> tuple[int, bool]:
+        """Hit blocks of ``h``, and whether it fitted; updates the pool as vLLM does."""
+        max_blocks = hittable_tokens(h.prompt_tokens, block_size) // block_size
+        hit: list[int] = []
+        for k in h.hashes[:max_blocks]:
+            b = self._lookup(k)
+            if b is None:
+                break
+            hit.append(b)
+        computed = h.prompt_tokens + h.output_tokens - 1
+        need = -(-computed // block_size) - len(hit)
+        in_queue = sum(1 for b in hit if b in self.free)
+        if need > len(self.free) - in_queue:
+            return 0, False
+        for b in hit:  # touch: a hit block waiting in the free queue leaves it
+            self.free.pop(b, None)
+        blocks = list(hit) + [self._pop() for _ in range(need)]
+        keys = list(h.hashes) + list(h.output_hashes)
+        for i in range(len(hit), min(computed // block_size, len(keys))):
+            b = blocks[i]
+            self.key_of[b] = keys[i]
+            self.blocks_of.setdefault(keys[i], {})[b] = None
+        for b in reversed(blocks):  # freed tail first: the head outlives the tail
+            self.free[b] = None
+        return len(hit), True
+
+
+class Predictor:
+    """Both caches side by side; ``serve`` one request after another in arrival order."""
+
+    def __init__(self, block_size: int, gpu_blocks: int | None = None):
+        if block_size < 1:
+            raise ValueError(f"block_size must be at least 1; got {block_size}")
+        self.block_size = block_size
+        self.unlimited = UnlimitedCache()
+        self.pool = BlockPool(gpu_blocks) if gpu_blocks is not None else None
+
+    def serve(self, h: Hashed) -> Outcome:
+        bs = self.block_size
+        u = self.unlimited.serve(h, bs)
+        fits = True
+        c = u
+        if self.pool is not None:
+            c, fits = self.pool.serve(h, bs)
+        return Outcome(h.prompt_tokens, hittable_tokens(h.prompt_tokens, bs), c * bs, u * bs, u, fits)
+
+
+@dataclass
+class Totals:
+    """Token-weighted sums over a stream of outcomes."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    hittable: int = 0
+    cached: int = 0
+    cached_unlimited: int = 0
+    unfit: int = 0
+
+    def add(self, o: Outcome) -> None:
+        self.requests += 1
+        self.prompt_tokens += o.prompt_tokens
+        self.hittable += o.hittable
+        self.cached += o.cached
+        self.cached_unlimited += o.cached_unlimited
+        self.unfit += 0 if o.fits else 1
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.cached / self.prompt_tokens if self.prompt_tokens else None
+
+    @property
+    def hit_rate_unlimited(self) -> float | None:
+        return self.cached_unlimited / self.prompt_tokens if self.prompt_tokens else None
+
+
+class LmcacheUnlimited:
+    """LMCache's hit rule with an unlimited store: a request hits its leading full chunks that are
+    stored (its partial last chunk never matches a lookup); then all its chunks are stored."""
+
+    def __init__(self, chunk_size: int = 256):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be at least 1; got {chunk_size}")
+        self.chunk_size = chunk_size
+        self.keys: set[bytes] = set()
+
+    def serve(self, full_chunks: Sequence[bytes], partial: bytes | None = None) -> int:
+        """Hit tokens of one request, given its full-chunk keys and its partial chunk's key."""
+        n = 0
+        for k in full_chunks:
+            if k not in self.keys:
+                break
+            n += 1
+        self.keys.update(full_chunks)
+        if partial is not None:
+            self.keys.add(partial)
+        return n * self.chunk_size

@@ -1,0 +1,124 @@
+"""The READMEs are reference: every repo path they name exists in the tree.
+
+Checked in every README.md of the repository (bench/results/*.md too, the dated results files
+the benchmarks write):
+
+* markdown links ``[text](target)``: the target, relative to the README's folder, exists; a
+  ``#anchor`` on a markdown file names one of its headings (GitHub's slugs);
+* backticked paths: a backticked word of path characters that contains a slash and either ends
+  in a file extension or in ``/``. It counts as a repo path when its first part is a folder or
+  file of the tree, beside the README or at the root (``cache/`` in models/README.md is
+  models/cache/, ``app/config.py`` anywhere is the root's app/); it then has to exist there.
+  A path whose first part is nowhere in the tree (``vllm/engine/metrics.py``, another project's
+  file) or that starts with ``/``, ``~`` or ``./`` (a user's file) is not checked, nor are the
+  folders kvplan creates at run time (GENERATED).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP_DIRS = {".git", ".venv", "build", "var", "test-artifacts", "node_modules", "__pycache__"}
+GENERATED = ("var/", "build/", "test-artifacts/")
+"""Folders made at run time (git-ignored): `make demo`'s var/, mypy's build/, test screenshots."""
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+TICK = re.compile(r"`([^`\n]+)`")
+PATHLIKE = re.compile(r"[A-Za-z0-9_.\-/]+")
+EXTENSION = re.compile(r"\.[A-Za-z0-9]+$")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def readmes() -> list[Path]:
+    out = []
+    for p in ROOT.rglob("*.md"):
+        rel = p.relative_to(ROOT)
+        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts):
+            continue
+        if p.name == "README.md" or rel.parts[:2] == ("bench", "results"):
+            out.append(p)
+    return sorted(out)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"`|\*\*|\*|\[|\]\([^)]*\)", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(md: Path) -> set[str]:
+    text = FENCE.sub("", md.read_text(encoding="utf-8"))
+    seen: dict[str, int] = {}
+    out = set()
+    for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        s = slug(m.group(1))
+        n = seen.get(s, 0)
+        seen[s] = n + 1
+        out.add(s if n == 0 else f"{s}-{n}")
+    return out
+
+
+def broken_links(readme: Path) -> list[str]:
+    text = readme.read_text(encoding="utf-8")
+    bad = []
+    for m in LINK.finditer(text):
+        target = m.group(1) or m.group(2)
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (readme.parent / path).resolve() if path else readme
+        if not dest.exists():
+            bad.append(f"link {target}: no {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"link {target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    return bad
+
+
+def broken_paths(readme: Path) -> list[str]:
+    text = FENCE.sub("", readme.read_text(encoding="utf-8"))
+    bad = []
+    for m in TICK.finditer(text):
+        word = m.group(1)
+        if not PATHLIKE.fullmatch(word) or "/" not in word:
+            continue
+        if not (EXTENSION.search(word) or word.endswith("/")):
+            continue
+        if word.startswith(("/", "~", "./", "../")) or word.startswith(GENERATED):
+            continue
+        first = word.split("/")[0]
+        bases = [b for b in (readme.parent, ROOT) if (b / first).exists() and first not in SKIP_DIRS]
+        if not bases:
+            continue  # not a path of this tree
+        if not any((b / word).exists() for b in bases):
+            bad.append(f"`{word}`: not in the tree (looked beside the README and at the root)")
+    return bad
+
+
+@pytest.mark.parametrize("readme", readmes(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_path_a_readme_names_exists(readme: Path) -> None:
+    bad = broken_links(readme) + broken_paths(readme)
+    assert not bad, f"{readme.relative_to(ROOT)}:\n  " + "\n  ".join(bad)
+
+
+def test_the_check_catches_a_missing_path(tmp_path: Path) -> None:
+    """The checker itself: a README under the root naming a moved file and a dead link fails."""
+    probe = ROOT / "tests" / "fixtures" / "_probe_README.md"
+    probe.write_text(
+        "See `collectors/settings.py` and `models/inputs/settings.py`, `vllm/x/y.py`,"
+        " [x](../../app/nowhere.md), [y](../../README.md#no-such-heading).\n",
+        encoding="utf-8",
+    )
+    try:
+        bad = broken_links(probe) + broken_paths(probe)
+    finally:
+        probe.unlink()
+    assert bad == [
+        "link ../../app/nowhere.md: no app/nowhere.md",
+        "link ../../README.md#no-such-heading: no heading #no-such-heading in README.md",
+        "`collectors/settings.py`: not in the tree (looked beside the README and at the root)",
+    ]

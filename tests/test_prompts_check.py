@@ -1,0 +1,214 @@
+"""The prompts check end to end on the fixture tokenizer: the timestamp-at-the-top buster is found
+and its hit rate if fixed equals an independent computation (transformers called directly, the
+longest common prefix in full blocks); the miss causes add up; the classifier's kinds."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kvplan.collectors.requests.check import CheckOptions, check
+from kvplan.collectors.requests.render import Renderer
+from kvplan.models.prompts.busters import Finding, apply_fix, classify, line_map, shape
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "prompts"
+TOKENIZER = FIX / "tokenizer"
+DOC = "\n".join(f"Rule {i}: answer questions about topic {i} with care and precision." for i in range(30))
+BS = 16
+
+
+def timestamp_log(n: int = 24, seed: int = 5) -> list[dict]:
+    """A support agent whose system prompt's second line is a millisecond timestamp."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ts = f"2026-11-30T12:{i // 60:02d}:{i % 60:02d}.{rng.randrange(1000):03d}Z"
+        out.append({"model": "m", "max_tokens": 4, "messages": [
+            {"role": "system", "content": f"You are a support agent.\nCurrent time: {ts}\n{DOC}"},
+            {"role": "user", "content": f"Question {i}: what about topic {i % 7}?"}]})
+    return out
+
+
+def moved_to_the_end(body: dict) -> dict:
+    """The fix, done by hand at the message level: the timestamp line appended to the user message."""
+    sys_lines = body["messages"][0]["content"].split("\n")
+    ts_line = sys_lines.pop(1)
+    return {**body, "messages": [{"role": "system", "content": "\n".join(sys_lines)},
+                                 {"role": "user", "content": body["messages"][1]["content"] + "\n" + ts_line}]}
+
+
+def reference_hit_rate(bodies: list[dict], texts: list[str] | None = None) -> float:
+    """Unlimited cache, one request at a time: each request hits the longest prefix it shares
+    with any earlier one, in full blocks within prompt_tokens - 1."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    if texts is None:
+        texts = [tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True,
+                                         **b.get("chat_template_kwargs", {})) for b in bodies]
+    seqs = [tok(text, add_special_tokens=False)["input_ids"] for text in texts]
+    hit = total = 0
+    for i, s in enumerate(seqs):
+        best = 0
+        for prev in seqs[:i]:
+            k = 0
+            while k < min(len(s), len(prev)) and s[k] == prev[k]:
+                k += 1
+            best = max(best, k)
+        hit += min(best, len(s) - 1) // BS * BS
+        total += len(s)
+    return hit / total
+
+
+def write(path: Path, bodies: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    return path
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    return Renderer(TOKENIZER)
+
+
+def test_timestamp_at_the_top_is_found_and_its_fix_is_worth_what_it_measures(tmp_path, renderer):
+    bodies = timestamp_log()
+    r = check([write(tmp_path / "ts.jsonl", bodies)], renderer, CheckOptions(block_size=BS))
+    d = r.as_json()
+    assert d["hit_rate_predicted"] == pytest.approx(reference_hit_rate(bodies), abs=1e-12)
+    assert d["hit_rate_predicted"] < 0.1
+    (f,) = d["findings"]
+    assert (f["kind"], f["message_index"], f["role"], f["line"]) == ("iso_timestamp", 0, "system", 2)
+    assert f["requests_affected"] == len(bodies) - 1
+    assert f["example"] == "9999-99-99A99:99:99.999A"
+    want = reference_hit_rate([moved_to_the_end(b) for b in bodies])
+    assert want > 0.8
+    assert f["hit_rate_if_fixed"] == pytest.approx(want, abs=1e-12)
+    assert d["hit_rate_if_fixed"] == pytest.approx(want, abs=1e-12)
+    m = d["missed_by_cause"]
+    assert sum(m.values()) == d["prompt_tokens"] - d["cached_tokens_predicted"]
+    assert m["busted"] > 0.8 * d["prompt_tokens"] and m["evicted"] == 0
+    assert f["tokens_lost"] > 0
+
+
+def test_a_small_pool_evicts_and_the_causes_still_add_up(tmp_path, renderer):
+    bodies = [moved_to_the_end(b) for b in timestamp_log(12)]
+    p = write(tmp_path / "fixed.jsonl", bodies)
+    unlimited = check([p], renderer, CheckOptions(block_size=BS)).as_json()
+    assert unlimited["findings"] == []  # nothing breaks the cache any more
+    assert unlimited["hit_rate_if_fixed"] == unlimited["hit_rate_predicted"]
+    small = check([p], renderer, CheckOptions(block_size=BS, gpu_blocks=60)).as_json()
+    assert small["hit_rate_unlimited"] == unlimited["hit_rate_predicted"]
+    assert small["hit_rate_predicted"] < small["hit_rate_unlimited"]
+    m = small["missed_by_cause"]
+    assert m["evicted"] == small["prompt_tokens"] * (small["hit_rate_unlimited"] - small["hit_rate_predicted"]) \
+        == pytest.approx(m["evicted"])
+    assert m["evicted"] > 0
+    assert sum(m.values()) == small["prompt_tokens"] - small["cached_tokens_predicted"]
+
+
+def test_a_uuid_line_and_a_timestamp_line_are_two_findings_fixed_together(tmp_path, renderer):
+    rng = random.Random(2)
+    bodies = []
+    for b in timestamp_log(16):
+        sys_c = b["messages"][0]["content"].split("\n")
+        sys_c.insert(2, f"Session: {uuid.UUID(int=rng.getrandbits(128))}")
+        bodies.append({**b, "messages": [{"role": "system", "content": "\n".join(sys_c)}, b["messages"][1]]})
+    d = check([write(tmp_path / "two.jsonl", bodies)], renderer, CheckOptions(block_size=BS)).as_json()
+    kinds = {(f["kind"], f["line"]) for f in d["findings"]}
+    assert ("iso_timestamp", 2) in kinds
+    # each alone fixes little (the other still breaks the chain); both together fix most
+    assert all(f["hit_rate_if_fixed"] < 0.2 for f in d["findings"])
+    assert d["hit_rate_if_fixed"] > 0.8
+    one = check([tmp_path / "two.jsonl"], renderer, CheckOptions(block_size=BS, max_fixes=1)).as_json()
+    assert [f["hit_rate_if_fixed"] is None for f in one["findings"]] == [False, True]  # not recomputed: null
+    assert one["hit_rate_if_fixed"] == d["hit_rate_if_fixed"]
+
+
+@pytest.mark.parametrize("a, b, kind", [
+    ("Now: 2026-11-30T12:00:01.123Z", "Now: 2026-11-30T12:00:02.456Z", "iso_timestamp"),
+    ("t=1764547201", "t=1764547299", "epoch_timestamp"),
+    ("Today is 30 November 2026.", "Today is 01 December 2026.", "date"),
+    ("req 123e4567-e89b-42d3-a456-426614174000", "req 9b2e4567-e89b-42d3-a456-4266141740ff", "uuid"),
+    ("trace 9f8e7d6c5b4a", "trace 0a1b2c3d4e5f", "hex_id"),
+    ("turn 41 of the chat", "turn 42 of the chat", "counter"),
+    ('{"b": 1, "a": 2}', '{"a": 2, "b": 1}', "json_keys"),
+    ("be  brief ", "be brief", "whitespace"),
+    ("hello Alice", "hello Bob", "other"),
+])
+def test_the_kinds(a, b, kind):
+    assert classify(a, b)[0] == kind
+
+
+def test_shape_shows_no_text():
+    assert shape("Bob 12-ab") == "Aaa 99-aa"
+    assert len(shape("x" * 100)) == 40
+
+
+def test_line_map_and_apply_fix_on_rendered_text():
+    text = "<s><|system|>\nA\nT: 1\nB\n<|user|>\nQ<|end|>\n<|assistant|>\n"
+    lines = line_map(text, [("system", "A\nT: 1\nB"), ("user", "Q")])
+    places = [(li.message_index, li.role, li.line) for li in lines]
+    assert places == [(0, "template", 1), (0, "system", 1), (0, "system", 2), (0, "system", 3), (1, "template", 5),
+                      (1, "user", 1), (None, "template", 7), (None, "template", 8)]
+    f = Finding("counter", 0, "system", 2, "A: 9", 0)
+    assert apply_fix(text, lines, [f]) == "<s><|system|>\nA\nB\n<|user|>\nQ\nT: 1<|end|>\n<|assistant|>\n"
+
+
+def test_a_date_the_template_writes_flushes_the_cache_once_a_day(tmp_path, renderer):
+    """The fixture template writes "Today: <strftime_now('%d %B %Y')>" (chat_template_kwargs
+    add_date): vLLM renders the day each request arrives. 4 requests a day over 3 days."""
+    from datetime import UTC, datetime
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    day0 = 1796083200  # 2026-12-01T00:00:00Z
+    bodies = []
+    for i in range(12):
+        bodies.append({"created": day0 + (i // 4) * 86400 + (i % 4) * 60, "chat_template_kwargs": {"add_date": True},
+                       "messages": [{"role": "system", "content": "You are a support agent.\n" + DOC},
+                                    {"role": "user", "content": f"Question {i}?"}]})
+    d = check([write(tmp_path / "dated.jsonl", bodies)], renderer, CheckOptions(block_size=BS)).as_json()
+    served, fixed = [], []
+    for b in bodies:
+        day = datetime.fromtimestamp(b["created"], tz=UTC).strftime("%d %B %Y")
+        today = datetime.now().strftime("%d %B %Y")
+        served.append(tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True,
+                                              add_date=True).replace(f"Today: {today}", f"Today: {day}"))
+        moved = [b["messages"][0], {"role": "user", "content": b["messages"][1]["content"] + f"\nToday: {day}"}]
+        fixed.append(tok.apply_chat_template(moved, tokenize=False, add_generation_prompt=True))
+    assert d["hit_rate_predicted"] == pytest.approx(reference_hit_rate(bodies, served), abs=1e-12)
+    (f,) = d["findings"]
+    assert (f["kind"], f["role"], f["template"], f["requests_affected"]) == ("date", "template", True, 2)
+    assert f["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(bodies, fixed), abs=1e-12)
+    assert f["hit_rate_if_fixed"] > d["hit_rate_predicted"]
+    assert any("the server's date" in n for n in d["notes"])
+
+
+def test_a_tool_list_in_a_different_order_per_request(tmp_path, renderer):
+    """Four tools, shuffled per request, rendered one per line by the fixture template: a `tools`
+    finding whose fix (the tool lines sorted) gives what sorted tool lists measure."""
+    rng = random.Random(4)
+    tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": f"does thing {k} " * 8,
+                                                "parameters": {"type": "object"}}} for k in range(4)]
+    bodies, fixed = [], []
+    for i in range(12):
+        order = tools[:]
+        rng.shuffle(order)
+        msgs = [{"role": "system", "content": "You are an agent.\n" + DOC}, {"role": "user", "content": f"Task {i}"}]
+        bodies.append({"messages": msgs, "tools": order})
+        fixed.append({"messages": msgs, "tools": sorted(order, key=json.dumps)})
+    d = check([write(tmp_path / "tools.jsonl", bodies)], renderer, CheckOptions(block_size=BS)).as_json()
+    kinds = {f["kind"] for f in d["findings"]}
+    assert kinds == {"tools"} and all(f["role"] == "tools" for f in d["findings"])
+
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    texts = [tok.apply_chat_template(b["messages"], tools=b["tools"], tokenize=False, add_generation_prompt=True)
+             for b in fixed]
+    assert d["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(fixed, texts), abs=1e-12)
+    assert d["hit_rate_if_fixed"] > d["hit_rate_predicted"] + 0.3

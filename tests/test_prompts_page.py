@@ -1,0 +1,54 @@
+"""The Prompts page through Streamlit's AppTest: a log checked from a path shows the predicted and
+fixed hit rates the CLI computes, the finding, and one broken request with its divergent line
+highlighted; a bad path is an error on the page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from kvplan.app.report import fmt
+from kvplan.app.views.prompts import prompts_check
+from tests.test_prompts_check import TOKENIZER, timestamp_log
+
+APP = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
+
+
+def page(monkeypatch, tmp_path) -> AppTest:
+    monkeypatch.setenv("KVPLAN_DB", str(tmp_path / "k.duckdb"))
+    t = AppTest.from_file(APP, default_timeout=120)
+    t.switch_page("pages/prompts.py")
+    t.run()
+    assert not t.exception, t.exception
+    return t
+
+
+def test_a_log_checked_on_the_page(monkeypatch, tmp_path):
+    log = tmp_path / "ts.jsonl"
+    log.write_text("".join(json.dumps(b) + "\n" for b in timestamp_log(8)))
+    want = prompts_check([log], tokenizer=TOKENIZER)
+    t = page(monkeypatch, tmp_path)
+    t.text_input(key="prompts_path").input(str(log))
+    t.text_input(key="prompts_tokenizer").input(str(TOKENIZER))
+    next(b for b in t.button if b.label == "Check").click()
+    t.run()
+    assert not t.exception, t.exception
+    m = {x.label: x.value for x in t.metric}
+    assert m["Predicted hit rate"] == fmt.pct(want["hit_rate_predicted"])
+    assert m["Every finding fixed"] == fmt.pct(want["hit_rate_if_fixed"])
+    findings = t.dataframe[1].value
+    assert list(findings["kind"]) == ["iso_timestamp"] and list(findings["shape"]) == ["9999-99-99A99:99:99.999A"]
+    marked = [x.value for x in t.markdown if "<mark>" in x.value]
+    assert len(marked) == 1 and "<mark>Current time: 2026-11-30T12:00:" in marked[0]
+
+
+def test_a_missing_file_is_an_error_on_the_page(monkeypatch, tmp_path):
+    t = page(monkeypatch, tmp_path)
+    t.text_input(key="prompts_path").input(str(tmp_path / "nope.jsonl"))
+    t.text_input(key="prompts_tokenizer").input(str(TOKENIZER))
+    next(b for b in t.button if b.label == "Check").click()
+    t.run()
+    assert not t.exception
+    assert any("nope.jsonl" in e.value and "cannot read" in e.value for e in t.error)
