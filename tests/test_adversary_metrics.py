@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kvplan.app.data.plan import plan_range
 from kvplan.app.data.prefill import plan_measurement
 from kvplan.app.data.window import stats
-from kvplan.app.views.overview import plan_range
 from kvplan.collectors.scrape.payload import PayloadError
 from kvplan.collectors.scrape.scrape import import_file
 from tests.recorded import import_case, scrapes
