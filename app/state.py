@@ -46,8 +46,20 @@ def database(path: str, lock_timeout_s: float) -> Database:
 
 
 def db() -> Database:
+    """The database, checked to hold this kvplan's schema and increase rule (read-only: the
+    dashboard never migrates; a file not migrated yet, or written by a newer kvplan, is an
+    error that says what to run)."""
     s = settings()
-    return database(str(s.db), s.lock_timeout_s)
+    d = database(str(s.db), s.lock_timeout_s)
+    _require_current(str(d.path), d.data_version(), _db=d)
+    return d
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _require_current(path: str, version: tuple, *, _db: Database) -> bool:
+    """Once per file version (an error is not cached: the next run checks again)."""
+    _db.require_current()
+    return True
 
 
 def view(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

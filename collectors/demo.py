@@ -5,6 +5,12 @@ path as `kvplan import-metrics`. Loading twice changes nothing.
 The file's header says what the data is: recorded on CPU with a tiny random model, time
 axis stretched. Times are mapped onto the stretched axis starting at the recording time, so
 the same file always gives the same database.
+
+Beside it, deploy/demo/prompts/ holds kvplan's own request logs with what vLLM reported for each
+on the same CPU stack (deploy/local/recorders/record_prompts.py): the Prompts page and
+``kvplan prompts check`` read them (``demo_prompts``), and the shipped dataset's load imports
+those with arrival times as the request-log trace of the vLLM-only deployment ``demo-requests``
+(``load_demo_prompts``: hashes, lengths and times, never text), which the What-if page reads.
 """
 
 from __future__ import annotations
@@ -26,6 +32,14 @@ from .scrape.payload import Payload, PayloadError
 from .scrape.store import insert_failure, insert_payload, payload_sha256
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
+DEMO_PROMPTS = DEMO_FILE.parent / "prompts"
+"""The recorded request logs (deploy/local/recorders/record_prompts.py): ``logs/``, the tiny Llama's
+``tokenizer/`` and ``recording.json`` (what vLLM reported for each log on the CPU stack)."""
+CHAT_TEMPLATE = DEMO_FILE.parents[1] / "local" / "templates" / "tiny-llama-tools.jinja"
+PROMPTS_DEPLOYMENT = "demo-requests"
+"""The demo's vLLM-only deployment: no metrics, no LMCache, only request logs (trace ``requests``)."""
+PROMPTS_TRACE_FILES = ("agent-tools.jsonl", "chats.batch.jsonl", "ts-top.jsonl")
+"""The logs with arrival times that make the request-log trace (ts-end is ts-top fixed: not twice)."""
 
 
 def records(path: Path = DEMO_FILE) -> Iterator[dict]:
@@ -98,6 +112,8 @@ def load_demo(db: Database, path: Path = DEMO_FILE,
         save_run(db, deployment, run, label=r["label"], measured_on=head["measured_on"])
         counts["runs"] += 1
     counts["lookups"] = _load_lookups(db, deployment, [r for r in recs[1:] if r["type"] == "lookup"], t0, stretch)
+    if path == DEMO_FILE and DEMO_PROMPTS.is_dir():  # the shipped dataset comes with its request logs
+        counts["request_log_requests"] = load_demo_prompts(db)
     return {**counts, "deployment": deployment, "header": head}
 
 
@@ -123,3 +139,41 @@ def _load_lookups(db: Database, deployment: str, recs: list[dict], t0: float, st
             (d / name).write_text("\n".join(lines) + "\n")
         return import_trace(db, deployment, [Path(tmp) / inst for inst in sorted({i for i, _ in files})],
                             name="lmcache", fmt="lmcache").requests
+
+
+def demo_prompts(root: Path = DEMO_PROMPTS) -> dict:
+    """The recorded request logs the demo ships, for the Prompts page and ``kvplan prompts check``:
+    each log's path with what vLLM measured for it, the tokenizer and chat template to read them
+    with, the engine's block size, and the label saying where they were recorded."""
+    manifest = root / "recording.json"
+    try:
+        rec = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise PayloadError(str(manifest), f"the demo's request-log recording is unreadable: {e}") from None
+    on = rec["measured_on"]
+    runs = []
+    for r in rec["runs"]:
+        m = r["metrics"]
+        runs.append({"name": r["name"], "file": root / "logs" / r["file"], "requests": r["requests"],
+                     "prompt_tokens": r["prompt_tokens"], "gpu_blocks": r["gpu_blocks_override"],
+                     "block_size": int(r["cache_config"]["block_size"]),
+                     "measured_hit_rate": m["prefix_cache_hits"] / m["prefix_cache_queries"]
+                     if m["prefix_cache_queries"] else None})
+    return {
+        "label": (f"kvplan's own request logs, recorded on this project's CPU stack ({on['engine']}; "
+                  f"{on['model']}; {rec['recorded_at'][:10]}): CPU-scale, not GPU results"),
+        "tokenizer": root / "tokenizer", "chat_template": CHAT_TEMPLATE, "deployment": PROMPTS_DEPLOYMENT,
+        "runs": runs,
+    }
+
+
+def load_demo_prompts(db: Database, root: Path = DEMO_PROMPTS) -> int:
+    """Import the recorded request logs with arrival times as the trace ``requests`` of the
+    vLLM-only deployment ``demo-requests`` (``kvplan import-trace --format requests``): hashes,
+    lengths and times only, so the What-if page runs on request logs alone. Returns the new
+    requests (0 when loaded before)."""
+    from .traces import import_trace
+
+    return import_trace(db, PROMPTS_DEPLOYMENT, [root / "logs" / f for f in PROMPTS_TRACE_FILES], name="requests",
+                        fmt="requests", tokenizer=root / "tokenizer", chat_template=CHAT_TEMPLATE,
+                        instance="vllm-0").requests

@@ -15,6 +15,12 @@
   open the file; readers pass through it before they open theirs. Once a writer waits, new
   readers wait behind it for one short transaction, and the writer waits only for the
   reads already running (see tests/test_concurrency.py for the measured bound).
+* A writer of several transactions (a long import) lets readers in between them: readers hold a
+  shared flock on ``<file>.reader-lock`` until their connection is open, and the writer waits
+  for it to be free (capped) before its next transaction (``let_readers_in``).
+* Readers never migrate: ``require_current`` checks, read-only, that the file holds this code's
+  migrations and macro files (``sql/macros``, the exact-increase rule), and names
+  ``kvplan migrate`` when it does not. ``migrate`` refuses a file a newer kvplan wrote.
 """
 
 from __future__ import annotations
@@ -90,6 +96,11 @@ def migrations() -> list[tuple[int, str, str]]:
     return out
 
 
+def code_version() -> int:
+    """The newest migration this code knows."""
+    return migrations()[-1][0]
+
+
 def macros() -> list[tuple[str, str, str]]:
     """(file name, sha256, sql) of every macro file (``sql/macros/*.sql``, the exact-increase
     rule), in order. Applied after the numbered migrations whenever the text changed."""
@@ -118,11 +129,12 @@ class _Turnstile:
 
     def __init__(self, db_path: Path):
         self.path = db_path.with_name(db_path.name + ".writer-lock")
+        self.readers = db_path.with_name(db_path.name + ".reader-lock")
 
-    def _open(self) -> int | None:
+    def _open(self, path: Path | None = None) -> int | None:
         for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
             try:
-                return os.open(self.path, flags, 0o666)
+                return os.open(path or self.path, flags, 0o666)
             except OSError:
                 continue
         return None
@@ -155,6 +167,35 @@ class _Turnstile:
             _HELD.paths = held
             os.close(fd)  # releases the lock
 
+    @contextmanager
+    def connecting(self, timeout_s: float) -> Iterator[None]:
+        """A reader holds a shared flock on ``<file>.reader-lock`` from before the turnstile
+        until its connection is open: how a writer that writes in several transactions (a long
+        import) sees that readers wait for the file (:meth:`let_readers_in`)."""
+        fd = None if self.path in getattr(_HELD, "paths", set()) else self._open(self.readers)
+        if fd is None:
+            yield
+            return
+        try:
+            self._take(fd, fcntl.LOCK_SH, timeout_s)  # only a writer's check excludes it, briefly
+            yield
+        finally:
+            os.close(fd)
+
+    def let_readers_in(self, cap_s: float) -> None:
+        """Between two transactions of one writer (holding no lock): wait until no reader is
+        waiting for the file (an exclusive flock on the reader lock is free: every waiting reader
+        has opened it), for at most ``cap_s``, so a long import lets the readers in between its
+        transactions instead of racing them for the file. The readers then read while the writer
+        waits for the file as any writer does; the cap keeps arriving readers from starving it."""
+        fd = self._open(self.readers)
+        if fd is not None:
+            try:
+                if self._take(fd, fcntl.LOCK_EX, cap_s):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
     def pass_reader(self, timeout_s: float) -> None:
         if self.path in getattr(_HELD, "paths", set()):
             return
@@ -181,7 +222,10 @@ class Database:
         delay = 0.01
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                # DuckDB draws a progress bar on stdout for a query past 2 s: it broke `--json`
+                con.execute("SET enable_progress_bar = false")
+                return con
             except (duckdb.IOException, duckdb.ConnectionException) as e:
                 if not _is_lock_error(e) or time.monotonic() >= deadline:
                     if _is_lock_error(e):
@@ -229,14 +273,20 @@ class Database:
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection, closed afterwards so a writer can get the file."""
         if not self.path.exists():
-            raise DatabaseError(f"{self.path}: no such database (run `kvplan demo --load-only` "
-                                "or `kvplan import-metrics` first)")
-        self._turnstile.pass_reader(self.lock_timeout_s)
-        con = self._connect(read_only=True)
+            raise DatabaseError(f"{self.path}: no such database (check --db / KVPLAN_DB; a reader never creates "
+                                "one: `kvplan migrate`, `kvplan import-metrics` or `kvplan demo --load-only` do)")
+        with self._turnstile.connecting(self.lock_timeout_s):
+            self._turnstile.pass_reader(self.lock_timeout_s)
+            con = self._connect(read_only=True)
         try:
             yield con
         finally:
             con.close()
+
+    def let_readers_in(self) -> None:
+        """For a writer between two of its transactions (outside any batch): the readers that
+        wait for the file read first (at most ``lock_timeout_s / 4``; see ``_Turnstile``)."""
+        self._turnstile.let_readers_in(self.lock_timeout_s / 4)
 
     # -- schema ------------------------------------------------------------------------
     def migrate(self) -> list[str]:
@@ -254,6 +304,10 @@ class Database:
                         "version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
                         "applied_at TIMESTAMP NOT NULL DEFAULT current_timestamp)")
             done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
+            newest = max(done, default=0)
+            if newest > code_version():
+                raise DatabaseError(f"{self.path}: written by a newer kvplan (schema {newest}; this kvplan "
+                                    f"knows up to {code_version()}); upgrade kvplan to use this file")
             for version, name, sql in migrations():
                 if version in done:
                     continue
@@ -290,6 +344,30 @@ class Database:
             except Exception as e:
                 con.execute("ROLLBACK")
                 raise DatabaseError(f"{self.path}: macros {file} failed: {e}") from e
+
+    def require_current(self) -> None:
+        """For a reader, without writing: the file exists and holds this kvplan's schema and
+        rule (every migration and macro file applied). Otherwise a ``DatabaseError`` that says
+        what to run: ``kvplan migrate`` for a file not yet migrated, a newer kvplan for a file
+        a newer one wrote. Readers never migrate (that takes the writer lock)."""
+        with self.read() as con:
+            tables = {r[0] for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+            done = ({r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
+                    if "schema_migrations" in tables else set())
+            rules = (dict(con.execute("SELECT file, sha256 FROM schema_macros").fetchall())
+                     if "schema_macros" in tables else {})
+        migrate = f"run `kvplan migrate --db {self.path}` (or any command that writes to it, e.g. import-metrics)"
+        if not done:
+            raise DatabaseError(f"{self.path}: not a kvplan database, or not migrated yet: {migrate}")
+        if max(done) > code_version():
+            raise DatabaseError(f"{self.path}: written by a newer kvplan (schema {max(done)}; this kvplan knows "
+                                f"up to {code_version()}): upgrade kvplan to read it")
+        missing = [name for version, name, _ in migrations() if version not in done]
+        stale = [file for file, digest, _ in macros() if rules.get(file) != digest]
+        if missing or stale:
+            what = ", ".join(missing + [f"macros/{f}" for f in stale])
+            raise DatabaseError(f"{self.path}: not migrated to this kvplan's schema ({what} not applied): {migrate}")
 
     def schema_version(self) -> int:
         with self.read() as con:

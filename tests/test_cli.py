@@ -170,3 +170,73 @@ def test_plan_with_saved_facts_beyond_a_bound_exits_2_naming_them(tmp_path):
     assert r.exit_code == 2, r.output
     assert "deployment facts saved for 'p'" in r.output and "total_model_params" in r.output
     assert "Traceback" not in r.output and "OverflowError" not in r.output
+
+
+READERS = [["stats", "--deployment", "d", "--from", "2026-11-30T10:00:00Z", "--to", "2026-11-30T11:00:00Z"],
+           ["plan", "--deployment", "d", "--from", "2026-11-30T10:00:00Z", "--to", "2026-11-30T11:00:00Z"],
+           ["report", "--deployment", "d", "--month", "2026-11", "-o", "r.html"],
+           ["whatif", "--deployment", "d"]]
+
+
+@pytest.mark.parametrize("cmd", READERS, ids=lambda c: c[0])
+def test_a_reader_refuses_a_database_that_does_not_exist_and_creates_none(tmp_path, cmd):
+    """Issue 27 case 18: a mistyped --db used to be created (and migrated) by every command."""
+    path = tmp_path / "typo.duckdb"
+    r = runner.invoke(app, [*cmd, "--db", str(path)])
+    assert r.exit_code == 2, r.output
+    assert "no such database" in r.output and "typo.duckdb" in r.output and "Traceback" not in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def _schema_rows(path):
+    import duckdb
+
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return (con.execute("SELECT version, name FROM schema_migrations ORDER BY 1").fetchall(),
+                con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_macros'").fetchone())
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("cmd", READERS, ids=lambda c: c[0])
+def test_a_reader_never_migrates_and_says_what_to_run(tmp_path, cmd):
+    """A database migrated by an older kvplan (here: the migrations as of 013, before the macro
+    file; see tests/test_increase_rule.py) is read by no reader: each names `kvplan migrate`
+    with the file, and leaves the file as it was. `kvplan migrate` then brings it up to date."""
+    from tests.test_increase_rule import _migrate_as_of_013
+
+    path = tmp_path / "old.duckdb"
+    _migrate_as_of_013(path)
+    before = _schema_rows(path)
+    r = runner.invoke(app, [*cmd, "--db", str(path)])
+    assert r.exit_code == 2, r.output
+    out = " ".join(r.output.split())
+    assert f"run `kvplan migrate --db {path}`" in out and "macros/increase.sql not applied" in out, out
+    assert _schema_rows(path) == before
+    r = runner.invoke(app, ["migrate", "--db", str(path)])
+    assert r.exit_code == 0 and "nothing to apply" in r.output, r.output
+    assert _schema_rows(path) != before
+    r = runner.invoke(app, [*cmd, "--db", str(path)])
+    out = " ".join(r.output.split())
+    assert "kvplan migrate" not in out and ("no deployment 'd'" in out or "'d' has no trace" in out), out
+
+
+def test_a_database_of_a_newer_kvplan_is_refused_by_readers_and_writers(tmp_path):
+    import duckdb
+
+    from kvplan.sql.db import code_version
+
+    path = tmp_path / "new.duckdb"
+    r = runner.invoke(app, ["migrate", "--db", str(path)])
+    assert r.exit_code == 0, r.output
+    con = duckdb.connect(str(path))
+    con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, 'from_the_future')", [code_version() + 1])
+    con.close()
+    a = write(tmp_path, "v.prom", hits=0, queries=0, ttft=[0, 0, 0])
+    for cmd in (READERS[0], ["import-metrics", "--deployment", "d", "--at", "2026-11-30T10:00:00Z", str(a)],
+                ["migrate"]):
+        r = runner.invoke(app, [*cmd, "--db", str(path)])
+        out = " ".join(r.output.split())
+        assert r.exit_code == 2 and f"written by a newer kvplan (schema {code_version() + 1};" in out, out
+        assert "upgrade kvplan" in out

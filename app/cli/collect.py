@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from ...models.core.errors import KvplanError
-from .common import ConfigOpt, DbOpt, err, fail, open_db, out, parse_time, settings
+from .common import ConfigOpt, DbOpt, err, fail, open_writer, out, parse_time, settings
 
 
 def _logging(verbose: bool = False) -> None:
@@ -74,7 +74,7 @@ def ingest(
              "--selector, so kvplan never ingests every series of a shared Prometheus by accident")
     if not s.prometheus.url:
         fail("no Prometheus URL: set prometheus.url in the config or KVPLAN_PROMETHEUS__URL")
-    database = open_db(s)
+    database = open_writer(s)
     with Progress(TextColumn(f"ingest {deployment}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rows]} rows"), TimeRemainingColumn(), console=err,
                   transient=True) as bar:
@@ -127,7 +127,7 @@ def collect(
     if daemon and nightly:
         fail("--daemon already runs the nightly job; pass one of --daemon, --nightly")
     s = settings(config, db)
-    database = open_db(s)
+    database = open_writer(s)
     if daemon:
         _logging(verbose)
         run_daemon(s, database, jobs=jobs)

@@ -106,8 +106,17 @@ def settings(config: Path | None, db: Path | None) -> Settings:
     return load_settings(config, db=db)
 
 
-def open_db(s: Settings, migrate: bool = True) -> Database:
+def open_writer(s: Settings) -> Database:
+    """The database for a command that writes: created if missing, migrated under the writer lock."""
     db = Database(s.db, lock_timeout_s=s.lock_timeout_s)
-    if migrate:
-        db.migrate()
+    db.migrate()
+    return db
+
+
+def open_reader(s: Settings) -> Database:
+    """The database for a command that only reads: it must exist (a mistyped --db is refused, never
+    created) and hold this kvplan's schema; it is opened read-only and never migrated, so a reader
+    never waits for, or holds, the writer lock (a long import does not stop it)."""
+    db = Database(s.db, lock_timeout_s=s.lock_timeout_s)
+    db.require_current()
     return db

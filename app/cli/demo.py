@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from .common import ConfigOpt, DbOpt, err, open_db, out, settings
+from .common import ConfigOpt, DbOpt, err, open_writer, out, settings
 
 
 def demo(
@@ -27,7 +27,7 @@ def demo(
     from .dashboard import dashboard
 
     s = settings(config, db)
-    database = open_db(s)
+    database = open_writer(s)
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("loading demo scrapes", total=None)
         res = load_demo(database, dataset or DEMO_FILE,
@@ -35,6 +35,11 @@ def demo(
     out.print(f"demo deployment {res['deployment']!r} in {s.db}: {res['scrapes']} scrapes stored, "
               f"{res['duplicates']} already there, {res['failures']} failed scrapes (gaps), {res['runs']} runs, "
               f"{res.get('lookups', 0)} LMCache lookups (the What-if page's trace)")
+    if "request_log_requests" in res:
+        from ...collectors.demo import PROMPTS_DEPLOYMENT
+
+        out.print(f"recorded request logs: {res['request_log_requests']} request(s) hashed into the trace 'requests' "
+                  f"of {PROMPTS_DEPLOYMENT!r} (vLLM only, no LMCache); the Prompts page reads the logs themselves")
     out.print(f"[dim]{res['header']['note']}[/dim]")
     if not load_only:
         dashboard(db=Path(s.db), config=config, port=port, headless=headless)

@@ -1,4 +1,4 @@
-"""``kvplan import-metrics``, ``scrape`` and ``stats``: metrics into DuckDB, numbers out."""
+"""``kvplan import-metrics``, ``scrape`` and ``stats``: metrics into DuckDB, numbers out; ``migrate``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,19 @@ from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.metrics.catalog import KINDS
 from ..data.store import require_deployment
-from .common import ConfigOpt, DbOpt, err, open_db, out, parse_time, parse_window, settings
+from .common import ConfigOpt, DbOpt, err, open_reader, open_writer, out, parse_time, parse_window, settings
+
+
+def migrate(db: DbOpt = None, config: ConfigOpt = None) -> None:
+    """Create the database, or bring it to this kvplan's schema and increase rule (what every
+    command that writes does first; the commands that only read never do, and ask for this)."""
+    from ...sql.db import Database, code_version
+
+    s = settings(config, db)
+    database = Database(s.db, lock_timeout_s=s.lock_timeout_s)
+    applied = database.migrate()
+    done = f"applied {', '.join(applied)}" if applied else "nothing to apply"
+    out.print(f"{database.path}: schema {code_version()} ({done}); increase rule current", highlight=False)
 
 
 def import_metrics(
@@ -33,7 +45,7 @@ def import_metrics(
 
     ts = parse_time(at, "--at") if at else None
     s = settings(config, db)
-    database = open_db(s)
+    database = open_writer(s)
     results = import_files(database, deployment, [(f, ts, target) for f in files], kind=kind,
                            max_bytes=s.scrape_max_bytes)
     for f, r in zip(files, results, strict=True):
@@ -57,7 +69,7 @@ def scrape(
         except ValueError as e:
             raise KvplanError(str(e), source="url") from None
     s = settings(config, db)
-    database = open_db(s)
+    database = open_writer(s)
     failed = 0
     for url in urls:
         r = scrape_target(database, deployment, Target(default_target_name(url), url),
@@ -86,7 +98,7 @@ def stats(
     from ..data.window import stats as window
 
     t0, t1 = parse_window(from_, to)
-    database = open_db(settings(config, db))
+    database = open_reader(settings(config, db))
     require_deployment(database, deployment)
     st = window(database, deployment, t0, t1, model_name)
     d = st.to_dict()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..data.store import deployment_settings, require_deployment
-from .common import ConfigOpt, DbOpt, err, json_text, open_db, out, parse_window, settings
+from .common import ConfigOpt, DbOpt, err, json_text, open_reader, out, parse_window, settings
 
 if TYPE_CHECKING:
     from ...models.cache.alternatives import TopologyFinding
@@ -41,7 +41,7 @@ def plan_command(
     t0, t1 = parse_window(from_, to)
     s = settings(config, db)
     cfg = deployment_settings(s, deployment)
-    with open_db(s).snapshot() as src:
+    with open_reader(s).snapshot() as src:
         require_deployment(src, deployment)
         history = load_history(src, deployment, t1, t_from=t0, model_name=model_name, cfg=cfg)
         finding = _topology_finding(src, deployment, model_name, t0, t1, history) if topology else None

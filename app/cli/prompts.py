@@ -11,7 +11,7 @@ from typing import IO, Annotated, Any
 import typer
 
 from ...models.core.errors import KvplanError
-from .common import ConfigOpt, DbOpt, err, json_text, open_db, out, settings
+from .common import ConfigOpt, DbOpt, err, json_text, open_reader, out, settings
 
 
 def prompts_check(
@@ -44,7 +44,7 @@ def prompts_check(
     from ..views.prompts import prompts_check as run
 
     s = settings(config, db)
-    database = open_db(s) if deployment is not None else None
+    database = open_reader(s) if deployment is not None else None
     fh: IO[str] | None = None
     if per_request is not None:
         try:

@@ -10,7 +10,18 @@ import typer
 
 from ...models.core.errors import KvplanError
 from ..data.store import deployment_settings
-from .common import SEED_MAX, ConfigOpt, DbOpt, json_text, open_db, out, parse_window, positive, settings
+from .common import (
+    SEED_MAX,
+    ConfigOpt,
+    DbOpt,
+    json_text,
+    open_reader,
+    open_writer,
+    out,
+    parse_window,
+    positive,
+    settings,
+)
 
 if TYPE_CHECKING:
     from ..views.whatif import WhatIf
@@ -23,25 +34,38 @@ MAX_GB = 1e6
 
 def import_trace(
     deployment: Annotated[str, typer.Option(help="Deployment the trace belongs to.")],
-    paths: Annotated[list[Path], typer.Argument(help="Trace files, or an LMCache --lookup-hash-log-dir.")],
-    trace: Annotated[str | None, typer.Option(help="Trace name (default: 'lmcache' for lookup-hash logs, the "
-                                                   "file name for Mooncake).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="auto, lmcache or mooncake.")] = "auto",
+    paths: Annotated[list[Path], typer.Argument(help="Trace files, an LMCache --lookup-hash-log-dir, or request "
+                                                     "logs (chat / completions / Batch API bodies).")],
+    trace: Annotated[str | None, typer.Option(help="Trace name (default: 'lmcache' for lookup-hash logs, "
+                                                   "'requests' for request logs, the file name for Mooncake).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="auto, lmcache, mooncake or requests.")] = "auto",
     bytes_per_chunk: Annotated[int | None, typer.Option(min=1, max=2**40,
                                                    help="KV bytes of one chunk (default: from shapes/dtypes).")] = None,
     instance: Annotated[str | None, typer.Option(help="The cache instance (LMCache server) these logs come from "
                                                       "(default: each log's directory name).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(
+        help="Request logs: the model's tokenizer, a local directory or a model id in the local Hugging Face "
+             "cache (never downloaded).")] = None,
+    chat_template: Annotated[Path | None, typer.Option(
+        help="Request logs: the chat template the servers use (vLLM's --chat-template); default the "
+             "tokenizer's.")] = None,
+    chunk_size: Annotated[int | None, typer.Option(
+        min=1, max=1_000_000,
+        help="Request logs: tokens per hashed chunk (default 256, LMCache's; the engine's block_size for "
+             "vLLM's cache).")] = None,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Import request traces with prefix-chunk hashes (LMCache lookup-hash logs, Mooncake
-    format). Every file is validated first; re-importing is a no-op; a log that has grown is
-    imported from where the last import stopped. The logs of several LMCache servers (one
-    directory each, or a directory of them) import as one trace, told apart by instance."""
+    format) or request logs (rendered and tokenized as vLLM does, hashed: only hashes, lengths,
+    times and the instance are stored, never prompt text). Every file is validated first;
+    re-importing is a no-op; a log that has grown is imported from where the last import
+    stopped. The logs of several LMCache servers (one directory each, or a directory of them)
+    import as one trace, told apart by instance."""
     from ...collectors.traces.ingest import import_trace as do_import
 
-    database = open_db(settings(config, db))
+    database = open_writer(settings(config, db))
     r = do_import(database, deployment, paths, name=trace, fmt=fmt, bytes_per_chunk=bytes_per_chunk,
-                  instance=instance)
+                  instance=instance, tokenizer=tokenizer, chat_template=chat_template, chunk_size=chunk_size)
     for f in r.files:
         tail = " (an incomplete last line is left for the next import)" if f.partial_tail else ""
         out.print(f"{f.instance}/{f.file}: {f.status}, {f.requests} request(s){tail}")
@@ -89,7 +113,7 @@ def whatif_command(
         raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")
     t0, t1 = parse_window(from_, to) if from_ is not None and to is not None else (None, None)
     s = settings(config, db)
-    with open_db(s).snapshot() as src:
+    with open_reader(s).snapshot() as src:
         d = run(src, deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
                 configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
                 seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ...models.core.errors import KvplanError
-from .common import SEED_MAX, ConfigOpt, DbOpt, err, open_db, out, positive, settings
+from .common import SEED_MAX, ConfigOpt, DbOpt, err, open_writer, out, positive, settings
 
 
 def pilot(
@@ -89,7 +89,7 @@ def pilot(
         raise KvplanError("a measured A/B side needs both --reuse off|on and --ab-pair NAME",
                           source="--reuse" if reuse is None else "--ab-pair")
     s = settings(config, db)
-    database = open_db(s)
+    database = open_writer(s)
     w = wl.Workload(scenario=scenario, users=users, turns=turns, output_tokens=output_tokens,
                     prefix_chars=prefix_chars, tail_chars=tail_chars, routing=routing, seed=seed,
                     max_requests=max_requests, max_seconds=max_seconds)
@@ -147,7 +147,7 @@ def _sweep(*, deployment: str, model_name: str, off_url: str | None, on_url: str
                      output_tokens=output_tokens, seed=seed, requests_per_level=requests_per_level,
                      level_seconds=level_seconds)
     s = settings(config, db)
-    database = open_db(s)
+    database = open_writer(s)
     if ttft_slo is None:
         ttft_slo = load_pricebook(database, deployment, s.prices).planning.ttft_p99_slo_seconds
     unit = "users" if kind == "concurrency" else "req/s"

@@ -14,6 +14,7 @@ import streamlit as st
 from kvplan.app import state
 from kvplan.app.report import fmt
 from kvplan.app.views.prompts import prompts_check
+from kvplan.collectors.demo import demo_prompts
 from kvplan.models.core.errors import KvplanError
 
 st.title("Prompts: cacheability of a request log")
@@ -23,7 +24,14 @@ st.caption("OpenAI chat / completions request bodies or Batch API input, one JSO
 
 db_path = Path(state.settings().db)  # the check needs no database; a deployment adds its settings and prices
 deps = [d["deployment"] for d in state.deployments(str(db_path))] if db_path.exists() else []
+try:  # the demo's request logs, recorded on the CPU stack with what vLLM reported for each
+    demo: dict | None = demo_prompts()
+except KvplanError:
+    demo = None
+demo_runs = {r["name"]: r for r in demo["runs"]} if demo else {}
 with st.form("prompts_check"):
+    pick = st.selectbox("A recorded demo log (its tokenizer, template and engine settings come with it)",
+                        ["(none)"] + list(demo_runs), key="prompts_demo") if demo_runs else "(none)"
     up = st.file_uploader("Request log", type=["jsonl", "gz", "json"], key="prompts_upload")
     path = st.text_input("... or a file on the dashboard's machine", key="prompts_path")
     c = st.columns(2)
@@ -42,6 +50,11 @@ with st.form("prompts_check"):
 if go:
     tmp = None
     try:
+        run = demo_runs.get(pick)
+        if run is not None and demo is not None:
+            up, path, tokenizer, template = None, str(run["file"]), str(demo["tokenizer"]), str(demo["chat_template"])
+            bs, gb = run["block_size"], run["gpu_blocks"] or 0
+        st.session_state["prompts_demo_run"] = run
         if up is not None:
             fd, tmp = tempfile.mkstemp(suffix=".jsonl.gz" if up.name.endswith(".gz") else ".jsonl")
             with os.fdopen(fd, "wb") as fh:
@@ -79,6 +92,10 @@ if d:
                 (f"${p['extra_usd_per_1m_prompt_tokens_if_fixed']:,.4f} per 1M tokens"
                  if p["extra_usd_per_1m_prompt_tokens_if_fixed"] is not None else "-"), help=p["source"])
     st.caption(f"Priced with: {p['source']}")
+    run = st.session_state.get("prompts_demo_run")
+    if run is not None and demo is not None and run["measured_hit_rate"] is not None:
+        st.info(f"Recorded demo log {run['name']!r}: vLLM measured {fmt.pct(run['measured_hit_rate'])} "
+                f"(its /metrics prefix-cache hits / queries) on these {run['requests']} requests. {demo['label']}.")
     st.subheader("Why the missed tokens missed")
     st.dataframe(pd.DataFrame([{"cause": k, "tokens": v} for k, v in d["missed_by_cause"].items()]), hide_index=True)
     st.subheader("Cache-busters")

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...models.inputs.settings_checks import PER_ENGINE_LABELS as PER_ENGINE_LABELS  # (importers take it from here)
-from ...models.metrics.catalog import FAMILIES, RUNNING
+from ...models.metrics.catalog import ENGINE_COUNTS, FAMILIES, RUNNING
 
 LEVEL = "deployment_model"
 RULE_STEP_S = 60
@@ -157,10 +157,10 @@ def queries(w: Window, *, selector: str = "", without: tuple[str, ...] = PER_ENG
                 out.append(Query(f"{LEVEL}:{part}:increase{step}",
                                  increase_expr(sample, w, selector=selector, without=without), sample, fam, typ, kind))
         if kind in ENGINE_GAUGES:
-            what = "servers" if kind.startswith("lmcache") else "engines"
-            name = f"{kind}_{what}"
+            family = ENGINE_COUNTS[kind]  # kvplan:vllm_engines, ... (the catalog spells them for sql/ too)
+            name = family.removeprefix("kvplan:")
             out.append(Query(f"{LEVEL}:{name}:count{step}", engines_expr(kind, w, selector=selector, without=without),
-                             f"kvplan:{name}", f"kvplan:{name}", "gauge", kind))
+                             family, family, "gauge", kind))
     return out
 
 

@@ -38,6 +38,7 @@ from .payload import Payload, PayloadError
 from .store import (
     ConflictError,
     StoreResult,
+    check_payload,
     insert_payload,
     payload_sha256,
     store_failure,
@@ -269,22 +270,49 @@ def resolve_imports(items: list[tuple[Path, datetime | None, str | None]]) -> li
     return [(path, ts, target or name) for path, ts, target, name in out]
 
 
+IMPORT_TRANSACTION_S = 0.5
+"""How long one transaction of a batch import writes before it commits and lets readers in."""
+
+
 def import_files(db: Database, deployment: str, items: list[tuple[Path, datetime | None, str | None]],
                  kind: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> list[StoreResult]:
     """Import saved payloads ``(path, time or None, target or None)`` (see
     :func:`resolve_imports`), all or nothing: every file is read and validated first (one bad
-    file stores nothing), then all are written in ONE transaction, so a conflict on any file
-    (another payload already stored for its target and time) stores nothing either."""
+    file stores nothing), and checked against what is stored (another payload already stored
+    for its target and time: a conflict stores nothing either). Then they are written in
+    transactions of about ``IMPORT_TRANSACTION_S`` each, closing the file between them and
+    letting waiting readers in (``Database.let_readers_in``): an import of hundreds of files
+    never keeps a reader (``kvplan stats``, the dashboard) out for longer than one of them.
+    Only a conflicting payload another process stores for the same target and time while the
+    import runs can stop it half-way; the error says so, and importing the same files again
+    then stores the rest (a file already stored is a no-op)."""
     parsed = [(path, at, target, *read_payload(path, kind, at, max_bytes))
               for path, at, target in resolve_imports(items)]
-    results = []
+    results: list[StoreResult] = []
+    committed = 0
+    if db.path.exists():
+        try:
+            with db.read() as con:
+                for _path, at, target, text, payload in parsed:
+                    check_payload(con, deployment=deployment, target=target, ts=at, sha256=payload_sha256(text),
+                                  source=payload.source)
+        except ConflictError as e:
+            raise ConflictError(f"{e}; nothing from this batch of {len(parsed)} file(s) was stored") from None
     try:
-        with db.batch() as con, Database.transaction(con):
-            for _path, at, target, text, payload in parsed:
-                results.append(insert_payload(con, deployment=deployment, target=target, ts=at,
-                                              payload=payload, sha256=payload_sha256(text), source="import"))
+        while len(results) < len(parsed):
+            with db.batch() as con, Database.transaction(con):
+                start = time.monotonic()
+                for _path, at, target, text, payload in parsed[len(results):]:
+                    results.append(insert_payload(con, deployment=deployment, target=target, ts=at,
+                                                  payload=payload, sha256=payload_sha256(text), source="import"))
+                    if time.monotonic() - start > IMPORT_TRANSACTION_S:
+                        break
+            committed = len(results)
+            db.let_readers_in()
     except ConflictError as e:
-        raise ConflictError(f"{e}; nothing from this batch of {len(parsed)} file(s) was stored") from None
+        raise ConflictError(f"{e}; another writer stored it while this import ran: {committed} of the "
+                            f"{len(parsed)} file(s) were stored before it, the rest not (import the same files "
+                            "again to store the rest: stored files are skipped)") from None
     return results
 
 

