@@ -38,7 +38,7 @@ NAMES = [
     c.total_name(c.EXTERNAL_QUERIES), c.sum_name(c.INFERENCE_TIME), c.total_name(c.GENERATION_TOKENS),
     c.bucket_name(c.ITERATION_TOKENS), c.total_name(c.LM_L1_WRITE_CHUNKS), c.sum_name(c.LM_LOOKUP_DURATION),
     c.count_name(c.LM_LOOKUP_DURATION), c.total_name(c.PREFIX_HITS), c.total_name(c.GPU_PREFIX_HITS),
-    c.total_name(c.EXTERNAL_HITS), c.total_name(c.LM_INPROC_HIT),
+    c.total_name(c.EXTERNAL_HITS), c.total_name(c.LM_INPROC_HIT), c.total_name(c.PROMPT_TOKENS),
 ]
 """Sample names the prefill cost model reads."""
 

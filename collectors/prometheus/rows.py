@@ -144,6 +144,9 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
             t, v = st, sv
             times = scraped[tname]
             k = int(np.searchsorted(times, t[0])) - 1 if t.size else -1
+            first_created = _created_at(created.get(key), t[:1])[0] if t.size else np.nan
+            if k >= 0 and np.isfinite(first_created) and first_created < times[k]:
+                k = -1  # its _created says it existed at that scrape: missing from it, not born after it
             if k >= 0:  # born after the target's scrape at times[k]
                 t, v = np.concatenate([times[k:k + 1], t]), np.concatenate([[0.0], v])
             cr = _created_at(created.get(key), t)

@@ -138,6 +138,34 @@ def cached_tokens(rows: list[Any]) -> tuple[float | None, str]:
     return (total, "; ".join(sorted(how))) if found else (None, "")
 
 
+CACHED_RULE_NAMES = tuple(sorted({c.total_name(f) for key in ("cached_tokens", "prefix_hits", "external_hits",
+                                                                  "prompt_tokens")
+                                   for f in c.QUANTITIES[key].families} | {c.total_name(c.PROMPT_BY_SOURCE)}))
+"""Sample names ``cached_rule`` reads (every spelling), and the prompt tokens it is checked against."""
+
+
+def cached_per_stretch(intervals: Iterable[list[Any]]) -> tuple[float | None, str]:
+    """``cached_tokens`` with the rule chosen per target AND per stretch of its life: ``intervals``
+    are the increases of one target over one scrape interval each (the ``CACHED_RULE_NAMES``).
+    A target upgraded mid-window (vLLM 0.15, no ``prompt_tokens_cached``, to 0.16) counts its
+    hits before the upgrade and its counter after it, never the counter alone; unknown (None)
+    as soon as one interval with prompt tokens gives no way to tell its cached ones. (A restart's
+    pairs to a series' zero point end at that series' own _created, so an interval can hold one
+    series alone: one without prompt tokens needs no cached ones.)"""
+    total, how, found = 0.0, set(), False
+    for rows in intervals:
+        rows, _ = resolve(rows)
+        v, where = _target_cached(rows)
+        if v is None:
+            if (_total(rows, c.total_name(c.PROMPT_TOKENS)) or 0.0) > 0:
+                return None, ""
+            continue
+        found = True
+        total += v
+        how.add(where)
+    return (total, "; ".join(sorted(how))) if found else (None, "")
+
+
 def _target_cached(rows: list[Any]) -> tuple[float | None, str]:
     by_source = [r for r in rows if r.name == c.total_name(c.PROMPT_BY_SOURCE)]
     keep = ("local_cache_hit", "external_kv_transfer")
