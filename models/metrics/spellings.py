@@ -140,8 +140,10 @@ def cached_tokens(rows: list[Any]) -> tuple[float | None, str]:
 
 CACHED_RULE_NAMES = tuple(sorted({c.total_name(f) for key in ("cached_tokens", "prefix_hits", "external_hits",
                                                                   "prompt_tokens")
-                                   for f in c.QUANTITIES[key].families} | {c.total_name(c.PROMPT_BY_SOURCE)}))
-"""Sample names ``cached_rule`` reads (every spelling), and the prompt tokens it is checked against."""
+                                   for f in c.QUANTITIES[key].families}
+                                  | {c.total_name(c.PROMPT_BY_SOURCE), c.total_name(c.LM_INPROC_HIT)}))
+"""Sample names ``cached_rule`` reads (every spelling, and the tokens LMCache in-process loaded),
+and the prompt tokens it is checked against."""
 
 
 def cached_per_stretch(intervals: Iterable[list[Any]]) -> tuple[float | None, str]:
