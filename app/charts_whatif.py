@@ -107,7 +107,7 @@ def ttft_capacity_chart(d: WhatIf) -> Layered:
     df = pd.DataFrame(rows, columns=["capacity", "set-up", "ttft_p99_s", "ttft_mean_s", "hit_rate"])
     x = alt.X("capacity:Q", title=title + " (total)", scale=alt.Scale(type="log"))
     lines = (alt.Chart(df).mark_line(point=True)
-             .encode(x=x, y=alt.Y("ttft_p99_s:Q", title="TTFT p99, predicted (s)"),
+             .encode(x=x, y=alt.Y("ttft_p99_s:Q", title="TTFT p99, predicted, calibrated on today (s)"),
                      color=alt.Color("set-up:N", legend=LEGEND),
                      tooltip=["set-up:N", alt.Tooltip("capacity:Q", format=",.3f"),
                               alt.Tooltip("ttft_p99_s:Q", format=".3f"), alt.Tooltip("ttft_mean_s:Q", format=".3f"),
@@ -127,14 +127,18 @@ def ttft_capacity_chart(d: WhatIf) -> Layered:
 
 
 def today_chart(d: WhatIf) -> alt.Chart:
-    """Today measured, today predicted, one shared pool predicted: TTFT mean and p99."""
+    """Today measured, today predicted, one shared pool predicted (raw and calibrated on today):
+    TTFT mean and p99."""
     tw = d.topology
     assert tw is not None, "the TTFT chart needs the what-if's topology half"
     t, pool = tw.today, tw.shared
     rows = []
     for what, mean, p99 in (("today, measured", t.ttft_mean_s_measured, t.ttft_p99_s_measured),
                             ("today, predicted", t.ttft_mean_s_predicted, t.ttft_p99_s_predicted),
-                            ("one shared pool, predicted", pool and pool.ttft_mean_s, pool and pool.ttft_p99_s)):
+                            ("one shared pool, predicted raw", pool and pool.ttft_mean_s_raw,
+                             pool and pool.ttft_p99_s_raw),
+                            ("one shared pool, calibrated on today", pool and pool.ttft_mean_s,
+                             pool and pool.ttft_p99_s)):
         rows += [{"what": what, "statistic": "mean", "s": mean}, {"what": what, "statistic": "p99", "s": p99}]
     df = pd.DataFrame([r for r in rows if r["s"] is not None], columns=["what", "statistic", "s"])
     return (alt.Chart(df, title="TTFT: today (measured, predicted) against one shared pool (predicted)")

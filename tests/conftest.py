@@ -39,6 +39,7 @@ def _isolated_env(monkeypatch, tmp_path):
 
 SLOW_MODULES = {
     "test_app_pages.py": "every page through Streamlit's AppTest",
+    "test_one_number.py": "stats, plan, Overview and the report on every recorded case and engine fixture",
     "test_app_recorded.py": "pages through AppTest on each recorded case",
     "test_whatif_app.py": "the What-if page through AppTest",
     "test_relabel.py": "the demo dataset through the Runs page",
@@ -120,3 +121,14 @@ def topology_ab(tmp_path_factory):
     d = tmp_path_factory.mktemp("topology-ab")
     dbs = {s: load_side(d / f"{s}.duckdb", FIX / s) for s in SIDES}
     return dbs, {s: meta(FIX / s) for s in SIDES}
+
+
+@pytest.fixture(scope="session")
+def topology_ab_3c(tmp_path_factory):
+    """Both sides of the second recorded topology A/B (``tests/fixtures/topology-ab-3c``: a
+    concurrent phase of 3 clients, each engine pinned to its own core), as ``topology_ab``."""
+    from tests.topology_ab import FIX_3C, SIDES, load_side, meta
+
+    d = tmp_path_factory.mktemp("topology-ab-3c")
+    dbs = {s: load_side(d / f"{s}.duckdb", FIX_3C / s) for s in SIDES}
+    return dbs, {s: meta(FIX_3C / s) for s in SIDES}

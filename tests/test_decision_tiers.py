@@ -246,3 +246,54 @@ def test_too_few_requests_never_round_up_to_the_bound():
 ])
 def test_durations_round_down(seconds, text):
     assert duration(seconds) == text
+
+
+# ---- 6. one number per question: a window with no hits (issue 27) ------------------------------
+def _unique_sessions(lmcache: bool):
+    """Two hours of unique sessions: 1,000 requests of 2,000 tokens an hour, nothing cached; the
+    cost model cannot be identified (every request alike). With LMCache: it stored 1e6 tokens an
+    hour and vLLM timed 18 s of lookups an hour."""
+    extra = dict(stored_tokens=1e6, lookup_seconds=18.0, lookups=1000) if lmcache else {}
+    rows = [Interval(h * 3600.0, (h + 1) * 3600.0, requests=1000, prefill_seconds=50.0, computed_tokens=2e6,
+                     prompt_tokens=2e6, cached_tokens=0.0, external_tokens=0.0, engines=1, targets=("v",),
+                     **extra) for h in range(2)]
+    bad = PrefillCostModel("unidentified", (), "h", reason="all requests alike", fix="run kvplan pilot")
+    return measurement_from_window(PricedWindow.from_intervals(rows, t_from=0.0, t_to=7200.0), bad,
+                                   lmcache=lmcache)
+
+
+def test_a_window_without_hits_is_not_worth_it_with_zero_saved_on_every_field():
+    # before: decision NEED_DATA ("no estimate of prefill cost per token") with
+    # saved_prefill_gpu_hours null, next to a headline "vLLM prefix cache: NOT_WORTH_IT (0.00 GPU-h/month)"
+    d = json.loads(json.dumps(plan(PlanInputs(_unique_sessions(False), PB)).to_dict(), allow_nan=False))
+    assert d["hit_rate"] == 0.0
+    for key in ("saved_prefill_gpu_hours", "saved_prefill_gpu_hours_low", "saved_prefill_gpu_hours_high",
+                "saved_prefill_gpu_seconds"):
+        assert d[key] == 0.0 and str(d[key]) == "0.0", key  # 0, not null, not -0.0
+    assert d["saved_by_tier"]["device"] == {"value": 0.0, "low": 0.0, "high": 0.0}
+    assert d["decision"] == "NOT_WORTH_IT"
+    assert d["decision_by_tier"]["device"]["kind"] == "NOT_WORTH_IT"
+    assert d["decision_by_tier"]["device"]["gpu_hours_per_month"] == 0.0
+    assert d["decision_by_tier"]["lmcache"]["kind"] is None
+    assert d["headline"].startswith("vLLM prefix cache: NOT_WORTH_IT (free; 0.00 GPU-h/month)")
+    assert d["reason"].startswith("vLLM prefix cache: No cache hits in this window (2,000 requests): reuse "
+                                  "saved 0 GPU-h/month")
+    assert d["saving_source"] == "no_hits"
+
+
+def test_a_window_without_hits_with_lmcache_is_not_worth_it_and_costs_its_lookups():
+    # 36 s of lookups in 2 h = -36 x 2,630,016 / 7,200 / 3,600 = -3.6528 GPU-h/month on every field
+    d = json.loads(json.dumps(plan(PlanInputs(_unique_sessions(True), PB)).to_dict(), allow_nan=False))
+    assert d["saved_prefill_gpu_seconds"] == pytest.approx(-36.0)
+    assert d["saved_prefill_gpu_hours"] == pytest.approx(-36 * MONTH_HOURS_PER_2H)
+    assert d["decision_by_tier"]["lmcache"]["gpu_hours_per_month"] == pytest.approx(-36 * MONTH_HOURS_PER_2H)
+    assert d["decision"] == "NOT_WORTH_IT"
+    assert {t["kind"] for t in d["decision_by_tier"].values()} == {"NOT_WORTH_IT"}
+    assert d["reason"].startswith("LMCache: No cache hits in this window") and "3.65 GPU-h/month" in d["reason"]
+
+
+def test_a_short_window_without_hits_still_needs_data():
+    # the data gate stands: 2 h is under a 3 h minimum
+    r = plan(PlanInputs(_unique_sessions(False), PB, PlanningInputs(min_window_seconds=3 * 3600.0)))
+    assert r.decision.kind == "NEED_DATA" and r.decision_by_tier["device"].kind == "NEED_DATA"
+    assert r.saved_prefill_gpu_hours == 0.0

@@ -2,7 +2,11 @@
 
 * ``kvplan whatif --json`` gives exactly the JSON it gave before the what-if became a dataclass
   (the files in tests/fixtures/whatif-golden were written by the dict-returning code, commit
-  5dfa47a, and is compared key by key, floats to 1e-9 relative);
+  5dfa47a, and is compared key by key, floats to 1e-9 relative); the keys the TTFT calibration
+  changed on purpose were regenerated when branch ``ttft`` merged (each set-up's ttft_mean_s /
+  p50 / p99 / p99_as_histogram calibrated, their *_raw equal to 5dfa47a's values, *_interval and
+  ``calibrated`` beside them; today.ttft_calibration; engines_needed.p99_ratio and its rule; the
+  finding's p99s), everything else is still 5dfa47a's;
 * ``kvplan plan``, ``kvplan plan --topology``, ``kvplan whatif`` and ``kvplan report`` each fit
   the deployment's prefill cost model once and read the price book once: counted by wrapping
   ``kvplan.models.prefill.fit.fit_prefill_cost`` (in every module that holds it) and the named

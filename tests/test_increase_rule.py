@@ -43,9 +43,12 @@ def _migrate_as_of_013(path: Path) -> None:
     con.close()
 
 
-def _fill(con: duckdb.DuckDBPyConnection, seed: int) -> None:
+def _fill(con: duckdb.DuckDBPyConnection, seed: int, hostile: bool = True) -> None:
     """Seeded random scrapes of two deployments: values that climb, drop (restart or broken),
-    skip scrapes, appear late without _created, carry insane values and _created times."""
+    skip scrapes, appear late without _created, carry insane values and _created times.
+    ``hostile=False`` leaves out what issue 27 (cases 1-3) changed the rule for: drops under an
+    unchanged _created, older processes answering, late first appearances under an old
+    _created, and restarts whose _created lies before the previous scrape."""
     rnd = random.Random(seed)
     con.execute("INSERT INTO deployments (deployment_id, name) VALUES (1, 'a'), (2, 'b')")
     con.execute("INSERT INTO targets (target_id, deployment_id, name, kind) VALUES "
@@ -68,28 +71,34 @@ def _fill(con: duckdb.DuckDBPyConnection, seed: int) -> None:
                 value = rnd.choice([0.0, 10.0, 5000.0])
                 created: float | None = rnd.choice([None, (T0 - timedelta(hours=1)).timestamp()])
                 start = rnd.choice([0, 0, 0, 5, 12])  # a late first appearance: a birth
+                if not hostile and start:
+                    created = None
+                emitted = False
                 for i, (ts, good) in enumerate(zip(times, ok, strict=True)):
-                    if i < start or (good and rnd.random() < 0.08):  # missing from a scrape: a gap
+                    if i < start or (good and rnd.random() < 0.08  # missing from a scrape: a gap
+                                     and (hostile or emitted or created is None)):
                         continue
                     if not good and rnd.random() > 0.1:
                         continue
                     r = rnd.random()
                     if r < 0.04:  # a restart: new process, new _created (or none)
                         value = rnd.choice([0.0, 3.0])
-                        created = rnd.choice([None, ts.timestamp() - rnd.choice([1, 5, 100])])
-                    elif r < 0.07:  # a drop with the same _created: broken
+                        back = [1, 5, 100] if hostile else [1, 5]  # 100 s: before the previous scrape
+                        created = rnd.choice([None, ts.timestamp() - rnd.choice(back)])
+                    elif r < 0.07 and hostile:  # a drop with the same _created: broken
                         value = max(0.0, value - rnd.choice([1.0, 50.0]))
-                    elif r < 0.09 and created is not None:  # an older process answers
+                    elif r < 0.09 and created is not None and hostile:  # an older process answers
                         created -= 1000
                     else:
                         value += rnd.choice([0.0, 1.0, 7.0, 120.0])
                     v = value
-                    if rnd.random() < 0.03:
+                    if rnd.random() < 0.03 and (hostile or emitted or created is None):
                         v = rnd.choice([math.nan, math.inf, -5.0, 1e300])
                     c = created
                     if c is not None and rnd.random() < 0.03:
                         c = rnd.choice([math.nan, 0.0, -1.0, 1e12])
                     samples.append([sid, ts, v, c])
+                    emitted = True
     _insert(con, "scrapes (target_id, ts, ok, source)", scrapes)
     _insert(con, "series (series_id, target_id, name, family, type, model_name, labels)", series)
     _insert(con, "samples (series_id, ts, value, created)", samples)
@@ -157,13 +166,13 @@ def test_the_fixture_is_the_released_migration_list():
         assert "MACRO" not in sql, f"{name} still defines a macro: the rule belongs in sql/macros"
 
 
-def _upgraded(tmp_path: Path) -> tuple[Path, list[str], list[str]]:
+def _upgraded(tmp_path: Path, hostile: bool = True) -> tuple[Path, list[str], list[str]]:
     """An old database with data: its results under the old migrations' rule, then its results
     after today's code migrated it."""
     path = tmp_path / "old.duckdb"
     _migrate_as_of_013(path)
     con = duckdb.connect(str(path))
-    _fill(con, seed=25)
+    _fill(con, seed=25, hostile=hostile)
     before = _results(con)
     con.close()
     assert sum("[]" not in r for r in before) > len(before) // 2, "the data counts nothing: a vacuous check"
@@ -175,9 +184,11 @@ def _upgraded(tmp_path: Path) -> tuple[Path, list[str], list[str]]:
 
 
 def test_moving_the_rule_changed_no_increase(tmp_path):
-    """The move into sql/macros kept 012's rule exactly. (A deliberate change of the rule in
-    sql/macros/increase.sql makes this fail by design: pin what the change must keep instead.)"""
-    _, before, after = _upgraded(tmp_path)
+    """The move into sql/macros kept 012's rule, and issue 27's change of it (cases 1-3: a series
+    first seen under an older _created, a decrease under an unchanged _created and the climb back,
+    processes answering in turn) changed nothing else: on data without those, every increase,
+    interval and flag is 012's."""
+    _, before, after = _upgraded(tmp_path, hostile=False)
     assert after == before
 
 

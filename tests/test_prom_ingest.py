@@ -476,7 +476,7 @@ def test_bearer_token_from_the_environment_never_reaches_db_logs_or_output(prom,
                 "--config", str(conf)]
         monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", "wrong-token")
         bad = runner.invoke(app, args)
-        assert bad.exit_code == 1 and "HTTP Status Code 401" in bad.output and "wrong-token" not in bad.output
+        assert bad.exit_code == 2 and "HTTP Status Code 401" in bad.output and "wrong-token" not in bad.output
         monkeypatch.setenv("KVPLAN_PROMETHEUS__BEARER_TOKEN", TOKEN)
         ok = runner.invoke(app, args + ["--step", "1m"])
         assert ok.exit_code == 0, ok.output
@@ -642,6 +642,7 @@ def test_prometheus_ingestion_applies_the_same_decrease_rule():
     v = np.array([100.0, 40.0, 50.0])
     same = np.array([5_000.0] * 3)                   # _created known and unchanged: not a restart
     _, delta, _, resets, _ = step_increments(t, v, same, 60_000, 180_000, 60_000, 600_000)
-    assert delta.tolist() == [0.0, 10.0] and resets.tolist() == [0, 0]
+    # the climb back to 100 (where the same process already was) is no new traffic (issue 27, case 2)
+    assert delta.tolist() == [0.0, 0.0] and resets.tolist() == [0, 0]
     _, delta, _, resets, _ = step_increments(t, v, np.full(3, np.nan), 60_000, 180_000, 60_000, 600_000)
     assert delta.tolist() == [40.0, 10.0] and resets.tolist() == [1, 0]   # unknown: Prometheus's rule

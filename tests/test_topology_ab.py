@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from tests.topology_ab import SIDES, cross, side_topology
+from tests.topology_ab import FIX, SIDES, cross, segment_ratios, side_topology
 
 HIT_POINTS = 0.02
 MEAN_REL = 0.15
@@ -68,23 +68,44 @@ def test_each_side_predicts_the_other_sides_hit_rate(topology_ab, src, phase):
 
 @pytest.mark.parametrize("src", SIDES)
 def test_each_side_predicts_the_other_sides_ttft_one_request_at_a_time(topology_ab, src):
-    """Recorded: private -> shared mean 0.118 vs 0.128 s (-8 %), p99 0.454 vs 0.481 s (-6 %);
-    shared -> private 0.149 vs 0.140 s (+6 %), p99 0.482 vs 0.452 s (+6 %)."""
+    """Calibrated on today (models/cache/calibration.py). Recorded: private -> shared mean 0.122
+    vs 0.128 s (-5 %; raw -13 %), p99 0.453 vs 0.481 s (-6 %); shared -> private 0.154 vs 0.140 s
+    (+10 %; raw -1 %), p99 0.489 vs 0.452 s (+8 %)."""
     c = cross(*topology_ab, src, "sequential")
     assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= MEAN_REL, c
     assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= P99_REL, c
 
 
 @pytest.mark.parametrize("src", SIDES)
-def test_bursts_are_under_predicted_as_stated(topology_ab, src):
-    """The stated limit, held to its numbers: in bursts the prediction is low (recorded: mean
-    -52 % private -> shared, -37 % shared -> private), and today's own check shows it as much
-    (a user sees from today how far to trust the alternatives)."""
+def test_bursts_p99_calibrated_on_today_holds_the_target(topology_ab, src):
+    """In bursts the replay is low by about half (raw: mean -52 % private -> shared, -37 % shared
+    -> private; p99 -50 % and -49 %), and today's own check shows it as much: today's measured /
+    predicted carried into the other side brings the p99 within 25 % (recorded: -1 % and +2 %)."""
     c = cross(*topology_ab, src, "concurrent")
     t = c["today"]
-    assert c["mean_pred"] < c["mean_meas"] and t.ttft_mean_s_predicted < t.ttft_mean_s_measured
-    assert 0.3 <= 1 - c["mean_pred"] / c["mean_meas"] <= 0.65, c
-    assert 0.25 <= 1 - t.ttft_mean_s_predicted / t.ttft_mean_s_measured <= 0.6, t
+    assert c["mean_raw"] < c["mean_meas"] and t.ttft_mean_s_predicted < t.ttft_mean_s_measured
+    assert 0.3 <= 1 - c["mean_raw"] / c["mean_meas"] <= 0.65, c
+    assert 0.3 <= 1 - c["p99_raw"] / c["p99_meas"] <= 0.65, c
+    assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= P99_REL, c
+    # the calibrated value is the raw one times today's ratio, read from today's own check
+    k = t.ttft_calibration
+    assert k is not None and k.mean.ratio is not None
+    assert c["mean_pred"] == pytest.approx(c["mean_raw"] * k.mean.ratio)
+    assert k.mean.ratio == pytest.approx(t.ttft_mean_s_measured / t.ttft_mean_s_predicted, rel=1e-6)
+
+
+def test_bursts_mean_misses_by_the_sides_own_noise(topology_ab):
+    """The stated miss, held to its numbers: in bursts the calibrated mean is -21 % private ->
+    shared and +33 % shared -> private. Any calibration from one side's data splits the gap
+    between the two sides' own measured / predicted (x1.66 private, x2.12 shared): the same
+    requests, segment by segment, measured from 0.63 to 1.83 times slower on the shared side
+    (the shared machine disturbing whole segments), so this recording cannot tell a 15 % error."""
+    dbs, metas = topology_ab
+    errs = {src: cross(dbs, metas, src, "concurrent") for src in SIDES}
+    assert -0.3 <= errs["private"]["mean_pred"] / errs["private"]["mean_meas"] - 1 <= -0.1
+    assert 0.2 <= errs["shared"]["mean_pred"] / errs["shared"]["mean_meas"] - 1 <= 0.45
+    r = segment_ratios(FIX, "concurrent")
+    assert min(r) < 0.7 and max(r) > 1.7, r
 
 
 def test_whatif_json_keys(topology_ab, tmp_path):
@@ -110,10 +131,24 @@ def test_whatif_json_keys(topology_ab, tmp_path):
     kinds = [(r["topology"], r["routing"]) for r in d["latency"]]
     assert kinds == [("today", None), ("shared", None), ("private", "round_robin"), ("private", "random"),
                      ("private", "prefix_affinity")]
-    for row in d["latency"]:
+    t = d["today"]
+    k = t["ttft_calibration"]
+    assert k["calibrated"] and {"mean", "p50", "p99", "method", "interval"} <= set(k)
+    for row in d["latency"] + d["latency_curve"]:
         assert {"topology", "routing", "capacity_gb", "hit_rate", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
-                "goodput_rps"} <= set(row)
-        assert row["ttft_p50_s"] <= row["ttft_p99_s"] and 0 <= row["hit_rate"] <= 1
+                "goodput_rps", "ttft_mean_s_raw", "ttft_p50_s_raw", "ttft_p99_s_raw", "ttft_mean_s_interval",
+                "ttft_p99_s_interval", "calibrated"} <= set(row)
+        assert row["ttft_p50_s_raw"] <= row["ttft_p99_s_raw"] and 0 <= row["hit_rate"] <= 1
+        for stat in ("mean", "p50", "p99"):  # calibrated = raw x today's ratio, inside its interval
+            raw, cal, iv = row[f"ttft_{stat}_s_raw"], row[f"ttft_{stat}_s"], row[f"ttft_{stat}_s_interval"]
+            assert cal == pytest.approx(raw * k[stat]["ratio"])
+            if stat == "mean":
+                assert iv[0] <= cal <= iv[1]
+        assert row["holds_slo"] == (row["ttft_p99_s"] <= d["slo"]["ttft_p99_s"])
+    # today's own row, calibrated, gives back today's measured mean (measured / predicted x predicted)
+    today = d["latency"][0]
+    assert today["ttft_mean_s_raw"] == pytest.approx(t["ttft_mean_s_predicted"])
+    assert today["ttft_mean_s"] == pytest.approx(t["ttft_mean_s_measured"], rel=1e-6)
     # the same capacity everywhere: today's two L1s of 0.05 GiB = 102 whole chunks of 512 KiB each
     # (0.05 x 2^30 / 2^19 = 102.4), 2 x 102 x 524,288 bytes = 0.106954752 GB
     assert {round(r["capacity_gb"], 9) for r in d["latency"]} == {0.106954752}
@@ -172,3 +207,28 @@ def test_report_section_has_today_and_ttft(topology_ab):
         "Today's topology, from the data: 1 cache instance(s), 2 engine(s)" in html
     assert "TTFT for each set-up" in html and "2 private caches, round robin" in html
     assert html.count("<svg") >= 4
+
+
+# ---- the second recording: 3 concurrent clients, each engine pinned to its own core ----------------
+@pytest.mark.parametrize("src", SIDES)
+@pytest.mark.parametrize("phase", PHASES)
+def test_second_recording_calibrated_ttft_holds_the_target_both_ways(topology_ab_3c, src, phase):
+    """tests/fixtures/topology-ab-3c (recorded 2026-12-01 on this 2-core machine under a load
+    average of 20-27, tiny random Llama; 38 requests one at a time, then 10 bursts of 3 concurrent
+    clients). Recorded, calibrated (raw): one at a time, private -> shared mean -2 % (-8 %), p99 0 %;
+    shared -> private +6 % (-1 %), p99 0 %; bursts, private -> shared -5 % (-27 %), p99 -1 % (-42 %);
+    shared -> private +4 % (-25 %), p99 +1 % (-42 %)."""
+    c = cross(*topology_ab_3c, src, phase)
+    assert abs(c["hit_pred"] - c["hit_meas"]) <= HIT_POINTS, c
+    assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= MEAN_REL, c
+    assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= P99_REL, c
+    if phase == "concurrent":  # the replay alone misses both: the calibration holds them
+        assert c["mean_raw"] / c["mean_meas"] - 1 < -MEAN_REL and c["p99_raw"] / c["p99_meas"] - 1 < -P99_REL, c
+
+
+def test_second_recording_says_what_it_was_measured_on(topology_ab_3c):
+    _, metas = topology_ab_3c
+    for m in metas.values():
+        assert m["clients"] == 3 and m["cores"] == 2 and "tiny random Llama" in m["measured_on"]
+        assert m["pinning"].startswith("pinned: engine 0 -> core 0") and "engine 1 -> core 1" in m["pinning"]
+        assert all(len(p["machine_load_1min"]) == 2 for p in m["phases"].values())

@@ -15,6 +15,8 @@ from kvplan.models.core.timeutil import from_epoch_s
 from kvplan.sql.db import Database
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "topology-ab"
+FIX_3C = Path(__file__).resolve().parent / "fixtures" / "topology-ab-3c"
+"""The second recording: a concurrent phase of 3 clients, each engine pinned to its own core."""
 SIDES = ("private", "shared")
 OTHER = {"private": "shared", "shared": "private"}
 EDGE_BEFORE_S, EDGE_AFTER_S = 1.2, 3.0
@@ -59,7 +61,23 @@ def cross(dbs: dict[str, Database], metas: dict[str, dict], src: str, phase: str
                and (dst == "shared" or r.routing == "round_robin"))
     meas = side_topology(dbs[dst], metas[dst], phase).today
     # the predicted TTFTs read through the measured histogram's buckets, as the measured p99 is read
+    # (the calibrated ones: ``ttft_mean_s``; the replay's own: ``ttft_mean_s_raw``)
     return {"hit_pred": row.hit_rate, "hit_meas": meas.hit_rate_measured,
             "mean_pred": row.ttft_mean_s, "mean_meas": meas.ttft_mean_s_measured,
             "p99_pred": row.ttft_p99_s_as_histogram, "p99_meas": meas.ttft_p99_s_measured,
+            "mean_raw": row.ttft_mean_s_raw, "p99_raw": row.ttft_p99_s_as_histogram_raw,
+            "mean_interval": row.ttft_mean_s_interval, "p99_interval": row.ttft_p99_s_as_histogram_interval,
             "today": pred.today}
+
+
+def segment_ratios(fix: Path, phase: str) -> list[float]:
+    """Per segment of ``phase``: the shared side's mean client TTFT over the private side's, the
+    same requests (``requests.json``): how much the two sides' own measurements move segment to
+    segment on the shared machine, whatever the model."""
+    rows = {s: json.loads((fix / s / "requests.json").read_text()) for s in SIDES}
+    out = []
+    for k in sorted({r["segment"] for r in rows["private"] if r["phase"] == phase}):
+        mean = {s: sum(r["ttft_s"] for r in rows[s] if r["segment"] == k)
+                / sum(1 for r in rows[s] if r["segment"] == k) for s in SIDES}
+        out.append(mean["shared"] / mean["private"])
+    return out

@@ -97,6 +97,10 @@ def ingest(
         err.print(f"[yellow]warning:[/yellow] {res.far_pairs} increases not counted: consecutive samples more than "
                   f"prometheus.lookback ({s.prometheus.lookback}) apart; raise lookback above the scrape interval",
                   highlight=False, soft_wrap=True)
+    if res.refused_samples:
+        err.print(f"[yellow]warning:[/yellow] {res.refused_samples} samples not stored: not finite, negative or above "
+                  f"2**53, as a direct import refuses them (e.g. {'; '.join(res.refused_examples)}); the good "
+                  "samples around them are paired", highlight=False, soft_wrap=True)
     for target, what in res.refused.items():
         err.print(f"[yellow]warning:[/yellow] target {target} is {what}, not an engine: not stored (point kvplan "
                   "at the engines' own /metrics)", highlight=False, soft_wrap=True)
@@ -105,8 +109,8 @@ def ingest(
                   f"{g['target'] or '(all targets)'}: {g['reason']}", highlight=False, soft_wrap=True)
     for message in res.errors[:5]:
         err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    if res.failed:
-        raise typer.Exit(1)
+    if res.failed:  # Prometheus failed (down, timeout, bad answer): recorded as gaps, exit 2 as for any bad input
+        raise typer.Exit(2)
 
 
 def collect(
@@ -145,8 +149,8 @@ def collect(
         for o in outcomes:
             out.print(f"nightly: {o.rows} rows, {o.errors} errors" + (f" ({o.message})" if o.message else ""),
                       highlight=False, soft_wrap=True)
-        if any(o.errors for o in outcomes):
-            raise typer.Exit(1)
+        if any(o.errors for o in outcomes):  # each error is recorded (gaps, collector_runs): exit 2
+            raise typer.Exit(2)
         return
     scraper = Scraper(s, database)
     if not scraper.targets:

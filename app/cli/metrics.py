@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +12,18 @@ from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.metrics.catalog import KINDS
 from ..data.store import require_deployment
-from .common import ConfigOpt, DbOpt, err, open_reader, open_writer, out, parse_time, parse_window, settings
+from .common import (
+    ConfigOpt,
+    DbOpt,
+    err,
+    json_text,
+    open_reader,
+    open_writer,
+    out,
+    parse_time,
+    parse_window,
+    settings,
+)
 
 
 def migrate(db: DbOpt = None, config: ConfigOpt = None) -> None:
@@ -104,7 +114,7 @@ def stats(
     d = st.to_dict()
     d.update(deployment=deployment, model_name=model_name, window_from=t0.isoformat(), window_to=t1.isoformat())
     if as_json:
-        sys.stdout.write(json.dumps(d, indent=2, sort_keys=True, default=str) + "\n")
+        sys.stdout.write(json_text(d, indent=2, sort_keys=True, default=str) + "\n")
         return
     from rich.table import Table
 

@@ -176,10 +176,16 @@ def _print_topology(d: WhatIf) -> None:
               "(histogram)")
     if tw.latency:
         slo = tw.slo.ttft_p99_s
-        out.print(f"{'set-up':<28} {'hit rate':>8} {'TTFT mean':>10} {'p50':>8} {'p99':>8}  p99 <= {slo:g} s SLO")
+        cal = t.ttft_calibration
+        if cal is not None and cal.calibrated:
+            out.print("TTFTs calibrated on today (raw x today's measured / predicted): mean x"
+                      f"{cal.mean.ratio or 1:.2f}, p50 x{cal.p50.ratio or 1:.2f}, p99 x{cal.p99.ratio or 1:.2f}")
+        out.print(f"{'set-up':<28} {'hit rate':>8} {'TTFT mean':>10} {'(raw)':>8} {'p50':>8} {'(raw)':>8} {'p99':>8} "
+                  f"{'(raw)':>8}  p99 <= {slo:g} s SLO")
         for r in tw.latency:
-            out.print(f"{r.name:<28} {_pct(r.hit_rate):>8} {_s(r.ttft_mean_s):>10} {_s(r.ttft_p50_s):>8} "
-                      f"{_s(r.ttft_p99_s):>8}  {'yes' if r.holds_slo else 'no'}")
+            out.print(f"{r.name:<28} {_pct(r.hit_rate):>8} {_s(r.ttft_mean_s):>10} {_s(r.ttft_mean_s_raw):>8} "
+                      f"{_s(r.ttft_p50_s):>8} {_s(r.ttft_p50_s_raw):>8} {_s(r.ttft_p99_s):>8} "
+                      f"{_s(r.ttft_p99_s_raw):>8}  {'yes' if r.holds_slo else 'no'}")
     e = tw.engines_needed
     if e:
         def k(v: int | None) -> str:

@@ -7,6 +7,8 @@ what the deployment measured over a window (LMCache's hit rate, the TTFT histogr
   engine alone (from the prefill intervals' iteration-token histogram);
 * the fitted prefill cost and the overheads are the deployment's history
   (``app.data.history.load_history``: read and fitted once per command);
+* ``ttft_intervals`` -- today's TTFT histogram per vLLM target and scrape interval (count, sum,
+  buckets): what ``models.cache.calibration`` bootstraps the alternatives' calibration over;
 * ``measured`` -- the window's LMCache hit rate, TTFT mean / p50 / p99 (histogram, with the
   bucket bounds) and the vLLM engines that served requests.
 """
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from ...models.cache.calibration import MeasuredInterval
 from ...models.cache.latency import LatencyInterval
 from ...models.core.timeutil import aware_utc, naive_utc
 from ...models.metrics import catalog as c
@@ -85,3 +88,26 @@ def l1_capacity_bytes(db: Source, deployment: str, t_from: datetime, t_to: datet
     """Each LMCache target's L1 size, bytes, as its own gauges give it (used / share used)."""
     rows = db.fetch("lmcache_l1_capacity", deployment=deployment, t_from=naive_utc(t_from), t_to=naive_utc(t_to))
     return {r["target"]: float(r["capacity_bytes"]) for r in rows if r["capacity_bytes"]}
+
+
+def ttft_intervals(db: Source, deployment: str, t_from: datetime, t_to: datetime,
+                   model_name: str | None = None) -> list[MeasuredInterval]:
+    """Today's TTFT histogram per vLLM target and scrape interval over [t_from, t_to]: count, sum
+    and cumulative buckets (module doc); an interval with a counter reset is left out, as in
+    ``latency_intervals``."""
+    names = [c.count_name(c.TTFT), c.sum_name(c.TTFT), c.bucket_name(c.TTFT)]
+    rows = db.fetch("ttft_interval_buckets", deployment=deployment, t_from=naive_utc(t_from), t_to=naive_utc(t_to),
+                    model_name=model_name, names=names)
+    by: dict[tuple[str, Any], dict[str, Any]] = {}
+    for r in rows:
+        d = by.setdefault((r["target"], r["t_end"]), {"count": 0.0, "sum": 0.0, "buckets": {}, "reset": False})
+        d["reset"] = d["reset"] or bool(r["reset"])
+        if r["name"] == names[0]:
+            d["count"] += _f(r["delta"])
+        elif r["name"] == names[1]:
+            d["sum"] += _f(r["delta"])
+        elif r["le"] is not None:
+            d["buckets"][float(r["le"])] = d["buckets"].get(float(r["le"]), 0.0) + _f(r["delta"])
+    return [MeasuredInterval(aware_utc(t_end).timestamp(), d["count"], d["sum"], tuple(sorted(d["buckets"].items())))
+            for (_, t_end), d in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+            if d["count"] > 0 and not d["reset"]]

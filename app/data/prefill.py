@@ -38,7 +38,7 @@ NAMES = [
     c.total_name(c.EXTERNAL_QUERIES), c.sum_name(c.INFERENCE_TIME), c.total_name(c.GENERATION_TOKENS),
     c.bucket_name(c.ITERATION_TOKENS), c.total_name(c.LM_L1_WRITE_CHUNKS), c.sum_name(c.LM_LOOKUP_DURATION),
     c.count_name(c.LM_LOOKUP_DURATION), c.total_name(c.PREFIX_HITS), c.total_name(c.GPU_PREFIX_HITS),
-    c.total_name(c.EXTERNAL_HITS),
+    c.total_name(c.EXTERNAL_HITS), c.total_name(c.LM_INPROC_HIT), c.total_name(c.PROMPT_TOKENS),
 ]
 """Sample names the prefill cost model reads."""
 
@@ -73,6 +73,8 @@ def prefill_intervals(db: Source, deployment: str, t_from: datetime, t_to: datet
         ext = r["external_tokens"]
         if ext is None and r["by_source_tokens"] is None and r["external_queries"] is not None:
             ext = 0.0  # a connector-less server exports external_* at 0 without by_source
+        if ext is None and r["external_hits"] is None and r["lm_inproc_hits"] is not None:
+            ext = r["lm_inproc_hits"]  # LMCache in-process without vLLM's external counters (0.11-style)
         computed, cached = _computed_and_cached(r)
         if computed is None:
             continue  # cached tokens unknown (see _computed_and_cached): such requests cannot be priced
@@ -100,7 +102,8 @@ def _computed_and_cached(r: dict) -> tuple[float | None, float | None]:
     by_source = None
     if r["by_source_tokens"] is not None:
         by_source = float(r["local_hit_tokens"] or 0.0) + float(r["external_tokens"] or 0.0)
-    cached, _ = cached_rule(r["cached_tokens"], by_source, r["prefix_hits"], r["external_hits"])
+    cached, _ = cached_rule(r["cached_tokens"], by_source, r["prefix_hits"], r["external_hits"],
+                            r["lm_inproc_hits"])
     if r["computed_tokens"] is not None:
         return float(r["computed_tokens"]), None if cached is None else float(cached)
     if cached is None or r["prompt_tokens"] is None:

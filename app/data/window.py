@@ -14,6 +14,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
 from ...models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
 from ...models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
+from ...models.metrics.spellings import CACHED_RULE_NAMES, cached_per_stretch
 from ...models.metrics.window import Increase, WindowStats, window_stats
 from ...models.metrics.window_notes import null_reasons
 from ...sql.db import Source
@@ -76,12 +77,12 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
 
 
 def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None,
-                 rows: list[Increase], spans: Spans) -> WindowStats:
+                 rows: list[Increase], spans: Spans, cached: tuple[float | None, str] | None = None) -> WindowStats:
     """``window_stats`` with notes: why every figure is null (no increase at all), and stored
     rows the raw edges left out (rolled-up days were summed by the same guarded macro). The
     gauges kvplan reads only for notes and lifetime figures (``catalog.NOTE_GAUGES``: vLLM V0's
     lifetime hit rate, SGLang's per-batch hit rate, LMCache in-process gauges) are passed along."""
-    st = window_stats(rows, note_gauges(source, deployment, t_from, t_to, model_name))
+    st = window_stats(rows, note_gauges(source, deployment, t_from, t_to, model_name), cached)
     if not rows:
         st.notes += why_empty(source, deployment, t_from, t_to, model_name)
     for _lb, after, end in spans.raw:
@@ -113,7 +114,20 @@ def stats(source: Source, deployment: str, t_from: datetime, t_to: datetime,
     notes on what was left out and why a figure is missing."""
     check_model(source, deployment, model_name)
     rows = window_increases(source, deployment, t_from, t_to, model_name)
-    return _noted_stats(source, deployment, t_from, t_to, model_name, rows, Spans(None, ((t_from, t_from, t_to),)))
+    return _noted_stats(source, deployment, t_from, t_to, model_name, rows, Spans(None, ((t_from, t_from, t_to),)),
+                        cached=cached_by_interval(source, deployment, t_from, t_to, model_name))
+
+
+def cached_by_interval(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                       model_name: str | None = None) -> tuple[float | None, str]:
+    """Cached prompt tokens over [t_from, t_to] with the rule chosen per target and per scrape
+    interval (``spellings.cached_per_stretch``): what the plan's prefill intervals count too."""
+    groups: dict[tuple[str, datetime], list[Increase]] = {}
+    for r in source.fetch("cached_intervals", deployment=deployment, t_from=t_from, t_to=t_to,
+                          model_name=model_name, names=list(CACHED_RULE_NAMES)):
+        key = (r.pop("target"), r.pop("t_end"))
+        groups.setdefault(key, []).append(Increase(**r, target=key[0]))
+    return cached_per_stretch(groups.values())
 
 
 def data_notes(source: Source, deployment: str, t_from: datetime, t_to: datetime,

@@ -12,6 +12,7 @@ import streamlit as st
 from kvplan.app import charts_whatif, state
 from kvplan.app.report import fmt
 from kvplan.app.views.whatif import WhatIf, whatif
+from kvplan.models.cache.calibration import Calibration
 
 st.title("What-if: cache size and topology")
 state.through_navigation()
@@ -43,6 +44,18 @@ def _s(v) -> str:
     return f"{v:.3f} s" if v is not None else "-"
 
 
+def _ratio(cal: Calibration | None, stat: str) -> str:
+    """Today's measured / predicted for ``stat`` and its interval (``models.cache.calibration``)."""
+    r = cal.ratio(stat) if cal is not None else None
+    if r is None or r.ratio is None:
+        return "- (not calibrated)"
+    return f"x{r.ratio:.2f}" + (f" ({r.lo:.2f}-{r.hi:.2f})" if r.lo is not None and r.hi is not None else "")
+
+
+def _iv(v: tuple[float, float] | None) -> str:
+    return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
+
+
 def topology_section(d: WhatIf) -> None:
     """Today's topology from the data against what it measured; TTFT for every alternative."""
     tw = d.topology
@@ -56,12 +69,17 @@ def topology_section(d: WhatIf) -> None:
     m[2].metric("Hit rate, replayed", fmt.pct(t.hit_rate_predicted), help=t.hit_rate_definition)
     m[3].metric("Hit rate, LMCache measured", fmt.pct(t.hit_rate_measured),
                 help="lmcache_mp_lookup_hit_tokens / lookup_requested_tokens over the same span")
+    cal = t.ttft_calibration
     st.dataframe(pd.DataFrame([
-        {"TTFT": "mean", "measured": _s(t.ttft_mean_s_measured), "predicted": _s(t.ttft_mean_s_predicted)},
-        {"TTFT": "p50", "measured": _s(t.ttft_p50_s_measured), "predicted": _s(t.ttft_p50_s_predicted)},
-        {"TTFT": "p99", "measured": _s(t.ttft_p99_s_measured), "predicted": _s(t.ttft_p99_s_predicted)},
+        {"TTFT": "mean", "measured": _s(t.ttft_mean_s_measured), "predicted": _s(t.ttft_mean_s_predicted),
+         "measured / predicted (carried into every set-up)": _ratio(cal, "mean")},
+        {"TTFT": "p50", "measured": _s(t.ttft_p50_s_measured), "predicted": _s(t.ttft_p50_s_predicted),
+         "measured / predicted (carried into every set-up)": _ratio(cal, "p50")},
+        {"TTFT": "p99", "measured": _s(t.ttft_p99_s_measured), "predicted": _s(t.ttft_p99_s_predicted),
+         "measured / predicted (carried into every set-up)": _ratio(cal, "p99")},
         {"TTFT": "p99 as the histogram reads it", "measured": _s(t.ttft_p99_s_measured),
-         "predicted": _s(t.ttft_p99_s_predicted_as_histogram)}]), hide_index=True)
+         "predicted": _s(t.ttft_p99_s_predicted_as_histogram),
+         "measured / predicted (carried into every set-up)": ""}]), hide_index=True)
     st.caption("How far to trust the alternatives: today predicted from the same model, against the TTFT "
                f"histogram over the same span ({t.requests:,} requests in the trace, "
                f"{t.requests_measured or 0:,.0f} in the histogram). Capacity per instance: "
@@ -76,10 +94,17 @@ def topology_section(d: WhatIf) -> None:
         + (f", {r.ranks} private caches, {r.routing.replace('_', ' ')}" if r.routing else ""),
         "capacity": (f"{r.capacity_gb:,.3f} GB" if r.capacity_gb is not None
                      else f"{r.capacity_chunks:,} chunks"),
-        "hit rate": fmt.pct(r.hit_rate), "TTFT mean": _s(r.ttft_mean_s), "p50": _s(r.ttft_p50_s),
-        "p99": _s(r.ttft_p99_s), "holds the SLO": "yes" if r.holds_slo else "no",
+        "hit rate": fmt.pct(r.hit_rate), "TTFT mean": _s(r.ttft_mean_s),
+        "mean interval": _iv(r.ttft_mean_s_interval), "mean raw": _s(r.ttft_mean_s_raw),
+        "p50": _s(r.ttft_p50_s), "p50 raw": _s(r.ttft_p50_s_raw), "p99": _s(r.ttft_p99_s),
+        "p99 interval": _iv(r.ttft_p99_s_interval), "p99 raw": _s(r.ttft_p99_s_raw),
+        "holds the SLO": "yes" if r.holds_slo else "no",
         "goodput (req/s)": f"{r.goodput_rps:.3g}" if r.goodput_rps is not None else "-"}
         for r in tw.latency]), hide_index=True)
+    st.caption("TTFT mean, p50 and p99: the replay's prediction (raw) times today's measured / predicted for "
+               "the same statistic (above), with the interval of 80 % of a block bootstrap over today's span: how "
+               "steady today's error was, not what a set-up-specific effect (a cache server slower under more "
+               "engines) adds. Goodput counts the raw predictions. " + " ".join(cal.notes if cal else ()))
     state.chart(charts_whatif.ttft_capacity_chart(d))
     e = tw.engines_needed
     if e:

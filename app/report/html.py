@@ -48,8 +48,18 @@ def _decision(d: ReportData) -> str:
             f"<p>Monthly benefit: <b>{fmt.usd(p.monthly_benefit_usd)}</b> "
             f"(band {fmt.usd_band(p.monthly_benefit_low_usd, p.monthly_benefit_high_usd)}), "
             f"realised as {escape(p.realisation.replace('_', ' '))}.</p>"
+            + _figures(d)
             + _tier_decisions(p)
             + (f"<p>What would change the verdict:</p><ul>{flips}</ul>" if flips else ""))
+
+
+def _figures(d: ReportData) -> str:
+    """The numbers every surface gives for the window (stats, plan, Overview): hit rate over
+    every tier, cached prompt tokens, saved prefill GPU-hours per month."""
+    p, s = d.overview.plan, d.overview.window.stats
+    return (f'<p class="figures">Hit rate (all tiers): <b>{fmt.pct(p.hit_rate)}</b>; cached prompt tokens: '
+            f"<b>{fmt.number(s.cached_prompt_tokens)}</b> of {fmt.number(s.prompt_tokens)}; saved prefill: "
+            f"<b>{fmt.number(p.saved_prefill_gpu_hours)}</b> GPU-h/month.</p>")
 
 
 def _tier_decisions(p: PlanResult) -> str:

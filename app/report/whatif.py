@@ -9,6 +9,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ...collectors.traces.ingest import TraceError
+from ...models.cache.calibration import Calibration
 from ...sql.db import Database, Snapshot
 from .. import charts_whatif
 from . import fmt
@@ -80,31 +81,52 @@ def _s(v: float | None) -> str:
     return f"{v:.3f} s" if v is not None else "-"
 
 
+def _ratio(cal: Calibration | None, stat: str) -> str:
+    """Today's measured / predicted for ``stat`` and its interval (``models.cache.calibration``)."""
+    r = cal.ratio(stat) if cal is not None else None
+    if r is None or r.ratio is None:
+        return "not calibrated"
+    return f"x{r.ratio:.2f}" + (f" ({r.lo:.2f}-{r.hi:.2f})" if r.lo is not None and r.hi is not None else "")
+
+
+def _iv(v: tuple[float, float] | None) -> str:
+    return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
+
+
 def _topology(d: WhatIf, charts: bool) -> list[str]:
     """Today's topology from the data against what it measured, and TTFT per set-up."""
     tw = d.topology
     if tw is None:
         return []
     t = tw.today
+    cal = t.ttft_calibration
     out = [f"<h3>Today's topology, from the data: {t.instances} cache instance(s), {t.engines} engine(s)</h3>",
-           table(["", "measured", "predicted (today replayed)"],
-                 [["token hit rate (LMCache)", fmt.pct(t.hit_rate_measured), fmt.pct(t.hit_rate_predicted)],
-                  ["TTFT mean", _s(t.ttft_mean_s_measured), _s(t.ttft_mean_s_predicted)],
-                  ["TTFT p50", _s(t.ttft_p50_s_measured), _s(t.ttft_p50_s_predicted)],
-                  ["TTFT p99", _s(t.ttft_p99_s_measured), _s(t.ttft_p99_s_predicted)]], {1, 2}),
+           table(["", "measured", "predicted (today replayed)", "measured / predicted"],
+                 [["token hit rate (LMCache)", fmt.pct(t.hit_rate_measured), fmt.pct(t.hit_rate_predicted), ""],
+                  ["TTFT mean", _s(t.ttft_mean_s_measured), _s(t.ttft_mean_s_predicted), _ratio(cal, "mean")],
+                  ["TTFT p50", _s(t.ttft_p50_s_measured), _s(t.ttft_p50_s_predicted), _ratio(cal, "p50")],
+                  ["TTFT p99", _s(t.ttft_p99_s_measured), _s(t.ttft_p99_s_predicted), _ratio(cal, "p99")]],
+                 {1, 2, 3}),
            f'<p class="meta">Instances: {escape(", ".join(t.instance_names))}; engines: '
            f'{escape(t.engine_routing)}; capacity per instance: {escape(t.capacity_source or "unbounded")}. '
            "Predicted with the deployment's fitted prefill cost over the trace's arrivals; the gap between "
-           "measured and predicted today is how far to trust the alternatives below.</p>"]
+           "measured and predicted today (its ratio, per statistic) is carried into every set-up below.</p>"]
     if not tw.latency:
         return out
     slo = tw.slo.ttft_p99_s
     out.append(f"<h3>TTFT for each set-up (the same requests; p99 SLO {slo:g} s)</h3>")
-    out.append(table(["set-up", "token hit rate", "TTFT mean", "p50", "p99", "holds the SLO"],
+    out.append(table(["set-up", "token hit rate", "TTFT mean", "(interval)", "mean raw", "p50", "p50 raw", "p99",
+                      "(interval)", "p99 raw", "holds the SLO"],
                      [[charts_whatif.SETUP_LABELS.get(r.topology, r.topology)
                        + (f", {r.ranks} private caches, {r.routing.replace('_', ' ')}" if r.routing else ""),
-                       fmt.pct(r.hit_rate), _s(r.ttft_mean_s), _s(r.ttft_p50_s), _s(r.ttft_p99_s),
-                       "yes" if r.holds_slo else "no"] for r in tw.latency], {1, 2, 3, 4}))
+                       fmt.pct(r.hit_rate), _s(r.ttft_mean_s), _iv(r.ttft_mean_s_interval),
+                       _s(r.ttft_mean_s_raw), _s(r.ttft_p50_s), _s(r.ttft_p50_s_raw),
+                       _s(r.ttft_p99_s), _iv(r.ttft_p99_s_interval), _s(r.ttft_p99_s_raw),
+                       "yes" if r.holds_slo else "no"] for r in tw.latency], set(range(1, 10))))
+    out.append('<p class="meta">TTFT mean, p50 and p99 calibrated on today: the replay\'s (raw) times today\'s '
+               "measured / predicted for the same statistic; the interval holds 80 % of a block bootstrap over "
+               "today's span (how steady today's error was, not what an effect of the set-up itself adds). "
+               + escape(" ".join(cal.notes if cal else ())) + "</p>")
     if charts and tw.latency_curve:
         out.append(svg(charts_whatif.ttft_capacity_chart(d)))
     e = tw.engines_needed

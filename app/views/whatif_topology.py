@@ -12,6 +12,14 @@ Inputs the trace does not carry:
   fitted once per command); without an identified cost model the TTFT half is left out and says
   why;
 * the TTFT SLO: the planning inputs' ``ttft_p99_slo_seconds``.
+
+Every set-up's TTFT mean, p50 and p99 is calibrated on today (``kvplan.models.cache.calibration``:
+today's measured / predicted per statistic, from the TTFT histogram over the span):
+``ttft_mean_s`` is the calibrated value, ``ttft_mean_s_raw`` the replay's, ``ttft_mean_s_interval``
+the calibrated value's block-bootstrap interval (the same for p50, p99 and the p99 read through
+the histogram's buckets); ``today.ttft_calibration`` holds the ratios. ``holds_slo``, the finding
+and the engine search use the calibrated p99; ``goodput_rps`` and ``within_slo`` count the raw
+predicted TTFTs.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...models.cache import alternatives as alt
+from ...models.cache import calibration as cb
 from ...models.cache import latency as lat
 from ...models.cache.latency import Overheads
 from ...models.cache.sim import GB, Trace, capacity_chunks
@@ -32,7 +41,7 @@ from ...models.prefill.fit import CostStatus
 from ...sql.db import Source
 from ..answers import Answer
 from ..data.history import History
-from ..data.latency import l1_capacity_bytes, measured
+from ..data.latency import l1_capacity_bytes, measured, ttft_intervals
 
 MAX_LATENCY_REQUESTS = 20_000
 """The TTFT pass replays at most this many requests of the window (the first ones in time): the
@@ -49,8 +58,8 @@ HIT_RATE_DEFINITION = ("hit tokens / full-chunk tokens looked up (LMCache's look
                        "request hits only chunks stored before its lookup (hit_rate_predicted_lru: every chunk stored "
                        "at once, as LMCache's simulator)")
 SLO_SOURCE = "planning inputs (ttft_p99_slo_seconds)"
-ENGINES_RULE = ("fewest engines whose predicted TTFT p99 is within the SLO, the same requests spread round-robin "
-                "over them")
+ENGINES_RULE = ("fewest engines whose predicted TTFT p99, calibrated on today (x p99_ratio), is within the SLO, the "
+                "same requests spread round-robin over them")
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,9 @@ class Today(Answer):
     ttft_p50_s_predicted: float | None
     ttft_p99_s_predicted: float | None
     ttft_p99_s_predicted_as_histogram: float | None
+    ttft_calibration: cb.Calibration | None
+    """Today's measured / predicted per statistic, carried into every set-up (module doc); None
+    until the TTFT pass ran."""
     span: tuple[str, str] | None
     engine_routing: str
     hit_rate_definition: str = HIT_RATE_DEFINITION
@@ -102,11 +114,26 @@ class SetupLatency(Answer):
     capacity_gb: float | None
     hit_rate: float
     ttft_mean_s: float | None
+    """Calibrated on today: ``ttft_mean_s_raw`` times today's measured / predicted mean."""
+    ttft_mean_s_raw: float | None
+    """The replay's own prediction."""
+    ttft_mean_s_interval: tuple[float, float] | None
+    """The calibrated value's block-bootstrap interval (``calibration.LEVEL`` of the draws)."""
     ttft_p50_s: float | None
+    ttft_p50_s_raw: float | None
+    ttft_p50_s_interval: tuple[float, float] | None
     ttft_p99_s: float | None
+    ttft_p99_s_raw: float | None
+    ttft_p99_s_interval: tuple[float, float] | None
+    ttft_p99_s_as_histogram_raw: float | None
+    ttft_p99_s_as_histogram_interval: tuple[float, float] | None
+    calibrated: bool
+    """Whether today's calibration applied (else the calibrated values are the raw ones)."""
     goodput_rps: float | None
+    """Counts the raw predicted TTFTs."""
     within_slo: float | None
     holds_slo: bool
+    """The calibrated p99 within the SLO."""
 
     @property
     def name(self) -> str:
@@ -138,6 +165,8 @@ class EnginesNeeded(Answer):
     gpus_per_engine: int
     gpus_today: int | None
     gpus_shared: int | None
+    p99_ratio: float = 1.0
+    """Today's measured / predicted p99 the search multiplies each predicted p99 by."""
     rule: str = ENGINES_RULE
 
 
@@ -198,15 +227,22 @@ def _span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[da
     return from_epoch_s(float(tr.ts[0]) - SPAN_MARGIN_S), from_epoch_s(float(tr.ts[-1]) + SPAN_MARGIN_S)
 
 
-def _row(p: alt.Predicted, bpc: int | None, slo: float, bounds: list[float] | None = None) -> SetupLatency:
+def _row(p: alt.Predicted, bpc: int | None, slo: float, cal: cb.Calibration,
+         bounds: list[float] | None = None) -> SetupLatency:
+    """One set-up's row: calibrated TTFTs beside the raw ones (module doc)."""
     a, s = p.alternative, p.summary
-    hist = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
-    return SetupLatency(ttft_p99_s_as_histogram=hist, topology=a.topology, routing=a.routing, ranks=a.ranks,
-                        capacity_chunks=a.capacity_chunks,
+    hist_raw = bucket_quantile(0.99, lat.as_histogram(p.ttft, bounds)).value if bounds else None
+    ttft: dict[str, Any] = {}
+    for stat, key, raw in (("mean", "ttft_mean_s", s.ttft_mean_s), ("p50", "ttft_p50_s", s.ttft_p50_s),
+                           ("p99", "ttft_p99_s", s.ttft_p99_s), ("p99", "ttft_p99_s_as_histogram", hist_raw)):
+        value, interval = cb.calibrated(cal, stat, raw)
+        ttft.update({key: value, f"{key}_raw": raw,
+                     f"{key}_interval": (interval[0], interval[1]) if interval is not None else None})
+    p99 = ttft["ttft_p99_s"]
+    return SetupLatency(topology=a.topology, routing=a.routing, ranks=a.ranks, capacity_chunks=a.capacity_chunks,
                         capacity_gb=a.capacity_chunks * bpc / GB if bpc else None, hit_rate=p.hit_rate,
-                        ttft_mean_s=s.ttft_mean_s, ttft_p50_s=s.ttft_p50_s, ttft_p99_s=s.ttft_p99_s,
-                        goodput_rps=s.goodput_rps, within_slo=s.within_slo,
-                        holds_slo=s.ttft_p99_s is not None and s.ttft_p99_s <= slo)
+                        **ttft, calibrated=cal.calibrated, goodput_rps=s.goodput_rps, within_slo=s.within_slo,
+                        holds_slo=bool(p99 is not None and p99 <= slo))
 
 
 def topology_span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[datetime, datetime] | None:
@@ -245,7 +281,7 @@ def topology_whatif(source: Source, deployment: str, tr: Trace, names: tuple[str
         ttft_mean_s_measured=meas.get("ttft_mean_s"), ttft_p50_s_measured=meas.get("ttft_p50_s"),
         ttft_p99_s_measured=meas.get("ttft_p99_s"), ttft_p99_bucket_s_measured=tuple(bucket) if bucket else None,
         ttft_mean_s_predicted=None, ttft_p50_s_predicted=None, ttft_p99_s_predicted=None,
-        ttft_p99_s_predicted_as_histogram=None,
+        ttft_p99_s_predicted_as_histogram=None, ttft_calibration=None,
         span=(span[0].isoformat(), span[1].isoformat()) if span else None,
         engine_routing=ENGINE_ROUTING_MANY if instances > 1 else ENGINE_ROUTING_ONE)
     out = TopologyWhatIf(t, (), (), None, None, None, SloUsed(slo_s))
@@ -270,27 +306,37 @@ def topology_whatif(source: Source, deployment: str, tr: Trace, names: tuple[str
     # goodput's denominator, the stream's span; a trace without request times (priced here when
     # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
     seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
-    out = _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas, notes)
-    e = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine)
+    out = _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas, notes,
+                ttft_intervals(source, deployment, *span))
+    cal = out.today.ttft_calibration
+    assert cal is not None  # _fill always calibrates (or says why not)
+    e = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine, cal.p99.ratio or 1.0)
     pool = out.shared
     assert pool is not None  # _fill always predicts one shared pool
     size = f"{pool.capacity_gb:,.3g} GB" if pool.capacity_gb is not None else f"{total:,} chunks"
-    finding = alt.TopologyFinding(f"one shared pool of {size}", slo_s, out.today.ttft_p99_s_predicted,
+    finding = alt.TopologyFinding(f"one shared pool of {size}", slo_s, out.latency[0].ttft_p99_s,
                                   pool.ttft_p99_s, today.engines, e.today, e.shared, gpus_per_engine)
     return replace(out, engines_needed=e, finding=finding)
 
 
 def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, bpc: int | None,
           slo: float, seconds: float, routings: tuple[str, ...], seed: int, l2_gb: float | None,
-          meas: dict[str, Any], notes: list[str]) -> TopologyWhatIf:
-    """The predicted half: today (and its check), the alternatives, TTFT against capacity."""
+          meas: dict[str, Any], notes: list[str], measured_ttft: list[cb.MeasuredInterval]) -> TopologyWhatIf:
+    """The predicted half: today (and its check), today's calibration, the alternatives, TTFT
+    against capacity."""
     def run(a: alt.Alternative) -> alt.Predicted:
         return alt.predict(tr, a, latency, slo_s=slo, seconds=seconds)
 
     p_today = run(alt.as_today(tr, today))
     s = p_today.summary
     bounds = meas.get("ttft_bounds") or None
+    # today's error, per statistic, carried into every set-up (a trace without times: nothing to match)
+    cal = cb.calibrate_today(p_today.ttft, (tr.ts if tr.ts is not None else np.full(tr.requests, np.nan))
+                             + p_today.ttft, measured_ttft if tr.ts is not None else [])
+    if not cal.calibrated:
+        notes.append("TTFTs not calibrated on today: " + "; ".join(cal.notes))
     t = replace(out.today, ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
+                ttft_calibration=cal,
                 ttft_p99_s_predicted=s.ttft_p99_s, hit_rate_predicted_lru=out.today.hit_rate_predicted,
                 hit_rate_predicted=p_today.hit_rate,
                 ttft_p99_s_predicted_as_histogram=(bucket_quantile(0.99, lat.as_histogram(p_today.ttft, bounds)).value
@@ -303,30 +349,32 @@ def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.Latency
         alts.append(alt.Alternative("tiered", None, tier.ranks, total + l2, tier.hits, tier.engine, tier.engines))
         notes.append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of their sum holds); L2 "
                      "hits priced as L1 loads (no L2 load cost measured)")
-    rows = [_row(p_today, bpc, slo, bounds)] + [_row(run(a), bpc, slo, bounds) for a in alts]
+    rows = [_row(p_today, bpc, slo, cal, bounds)] + [_row(run(a), bpc, slo, cal, bounds) for a in alts]
     grid = alt.capacity_grid(max(1, total // 16), max(total * 4, 1), CURVE_POINTS, also=[total])
     curve = []
     for c in grid:
         mine = alt.hits(tr, today.instance_of, today.instances, max(1, c // today.instances))
         for a in (alt.Alternative("today", None, today.engines, c, mine, today.engine_of, today.engines,
                                   today.instance_of if today.instances > 1 else None), alt.shared(tr, today, c)):
-            curve.append(_row(run(a), bpc, slo))
+            curve.append(_row(run(a), bpc, slo, cal))
     return replace(out, today=t, latency=tuple(rows), latency_curve=tuple(curve))
 
 
 def _engines_needed(tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, slo: float,
-                    gpus_per_engine: int) -> EnginesNeeded:
-    """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``)."""
+                    gpus_per_engine: int, p99_ratio: float = 1.0) -> EnginesNeeded:
+    """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``),
+    on the p99 calibrated on today (``p99_ratio``)."""
     most = min(alt.MAX_ENGINE_SEARCH, max(4 * today.engines, 1))
     per = max(1, total // today.instances)
     if today.instances == 1:
         today_k = alt.engines_needed(tr, lambda k: alt.on_engines(alt.as_today(tr, today), tr, k), latency,
-                                     slo_s=slo, most=most)
+                                     slo_s=slo, most=most, p99_ratio=p99_ratio)
     else:  # k private caches of today's size each, round-robin (the data's routing needs today's ranks)
         today_k = alt.engines_needed(tr, lambda k: alt.private(tr, k, "round_robin", per * k), latency,
-                                     slo_s=slo, most=most)
+                                     slo_s=slo, most=most, p99_ratio=p99_ratio)
     pool = alt.shared(tr, today, total)
-    shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most)
+    shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most,
+                                  p99_ratio=p99_ratio)
     return EnginesNeeded(today_k, shared_k, today.engines, most, gpus_per_engine,
                          today_k * gpus_per_engine if today_k else None,
-                         shared_k * gpus_per_engine if shared_k else None)
+                         shared_k * gpus_per_engine if shared_k else None, p99_ratio)

@@ -161,6 +161,8 @@ class IngestResult:
     gauges: int = 0
     gaps: int = 0
     far_pairs: int = 0  # increases not counted: samples further apart than lookback
+    refused_samples: int = 0  # raw samples a direct import would refuse (NaN, inf, negative, > 2**53)
+    refused_examples: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     mode: str = "raw"
     engines_max: int = 0  # aggregated: most engines reporting in one step
@@ -273,6 +275,8 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
                 gaps += _silent(ch, seen, gap_after)
                 rows = build_rows(ch, ids, step_s * 1000, lookback)
                 res.far_pairs += rows.far
+                res.refused_samples += rows.refused
+                res.refused_examples += rows.refused_examples[:3 - len(res.refused_examples)]
             if not ch.series:
                 gaps.append((None, ch.t0, ch.t1, f"no series matched {{{deployment.prometheus_selector}}} at "
                                                  f"{client.safe_url}" + (" (aggregated)" if aggregated else "")))
@@ -289,6 +293,9 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
         res.gaps += len(gaps) + (ch.error is not None)
         if on_chunk:
             on_chunk(i + 1, len(bounds), res)
+    if res.refused_samples:
+        log.warning("deployment %s: %d samples not stored: not finite, negative or above 2**53 (a direct import "
+                    "refuses them too), e.g. %s", deployment.name, res.refused_samples, "; ".join(res.refused_examples))
     if res.far_pairs:
         log.warning("deployment %s: %d increases not counted because consecutive samples were more than "
                     "prometheus.lookback (%s) apart; if Prometheus scrapes less often than that, raise "

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...models.metrics.catalog import FAMILIES
+from ..scrape.parse_checks import MAX_COUNTER
 from ..scrape.relabel import model_label
 from ..scrape.store import series_id
 from .step_math import Raw, step_gauges, step_increments
@@ -87,6 +88,28 @@ class Rows:
         "series_id", "ts", "delta", "pairs", "resets")})
     gauge: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("series_id", "ts", "value")})
     far: int = 0  # pairs of samples further apart than lookback: not counted
+    refused: int = 0  # samples not finite, negative (counters) or above 2**53: not stored, as in a direct import
+    refused_examples: list[str] = field(default_factory=list)
+
+
+def _usable(s: Raw, typ: str, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
+    """``s``'s samples without the values a direct import refuses (``parse_checks``): a counter or
+    histogram part that is NaN, infinite, negative or above 2**53, a gauge that is not finite.
+    Left out, they do not break the pairs around them: the good samples on either side pair."""
+    if typ == "gauge":
+        ok = np.isfinite(s.v)
+    else:
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(s.v) & (s.v >= 0) & (s.v <= MAX_COUNTER)
+    if ok.all():
+        return s.t, s.v
+    bad = np.flatnonzero(~ok)
+    rows.refused += int(bad.size)
+    if len(rows.refused_examples) < 3:
+        i = int(bad[0])
+        rows.refused_examples.append(f"{target_name(s.labels)} {s.name} = {s.v[i]!r} at "
+                                     f"{np.datetime64(int(s.t[i]), 'ms')}Z")
+    return s.t[ok], s.v[ok]
 
 
 def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: int) -> Rows:
@@ -108,8 +131,9 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
         rest = _rest(s.labels)
         sid = series_id(target_ids[tname], s.name, model_label(s.labels.get("model_name")), s.labels.get("engine"),
                         _le(s.labels), rest)
+        st, sv = _usable(s, typ, rows)
         if typ == "gauge":
-            ends, vals = step_gauges(s.t, s.v, chunk.t0, chunk.t1, step)
+            ends, vals = step_gauges(st, sv, chunk.t0, chunk.t1, step)
             if ends.size == 0:
                 continue
             rows.gauge["series_id"].append(np.full(ends.size, sid, dtype=np.int64))
@@ -117,9 +141,12 @@ def build_rows(chunk: Chunk, target_ids: dict[str, int], step: int, lookback: in
             rows.gauge["value"].append(vals)
         else:
             key = (tname, fam, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("__name__", "le"))))
-            t, v = s.t, s.v
+            t, v = st, sv
             times = scraped[tname]
             k = int(np.searchsorted(times, t[0])) - 1 if t.size else -1
+            first_created = _created_at(created.get(key), t[:1])[0] if t.size else np.nan
+            if k >= 0 and np.isfinite(first_created) and first_created < times[k]:
+                k = -1  # its _created says it existed at that scrape: missing from it, not born after it
             if k >= 0:  # born after the target's scrape at times[k]
                 t, v = np.concatenate([times[k:k + 1], t]), np.concatenate([[0.0], v])
             cr = _created_at(created.get(key), t)

@@ -27,7 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...models.inputs.settings_checks import PER_ENGINE_LABELS as PER_ENGINE_LABELS  # (importers take it from here)
-from ...models.metrics.catalog import ENGINE_COUNTS, FAMILIES, RUNNING
+from ...models.metrics.catalog import (
+    ENGINE_COUNTS,
+    EXTERNAL_HITS,
+    FAMILIES,
+    PREFIX_HITS,
+    PROMPT_TOKENS_CACHED,
+    ROUTER_MARKERS,
+    RUNNING,
+)
 
 LEVEL = "deployment_model"
 RULE_STEP_S = 60
@@ -63,8 +71,9 @@ def kind_of(family: str) -> str:
 
 
 def families() -> dict[str, str]:
-    """Every family aggregated: the catalog's, then the older spellings (type by family)."""
-    out = dict(FAMILIES)
+    """Every family aggregated: the catalog's (less the router markers, which say what to leave
+    out), then the older spellings (type by family)."""
+    out = {f: t for f, t in FAMILIES.items() if f not in ROUTER_MARKERS}
     for f, t in EXTRA_SPELLINGS.items():
         out.setdefault(f, t)
     return out
@@ -97,17 +106,53 @@ class Window:
     delay_s: int = 60
 
 
+MAX_COUNTER = 9007199254740992
+"""2**53: a counter sample above it (or NaN, or infinite, or negative) is refused, as a direct
+import refuses it (``collectors.scrape.parse_checks.MAX_COUNTER``)."""
+
+
+def _routers(selector: str, w: Window) -> str:
+    """The targets (job, instance) that are routers or gateways over the step and its lookback:
+    raw mode refuses them (``parse_checks.router_of``); the sums leave them out the same way."""
+    names = "|".join(ROUTER_MARKERS)
+    sel = f'{{__name__=~"{names}"{"," + selector if selector else ""}}}'
+    return f"last_over_time({sel}[{_dur(w.lookback_s + w.step_s)}]" + (f" offset {_dur(w.delay_s)})" if w.delay_s
+                                                                        else ")")
+
+
+def _no_routers(expr: str, selector: str, w: Window) -> str:
+    return f"(\n  (\n  {expr}\n  )\n  unless on (job, instance) {_routers(selector, w)}\n)"
+
+
+def _good(expr: str) -> str:
+    """``expr`` without the samples a direct import refuses: NaN, infinite, negative, above 2**53
+    (a comparison drops them, NaN included)."""
+    return f"({expr} >= 0 <= {MAX_COUNTER})"
+
+
+def _inc(sample: str, w: Window, selector: str) -> str:
+    cur = _good(f"last_over_time({_rng(sample, selector, w.step_s, w.delay_s)})")
+    prev = _good(f"last_over_time({_rng(sample, selector, w.lookback_s, w.delay_s + w.step_s)})")
+    low = _good(f"min_over_time({_rng(sample, selector, w.step_s, w.delay_s)})")
+    return f"(({cur} - {prev}) >= 0\n  or\n  {cur} - {low})"
+
+
 def increase_expr(sample: str, w: Window, *, selector: str = "", without: tuple[str, ...] = PER_ENGINE_LABELS) -> str:
-    cur = f"last_over_time({_rng(sample, selector, w.step_s, w.delay_s)})"
-    prev = f"last_over_time({_rng(sample, selector, w.lookback_s, w.delay_s + w.step_s)})"
-    low = f"min_over_time({_rng(sample, selector, w.step_s, w.delay_s)})"
-    return f"sum without ({', '.join(without)}) (\n  ({cur} - {prev}) >= 0\n  or\n  {cur} - {low}\n)"
+    """Per series the step's increase (see the module doc), summed over the per-engine labels,
+    routers left out. ``vllm:prompt_tokens_cached_total`` is each engine's cached tokens by its
+    release's rule (the family where it has it, vLLM 0.16 on; else prefix-cache hits plus external
+    hits), so a fleet mixing releases sums what raw mode sums per target."""
+    term = _inc(sample, w, selector)
+    if sample == f"{PROMPT_TOKENS_CACHED}_total":
+        hits, ext = (_inc(f"{f}_total", w, selector) for f in (PREFIX_HITS, EXTERNAL_HITS))
+        term = f"{term}\n  or\n  ({hits}\n  + {ext})\n  or\n  {hits}"
+    return f"sum without ({', '.join(without)}) {_no_routers(term, selector, w)}"
 
 
 def gauge_expr(sample: str, agg: str, w: Window, *, selector: str = "",
                without: tuple[str, ...] = PER_ENGINE_LABELS) -> str:
-    return (f"{agg} without ({', '.join(without)}) "
-            f"(last_over_time({_rng(sample, selector, w.step_s, w.delay_s, left_open=True)}))")
+    x = f"last_over_time({_rng(sample, selector, w.step_s, w.delay_s, left_open=True)})"
+    return f"{agg} without ({', '.join(without)}) {_no_routers(x, selector, w)}"
 
 
 def engines_expr(kind: str, w: Window, *, selector: str = "", without: tuple[str, ...] = PER_ENGINE_LABELS) -> str:
@@ -115,7 +160,7 @@ def engines_expr(kind: str, w: Window, *, selector: str = "", without: tuple[str
     x = f"last_over_time({_rng(gauge, selector, w.step_s, w.delay_s, left_open=True)})"
     if fold:
         x = f"max without ({', '.join(fold)}) ({x})"
-    return f"count without ({', '.join(without)}) ({x})"
+    return f"count without ({', '.join(without)}) {_no_routers(x, selector, w)}"
 
 
 # -- what is asked for ---------------------------------------------------------------------

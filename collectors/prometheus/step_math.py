@@ -47,17 +47,34 @@ def step_increments(t: np.ndarray, v: np.ndarray, created: np.ndarray, c0: int, 
     start = np.where(restart, cr, tp)
     keep = (has_p | restart) & (tc - start <= max_span)
     crp = np.where(has_p, created[np.maximum(prev, 0)], np.nan)
+    pm = process_max_before(v, created)[cur]
     with np.errstate(invalid="ignore"):
         drop = has_p & (vc < vp)
-        # _created known on both sides and unchanged (or gone backwards): a decrease is no
-        # restart but a broken or replaced target; the pair counts nothing (increments() macro)
+        # _created known on both sides (increments() macro): a sample counts what its own process
+        # (its _created) added since that process's highest earlier value; a decrease with an
+        # unchanged _created (a glitch), or a process first seen after another one answered (two
+        # processes behind one URL), counts nothing and is no reset
         known = np.isfinite(cr) & np.isfinite(crp) & ~restart
-        broken = known & ((drop & (cr == crp)) | (cr < crp))
-        delta = np.where(broken, 0.0, np.where(restart | drop, vc, vc - vp))
-        resets = np.where(broken, False, np.where(restart, has_p & (vp > 0), drop))
+        # a process's first sample counts from 0 when it started inside what was fetched (the
+        # macro's zero point at _created), else nothing: it was alive before, answering elsewhere
+        born = t.size > 0 and np.isfinite(cr) & (cr >= t[0])
+        own = np.where(np.isfinite(pm), np.maximum(vc - pm, 0.0), np.where(born, vc, 0.0))
+        delta = np.where(known, own, np.where(restart | drop, vc, vc - vp))
+        resets = np.where(known, False, np.where(restart, has_p & (vp > 0), drop))
     ends = (t[cur] + step - 1) // step * step
     far = int(((has_p | restart) & ~keep).sum())
     return (*_per_step(ends[keep], delta[keep], resets[keep].astype(np.int64)), far)
+
+
+def process_max_before(v: np.ndarray, created: np.ndarray) -> np.ndarray:
+    """For each sample, the highest earlier value of the same process (the same _created); NaN
+    for a process's first sample and where _created is unknown."""
+    out = np.full(v.shape, np.nan)
+    for c in np.unique(created[np.isfinite(created)]):
+        idx = np.nonzero(created == c)[0]
+        if idx.size > 1:
+            out[idx[1:]] = np.maximum.accumulate(v[idx])[:-1]
+    return out
 
 
 def _per_step(ends, delta, resets):

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import ijson
 import numpy as np
 import requests
+import urllib3.exceptions
 
 from ...models.core.errors import KvplanError
 from .step_math import Raw
@@ -95,7 +96,7 @@ def stream_matrix(client: PromSession, path: str, form: dict[str, str], where: s
         raise PromError(f"{where}: no answer within {client.timeout_s:g}s (timeout)") from None
     except requests.ConnectionError as e:
         raise PromError(f"{where}: cannot connect ({_errno(e)})") from None
-    except requests.RequestException as e:
+    except (requests.RequestException, urllib3.exceptions.HTTPError) as e:
         raise PromError(f"{where}: {type(e).__name__}: {_short(e)}") from None
     with r:
         try:
@@ -118,7 +119,9 @@ def stream_matrix(client: PromSession, path: str, form: dict[str, str], where: s
                 yield series_of(item, where)
         except ijson.JSONError as e:
             raise PromError(f"{where}: malformed response (JSON: {_short(e)})") from None
-        except (requests.RequestException, OSError) as e:
+        except (requests.RequestException, OSError, urllib3.exceptions.HTTPError) as e:
+            # urllib3's ProtocolError ("Connection broken: ConnectionResetError ...", an IncompleteRead)
+            # is neither an OSError nor a requests error: a connection reset mid-answer lands here
             raise PromError(f"{where}: the answer broke off ({type(e).__name__}: {_short(e)})") from None
         except (TypeError, ValueError, IndexError) as e:
             raise PromError(f"{where}: malformed response ({type(e).__name__}: {_short(e)})") from None

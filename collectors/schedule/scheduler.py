@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
-from ...models.core.timeutil import day_start, utcnow
+from ...models.core.timeutil import aware_utc, day_start, naive_utc, utcnow
 from ...models.inputs.settings import Settings
 from ...sql.db import Database
 from ..scrape.scrape import Target, scrape_target
@@ -105,6 +106,11 @@ class Scraper:
         self.targets = [(d.name, Target(t.name, t.url, t.kind)) for d in settings.deployments for t in d.targets]
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="scrape")
         self.inflight: dict[tuple[str, str], Future] = {}
+        # skipped rounds are written from here, never from the scheduler's own thread
+        self.recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scrape-skips")
+        self._skips: list[tuple[datetime, str]] = []
+        self._skips_lock = threading.Lock()
+        self._draining = False
 
     def ensure_targets(self) -> None:
         """Create every deployment and target up front, so concurrent first scrapes never race
@@ -117,12 +123,14 @@ class Scraper:
         started = utcnow()
         out = Outcome()
         futures: dict[tuple[str, str], Future] = {}
+        skipped: list[tuple[str, Target]] = []
         for dep, t in self.targets:
             key = (dep, t.name)
             prev = self.inflight.get(key)
             if prev is not None and not prev.done():
                 out.errors += 1
                 out.notes.append(f"{dep}/{t.name}: previous scrape still running, skipped")
+                skipped.append((dep, t))
                 continue
             futures[key] = self.inflight[key] = self.pool.submit(
                 scrape_target, self.db, dep, t, timeout_s=self.settings.scrape_timeout_s,
@@ -142,13 +150,56 @@ class Scraper:
             else:
                 out.rows += f.result().samples
         with self.db.write() as con:
+            for dep, t in skipped:  # a gap at this round's time, as a failed scrape is
+                _gap(con, dep, t, started, "not scraped: its previous scrape was still running")
             Database.run(con, "insert_collector_run", job="scrape", deployment=None, day=None, started_at=started,
                          ended_at=utcnow(), status="ok" if out.errors == 0 else "errors", n_rows=out.rows,
                          n_errors=out.errors, message=out.message)
         return out
 
+    def record_skipped(self, when: datetime, why: str) -> None:
+        """A whole round the scheduler did not run (the previous one still running, or the daemon
+        too busy to start it in time): every target gets a failed scrape at the round's time (a
+        gap, as a failed scrape is) and the run log a row; written off the scheduler's thread."""
+        log.warning("scrape round of %s skipped: %s", when.isoformat(), why)
+        with self._skips_lock:
+            self._skips.append((when, why))
+            if self._draining:
+                return
+            self._draining = True
+        self.recorder.submit(self._write_skips)
+
+    def _write_skips(self) -> None:
+        """Every skipped round noted so far, in one transaction (an overloaded daemon skips many:
+        one write each would add to the load that made it skip)."""
+        with self._skips_lock:
+            skips, self._skips, self._draining = self._skips, [], False
+        try:
+            with self.db.write() as con:
+                for when, why in skips:
+                    for dep, t in self.targets:
+                        _gap(con, dep, t, when, f"scrape round skipped: {why}")
+                    Database.run(con, "insert_collector_run", job="scrape", deployment=None, day=None,
+                                 started_at=when, ended_at=utcnow(), status="errors", n_rows=0,
+                                 n_errors=len(self.targets), message=f"round skipped: {why}")
+        except Exception:  # the daemon goes on; the log says it
+            log.exception("recording %d skipped scrape rounds", len(skips))
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.recorder.shutdown(wait=True)
+
+
+def _gap(con: Any, deployment: str, t: Target, ts: datetime, error: str) -> None:
+    """A failed scrape of ``t`` at ``ts`` (a gap), leaving the target's row as it is (its kind
+    was read off its payloads; a skipped round knows nothing new about it)."""
+    dep = Database.run(con, "get_deployment_id", name=deployment).fetchone()
+    row = Database.run(con, "get_target", deployment_id=dep[0], name=t.name).fetchone() if dep else None
+    target_id = row[0] if row else ensure_target(con, deployment, t.name, t.kind or "unknown", None)
+    ts = naive_utc(ts)
+    if Database.run(con, "get_scrape", target_id=target_id, ts=ts).fetchone() is None:
+        Database.run(con, "insert_scrape", target_id=target_id, ts=ts, ok=False, error=redact(error), duration_s=None,
+                     source="scrape", payload_sha256=None, n_samples=0, warnings=None)
 
 
 # -- the nightly job -------------------------------------------------------------------------
@@ -276,7 +327,24 @@ def build_scheduler(settings: Settings, db: Database,
                       **defaults)
     sched.add_job(nightly.run, CronTrigger.from_crontab(sc.nightly_cron, timezone=sched.timezone), id="nightly",
                   misfire_grace_time=int(sc.misfire_grace_s), **defaults)
+    sched.add_listener(_on_skipped(scraper, sc.scrape_interval_s), EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
     return sched, scraper, nightly
+
+
+def _on_skipped(scraper: Scraper, interval_s: float) -> Callable[[Any], None]:
+    """APScheduler's listener of rounds it did not run: recorded (``Scraper.record_skipped``),
+    not only logged."""
+    def on(event: Any) -> None:
+        if getattr(event, "job_id", None) != "scrape" or not scraper.targets:
+            return
+        if event.code == EVENT_JOB_MAX_INSTANCES:
+            why = f"the previous round was still running (schedule.scrape_interval_s = {interval_s:g}s)"
+        else:
+            why = "the daemon was too busy to start it in time (missed its start by more than the interval)"
+        times = getattr(event, "scheduled_run_times", None) or [event.scheduled_run_time]
+        for when in times:
+            scraper.record_skipped(aware_utc(when), why)
+    return on
 
 
 def run_daemon(settings: Settings, db: Database, stop: threading.Event | None = None,

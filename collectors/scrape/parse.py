@@ -36,6 +36,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_fd_to_metric_families as _text_families
 
+from ...models.metrics.catalog import COUNTERS
 from .parse_checks import (
     check_histograms,
     check_hits,
@@ -57,9 +58,8 @@ _TEXT_TYPES = ("text/plain",)
 _OPENMETRICS_TYPES = ("application/openmetrics-text",)
 
 
-_UNDERSCORED = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm_", re.MULTILINE)
-_COLON = re.compile(r"^(?:# (?:HELP|TYPE|UNIT) )?vllm:", re.MULTILINE)
-_UNDERSCORED_SUB = re.compile(r"^((?:# (?:HELP|TYPE|UNIT) )?)vllm_", re.MULTILINE)
+_ENGINE_NAME = re.compile(r"^((?:# (?:HELP|TYPE|UNIT) )?)(vllm|sglang)([_:])([A-Za-z0-9_:]*)", re.MULTILINE)
+"""A line naming a vLLM or SGLang metric (or its HELP/TYPE/UNIT): prefix, engine, separator, rest."""
 
 
 class _CountingLines:
@@ -108,6 +108,24 @@ def _blocks_as_blocks(raw_families: list[Any]) -> tuple[list[Any], list[str]]:
 
 
 _BLOCK_FAMILIES = ("vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_hits")
+
+
+def _untyped_counters(raw_families: list[Any]) -> tuple[list[Any], list[str]]:
+    """Samples of a counter kvplan knows (``catalog.COUNTERS``) written without a TYPE line, or
+    without ``_total`` under a TYPE line that has it: the text parser makes them an untyped family,
+    which no total reads. They are read as that counter (``<family>_total``), with a warning."""
+    notes = []
+    for fam in raw_families:
+        if fam.type != "unknown":
+            continue
+        base = fam.name[: -len("_total")] if fam.name.endswith("_total") else fam.name
+        if base not in COUNTERS or any(x.name not in (base, base + "_total") for x in fam.samples):
+            continue
+        fam.samples = [x._replace(name=base + "_total") for x in fam.samples]
+        fam.name, fam.type = base, "counter"
+        notes.append(f"{base}: written without a counter TYPE line or without _total; read as the counter "
+                     f"{base}_total")
+    return raw_families, notes
 
 
 def check_content_type(source: str, content_type: str | None) -> str:
@@ -166,6 +184,7 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     text, mapped = _colon_names(text)
     raw_families, strays = regroup_strays(text, _read_families(source, text, fmt))
     raw_families, blocks = _blocks_as_blocks(raw_families)
+    raw_families, untyped = _untyped_counters(raw_families)
     families, created, plain = _split_created(source, text, raw_families, at_s)
     refuse_routers(source, families)
     kind = kind or _detected_kind(source, families)
@@ -173,17 +192,37 @@ def parse_payload(text: str, source: str, *, content_type: str | None = None,
     check_histograms(source, samples)
     check_hits(source, text, samples)
     return Payload(source=source, kind=kind, samples=samples, families=families,
-                   warnings=mapped + strays + blocks + warnings + part_exceeds_whole(samples))
+                   warnings=mapped + strays + blocks + untyped + warnings + part_exceeds_whole(samples))
 
 
 def _colon_names(text: str) -> tuple[str, list[str]]:
-    """prometheus_client (OpenMetrics, or UTF-8 name escaping) may write vLLM's names with
-    '_' for ':'. vLLM names every metric vllm:..., so map them back and say so."""
-    if _UNDERSCORED.search(text) and not _COLON.search(text):
-        return _UNDERSCORED_SUB.sub(r"\1vllm:", text), [
-            "metric names written vllm_... were read as vLLM's vllm:... (saved by a client that "
-            "replaced ':' with '_')"]
-    return text, []
+    """prometheus_client (OpenMetrics, or UTF-8 name escaping) may write vLLM's and SGLang's
+    names with '_' for ':'. Both engines name every metric vllm:... / sglang:..., so map them
+    back and say so, name by name: a payload can hold ``vllm_x`` beside ``vllm:y`` (a client or
+    relabelling that rewrote some families). A name present both ways is read once, as the
+    colon one, and the other is named in a warning."""
+    names = {m.group(2) + m.group(3) + m.group(4) for m in _ENGINE_NAME.finditer(text)}
+    mapped: dict[str, set[str]] = {}
+    twins: set[str] = set()
+
+    def sub(m: re.Match) -> str:
+        engine, sep, rest = m.group(2), m.group(3), m.group(4)
+        if sep == ":":
+            return m.group(0)
+        if f"{engine}:{rest}" in names:
+            twins.add(f"{engine}_{rest}")
+            return m.group(0)
+        mapped.setdefault(engine, set()).add(f"{engine}_{rest}")
+        return f"{m.group(1)}{engine}:{rest}"
+
+    text = _ENGINE_NAME.sub(sub, text)
+    warnings = [f"metric names written {engine}_... were read as {'vLLM' if engine == 'vllm' else 'SGLang'}'s "
+                f"{engine}:... (saved by a client that replaced ':' with '_'): {', '.join(sorted(ns)[:6])}"
+                + (f" and {len(ns) - 6} more" if len(ns) > 6 else "") for engine, ns in sorted(mapped.items())]
+    if twins:
+        warnings.append(f"{', '.join(sorted(twins)[:6])}{' ...' if len(twins) > 6 else ''}: also written with ':' in "
+                        "this payload; the ':' names are read, these are not (one quantity is never read twice)")
+    return text, warnings
 
 
 def _read_families(source: str, text: str, fmt: str) -> list[Any]:

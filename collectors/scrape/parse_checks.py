@@ -57,6 +57,10 @@ HIT_PAIRS = (
     ("lmcache_mp_lookup_hit_l1_tokens_total", "lmcache_mp_lookup_requested_tokens_total"),
     ("lmcache_mp_lookup_hit_l2_tokens_total", "lmcache_mp_lookup_requested_tokens_total"),
     ("lmcache:num_hit_tokens_total", "lmcache:num_requested_tokens_total"),
+    # the older releases' spellings, held to the same rule (QUANTITIES in models/metrics/catalog.py)
+    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+    ("vllm:gpu_prefix_cache_hits_blocks_total", "vllm:gpu_prefix_cache_queries_blocks_total"),
+    ("lmcache:num_lookup_hits_total", "lmcache:num_lookup_tokens_total"),
 )
 """(hits, queries) counters of one series: hits can never exceed queries in one payload."""
 

@@ -60,25 +60,30 @@ class ScrapeError(KvplanError):
 
 
 def redact_url(url: str) -> str:
-    """A URL without user:password, safe for logs and the database."""
+    """A URL without user:password and without the values of secret query parameters
+    (``?token=``, ``?access_token=``, ``?api_key=`` ...), safe for logs and the database."""
     parts = urlsplit(url)
+    query = redact(parts.query) if parts.query else parts.query
     if parts.username or parts.password:
         host = parts.hostname or ""
         if parts.port:
             host += f":{parts.port}"
-        return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        return urlunsplit((parts.scheme, host, parts.path, query, parts.fragment))
+    if query != parts.query:
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
     return url
 
 
 def default_target_name(url: str) -> str:
     """A target is its whole URL: ``host:port`` for the usual ``/metrics`` path (so existing
     targets keep their name), else ``host:port/path?query``: two endpoints on one host and
-    port are two targets. Credentials are never part of it."""
+    port are two targets. Credentials are never part of it (nor a secret query parameter's
+    value: ``?token=<redacted>``)."""
     parts = urlsplit(url)
     host = f"{parts.hostname}:{parts.port}" if parts.port else (parts.hostname or url)
     if parts.path in ("", "/", "/metrics") and not parts.query:
         return host
-    return host + parts.path + (f"?{parts.query}" if parts.query else "")
+    return host + parts.path + (f"?{redact(parts.query)}" if parts.query else "")
 
 
 DEFAULT_TIMEOUT_S = 10.0

@@ -108,7 +108,13 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
     if fmt not in ("auto", *FORMATS):
         raise KvplanError(f"unknown format {fmt!r}; one of auto, {', '.join(FORMATS)}, requests",
                           source="format")
-    formats = {f: (detect_format(f) if fmt == "auto" else fmt) for f in files}
+    detected = {f: (detect_format(f) if fmt == "auto" else fmt) for f in files}
+    formats = {f: k for f, k in detected.items() if k is not None}
+    empty = [f for f, k in detected.items() if k is None]  # just rotated: taken once they hold a line
+    if not formats:
+        raise PayloadError(str(files[0]), "empty file: no trace line yet" if len(files) == 1
+                           else f"all {len(files)} files are empty: no trace line yet")
+    files = [f for f in files if f in formats]
     kinds = set(formats.values())
     if len(kinds) > 1:
         raise PayloadError(str(files[0]), "files of both formats given: import each trace "
@@ -155,7 +161,8 @@ def import_trace(db: Database, deployment: str, paths: list[Path], *, name: str 
         FileResult(s.path.name, "unchanged" if prev is not None and s.bytes == prev["bytes"]
                    and prev["instance"] == inst[s.path] else "extended" if prev is not None else "imported",
                    s.requests, s.partial_tail, inst[s.path])
-        for s, prev in ((s, state.get(s.path)) for s in scans)))
+        for s, prev in ((s, state.get(s.path)) for s in scans)) + tuple(
+        FileResult(f.name, "empty (no line yet)", 0, False, inst[f]) for f in empty))
 
 
 def trace_state(con: duckdb.DuckDBPyConnection, deployment: str, trace_name: str, kind: str,
@@ -177,9 +184,26 @@ def trace_state(con: duckdb.DuckDBPyConnection, deployment: str, trace_name: str
                 if legacy is not None and _head_sha(f, legacy["bytes"]) == legacy["sha256"]:
                     prev = legacy
                     adopted.add(f.name)
+            if prev is None:
+                prev = _imported_as(con, row["trace_id"], f, name)
+                if prev is not None:  # the same file, imported before under another instance: stays there
+                    inst[f] = prev["instance"]
             if prev is not None:
                 state[f] = {k: prev[k] for k in ("bytes", "lines", "sha256", "instance")}
     return row, state
+
+
+def _imported_as(con: Any, trace_id: int, f: Path, instance: str) -> dict | None:
+    """The row of an earlier import of this very file under another instance (same name, and
+    its imported bytes are this file's first bytes): a file is identified by its content, not by
+    the directory or --instance it was reached under."""
+    cur = Database.run(con, "trace_file_elsewhere", trace_id=trace_id, instance=instance, file=f.name)
+    cols = [d[0] for d in cur.description]
+    for r in cur.fetchall():
+        prev = dict(zip(cols, r, strict=True))
+        if prev["instance"] and prev["bytes"] and _head_sha(f, prev["bytes"]) == prev["sha256"]:
+            return prev
+    return None
 
 
 def _head_sha(f: Path, n: int) -> str | None:

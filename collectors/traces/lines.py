@@ -104,8 +104,9 @@ def load_line(line: str, path: Path, n: int) -> object:
         raise PayloadError(str(path), "not a usable JSON line: nested too deeply", n) from None
 
 
-def detect_format(path: Path) -> str:
-    """``lmcache`` or ``mooncake`` from the first non-blank line."""
+def detect_format(path: Path) -> str | None:
+    """``lmcache`` or ``mooncake`` from the first non-blank line; None: no line yet (a log
+    LMCache has just opened)."""
     with open(path, "rb") as fh:
         for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
             if len(raw) > MAX_LINE_BYTES:
@@ -120,7 +121,7 @@ def detect_format(path: Path) -> str:
                 return "mooncake"
             raise PayloadError(str(path), "neither an LMCache lookup-hash line (chunk_hashes) "
                                "nor a Mooncake trace line (hash_ids)", n)
-    raise PayloadError(str(path), "empty file: no trace line")
+    return None
 
 
 def _int(obj: dict, key: str, path: Path, n: int, minimum: int = 0, maximum: int = _INT64_MAX) -> int:

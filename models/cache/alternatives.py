@@ -225,15 +225,16 @@ def predict(trace: Trace, alt: Alternative, latency: lat.LatencyModel, *, slo_s:
 
 
 def engines_needed(trace: Trace, make: Callable[[int], Alternative], latency: lat.LatencyModel, *, slo_s: float,
-                   most: int, output_tokens: np.ndarray | None = None) -> int | None:
+                   most: int, output_tokens: np.ndarray | None = None, p99_ratio: float = 1.0) -> int | None:
     """Fewest engines (1..``most``) for which ``make(k)`` (an ``Alternative`` on k engines) keeps
-    the TTFT p99 within ``slo_s``; None when even ``most`` misses it. Binary search: more engines
-    never queue a request longer here."""
+    the TTFT p99, times ``p99_ratio`` (today's calibration, ``calibration``), within ``slo_s``;
+    None when even ``most`` misses it. Binary search: more engines never queue a request longer
+    here."""
     most = min(int(most), MAX_ENGINE_SEARCH)
 
     def holds(k: int) -> bool:
         s = lat.summarize(lat.simulate(stream(trace, make(k), output_tokens), latency), slo_s=slo_s, seconds=1.0)
-        return s.ttft_p99_s is not None and s.ttft_p99_s <= slo_s
+        return s.ttft_p99_s is not None and s.ttft_p99_s * p99_ratio <= slo_s
 
     if most < 1 or not holds(most):
         return None

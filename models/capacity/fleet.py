@@ -5,7 +5,9 @@ Queueing model (M/M/c waiting time + deterministic service):
 * The fleet is ``c`` serving replicas (``gpus_per_replica`` GPUs each, tensor parallel).
   Requests arrive as a Poisson stream of ``requests_per_second``.
 * A request's prefill occupies one replica for ``S = computed tokens / replica throughput``
-  seconds, with ``computed tokens = mean_prompt_tokens * (1 - hit_rate)`` and replica
+  seconds (on the reuse path plus the reuse's own overhead per request, LMCache's lookups,
+  stores and loads, ``reuse_overhead_gpu_seconds_per_request``: a tier is credited GPUs net of
+  its cost), with ``computed tokens = mean_prompt_tokens * (1 - hit_rate)`` and replica
   throughput ``prefill_tokens_per_gpu_second * gpus_per_replica * prefill_capacity_share``
   (linear tensor-parallel scaling: optimistic). Reuse enters only through ``hit_rate``.
 * Waiting time ``W`` before a replica is free: M/M/c, ``P(W > t) = C(c, a) * exp(-(c/S -
@@ -97,6 +99,11 @@ class CapacityInputs:
     """Arrival rate of the busiest hour; None = ``requests_per_second`` (the mean)."""
     headroom: float = 0.0
     """Goodput method: spare share kept above the peak-hour demand (0.2 = 20 %)."""
+    reuse_overhead_gpu_seconds_per_request: float = 0.0
+    """GPU-seconds a request spends on the reuse being priced (LMCache's lookups, stores and
+    loads), charged to the prefill of every request on the reuse path (a hit rate above the
+    baseline's): the GPUs a tier is credited with are net of its overhead. The goodput method
+    measured it already."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -116,6 +123,7 @@ class CapacityInputs:
             ("peak_requests_per_second", self.peak_requests_per_second is None
              or self.peak_requests_per_second >= 0),
             ("headroom", 0 <= self.headroom <= 10),
+            ("reuse_overhead_gpu_seconds_per_request", self.reuse_overhead_gpu_seconds_per_request >= 0),
         ]
         for name, ok in checks:
             if not ok:
@@ -123,10 +131,13 @@ class CapacityInputs:
                                  f"got {getattr(self, name)!r}")
 
     def service_seconds(self, hit_rate: float) -> float:
-        """Prefill time of a mean request on one replica at this hit rate, seconds."""
+        """Prefill time of a mean request on one replica at this hit rate, seconds; above the
+        baseline's hit rate (the reuse path) plus the reuse's overhead on that replica."""
         rate = self.prefill_tokens_per_gpu_second * self.gpus_per_replica \
             * self.prefill_capacity_share
-        return self.mean_prompt_tokens * (1.0 - hit_rate) / rate
+        overhead = self.reuse_overhead_gpu_seconds_per_request / (
+            self.gpus_per_replica * self.prefill_capacity_share) if hit_rate > self.baseline_hit_rate else 0.0
+        return self.mean_prompt_tokens * (1.0 - hit_rate) / rate + overhead
 
     @property
     def method(self) -> str:
@@ -379,6 +390,9 @@ def capacity_inputs_from(measurement: PrefillMeasurement, savings: PrefillSaving
     speed = savings.prefill_tokens_per_gpu_second
     if speed is None or measurement.mean_prompt is None or measurement.hit_rate is None:
         return None
+    # the cache layer's cost in the window (LMCache's overhead; 0 when a measured A/B nets it)
+    overhead = max(0.0, savings.hit_cost_gpu_seconds)
+    per_request = overhead / measurement.requests if measurement.requests > 0 else 0.0
     return CapacityInputs(
         ttft_p99_slo_seconds=ttft_p99_slo_seconds,
         requests_per_second=measurement.requests_per_second,
@@ -390,4 +404,5 @@ def capacity_inputs_from(measurement: PrefillMeasurement, savings: PrefillSaving
         growth_rate_per_month=growth_rate_per_month, horizon_months=horizon_months,
         gpus_per_replica=gpus_per_replica or measurement.tensor_parallel_size,
         prefill_capacity_share=prefill_capacity_share, goodput=goodput,
-        peak_requests_per_second=peak_requests_per_second, headroom=headroom)
+        peak_requests_per_second=peak_requests_per_second, headroom=headroom,
+        reuse_overhead_gpu_seconds_per_request=per_request)

@@ -306,7 +306,7 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
         total = t.total
         saved, lo, hi = total.value, total.low, total.high
         with_reuse, without = t.with_reuse.value, t.without_reuse.value
-    elif m.requests > 0 and m.cached_prompt_tokens <= 0 and band is None:
+    elif m.requests > 0 and m.cached_prompt_tokens <= 0 and (band is None or s.source == "no_hits"):
         # no hits, no saving, whatever the cost model: vLLM's tier saved 0; LMCache (when in the
         # window) cost the lookup time vLLM measured
         lookup = (w.lookup_seconds if w is not None else 0.0) * m.tensor_parallel_size

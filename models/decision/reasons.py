@@ -73,7 +73,7 @@ def data_gate(savings: PrefillSavings, capacity: CapacityResult | None, benefit:
         else:
             missing.append("no estimate of prefill cost per token (need the prefill timer, or "
                            "vLLM FLOPs / model params with gpu_peak_flops)")
-    if not missing and capacity is not None and benefit is not None:
+    if not missing and ((capacity is not None and benefit is not None) or savings.source == "no_hits"):
         return None
     if not missing:
         missing.append("load or hit rate unavailable")
@@ -82,6 +82,20 @@ def data_gate(savings: PrefillSavings, capacity: CapacityResult | None, benefit:
     if model is not None and not model.identified and model.fix:
         flips.append(model.fix)
     return Decision(Verdict.NEED_DATA, "Not enough data to price reuse: " + "; ".join(missing) + ".", flips)
+
+
+def no_hits(savings: PrefillSavings, p: PlanningInputs) -> Decision:
+    """Nothing was cached and no cost model prices a token: reuse saved 0 (LMCache, when in
+    the window, cost its lookups), which no cost per token changes, so it does not pay. The
+    fleet's size is not checked (that needs the cost per token)."""
+    months = savings.gpu_hours_per_month or 0.0
+    lookups = f" and LMCache's lookups cost {-months:,.2f} GPU-h/month" if months < 0 else ""
+    return Decision(
+        Verdict.NOT_WORTH_IT,
+        f"No cache hits in this window ({math.floor(savings.requests):,.0f} requests): reuse saved "
+        f"0 GPU-h/month{lookups}, whatever a prompt token costs; whether the fleet holds the "
+        f"{p.ttft_p99_slo_seconds:g} s p99 TTFT target is not checked (no prefill cost model).",
+        ["requests that share a prefix (a hit rate above 0)"])
 
 
 # ---- break-even values (the flips of the money) ------------------------------------------

@@ -111,7 +111,8 @@ def device_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     value, gpus, note = hours[0] * rate, None, ""
     if ev.capacity is not None:
         h_dev = (m.baseline_hit_rate if m.priced_tier == "lmcache" else m.hit_rate) or 0.0
-        cap = plan_capacity(replace(ev.capacity.inputs, hit_rate=h_dev, baseline_hit_rate=0.0), pb)
+        cap = plan_capacity(replace(ev.capacity.inputs, hit_rate=h_dev, baseline_hit_rate=0.0,
+                                    reuse_overhead_gpu_seconds_per_request=0.0), pb)  # free: no LMCache cost
         if cap.gpus_needed_with_reuse is not None and cap.gpus_needed_without_reuse is not None:
             gpus = cap.gpus_needed_without_reuse - cap.gpus_needed_with_reuse
         sv = replace(ev.savings, gpu_hours_per_month=hours[0], gpu_hours_per_month_low=hours[1],

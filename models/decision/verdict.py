@@ -62,7 +62,7 @@ from ..inputs.pricebook import PriceBook
 from ..prefill.measurement import PrefillMeasurement
 from ..prefill.savings import PrefillSavings, estimate_savings
 from .benefit import Benefit, monthly_benefit, throughput_gpu_hours
-from .reasons import SENTENCES, BreakEven, Case, Decision, Verdict, break_even, data_gate
+from .reasons import SENTENCES, BreakEven, Case, Decision, Verdict, break_even, data_gate, no_hits
 
 __all__ = ["KINDS", "BreakEven", "Decision", "Verdict", "Evaluation", "PlanInputs", "break_even", "decide", "evaluate",
            "flip_probability", "price_plan", "verdict_kind", "verdict_rule"]
@@ -239,6 +239,8 @@ def decide(savings: PrefillSavings, capacity: CapacityResult | None, benefit: Be
     ``horizon``: both paths (computed here when not given); ``flip_probability``: rule 4."""
     p = planning
     gate = data_gate(savings, capacity, benefit, p)
+    if gate is None and savings.source == "no_hits" and (capacity is None or benefit is None):
+        return no_hits(savings, p)
     if gate is not None or capacity is None or benefit is None:
         return gate or Decision(Verdict.NEED_DATA, "Not enough data to price reuse.", [])
     if horizon is None:

@@ -39,7 +39,14 @@ from ..core.errors import KvplanError
 from ..core.fields import name_problem
 from .deployment import DeploymentFacts
 from .planning import prices_from_table
-from .settings_checks import PER_ENGINE_LABELS, check_duration, check_optional_url, check_selector, duration_s
+from .settings_checks import (
+    PER_ENGINE_LABELS,
+    check_duration,
+    check_optional_url,
+    check_selector,
+    duration_s,
+    no_bool_number,
+)
 
 
 class TargetConfig(BaseModel):
@@ -59,6 +66,7 @@ class DeploymentConfig(BaseModel):
     """A serving deployment: the vLLM and LMCache servers whose economics are modelled together."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    _no_bool = field_validator("*", mode="before")(no_bool_number)
 
     name: str = Field(min_length=1, description="Deployment name used in the database, CLI and dashboard.")
     targets: list[TargetConfig] = Field(default_factory=list, description="Endpoints scraped directly.")
@@ -153,6 +161,7 @@ class PrometheusConfig(BaseModel):
     """Where kvplan queries an existing Prometheus (or Thanos/Mimir) for range ingestion."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    _no_bool = field_validator("*", mode="before")(no_bool_number)
 
     url: str | None = Field(default=None, description="Base URL, e.g. http://prometheus:9090.")
     step: str = Field(default="1m", description="Resolution of ingested increases (PromQL duration).")
@@ -210,6 +219,7 @@ class ScheduleConfig(BaseModel):
     """What the collector daemon runs when."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    _no_bool = field_validator("*", mode="before")(no_bool_number)
 
     scrape_interval_s: float = Field(default=15.0, gt=0, le=86400, description="Seconds between direct scrapes of "
                                                                       "every target.")
@@ -233,6 +243,7 @@ class Settings(BaseModel):
     """Everything kvplan can be configured with."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    _no_bool = field_validator("*", mode="before")(no_bool_number)
 
     db: Path = Field(default=Path("kvplan.duckdb"), description="DuckDB file kvplan reads and writes.")
     scrape_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="Total seconds one /metrics scrape may "

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
+
+from ..core.redact import redact
 
 PER_ENGINE_LABELS = ("instance", "pod", "engine", "worker_id", "tp_rank", "pp_rank", "dp_rank", "moe_ep_rank")
 """Labels that tell one engine (process, pod, rank) from another: summed away."""
@@ -23,6 +26,17 @@ def duration_s(text: str) -> float:
     if not m or int(m.group(1)) == 0:
         raise ValueError(f"{text!r} is not a positive duration like 30s, 1m, 1h or 1d")
     return int(m.group(1)) * _UNITS[m.group(2)]
+
+
+_NUMBERS = (int, float, int | None, float | None)
+
+
+def no_bool_number(cls: Any, v: Any, info: Any) -> Any:
+    """A number setting given ``true``/``false``: pydantic reads a bool as 1/0; refused here, so
+    ``gpus = true`` is an error, not one GPU. (Apply with ``field_validator("*", mode="before")``.)"""
+    if isinstance(v, bool) and cls.model_fields[info.field_name].annotation in _NUMBERS:
+        raise ValueError(f"got {str(v).lower()}: expected a number, not true or false")
+    return v
 
 
 def check_duration(v: str) -> str:
@@ -100,7 +114,7 @@ def same_server_notes(targets: Iterable[tuple[str, str, str]]) -> list[str]:
     out = []
     for (scheme, host, port, path), seen in groups.items():
         if len(seen) > 1:
-            names = ", ".join(f"{t!r} ({u}) of {d!r}" for d, t, u in seen)
+            names = ", ".join(f"{t!r} ({redact(u)}) of {d!r}" for d, t, u in seen)
             where = f"{scheme}://{'127.0.0.1' if host == 'loopback' else host}:{port}{path}"
             out.append(f"targets {names} are one server ({where}) under {len(seen)} names: its counters are "
                        "counted once per target; keep one")

@@ -44,6 +44,7 @@ LM_LOOKUP_DURATION = "vllm:lmcache_mp_lookup_duration_seconds"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"  # info gauge: block_size, num_gpu_blocks (prompts check)
 
 # -- LMCache multi-process server (counters appear after their first increment) -------------
 LM_REQUESTED = "lmcache_mp_lookup_requested_tokens"

@@ -91,7 +91,7 @@ def _total(rows: Iterable[Any], name: str) -> float | None:
 
 
 def cached_rule(counter: float | None, by_source: float | None, hits: float | None,
-                ext: float | None) -> tuple[float | None, str]:
+                ext: float | None, lm_loaded: float | None = None) -> tuple[float | None, str]:
     """Cached prompt tokens from what a window (or one interval) has, and where they came from.
     The one rule ``stats``, the plan, the prefill fit, the pages and the report share:
 
@@ -99,7 +99,9 @@ def cached_rule(counter: float | None, by_source: float | None, hits: float | No
        summed over ``cache_source``);
     2. else ``by_source``: ``vllm:prompt_tokens_by_source`` local_cache_hit + external_kv_transfer;
     3. else prefix-cache ``hits`` + external hits ``ext`` (vLLM 0.9-0.15: the hits are the
-       cached tokens; before 0.11 there are no external counters, so device hits only);
+       cached tokens; before 0.11 there are no external counters, so device hits only); where
+       there are no external counters but LMCache runs in-process, the tokens LMCache loaded
+       (``lmcache:num_hit_tokens``, ``lm_loaded``) are added: device hits + LMCache's;
     4. else unknown (None): never prompt tokens minus an absent computed-token family."""
     if counter is not None:
         return counter, c.PROMPT_TOKENS_CACHED
@@ -107,6 +109,8 @@ def cached_rule(counter: float | None, by_source: float | None, hits: float | No
         return by_source, c.PROMPT_BY_SOURCE + " (local_cache_hit + external_kv_transfer)"
     if hits is None:
         return None, ""
+    if ext is None and lm_loaded is not None:
+        return hits + lm_loaded, "prefix-cache hits + tokens LMCache in-process loaded (lmcache:num_hit_tokens)"
     if ext is None:
         return hits, "prefix-cache hits (this release has no external prefix-cache counters)"
     return hits + ext, "prefix-cache hits + external prefix-cache hits"
@@ -134,13 +138,44 @@ def cached_tokens(rows: list[Any]) -> tuple[float | None, str]:
     return (total, "; ".join(sorted(how))) if found else (None, "")
 
 
+CACHED_RULE_NAMES = tuple(sorted({c.total_name(f) for key in ("cached_tokens", "prefix_hits", "external_hits",
+                                                                  "prompt_tokens")
+                                   for f in c.QUANTITIES[key].families}
+                                  | {c.total_name(c.PROMPT_BY_SOURCE), c.total_name(c.LM_INPROC_HIT)}))
+"""Sample names ``cached_rule`` reads (every spelling, and the tokens LMCache in-process loaded),
+and the prompt tokens it is checked against."""
+
+
+def cached_per_stretch(intervals: Iterable[list[Any]]) -> tuple[float | None, str]:
+    """``cached_tokens`` with the rule chosen per target AND per stretch of its life: ``intervals``
+    are the increases of one target over one scrape interval each (the ``CACHED_RULE_NAMES``).
+    A target upgraded mid-window (vLLM 0.15, no ``prompt_tokens_cached``, to 0.16) counts its
+    hits before the upgrade and its counter after it, never the counter alone; unknown (None)
+    as soon as one interval with prompt tokens gives no way to tell its cached ones. (A restart's
+    pairs to a series' zero point end at that series' own _created, so an interval can hold one
+    series alone: one without prompt tokens needs no cached ones.)"""
+    total, how, found = 0.0, set(), False
+    for rows in intervals:
+        rows, _ = resolve(rows)
+        v, where = _target_cached(rows)
+        if v is None:
+            if (_total(rows, c.total_name(c.PROMPT_TOKENS)) or 0.0) > 0:
+                return None, ""
+            continue
+        found = True
+        total += v
+        how.add(where)
+    return (total, "; ".join(sorted(how))) if found else (None, "")
+
+
 def _target_cached(rows: list[Any]) -> tuple[float | None, str]:
     by_source = [r for r in rows if r.name == c.total_name(c.PROMPT_BY_SOURCE)]
     keep = ("local_cache_hit", "external_kv_transfer")
     src = (sum(r.increase for r in by_source if json.loads(r.labels or "{}").get("source") in keep)
            if by_source else None)
     return cached_rule(_total(rows, c.total_name(c.PROMPT_TOKENS_CACHED)), src,
-                       _total(rows, c.total_name(c.PREFIX_HITS)), _total(rows, c.total_name(c.EXTERNAL_HITS)))
+                       _total(rows, c.total_name(c.PREFIX_HITS)), _total(rows, c.total_name(c.EXTERNAL_HITS)),
+                       _total(rows, c.total_name(c.LM_INPROC_HIT)))
 
 
 BLOCK_HITS = c.total_name(c.GPU_PREFIX_HITS + c.BLOCKS_SUFFIX)

@@ -226,10 +226,13 @@ class WindowStats:
         return d
 
 
-def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None) -> WindowStats:
+def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None,
+                 cached_read: tuple[float | None, str] | None = None) -> WindowStats:
     """Every headline number of a window, from its per-series increases, each read with the
     names its release has (``spellings.resolve``); ``gauges`` (gauge family -> last value) only
-    add notes and lifetime figures, never a window's rate."""
+    add notes and lifetime figures, never a window's rate. ``cached_read``: the cached prompt tokens
+    read per target and scrape interval (``spellings.cached_per_stretch``), where the reader has
+    the intervals; else they are read per target over the whole window."""
     present = {family_of(r.name)[0] for r in rows}
     rows, _used = resolve(rows)
     gauges = gauges or {}
@@ -237,7 +240,7 @@ def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None) -
     queries = total(rows, c.total_name(c.PREFIX_QUERIES))
     ext_hits = total(rows, c.total_name(c.EXTERNAL_HITS))
     ext_queries = total(rows, c.total_name(c.EXTERNAL_QUERIES))
-    cached, _cached_from = cached_tokens(rows)
+    cached, _cached_from = cached_read if cached_read is not None else cached_tokens(rows)
     by_source = label_total(rows, c.total_name(c.PROMPT_BY_SOURCE), "source")
     by_tier = label_total(rows, c.total_name(c.CACHED_BY_SOURCE), "source")
     p50, p99 = _p50_p99(rows, TTFT)

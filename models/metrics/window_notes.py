@@ -33,8 +33,10 @@ def decrease_notes(rows: list[Increase]) -> list[str]:
     if found is None:
         return []
     total, names = found
-    return [f"warning: {total} counter decrease(s) with an unchanged _created were not counted "
-            f"(not a restart: a broken or replaced target) - {names}"]
+    return [f"warning: {total} counter decrease(s) with an unchanged _created, or sample(s) of two processes "
+            "behind one target (their _created alternate), were not counted as a restart: each process counts only "
+            f"what it added, a drop and the climb back to where it was are not counted (a broken or replaced "
+            f"target) - {names}"]
 
 
 PARTS = (
@@ -52,12 +54,17 @@ the other can be caught between the two updates by a scrape (a window edge)."""
 
 
 def parts_above_whole(values: Iterable[tuple[str, str | None, str | None, tuple[tuple[str, str], ...], float]],
-                      slack: float = PART_SLACK) -> list[str]:
+                      slack: float = PART_SLACK, target: str = "") -> list[str]:
     """Warnings for sums that cannot be: ``values`` are (name, model_name, engine, other labels,
-    value) of one payload's samples or one window's increases; a part (summed over its ``PARTS``
-    labels, L1 + L2 together) above its whole's series by more than ``slack`` is named."""
+    value) of one payload's samples or one target's increases over a window; a part (summed over
+    its ``PARTS`` labels, L1 + L2 together) above its whole's series by more than ``slack`` is
+    named. Rows with the same key (a window read summed over targets) add up on both sides, so
+    parts and whole always cover the same servers."""
     rows = list(values)
-    wholes = {(n, m, e, lab): v for n, m, e, lab, v in rows if n in {w for _, _, w in PARTS}}
+    wholes: dict[tuple[str, str | None, str | None, tuple[tuple[str, str], ...]], float] = defaultdict(float)
+    for n, m, e, lab, v in rows:
+        if n in {w for _, _, w in PARTS}:
+            wholes[(n, m, e, lab)] += v
     sums: dict[tuple[str, str, str | None, str | None, tuple[tuple[str, str], ...]], float] = defaultdict(float)
     for part, summed, whole in PARTS:
         label = "lmcache_mp_lookup_hit_l1_tokens_total + _l2_tokens_total" if whole == c.total_name(c.LM_HIT) \
@@ -70,7 +77,7 @@ def parts_above_whole(values: Iterable[tuple[str, str | None, str | None, tuple[
         w = wholes.get((whole, m, e, lab))
         if w is not None and v > w * (1.0 + slack) + 1e-9:
             where = ", ".join([f"{k}={x}" for k, x in lab] + ([f"model_name={m}"] if m is not None else [])
-                              + ([f"engine={e}"] if e is not None else []))
+                              + ([f"engine={e}"] if e is not None else []) + ([f"target {target}"] if target else []))
             out.append(f"warning: {label} sums to {v:,.0f}, above {whole} = {w:,.0f}"
                        + (f" ({where})" if where else "") + ": a part cannot exceed the whole (inconsistent "
                        "counters; the figures that use them are suspect)")
@@ -78,9 +85,15 @@ def parts_above_whole(values: Iterable[tuple[str, str | None, str | None, tuple[
 
 
 def sum_notes(rows: list[Increase]) -> list[str]:
+    """``parts_above_whole`` per target: each server's parts against that server's whole."""
     names = {n for p, _, w in PARTS for n in (p, w)}
-    return parts_above_whole((r.name, r.model_name, r.engine, tuple(sorted(json.loads(r.labels or "{}").items())),
-                              r.increase) for r in rows if r.name in names)
+    by_target: dict[str, list[Increase]] = defaultdict(list)
+    for r in rows:
+        if r.name in names:
+            by_target[r.target].append(r)
+    return [note for target, trows in sorted(by_target.items()) for note in parts_above_whole(
+        ((r.name, r.model_name, r.engine, tuple(sorted(json.loads(r.labels or "{}").items())), r.increase)
+         for r in trows), target=target)]
 
 
 def gap_notes(rows: list[Increase]) -> list[str]:
@@ -88,8 +101,9 @@ def gap_notes(rows: list[Increase]) -> list[str]:
     if found is None:
         return []
     total, names = found
-    return [f"note: {total} time(s) a series seen before was missing from a scrape of its target and "
-            f"came back: counted from its last value, not from 0 (a truncated or partial payload?) - {names}"]
+    return [f"note: {total} time(s) a series was missing from a scrape of its target (a truncated or partial "
+            "payload?): counted from its last value before, or, first seen under a _created older than that "
+            f"scrape, from its first value, never from 0 - {names}"]
 
 
 def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,

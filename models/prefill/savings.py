@@ -250,7 +250,8 @@ class PrefillSavings:
     """Caveats produced while estimating."""
     source: str = "estimators"
     """Where the central value comes from: ``measured`` (an A/B), ``fitted`` (the cost model
-    fitted from the deployment's metrics) or ``estimators`` (median of the estimators)."""
+    fitted from the deployment's metrics), ``estimators`` (median of the estimators) or
+    ``no_hits`` (nothing cached: 0, or LMCache's measured lookup time, with no cost model)."""
     priced_tier: str = "all"
     """``all`` (every cache tier against no cache) or ``lmcache`` (what LMCache adds)."""
     tiers: TierSavings | None = None
@@ -376,6 +377,16 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
                      f"cached tokens ({ab.engine_seconds_source}); applied to this window's "
                      f"{m.saved_tokens:,.0f} cached tokens")
         return banded(per_token, central, low, high, u_cov, source="measured")
+    if not ok and m.requests > 0 and m.prompt_tokens > 0 and m.cached_prompt_tokens <= 0:
+        # nothing cached, nothing saved, whatever the cost per token: vLLM's tier saved 0 and
+        # LMCache (when in the window) cost the lookup time vLLM measured
+        lookup = (m.window.lookup_seconds if m.window is not None and m.priced_tier == "lmcache" else 0.0) \
+            * m.tensor_parallel_size
+        notes.append("no cache hits in the window: the saving is 0" + (
+            f", less the {lookup:,.4g} GPU-s of LMCache lookups vLLM timed" if lookup else "") +
+            ", whatever the cost per token (" + "; ".join(f"{r.name}: {r.note}" for r in results) + ")")
+        central = -lookup if lookup else 0.0
+        return banded(None, central, central, central, u, source="no_hits")
     if not ok:
         notes.append("no estimator available: " + "; ".join(f"{r.name}: {r.note}" for r in results))
         return PrefillSavings(gpu_seconds_per_token=None, saved_gpu_seconds=None,

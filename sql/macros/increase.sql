@@ -22,16 +22,28 @@
 --   multi-process server exposes a counter only after its first increment, without _created
 --   (Prometheus 3 calls this created-timestamp zero ingestion). Only for directly scraped
 --   targets: kvplan knows when it scraped them and that the series was absent then;
+--   ... unless the series' _created is older than that previous scrape: it existed then and was
+--   only missing from it (a payload cut off at a family boundary, a label child left out), so it
+--   counts from its first value in the window, and that first pair is flagged `gap`;
 -- * a series seen before that comes back after missing from a scrape continues from its last
 --   value (an ordinary pair) and the pair is flagged `gap`;
 -- * decreases. Prometheus takes every decrease as a reset to 0 (the pair's increase is the new
 --   value), because it does not know when a counter's process started. kvplan often does
---   (X_created):
---   - _created unchanged (known on both sides) and value < prev: no process restarted, so this
---     is a broken or replaced target (two processes behind one URL, a counter that went
---     backwards): the pair counts 0 and is flagged `broken` (stats warn about it);
---   - _created moved backwards (an older process answered after a newer one): the same;
---   - _created changed forwards or unknown on either side: a reset, the pair counts the new value.
+--   (X_created). Where _created is known on both sides of a sample pair, a sample counts what its
+--   own process (its _created) added since that process's highest earlier value in the window:
+--   - _created unchanged and value below that: no process restarted, so this is a broken target
+--     (a glitch sample, a counter that went backwards): the pair counts 0 and is flagged `broken`,
+--     and the climb back afterwards counts only what lies above the earlier highest value;
+--   - _created differs from the previous sample's and that process answered earlier in the
+--     window (two processes behind one URL, answering in turn): it counts what it added since (the
+--     older process's samples are flagged `broken`); a process first seen in the window whose
+--     _created is older than the window (a second process answering) counts 0, flagged `broken`;
+--     one whose _created lies inside the window but after its own first sample (the server's
+--     clock ahead of kvplan's) is a restart, counted from 0;
+--   - a restart (a _created inside the window, after the previous sample) is the zero point above:
+--     the old process's pair to it is a reset, the new process counts from 0;
+--   - _created unknown on either side: Prometheus's rule, a decrease is a reset and the pair counts
+--     the new value.
 -- Ingested Prometheus steps (prom_increments, step (ts - step, ts] ending in (t_from, t_to]) come
 -- next to the scrape-derived pairs, so every query built on these macros works on either source.
 -- For step-aligned windows with a sample at the window start both count exactly the same pairs.
@@ -88,12 +100,24 @@ seen_before AS (
     FROM firsts f
     JOIN samples sa ON sa.series_id = f.series_id AND sa.ts < f.prev_scrape
 ),
+late AS (
+    -- first seen in the window after a scrape of its target without it, under a _created
+    -- older than that scrape: it was there, not born there
+    SELECT f.series_id, f.ts
+    FROM firsts f
+    JOIN s ON s.series_id = f.series_id AND s.ts = f.ts
+    WHERE f.series_id NOT IN (SELECT series_id FROM seen_before)
+      AND s.created IS NOT NULL AND make_timestamp(CAST(s.created * 1e6 AS BIGINT)) < f.prev_scrape
+),
 births AS (
-    -- a series never seen before was 0 at its target's previous successful scrape
+    -- a series never seen before was 0 at its target's previous successful scrape, unless its
+    -- _created says it already existed then (a truncated payload, a label child missing from a
+    -- scrape): that one counts from its first value (`late`)
     SELECT f.series_id, f.prev_scrape AS ts, 0.0 AS value, CAST(NULL AS DOUBLE) AS created,
            CAST(NULL AS TIMESTAMP) AS prev_scrape, false AS real
     FROM firsts f
     WHERE f.series_id NOT IN (SELECT series_id FROM seen_before)
+      AND f.series_id NOT IN (SELECT series_id FROM late)
 ),
 pts AS (
     SELECT * FROM s
@@ -105,23 +129,35 @@ pts AS (
 pairs AS (
     SELECT series_id, ts, value, created, prev_scrape, real,
            lag(value) OVER w AS prev, lag(created) OVER w AS prev_created, lag(ts) OVER w AS prev_ts,
-           lag(real) OVER w AS prev_real
+           lag(real) OVER w AS prev_real,
+           -- the highest value the same process (same _created) reported earlier in the window
+           max(value) OVER (PARTITION BY series_id, created ORDER BY ts
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS proc_prev
     FROM pts
     WINDOW w AS (PARTITION BY series_id ORDER BY ts)
 ),
 judged AS (
-    SELECT series_id, ts, prev_ts, value, prev,
-           coalesce(created < prev_created OR (value < prev AND created = prev_created), false) AS broken,
+    SELECT series_id, ts, prev_ts, value, prev, proc_prev, created, prev_created, prev_real,
+           -- _created known on both sides of a real sample: counted against its own process
+           coalesce(real AND created IS NOT NULL AND prev_created IS NOT NULL, false) AS known,
            coalesce(real AND prev_real AND prev_scrape > prev_ts, false) AS gap
     FROM pairs
     WHERE prev IS NOT NULL
+),
+counted AS (
+    SELECT series_id, ts, prev_ts, gap,
+           CASE WHEN NOT known THEN (CASE WHEN value < prev THEN value ELSE value - prev END)
+                WHEN proc_prev IS NULL THEN (CASE WHEN born_inside THEN value ELSE 0.0 END)
+                ELSE greatest(value - proc_prev, 0.0) END AS delta,
+           (NOT known AND value < prev) OR (known AND proc_prev IS NULL AND born_inside) AS reset,
+           known AND ((proc_prev IS NULL AND NOT born_inside) OR value < proc_prev
+                      OR (created < prev_created AND prev_real)) AS broken
+    FROM (SELECT *, make_timestamp(CAST(created * 1e6 AS BIGINT)) >= t_from AS born_inside FROM judged) j
 )
-SELECT series_id, prev_ts AS t_start, ts AS t_end,
-       CASE WHEN broken THEN 0.0 WHEN value < prev THEN value ELSE value - prev END AS delta,
-       value < prev AND NOT broken AS reset,
-       broken,
-       gap
-FROM judged
+SELECT c.series_id, c.prev_ts AS t_start, c.ts AS t_end, c.delta, c.reset, c.broken,
+       c.gap OR l.series_id IS NOT NULL AS gap
+FROM counted c
+LEFT JOIN late l ON l.series_id = c.series_id AND l.ts = c.prev_ts
 UNION ALL
 SELECT pi.series_id, pi.ts - to_seconds(CAST(pi.step_s AS BIGINT)) AS t_start, pi.ts AS t_end,
        pi.delta, pi.resets > 0 AS reset, false AS broken, false AS gap

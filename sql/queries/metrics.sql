@@ -10,6 +10,19 @@ JOIN targets t ON t.target_id = se.target_id
 GROUP BY ALL
 ORDER BY se.name, t.name, se.model_name, se.engine, se.le;
 
+-- name: cached_intervals
+-- The increases of the sample names in $names (the cached-tokens rule's) of a deployment over
+-- [$t_from, $t_to], per target and scrape interval (its end): the rule is chosen per target and
+-- per stretch of its life (a release upgraded mid-window changes what carries cached tokens).
+SELECT t.name AS target, i.t_end, se.name, se.family, se.model_name, se.engine, se.le, se.labels,
+       sum(i.delta) AS increase
+FROM interval_increments($deployment, $t_from, $t_to, $model_name, $names) i
+JOIN series se ON se.series_id = i.series_id
+JOIN targets t ON t.target_id = se.target_id
+WHERE $model_name IS NULL OR se.model_name = $model_name
+GROUP BY ALL
+ORDER BY t.name, i.t_end;
+
 -- name: window_gauges
 -- Gauges of a deployment over the window: last, mean and max per series.
 SELECT se.name, se.model_name, se.engine, se.labels, t.name AS target,

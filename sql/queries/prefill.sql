@@ -24,7 +24,10 @@ SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count') AS requests,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_sum') AS prefill_seconds,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_kv_computed_tokens_sum') AS computed_tokens,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prompt_tokens_sum') AS prompt_tokens,
+       -- the prompt-length histogram's sum, else the prompt-token counter (the same tokens; a
+       -- release or a payload without the histogram still has the counter)
+       coalesce(sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prompt_tokens_sum'),
+                sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_total')) AS prompt_tokens,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_cached_total') AS cached_tokens,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total'
                               AND json_extract_string(i.labels, '$.source') = 'external_kv_transfer')
@@ -37,6 +40,10 @@ SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
                 sum(i.delta) FILTER (WHERE i.name = 'vllm:gpu_prefix_cache_hits_total')) AS prefix_hits,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:external_prefix_cache_hits_total') AS external_hits,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:external_prefix_cache_queries_total') AS external_queries,
+       -- LMCache in-process: the tokens it loaded, once per engine (its TP workers each count them)
+       sum(i.delta) FILTER (WHERE i.name = 'lmcache:num_hit_tokens_total')
+           / greatest(count(DISTINCT json_extract_string(i.labels, '$.worker_id'))
+                      FILTER (WHERE i.name = 'lmcache:num_hit_tokens_total'), 1) AS lm_inproc_hits,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:request_inference_time_seconds_sum') AS inference_seconds,
        sum(i.delta) FILTER (WHERE i.name = 'vllm:generation_tokens_total') AS generation_tokens,
        sum(i.delta) FILTER (WHERE i.name = 'lmcache_mp_l1_write_chunks_total') AS lmcache_write_chunks,

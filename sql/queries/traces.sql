@@ -17,6 +17,11 @@ WHERE trace_id = $trace_id;
 -- What an earlier import took of one file of one cache instance of a trace.
 SELECT * FROM trace_files WHERE trace_id = $trace_id AND instance = $instance AND file = $file;
 
+-- name: trace_file_elsewhere
+-- The rows of files of this name that earlier imports took under other cache instances.
+SELECT * FROM trace_files WHERE trace_id = $trace_id AND instance <> $instance AND file = $file
+ORDER BY imported_at;
+
 -- name: upsert_trace_file
 -- Record (or extend) the imported part of one file.
 INSERT OR REPLACE INTO trace_files (trace_id, instance, file, sha256, bytes, lines, imported_at)

@@ -46,3 +46,16 @@ SELECT u.target, sum(u.value / r.value) AS capacity_bytes
 FROM g u JOIN g r ON r.target = u.target AND r.labels = u.labels AND r.name = 'lmcache_mp_l1_usage_ratio'
 WHERE u.name = 'lmcache_mp_l1_memory_usage_bytes' AND r.value > 0
 GROUP BY u.target ORDER BY u.target;
+
+-- name: ttft_interval_buckets
+-- Per vLLM target and scrape interval over [$t_from, $t_to]: the increases of the TTFT
+-- histogram's count, sum and buckets (le NULL for the count and the sum): what today's TTFT
+-- calibration bootstraps over (kvplan.models.cache.calibration). $names: the TTFT histogram's
+-- sample names.
+SELECT t.name AS target, i.t_end, se.name, se.le, sum(i.delta) AS delta, bool_or(i.reset) AS reset
+FROM interval_increments($deployment, $t_from, $t_to, $model_name, $names) i
+JOIN series se ON se.series_id = i.series_id
+JOIN targets t ON t.target_id = se.target_id
+WHERE t.kind = 'vllm'
+GROUP BY t.name, i.t_end, se.name, se.le
+ORDER BY i.t_end, t.name, se.name, se.le;

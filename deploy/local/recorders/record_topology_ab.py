@@ -52,7 +52,13 @@ Measured TTFTs are CPU-scale (a 7 MB random model on two CPU cores): they valida
 what-if's method, they are not GPU latencies.
 
     .venv/bin/python deploy/local/recorders/record_topology_ab.py [--seed 19] [--l1-gib 0.05]
-        [--rounds 6] [--clients 4] [--turns 10] [--small] [--out DIR] [--run-dir DIR]
+        [--rounds 6] [--clients 4] [--turns 10] [--small] [--pin] [--out DIR] [--run-dir DIR]
+
+``--pin``: while requests flow, each side's engine ``i`` (its worker process, every thread) is
+pinned to core ``i`` alone (``sched_setaffinity``), beyond the OMP binding; ``meta.json`` says
+so (``pinning``) and gives the machine's 1-minute load average at each phase's start and end
+(``machine_load_1min``: other work on the machine). The second fixture,
+``tests/fixtures/topology-ab-3c``, is ``--seed 23 --clients 3 --pin``.
 
 Holds ``flock /tmp/kvplan-stack.lock`` while any server runs (one real stack at a time);
 ``--no-lock`` when the caller holds it.
@@ -66,7 +72,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import fcntl
+import os
 import shutil
 import time
 from pathlib import Path
@@ -82,6 +90,7 @@ from kvplan.deploy.local.recorders.topology_sides import (
     COUNTERS,
     SIDES,
     lookup_counters,
+    pinned,
     priorities,
     say,
     short,
@@ -109,6 +118,8 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
     done: dict[str, list[Done]] = {s: [] for s in SIDES}
     spans: dict[str, dict[str, list[float]]] = {s: {} for s in SIDES}
     counters: dict[str, dict[str, list]] = {s: {} for s in SIDES}
+    load: dict[str, list[float]] = {}
+    """Per phase: the machine's 1-minute load average at its start and end (other work on it)."""
     try:
         for sd in sides.values():  # one unrelated request per server (a cold process is not measured)
             for v in sd.vllms:
@@ -118,7 +129,9 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                                    for x in sd.vllms + sd.lmcaches}, args.interval) for sd in sides.values()}
         pids = [v.pid for sd in sides.values() for v in sd.vllms if v.pid]
         lm_pids = [lm.pid for sd in sides.values() for lm in sd.lmcaches if lm.pid]
-        with recs["private"], recs["shared"], priorities(pids, lm_pids) as level:
+        pin = pinned(pids) if args.pin else contextlib.nullcontext("not pinned (OMP threads bound per engine)")
+        with recs["private"], recs["shared"], priorities(pids, lm_pids) as level, pin as args.pinning:
+            say(args.pinning)
             time.sleep(2.5 * args.interval)
             segments = sorted({p.segment for p in plan})
             for k in segments:
@@ -129,6 +142,7 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                     if phase not in counters[name]:
                         counters[name][phase] = [{short(lm.name): lookup_counters(lm.metrics_url)
                                                   for lm in sd.lmcaches}, None]
+                        load[phase] = [os.getloadavg()[0]]
                     t0 = time.time()
                     res = asyncio.run(run_segment(seg, [v.base_url for v in sd.vllms],
                                                    [short(v.name) for v in sd.vllms], st.model_name))
@@ -141,6 +155,7 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                 last = k == segments[-1] or plan[[p.segment for p in plan].index(k + 1)].phase != phase
                 if last:
                     time.sleep(3)  # LMCache logs off the hot path; vLLM records a request's stats after it
+                    load[phase].append(os.getloadavg()[0])
                     for name in SIDES:
                         counters[name][phase][1] = {short(lm.name): lookup_counters(lm.metrics_url)
                                                     for lm in sides[name].lmcaches}
@@ -164,7 +179,8 @@ def run_ab(plan: list[Planned], run_dir: Path, out: Path, args: argparse.Namespa
                              "client_ttft_mean_s": round(sum(ttft) / len(ttft), 4) if ttft else None,
                              "client_ttft_p50_s": round(p50, 4) if p50 is not None else None,
                              "client_ttft_p99_s": round(p99, 4) if p99 is not None else None,
-                             "lmcache_counter_increase": inc, "lmcache_hit_rate": hit / req if req else None}
+                             "lmcache_counter_increase": inc, "lmcache_hit_rate": hit / req if req else None,
+                             "machine_load_1min": load.get(phase)}
         metas[name] = write_side(sides[name], plan, done[name], recs[name].records, phases, out / name,
                                  run_dir / name, args, level)
     return metas
@@ -178,6 +194,8 @@ def main() -> int:
     ap.add_argument("--turns", type=int, default=10, help="turns per client in the concurrent phase")
     ap.add_argument("--rounds", type=int, default=6, help="rounds of the sequential phase")
     ap.add_argument("--small", action="store_true", help="the CI size: 5 rounds, 4 clients x 5 turns")
+    ap.add_argument("--pin", action="store_true",
+                    help="pin each engine's worker process to its own core while requests flow (sched_setaffinity)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--run-dir", type=Path, default=Path("/tmp/kvplan-topology-ab"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import os
 import shutil
 import time
 from dataclasses import asdict
@@ -68,6 +69,7 @@ def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], p
         "side": sd.name, "measured_on": MEASURED_ON, "seed": args.seed, "small": args.small,
         "clients": args.clients, "turns": args.turns, "rounds": args.rounds,
         "scrape_interval_s": args.interval, "priority": level,
+        "pinning": getattr(args, "pinning", None), "cores": os.cpu_count(),
         "vllm_servers": RANKS, "vllm_flags": ["--no-enable-prefix-caching", "LMCacheMPConnector"],
         "output_tokens": OUTPUT_TOKENS,
         "topology": {"instances": {short(lm.name): sorted(v for v, c in sd.uses.items() if c == short(lm.name))

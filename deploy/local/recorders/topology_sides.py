@@ -63,6 +63,37 @@ def priorities(vllm_pids: list[int], lmcache_pids: list[int]) -> Iterator[str]:
                     pass
 
 
+@contextmanager
+def pinned(vllm_pids: list[int]) -> Iterator[str]:
+    """While requests flow: each side's vLLM engine ``i`` (its worker process, every thread)
+    on core ``i mod cores`` alone (``sched_setaffinity``), so the two engines of a side never
+    share a core; the other processes of the stack float. Restored after. Yields what was done
+    (``pinned: ...`` or why not)."""
+    cores = sorted(os.sched_getaffinity(0))
+    done: list[tuple[list[int], set[int]]] = []
+    how = []
+    try:
+        for i, pid in enumerate(vllm_pids):
+            core = cores[(i % RANKS) % len(cores)]
+            threads = threads_of([p for p in process_tree(pid) if "Worker" in comm_of(p)])
+            for t in threads:
+                try:
+                    before = os.sched_getaffinity(t)
+                    os.sched_setaffinity(t, {core})
+                    done.append(([t], before))
+                except OSError:
+                    pass
+            how.append(f"engine {i % RANKS} -> core {core} ({len(threads)} worker threads)")
+        yield "pinned: " + "; ".join(sorted(set(how))) if how else "not pinned (no worker found)"
+    finally:
+        for threads, before in done:
+            for t in threads:
+                try:
+                    os.sched_setaffinity(t, before)
+                except OSError:
+                    pass
+
+
 # ---- the stack of one side -------------------------------------------------------------------------
 def lookup_counters(url: str) -> dict[str, float]:
     r = httpx.get(url, timeout=10, trust_env=False)
