@@ -169,7 +169,8 @@ def test_a_deep_link_opened_first_after_a_start_runs_inside_the_navigation(brows
         pg.set_default_timeout(90_000)
         open_page(pg, url, "cost")
         nav = [a.inner_text().split("\n")[-1] for a in pg.locator("[data-testid='stSidebarNav'] a").all()]
-        assert nav == ["Overview", "Cache", "Latency", "Cost & decision", "Runs", "What-if", "Prompts", "Collection", "Report"]
+        assert nav == ["Overview", "Cache", "Latency", "Cost & decision", "Runs", "What-if", "Prompts", "Collection",
+                       "Report"]
         assert pg.locator("h1").first.inner_text() == "Cost & decision"
         ctx.close()
     finally:
