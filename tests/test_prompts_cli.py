@@ -97,6 +97,7 @@ def test_block_size_and_capacity_come_from_the_deployment_and_no_prompt_text_is_
 def test_a_bad_saved_check_is_named(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text('{"requests": 1}')
+    assert runner.invoke(app, ["migrate", "--db", str(tmp_path / "k.duckdb")]).exit_code == 0  # a reader needs one
     r = runner.invoke(app, ["report", "--db", str(tmp_path / "k.duckdb"), "--deployment", "d", "--month", "2026-11",
                             "-o", str(tmp_path / "r.html"), "--prompts-check", str(bad)])
     assert r.exit_code == 2 and "--prompts-check" in r.output and "not a `kvplan prompts check --json`" in r.output
