@@ -463,3 +463,23 @@ def test_report_page_time_in_the_browser(demo_server, page):
         assert title.startswith(f"Capacity report: {dep}, "), title
         assert "1. Measured reuse" in body and "Monthly benefit" in body
     assert shown[0] == shown[1], "the later visit (from the cache) shows the same report"
+
+
+def test_the_prompts_page_checks_a_recorded_log_and_shows_what_vllm_measured(demo_server, page):
+    """The Prompts page in a browser: pick the demo's timestamp-at-the-end log, press Check, read the
+    predicted hit rate. Expected: the hit rate vLLM itself reported for those requests when they were
+    recorded (usage.prompt_tokens_details.cached_tokens summed over prompt tokens), not the predictor's."""
+    import json
+
+    url, _db, _dep = demo_server
+    rec = json.loads((Path(__file__).parents[1] / "deploy/demo/prompts/recording.json").read_text())
+    run = next(r for r in rec["runs"] if r["name"] == "ts-end")
+    open_page(page, url, "prompts", wait_for="h1")
+    page.locator("[data-testid='stSidebarNav'] a", has_text="What-if").first.wait_for()  # inside the navigation
+    select(page, "A recorded demo log (its tokenizer, template and engine settings come with it)", "ts-end")
+    page.get_by_role("button", name="Check").click()
+    page.locator("[data-testid='stMetricLabel']", has_text="Predicted hit rate").first.wait_for(timeout=120_000)
+    settle(page)
+    assert page.locator("[data-testid='stException']").count() == 0
+    assert metrics(page)["Predicted hit rate"] == fmt.pct(run["cached_tokens"] / run["prompt_tokens"])
+    shot(page, "9-prompts")
