@@ -101,8 +101,11 @@ class Calibration:
     """The three ratios and what they came from."""
 
     mean: Ratio
+    """Today's measured / predicted mean TTFT."""
     p50: Ratio
+    """Today's measured / predicted p50 TTFT (both read through the measured buckets)."""
     p99: Ratio
+    """Today's measured / predicted p99 TTFT (both read through the measured buckets)."""
     blocks: int
     """Bootstrap blocks with a measurement or a prediction in them."""
     requests_predicted: int
@@ -110,8 +113,11 @@ class Calibration:
     requests_measured: float
     """Today's TTFT observations (the histogram's count over the span)."""
     draws: int
+    """Bootstrap draws behind each ratio's interval."""
     level: float
+    """Share of the draws the interval holds (e.g. 0.8: the 10th to 90th percentile)."""
     notes: tuple[str, ...] = ()
+    """Why a ratio is missing or how far to trust it."""
 
     @property
     def calibrated(self) -> bool:

@@ -54,11 +54,17 @@ class LineInfo:
     ``content_end``: where the message's content ends in the text (message lines only)."""
 
     start: int
+    """Character offset where the line starts in the rendered prompt."""
     end: int
+    """Character offset where the line ends (exclusive)."""
     message_index: int | None
+    """Index of the message it belongs to; None for text the chat template wrote."""
     role: str
+    """The message's role (``system``, ``user``, ...), or ``template``."""
     line: int
+    """1-based line number within the message's content (within the whole prompt for template text)."""
     content_end: int | None = None
+    """Where the message's content ends in the text (message lines only; else None)."""
 
     @property
     def place(self) -> tuple[int | None, str, int]:
@@ -173,14 +179,24 @@ class Finding:
     is the normalised line's text for kinds fixed by normalising (memory only, never output)."""
 
     kind: str
+    """What differs: one of ``KINDS`` (``iso_timestamp``, ``epoch_timestamp``, ``date``, ``uuid``,
+    ``hex_id``, ``counter``, ``json_keys``, ``tools``, ``whitespace``, ``other``)."""
     message_index: int | None
+    """Index of the message holding the span; None when the chat template wrote it."""
     role: str
+    """That message's role, or ``template``."""
     line: int
+    """1-based line within the message's content (within the prompt for template text)."""
     example: str
+    """The span's shape only (digits as 9, letters as a/A), never its text."""
     first_block: int
+    """The first divergent block (0-based) seen for this span."""
     requests_affected: int = 0
+    """Requests whose cache chain this span broke."""
     template: bool = False
+    """True when the chat template, not the caller, writes the span (a template-level buster)."""
     canonical: str | None = field(default=None, repr=False)
+    """The normalised line's text for kinds fixed by normalising; kept in memory only, never output."""
 
     @property
     def key(self) -> tuple[str, int | None, str, int]:

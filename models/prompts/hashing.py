@@ -34,7 +34,9 @@ class ExtraKeys:
     block); ``cache_salt``: the request's salt (first block only)."""
 
     lora: str | None = None
+    """The LoRA adapter's name, mixed into every block's key (None: the base model)."""
     cache_salt: str | None = None
+    """The request's ``cache_salt``, mixed into its first block's key only."""
 
     def for_block(self, index: int) -> bytes:
         parts = []

@@ -47,9 +47,14 @@ class Hashed:
     tokens fill, when the generated token ids are known (else those blocks are unhittable)."""
 
     prompt_tokens: int
+    """Prompt length in tokens."""
     hashes: tuple[bytes, ...]
+    """The prompt's full-block keys, in order, each chained on its parent's."""
     output_tokens: int = 1
+    """Tokens it generates (at least 1: the first comes out of prefill); they take blocks."""
     output_hashes: tuple[bytes, ...] = ()
+    """Keys of the blocks after the prompt's full blocks that its computed tokens fill, when the
+    generated ids are known (else those blocks cannot be hit)."""
 
 
 def hashed(tokens: Sequence[int] | np.ndarray, block_size: int, extra: ExtraKeys = NO_EXTRA, *,
@@ -74,11 +79,17 @@ class Outcome:
     miss, nothing cached: vLLM refuses such a request)."""
 
     prompt_tokens: int
+    """Prompt length in tokens."""
     hittable: int
+    """Tokens in full blocks within prompt_tokens - 1 (the most vLLM can hit)."""
     cached: int
+    """Predicted cached tokens with the capacity given (unlimited when none)."""
     cached_unlimited: int
+    """Predicted cached tokens with an unlimited cache."""
     first_miss_block: int
+    """Index of the first prompt block not found (the chain's break)."""
     fits: bool = True
+    """False when the pool cannot hold the request at all (a miss, nothing cached: vLLM refuses it)."""
 
 
 class UnlimitedCache:
@@ -189,11 +200,17 @@ class Totals:
     """Token-weighted sums over a stream of outcomes."""
 
     requests: int = 0
+    """Requests seen."""
     prompt_tokens: int = 0
+    """Prompt tokens summed."""
     hittable: int = 0
+    """Hittable tokens summed (full blocks within prompt_tokens - 1)."""
     cached: int = 0
+    """Predicted cached tokens summed, with the capacity given."""
     cached_unlimited: int = 0
+    """Predicted cached tokens summed, unlimited cache."""
     unfit: int = 0
+    """Requests the pool could not hold."""
 
     def add(self, o: Outcome) -> None:
         self.requests += 1
