@@ -18,7 +18,6 @@ from kvplan.collectors.demo import demo_prompts
 from kvplan.models.core.errors import KvplanError
 
 st.title("Prompts: cacheability of a request log")
-state.through_navigation()  # a deep link opened first still runs inside the navigation
 st.caption("OpenAI chat / completions request bodies or Batch API input, one JSON object a line (plain or gzip), "
            "or a Bailian / Mooncake trace. Rendered with the model's own tokenizer and chat template, hashed as vLLM "
            "hashes its blocks, served one request at a time in arrival order.")
