@@ -100,6 +100,39 @@ def run_check(log: Path, tree: Path, pythonpath: str | None) -> tuple[int, float
     return peak, secs, [int(x) for x in lines[-1].split()]
 
 
+def key_bytes(n: int = 1_000_000) -> tuple[float, float, float]:
+    """Bytes per distinct key, measured with tracemalloc on ``n`` random keys: the check's
+    ``KeySet`` once merged, its buffer (the newest keys, before a merge), and the set of 32-byte
+    sha256 digests the caches held before."""
+    import hashlib
+    import tracemalloc
+
+    import numpy as np
+
+    from kvplan.models.prompts.predict import KeySet
+
+    rng = random.Random(1)
+    keys = [rng.getrandbits(64) for _ in range(n)]
+    arr = np.array(keys, dtype=np.uint64)
+    out = []
+    for merged in (True, False):
+        tracemalloc.start()
+        ks = KeySet(buffer=n + 1)
+        for i in range(0, n, 100):
+            ks.update(arr[i:i + 100].tolist())  # new int objects, as the check's keys are
+        if merged:
+            ks.merge()
+        out.append(tracemalloc.get_traced_memory()[0] / n)
+        tracemalloc.stop()
+        del ks
+    tracemalloc.start()
+    digests = {hashlib.sha256(k.to_bytes(8, "little")).digest() for k in keys}
+    out.append(tracemalloc.get_traced_memory()[0] / n)
+    tracemalloc.stop()
+    del digests
+    return out[0], out[1], out[2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=50.0, help="MB of request JSON (uncompressed) to write and check")
@@ -124,6 +157,9 @@ def main() -> None:
             print(f"{name}: {n:,} requests, {size / 1e6:,.1f} MB of JSON ({log.stat().st_size / 1e6:,.1f} MB "
                   f"gzip): {secs:,.1f} s, {size / 1e6 / secs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} MiB "
                   f"(python + kvplan + transformers alone: {floor / 1024:,.0f} MiB){keys}")
+        merged, buffered, digests = key_bytes()
+        print(f"bytes per distinct key (tracemalloc, 1 M keys): {merged:,.1f} in the sorted array, {buffered:,.0f} "
+              f"while in the buffer (at most 262,144 keys), {digests:,.0f} as 32-byte digests in a set (before)")
         if len(got) > 1:
             print("same results (requests, prompt tokens, cached, cached if fixed): "
                   + ("yes" if all(g == got[0] for g in got) else f"NO: {got}"))

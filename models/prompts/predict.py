@@ -38,7 +38,6 @@ import numpy as np
 
 from .hashing import NO_EXTRA, ROOT, ExtraKeys, block_hashes, hittable_tokens
 
-
 Key = bytes | int
 """A block key: a sha256 digest, or its first 8 bytes as an integer (what the check uses)."""
 
