@@ -26,13 +26,7 @@ from tests import engines, recorded
 
 ROUTERS = {"router-production-stack", "gateway-llm-d-epp", "frontend-dynamo"}  # refused by name
 CASES = [("case", c) for c in recorded.cases()] + [("engine", r) for r in engines.releases() if r not in ROUTERS]
-REPORT_CLIPS = pytest.mark.xfail(strict=True, reason=(
-    "the report's window is the month clipped to the first and last scrape (app/data/store.month_window); "
-    "stats/plan/Overview over the month also count what series born inside it added since their _created "
-    "(multi_engine: 7.09 s covered against the report's 5.42 s, LMCache -$641 against -$715/month): "
-    "the report must read the month unclipped"))
-PARAMS = [pytest.param(k, n, id=n, marks=[REPORT_CLIPS] if n in ("multi_engine", "shared_vs_unique") else [])
-          for k, n in CASES]
+PARAMS = [pytest.param(k, n, id=n) for k, n in CASES]
 
 
 @pytest.fixture(scope="module")

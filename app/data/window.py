@@ -61,7 +61,11 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
     """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
     edges from raw samples. For regular scrapes this counts exactly the pairs
     ``window_increases`` counts (a pair whose earlier sample lies more than
-    ``EDGE_LOOKBACK`` before the last rolled day's end is the only difference)."""
+    ``EDGE_LOOKBACK`` before the last rolled day's end is the only difference). Cached prompt
+    tokens are read per target and scrape interval (``cached_by_interval``, the few sample
+    names of the cached-tokens rule, raw over the whole window as the plan's prefill intervals
+    are): the rollups sum targets and days away, and the rule is chosen per target and per
+    stretch of its life, as ``kvplan stats`` and the plan choose it."""
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)
     spans = plan_spans(_rolled_days(source, deployment, t_from, t_to), t_from, t_to)
     rows: list[Increase] = []
@@ -73,7 +77,8 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
                                                      t_from=spans.rolled[0], t_to=spans.rolled[1],
                                                      model_name=model_name)]
     return Window(deployment, model_name, t_from, t_to, tuple(rows),
-                  _noted_stats(source, deployment, t_from, t_to, model_name, rows, spans), spans)
+                  _noted_stats(source, deployment, t_from, t_to, model_name, rows, spans,
+                               cached_by_interval(source, deployment, t_from, t_to, model_name)), spans)
 
 
 def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None,
@@ -240,7 +245,8 @@ def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t
                                                      model_name=model_name)]
         if step == 86400:
             raw += _daily_rows(source, deployment, spans.rolled, model_name, names)
-    stats = _noted_stats(source, deployment, f, t, model_name, rows, spans)
+    stats = _noted_stats(source, deployment, f, t, model_name, rows, spans,
+                         cached_by_interval(source, deployment, f, t, model_name))
     win = Window(deployment, model_name, f, t, tuple(rows), stats, spans)
     return win, _buckets(raw)
 
