@@ -1,5 +1,6 @@
 """Issue 27, part 3.2: one number per question. For every recorded case (tests/recorded.py)
-and every engine fixture (tests/engines.py), ``kvplan stats --json``, ``kvplan plan --json``
+and every engine fixture (tests/engines.py), and the adversary's mid-window upgrade (issue 27 case
+4), ``kvplan stats --json``, ``kvplan plan --json``
 (top level, ``decision_by_tier``, ``headline``), the Overview page's view and the report's HTML
 give the same hit rate, cached prompt tokens, saved prefill GPU-hours and decision.
 
@@ -25,7 +26,8 @@ from kvplan.sql.db import Database
 from tests import engines, recorded
 
 ROUTERS = {"router-production-stack", "gateway-llm-d-epp", "frontend-dynamo"}  # refused by name
-CASES = [("case", c) for c in recorded.cases()] + [("engine", r) for r in engines.releases() if r not in ROUTERS]
+CASES = ([("case", c) for c in recorded.cases()] + [("engine", r) for r in engines.releases() if r not in ROUTERS]
+         + [("upgrade", "upgrade_0.15_to_0.16")])  # issue 27 case 4 (tests/test_adversary_metrics.py)
 PARAMS = [pytest.param(k, n, id=n) for k, n in CASES]
 
 
@@ -40,9 +42,14 @@ def store(tmp_path_factory, migrated_template):
         if kind == "case":
             ss = recorded.import_case(db, name)
             months[name] = ss[0].at
-        else:
+        elif kind == "engine":
             engines.import_release(db, name)
             months[name] = engines.T0
+        else:  # vLLM 0.15 -> 0.16 with a restart mid-window: the cached-tokens rule per stretch
+            from tests import test_adversary_metrics as adv
+            work = tmp_path_factory.mktemp(name)
+            adv.store(db, work, adv._upgrade(adv.DAY_OLD), dep=name)
+            months[name] = adv.T0
     return db, months
 
 
