@@ -217,6 +217,9 @@ def test_the_overview_reads_an_upgrade_mid_window_per_stretch_raw_and_from_the_r
     store(db, tmp_path, _upgrade((T0 - timedelta(days=2)).timestamp()), dep="r")
     d0, d1, w0 = _day(T0)
     rollup(db, "r", d0)
+    with db.read() as con:  # the nightly rollup stored the day's figure read per stretch
+        assert con.execute("SELECT increase FROM daily_rollups WHERE name = 'kvplan:cached_prompt_tokens_total' "
+                           "AND labels LIKE '%\"scope\":\"all\"%'").fetchall() == [(72_000.0,)]
     ov = overview(db, "r", w0, d1)
     assert ov.window.rolled_days == 1  # read from the rollups
     assert ov.window.stats.prompt_tokens == 120_000
