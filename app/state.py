@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -288,8 +289,8 @@ def prewarm_reports() -> None:
     from .data.store import data_months
 
     path = str(settings().db)
-    if not db().path.exists():
-        return
+    if not Path(path).exists():  # before db(), which refuses a missing file: the pages say so, and the
+        return                   # Prompts page needs no database at all
     key = db().data_version()
     if _prewarmed.get(path) == key:
         return

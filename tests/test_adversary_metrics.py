@@ -176,6 +176,57 @@ def test_an_upgrade_mid_window_reads_cached_tokens_per_stretch_of_the_targets_li
     assert plan_measurement(db, "d", T0, at(12)).cached_prompt_tokens == s.cached_prompt_tokens
 
 
+def _day(t: datetime) -> tuple[datetime, datetime, datetime]:
+    """The UTC day of ``t``, and the start of a window that reads that day from the rollups
+    (``spans.plan_spans``: the rolled run starts EDGE_LOOKBACK after the window does)."""
+    from kvplan.models.metrics.spans import EDGE_LOOKBACK
+
+    d0 = t.replace(hour=0, minute=0, second=0, microsecond=0)
+    return d0, d0 + timedelta(days=1), d0 - EDGE_LOOKBACK
+
+
+def _upgrade(old_created: float) -> list[str]:
+    """Case 4's scrapes: 0-6 vLLM 0.15 started at ``old_created``, then 0.16 after a restart."""
+    new = (at(6) + STEP / 2).timestamp()
+
+    def p(i):
+        if i <= 6:
+            return vllm_payload(old_created, queries=500_000 + 10_000 * i, hits=300_000 + 6_000 * i,
+                                ext_queries=0, ext_hits=0, prompt=500_000 + 10_000 * i, requests=5_000 + 100 * i)
+        k = i - 6
+        return vllm_payload(new, queries=10_000 * k, hits=6_000 * k, ext_queries=0, ext_hits=0,
+                            prompt=10_000 * k, cached=6_000 * k, requests=100 * k)
+
+    return [p(i) for i in range(13)]
+
+
+def test_the_overview_reads_an_upgrade_mid_window_per_stretch_raw_and_from_the_rollups(db, tmp_path):
+    # case 4 read by the dashboard: the Overview's window (raw edges) and the same day read
+    # from the nightly rollups give the 72,000 cached tokens stats and plan give, not the
+    # counter's 36,000 alone (the rule chosen once per target over the window)
+    from kvplan.app.views.overview import overview
+    from tests.test_app_fixtures import rollup
+
+    store(db, tmp_path, _upgrade(DAY_OLD))
+    ov = overview(db, "d", T0, at(12))
+    assert ov.window.stats.prompt_tokens == 120_000
+    assert ov.window.stats.cached_prompt_tokens == 72_000
+    assert ov.plan.hit_rate == pytest.approx(0.6)
+    # the rollup path: the old process started two days before (before the rollup's one-day
+    # look-back, so its first scrape's count is not new traffic there either)
+    store(db, tmp_path, _upgrade((T0 - timedelta(days=2)).timestamp()), dep="r")
+    d0, d1, w0 = _day(T0)
+    rollup(db, "r", d0)
+    with db.read() as con:  # the nightly rollup stored the day's figure read per stretch
+        assert con.execute("SELECT increase FROM daily_rollups WHERE name = 'kvplan:cached_prompt_tokens_total' "
+                           "AND labels LIKE '%\"scope\":\"all\"%'").fetchall() == [(72_000.0,)]
+    ov = overview(db, "r", w0, d1)
+    assert ov.window.rolled_days == 1  # read from the rollups
+    assert ov.window.stats.prompt_tokens == 120_000
+    assert ov.window.stats.cached_prompt_tokens == 72_000 == stats(db, "r", w0, d1).cached_prompt_tokens
+    assert ov.plan.hit_rate == pytest.approx(0.6)
+
+
 # ---- 5. the old spelling's hits above its queries --------------------------------------------
 def test_old_spelling_hits_above_queries_are_refused_like_the_new_spelling(db, tmp_path):
     f = tmp_path / "old.prom"
@@ -266,6 +317,29 @@ def test_parts_and_whole_are_compared_over_the_same_servers(db):
             Increase("vllm:prompt_tokens_cached_total", 100.0, target="b")]
     notes = sum_notes(rows)
     assert len(notes) == 1 and "200" in notes[0] and "100" in notes[0], notes
+
+
+def test_the_overview_of_two_real_servers_gives_stats_numbers_raw_and_from_the_rollups(db):
+    # case 8 read by the dashboard: the recorded two-server run's Overview (raw edges, then the
+    # same day from the nightly rollups) gives stats' cached tokens, without the suspect note
+    from kvplan.app.views.overview import overview
+    from tests.test_app_fixtures import rollup
+
+    import_case(db, "two_servers")
+    ss = scrapes("two_servers")
+    d0, d1, w0 = _day(ss[0].at)
+    assert ss[-1].at < d1  # one UTC day
+    want = stats(db, "two_servers", w0, d1)
+    assert want.cached_prompt_tokens and want.prompt_tokens
+    for rolled in (False, True):
+        if rolled:
+            rollup(db, "two_servers", d0)
+        ov = overview(db, "two_servers", w0, d1)
+        assert ov.window.rolled_days == int(rolled)
+        s = ov.window.stats
+        assert (s.cached_prompt_tokens, s.prompt_tokens) == (want.cached_prompt_tokens, want.prompt_tokens)
+        assert not any("part cannot exceed the whole" in n for n in s.notes), s.notes
+        assert ov.plan.hit_rate == pytest.approx(want.cached_prompt_tokens / want.prompt_tokens)
 
 
 # ---- the same rules in Prometheus ingestion (collectors/prometheus/step_math.py) -------------

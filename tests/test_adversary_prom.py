@@ -179,6 +179,24 @@ def test_non_finite_and_absurd_counter_samples_are_refused_in_every_mode(prom, t
     assert st.cached_prompt_tokens == pytest.approx(21_000)           # the other counters are untouched
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_non_finite_and_absurd_counter_samples_are_noted_in_every_mode(prom, tmp_path, mode):
+    # three bad prompt-token samples were written (k = 10, 20, 25), each the latest sample at
+    # one step end of the 1-minute steps: raw mode refuses the three samples, aggregated mode
+    # leaves them out of its sums; both say so, naming the metric (and, aggregated, the query)
+    db = Database(tmp_path / f"note-{mode}.duckdb")
+    db.migrate()
+    res = ingest_range(db, cfg(prom.url), DeploymentConfig(name="bad", prometheus_selector='kvplan_deployment="bad"',
+                                                            **MODES[mode]), T0, END)
+    assert res.failed == 0, res.errors
+    assert res.refused_samples == 3
+    assert res.refused_examples and all("vllm:prompt_tokens_total" in e for e in res.refused_examples)
+    if mode != "raw":
+        (ex,) = res.refused_examples
+        assert ex.startswith("vllm:prompt_tokens_total: 3 step end(s) whose latest sample was left out of the sums")
+        assert "/api/v1/query_range (samples not finite, negative or above 2**53" in ex
+
+
 def test_stats_json_never_prints_nan(prom, tmp_path):
     db = ingest(prom, tmp_path, "bad", "raw")
     with db.write() as con:  # what an older kvplan stored: a NaN increase

@@ -428,7 +428,7 @@ def test_scenario_expected_numbers_match_the_store(tmp_path):
     assert f"{s.requests:,.0f}" == exp["requests_all"]
 
 
-def scenario_measurement(h0: int, h1: int, gpus: int = 4):
+def scenario_measurement(h0: int, h1: int, gpus: int = 4, since: int | None = None):
     """The scenario's window [hour(h0), hour(h1)] as the prefill model's input, worked out by
     hand from the traffic above (not read back through kvplan): traffic hour h is in the scrape
     at hour h + 1, so the window holds traffic hours h0 .. h1 - 1 of 4 engines, each hour 100
@@ -436,7 +436,9 @@ def scenario_measurement(h0: int, h1: int, gpus: int = 4):
     connector), 16 output tokens, 90 prefills of 0.02 s + 50 us x computed and 10 of 0.17 s +
     50 us x computed. The cost model is that truth (fixed 0.035 s/request, 50 us/token, no
     attention term); LMCache supplied the external tokens, so the plan prices those (vLLM's own
-    prefix hits are free)."""
+    prefix hits are free). ``since``: the hour the covered time starts when the window reaches
+    back before the first scrape (a whole month: the engines' ``_created``, hour -1, zero traffic
+    until the scrape at hour 0)."""
     from kvplan.models.prefill.fit import PrefillCostModel
     from kvplan.models.prefill.measurement import measurement_from_window
     from kvplan.models.prefill.window import PricedWindow
@@ -450,8 +452,9 @@ def scenario_measurement(h0: int, h1: int, gpus: int = 4):
     ext = sum(n * e for _, _, e in shapes)
     computed = prompt - dev - ext
     fixed = 0.9 * FIXED_FAST + 0.1 * FIXED_SLOW
+    seconds = (h1 - (h0 if since is None else since)) * 3600.0
     window = PricedWindow(
-        asked_seconds=(h1 - h0) * 3600.0, covered_seconds=(h1 - h0) * 3600.0, requests=req,
+        asked_seconds=seconds, covered_seconds=seconds, requests=req,
         prompt_tokens=prompt, computed_tokens=computed, device_cached=dev, external_cached=ext,
         stored_tokens=0.0, device_attention=0.0, cached_attention=0.0, prompt_attention=0.0, engines=4,
         prefill_engine_seconds=fixed * req + PER_TOKEN * computed, generation_tokens=req * 16)
@@ -459,12 +462,12 @@ def scenario_measurement(h0: int, h1: int, gpus: int = 4):
     return measurement_from_window(window, cost, engines=gpus)
 
 
-def scenario_plan(h0: int, h1: int, pricebook=None, planning=None, gpus: int = 4):
+def scenario_plan(h0: int, h1: int, pricebook=None, planning=None, gpus: int = 4, since: int | None = None):
     """The plan the pages must show for [hour(h0), hour(h1)], from ``scenario_measurement``."""
     from kvplan.models.decision.plan import plan
     from kvplan.models.decision.verdict import PlanInputs
     from kvplan.models.inputs.planning import PlanningInputs
     from kvplan.models.inputs.pricebook import PriceBook
 
-    return plan(PlanInputs(measurement=scenario_measurement(h0, h1, gpus), pricebook=pricebook or PriceBook(),
+    return plan(PlanInputs(measurement=scenario_measurement(h0, h1, gpus, since), pricebook=pricebook or PriceBook(),
                            planning=planning or PlanningInputs()))

@@ -391,7 +391,7 @@ def test_collection_page_targets_errors_scheduler_and_gaps(scen, monkeypatch):
 def test_report_page_numbers_and_downloads(scen, monkeypatch):
     t = run_app(monkeypatch, scen.path, "report")
     m = metrics(t)
-    ref = scenario_plan(0, 48)
+    ref = scenario_plan(0, 48, since=-1)  # the whole month: from the engines' start (tests/test_report.py)
     assert m["Decision"] == ref.decision.kind
     assert m["Monthly benefit"] == fmt.usd(ref.monthly_benefit_usd)
     assert (m["Prefix-cache hit rate"], m["TTFT p50"], m["TTFT p99"]) == (

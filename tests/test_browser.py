@@ -475,6 +475,7 @@ def test_the_prompts_page_checks_a_recorded_log_and_shows_what_vllm_measured(dem
     rec = json.loads((Path(__file__).parents[1] / "deploy/demo/prompts/recording.json").read_text())
     run = next(r for r in rec["runs"] if r["name"] == "ts-end")
     open_page(page, url, "prompts", wait_for="h1")
+    page.locator("[data-testid='stSidebarNav'] a", has_text="What-if").first.wait_for()  # inside the navigation
     select(page, "A recorded demo log (its tokenizer, template and engine settings come with it)", "ts-end")
     page.get_by_role("button", name="Check").click()
     page.locator("[data-testid='stMetricLabel']", has_text="Predicted hit rate").first.wait_for(timeout=120_000)

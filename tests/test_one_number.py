@@ -1,5 +1,6 @@
 """Issue 27, part 3.2: one number per question. For every recorded case (tests/recorded.py)
-and every engine fixture (tests/engines.py), ``kvplan stats --json``, ``kvplan plan --json``
+and every engine fixture (tests/engines.py), and the adversary's mid-window upgrade (issue 27 case
+4), ``kvplan stats --json``, ``kvplan plan --json``
 (top level, ``decision_by_tier``, ``headline``), the Overview page's view and the report's HTML
 give the same hit rate, cached prompt tokens, saved prefill GPU-hours and decision.
 
@@ -25,14 +26,9 @@ from kvplan.sql.db import Database
 from tests import engines, recorded
 
 ROUTERS = {"router-production-stack", "gateway-llm-d-epp", "frontend-dynamo"}  # refused by name
-CASES = [("case", c) for c in recorded.cases()] + [("engine", r) for r in engines.releases() if r not in ROUTERS]
-REPORT_CLIPS = pytest.mark.xfail(strict=True, reason=(
-    "the report's window is the month clipped to the first and last scrape (app/data/store.month_window); "
-    "stats/plan/Overview over the month also count what series born inside it added since their _created "
-    "(multi_engine: 7.09 s covered against the report's 5.42 s, LMCache -$641 against -$715/month): "
-    "the report must read the month unclipped"))
-PARAMS = [pytest.param(k, n, id=n, marks=[REPORT_CLIPS] if n in ("multi_engine", "shared_vs_unique") else [])
-          for k, n in CASES]
+CASES = ([("case", c) for c in recorded.cases()] + [("engine", r) for r in engines.releases() if r not in ROUTERS]
+         + [("upgrade", "upgrade_0.15_to_0.16")])  # issue 27 case 4 (tests/test_adversary_metrics.py)
+PARAMS = [pytest.param(k, n, id=n) for k, n in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +42,14 @@ def store(tmp_path_factory, migrated_template):
         if kind == "case":
             ss = recorded.import_case(db, name)
             months[name] = ss[0].at
-        else:
+        elif kind == "engine":
             engines.import_release(db, name)
             months[name] = engines.T0
+        else:  # vLLM 0.15 -> 0.16 with a restart mid-window: the cached-tokens rule per stretch
+            from tests import test_adversary_metrics as adv
+            work = tmp_path_factory.mktemp(name)
+            adv.store(db, work, adv._upgrade(adv.DAY_OLD), dep=name)
+            months[name] = adv.T0
     return db, months
 
 

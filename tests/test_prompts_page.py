@@ -17,11 +17,20 @@ APP = str(Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py")
 
 
 def page(monkeypatch, tmp_path) -> AppTest:
+    """The page opened first (AppTest starts each run as a deep link does: Streamlit's v1 pages
+    directory, the page script alone), with no database at all (the check needs none)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
     monkeypatch.setenv("KVPLAN_DB", str(tmp_path / "k.duckdb"))
     t = AppTest.from_file(APP, default_timeout=120)
     t.switch_page("pages/prompts.py")
     t.run()
     assert not t.exception, t.exception
+    # it ran inside the app's st.navigation (page config, menu), as every other page does, and the
+    # missing database stopped neither the navigation nor this page
+    assert PagesManager.uses_pages_directory is False
+    assert not t.error, [e.value for e in t.error]
+    assert [x.value for x in t.title] == ["Prompts: cacheability of a request log"]
     return t
 
 

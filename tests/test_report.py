@@ -53,7 +53,9 @@ def test_html_report_holds_every_section_and_the_numbers(scen, tmp_path):
     headings = re.findall(r"<h2>([^<]+)</h2>", html)
     assert headings == SECTIONS
     text = text_of(html)
-    ref = scenario_plan(0, 48)
+    # the whole month, as kvplan plan over it reads it: the same traffic, and the hour from the
+    # engines' start (their _created, an hour before the first scrape) covered with none
+    ref = scenario_plan(0, 48, since=-1)
     assert f"{ref.decision.kind} {ref.decision.reason}" in text
     assert f"Monthly benefit: {fmt.usd(ref.monthly_benefit_usd)}" in text
     assert f"vLLM prefix cache (device) {EXP['hit_all']}" in text
@@ -70,10 +72,11 @@ def test_html_report_holds_every_section_and_the_numbers(scen, tmp_path):
     assert "no samples in Prometheus (target down or not scraped)" in text
     assert "span_increases sql/queries/dashboard.sql".replace("sql/queries/", "") in text
     assert "<svg" in html and html.count('class="chart"') == 7  # + the TPOT and ITL charts
-    # saved prefill by tier, hand-worked in tests/test_app_pages.py (5.28 and 0.81 GPU-h/month)
-    # at the scenario's $2.5/GPU-hour: 5.28 x 2.5 = $13, 0.81 x 2.5 = $2
-    assert "vLLM prefix cache 5.28 5.28.. 5.28 $13 free" in text
-    assert "LMCache, net of its overhead 0.81 0.81.. 0.81 $2" in text
+    # saved prefill by tier, hand-worked in tests/test_app_pages.py (5.28 and 0.81 GPU-h/month over
+    # 48 h), here over the month's 49 covered hours: 1,248 GPU-s x 730.56 / 49 / 3600 = 5.17 and
+    # 0.81 x 48 / 49 = 0.80, at the scenario's $2.5/GPU-hour: 5.17 x 2.5 = $13, 0.80 x 2.5 = $2
+    assert "vLLM prefix cache 5.17 5.17.. 5.17 $13 free" in text
+    assert "LMCache, net of its overhead 0.80 0.80.. 0.80 $2" in text
     # prompt tokens: (0.035 s / 2000 + 50 us x 500 / 2000) x 1e6 = 30 GPU-s -> $0.02; without reuse
     # (0.035 / 2000 + 50 us) x 1e6 = 67.5 GPU-s -> $0.05; output tokens: no engine busy time reported
     assert "prompt tokens $0.02 $0.05 output tokens n/a n/a" in text

@@ -75,3 +75,27 @@ def test_without_a_measurement_nothing_is_calibrated_and_says_so():
     # a measured histogram but no predicted TTFT (NaN: a request on no engine)
     c = calibrate_today(np.array([np.nan]), np.array([1.0]), [interval(2.0, [0.1])])
     assert not c.calibrated and calibrated(c, "p99", None) == (None, None)
+
+
+def test_the_page_and_the_report_format_raw_and_calibrated_ttft_alike():
+    """``app/report/fmt``'s what-if TTFT formatters (the What-if page and the report's section 8
+    both use them): the strings each wrote before they shared them."""
+    from types import SimpleNamespace
+
+    from kvplan.app.report import fmt
+
+    assert fmt.ttft_s(0.12345) == "0.123 s" and fmt.ttft_s(None) == "-"
+    assert fmt.ttft_interval((0.1534, 0.2036)) == "0.153-0.204 s" and fmt.ttft_interval(None) == "-"
+    pred = np.array([0.05, 0.05, 0.15, 0.15])
+    c = calibrate_today(pred, np.array([1.0, 1.2, 3.0, 3.2]), [interval(2.0, [0.1, 0.1]), interval(4.0, [0.3, 0.3])],
+                        block_s=2.0, draws=200)
+    assert fmt.calibration_ratio(c, "mean") == "x2.00 (2.00-2.00)"  # the ratio 2 worked out above
+    none = calibrate_today(np.array([0.1]), np.array([1.0]), [])
+    assert fmt.calibration_ratio(none, "mean") == "not calibrated"  # the report's words
+    assert fmt.calibration_ratio(None, "p99", "- (not calibrated)") == "- (not calibrated)"  # the page's
+    row = SimpleNamespace(ttft_mean_s=0.175, ttft_mean_s_interval=(0.153, 0.204), ttft_mean_s_raw=0.114,
+                          ttft_p50_s=0.1694, ttft_p50_s_raw=0.093, ttft_p99_s=0.38, ttft_p99_s_interval=None,
+                          ttft_p99_s_raw=None)
+    assert dict(zip(fmt.TTFT_SIDE_BY_SIDE, fmt.ttft_side_by_side(row), strict=True)) == {
+        "TTFT mean": "0.175 s", "mean interval": "0.153-0.204 s", "mean raw": "0.114 s", "p50": "0.169 s",
+        "p50 raw": "0.093 s", "p99": "0.380 s", "p99 interval": "-", "p99 raw": "-"}

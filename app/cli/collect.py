@@ -97,10 +97,15 @@ def ingest(
         err.print(f"[yellow]warning:[/yellow] {res.far_pairs} increases not counted: consecutive samples more than "
                   f"prometheus.lookback ({s.prometheus.lookback}) apart; raise lookback above the scrape interval",
                   highlight=False, soft_wrap=True)
-    if res.refused_samples:
+    if res.refused_samples and res.mode == "raw":
         err.print(f"[yellow]warning:[/yellow] {res.refused_samples} samples not stored: not finite, negative or above "
                   f"2**53, as a direct import refuses them (e.g. {'; '.join(res.refused_examples)}); the good "
                   "samples around them are paired", highlight=False, soft_wrap=True)
+    elif res.refused_samples:
+        err.print(f"[yellow]warning:[/yellow] {res.refused_samples} counter samples not finite, negative or above "
+                  f"2**53 were left out of the {res.mode} sums, as a direct import refuses them (e.g. "
+                  f"{'; '.join(res.refused_examples)}); each step holding one, and the step after it, lack "
+                  "that series' increase", highlight=False, soft_wrap=True)
     for target, what in res.refused.items():
         err.print(f"[yellow]warning:[/yellow] target {target} is {what}, not an engine: not stored (point kvplan "
                   "at the engines' own /metrics)", highlight=False, soft_wrap=True)

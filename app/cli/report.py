@@ -13,7 +13,8 @@ from .common import ConfigOpt, DbOpt, open_reader, out, parse_time, settings
 
 def report(
     deployment: Annotated[str, typer.Option(help="Deployment name.")],
-    month: Annotated[str, typer.Option(help="UTC month, YYYY-MM (clipped to the data inside it).")],
+    month: Annotated[str, typer.Option(help="UTC month, YYYY-MM (every figure over the whole month; the "
+                                            "charts span the data in it).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="report.pdf or report.html.")],
     model_name: Annotated[str | None, typer.Option("--model", help="Only this model_name.")] = None,
     measured_on: Annotated[str | None, typer.Option(

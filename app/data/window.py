@@ -7,6 +7,7 @@ Long windows read whole UTC days from the nightly rollups (``daily_rollups``; ga
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -14,7 +15,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
 from ...models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
 from ...models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
-from ...models.metrics.spellings import CACHED_RULE_NAMES, cached_per_stretch
+from ...models.metrics.spellings import CACHED_DAY, CACHED_RULE_NAMES, cached_of_interval_rows, stretch_answer
 from ...models.metrics.window import Increase, WindowStats, window_stats
 from ...models.metrics.window_notes import null_reasons
 from ...sql.db import Source
@@ -61,7 +62,9 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
     """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
     edges from raw samples. For regular scrapes this counts exactly the pairs
     ``window_increases`` counts (a pair whose earlier sample lies more than
-    ``EDGE_LOOKBACK`` before the last rolled day's end is the only difference)."""
+    ``EDGE_LOOKBACK`` before the last rolled day's end is the only difference). Cached prompt
+    tokens are read per target and scrape interval (``cached_of_spans``): the rule is chosen per
+    target and per stretch of its life, as ``kvplan stats`` and the plan choose it."""
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)
     spans = plan_spans(_rolled_days(source, deployment, t_from, t_to), t_from, t_to)
     rows: list[Increase] = []
@@ -72,8 +75,9 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
         rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
                                                      t_from=spans.rolled[0], t_to=spans.rolled[1],
                                                      model_name=model_name)]
+    rows, cached = cached_of_spans(source, deployment, spans, rows, model_name)
     return Window(deployment, model_name, t_from, t_to, tuple(rows),
-                  _noted_stats(source, deployment, t_from, t_to, model_name, rows, spans), spans)
+                  _noted_stats(source, deployment, t_from, t_to, model_name, rows, spans, cached), spans)
 
 
 def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None,
@@ -122,12 +126,42 @@ def cached_by_interval(source: Source, deployment: str, t_from: datetime, t_to: 
                        model_name: str | None = None) -> tuple[float | None, str]:
     """Cached prompt tokens over [t_from, t_to] with the rule chosen per target and per scrape
     interval (``spellings.cached_per_stretch``): what the plan's prefill intervals count too."""
-    groups: dict[tuple[str, datetime], list[Increase]] = {}
-    for r in source.fetch("cached_intervals", deployment=deployment, t_from=t_from, t_to=t_to,
-                          model_name=model_name, names=list(CACHED_RULE_NAMES)):
-        key = (r.pop("target"), r.pop("t_end"))
-        groups.setdefault(key, []).append(Increase(**r, target=key[0]))
-    return cached_per_stretch(groups.values())
+    rows = source.fetch("cached_intervals", deployment=deployment, t_from=t_from, t_to=t_to,
+                        model_name=model_name, names=list(CACHED_RULE_NAMES))
+    return stretch_answer(*cached_of_interval_rows(rows, Increase))
+
+
+def cached_of_spans(source: Source, deployment: str, spans: Spans, rows: list[Increase],
+                    model_name: str | None) -> tuple[list[Increase], tuple[float | None, str]]:
+    """The rows without the rolled-up days' cached-tokens sample, and the window's cached prompt
+    tokens with the rule per target and scrape interval, as ``kvplan stats`` reads them: the raw
+    edges' intervals read here (the few sample names of the rule), the rolled-up days' figures
+    from the nightly rollup (``spellings.CACHED_DAY``, stored per day by ``rollup_day``). Days
+    rolled up before the rollup stored it are read raw (correct, slower)."""
+    day_rows = [r for r in rows if r.name == CACHED_DAY]
+    rows = [r for r in rows if r.name != CACHED_DAY]
+    raw: list[dict] = []
+    for lb, after, end in spans.raw:
+        raw += source.fetch("cached_intervals_span", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
+                            model_name=model_name, names=list(CACHED_RULE_NAMES))
+    total, how, found, unknown = cached_of_interval_rows(raw, Increase)
+    if spans.rolled:
+        scope = "model" if model_name else "all"
+        mine = [(json.loads(r.labels or "{}"), r) for r in day_rows]
+        mine = [(lab, r) for lab, r in mine if lab.get("scope") == scope]
+        if sum(r.pairs or 0 for _, r in mine) >= spans.rolled_days:
+            total += sum(r.increase for _, r in mine)
+            found = found or any(lab.get("found") == "1" for lab, _ in mine)
+            unknown = unknown or any(lab.get("known") == "0" for lab, _ in mine)
+            how = "; ".join(sorted({how} - {""} | ({"the nightly rollups"} if mine else set())))
+        else:  # rolled up before the rollups stored it: read those days raw
+            a, b = spans.rolled
+            part = cached_of_interval_rows(
+                source.fetch("cached_intervals_span", deployment=deployment, t_lookback=a - DAY, t_after=a, t_to=b,
+                             model_name=model_name, names=list(CACHED_RULE_NAMES)), Increase)
+            total, found, unknown = total + part[0], found or part[2], unknown or part[3]
+            how = "; ".join(sorted({how, part[1]} - {""}))
+    return rows, stretch_answer(total, how, found, unknown)
 
 
 def data_notes(source: Source, deployment: str, t_from: datetime, t_to: datetime,
@@ -240,7 +274,8 @@ def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t
                                                      model_name=model_name)]
         if step == 86400:
             raw += _daily_rows(source, deployment, spans.rolled, model_name, names)
-    stats = _noted_stats(source, deployment, f, t, model_name, rows, spans)
+    rows, cached = cached_of_spans(source, deployment, spans, rows, model_name)
+    stats = _noted_stats(source, deployment, f, t, model_name, rows, spans, cached)
     win = Window(deployment, model_name, f, t, tuple(rows), stats, spans)
     return win, _buckets(raw)
 

@@ -18,9 +18,20 @@ from kvplan.collectors.demo import demo_prompts
 from kvplan.models.core.errors import KvplanError
 
 st.title("Prompts: cacheability of a request log")
+state.through_navigation()  # a deep link opened first still runs inside the navigation (as every page)
 st.caption("OpenAI chat / completions request bodies or Batch API input, one JSON object a line (plain or gzip), "
            "or a Bailian / Mooncake trace. Rendered with the model's own tokenizer and chat template, hashed as vLLM "
            "hashes its blocks, served one request at a time in arrival order.")
+
+CHECK_PENDING = "prompts_check_pending"
+
+
+def _request_check() -> None:
+    """The Check button's callback: it runs before the page does, so the request survives the
+    rerun ``state.through_navigation`` makes when the first run of the server is this page
+    (a button's own value is True for one run only)."""
+    st.session_state[CHECK_PENDING] = True
+
 
 db_path = Path(state.settings().db)  # the check needs no database; a deployment adds its settings and prices
 deps = [d["deployment"] for d in state.deployments(str(db_path))] if db_path.exists() else []
@@ -45,9 +56,9 @@ with st.form("prompts_check"):
                            key="prompts_block_size")
     gb = c3[2].number_input("GPU blocks (0: the deployment's, else unlimited)", min_value=0, max_value=2**40, value=0,
                            key="prompts_gpu_blocks")
-    go = st.form_submit_button("Check", type="primary")
+    st.form_submit_button("Check", type="primary", on_click=_request_check)
 
-if go:
+if st.session_state.pop(CHECK_PENDING, False):
     tmp = None
     try:
         run = demo_runs.get(pick)

@@ -14,8 +14,8 @@ if sel is not None:
     db = state.db()
     months = state.view(data_months, sel.deployment)
     month = st.selectbox("Month (UTC)", months, key="report_month",
-                         help="The report covers this calendar month, clipped to the data inside it; the sidebar's "
-                              "time range does not apply. The model selector does.")
+                         help="The report covers this whole calendar month (its charts span the data inside it); "
+                              "the sidebar's time range does not apply. The model selector does.")
     with st.spinner("Building the report..."):
         html, numbers = state.report(str(db.path), sel.deployment, month, sel.model_name,
                                      state.report_version(sel.deployment))

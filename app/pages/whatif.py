@@ -12,7 +12,8 @@ import streamlit as st
 from kvplan.app import charts_whatif, state
 from kvplan.app.report import fmt
 from kvplan.app.views.whatif import WhatIf, whatif
-from kvplan.models.cache.calibration import Calibration
+
+NOT_CALIBRATED = "- (not calibrated)"
 
 st.title("What-if: cache size and topology")
 state.through_navigation()
@@ -40,22 +41,6 @@ def window(info: dict) -> tuple[datetime | None, datetime | None]:
     return from_epoch_s(max(first, last - span.total_seconds()) - 1.0), from_epoch_s(last + 10.0)
 
 
-def _s(v) -> str:
-    return f"{v:.3f} s" if v is not None else "-"
-
-
-def _ratio(cal: Calibration | None, stat: str) -> str:
-    """Today's measured / predicted for ``stat`` and its interval (``models.cache.calibration``)."""
-    r = cal.ratio(stat) if cal is not None else None
-    if r is None or r.ratio is None:
-        return "- (not calibrated)"
-    return f"x{r.ratio:.2f}" + (f" ({r.lo:.2f}-{r.hi:.2f})" if r.lo is not None and r.hi is not None else "")
-
-
-def _iv(v: tuple[float, float] | None) -> str:
-    return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
-
-
 def topology_section(d: WhatIf) -> None:
     """Today's topology from the data against what it measured; TTFT for every alternative."""
     tw = d.topology
@@ -70,16 +55,16 @@ def topology_section(d: WhatIf) -> None:
     m[3].metric("Hit rate, LMCache measured", fmt.pct(t.hit_rate_measured),
                 help="lmcache_mp_lookup_hit_tokens / lookup_requested_tokens over the same span")
     cal = t.ttft_calibration
+    ratio = "measured / predicted (carried into every set-up)"
     st.dataframe(pd.DataFrame([
-        {"TTFT": "mean", "measured": _s(t.ttft_mean_s_measured), "predicted": _s(t.ttft_mean_s_predicted),
-         "measured / predicted (carried into every set-up)": _ratio(cal, "mean")},
-        {"TTFT": "p50", "measured": _s(t.ttft_p50_s_measured), "predicted": _s(t.ttft_p50_s_predicted),
-         "measured / predicted (carried into every set-up)": _ratio(cal, "p50")},
-        {"TTFT": "p99", "measured": _s(t.ttft_p99_s_measured), "predicted": _s(t.ttft_p99_s_predicted),
-         "measured / predicted (carried into every set-up)": _ratio(cal, "p99")},
-        {"TTFT": "p99 as the histogram reads it", "measured": _s(t.ttft_p99_s_measured),
-         "predicted": _s(t.ttft_p99_s_predicted_as_histogram),
-         "measured / predicted (carried into every set-up)": ""}]), hide_index=True)
+        {"TTFT": "mean", "measured": fmt.ttft_s(t.ttft_mean_s_measured),
+         "predicted": fmt.ttft_s(t.ttft_mean_s_predicted), ratio: fmt.calibration_ratio(cal, "mean", NOT_CALIBRATED)},
+        {"TTFT": "p50", "measured": fmt.ttft_s(t.ttft_p50_s_measured),
+         "predicted": fmt.ttft_s(t.ttft_p50_s_predicted), ratio: fmt.calibration_ratio(cal, "p50", NOT_CALIBRATED)},
+        {"TTFT": "p99", "measured": fmt.ttft_s(t.ttft_p99_s_measured),
+         "predicted": fmt.ttft_s(t.ttft_p99_s_predicted), ratio: fmt.calibration_ratio(cal, "p99", NOT_CALIBRATED)},
+        {"TTFT": "p99 as the histogram reads it", "measured": fmt.ttft_s(t.ttft_p99_s_measured),
+         "predicted": fmt.ttft_s(t.ttft_p99_s_predicted_as_histogram), ratio: ""}]), hide_index=True)
     st.caption("How far to trust the alternatives: today predicted from the same model, against the TTFT "
                f"histogram over the same span ({t.requests:,} requests in the trace, "
                f"{t.requests_measured or 0:,.0f} in the histogram). Capacity per instance: "
@@ -94,10 +79,7 @@ def topology_section(d: WhatIf) -> None:
         + (f", {r.ranks} private caches, {r.routing.replace('_', ' ')}" if r.routing else ""),
         "capacity": (f"{r.capacity_gb:,.3f} GB" if r.capacity_gb is not None
                      else f"{r.capacity_chunks:,} chunks"),
-        "hit rate": fmt.pct(r.hit_rate), "TTFT mean": _s(r.ttft_mean_s),
-        "mean interval": _iv(r.ttft_mean_s_interval), "mean raw": _s(r.ttft_mean_s_raw),
-        "p50": _s(r.ttft_p50_s), "p50 raw": _s(r.ttft_p50_s_raw), "p99": _s(r.ttft_p99_s),
-        "p99 interval": _iv(r.ttft_p99_s_interval), "p99 raw": _s(r.ttft_p99_s_raw),
+        "hit rate": fmt.pct(r.hit_rate), **dict(zip(fmt.TTFT_SIDE_BY_SIDE, fmt.ttft_side_by_side(r), strict=True)),
         "holds the SLO": "yes" if r.holds_slo else "no",
         "goodput (req/s)": f"{r.goodput_rps:.3g}" if r.goodput_rps is not None else "-"}
         for r in tw.latency]), hide_index=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ...models.core.errors import KvplanError
+from ...models.core.timeutil import month_start, next_month
 from ...models.metrics.runs import is_cpu_scale
 from ...models.metrics.serving import ServingTopology
 from ...models.metrics.spans import chart_step
@@ -15,7 +16,7 @@ from ..charts import Timeline
 from ..data.history import load_history
 from ..data.store import DeploymentSettings, month_window
 from ..data.sweeps import SweepView, sweep_view_of
-from ..data.window import load_window_and_buckets
+from ..data.window import load_window, window_buckets
 from ..gaps import timeline
 from ..views.cache import CacheView, cache_view
 from ..views.collection import CollectionView, collection_view, topology_view
@@ -39,6 +40,7 @@ class ReportData:
     model_name: str | None
     t_from: datetime
     t_to: datetime
+    """The whole UTC month (every figure reads it, as ``kvplan stats``/``plan`` over the month do)."""
     overview: Overview
     cache: CacheView
     latency: LatencyView
@@ -56,7 +58,9 @@ class ReportData:
     """Section 9, a request log's prompts check (``kvplan report --prompts-check FILE``), or empty."""
     sweep: SweepView | None = None
     """The deployment's latest load sweep at the planning SLOs (sizing by goodput), if any."""
-    """Section 8, the cache what-if of the deployment's newest request trace (or a note)."""
+    data_from: datetime | None = None
+    data_to: datetime | None = None
+    """The first and last data point inside the month (the time charts span them); None: the month."""
 
     @property
     def cpu_scale(self) -> bool:
@@ -78,10 +82,13 @@ def measured_on_default(runs: RunsView) -> str | None:
 def build(db: Database, deployment: str, month: str, *, model_name: str | None = None,
           measured_on: str | None = None, cfg: DeploymentSettings = DeploymentSettings(),
           prompts_check: dict | None = None) -> ReportData:
-    """The report's data for one deployment and UTC month ('YYYY-MM'): the window is the
-    month clipped to the data inside it, read through one connection (every section sees the
-    same data), the deployment's history read and its cost model fitted once (the plan and the
-    what-if share them). ``KvplanError`` when the month holds no data."""
+    """The report's data for one deployment and UTC month ('YYYY-MM'): every figure reads the
+    whole UTC month, as ``kvplan stats``/``plan`` and the Overview over that month do (a series
+    born inside the month counts what it added since its ``_created``, before the first scrape
+    too); the time charts span the data inside it (its first to its last data point). Read
+    through one connection (every section sees the same data), the deployment's history read
+    and its cost model fitted once (the plan and the what-if share them). ``KvplanError`` when
+    the month holds no data."""
     from .whatif import whatif_section
 
     prompts_html = ""
@@ -89,9 +96,12 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
         from .prompts import render_section
         prompts_html = render_section(prompts_check)
     with db.snapshot() as src:
-        t_from, t_to = month_window(src, deployment, month)
-        step = max(600, int((t_to - t_from).total_seconds() // 60))
-        win, buckets = load_window_and_buckets(src, deployment, t_from, t_to, step, model_name)
+        d_from, d_to = month_window(src, deployment, month)  # the data inside the month: the charts
+        t_from = month_start(month, "--month")
+        t_to = next_month(t_from)
+        step = max(600, int((d_to - d_from).total_seconds() // 60))
+        win = load_window(src, deployment, t_from, t_to, model_name)
+        buckets = window_buckets(src, deployment, d_from, d_to, step, model_name)
         if not win.rows:
             raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
                               + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
@@ -101,8 +111,8 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
         runs = runs_view(src, deployment)
         return ReportData(
             deployment=deployment, month=month, model_name=model_name, t_from=t_from, t_to=t_to, overview=ov,
-            cache=cache_view(src, deployment, t_from, t_to, step, model_name, win=win, buckets=buckets),
-            latency=latency_view(src, deployment, t_from, t_to, step, model_name,
+            cache=cache_view(src, deployment, d_from, d_to, step, model_name, win=win, buckets=buckets),
+            latency=latency_view(src, deployment, d_from, d_to, step, model_name,
                                  slo_s=ov.plan.inputs.planning.ttft_p99_slo_seconds,
                                  tpot_slo_s=ov.plan.inputs.planning.tpot_p99_slo_seconds, win=win, buckets=buckets),
             runs=runs, topology=topology_view(src, deployment, t_from, t_to),
@@ -113,4 +123,5 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
             prompts_html=prompts_html,
             sweep=sweep_view_of(ov.sweep, ov.plan.inputs.planning.ttft_p99_slo_seconds,
                                 ov.plan.inputs.planning.tpot_p99_slo_seconds),
-            timeline=timeline(src, deployment, t_from, t_to, chart_step(t_from, t_to, step)))
+            timeline=timeline(src, deployment, d_from, d_to, chart_step(d_from, d_to, step)),
+            data_from=d_from, data_to=d_to)

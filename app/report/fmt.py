@@ -4,11 +4,12 @@ reads the same on a page and in the PDF (the browser test compares them)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...models.metrics.window import Quantile
 
 if TYPE_CHECKING:
+    from ...models.cache.calibration import Calibration
     from ...models.decision.plan import PlanResult
 
 NOT_REPORTED = "not reported"
@@ -145,3 +146,34 @@ def capacity_method(p: PlanResult) -> str:
     if p.capacity_method == "queueing_fallback":
         return "queueing formula (fallback: no load sweep measured)"
     return "n/a"
+
+
+# -- the what-if's TTFT, raw and calibrated side by side (the What-if page and the report) -------
+def ttft_s(v: float | None) -> str:
+    """A TTFT in seconds, three decimals ("-": none)."""
+    return f"{v:.3f} s" if v is not None else "-"
+
+
+def ttft_interval(v: tuple[float, float] | None) -> str:
+    """A calibrated TTFT's interval ("lo-hi s"; "-": none)."""
+    return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
+
+
+def calibration_ratio(cal: Calibration | None, stat: str, none: str = "not calibrated") -> str:
+    """Today's measured / predicted for ``stat`` and its interval (``models.cache.calibration``)."""
+    r = cal.ratio(stat) if cal is not None else None
+    if r is None or r.ratio is None:
+        return none
+    return f"x{r.ratio:.2f}" + (f" ({r.lo:.2f}-{r.hi:.2f})" if r.lo is not None and r.hi is not None else "")
+
+
+TTFT_SIDE_BY_SIDE = ("TTFT mean", "mean interval", "mean raw", "p50", "p50 raw", "p99", "p99 interval", "p99 raw")
+"""The columns ``ttft_side_by_side`` fills, in order."""
+
+
+def ttft_side_by_side(r: Any) -> list[str]:
+    """A set-up's TTFT (``views.whatif_topology.SetupLatency``) calibrated, its interval and the
+    replay's raw value, in the order of ``TTFT_SIDE_BY_SIDE``."""
+    return [ttft_s(r.ttft_mean_s), ttft_interval(r.ttft_mean_s_interval), ttft_s(r.ttft_mean_s_raw),
+            ttft_s(r.ttft_p50_s), ttft_s(r.ttft_p50_s_raw),
+            ttft_s(r.ttft_p99_s), ttft_interval(r.ttft_p99_s_interval), ttft_s(r.ttft_p99_s_raw)]

@@ -257,7 +257,8 @@ def _provenance(d: ReportData) -> str:
               for c in d.ledger]
     qs = [[n, f, doc] for n, f, doc in d.queries_used()]
     return ("<h2>7. Data provenance</h2>"
-            f"<p>Window {ts(d.t_from)} .. {ts(d.t_to)} UTC: the month {d.month} clipped to the data in it; "
+            f"<p>Window {ts(d.t_from)} .. {ts(d.t_to)} UTC: the whole month {d.month}, as kvplan stats and plan "
+            f"read it{_data_span(d)}; "
             f"{escape(w.source_note)}. Counter resets (server restarts) inside it: {w.stats.counter_resets}. "
             "Measured on: "
             f"{escape(d.measured_on or 'not recorded (the metrics do not say which hardware served them)')}.</p>"
@@ -265,6 +266,13 @@ def _provenance(d: ReportData) -> str:
             + "<h3>Prometheus ingestion</h3>" + table(["from", "to", "step s", "status", "series"], ledger, {2, 4})
             + "<h3>Gaps (never filled with zeros)</h3>" + table(["target", "from", "to", "reason"], gaps)
             + "<h3>Queries used</h3>" + table(["named query", "file", "what it returns"], qs))
+
+
+def _data_span(d: ReportData) -> str:
+    """' (data from .. to)': the first and last data point inside the month, what the charts span."""
+    if d.data_from is None or d.data_to is None:
+        return ""
+    return f" (data {ts(d.data_from)} .. {ts(d.data_to)})"
 
 
 def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
@@ -279,5 +287,5 @@ def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>kvplan capacity report: {escape(d.deployment)} {d.month}</title><style>{CSS}</style></head><body>"
             f"<h1>Capacity report: {escape(d.deployment)}, {d.month}</h1>"
-            f'<p class="meta">Window {ts(d.t_from)} .. {ts(d.t_to)} UTC · {escape(model_name)} · '
+            f'<p class="meta">Window {ts(d.t_from)} .. {ts(d.t_to)} UTC{_data_span(d)} · {escape(model_name)} · '
             f"buy more GPUs or reuse cached work (KV-cache reuse).{gen}</p>{cpu}{body}</body></html>")

@@ -9,7 +9,6 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ...collectors.traces.ingest import TraceError
-from ...models.cache.calibration import Calibration
 from ...sql.db import Database, Snapshot
 from .. import charts_whatif
 from . import fmt
@@ -77,22 +76,6 @@ def render_section(d: WhatIf, charts: bool = True) -> str:
     return "".join(out)
 
 
-def _s(v: float | None) -> str:
-    return f"{v:.3f} s" if v is not None else "-"
-
-
-def _ratio(cal: Calibration | None, stat: str) -> str:
-    """Today's measured / predicted for ``stat`` and its interval (``models.cache.calibration``)."""
-    r = cal.ratio(stat) if cal is not None else None
-    if r is None or r.ratio is None:
-        return "not calibrated"
-    return f"x{r.ratio:.2f}" + (f" ({r.lo:.2f}-{r.hi:.2f})" if r.lo is not None and r.hi is not None else "")
-
-
-def _iv(v: tuple[float, float] | None) -> str:
-    return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
-
-
 def _topology(d: WhatIf, charts: bool) -> list[str]:
     """Today's topology from the data against what it measured, and TTFT per set-up."""
     tw = d.topology
@@ -103,9 +86,12 @@ def _topology(d: WhatIf, charts: bool) -> list[str]:
     out = [f"<h3>Today's topology, from the data: {t.instances} cache instance(s), {t.engines} engine(s)</h3>",
            table(["", "measured", "predicted (today replayed)", "measured / predicted"],
                  [["token hit rate (LMCache)", fmt.pct(t.hit_rate_measured), fmt.pct(t.hit_rate_predicted), ""],
-                  ["TTFT mean", _s(t.ttft_mean_s_measured), _s(t.ttft_mean_s_predicted), _ratio(cal, "mean")],
-                  ["TTFT p50", _s(t.ttft_p50_s_measured), _s(t.ttft_p50_s_predicted), _ratio(cal, "p50")],
-                  ["TTFT p99", _s(t.ttft_p99_s_measured), _s(t.ttft_p99_s_predicted), _ratio(cal, "p99")]],
+                  ["TTFT mean", fmt.ttft_s(t.ttft_mean_s_measured), fmt.ttft_s(t.ttft_mean_s_predicted),
+                   fmt.calibration_ratio(cal, "mean")],
+                  ["TTFT p50", fmt.ttft_s(t.ttft_p50_s_measured), fmt.ttft_s(t.ttft_p50_s_predicted),
+                   fmt.calibration_ratio(cal, "p50")],
+                  ["TTFT p99", fmt.ttft_s(t.ttft_p99_s_measured), fmt.ttft_s(t.ttft_p99_s_predicted),
+                   fmt.calibration_ratio(cal, "p99")]],
                  {1, 2, 3}),
            f'<p class="meta">Instances: {escape(", ".join(t.instance_names))}; engines: '
            f'{escape(t.engine_routing)}; capacity per instance: {escape(t.capacity_source or "unbounded")}. '
@@ -119,9 +105,7 @@ def _topology(d: WhatIf, charts: bool) -> list[str]:
                       "(interval)", "p99 raw", "holds the SLO"],
                      [[charts_whatif.SETUP_LABELS.get(r.topology, r.topology)
                        + (f", {r.ranks} private caches, {r.routing.replace('_', ' ')}" if r.routing else ""),
-                       fmt.pct(r.hit_rate), _s(r.ttft_mean_s), _iv(r.ttft_mean_s_interval),
-                       _s(r.ttft_mean_s_raw), _s(r.ttft_p50_s), _s(r.ttft_p50_s_raw),
-                       _s(r.ttft_p99_s), _iv(r.ttft_p99_s_interval), _s(r.ttft_p99_s_raw),
+                       fmt.pct(r.hit_rate), *fmt.ttft_side_by_side(r),
                        "yes" if r.holds_slo else "no"] for r in tw.latency], set(range(1, 10))))
     out.append('<p class="meta">TTFT mean, p50 and p99 calibrated on today: the replay\'s (raw) times today\'s '
                "measured / predicted for the same statistic; the interval holds 80 % of a block bootstrap over "

@@ -22,6 +22,7 @@ new series' value before its first sample in a step is not counted; ``_created``
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ import numpy as np
 from ...models.core.redact import redact
 from ..scrape.relabel import model_label
 from ..scrape.store import series_id
-from .rules import DELAY_LABEL, RULE_STEP_S, Query, Window, queries
+from .rules import DELAY_LABEL, MAX_COUNTER, RULE_STEP_S, Query, Window, queries
 from .step_math import Raw, silent_stretches
 from .stream import stream_matrix
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 LOST = ("aggregated: per-engine series are not kept (one fleet target per engine kind and model), and a "
         "restart's or a new series' count before its first sample in a step is not counted")
 """What an aggregated ingestion says it leaves out (CLI, ledger)."""
+log = logging.getLogger(__name__)
 _DROP = ("__name__", "job", "model_name", "le", DELAY_LABEL)
 _DUR = re.compile(r"^(\d+)(s|m|h)$")
 
@@ -60,6 +62,11 @@ class FleetChunk:
     t1: int
     parts: list[tuple[Query, Raw]] = field(default_factory=list)
     error: str | None = None
+    refused: dict[str, int] = field(default_factory=dict)
+    """Counter sample name -> step ends at which a series' latest sample was NaN, infinite,
+    negative or above 2**53: what the sums leave out (``rules._good``), as raw mode refuses it."""
+    refused_query: str = ""
+    """Where the refused samples were counted (URL, query_range, span), for the note."""
 
     @property
     def n_raw(self) -> int:
@@ -126,13 +133,58 @@ def _delay_ms(text: str | None, where: str) -> int:
 
 def fetch_fleet_chunk(client: PromClient, deployment: DeploymentConfig, step_s: int, lookback_s: int, t0: int,
                       t1: int) -> FleetChunk:
-    """The chunk's sums, from the rule pack's outputs or computed at query time."""
+    """The chunk's sums, from the rule pack's outputs or computed at query time, and the
+    counter samples they leave out (``count_refused``)."""
     if deployment.prometheus_sums == "rules":
         qs = queries(Window(RULE_STEP_S, lookback_s, 60))
-        return fetch_recorded(client, qs, deployment.prometheus_selector, t0, t1, step_s)
-    qs = queries(Window(step_s, lookback_s, 0), selector=deployment.prometheus_selector,
-                 without=tuple(deployment.prometheus_per_engine_labels))
-    return fetch_sums(client, qs, t0, t1, step_s)
+        ch = fetch_recorded(client, qs, deployment.prometheus_selector, t0, t1, step_s)
+    else:
+        qs = queries(Window(step_s, lookback_s, 0), selector=deployment.prometheus_selector,
+                     without=tuple(deployment.prometheus_per_engine_labels))
+        ch = fetch_sums(client, qs, t0, t1, step_s)
+    if ch.error is None:
+        count_refused(client, ch, qs, deployment.prometheus_selector, step_s)
+    return ch
+
+
+def refused_expr(samples: list[str], selector: str) -> str:
+    """Per counter sample name (label ``kvplan_name``), the series whose latest sample is one a
+    direct import refuses: NaN, infinite, negative or above 2**53. The sums drop exactly those
+    (``rules._good``, a comparison); ``unless`` keeps them (NaN fails every comparison). The
+    name is copied to a label first: set operators match without ``__name__``."""
+    names = "|".join(re.escape(x) for x in samples)
+    sel = f'{{__name__=~"{names}"{"," + selector if selector else ""}}}'
+
+    def named(x: str) -> str:
+        return f'label_replace({x}, "kvplan_name", "$1", "__name__", "(.+)")'
+
+    return f"count by (kvplan_name) ({named(sel)} unless {named(f'({sel} >= 0 <= {MAX_COUNTER})')})"
+
+
+def count_refused(client: PromClient, ch: FleetChunk, qs: list[Query], selector: str, step_s: int) -> None:
+    """Fill ``ch.refused``: one query_range over the chunk at its step ends counting, per counter
+    sample name, the series whose latest sample the sums leave out (raw mode counts and notes
+    such samples; aggregated mode would otherwise drop them without a word). Histogram ``_sum``
+    samples may be negative and are not checked. A failure of this check leaves the sums
+    standing and says so in the log."""
+    from .client import PromError, iso
+
+    samples = sorted({q.sample for q in qs if q.typ != "gauge" and not q.family.startswith("kvplan:")
+                      and not q.sample.endswith("_sum")})
+    if not samples:
+        return
+    ch.refused_query = (f"{client.safe_url}/api/v1/query_range (samples not finite, negative or above 2**53, "
+                        f"{len(samples)} counter names), {iso(ch.t0 / 1000)}..{iso(ch.t1 / 1000)}")
+    form = {"start": f"{(ch.t0 + step_s * 1000) / 1000:.3f}", "end": f"{ch.t1 / 1000:.3f}", "step": str(step_s),
+            "query": refused_expr(samples, selector)}
+    try:
+        for r in stream_matrix(client, "/api/v1/query_range", form, ch.refused_query):
+            name = r.labels.get("kvplan_name")
+            n = int(np.nansum(r.v)) if r.v.size else 0
+            if name and n:
+                ch.refused[name] = ch.refused.get(name, 0) + n
+    except PromError as e:
+        log.warning("could not count the refused counter samples: %s", redact(str(e)))
 
 
 def fleet_names(ch: FleetChunk) -> dict[str, tuple[str, dict]]:

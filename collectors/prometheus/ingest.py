@@ -161,7 +161,8 @@ class IngestResult:
     gauges: int = 0
     gaps: int = 0
     far_pairs: int = 0  # increases not counted: samples further apart than lookback
-    refused_samples: int = 0  # raw samples a direct import would refuse (NaN, inf, negative, > 2**53)
+    refused_samples: int = 0  # raw: samples a direct import would refuse (NaN, inf, negative, > 2**53);
+    # aggregated: the step ends at which a series' latest counter sample was one (left out of the sums)
     refused_examples: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     mode: str = "raw"
@@ -266,6 +267,11 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
             if aggregated:
                 rows = Rows()
                 engine_steps = fleet_rows(ch, ids, rows)
+                for name, n in sorted(ch.refused.items()):
+                    res.refused_samples += n
+                    if len(res.refused_examples) < 3:
+                        res.refused_examples.append(f"{name}: {n} step end(s) whose latest sample was left out of "
+                                                    f"the sums ({ch.refused_query})")
                 gaps += fleet_gaps(engine_steps, seen, ch.t0, ch.t1, step_s * 1000, gap_after)
                 seen |= engine_steps.keys()
                 res.engines_max = max([res.engines_max] + [int(v.max()) for q, r in ch.parts
@@ -294,8 +300,10 @@ def ingest_range(db: Database, cfg: PrometheusConfig, deployment: DeploymentConf
         if on_chunk:
             on_chunk(i + 1, len(bounds), res)
     if res.refused_samples:
-        log.warning("deployment %s: %d samples not stored: not finite, negative or above 2**53 (a direct import "
-                    "refuses them too), e.g. %s", deployment.name, res.refused_samples, "; ".join(res.refused_examples))
+        log.warning("deployment %s: %d samples %s: not finite, negative or above 2**53 (a direct import "
+                    "refuses them too), e.g. %s", deployment.name, res.refused_samples,
+                    "not stored" if res.mode == "raw" else f"left out of the {res.mode} sums",
+                    "; ".join(res.refused_examples))
     if res.far_pairs:
         log.warning("deployment %s: %d increases not counted because consecutive samples were more than "
                     "prometheus.lookback (%s) apart; if Prometheus scrapes less often than that, raise "

@@ -20,6 +20,7 @@ transaction in flight.
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -39,6 +40,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.core.timeutil import aware_utc, day_start, naive_utc, utcnow
 from ...models.inputs.settings import Settings
+from ...models.metrics.spellings import CACHED_RULE_NAMES, cached_of_interval_rows
 from ...sql.db import Database
 from ..scrape.scrape import Target, scrape_target
 from ..scrape.store import ensure_target
@@ -221,7 +223,9 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
 
 
 def rollup_day(db: Database, deployment: str, day: date) -> int:
-    """Recompute one UTC day's rollups of a deployment (delete + insert, one transaction)."""
+    """Recompute one UTC day's rollups of a deployment (delete + insert, one transaction): the
+    day's increases, and its cached prompt tokens with the rule chosen per target and scrape
+    interval (``cached_day_rows``), which the summed increases cannot give back."""
     t0, t1 = day_bounds(day)
     with db.write() as con:
         row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
@@ -230,7 +234,31 @@ def rollup_day(db: Database, deployment: str, day: date) -> int:
         Database.run(con, "delete_rollups_day", deployment_id=row[0], day=t0)
         n = Database.run(con, "rollup_day", deployment_id=row[0], deployment=deployment,
                          t_from=t0, t_to=t1, t_lookback=t0 - timedelta(days=1)).fetchone()
+        cur = Database.run(con, "cached_intervals_span", deployment=deployment, t_lookback=t0 - timedelta(days=1),
+                           t_after=t0, t_to=t1, model_name=None, names=list(CACHED_RULE_NAMES))
+        cols = [d[0] for d in cur.description]
+        for model_name, labels, value in cached_day_rows([dict(zip(cols, r, strict=True)) for r in cur.fetchall()]):
+            Database.run(con, "put_daily_cached", deployment_id=row[0], day=t0, model_name=model_name,
+                         labels=labels, n_cached_tokens=value)
     return int(n[0]) if n else 0
+
+
+def cached_day_rows(rows: list[dict[str, Any]]) -> list[tuple[str | None, str, float]]:
+    """(model_name, labels, cached tokens) rows of one day: the whole deployment (scope all,
+    model NULL) and each model (scope model); ``found`` 1 when some interval had a rule, ``known``
+    0 when one with prompt tokens had none (the figure is unknown, as ``kvplan stats`` says)."""
+    from ...models.metrics.increase import Increase
+
+    out = []
+    scopes: list[tuple[str | None, str, list[dict[str, Any]]]] = [(None, "all", rows)]
+    scopes += [(m, "model", [r for r in rows if r["model_name"] == m])
+               for m in sorted({r["model_name"] for r in rows if r["model_name"] is not None})]
+    for model_name, scope, part in scopes:  # the whole deployment's row even for a day without any
+        total, _how, found, unknown = cached_of_interval_rows(part, Increase)
+        out.append((model_name, json.dumps({"found": str(int(found)), "known": str(int(not unknown)),
+                                            "scope": scope}, sort_keys=True, separators=(",", ":")),
+                    0.0 if unknown else total))
+    return out
 
 
 def days_to_run(db: Database, today: date, catchup_days: int) -> list[date]:

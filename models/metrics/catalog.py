@@ -211,6 +211,9 @@ KIND_PREFIXES = {VLLM: "vllm:", LMCACHE_MP: "lmcache_mp_", LMCACHE_INPROC: "lmca
 LM_L1_MEMORY_BYTES = "lmcache_mp_l1_memory_usage_bytes"
 """LMCache L1 bytes held, beside LM_L1_USAGE: the what-if's cache size per ratio. Read from
 direct scrapes only (not in GAUGES, so Prometheus ingestion does not fetch it)."""
+CACHED_DAY_FAMILY = "kvplan:cached_prompt_tokens"
+"""kvplan's own counter family in ``daily_rollups``: a day's cached prompt tokens read per target and
+scrape interval (``spellings.CACHED_DAY``, written by the nightly ``rollup_day``)."""
 ENGINE_COUNTS = {VLLM: "kvplan:vllm_engines", SGLANG: "kvplan:sglang_engines", LMCACHE_MP: "kvplan:lmcache_mp_servers"}
 """Per kind: the gauge Prometheus ingestion writes per step, how many engines (servers) reported."""
 

@@ -154,18 +154,47 @@ def cached_per_stretch(intervals: Iterable[list[Any]]) -> tuple[float | None, st
     as soon as one interval with prompt tokens gives no way to tell its cached ones. (A restart's
     pairs to a series' zero point end at that series' own _created, so an interval can hold one
     series alone: one without prompt tokens needs no cached ones.)"""
+    return stretch_answer(*stretch_parts(intervals))
+
+
+def stretch_parts(intervals: Iterable[list[Any]]) -> tuple[float, str, bool, bool]:
+    """``cached_per_stretch``'s parts, to be added across spans read apart (a window's raw edges
+    and its rolled-up days): the total, how it was read, whether any interval had a rule
+    (found), whether one with prompt tokens had none (unknown)."""
     total, how, found = 0.0, set(), False
     for rows in intervals:
         rows, _ = resolve(rows)
         v, where = _target_cached(rows)
         if v is None:
             if (_total(rows, c.total_name(c.PROMPT_TOKENS)) or 0.0) > 0:
-                return None, ""
+                return 0.0, "", found, True
             continue
         found = True
         total += v
         how.add(where)
-    return (total, "; ".join(sorted(how))) if found else (None, "")
+    return total, "; ".join(sorted(how)), found, False
+
+
+def stretch_answer(total: float, how: str, found: bool, unknown: bool) -> tuple[float | None, str]:
+    """The cached prompt tokens of ``stretch_parts`` (None: unknown, or no interval had a rule)."""
+    return (total, how) if found and not unknown else (None, "")
+
+
+def cached_of_interval_rows(rows: Iterable[dict[str, Any]], make: Any) -> tuple[float, str, bool, bool]:
+    """``stretch_parts`` of the rows of the ``cached_intervals`` queries (one per target,
+    interval end and series): grouped by (target, t_end), each row made an increase by ``make``
+    (``Increase``). Shared by the dashboard's window and the nightly rollup of a day."""
+    groups: dict[tuple[str, Any], list[Any]] = {}
+    for r in rows:
+        r = dict(r)
+        key = (r.pop("target"), r.pop("t_end"))
+        groups.setdefault(key, []).append(make(**r, target=key[0]))
+    return stretch_parts(groups.values())
+
+
+CACHED_DAY = c.total_name(c.CACHED_DAY_FAMILY)
+"""The kvplan-own sample the nightly rollup stores a day's cached prompt tokens under (read per
+target and scrape interval), beside the day's increases in ``daily_rollups``."""
 
 
 def _target_cached(rows: list[Any]) -> tuple[float | None, str]:

@@ -120,6 +120,14 @@ JOIN series se ON se.series_id = i.series_id
 WHERE i.ts > $t_from AND i.ts <= $t_to
 GROUP BY ALL;
 
+-- name: put_daily_cached
+-- The day's cached prompt tokens, the cached-tokens rule chosen per target and scrape interval
+-- (app.data.window.cached_by_interval), stored beside the day's increases as the kvplan-own
+-- sample kvplan:cached_prompt_tokens_total (labels: scope all|model, known 0|1; pairs 1 a day).
+INSERT INTO daily_rollups (deployment_id, day, model_name, name, family, le, labels, increase, pairs, resets)
+VALUES ($deployment_id, CAST($day AS DATE), $model_name, 'kvplan:cached_prompt_tokens_total',
+        'kvplan:cached_prompt_tokens', NULL, $labels, $n_cached_tokens, 1, 0);
+
 -- name: daily_increases
 -- Increases of a deployment summed over the whole days in [t_from, t_to), from the rollups,
 -- shaped like window_increases (engine and target summed away): window_stats() reads them.

@@ -23,6 +23,19 @@ WHERE $model_name IS NULL OR se.model_name = $model_name
 GROUP BY ALL
 ORDER BY t.name, i.t_end;
 
+-- name: cached_intervals_span
+-- cached_intervals of the scrape intervals ending in ($t_after, $t_to] whose earlier sample lies at
+-- or after $t_lookback (a rolled day: its pairs, the one straddling its start included, as
+-- rollup_day sums them; a raw edge of a window around rolled days, as span_increases reads it).
+SELECT t.name AS target, i.t_end, se.name, se.family, se.model_name, se.engine, se.le, se.labels,
+       sum(i.delta) AS increase
+FROM interval_increments($deployment, $t_lookback, $t_to, $model_name, $names) i
+JOIN series se ON se.series_id = i.series_id
+JOIN targets t ON t.target_id = se.target_id
+WHERE ($model_name IS NULL OR se.model_name = $model_name) AND i.t_end > $t_after
+GROUP BY ALL
+ORDER BY t.name, i.t_end;
+
 -- name: window_gauges
 -- Gauges of a deployment over the window: last, mean and max per series.
 SELECT se.name, se.model_name, se.engine, se.labels, t.name AS target,
