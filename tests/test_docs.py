@@ -1,7 +1,8 @@
 """The READMEs are reference: every repo path they name exists in the tree.
 
 Checked in every README.md of the repository (bench/results/*.md too, the dated results files
-the benchmarks write):
+the benchmarks write; each of those must also be linked from a README and hold only sections
+headed by their date):
 
 * markdown links ``[text](target)``: the target, relative to the README's folder, exists; a
   ``#anchor`` on a markdown file names one of its headings (GitHub's slugs);
@@ -97,6 +98,43 @@ def broken_paths(readme: Path) -> list[str]:
         if not any((b / word).exists() for b in bases):
             bad.append(f"`{word}`: not in the tree (looked beside the README and at the root)")
     return bad
+
+
+RESULTS = ROOT / "bench" / "results"
+DATED = re.compile(r"^## (\d{4})-(\d{2})-(\d{2}): \S", re.M)
+
+
+def results_files() -> list[Path]:
+    return sorted(RESULTS.glob("*.md"))
+
+
+def linked_from_a_readme(results: Path) -> bool:
+    """Some README.md (not a results file) links to `results` by a relative markdown link."""
+    for readme in readmes():
+        if readme.parent == RESULTS:
+            continue
+        for m in LINK.finditer(readme.read_text(encoding="utf-8")):
+            target = (m.group(1) or m.group(2)).partition("#")[0]
+            if target and not re.match(r"[a-z]+:", target) and (readme.parent / target).resolve() == results:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("results", results_files(), ids=lambda p: p.name)
+def test_every_results_file_is_dated_and_linked(results: Path) -> None:
+    """Each bench/results/<area>.md holds sections headed by their date (what bench/results.py
+    writes: `## YYYY-MM-DD: `command``) and a README says what its figures mean by linking it."""
+    text = FENCE.sub("", results.read_text(encoding="utf-8"))
+    headings = re.findall(r"^## .*$", text, re.M)
+    undated = [h for h in headings if not DATED.match(h)]
+    assert headings and not undated, f"{results.name}: sections without a date: {undated or 'none at all'}"
+    assert linked_from_a_readme(results), f"{results.name}: no README.md links to it"
+
+
+def test_the_results_check_catches_an_undated_section() -> None:
+    assert DATED.match("## 2026-12-01: `whatif_bench.py`")
+    assert not DATED.match("## Re-measured on 2026-12-01")
+    assert not DATED.match("## 2026-12-01")
 
 
 @pytest.mark.parametrize("readme", readmes(), ids=lambda p: str(p.relative_to(ROOT)))
