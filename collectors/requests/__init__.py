@@ -6,11 +6,13 @@ token ids and prefix-cache predictions out. The public API (stable):
   None; ``where`` = "file:line"); errors are ``PayloadError`` naming the file and the line.
 * ``render.Renderer(tokenizer, chat_template=None)``: transformers' ``AutoTokenizer`` (local
   directory or local HF cache, offline) and ``apply_chat_template``, as vLLM renders;
-  ``.render(request) -> Rendered(ids, text)``, ``.encode(text, add_special_tokens=...)``.
+  ``.render(request) -> Rendered(ids, text)``, ``.encode(text, add_special_tokens=...)``,
+  ``.encode_many(texts, add_special_tokens=...)`` (one batch call, the same ids).
 * ``check.Preparer(renderer, options).prepare(request) -> Prepared`` (``hashed``: the
   request's vLLM block keys, ``ids``: its token ids or None for block-id traces, ``text`` and
   ``lines``: the rendered prompt, memory only); ``prepare(request, encode=False)`` renders only,
-  ``Preparer.encode(prepared)`` tokenizes and hashes later. A template that writes today's date is
+  ``Preparer.encode(prepared)`` / ``encode_all(prepared_list)`` tokenize and hash later (keys:
+  64-bit integers, ``hashing.block_keys64``). A template that writes today's date is
   rendered with the request's arrival day, as vLLM would have. LMCache chunk keys:
   ``kvplan.models.prompts.hashing.chunk_hashes(ids, chunk_size, partial=True)``.
 * ``check.check(paths, renderer, CheckOptions(block_size, gpu_blocks, lmcache_chunk, lora),

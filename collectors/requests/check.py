@@ -1,26 +1,34 @@
 """``kvplan prompts check``: a request log in, the predicted prefix-cache hits, the cache-busters
 and what fixing them is worth out. Two streaming passes over the files (the second only when
-there are findings): memory is bounded by the caches' keys (one 32-byte key per distinct block),
-four integers per request and the buster finder's window, not by the files' size. Prompt text
-is held in memory one request at a time (plus the finder's window) and never written anywhere.
+there are findings).
+
+Memory is bounded except for the unlimited caches' keys: one 64-bit key per distinct block
+(vLLM's blocks, LMCache's chunks; ``predict.KeySet``: 8 bytes each, plus a fixed buffer), in the
+first pass and in each of the second pass's variants. Nothing else grows with the log: no
+per-request data is kept (each request's keys, lengths and first-pass hits go to a temporary
+file, read back in order by the second pass, which so tokenizes only the requests a fix
+changes), the buster finder holds a window of recent requests and a line index bounded by it,
+and a capacity-bound pool holds ``gpu_blocks`` blocks. The temporary file takes 8 bytes per
+block plus 40 per request of disk. Prompt text is held in memory one request at a time (plus
+the finder's window and one example per finding) and never written anywhere.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from ...models.core.errors import KvplanError
 from ...models.prompts.busters import Finder, Finding, LineInfo, apply_fix, line_map
-from ...models.prompts.hashing import ROOT, ExtraKeys, chunk_hashes, hash_block
-from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals, hashed
+from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
+from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from .read import LogRequest, read_requests
 from .render import Renderer
 
@@ -52,6 +60,8 @@ class Prepared:
     ids: np.ndarray | None
     text: str | None = None
     lines: list[LineInfo] | None = None
+    block_size: int = 0
+    """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
 
 
 @dataclass
@@ -79,6 +89,9 @@ class CheckResult:
     first_arrival: float | None = None
     """Earliest and latest arrival time in the log (unix seconds), when it has them."""
     last_arrival: float | None = None
+    keys_held: int = 0
+    """Distinct keys the first pass's unlimited caches ended up holding (vLLM blocks plus LMCache
+    chunks, 8 bytes each): what the check's memory grows with. Memory only, not in ``as_json``."""
 
     def as_json(self) -> dict[str, Any]:
         """The ``--json`` object (issue 26, item 10, plus the block size, capacity, LMCache tier
@@ -111,6 +124,11 @@ def finding_json(fr: FindingResult, base: Totals) -> dict[str, Any]:
             "first_block": f.first_block, "template": f.template, "fix": f.fix}
 
 
+def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None) -> Hashed:
+    """``predict.hashed`` with 64-bit integer keys (``hashing.block_keys64``): the same chain."""
+    return Hashed(len(ids), tuple(block_keys64(ids, block_size, extra)), max(1, output_tokens or 1))
+
+
 class Preparer:
     """Renders, tokenizes and hashes requests with one tokenizer and block size."""
 
@@ -133,7 +151,7 @@ class Preparer:
             return Prepared(r, self._blocks(r), None)
         if r.kind == "completion" and r.prompt_ids is not None:
             ids = np.asarray(r.prompt_ids, dtype=np.int64)
-            return Prepared(r, hashed(ids, self.block_size, self.extra(r), output_tokens=r.output_tokens), ids)
+            return Prepared(r, hashed64(ids, self.block_size, self.extra(r), r.output_tokens), ids)
         if self.renderer is None:
             raise KvplanError("a text prompt needs the model's tokenizer: give --tokenizer DIR (or a model id in "
                               "the local Hugging Face cache)", source=r.where)
@@ -147,7 +165,7 @@ class Preparer:
             if dated is not None:
                 text = dated
                 lines = line_map(text, contents, names)
-        p = Prepared(r, None, None, text, lines)
+        p = Prepared(r, None, None, text, lines, self.block_size)
         if encode:
             self.encode(p)
         return p
@@ -155,11 +173,24 @@ class Preparer:
     def encode(self, p: Prepared) -> Hashed:
         """``p``'s token ids and keys from its text (once)."""
         if p.hashed is None:
-            assert self.renderer is not None and p.text is not None
-            p.ids = np.asarray(self.renderer.encode(p.text, add_special_tokens=p.request.kind == "completion"),
-                               dtype=np.int64)
-            p.hashed = hashed(p.ids, self.block_size, self.extra(p.request), output_tokens=p.request.output_tokens)
+            self.encode_all([p])
+        assert p.hashed is not None
         return p.hashed
+
+    def encode_all(self, ps: Sequence[Prepared]) -> None:
+        """:meth:`encode` of each of ``ps`` not yet encoded, with one tokenizer batch call per
+        kind (chat without special tokens added, completions with)."""
+        todo = [p for p in ps if p.hashed is None]
+        if not todo:
+            return
+        assert self.renderer is not None
+        for special in (False, True):
+            group = [p for p in todo if (p.request.kind == "completion") == special]
+            for p, ids in zip(group, self.renderer.encode_many([p.text or "" for p in group],
+                                                               add_special_tokens=special), strict=True):
+                p.ids = np.asarray(ids, dtype=np.int64)
+                p.hashed = hashed64(p.ids, p.block_size or self.block_size, self.extra(p.request),
+                                    p.request.output_tokens)
 
     def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
         """A chat template that writes today's date (``strftime_now``) renders, in vLLM, the date
@@ -185,9 +216,19 @@ class Preparer:
         return None
 
     def retokenize(self, p: Prepared, text: str) -> Hashed:
+        return self.retokenize_all([(p, text)])[0]
+
+    def retokenize_all(self, items: Sequence[tuple[Prepared, str]]) -> list[Hashed]:
+        """Keys of each (request, rewritten text), one tokenizer batch call per kind."""
         assert self.renderer is not None
-        ids = self.renderer.encode(text, add_special_tokens=p.request.kind == "completion")
-        return hashed(ids, self.block_size, self.extra(p.request), output_tokens=p.request.output_tokens)
+        out: list[Hashed | None] = [None] * len(items)
+        for special in (False, True):
+            idx = [i for i, (p, _) in enumerate(items) if (p.request.kind == "completion") == special]
+            ids = self.renderer.encode_many([items[i][1] for i in idx], add_special_tokens=special)
+            for i, t in zip(idx, ids, strict=True):
+                p = items[i][0]
+                out[i] = hashed64(t, self.block_size, self.extra(p.request), p.request.output_tokens)
+        return [h for h in out if h is not None]
 
     def _blocks(self, r: LogRequest) -> Hashed:
         assert r.block_ids is not None
@@ -209,7 +250,7 @@ class Preparer:
         for i in range(full):
             prev = hash_block(prev, r.block_ids[i * g:(i + 1) * g], extra.for_block(i))
             keys.append(prev)
-        return Hashed(r.input_length, tuple(keys), max(1, r.output_tokens or 1))
+        return Hashed(r.input_length, tuple(keys64(keys)), max(1, r.output_tokens or 1))
 
 
 DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
@@ -240,6 +281,27 @@ def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int:
     return lm.serve(keys[:full], keys[full] if len(keys) > full else None)
 
 
+BATCH_REQUESTS = 16
+BATCH_CHARS = 1_000_000
+"""Requests rendered, then tokenized in one batch call: at most this many, and this much text."""
+
+
+def _batches(requests: Iterator[LogRequest], render: Callable[[LogRequest], Prepared]) -> Iterator[list[Prepared]]:
+    """``requests`` rendered in order (``render``), in lists of at most ``BATCH_REQUESTS``
+    requests or ``BATCH_CHARS`` characters of text: the text held at once stays bounded."""
+    batch: list[Prepared] = []
+    chars = 0
+    for r in requests:
+        p = render(r)
+        batch.append(p)
+        chars += len(p.text) if p.text is not None else 0
+        if len(batch) >= BATCH_REQUESTS or chars >= BATCH_CHARS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
 def _ticker(progress: Progress | None, stage: str) -> Callable[[int], None]:
     last = [time.monotonic()]
 
@@ -250,34 +312,78 @@ def _ticker(progress: Progress | None, stage: str) -> Callable[[int], None]:
     return tick
 
 
+class _Spill:
+    """The first pass's per-request records, in arrival order, in a temporary file (deleted on
+    close): prompt and output tokens, hittable and unlimited-cache hit tokens, the block keys
+    (40 bytes + 8 per block). The second pass reads them back in the same order."""
+
+    def __init__(self) -> None:
+        self.f: IO[bytes] = tempfile.TemporaryFile(prefix="kvplan-prompts-")  # noqa: SIM115 (closed by check)
+
+    def write(self, h: Hashed, o: Outcome) -> None:
+        self.f.write(np.array([h.prompt_tokens, h.output_tokens, o.hittable, o.cached_unlimited, len(h.hashes)],
+                              dtype=np.uint64).tobytes())
+        self.f.write(np.array(h.hashes, dtype=np.uint64).tobytes())
+
+    def rewind(self) -> None:
+        self.f.flush()
+        self.f.seek(0)
+
+    def read(self) -> tuple[Hashed, int, int]:
+        """The next request's (keys, hittable tokens, unlimited-cache hit tokens)."""
+        pt, out, hit, u, n = (int(x) for x in np.frombuffer(self.f.read(40), dtype=np.uint64))
+        keys = np.frombuffer(self.f.read(8 * n), dtype=np.uint64).tolist()
+        return Hashed(pt, tuple(keys), out), hit, u
+
+    def close(self) -> None:
+        self.f.close()
+
+
 def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions = CheckOptions(), *,
           progress: Progress | None = None,
           on_request: Callable[[LogRequest, Outcome], None] | None = None) -> CheckResult:
     """Predict, find busters, recompute with them fixed; see the module docstring."""
     if opts.block_size < 1 or opts.lmcache_chunk < 1 or (opts.gpu_blocks is not None and opts.gpu_blocks < 2):
         raise KvplanError("block size and chunk must be at least 1, gpu blocks at least 2", source="options")
+    spill = _Spill()
+    try:
+        return _check(paths, renderer, opts, spill, progress, on_request)
+    finally:
+        spill.close()
+
+
+def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, spill: _Spill,
+           progress: Progress | None, on_request: Callable[[LogRequest, Outcome], None] | None) -> CheckResult:
     prep = Preparer(renderer, opts)
     totals = Totals()
     finder = Finder()
     lm = LmcacheUnlimited(opts.lmcache_chunk)
     lm_hits = 0
     examples: dict[tuple[str, int | None, str, int], tuple[str, int, int]] = {}
-    per: dict[str, array[int]] = {k: array("q") for k in ("P", "H", "U", "C")}
     predictor: Predictor | None = None
     tick = _ticker(progress, "predicting")
     t_first: float | None = None
     t_last: float | None = None
-    for r in read_requests(paths):
+    sizes: list[int] = []
+
+    def render(r: LogRequest) -> Prepared:
+        p = prep.prepare(r, encode=False)
+        if not sizes:
+            sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
+        return p
+
+    for p in (p for batch in _batches(read_requests(paths), render) for p in _encoded(prep, batch)):
+        r = p.request
         if r.arrival is not None:
             t_first = r.arrival if t_first is None else min(t_first, r.arrival)
             t_last = r.arrival if t_last is None else max(t_last, r.arrival)
-        p = prep.prepare(r)
         if predictor is None:
-            predictor = Predictor(prep.block_size, opts.gpu_blocks)
-        o = predictor.serve(prep.encode(p) if p.hashed is None else p.hashed)
+            predictor = Predictor(sizes[0], opts.gpu_blocks)
+        h = p.hashed
+        assert h is not None
+        o = predictor.serve(h)
         totals.add(o)
-        for k, v in (("P", o.prompt_tokens), ("H", o.hittable), ("U", o.cached_unlimited), ("C", o.cached)):
-            per[k].append(v)
+        spill.write(h, o)
         lm_hits += _lmcache(lm, p)
         if p.text is not None and p.lines is not None:
             f = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable)
@@ -301,52 +407,74 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
         variants = [[f] for f in found[:opts.max_fixes]]
         if len(found) > 1:
             variants.append(found)
-        fixed_u = array("q")
-        vt = _fix_pass(paths, renderer, opts, prep.block_size, variants, fixed_u, progress)
+        spill.rewind()
+        vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress)
         results = [FindingResult(f, vt[i]) for i, f in enumerate(found[:opts.max_fixes])]
         results += [FindingResult(f, None) for f in found[opts.max_fixes:]]
         fixed = vt[-1]
         if len(found) > opts.max_fixes:
             notes.append(f"{len(found)} findings: the first {opts.max_fixes} recomputed one by one (the others' "
                          "tokens_lost and hit_rate_if_fixed are null), all of them together")
-        for u, h, f_u in zip(per["U"], per["H"], fixed_u, strict=True):
-            busted += min(max(0, f_u - u), h - u)
-    partial = sum(per["P"]) - sum(per["H"])
-    evicted = sum(per["U"]) - sum(per["C"])
-    cold = sum(per["H"]) - sum(per["U"]) - busted
+    partial = totals.prompt_tokens - totals.hittable
+    evicted = totals.cached_unlimited - totals.cached
+    cold = totals.hittable - totals.cached_unlimited - busted
     notes.append("one request at a time in arrival order: requests in flight together (concurrency) are not "
                  "modelled; multimodal inputs are not supported")
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
-                       {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last)
+                       {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last,
+                       (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys))
 
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
-              variants: list[list[Finding]], fixed_u: array[int], progress: Progress | None) -> list[Totals]:
+              variants: list[list[Finding]], spill: _Spill, requests: int,
+              progress: Progress | None) -> tuple[list[Totals], int]:
     """The second pass: every request rendered again, each variant's findings fixed in it, each
-    variant predicted in its own caches. ``fixed_u`` gets the last variant's unlimited hits per
-    request (for the ``busted`` cause)."""
+    variant predicted in its own caches. A request whose text a variant leaves unchanged reuses
+    its first-pass keys from ``spill`` (not tokenized again). Returns each variant's totals and
+    the ``busted`` tokens: per request, what the last variant (every finding fixed) hits beyond
+    the first pass with an unlimited cache, within what the request could hit."""
     prep = Preparer(renderer, CheckOptions(block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
     prep.block_size = block_size
     preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
     totals = [Totals() for _ in variants]
     tick = _ticker(progress, "recomputing with the findings fixed")
-    n = 0
-    for r in _requests(paths):
-        p = prep.prepare(r, encode=False)
-        for i, (v, pred) in enumerate(zip(variants, preds, strict=True)):
-            h = p.hashed
-            if p.text is not None and p.lines is not None:
-                t = apply_fix(p.text, p.lines, v)
-                h = prep.retokenize(p, t) if t != p.text else prep.encode(p)
-            assert h is not None
-            o = pred.serve(h)
-            totals[i].add(o)
-            if i == len(variants) - 1:
-                fixed_u.append(o.cached_unlimited)
-        n += 1
-        tick(n)
-    return totals
+    n = busted = 0
+    for batch in _batches(_requests(paths), lambda r: prep.prepare(r, encode=False)):
+        rows: list[tuple[Hashed, int, int, list[str | None]]] = []
+        todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
+        items: list[tuple[Prepared, str]] = []
+        for b, p in enumerate(batch):
+            if n + b >= requests:
+                raise KvplanError("the log changed while it was read (more requests on the second pass)",
+                                  source=p.request.where)
+            base, hit, u = spill.read()
+            texts: list[str | None] = []
+            for v in variants:
+                t = apply_fix(p.text, p.lines, v) if p.text is not None and p.lines is not None else None
+                if t is None or t == p.text:
+                    texts.append(None)  # unchanged: the first pass's keys
+                    continue
+                texts.append(t)
+                if (b, t) not in todo:
+                    todo[(b, t)] = len(items)
+                    items.append((p, t))
+            rows.append((base, hit, u, texts))
+        redone = prep.retokenize_all(items)
+        for b, (base, hit, u, texts) in enumerate(rows):
+            for i, (t, pred) in enumerate(zip(texts, preds, strict=True)):
+                o = pred.serve(base if t is None else redone[todo[(b, t)]])
+                totals[i].add(o)
+                if i == len(variants) - 1:
+                    busted += min(max(0, o.cached_unlimited - u), hit - u)
+            n += 1
+            tick(n)
+    return totals, busted
+
+
+def _encoded(prep: Preparer, batch: list[Prepared]) -> list[Prepared]:
+    prep.encode_all(batch)
+    return batch
 
 
 def _requests(paths: Sequence[Path]) -> Iterator[LogRequest]:

@@ -100,8 +100,30 @@ class Renderer:
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
         """Token ids of ``text`` (add_special_tokens: completions True, chat False)."""
-        ids = self.tok(text, add_special_tokens=add_special_tokens)["input_ids"]
-        return list(ids)
+        return self.encode_many([text], add_special_tokens=add_special_tokens)[0]
+
+    def encode_many(self, texts: list[str], *, add_special_tokens: bool) -> list[list[int]]:
+        """Token ids of each of ``texts``, in one batch call of the fast tokenizer (its Rust
+        ``encode_batch_fast``, which skips character offsets and may use several cores) when that
+        is what ``tokenizer(texts, add_special_tokens=...)`` would run: a fast tokenizer with no
+        truncation or padding set and special tokens not split. Otherwise transformers' own batch
+        call. The ids are the same either way (tests/test_prompts_scale.py checks it)."""
+        if not texts:
+            return []
+        bt = self._backend()
+        if bt is not None:
+            return [e.ids for e in bt.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
+        return [list(ids) for ids in self.tok(texts, add_special_tokens=add_special_tokens)["input_ids"]]
+
+    def _backend(self) -> Any:
+        bt = getattr(self.tok, "backend_tokenizer", None) if getattr(self.tok, "is_fast", False) else None
+        if bt is None or not hasattr(bt, "encode_batch_fast"):
+            return None
+        if bt.truncation is not None or bt.padding is not None:
+            return None
+        if bool(bt.encode_special_tokens) != bool(getattr(self.tok, "split_special_tokens", False)):
+            return None
+        return bt
 
 
 def tool_call_arguments(messages: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:

@@ -3,11 +3,13 @@
 * ``hashing``: ``block_hashes(tokens, block_size, ExtraKeys(lora, cache_salt))`` (vLLM's chained
   full-block keys, sha256, 32 bytes each), ``chunk_hashes(tokens, chunk_size, partial=...)``
   (LMCache's), ``hittable_tokens(prompt_tokens, block_size)`` (full blocks within
-  prompt_tokens - 1), ``ROOT``, ``hash_block``.
+  prompt_tokens - 1), ``ROOT``, ``hash_block``; ``block_keys64`` / ``keys64``: the same keys as
+  64-bit integers (a digest's first 8 bytes), what the check's caches hold.
 * ``predict``: ``hashed(ids, block_size, extra, output_tokens=, output_ids=) -> Hashed``;
   ``Predictor(block_size, gpu_blocks=None).serve(Hashed) -> Outcome`` (``cached``,
   ``cached_unlimited``, ``hittable``, ``first_miss_block``) with ``UnlimitedCache`` and vLLM V1's
   ``BlockPool`` (LRU free queue, a request's blocks freed tail first); ``Totals``;
-  ``LmcacheUnlimited``.
+  ``LmcacheUnlimited``; ``KeySet`` (64-bit keys, 8 bytes each: a sorted array and a bounded
+  buffer) and ``key64``. Keys are sha256 digests or their 64-bit integers.
 * ``busters``: ``line_map``, ``classify``, ``shape``, ``Finder``, ``Finding``, ``apply_fix``.
 """

@@ -89,6 +89,7 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
     names = [f'"{n}"' for n in tool_names if n]
     out: list[LineInfo] = []
     start, k, n = 0, 0, 0
+    counted = (-1, 0, 0)  # (span, position, newlines from the span's start to it): lines counted once
     while True:
         nl = text.find("\n", start)
         end = len(text) if nl < 0 else nl
@@ -99,7 +100,11 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
                                      or (start == end and spans[k][0] <= start < spans[k][1]))
         if inside:
             s0, s1, idx, role = spans[k]
-            out.append(LineInfo(start, end, idx, role, text.count("\n", s0, max(s0, start)) + 1, s1))
+            pos, nls = (counted[1], counted[2]) if counted[0] == k else (s0, 0)
+            upto = max(s0, start)
+            nls += text.count("\n", pos, upto)
+            counted = (k, upto, nls)
+            out.append(LineInfo(start, end, idx, role, nls + 1, s1))
         else:
             seg = text[start:end]
             role = "tools" if any(x in seg for x in names) else "template"
@@ -221,8 +226,9 @@ class _Seen:
 
 class Finder:
     """Finds busters over a stream of rendered requests (see the module docstring). Memory is
-    bounded: the last ``window`` requests' first ``max_lines`` lines, and a line index that is
-    cleared past ``max_index`` entries."""
+    bounded: the last ``window`` requests' first ``max_lines`` lines, and a line index holding
+    only those requests' lines (a request leaving the window takes its entries with it; past
+    ``max_index`` entries it is cleared, a safety that a window of 256 x 400 lines never reaches)."""
 
     def __init__(self, window: int = 256, max_lines: int = 400, max_index: int = 2_000_000):
         self.window = window
@@ -249,7 +255,10 @@ class Finder:
                 self.index[h] = self.seq
         self.recent[self.seq] = me
         while len(self.recent) > self.window:
-            self.recent.popitem(last=False)
+            seq, gone = self.recent.popitem(last=False)
+            for h in gone.lines:  # entries of requests out of the window were never used
+                if self.index.get(h) == seq:
+                    del self.index[h]
         return found
 
     def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:

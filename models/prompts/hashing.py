@@ -85,6 +85,20 @@ def block_hashes(tokens: Sequence[int] | np.ndarray, block_size: int, extra: Ext
     return out
 
 
+def keys64(digests: Sequence[bytes]) -> list[int]:
+    """Each digest's first 8 bytes as a little-endian 64-bit integer: the compact key the
+    prediction's caches hold (``predict.key64`` of each, at once)."""
+    if not digests:
+        return []
+    keys: list[int] = np.frombuffer(b"".join(d[:8] for d in digests), dtype="<u8").tolist()
+    return keys
+
+
+def block_keys64(tokens: Sequence[int] | np.ndarray, block_size: int, extra: ExtraKeys = NO_EXTRA) -> list[int]:
+    """:func:`block_hashes` as 64-bit integers (:func:`keys64`): the same chain, 8 bytes a key."""
+    return keys64(block_hashes(tokens, block_size, extra))
+
+
 def chunk_hashes(tokens: Sequence[int] | np.ndarray, chunk_size: int = 256, extra: ExtraKeys = NO_EXTRA,
                  *, partial: bool = False) -> list[bytes]:
     """LMCache's chunk keys: full ``chunk_size`` chunks, chained as vLLM's blocks are; with

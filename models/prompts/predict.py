@@ -38,6 +38,9 @@ import numpy as np
 
 from .hashing import NO_EXTRA, ROOT, ExtraKeys, block_hashes, hittable_tokens
 
+Key = bytes | int
+"""A block key: a sha256 digest, or its first 8 bytes as an integer (what the check uses)."""
+
 
 @dataclass(frozen=True)
 class Hashed:
@@ -48,11 +51,12 @@ class Hashed:
 
     prompt_tokens: int
     """Prompt length in tokens."""
-    hashes: tuple[bytes, ...]
-    """The prompt's full-block keys, in order, each chained on its parent's."""
+    hashes: tuple[bytes, ...] | tuple[int, ...]
+    """The prompt's full-block keys, in order, each chained on its parent's (sha256 digests, or
+    their 64-bit integers: :func:`~.hashing.block_keys64`)."""
     output_tokens: int = 1
     """Tokens it generates (at least 1: the first comes out of prefill); they take blocks."""
-    output_hashes: tuple[bytes, ...] = ()
+    output_hashes: tuple[bytes, ...] | tuple[int, ...] = ()
     """Keys of the blocks after the prompt's full blocks that its computed tokens fill, when the
     generated ids are known (else those blocks cannot be hit)."""
 
@@ -92,25 +96,111 @@ class Outcome:
     """False when the pool cannot hold the request at all (a miss, nothing cached: vLLM refuses it)."""
 
 
+def key64(k: bytes | int) -> int:
+    """A block key as the 64-bit integer the compact stores hold: an int key as is (masked to 64
+    bits), a digest's first 8 bytes (little-endian; :func:`~.hashing.block_keys64` gives the same
+    integers for a whole request at once)."""
+    if isinstance(k, int):
+        return k & 0xFFFF_FFFF_FFFF_FFFF
+    return int.from_bytes(bytes(k[:8]).ljust(8, b"\0"), "little")
+
+
+class KeySet:
+    """A set of 64-bit keys in bounded overhead: a sorted ``uint64`` array (8 bytes a key) and a
+    small Python set of the newest keys (at most ``buffer`` of them, about 70 bytes each), merged
+    into the array when it fills (``np.searchsorted`` + ``np.insert``: linear in the keys held).
+    Memory grows with the distinct keys only: 8 bytes each, plus the buffer's fixed ceiling and,
+    during a merge, one more copy of the array.
+
+    Two different blocks sharing a 64-bit key would read as a hit: with ``n`` keys stored and
+    ``m`` looked up, about ``m * n / 2**64`` false hits are expected (1e-5 for a 100 M-block log
+    against 10 M distinct blocks)."""
+
+    def __init__(self, buffer: int = 1 << 18):
+        self.buffer = max(1, buffer)
+        self.main: np.ndarray = np.empty(0, dtype=np.uint64)
+        self.new: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.main) + len(self.new)
+
+    def __contains__(self, k: object) -> bool:
+        if not isinstance(k, (int, bytes)):
+            return False
+        v = key64(k)
+        if v in self.new:
+            return True
+        i = int(np.searchsorted(self.main, np.uint64(v)))
+        return i < len(self.main) and int(self.main[i]) == v
+
+    def _in_main(self, keys: Sequence[int]) -> np.ndarray:
+        if not len(self.main) or not keys:
+            return np.zeros(len(keys), dtype=bool)
+        a = np.fromiter(keys, dtype=np.uint64, count=len(keys))
+        i = np.searchsorted(self.main, a)
+        np.minimum(i, len(self.main) - 1, out=i)
+        return np.asarray(self.main[i] == a)
+
+    def leading(self, keys: Sequence[int], limit: int) -> int:
+        """How many of ``keys[:limit]`` are held, counted from the first up to the first missing."""
+        head = keys[:limit]
+        found = self._in_main(head)
+        new = self.new
+        for i, k in enumerate(head):
+            if not found[i] and k not in new:
+                return i
+        return len(head)
+
+    def update(self, keys: Sequence[int]) -> None:
+        """Add ``keys`` (64-bit ints)."""
+        self.leading_then_add(keys, 0)
+
+    def leading_then_add(self, keys: Sequence[int], limit: int) -> int:
+        """:meth:`leading` of ``keys[:limit]``, then every key of ``keys`` added (one look-up)."""
+        found = self._in_main(keys)
+        new = self.new
+        n = limit = min(limit, len(keys))
+        for i in range(limit):
+            if not found[i] and keys[i] not in new:
+                n = i
+                break
+        if not found.all():
+            new.update(k for i, k in enumerate(keys) if not found[i])
+            if len(new) > self.buffer:
+                self.merge()
+        return n
+
+    def merge(self) -> None:
+        """Move the buffered keys into the sorted array."""
+        if not self.new:
+            return
+        b = np.fromiter(self.new, dtype=np.uint64, count=len(self.new))
+        b.sort()
+        self.main = np.insert(self.main, np.searchsorted(self.main, b), b)
+        self.new = set()
+
+
+def _ints(keys: Sequence[bytes | int]) -> list[int]:
+    if keys and isinstance(keys[0], int):
+        return list(keys)  # type: ignore[arg-type]
+    return [key64(k) for k in keys]
+
+
 class UnlimitedCache:
-    """Every key ever computed stays."""
+    """Every key ever computed stays (as 64-bit keys in a :class:`KeySet`: 8 bytes a distinct
+    block)."""
 
     def __init__(self) -> None:
-        self.keys: set[bytes] = set()
+        self.keys = KeySet()
 
     def hit_blocks(self, h: Hashed, max_blocks: int) -> int:
-        n = 0
-        for k in h.hashes[:max_blocks]:
-            if k not in self.keys:
-                break
-            n += 1
-        return n
+        return self.keys.leading(_ints(h.hashes[:max_blocks]), max_blocks)
 
     def serve(self, h: Hashed, block_size: int) -> int:
-        n = self.hit_blocks(h, hittable_tokens(h.prompt_tokens, block_size) // block_size)
-        self.keys.update(h.hashes)
-        self.keys.update(h.output_hashes)
-        return n
+        keys = _ints(h.hashes)
+        if h.output_hashes:
+            keys += _ints(h.output_hashes)
+        return self.keys.leading_then_add(keys, hittable_tokens(h.prompt_tokens, block_size) // block_size)
 
 
 class BlockPool:
@@ -121,11 +211,11 @@ class BlockPool:
             raise ValueError(f"num_gpu_blocks must be at least 2 (one is the null block); got {num_gpu_blocks}")
         self.num_gpu_blocks = num_gpu_blocks
         self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(1, num_gpu_blocks))
-        self.key_of: dict[int, bytes] = {}
-        self.blocks_of: dict[bytes, dict[int, None]] = {}
+        self.key_of: dict[int, Key] = {}
+        self.blocks_of: dict[Key, dict[int, None]] = {}
         self.evictions = 0
 
-    def _lookup(self, k: bytes) -> int | None:
+    def _lookup(self, k: Key) -> int | None:
         ids = self.blocks_of.get(k)
         return next(iter(ids)) if ids else None
 
@@ -157,7 +247,7 @@ class BlockPool:
         for b in hit:  # touch: a hit block waiting in the free queue leaves it
             self.free.pop(b, None)
         blocks = list(hit) + [self._pop() for _ in range(need)]
-        keys = list(h.hashes) + list(h.output_hashes)
+        keys: list[Key] = [*h.hashes, *h.output_hashes]
         full = computed // block_size
         for i in range(len(hit), min(full, len(keys))):
             b = blocks[i]
@@ -237,16 +327,12 @@ class LmcacheUnlimited:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1; got {chunk_size}")
         self.chunk_size = chunk_size
-        self.keys: set[bytes] = set()
+        self.keys = KeySet()
 
-    def serve(self, full_chunks: Sequence[bytes], partial: bytes | None = None) -> int:
+    def serve(self, full_chunks: Sequence[bytes | int], partial: bytes | int | None = None) -> int:
         """Hit tokens of one request, given its full-chunk keys and its partial chunk's key."""
-        n = 0
-        for k in full_chunks:
-            if k not in self.keys:
-                break
-            n += 1
-        self.keys.update(full_chunks)
+        keys = _ints(full_chunks)
+        n = len(keys)
         if partial is not None:
-            self.keys.add(partial)
-        return n * self.chunk_size
+            keys.append(key64(partial))
+        return self.keys.leading_then_add(keys, n) * self.chunk_size
