@@ -9,6 +9,7 @@ never about GPU-like magnitudes.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -240,17 +241,23 @@ def test_collected_through_prometheus_equals_direct_scrapes(e2e, local_stack):
     end = max(w.end for w in windows.values())
     wait_until(lambda: sum(t > end.timestamp() for t, _ in _prom_sample_times(local_stack.prometheus_url, series, end))
                >= 2, "two more Prometheus scrapes after the last run")
-    first = min(w.start for w in windows.values())
-    last = max(w.end for w in windows.values())
+    # The window at Prometheus's own sample times (as test_b): from its last sample that holds
+    # the count kvplan read before the first run to its first sample that holds the count after
+    # the last. A Prometheus slowed by a busy machine can scrape a second or more late, and a
+    # window cut at kvplan's clock would then leave out requests its first sample already held.
+    ws = list(windows.values())
+    samples = _prom_sample_times(local_stack.prometheus_url, series, end)
+    c0, c1 = ws[0].raw["start"][f"{TTFT}_count"], ws[-1].raw["end"][f"{TTFT}_count"]
+    t0 = max(t for t, v in samples if v == c0 and t <= ws[0].start.timestamp() + 1)
+    t1 = min(t for t, v in samples if v == c1 and t >= t0)
+    first, last = ws[0].start, ws[-1].end
     cfg = PrometheusConfig(url=local_stack.prometheus_url, step="1s", chunk="1h", lookback="1h", gap_after="1h")
     dep = DeploymentConfig(name="via-prometheus", prometheus_selector='server="vllm-0"')
-    res = ingest_range(db, cfg, dep, first.replace(microsecond=0) - timedelta(seconds=5),
-                       last.replace(microsecond=0) + timedelta(seconds=5))
+    # ingestion puts a sample's increase at the end of its 1 s step; windows are (from, to]
+    a = datetime.fromtimestamp(math.ceil(t0), UTC)  # the step holding the sample with c0: left out
+    b = datetime.fromtimestamp(math.ceil(t1), UTC)
+    res = ingest_range(db, cfg, dep, a - timedelta(seconds=5), b + timedelta(seconds=5))
     assert res.failed == 0 and res.increments > 0
-    # One window around both runs, in whole seconds, with idle margins: Prometheus stamps a
-    # sample at its own scrape times, so a boundary between two back-to-back runs can fall in
-    # a different second for it than for kvplan's scrapes; the ends of this window cannot.
-    a, b = first.replace(microsecond=0), last.replace(microsecond=0) + timedelta(seconds=1)
     direct, via = stats(db, DEP, first, last), stats(db, "via-prometheus", a, b)
     assert via.requests == direct.requests == 40
     assert via.prompt_tokens == direct.prompt_tokens
