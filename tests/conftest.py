@@ -115,7 +115,7 @@ def server(request):
 @pytest.fixture(scope="session")
 def topology_ab(tmp_path_factory):
     """Both sides of the recorded topology A/B in DuckDB (built once a session, about a minute:
-    288 scrapes of three targets a side). Read them; copy before writing."""
+    264 scrape records on the private side, 195 on the shared one). Read them; copy before writing."""
     from tests.topology_ab import FIX, SIDES, load_side, meta
 
     d = tmp_path_factory.mktemp("topology-ab")

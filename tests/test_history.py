@@ -6,7 +6,11 @@
   changed on purpose were regenerated when branch ``ttft`` merged (each set-up's ttft_mean_s /
   p50 / p99 / p99_as_histogram calibrated, their *_raw equal to 5dfa47a's values, *_interval and
   ``calibrated`` beside them; today.ttft_calibration; engines_needed.p99_ratio and its rule; the
-  finding's p99s), everything else is still 5dfa47a's;
+  finding's p99s), everything else is still 5dfa47a's. When the fixture was re-recorded
+  (2026-12-02) both files were written again the same way: 5dfa47a's code run on the new
+  recording for every key (its "dollars" kept), the merged code's for the calibration's keys only,
+  each *_raw checked equal to 5dfa47a's value and each calibrated one to it times today's ratio
+  (62 and 66 values);
 * ``kvplan plan``, ``kvplan plan --topology``, ``kvplan whatif`` and ``kvplan report`` each fit
   the deployment's prefill cost model once and read the price book once: counted by wrapping
   ``kvplan.models.prefill.fit.fit_prefill_cost`` (in every module that holds it) and the named

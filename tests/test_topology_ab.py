@@ -10,9 +10,10 @@ what the other side measured (models/README.md, "Validation", states the toleran
 * hit rate within 2 points, both phases;
 * sequential phase: TTFT mean within 15 %, p99 within 25 % (the predicted TTFTs read through the
   measured histogram's buckets, as the measured p99 is);
-* bursts: the model under-predicts TTFT (recorded: mean -52 % and -37 %): it takes a request's
+* bursts: the replay under-predicts TTFT (recorded: mean -53 % and -52 %): it takes a request's
   arrival from its LMCache lookup, which vLLM's scheduler sends only once the engine finished the
-  step it was running, so the wait behind another request's prefill before that is lost.
+  step it was running, so the wait behind another request's prefill before that is lost;
+  calibrated on today, mean within 15 % and p99 within 25 %, both ways.
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ def test_each_side_predicts_the_other_sides_hit_rate(topology_ab, src, phase):
 
 @pytest.mark.parametrize("src", SIDES)
 def test_each_side_predicts_the_other_sides_ttft_one_request_at_a_time(topology_ab, src):
-    """Calibrated on today (models/cache/calibration.py). Recorded: private -> shared mean 0.122
-    vs 0.128 s (-5 %; raw -13 %), p99 0.453 vs 0.481 s (-6 %); shared -> private 0.154 vs 0.140 s
-    (+10 %; raw -1 %), p99 0.489 vs 0.452 s (+8 %)."""
+    """Calibrated on today (models/cache/calibration.py). Recorded: private -> shared mean 0.101
+    vs 0.103 s (-1 %; raw -14 %), p99 0.452 vs 0.452 s (0 %); shared -> private 0.116 vs 0.118 s
+    (-1 %; raw -25 %), p99 0.457 vs 0.452 s (+1 %)."""
     c = cross(*topology_ab, src, "sequential")
     assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= MEAN_REL, c
     assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= P99_REL, c
@@ -78,9 +79,9 @@ def test_each_side_predicts_the_other_sides_ttft_one_request_at_a_time(topology_
 
 @pytest.mark.parametrize("src", SIDES)
 def test_bursts_p99_calibrated_on_today_holds_the_target(topology_ab, src):
-    """In bursts the replay is low by about half (raw: mean -52 % private -> shared, -37 % shared
-    -> private; p99 -50 % and -49 %), and today's own check shows it as much: today's measured /
-    predicted carried into the other side brings the p99 within 25 % (recorded: -1 % and +2 %)."""
+    """In bursts the replay is low by about half (raw: mean -53 % private -> shared, -52 % shared
+    -> private; p99 -49 % and -50 %), and today's own check shows it as much: today's measured /
+    predicted carried into the other side brings the p99 within 25 % (recorded: +1 % and +2 %)."""
     c = cross(*topology_ab, src, "concurrent")
     t = c["today"]
     assert c["mean_raw"] < c["mean_meas"] and t.ttft_mean_s_predicted < t.ttft_mean_s_measured
@@ -94,18 +95,19 @@ def test_bursts_p99_calibrated_on_today_holds_the_target(topology_ab, src):
     assert k.mean.ratio == pytest.approx(t.ttft_mean_s_measured / t.ttft_mean_s_predicted, rel=1e-6)
 
 
-def test_bursts_mean_misses_by_the_sides_own_noise(topology_ab):
-    """The stated miss, held to its numbers: in bursts the calibrated mean is -21 % private ->
-    shared and +33 % shared -> private. Any calibration from one side's data splits the gap
-    between the two sides' own measured / predicted (x1.66 private, x2.12 shared): the same
-    requests, segment by segment, measured from 0.63 to 1.83 times slower on the shared side
-    (the shared machine disturbing whole segments), so this recording cannot tell a 15 % error."""
-    dbs, metas = topology_ab
-    errs = {src: cross(dbs, metas, src, "concurrent") for src in SIDES}
-    assert -0.3 <= errs["private"]["mean_pred"] / errs["private"]["mean_meas"] - 1 <= -0.1
-    assert 0.2 <= errs["shared"]["mean_pred"] / errs["shared"]["mean_meas"] - 1 <= 0.45
+@pytest.mark.parametrize("src", SIDES)
+def test_bursts_mean_calibrated_on_today_holds_the_target(topology_ab, src):
+    """Re-recorded 2026-12-02 after the lead's timing run (load average 5-9, other work niced; the
+    first recording, under ~8 other jobs, missed by -21 % / +33 %: bench/results/topology.md). The
+    same requests measured alike on both sides, segment by segment (shared / private 0.74-1.06,
+    against 0.63-1.83 before), and the calibrated bursts mean holds 15 % both ways (recorded:
+    private -> shared 0.138 vs 0.149 s, -7 %, raw -53 %; shared -> private 0.168 vs 0.162 s, +4 %,
+    raw -52 %)."""
+    c = cross(*topology_ab, src, "concurrent")
+    assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= MEAN_REL, c
+    assert c["mean_raw"] / c["mean_meas"] - 1 < -MEAN_REL, c  # the replay alone misses it
     r = segment_ratios(FIX, "concurrent")
-    assert min(r) < 0.7 and max(r) > 1.7, r
+    assert 0.7 <= min(r) and max(r) <= 1.1, r
 
 
 def test_whatif_json_keys(topology_ab, tmp_path):

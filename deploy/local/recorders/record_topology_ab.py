@@ -46,13 +46,14 @@ Written per side under ``--out`` (default ``tests/fixtures/topology-ab``):
   regenerated from the seed): phase, segment, client, turn, server, send time, client-side
   TTFT and total time, prompt and cached tokens as the server reported them, response id;
 * ``<side>/meta.json``: what ran (topology: which LMCache instance served which vLLM server, L1
-  sizes, flags, versions), the phases' spans, LMCache's lookup counters over each phase.
+  sizes, flags, versions), when (``recorded_at``, UTC, the first scrape) and what else the machine
+  did (``--note``, ``machine_load_1min``), the phases' spans, LMCache's lookup counters over each phase.
 
 Measured TTFTs are CPU-scale (a 7 MB random model on two CPU cores): they validate the
 what-if's method, they are not GPU latencies.
 
     .venv/bin/python deploy/local/recorders/record_topology_ab.py [--seed 19] [--l1-gib 0.05]
-        [--rounds 6] [--clients 4] [--turns 10] [--small] [--pin] [--out DIR] [--run-dir DIR]
+        [--rounds 6] [--clients 4] [--turns 10] [--small] [--pin] [--note TEXT] [--out DIR] [--run-dir DIR]
 
 ``--pin``: while requests flow, each side's engine ``i`` (its worker process, every thread) is
 pinned to core ``i`` alone (``sched_setaffinity``), beyond the OMP binding; ``meta.json`` says
@@ -199,6 +200,8 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--run-dir", type=Path, default=Path("/tmp/kvplan-topology-ab"))
+    ap.add_argument("--note", default=None,
+                    help="what the machine was doing while it recorded (meta.json's note), e.g. other work on it")
     ap.add_argument("--no-lock", action="store_true", help="the caller holds the stack lock (a test under flock)")
     args = ap.parse_args()
     if args.small:

@@ -66,7 +66,9 @@ def write_side(sd: Side, plan: list[Planned], done: list, records: list[dict], p
         "what": f"topology A/B, side {sd.name!r}: two vLLM servers, vLLM's prefix cache off, LMCache the only "
                 "reuse tier; the same request schedule on both sides, segment by segment "
                 "(deploy/local/recorders/record_topology_ab.py)",
-        "side": sd.name, "measured_on": MEASURED_ON, "seed": args.seed, "small": args.small,
+        "side": sd.name, "measured_on": MEASURED_ON,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(records[0]["t"])),
+        "note": getattr(args, "note", None), "seed": args.seed, "small": args.small,
         "clients": args.clients, "turns": args.turns, "rounds": args.rounds,
         "scrape_interval_s": args.interval, "priority": level,
         "pinning": getattr(args, "pinning", None), "cores": os.cpu_count(),
