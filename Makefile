@@ -45,11 +45,26 @@ stack:
 demo: $(STAMP)
 	$(VENV)/bin/kvplan demo --db $(DB) --port $(PORT)
 
-# The whole suite, real stack and browser included; lint first (it fails the suite). The fuzz
-# runs 100 examples and 60 family drops from middle scrapes here (the fast layer: 10 and 6;
-# KVPLAN_FUZZ_DROPS=all drops every family of every middle scrape: about 9 minutes).
-test: lint sysdeps stack
-	KVPLAN_FUZZ_EXAMPLES=100 KVPLAN_FUZZ_DROPS=60 $(PY) -m pytest -v --durations=15
+# The whole suite, real stack and browser included; lint first (it fails the suite). Two stages,
+# so that both cores work while the serving stack installs:
+#   1. every test that starts no vLLM server (`-m "not stack"`: unit, real Prometheus, browser,
+#      the slow integrations) on two pytest-xdist workers, a test file per worker at a time,
+#      while `make stack` installs the stack venvs in the background (build/stack-install.log,
+#      printed if it fails);
+#   2. the tests on the real vLLM + LMCache stack (`-m stack`), one at a time: their servers
+#      share the machine's memory and cores, and the A/B tests measure time.
+# Both stages always run; the suite fails if either does. The fuzz runs 100 examples and 60
+# family drops from middle scrapes here (the fast layer: 10 and 6; KVPLAN_FUZZ_DROPS=all drops
+# every family of every middle scrape: about 9 minutes).
+test: lint sysdeps
+	@mkdir -p build
+	@$(MAKE) --no-print-directory stack > build/stack-install.log 2>&1 & install=$$!; \
+	KVPLAN_FUZZ_EXAMPLES=100 KVPLAN_FUZZ_DROPS=60 $(PY) -m pytest -v -n 2 --dist loadfile -m "not stack" \
+	  --durations=15; first=$$?; \
+	if ! wait $$install; then cat build/stack-install.log; echo "make test: the stack install failed"; exit 1; fi; \
+	$(PY) -m pytest -v -m stack --durations=15; second=$$?; \
+	echo "make test: stage 1 (no vLLM server) exit $$first, stage 2 (real stack) exit $$second"; \
+	exit $$(( first != 0 || second != 0 ))
 
 # Lint and types, a few seconds: ruff (pyproject [tool.ruff]), mypy (pyproject [tool.mypy]:
 # strict on kvplan.models and kvplan.sql) and the check that every public function of app/,
