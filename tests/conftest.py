@@ -48,6 +48,7 @@ SLOW_MODULES = {
     "test_packaging.py": "a wheel built and installed into a fresh venv",
     "test_concurrency.py": "a writer and readers for CONCURRENCY_TEST_S seconds",
     "test_topology_ab.py": "the recorded two-rank A/B replayed and its TTFT passes run, per case",
+    "test_history.py": "the recorded two-rank A/B loaded (about a minute), then every command on it",
 }
 SLOW_TESTS = {
     "test_scheduler.py::test_a_killed_daemon_loses_nothing_committed_and_restarts_cleanly": "a daemon killed",
@@ -63,6 +64,7 @@ SLOW_TESTS = {
     "test_app_service.py::test_daily_chart_points_from_rollups_equal_the_raw_ones": "days rolled up and read twice",
     "test_dashboard.py::test_sigterm_to_kvplan_dashboard_stops_its_streamlit_child": "a Streamlit child started",
     "test_model_capacity.py::test_a_plan_at_the_largest_fleet_allowed_takes_seconds": "plans at 100,000 GPUs",
+    "test_increase_rule.py::test_an_old_database_ends_identical_to_a_new_one": "every frozen migration run, then all",
     "test_model_capacity.py::test_erlang_c_of_large_fleets_matches_the_exact_formula": "exact Erlang C at 3,000",
     "test_sweep.py::test_pilot_sweep_stores_both_sides_and_prints_goodput": "a whole pilot sweep",
     "test_data_prefill.py::test_a_short_recording_is_not_identifiable_and_says_so": "a recording fitted whole",

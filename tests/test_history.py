@@ -177,8 +177,9 @@ def test_one_fit_and_one_price_book_per_command(side_db, counted, tmp_path, comm
     assert counted["fit"] == 1, counted
     assert counted["get_pricebook"] == 1 and counted["get_facts"] == 1, counted
     # the history once; beside it, only the priced windows' own intervals (the plan's window, the
-    # trace's span for the what-if's dollars), each read once
-    windows = {"plan": 1, "plan --topology": 2, "whatif": 1, "report": 2}[command]
+    # trace's span for the what-if's dollars), each read once. The report prices the whole month,
+    # longer than the 7-day look-back: the month is the history itself, read once for both
+    windows = {"plan": 1, "plan --topology": 2, "whatif": 1, "report": 1}[command]
     assert counted["prefill_intervals"] == 1 + windows, counted
     assert counted["latency_intervals"] == (0 if command == "plan" else 1), counted
 
