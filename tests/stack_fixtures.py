@@ -28,6 +28,42 @@ import pytest
 
 from kvplan.deploy.local import stack as stk
 
+# The session stack is stopped as soon as the last test that uses it has run, and the modules that
+# use it run first: the tests that start servers of their own (the older release, a fresh server
+# per request log, both sides of a topology A/B) then never run beside its four vLLM servers.
+# Together they held about 23 of the machine's 24 GiB (each CPU vLLM server about 2.5 GiB with
+# its 1 GiB of KV space), and the kernel's OOM killer took a worker of the session stack.
+_STACK = pytest.StashKey[stk.Stack]()
+_LAST_USER = pytest.StashKey[str]()
+
+
+def _uses_local_stack(item: pytest.Item) -> bool:
+    return "local_stack" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules with a test that uses ``local_stack`` first; the order inside each group (and
+    inside each module) is kept."""
+    users = {it.nodeid.split("::")[0] for it in items if _uses_local_stack(it)}
+    items[:] = sorted(items, key=lambda it: it.nodeid.split("::")[0] not in users)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    users = [it.nodeid for it in session.items if _uses_local_stack(it)]
+    session.config.stash[_LAST_USER] = users[-1] if users else ""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last user's own fixtures are torn down, stop the stack this session started."""
+    if item.nodeid != item.config.stash.get(_LAST_USER, None) or nextitem is None:
+        return
+    stack = item.config.stash.get(_STACK, None)
+    if stack is not None:
+        _say(item.config, f"\n[local_stack] its last test has run: stopping it ({stack.run_dir})")
+        stk.down(stack.run_dir)
+
 
 def _reuse(run_dir: str) -> stk.Stack:
     rows = stk.status(run_dir)
@@ -67,6 +103,7 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
         stk.down(run_dir)
         # The message carries the last lines of the failing server's log.
         pytest.fail(f"local stack failed to start:\n{exc}", pytrace=False)
+    request.config.stash[_STACK] = stack  # stopped early by pytest_runtest_teardown, else below
     ready = ", ".join(f"{s.name} {s.ready_s:.0f} s" for s in stack.servers if s.ready_s is not None)
     _say(request.config, f"\n[local_stack] up in {time.monotonic() - t0:.0f} s ({ready}) in {run_dir}")
     try:
