@@ -159,17 +159,7 @@ def test_two_processes_behind_one_url_count_only_what_each_added(db, tmp_path):
 def test_an_upgrade_mid_window_reads_cached_tokens_per_stretch_of_the_targets_life(db, tmp_path):
     # scrapes 0-6: vLLM 0.15 (no prompt_tokens_cached), started a day ago; restart 2.5 min after
     # scrape 6 into 0.16 (has it). Every interval: 10,000 prompt tokens, 6,000 of them cached.
-    new = (at(6) + STEP / 2).timestamp()
-
-    def p(i):
-        if i <= 6:
-            return vllm_payload(DAY_OLD, queries=500_000 + 10_000 * i, hits=300_000 + 6_000 * i,
-                                ext_queries=0, ext_hits=0, prompt=500_000 + 10_000 * i, requests=5_000 + 100 * i)
-        k = i - 6
-        return vllm_payload(new, queries=10_000 * k, hits=6_000 * k, ext_queries=0, ext_hits=0,
-                            prompt=10_000 * k, cached=6_000 * k, requests=100 * k)
-
-    store(db, tmp_path, [p(i) for i in range(13)])
+    store(db, tmp_path, _upgrade(DAY_OLD))
     s = window(db, 13)
     assert s.prompt_tokens == 12 * 10_000
     assert s.cached_prompt_tokens == 12 * 6_000 == 72_000  # 36,000 by hits, then 36,000 by the counter
