@@ -181,16 +181,27 @@ class Preparer:
         """:meth:`encode` of each of ``ps`` not yet encoded, with one tokenizer batch call per
         kind (chat without special tokens added, completions with)."""
         todo = [p for p in ps if p.hashed is None]
-        if not todo:
-            return
+        for p, (ids, h) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
+                                                        for p in todo]), strict=True):
+            p.ids, p.hashed = ids, h
+
+    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]) -> list[tuple[np.ndarray, Hashed]]:
+        """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
+        batch call per kind (chat without special tokens added, completions with)."""
+        out: list[tuple[np.ndarray, Hashed] | None] = [None] * len(items)
+        if not items:
+            return []
         assert self.renderer is not None
         for special in (False, True):
-            group = [p for p in todo if (p.request.kind == "completion") == special]
-            for p, ids in zip(group, self.renderer.encode_many([p.text or "" for p in group],
-                                                               add_special_tokens=special), strict=True):
-                p.ids = np.asarray(ids, dtype=np.int64)
-                p.hashed = hashed64(p.ids, p.block_size or self.block_size, self.extra(p.request),
-                                    p.request.output_tokens)
+            idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
+            if not idx:
+                continue
+            for i, t in zip(idx, self.renderer.encode_many([items[i][1] for i in idx], add_special_tokens=special),
+                            strict=True):
+                p, _, block_size = items[i]
+                ids = np.asarray(t, dtype=np.int64)
+                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens))
+        return [x for x in out if x is not None]
 
     def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
         """A chat template that writes today's date (``strftime_now``) renders, in vLLM, the date
@@ -220,15 +231,7 @@ class Preparer:
 
     def retokenize_all(self, items: Sequence[tuple[Prepared, str]]) -> list[Hashed]:
         """Keys of each (request, rewritten text), one tokenizer batch call per kind."""
-        assert self.renderer is not None
-        out: list[Hashed | None] = [None] * len(items)
-        for special in (False, True):
-            idx = [i for i, (p, _) in enumerate(items) if (p.request.kind == "completion") == special]
-            ids = self.renderer.encode_many([items[i][1] for i in idx], add_special_tokens=special)
-            for i, t in zip(idx, ids, strict=True):
-                p = items[i][0]
-                out[i] = hashed64(t, self.block_size, self.extra(p.request), p.request.output_tokens)
-        return [h for h in out if h is not None]
+        return [h for _, h in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
 
     def _blocks(self, r: LogRequest) -> Hashed:
         assert r.block_ids is not None

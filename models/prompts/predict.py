@@ -144,12 +144,14 @@ class KeySet:
     def leading(self, keys: Sequence[int], limit: int) -> int:
         """How many of ``keys[:limit]`` are held, counted from the first up to the first missing."""
         head = keys[:limit]
-        found = self._in_main(head)
+        return self._leading(head, self._in_main(head), len(head))
+
+    def _leading(self, keys: Sequence[int], found: np.ndarray, limit: int) -> int:
         new = self.new
-        for i, k in enumerate(head):
-            if not found[i] and k not in new:
+        for i in range(limit):
+            if not found[i] and keys[i] not in new:
                 return i
-        return len(head)
+        return limit
 
     def update(self, keys: Sequence[int]) -> None:
         """Add ``keys`` (64-bit ints)."""
@@ -158,15 +160,10 @@ class KeySet:
     def leading_then_add(self, keys: Sequence[int], limit: int) -> int:
         """:meth:`leading` of ``keys[:limit]``, then every key of ``keys`` added (one look-up)."""
         found = self._in_main(keys)
-        new = self.new
-        n = limit = min(limit, len(keys))
-        for i in range(limit):
-            if not found[i] and keys[i] not in new:
-                n = i
-                break
+        n = self._leading(keys, found, min(limit, len(keys)))
         if not found.all():
-            new.update(k for i, k in enumerate(keys) if not found[i])
-            if len(new) > self.buffer:
+            self.new.update(k for i, k in enumerate(keys) if not found[i])
+            if len(self.new) > self.buffer:
                 self.merge()
         return n
 
