@@ -140,27 +140,23 @@ def cached_of_spans(source: Source, deployment: str, spans: Spans, rows: list[In
     rolled up before the rollup stored it are read raw (correct, slower)."""
     day_rows = [r for r in rows if r.name == CACHED_DAY]
     rows = [r for r in rows if r.name != CACHED_DAY]
+    scope = "model" if model_name else "all"
+    mine = [(lab, r) for lab, r in ((json.loads(r.labels or "{}"), r) for r in day_rows) if lab.get("scope") == scope]
+    from_rollup = bool(spans.rolled) and sum(r.pairs or 0 for _, r in mine) >= spans.rolled_days
+    raw_spans = list(spans.raw)
+    if spans.rolled and not from_rollup:  # rolled up before the rollups stored it: read those days raw
+        a, b = spans.rolled
+        raw_spans.append((a - DAY, a, b))
     raw: list[dict] = []
-    for lb, after, end in spans.raw:
+    for lb, after, end in raw_spans:
         raw += source.fetch("cached_intervals_span", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
                             model_name=model_name, names=list(CACHED_RULE_NAMES))
     total, how, found, unknown = cached_of_interval_rows(raw, Increase)
-    if spans.rolled:
-        scope = "model" if model_name else "all"
-        mine = [(json.loads(r.labels or "{}"), r) for r in day_rows]
-        mine = [(lab, r) for lab, r in mine if lab.get("scope") == scope]
-        if sum(r.pairs or 0 for _, r in mine) >= spans.rolled_days:
-            total += sum(r.increase for _, r in mine)
-            found = found or any(lab.get("found") == "1" for lab, _ in mine)
-            unknown = unknown or any(lab.get("known") == "0" for lab, _ in mine)
-            how = "; ".join(sorted({how} - {""} | ({"the nightly rollups"} if mine else set())))
-        else:  # rolled up before the rollups stored it: read those days raw
-            a, b = spans.rolled
-            part = cached_of_interval_rows(
-                source.fetch("cached_intervals_span", deployment=deployment, t_lookback=a - DAY, t_after=a, t_to=b,
-                             model_name=model_name, names=list(CACHED_RULE_NAMES)), Increase)
-            total, found, unknown = total + part[0], found or part[2], unknown or part[3]
-            how = "; ".join(sorted({how, part[1]} - {""}))
+    if from_rollup:
+        total += sum(r.increase for _, r in mine)
+        found = found or any(lab.get("found") == "1" for lab, _ in mine)
+        unknown = unknown or any(lab.get("known") == "0" for lab, _ in mine)
+        how = "; ".join(sorted({how} - {""} | ({"the nightly rollups"} if mine else set())))
     return rows, stretch_answer(total, how, found, unknown)
 
 
