@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -245,6 +245,8 @@ fast this machine serves now, so a slower machine gets proportionally longer. On
 (load average 20-50 from other work) the rest took 15 x its calibration (291 s after 19 s): the
 budget leaves four times that."""
 BUDGET_MARGIN_S = 120.0
+SECOND_RUN_SEED = 7919
+"""Offset of the seed of a scenario's second run (new prompts, the same shape)."""
 
 
 def budget_s(calibration_s: float) -> float:
@@ -271,14 +273,16 @@ def _epoch(ts: datetime) -> float:
 def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lmcache_server: Server | None,
                       model_name: str, seed: int, replicas: Sequence[Server] = (), names: Sequence[str] | None = None,
                       repeat: int = 0, cases: dict[str, Scenario] | None = None,
-                      budget: float | None = None) -> list[ABValidation]:
+                      budget: float | None = None, confirm: bool = True) -> list[ABValidation]:
     """Calibrate the reuse-on deployment (``on_server`` with ``lmcache_server``, plus vLLM-only
     ``replicas``), run every scenario as an A/B (reuse off: ``off_server``; reuse on:
     ``on_server``), and validate the model's prediction for each
     (``kvplan.models.prefill.validation.ABValidation``, in scenario order). ``repeat`` labels the deployments
     so repeated runs in one database stay apart. Raises ``TooLong`` once the scenarios run past
     ``budget`` seconds after the calibration (default ``budget_s`` of the calibration's wall time;
-    0: no limit)."""
+    0: no limit). With ``confirm``, a scenario that missed the stated tolerance is run once more
+    with new prompts and its validation carries that run as ``second_run`` (CI fails on
+    ``ABValidation.held``)."""
     from kvplan.app.data.prefill import prefill_intervals
     from kvplan.models.prefill.validation import validate_ab
 
@@ -295,12 +299,11 @@ def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lm
     budget = budget_s(calibration_s) if budget is None else budget
     deadline = time.monotonic() + budget if budget else None
     cases = cases or validation_cases(seed)
-    out: list[ABValidation] = []
-    for name in names or list(cases):
-        sc = cases[name]
-        a, b, level = run_ab(db, sc, off, on, model_name=model_name, measured_on=MEASURED_ON,
-                             pair=f"{name}{suffix}-{seed}", lmcache_pids=lm_pids, replicas=replicas,
-                             background=calibration(seed + 1 + len(out)), deadline=deadline)
+
+    def one(name: str, sc: Scenario, pair: str, bg_seed: int, until: float | None) -> ABValidation:
+        a, b, level = run_ab(db, sc, off, on, model_name=model_name, measured_on=MEASURED_ON, pair=pair,
+                             lmcache_pids=lm_pids, replicas=replicas, background=calibration(bg_seed),
+                             deadline=until)
         if a.errors or b.errors:
             raise RuntimeError(f"{name}: failed requests: {(a.errors + b.errors)[:1]}")
         history = prefill_intervals(db, on.deployment, cal_start, b.end)
@@ -314,14 +317,32 @@ def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lm
                  + f") + every scenario's reuse-on intervals up to {b.end:%H:%M:%S}"
                  + (" with a calibration request on the vLLM-only replica after each segment"
                     if replicas else ""))
-        v = validate_ab(name, history=history, history_label=label, on=on_iv, off=off_iv,
-                        on_span=(_epoch(b.start), _epoch(b.end)), off_engine_s=a.engine_seconds,
-                        on_engine_s=b.engine_seconds, engine_time_source=f"{ENGINE_TIME} ({level})",
-                        requests=sc.requests,
-                        cross_check={"worker_cpu_off_s": a.cpu_seconds, "worker_cpu_on_s": b.cpu_seconds,
-                                     "worker_cpu_saved_s": a.cpu_seconds - b.cpu_seconds,
-                                     "priority": level, "segments_off": a.segments,
-                                     "segments_on": b.segments, "calibration_s": calibration_s,
-                                     "budget_s": budget, "steps_off": _steps(off_iv), "steps_on": _steps(on_iv)})
-        out.append(v)
+        return validate_ab(name, history=history, history_label=label, on=on_iv, off=off_iv,
+                           on_span=(_epoch(b.start), _epoch(b.end)), off_engine_s=a.engine_seconds,
+                           on_engine_s=b.engine_seconds, engine_time_source=f"{ENGINE_TIME} ({level})",
+                           requests=sc.requests,
+                           cross_check={"worker_cpu_off_s": a.cpu_seconds, "worker_cpu_on_s": b.cpu_seconds,
+                                        "worker_cpu_saved_s": a.cpu_seconds - b.cpu_seconds,
+                                        "priority": level, "segments_off": a.segments,
+                                        "segments_on": b.segments, "calibration_s": calibration_s,
+                                        "budget_s": budget, "steps_off": _steps(off_iv),
+                                        "steps_on": _steps(on_iv), "seed": seed, "pair": pair})
+
+    out: list[ABValidation] = []
+    took: dict[str, float] = {}
+    for name in names or list(cases):
+        t0 = time.monotonic()
+        out.append(one(name, cases[name], f"{name}{suffix}-{seed}", seed + 1 + len(out), deadline))
+        took[name] = time.monotonic() - t0
+    if not confirm:
+        return out
+    # A scenario that missed the stated tolerance runs once more with new prompts (the caches hold
+    # the first run's; a new seed gives new ones), given twice its first run's time.
+    again = validation_cases(seed + SECOND_RUN_SEED)
+    for i, v in enumerate(out):
+        if v.tolerance is None or v.tolerance.ok:
+            continue
+        until = time.monotonic() + 2 * took[v.scenario] + BUDGET_MARGIN_S
+        second = one(v.scenario, again[v.scenario], f"{v.scenario}{suffix}-{seed}-second", seed + 101 + i, until)
+        out[i] = replace(v, second_run=second)
     return out
