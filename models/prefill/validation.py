@@ -19,9 +19,8 @@ The shares held in 31 of 32 scenario runs on this project's shared 2-core machin
 (bench/results/validation.md lists the runs).
 
 A scenario that misses is measured once more with new prompts (``ABValidation.second_run``) and
-fails only when that run misses too (``ABValidation.held``): the one miss came on a run where the
-machine served more slowly than in the history the fit reads; a broken model misses both runs
-(earlier versions were off by 1.1x to 4.7x).
+fails only when that run misses too (``ABValidation.held``): a single miss on a shared machine
+happens (1 of 32), a broken model misses both runs (earlier versions were off by 1.1x to 4.7x).
 """
 
 from __future__ import annotations
