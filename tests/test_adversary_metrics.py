@@ -217,6 +217,29 @@ def test_the_overview_reads_an_upgrade_mid_window_per_stretch_raw_and_from_the_r
     assert ov.plan.hit_rate == pytest.approx(0.6)
 
 
+def test_a_series_created_the_day_before_its_first_scrape_reads_alike_raw_and_from_the_rollups(db, tmp_path):
+    # vLLM 0.15 started at 10:00 the day before its first scrape (T0): its first count, 500,000
+    # prompt tokens, is its traffic since _created. A window starting after _created counts none of
+    # it, one starting before counts all of it: raw and through the nightly rollup alike (the
+    # rollup looks back a day for a series' _created; the rolled days begin a day after the window
+    # does, spans.EDGE_LOOKBACK). Before, a window starting at 10:01 the day before read the day
+    # from the rollup and counted the 500,000 that the raw read leaves out.
+    from kvplan.app.views.overview import overview
+    from tests.test_app_fixtures import rollup
+
+    store(db, tmp_path, _upgrade(DAY_OLD), dep="r")
+    d0, d1, _ = _day(T0)
+    rollup(db, "r", d0)
+    created = datetime.fromtimestamp(DAY_OLD, UTC)
+    for w0, lifetime, rolled in ((created + timedelta(minutes=1), 0, 0), (d0 - timedelta(days=1), 500_000, 1)):
+        raw = stats(db, "r", w0, d1)
+        ov = overview(db, "r", w0, d1)
+        assert raw.prompt_tokens == ov.window.stats.prompt_tokens == lifetime + 12 * 10_000
+        assert raw.cached_prompt_tokens == ov.window.stats.cached_prompt_tokens
+        assert raw.requests == ov.window.stats.requests
+        assert ov.window.rolled_days == rolled
+
+
 # ---- 5. the old spelling's hits above its queries --------------------------------------------
 def test_old_spelling_hits_above_queries_are_refused_like_the_new_spelling(db, tmp_path):
     f = tmp_path / "old.prom"

@@ -42,17 +42,20 @@ def test_spans_without_rollups_are_one_raw_span():
 
 
 def test_spans_use_the_longest_run_of_whole_rolled_days_inside_the_window():
-    days = [d(x).date() for x in (1, 2, 3, 4, 7)]  # day 1 is only partly inside; day 7 is outside
-    s = plan_spans(days, d(1, 10), d(6, 5))
+    # a rolled day looks back a day (EDGE_LOOKBACK) for each series' earlier point, so a run
+    # begins at the first midnight at least a day after the window starts
+    assert spans.EDGE_LOOKBACK == DAY
+    days = [d(x).date() for x in (1, 2, 3, 4, 7)]  # day 7 is outside the windows below
+    s = plan_spans(days, d(0, 10), d(6, 5))  # day 1 begins 14 h in: too soon; day 2 is the first
     assert s.rolled == (d(2), d(5))
-    assert s.raw == ((d(1, 10), d(1, 10), d(2)), (d(5) - spans.EDGE_LOOKBACK, d(5), d(6, 5)))
-    s = plan_spans([d(x).date() for x in (2, 4, 5)], d(1, 10), d(6, 5))
+    assert s.raw == ((d(0, 10), d(0, 10), d(2)), (d(4), d(5), d(6, 5)))  # the tail looks back a day
+    s = plan_spans([d(x).date() for x in (2, 4, 5)], d(0, 10), d(6, 5))
     assert s.rolled == (d(4), d(6))
     assert plan_spans(days, d(2, 1), d(2, 23)).rolled is None  # no whole day inside
-    s = plan_spans(days, d(2), d(5))  # aligned: day 2 is read raw (its straddling pair is outside)
+    s = plan_spans(days, d(2), d(5))  # aligned: day 2's straddling pairs begin before the window
     assert s.rolled == (d(3), d(5)) and s.raw == ((d(2), d(2), d(3)),)
-    s = plan_spans(days, d(1, 19), d(5))  # a run may start no sooner than EDGE_LOOKBACK in
-    assert s.rolled == (d(3), d(5))
+    s = plan_spans(days, d(1, 1), d(5))  # day 2 begins 23 h in: read raw
+    assert s.rolled == (d(3), d(5)) and s.raw == ((d(1, 1), d(1, 1), d(3)),)
 
 
 # ---- rollups give the raw numbers -----------------------------------------------------------

@@ -61,8 +61,8 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
                 model_name: str | None = None) -> Window:
     """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
     edges from raw samples. For regular scrapes this counts exactly the pairs
-    ``window_increases`` counts (a pair whose earlier sample lies more than
-    ``EDGE_LOOKBACK`` before the last rolled day's end is the only difference). Cached prompt
+    ``window_increases`` counts (a pair longer than ``EDGE_LOOKBACK``, a day, across the start
+    of a rolled day or the end of the run is the only difference). Cached prompt
     tokens are read per target and scrape interval (``cached_of_spans``): the rule is chosen per
     target and per stretch of its life, as ``kvplan stats`` and the plan choose it."""
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)

@@ -40,6 +40,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.core.timeutil import aware_utc, day_start, naive_utc, utcnow
 from ...models.inputs.settings import Settings
+from ...models.metrics.spans import EDGE_LOOKBACK
 from ...models.metrics.spellings import CACHED_RULE_NAMES, cached_of_interval_rows
 from ...sql.db import Database
 from ..scrape.scrape import Target, scrape_target
@@ -233,8 +234,8 @@ def rollup_day(db: Database, deployment: str, day: date) -> int:
             return 0
         Database.run(con, "delete_rollups_day", deployment_id=row[0], day=t0)
         n = Database.run(con, "rollup_day", deployment_id=row[0], deployment=deployment,
-                         t_from=t0, t_to=t1, t_lookback=t0 - timedelta(days=1)).fetchone()
-        cur = Database.run(con, "cached_intervals_span", deployment=deployment, t_lookback=t0 - timedelta(days=1),
+                         t_from=t0, t_to=t1, t_lookback=t0 - EDGE_LOOKBACK).fetchone()
+        cur = Database.run(con, "cached_intervals_span", deployment=deployment, t_lookback=t0 - EDGE_LOOKBACK,
                            t_after=t0, t_to=t1, model_name=None, names=list(CACHED_RULE_NAMES))
         cols = [d[0] for d in cur.description]
         for model_name, labels, value in cached_day_rows([dict(zip(cols, r, strict=True)) for r in cur.fetchall()]):

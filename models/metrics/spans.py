@@ -12,10 +12,13 @@ from datetime import date, datetime, timedelta
 
 from ..core.timeutil import DAY, aware_utc, ceil_day, day_start, floor_day
 
-EDGE_LOOKBACK = timedelta(hours=6)
-"""The longest scrape interval for which a rollup-backed window counts exactly the pairs a
-raw one does: how far before a rolled-up run's end the raw tail looks for each series'
-previous sample, and how far after the window start the run may begin at the earliest."""
+EDGE_LOOKBACK = DAY
+"""How far before its day's start a rolled-up day looks for each series' earlier sample (the
+nightly rollup, ``kvplan.collectors.schedule.scheduler.rollup_day``, reads with it), and so: how
+far after the window start a rolled-up run may begin at the earliest, and how far before the
+run's end the raw tail looks. Every pair a rolled day counts then has its earlier point (a
+sample, or a series' ``_created`` zero) inside the window, and a rollup-backed window counts
+exactly the pairs a raw one does, but for pairs longer than this (a target silent for a day)."""
 DAILY_POINTS_FROM = timedelta(days=3)
 """Charts over windows at least this long have one point per UTC day (from the rollups)."""
 
@@ -61,10 +64,11 @@ class Spans:
 def plan_spans(rolled_days: Sequence[date | datetime], t_from: datetime, t_to: datetime) -> Spans:
     """Split [t_from, t_to] into raw edges and the longest run of rolled-up days.
 
-    A rolled day counts the pair straddling its start (earlier sample the evening before);
-    the window counts only pairs whose both samples lie inside it. So the run starts at least
-    ``EDGE_LOOKBACK`` after ``t_from``: the straddling pair's earlier sample is then inside
-    the window, for any scrape interval under ``EDGE_LOOKBACK``."""
+    A rolled day counts the pairs straddling its start (earlier point up to ``EDGE_LOOKBACK``
+    before it: the evening's last scrape, or a series' ``_created`` the day before); the window
+    counts only pairs whose both points lie inside it. So the run starts at least
+    ``EDGE_LOOKBACK`` after ``t_from``: every straddling pair's earlier point is then inside
+    the window."""
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)
     run = longest_run(rolled_days, ceil_day(t_from + EDGE_LOOKBACK), floor_day(t_to))
     if run is None:
