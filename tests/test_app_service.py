@@ -118,6 +118,47 @@ def test_a_window_read_from_rollups_counts_what_the_raw_samples_count(history, w
     assert window.load_window(raw, "d", t0, t1).stats.prefix_cache_hits == ref.prefix_cache_hits
 
 
+def test_the_prefill_intervals_read_from_stored_days_are_the_raw_ones(tmp_path):
+    # the plan prices a window and fits its cost model interval by interval; the nightly job
+    # stores each day's intervals (prefill_rollups) so that a long window does not scan raw
+    # samples. Read before the rollups (raw) and after (stored days, raw edges): the same intervals.
+    import dataclasses
+    import math
+
+    from kvplan.app.data.prefill import prefill_intervals
+
+    db = scenario_db(tmp_path, runs=False, collection=False)  # 2 nodes, hourly scrapes, 48 h
+    windows = [(hour(-24), hour(48)), (hour(-24), hour(40)), (hour(3.5), hour(47))]
+    raw = [prefill_intervals(db, DEPLOYMENT, a, b) for a, b in windows]
+    assert all(len(r) > 40 for r in raw[:2]) and any(iv.requests > 0 and iv.prefill_seconds > 0 for iv in raw[0])
+    for day in (0, 24):
+        rollup(db, DEPLOYMENT, hour(day))
+    with db.read() as con:
+        stored = con.execute("SELECT day, intervals FROM prefill_rollup_days ORDER BY day").fetchall()
+    assert [n for _, n in stored] == [sum(1 for iv in raw[0] if hour(d) < datetime.fromtimestamp(iv.t_end, UTC)
+                                          <= hour(d + 24)) for d in (0, 24)]
+
+    def close(u, v):
+        if isinstance(u, tuple):
+            return len(u) == len(v) and all(close(x, y) for x, y in zip(u, v, strict=True))
+        if isinstance(u, float) and isinstance(v, float):
+            return math.isclose(u, v, rel_tol=1e-12, abs_tol=1e-9)  # the sums' order, nothing else
+        return u == v
+
+    for (a, b), before in zip(windows, raw, strict=True):
+        after = prefill_intervals(db, DEPLOYMENT, a, b)
+        assert len(after) == len(before), (a, b)
+        for x, y in zip(after, before, strict=True):
+            assert close(dataclasses.astuple(x), dataclasses.astuple(y)), (x, y)
+    # the stored days are what the first two windows read: doubled there, doubled in the answer
+    with db.write() as con:
+        con.execute("UPDATE prefill_rollups SET requests = 2 * requests")
+    total = [sum(iv.requests for iv in prefill_intervals(db, DEPLOYMENT, a, b)) for a, b in windows]
+    before = [sum(iv.requests for iv in r) for r in raw]
+    assert total[0] == pytest.approx(2 * before[0]) and before[1] < total[1] < 2 * before[1]
+    assert total[2] == pytest.approx(before[2])  # no whole day a day after its start: raw
+
+
 def test_daily_chart_points_from_rollups_equal_the_raw_ones(history):
     raw, rolled = history
     t0, t1 = WINDOWS[0]

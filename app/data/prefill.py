@@ -19,9 +19,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...models.core.timeutil import aware_utc, naive_utc
+from ...models.core.timeutil import aware_utc, ceil_day, floor_day, naive_utc
 from ...models.inputs.deployment import DeploymentFacts
 from ...models.metrics import catalog as c
+from ...models.metrics.spans import plan_spans
 from ...models.metrics.spellings import cached_rule
 from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
 from ...models.prefill.interval import Interval
@@ -32,14 +33,7 @@ from ...sql.db import Source
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""
 
-NAMES = [
-    c.count_name(c.PREFILL_TIME), c.sum_name(c.PREFILL_TIME), c.sum_name(c.PREFILL_COMPUTED),
-    c.sum_name(c.PROMPT_LENGTH), c.total_name(c.PROMPT_TOKENS_CACHED), c.total_name(c.PROMPT_BY_SOURCE),
-    c.total_name(c.EXTERNAL_QUERIES), c.sum_name(c.INFERENCE_TIME), c.total_name(c.GENERATION_TOKENS),
-    c.bucket_name(c.ITERATION_TOKENS), c.total_name(c.LM_L1_WRITE_CHUNKS), c.sum_name(c.LM_LOOKUP_DURATION),
-    c.count_name(c.LM_LOOKUP_DURATION), c.total_name(c.PREFIX_HITS), c.total_name(c.GPU_PREFIX_HITS),
-    c.total_name(c.EXTERNAL_HITS), c.total_name(c.LM_INPROC_HIT), c.total_name(c.PROMPT_TOKENS),
-]
+NAMES = c.PREFILL_NAMES
 """Sample names the prefill cost model reads."""
 
 
@@ -52,9 +46,11 @@ def prefill_intervals(db: Source, deployment: str, t_from: datetime, t_to: datet
                       chunk_tokens: int = DeploymentFacts().lmcache_chunk_tokens) -> list[Interval]:
     """One row per target and scrape interval in [t_from, t_to]: vLLM targets with their
     prefill increases, LMCache targets with the tokens they stored (write chunks x
-    ``chunk_tokens``)."""
-    rows = db.fetch("prefill_intervals", deployment=deployment, t_from=naive_utc(t_from),
-                    t_to=naive_utc(t_to), model_name=model_name, names=NAMES)
+    ``chunk_tokens``). Whole UTC days the nightly job stored (``prefill_rollups``) are read from
+    there, the edges from raw samples, split as the dashboard splits a window
+    (``spans.plan_spans``: the same intervals as a raw read, for intervals under a day); one
+    model's intervals are read raw."""
+    rows = _rows(db, deployment, aware_utc(t_from), aware_utc(t_to), model_name)
     out: list[Interval] = []
     for r in rows:
         if r["t_start"] is None:
@@ -91,6 +87,23 @@ def prefill_intervals(db: Source, deployment: str, t_from: datetime, t_to: datet
             generation_tokens=None if r["generation_tokens"] is None else float(r["generation_tokens"]),
             step_buckets=tuple(sorted(buckets.items())), **base))
     return out
+
+
+def _rows(db: Source, deployment: str, t_from: datetime, t_to: datetime,
+          model_name: str | None) -> list[dict[str, Any]]:
+    days = [] if model_name is not None else [
+        r["day"] for r in db.fetch("prefill_rolled_days", deployment=deployment, d_from=ceil_day(t_from),
+                                   d_to=floor_day(t_to))]
+    spans = plan_spans(days, t_from, t_to)
+    rows: list[dict[str, Any]] = []
+    for lb, after, end in spans.raw:
+        rows += db.fetch("prefill_intervals", deployment=deployment, t_lookback=naive_utc(lb),
+                         t_after=naive_utc(after), t_to=naive_utc(end), model_name=model_name, names=NAMES)
+    if spans.rolled:
+        rows += db.fetch("prefill_rollup_rows", deployment=deployment, d_from=spans.rolled[0],
+                         d_to=spans.rolled[1])
+        rows.sort(key=lambda r: (r["t_end"], r["target"]))
+    return rows
 
 
 def _computed_and_cached(r: dict) -> tuple[float | None, float | None]:

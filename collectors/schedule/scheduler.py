@@ -40,6 +40,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.core.timeutil import aware_utc, day_start, naive_utc, utcnow
 from ...models.inputs.settings import Settings
+from ...models.metrics.catalog import PREFILL_NAMES
 from ...models.metrics.spans import EDGE_LOOKBACK
 from ...models.metrics.spellings import CACHED_RULE_NAMES, cached_of_interval_rows
 from ...sql.db import Database
@@ -225,8 +226,9 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
 
 def rollup_day(db: Database, deployment: str, day: date) -> int:
     """Recompute one UTC day's rollups of a deployment (delete + insert, one transaction): the
-    day's increases, and its cached prompt tokens with the rule chosen per target and scrape
-    interval (``cached_day_rows``), which the summed increases cannot give back."""
+    day's increases, its cached prompt tokens with the rule chosen per target and scrape
+    interval (``cached_day_rows``), which the summed increases cannot give back, and the prefill
+    cost model's per-interval rows (``prefill_rollups``: the plan reads long windows from them)."""
     t0, t1 = day_bounds(day)
     with db.write() as con:
         row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
@@ -241,6 +243,12 @@ def rollup_day(db: Database, deployment: str, day: date) -> int:
         for model_name, labels, value in cached_day_rows([dict(zip(cols, r, strict=True)) for r in cur.fetchall()]):
             Database.run(con, "put_daily_cached", deployment_id=row[0], day=t0, model_name=model_name,
                          labels=labels, n_cached_tokens=value)
+        # the prefill cost model's intervals of the day (the plan prices long windows from them)
+        Database.run(con, "delete_prefill_rollups_day", deployment_id=row[0], day=t0)
+        Database.run(con, "delete_prefill_rollup_mark", deployment_id=row[0], day=t0)
+        Database.run(con, "rollup_prefill_day", deployment_id=row[0], deployment=deployment,
+                     t_lookback=t0 - EDGE_LOOKBACK, t_after=t0, t_to=t1, names=PREFILL_NAMES)
+        Database.run(con, "mark_prefill_day", deployment_id=row[0], day=t0)
     return int(n[0]) if n else 0
 
 

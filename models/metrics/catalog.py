@@ -244,3 +244,14 @@ CHART_NAMES = [total_name(f) for f in (PREFIX_HITS, PREFIX_QUERIES, EXTERNAL_HIT
     for f in (bucket_name, count_name, sum_name)]
 """Sample names the time charts read (summed per time bucket; every release's spelling, one read per
 bucket by ``spellings.resolve``)."""
+
+PREFILL_NAMES = [
+    count_name(PREFILL_TIME), sum_name(PREFILL_TIME), sum_name(PREFILL_COMPUTED),
+    sum_name(PROMPT_LENGTH), total_name(PROMPT_TOKENS_CACHED), total_name(PROMPT_BY_SOURCE),
+    total_name(EXTERNAL_QUERIES), sum_name(INFERENCE_TIME), total_name(GENERATION_TOKENS),
+    bucket_name(ITERATION_TOKENS), total_name(LM_L1_WRITE_CHUNKS), sum_name(LM_LOOKUP_DURATION),
+    count_name(LM_LOOKUP_DURATION), total_name(PREFIX_HITS), total_name(GPU_PREFIX_HITS),
+    total_name(EXTERNAL_HITS), total_name(LM_INPROC_HIT), total_name(PROMPT_TOKENS),
+]
+"""Sample names the prefill cost model reads (macro ``prefill_rows``: read raw by
+``kvplan.app.data.prefill``, stored per day by the nightly rollup)."""

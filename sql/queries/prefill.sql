@@ -1,61 +1,57 @@
 -- name: prefill_intervals
--- Per target and scrape interval over [$t_from, $t_to]: the increases the prefill cost model
--- reads (app.data.prefill), one row per (target, interval end). $names lists the sample names
--- (the macro reads only those). Iteration-token buckets are returned per engine; the reader sums
--- them by bound. computed_tokens is NULL where the release has no request_prefill_kv_computed_tokens
--- (vLLM before 0.13): the reader then derives it from the cached tokens, or leaves the interval out.
-WITH i AS (
-    SELECT se.target_id, i.t_start, i.t_end, se.name, se.le, se.engine, se.labels, i.delta, i.reset
-    FROM interval_increments($deployment, $t_from, $t_to, $model_name, $names) i
-    JOIN series se ON se.series_id = i.series_id
-),
-fe AS (  -- fleet targets (aggregated ingestion): engines reporting in each step
-    SELECT se.target_id, sa.ts, max(sa.value) AS n
-    FROM samples sa JOIN series se ON se.series_id = sa.series_id
-    JOIN targets t ON t.target_id = se.target_id
-    JOIN deployments d ON d.deployment_id = t.deployment_id
-    WHERE d.name = $deployment AND se.name = 'kvplan:vllm_engines' AND sa.ts > $t_from AND sa.ts <= $t_to
-      AND ($model_name IS NULL OR se.model_name = $model_name)
-    GROUP BY 1, 2
-)
-SELECT t.name AS target, t.kind, min(i.t_start) AS t_start, i.t_end,
-       greatest(count(DISTINCT coalesce(i.engine, '')) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count'),
-                CAST(coalesce(max(fe.n), 0) AS BIGINT)) AS engines,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_count') AS requests,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_time_seconds_sum') AS prefill_seconds,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prefill_kv_computed_tokens_sum') AS computed_tokens,
-       -- the prompt-length histogram's sum, else the prompt-token counter (the same tokens; a
-       -- release or a payload without the histogram still has the counter)
-       coalesce(sum(i.delta) FILTER (WHERE i.name = 'vllm:request_prompt_tokens_sum'),
-                sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_total')) AS prompt_tokens,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_cached_total') AS cached_tokens,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total'
-                              AND json_extract_string(i.labels, '$.source') = 'external_kv_transfer')
-           AS external_tokens,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total') AS by_source_tokens,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:prompt_tokens_by_source_total'
-                              AND json_extract_string(i.labels, '$.source') = 'local_cache_hit') AS local_hit_tokens,
-       -- the prefix-cache hits, read with the name the release has (newest first, never both)
-       coalesce(sum(i.delta) FILTER (WHERE i.name = 'vllm:prefix_cache_hits_total'),
-                sum(i.delta) FILTER (WHERE i.name = 'vllm:gpu_prefix_cache_hits_total')) AS prefix_hits,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:external_prefix_cache_hits_total') AS external_hits,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:external_prefix_cache_queries_total') AS external_queries,
-       -- LMCache in-process: the tokens it loaded, once per engine (its TP workers each count them)
-       sum(i.delta) FILTER (WHERE i.name = 'lmcache:num_hit_tokens_total')
-           / greatest(count(DISTINCT json_extract_string(i.labels, '$.worker_id'))
-                      FILTER (WHERE i.name = 'lmcache:num_hit_tokens_total'), 1) AS lm_inproc_hits,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:request_inference_time_seconds_sum') AS inference_seconds,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:generation_tokens_total') AS generation_tokens,
-       sum(i.delta) FILTER (WHERE i.name = 'lmcache_mp_l1_write_chunks_total') AS lmcache_write_chunks,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_sum') AS lookup_seconds,
-       sum(i.delta) FILTER (WHERE i.name = 'vllm:lmcache_mp_lookup_duration_seconds_count') AS lookups,
-       list({'le': i.le, 'n': i.delta}) FILTER (WHERE i.name = 'vllm:iteration_tokens_total_bucket') AS step_buckets,
-       bool_or(i.reset) AS reset
-FROM i
-JOIN targets t ON t.target_id = i.target_id
-LEFT JOIN fe ON fe.target_id = i.target_id AND fe.ts = i.t_end
-GROUP BY t.name, t.kind, i.t_end
-ORDER BY i.t_end, t.name;
+-- Per target and scrape interval ending in ($t_after, $t_to] and starting at or after $t_lookback:
+-- the increases the prefill cost model reads (macro prefill_rows, sql/macros/prefill.sql), one
+-- row per (target, interval end). With t_lookback = t_after = t_from: every interval inside
+-- [t_from, t_to].
+SELECT * FROM prefill_rows($deployment, $t_lookback, $t_after, $t_to, $model_name, $names)
+ORDER BY t_end, target;
+
+-- name: prefill_rolled_days
+-- UTC days in [$d_from, $d_to) whose prefill intervals the nightly job stored (prefill_rollup_days).
+SELECT r.day
+FROM prefill_rollup_days r JOIN deployments d ON d.deployment_id = r.deployment_id
+WHERE d.name = $deployment AND r.day >= CAST($d_from AS DATE) AND r.day < CAST($d_to AS DATE)
+ORDER BY 1;
+
+-- name: prefill_rollup_rows
+-- The stored prefill intervals of a deployment's UTC days in [$d_from, $d_to), shaped like
+-- prefill_intervals' rows.
+SELECT r.target, r.kind, r.t_start, r.t_end, r.engines, r.requests, r.prefill_seconds, r.computed_tokens,
+       r.prompt_tokens, r.cached_tokens, r.external_tokens, r.by_source_tokens, r.local_hit_tokens,
+       r.prefix_hits, r.external_hits, r.external_queries, r.lm_inproc_hits, r.inference_seconds,
+       r.generation_tokens, r.lmcache_write_chunks, r.lookup_seconds, r.lookups, r.step_buckets, r.reset
+FROM prefill_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
+WHERE d.name = $deployment AND r.day >= CAST($d_from AS DATE) AND r.day < CAST($d_to AS DATE)
+ORDER BY r.t_end, r.target;
+
+-- name: delete_prefill_rollups_day
+-- Forget one day's stored prefill intervals of a deployment (before computing them again).
+DELETE FROM prefill_rollups WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
+
+-- name: delete_prefill_rollup_mark
+-- Forget that one day's prefill intervals were stored.
+DELETE FROM prefill_rollup_days WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
+
+-- name: rollup_prefill_day
+-- Store one UTC day (t_after, t_to] of a deployment's prefill intervals (those ending in the day,
+-- starting at or after $t_lookback), for every model (the reader reads one model's raw).
+INSERT INTO prefill_rollups (deployment_id, day, target, kind, t_start, t_end, engines, requests, prefill_seconds,
+                             computed_tokens, prompt_tokens, cached_tokens, external_tokens, by_source_tokens,
+                             local_hit_tokens, prefix_hits, external_hits, external_queries, lm_inproc_hits,
+                             inference_seconds, generation_tokens, lmcache_write_chunks, lookup_seconds, lookups,
+                             step_buckets, reset)
+SELECT $deployment_id, CAST($t_after AS DATE), p.target, p.kind, p.t_start, p.t_end, p.engines, p.requests,
+       p.prefill_seconds, p.computed_tokens, p.prompt_tokens, p.cached_tokens, p.external_tokens,
+       p.by_source_tokens, p.local_hit_tokens, p.prefix_hits, p.external_hits, p.external_queries,
+       p.lm_inproc_hits, p.inference_seconds, p.generation_tokens, p.lmcache_write_chunks, p.lookup_seconds,
+       p.lookups, p.step_buckets, p.reset
+FROM prefill_rows($deployment, $t_lookback, $t_after, $t_to, NULL, $names) p;
+
+-- name: mark_prefill_day
+-- The day's prefill intervals are stored (also when there were none).
+INSERT INTO prefill_rollup_days (deployment_id, day, intervals)
+SELECT $deployment_id, CAST($day AS DATE), count(*)
+FROM prefill_rollups WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
 
 -- name: measured_ab_pairs
 -- Measured A/B pairs of a deployment: a reuse-off and a reuse-on run with the same ab_pair, both
