@@ -68,7 +68,7 @@ def test_a_fresh_ab_is_predicted_side_from_side(fresh_ab, src, request):
     # A bound missed on this small live run is checked on a second A/B recorded with another
     # seed, against the same bounds; the test fails when that one misses too. (20 requests in
     # bursts: whether a request finds the chunks its burst is storing is a race, and one request
-    # moves the rate by points: CI on 2026-12-02 predicted 0.709 for a measured 0.745.)
+    # moves the rate by points: a fresh-clone run on 2026-12-02 predicted 0.709, measured 0.745.)
     missed = _misses(fresh_ab, src)
     if missed:
         print(f"{src}: missed {missed}; a second A/B (seed 24)")
