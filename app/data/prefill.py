@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...models.core.timeutil import aware_utc, ceil_day, floor_day, naive_utc
+from ...models.core.timeutil import aware_utc, naive_utc
 from ...models.inputs.deployment import DeploymentFacts
 from ...models.metrics import catalog as c
 from ...models.metrics.spans import plan_spans
@@ -29,6 +29,7 @@ from ...models.prefill.interval import Interval
 from ...models.prefill.measurement import PrefillMeasurement, measurement_from_window
 from ...models.prefill.window import MeasuredAB, PricedWindow
 from ...sql.db import Source
+from .window import rolled_days
 
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""
@@ -91,9 +92,7 @@ def prefill_intervals(db: Source, deployment: str, t_from: datetime, t_to: datet
 
 def _rows(db: Source, deployment: str, t_from: datetime, t_to: datetime,
           model_name: str | None) -> list[dict[str, Any]]:
-    days = [] if model_name is not None else [
-        r["day"] for r in db.fetch("prefill_rolled_days", deployment=deployment, d_from=ceil_day(t_from),
-                                   d_to=floor_day(t_to))]
+    days = [] if model_name is not None else rolled_days(db, deployment, t_from, t_to, "prefill_rolled_days")
     spans = plan_spans(days, t_from, t_to)
     rows: list[dict[str, Any]] = []
     for lb, after, end in spans.raw:

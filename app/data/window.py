@@ -51,8 +51,10 @@ class Window:
                 "rollups, the partial days at the edges from raw samples")
 
 
-def _rolled_days(source: Source, deployment: str, t_from: datetime, t_to: datetime,
-                 query: str = "dashboard_rolled_days") -> list[date | datetime]:
+def rolled_days(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                query: str = "dashboard_rolled_days") -> list[date | datetime]:
+    """The whole UTC days in [t_from, t_to] that ``query`` says the nightly job stored (daily
+    increases by default; ``gauge_rolled_days``, ``prefill_rolled_days``)."""
     return [r["day"] for r in source.fetch(query, deployment=deployment, d_from=ceil_day(t_from),
                                            d_to=floor_day(t_to))]
 
@@ -66,7 +68,7 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
     tokens are read per target and scrape interval (``cached_of_spans``): the rule is chosen per
     target and per stretch of its life, as ``kvplan stats`` and the plan choose it."""
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)
-    spans = plan_spans(_rolled_days(source, deployment, t_from, t_to), t_from, t_to)
+    spans = plan_spans(rolled_days(source, deployment, t_from, t_to), t_from, t_to)
     rows: list[Increase] = []
     for lb, after, end in spans.raw:
         rows += [Increase(**r) for r in source.fetch("span_increases", deployment=deployment, t_lookback=lb,
@@ -226,7 +228,7 @@ def window_buckets(source: Source, deployment: str, t_from: datetime, t_to: date
     step = chart_step(f, t, step_s)
     raw: list[dict] = []
     if step == 86400:
-        spans = plan_spans(_rolled_days(source, deployment, f, t), f, t)
+        spans = plan_spans(rolled_days(source, deployment, f, t), f, t)
         for lb, after, end in spans.raw:
             raw += source.fetch("span_buckets", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
                                 model_name=model_name, step_s=step, origin=floor_day(after), names=names)
@@ -248,7 +250,7 @@ def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t
     f, t = aware_utc(t_from), aware_utc(t_to)
     names = names or CHART_NAMES
     step = chart_step(f, t, step_s)
-    spans = plan_spans(_rolled_days(source, deployment, f, t), f, t)
+    spans = plan_spans(rolled_days(source, deployment, f, t), f, t)
     if step != 86400 and spans.raw != ((f, f, t),):  # the buckets read raw what the window reads rolled
         return (load_window(source, deployment, f, t, model_name),
                 window_buckets(source, deployment, f, t, step_s, model_name, names))
@@ -288,7 +290,7 @@ def gauge_points(source: Source, deployment: str, t_from: datetime, t_to: dateti
         out = source.fetch("span_gauges", deployment=deployment, t_from=f, t_to=end, model_name=model_name,
                            step_s=step, origin=f, names=names)
     else:
-        run = longest_run(_rolled_days(source, deployment, f, t, "gauge_rolled_days"), ceil_day(f), floor_day(t))
+        run = longest_run(rolled_days(source, deployment, f, t, "gauge_rolled_days"), ceil_day(f), floor_day(t))
         parts = [(f, end)] if run is None else [(f, run[0]), (run[1], end)]
         out = []
         for a, b in parts:

@@ -326,7 +326,7 @@ def validate_on_stack(db: Database, *, off_server: Server, on_server: Server, lm
                                         "priority": level, "segments_off": a.segments,
                                         "segments_on": b.segments, "calibration_s": calibration_s,
                                         "budget_s": budget, "steps_off": _steps(off_iv),
-                                        "steps_on": _steps(on_iv), "seed": seed, "pair": pair})
+                                        "steps_on": _steps(on_iv), "pair": pair})
 
     out: list[ABValidation] = []
     took: dict[str, float] = {}
