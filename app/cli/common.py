@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
@@ -100,6 +101,24 @@ def parse_window(from_: str, to: str) -> tuple[datetime, datetime]:
     if t1 <= t0:
         raise KvplanError(f"must be after --from ({from_})", source=f"--to ({to})")
     return t0, t1
+
+
+def refuse_overwriting(output: Path, option: str, inputs: Iterable[tuple[str, Path | None]]) -> None:
+    """Nothing a command writes may be one of its inputs: ``output`` is refused when it is the same
+    file as an input (``os.path.samefile``: a symlink or hard link to it counts), before anything is
+    opened for writing, so a mistyped option can never truncate the log it was about to read."""
+    if not output.exists():
+        return
+    for what, path in inputs:
+        if path is None or not path.exists():
+            continue
+        try:
+            same = os.path.samefile(output, path)
+        except OSError:
+            continue
+        if same:
+            raise KvplanError(f"is the same file as the input {what} {path}: refusing to overwrite it",
+                              source=f"{option} {output}")
 
 
 def settings(config: Path | None, db: Path | None) -> Settings:

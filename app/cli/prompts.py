@@ -11,7 +11,7 @@ from typing import IO, Annotated, Any
 import typer
 
 from ...models.core.errors import KvplanError
-from .common import ConfigOpt, DbOpt, err, json_text, open_reader, out, settings
+from .common import ConfigOpt, DbOpt, err, json_text, open_reader, out, refuse_overwriting, settings
 
 
 def prompts_check(
@@ -47,17 +47,28 @@ def prompts_check(
     database = open_reader(s) if deployment is not None else None
     fh: IO[str] | None = None
     if per_request is not None:
+        tok_dir = Path(tokenizer) if tokenizer is not None and Path(tokenizer).is_dir() else None
+        refuse_overwriting(per_request, "--per-request",
+                           [("log", p) for p in paths] + [("--chat-template", chat_template), ("--db", s.db),
+                                                          ("--config", config)]
+                           + [("--tokenizer", f) for f in (tok_dir.iterdir() if tok_dir else ())])
         try:
             fh = open(per_request, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
         except OSError as e:
             raise KvplanError(f"cannot write: {e.strerror or e}", source=f"--per-request {per_request}") from None
 
+    def write_error(e: OSError) -> KvplanError:
+        return KvplanError(f"cannot write: {e.strerror or e}", source=f"--per-request {per_request}")
+
     def on_request(r: Any, o: Any) -> None:
         if fh is not None:
-            fh.write(json.dumps({"file": r.source, "line": r.line, "custom_id": r.custom_id,
-                                 "prompt_tokens": o.prompt_tokens,
-                                 "cached_tokens_predicted": o.cached,
-                                 "cached_tokens_unlimited": o.cached_unlimited}) + "\n")
+            try:
+                fh.write(json.dumps({"file": r.source, "line": r.line, "custom_id": r.custom_id,
+                                     "prompt_tokens": o.prompt_tokens,
+                                     "cached_tokens_predicted": o.cached,
+                                     "cached_tokens_unlimited": o.cached_unlimited}) + "\n")
+            except OSError as e:
+                raise write_error(e) from None
 
     def progress(stage: str, n: int) -> None:
         err.print(f"[dim]{stage}: {n:,} requests[/dim]", highlight=False)
@@ -69,7 +80,10 @@ def prompts_check(
                 progress=progress, on_request=on_request)
     finally:
         if fh is not None:
-            fh.close()
+            try:
+                fh.close()
+            except OSError as e:  # a full disk shows at the last flush (e.g. /dev/full)
+                raise write_error(e) from None
     if as_json:
         sys.stdout.write(json_text(d, indent=2) + "\n")
         return

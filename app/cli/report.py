@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..data.store import deployment_settings
-from .common import ConfigOpt, DbOpt, open_reader, out, parse_time, settings
+from .common import ConfigOpt, DbOpt, open_reader, out, parse_time, refuse_overwriting, settings
 
 
 def report(
@@ -34,6 +34,7 @@ def report(
 
     when = parse_time(generated_at, "--generated-at") if generated_at else None
     s = settings(config, db)
+    refuse_overwriting(output, "-o", [("--db", s.db), ("--config", config), ("--prompts-check", prompts_check)])
     path = write_report(open_reader(s), deployment, month, output, model_name=model_name, generated_at=when,
                         measured_on=measured_on, cfg=deployment_settings(s, deployment),
                         prompts_check=load_check(prompts_check) if prompts_check is not None else None)
