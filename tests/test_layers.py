@@ -194,3 +194,80 @@ def test_the_private_import_check_sees_a_private_name_but_not_a_dunder_or_an_ali
     f = tmp_path / "x.py"
     f.write_text("from a import __version__, pub as _pub\ndef g():\n    from .b import ok, _hidden\n")
     assert private_imports(f) == [f"{f}:3 imports _hidden"]
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the package by dotted name (packages' ``__init__`` files left out: a
+    package re-exports, it is not where the code that imports lives)."""
+    return {".".join(module_of(f)): f for folder in PACKAGES for f in files(folder) if f.name != "__init__.py"}
+
+
+def import_edges(path: Path, known: dict[str, Path], source: str | None = None) -> set[str]:
+    """The package's modules ``path`` imports, at the top or inside a function: ``from a.b import c``
+    names a.b, or a.b.c where c is a module."""
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+            else:
+                pkg = module_of(path)[:-1]
+                base = ".".join(pkg[:len(pkg) - (node.level - 1)] + ([node.module] if node.module else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in out if m in known}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_no_import_loop_between_modules():
+    """Two modules that import each other (even inside a function, to dodge the import-time error)
+    are one idea split in two, or a shared piece that belongs in a third module."""
+    known = module_files()
+    graph = {m: import_edges(f, known) - {m} for m, f in known.items()}
+    assert import_cycles(graph) == []
+
+
+def test_the_loop_check_sees_an_import_inside_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    known = module_files()
+    f = ROOT / "collectors" / "traces" / "request_logs.py"
+    edges = import_edges(f, known, "def f():\n    from .ingest import import_trace\n")
+    assert edges == {"kvplan.collectors.traces.ingest"}

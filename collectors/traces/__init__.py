@@ -1,6 +1,6 @@
 """Request traces for the cache-size what-if: LMCache lookup-hash logs and Mooncake traces,
 found (``paths``), read line by line (``lines``), parsed and checked (``parse``) and imported
-into DuckDB (``ingest``).
+into DuckDB (``ingest``; request logs: ``request_logs``; what both store: ``stored``).
 
 The public names of the group, re-exported; each module says more."""
 

@@ -34,7 +34,6 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import utcnow
@@ -46,9 +45,7 @@ from ..scrape.payload import PayloadError
 from ..scrape.store import ConflictError
 from .lines import MAX_BYTES_PER_CHUNK, MAX_CHUNK_TOKENS, ParsedFile
 from .paths import INSTANCE_MAX
-
-if TYPE_CHECKING:
-    from .ingest import ImportResult
+from .stored import FileResult, ImportResult, insert_requests, one_row, trace_state
 
 DEFAULT_CHUNK = 256
 """LMCache's default ``chunk_size``."""
@@ -211,7 +208,6 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
                         instance: str | None = None, batch_lines: int = 4096) -> ImportResult:
     """Import request logs as the trace ``name`` (default ``requests``) of ``deployment`` (module
     doc). Returns a ``traces.ImportResult``; ``timed`` files carry arrival times."""
-    from .ingest import FileResult, ImportResult, insert_requests, one_row, trace_state
 
     if not 1 <= chunk_size <= MAX_CHUNK_TOKENS:
         raise KvplanError(f"must be from 1 to {MAX_CHUNK_TOKENS:,} tokens; got {chunk_size}", source="--chunk-size")
