@@ -109,11 +109,13 @@ def _table(t: pa.Table, chunk_tokens: int, *, sort: bool) -> IntervalTable:
     start is no interval; an LMCache row (no requests) is its stored tokens, when it has write
     chunks; a vLLM row needs its computed tokens (``_computed_and_cached_cols``)."""
     t = t.filter(pc.is_valid(t["t_start"]))
+    if sort:  # raw edges and stored days, by (t_end, target) as one read returns them (a stable sort)
+        t = t.take(pc.sort_indices(t, sort_keys=[("t_end", "ascending"), ("target", "ascending")]))
     col = {name: t[name].to_numpy(zero_copy_only=False).astype(float) for name in ROW_SCHEMA.names
            if ROW_SCHEMA.field(name).type == pa.float64()}
     end_us = t["t_end"].cast(pa.int64()).to_numpy()
     start_us = t["t_start"].cast(pa.int64()).to_numpy()
-    target = np.array(t["target"].to_pylist(), dtype=object)
+    target = t["target"].to_pylist()
     reset = t["reset"].fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
     les, buckets, has = _buckets(t["step_buckets"])
     nan = np.isnan
@@ -132,11 +134,6 @@ def _table(t: pa.Table, chunk_tokens: int, *, sort: bool) -> IntervalTable:
     def z(x: np.ndarray) -> np.ndarray:  # float(x or 0.0) on a vLLM row, 0 on an LMCache row
         return np.where(vllm, np.nan_to_num(x, nan=0.0), 0.0)
 
-    order = np.arange(len(t))
-    if sort:  # raw edges and stored days, by (t_end, target) as one read returns them
-        codes = np.unique(target, return_inverse=True)[1] if len(t) else np.zeros(0, np.int64)
-        order = np.lexsort((codes, end_us))
-    order = order[keep[order]]
     table = IntervalTable(
         t_start=start_us / 1e6, t_end=end_us / 1e6, requests=z(col["requests"]),
         prefill_seconds=z(col["prefill_seconds"]), computed_tokens=z(computed), prompt_tokens=v(col["prompt_tokens"]),
@@ -146,8 +143,8 @@ def _table(t: pa.Table, chunk_tokens: int, *, sort: bool) -> IntervalTable:
         engines=np.where(vllm, np.maximum(np.nan_to_num(col["engines"], nan=0.0).astype(np.int64), 1), 0),
         inference_seconds=v(col["inference_seconds"]), generation_tokens=v(col["generation_tokens"]),
         les=les, buckets=np.where(vllm[:, None], buckets, 0.0), has=has & vllm[:, None],
-        targets=tuple((x,) for x in target.tolist()), reset=reset)
-    return table.take(order)
+        targets=tuple((x,) for x in target), reset=reset)
+    return table if keep.all() else table.take(keep)
 
 
 def _buckets(lists: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

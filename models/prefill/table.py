@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -232,7 +233,17 @@ class IntervalTable:
     def rounds(self, tolerance_s: float | None = None) -> IntervalTable:
         """``kvplan.models.prefill.interval.rounds`` over the table: rows sorted by end (stable),
         grouped while ends stay within ``tolerance_s`` of the group's first and no target
-        repeats, each group summed in row order."""
+        repeats, each group summed in row order. With the default tolerance computed once per
+        table: the fit and the priced window of one history share them."""
+        if tolerance_s is None:
+            return self._default_rounds
+        return self._rounds(tolerance_s)
+
+    @cached_property
+    def _default_rounds(self) -> IntervalTable:
+        return self._rounds(None)
+
+    def _rounds(self, tolerance_s: float | None) -> IntervalTable:
         n = len(self)
         if not n:
             return self

@@ -106,7 +106,8 @@ class PricedWindow:
         covered span and busiest hour from the intervals, everything else from the scrape rounds
         (``IntervalTable.rounds``), summed over columns in row order."""
         every = IntervalTable.of(intervals)
-        raw = every.take((every.t_end > t_from) & (every.t_start >= t_from - 1e-6) & (every.t_end <= t_to + 1e-6))
+        inside = (every.t_end > t_from) & (every.t_start >= t_from - 1e-6) & (every.t_end <= t_to + 1e-6)
+        raw = every if inside.all() else every.take(inside)  # the history's own rounds when it is the window
         vllm_rows = raw.take(raw.engines > 0)
         spans = merge_spans(zip(np.maximum(vllm_rows.t_start, t_from).tolist(),
                                 np.minimum(vllm_rows.t_end, t_to).tolist(), strict=True))
