@@ -49,19 +49,33 @@ class IntervalTable:
     """Intervals as columns (module doc); row ``i`` is ``Interval`` ``i``."""
 
     t_start: np.ndarray
+    """Each row's ``Interval.t_start`` (unix seconds)."""
     t_end: np.ndarray
+    """``Interval.t_end``."""
     requests: np.ndarray
+    """``Interval.requests``."""
     prefill_seconds: np.ndarray
+    """``Interval.prefill_seconds``."""
     computed_tokens: np.ndarray
+    """``Interval.computed_tokens``."""
     prompt_tokens: np.ndarray
+    """``Interval.prompt_tokens`` (NaN: None)."""
     cached_tokens: np.ndarray
+    """``Interval.cached_tokens`` (NaN: None)."""
     external_tokens: np.ndarray
+    """``Interval.external_tokens`` (NaN: None)."""
     stored_tokens: np.ndarray
+    """``Interval.stored_tokens`` (NaN: None)."""
     lookup_seconds: np.ndarray
+    """``Interval.lookup_seconds`` (NaN: None)."""
     lookups: np.ndarray
+    """``Interval.lookups`` (NaN: None)."""
     engines: np.ndarray
+    """``Interval.engines`` (integers)."""
     inference_seconds: np.ndarray
+    """``Interval.inference_seconds`` (NaN: None)."""
     generation_tokens: np.ndarray
+    """``Interval.generation_tokens`` (NaN: None)."""
     les: np.ndarray
     """Bucket bounds of the iteration-token histograms, ascending (the union over rows)."""
     buckets: np.ndarray
@@ -69,7 +83,9 @@ class IntervalTable:
     has: np.ndarray
     """rows x bounds: the row's histogram has the bound."""
     targets: tuple[tuple[str, ...], ...]
+    """``Interval.targets`` of each row."""
     reset: np.ndarray
+    """``Interval.reset`` (booleans)."""
 
     # ---- building --------------------------------------------------------------------
     @classmethod
