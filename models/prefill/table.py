@@ -39,7 +39,7 @@ def seq_sum(x: np.ndarray) -> float:
     return float(np.cumsum(x)[-1]) if len(x) else 0.0
 
 
-def _opt(v: np.ndarray) -> np.ndarray:
+def none_as_zero(v: np.ndarray) -> np.ndarray:
     """A NaN-for-None column with None read as 0 (``x or 0.0``)."""
     return np.where(np.isnan(v), 0.0, v)
 
@@ -145,7 +145,7 @@ class IntervalTable:
 
     @property
     def request_cached(self) -> np.ndarray:
-        out: np.ndarray = np.where(np.isnan(self.prompt_tokens), np.maximum(0.0, _opt(self.cached_tokens)),
+        out: np.ndarray = np.where(np.isnan(self.prompt_tokens), np.maximum(0.0, none_as_zero(self.cached_tokens)),
                                    np.maximum(0.0, self.prompt_tokens - self.computed_tokens))
         return out
 
@@ -299,7 +299,7 @@ class IntervalTable:
 
         def opt_sum(col: np.ndarray) -> np.ndarray:
             some = fold(~np.isnan(col), np.logical_or, False)
-            return np.where(some, total(_opt(col)), np.nan)
+            return np.where(some, total(none_as_zero(col)), np.nan)
 
         any_prompt = fold(~np.isnan(self.prompt_tokens), np.logical_or, False)
         buckets = np.empty((g, len(self.les)))

@@ -35,7 +35,7 @@ import numpy as np
 
 from .fit import BAND, PrefillCostModel, draw_percentile
 from .interval import Interval
-from .table import IntervalTable, _opt, seq_sum
+from .table import IntervalTable, none_as_zero, seq_sum
 
 
 # ---- the priced window --------------------------------------------------------------------
@@ -115,12 +115,12 @@ class PricedWindow:
         peak = _peak_hour_rate(vllm_rows, spans)
         r = raw.rounds()
         boot = _resample(r)
-        stored = _opt(r.stored_tokens)
+        stored = none_as_zero(r.stored_tokens)
         exposure = r.exposure()
         cap = r.seconds * np.maximum(r.engines, 1)
         has_running = ~np.isnan(r.inference_seconds)
         running = np.minimum(r.inference_seconds, cap)
-        lookup_s, lookups = _opt(r.lookup_seconds), _opt(r.lookups)
+        lookup_s, lookups = none_as_zero(r.lookup_seconds), none_as_zero(r.lookups)
         busy_rows = r.requests > 0
         n = np.where(busy_rows, r.requests, 1.0)
         c = r.request_cached
@@ -137,7 +137,7 @@ class PricedWindow:
                    device_attention=busy(d * d / (2 * n)), cached_attention=busy(c * c / (2 * n)),
                    prompt_attention=busy(p * p / (2 * n)), engines=int(max(0, r.engines.max(initial=0))),
                    prefill_engine_seconds=busy(r.engine_prefill_seconds()[0]),
-                   generation_tokens=seq_sum(_opt(r.generation_tokens)),
+                   generation_tokens=seq_sum(none_as_zero(r.generation_tokens)),
                    engine_busy_seconds=seq_sum(running[has_running]) if has_running.any() else None,
                    lookup_seconds=seq_sum(np.where(lookup_s != 0, lookup_s * exposure, 0.0)),
                    store_exposure=(seq_sum(stored * exposure) / seq_sum(stored)) if seq_sum(stored) > 0 else 1.0,
