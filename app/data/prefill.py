@@ -69,16 +69,16 @@ def prefill_table(db: Source, deployment: str, t_from: datetime, t_to: datetime,
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)
     days = [] if model_name is not None else rolled_days(db, deployment, t_from, t_to, "prefill_rolled_days")
     spans = plan_spans(days, t_from, t_to)
-    parts: list[pa.Table] = []
+    parts: list[tuple[datetime, pa.Table]] = []  # (where its interval ends begin, rows)
     for lb, after, end in spans.raw:
         rows = db.fetch("prefill_intervals", deployment=deployment, t_lookback=naive_utc(lb),
                         t_after=naive_utc(after), t_to=naive_utc(end), model_name=model_name, names=NAMES)
-        parts.append(pa.Table.from_pylist(rows, schema=ROW_SCHEMA) if rows else ROW_SCHEMA.empty_table())
+        parts.append((after, pa.Table.from_pylist(rows, schema=ROW_SCHEMA) if rows else ROW_SCHEMA.empty_table()))
     if spans.rolled:
-        parts.append(_arrow(db, "prefill_rollup_rows", deployment=deployment, d_from=naive_utc(spans.rolled[0]),
-                            d_to=naive_utc(spans.rolled[1])))
-    return _table(pa.concat_tables([t.select(ROW_SCHEMA.names).cast(ROW_SCHEMA) for t in parts]),
-                  chunk_tokens, sort=bool(spans.rolled))
+        parts.append((spans.rolled[0], _arrow(db, "prefill_rollup_rows", deployment=deployment,
+                                              d_from=naive_utc(spans.rolled[0]), d_to=naive_utc(spans.rolled[1]))))
+    parts.sort(key=lambda p: p[0])  # each part ordered by (t_end, target), their ends apart: in order
+    return _table(pa.concat_tables([t.select(ROW_SCHEMA.names).cast(ROW_SCHEMA) for _, t in parts]), chunk_tokens)
 
 
 ROW_SCHEMA = pa.schema(
@@ -104,12 +104,12 @@ def _arrow(db: Source, query: str, **params: Any) -> pa.Table:
         return con.sql(queries()[query].sql, params=params).to_arrow_table()
 
 
-def _table(t: pa.Table, chunk_tokens: int, *, sort: bool) -> IntervalTable:
+def _table(t: pa.Table, chunk_tokens: int) -> IntervalTable:
     """The intervals of ``prefill_intervals``' rows (its rules, over columns): a row without a
     start is no interval; an LMCache row (no requests) is its stored tokens, when it has write
     chunks; a vLLM row needs its computed tokens (``_computed_and_cached_cols``)."""
     t = t.filter(pc.is_valid(t["t_start"]))
-    if sort:  # raw edges and stored days, by (t_end, target) as one read returns them (a stable sort)
+    if not _in_order(t):  # by (t_end, target), as one read returns them (a stable sort)
         t = t.take(pc.sort_indices(t, sort_keys=[("t_end", "ascending"), ("target", "ascending")]))
     col = {name: t[name].to_numpy(zero_copy_only=False).astype(float) for name in ROW_SCHEMA.names
            if ROW_SCHEMA.field(name).type == pa.float64()}
@@ -145,6 +145,19 @@ def _table(t: pa.Table, chunk_tokens: int, *, sort: bool) -> IntervalTable:
         les=les, buckets=np.where(vllm[:, None], buckets, 0.0), has=has & vllm[:, None],
         targets=tuple((x,) for x in target), reset=reset)
     return table if keep.all() else table.take(keep)
+
+
+def _in_order(t: pa.Table) -> bool:
+    """The rows are in (t_end, target) order already (the parts of one read are)."""
+    end = t["t_end"].cast(pa.int64()).to_numpy()
+    step = np.diff(end)
+    if (step < 0).any():
+        return False
+    ties = np.flatnonzero(step == 0).tolist()
+    if not ties:
+        return True
+    target = t["target"].to_pylist()
+    return all(target[i] <= target[i + 1] for i in ties)
 
 
 def _buckets(lists: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
