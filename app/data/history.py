@@ -52,7 +52,7 @@ class History:
     """Prefill intervals of [t_from, t_to], one per target and scrape interval, as columns (what
     the fit and the priced windows compute on)."""
     cost: PrefillCostModel
-    """The prefill cost model, fitted once on ``intervals``."""
+    """The prefill cost model, fitted once on ``table``."""
     overheads: Overheads | None
     """TTFT overheads beyond prefill (lookup, load, frontend), calibrated on the same span; None
     until a TTFT answer asks for them (``with_overheads``): a plan does not need them."""

@@ -1,8 +1,10 @@
 """What the prefill cost model reads from DuckDB: per-interval increases, the history it is
 fitted on, the priced window, and measured A/B pairs.
 
-* ``prefill_intervals`` -- one ``kvplan.models.prefill.fit.Interval`` per target and scrape interval
-  (named query ``prefill_intervals``, macro ``interval_increments`` of migration 009);
+* ``prefill_table`` -- one row per target and scrape interval, as columns
+  (``kvplan.models.prefill.table.IntervalTable``): raw edges from the named query
+  ``prefill_intervals``, whole stored days from ``prefill_rollup_rows`` read as Arrow columns;
+  ``prefill_intervals`` -- the same rows as ``kvplan.models.prefill.interval.Interval`` objects;
 * ``describe_history`` -- one line saying which history a fit used;
 * ``measured_ab`` -- the latest measured A/B pair of a deployment (runs with ``reuse`` off/on
   and ``engine_seconds``), which overrides the model;
