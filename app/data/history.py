@@ -4,8 +4,9 @@
 same data), what every priced answer of a command shares, and returns it as a frozen
 ``History``:
 
-* the prefill intervals of the look-back ending at ``t_to`` (named query ``prefill_intervals``,
-  LMCache's stored tokens counted with the deployment's own ``lmcache_chunk_tokens``);
+* the prefill intervals of the look-back ending at ``t_to`` (``prefill_table``: named queries
+  ``prefill_intervals`` and ``prefill_rollup_rows``, as columns; LMCache's stored tokens counted
+  with the deployment's own ``lmcache_chunk_tokens``);
 * the prefill cost model fitted on them, once (``kvplan.models.prefill.fit.fit_prefill_cost``);
 * the overheads calibrated on the same span (``latency_intervals``, whose "engine alone" shares
   come from the same prefill intervals: no second read), when a TTFT answer needs them, and the
@@ -29,10 +30,11 @@ from ...models.core.timeutil import aware_utc
 from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
 from ...models.prefill.interval import Interval
 from ...models.prefill.measurement import PrefillMeasurement
+from ...models.prefill.table import IntervalTable
 from ...models.prefill.window import MeasuredAB
 from ...sql.db import Source
 from .latency import latency_intervals
-from .prefill import DEFAULT_LOOKBACK, describe_history, measured_ab, measurement_of, prefill_intervals
+from .prefill import DEFAULT_LOOKBACK, describe_history, measured_ab, measurement_of, prefill_table
 from .store import DeploymentSettings, Facts, Prices, load_facts, load_pricebook
 
 
@@ -46,10 +48,11 @@ class History:
     """Start of the history read (aware UTC): the look-back before ``t_to``, or the window's
     start when the window is longer."""
     t_to: datetime
-    intervals: tuple[Interval, ...]
-    """Prefill intervals of [t_from, t_to], one per target and scrape interval."""
+    table: IntervalTable
+    """Prefill intervals of [t_from, t_to], one per target and scrape interval, as columns (what
+    the fit and the priced windows compute on)."""
     cost: PrefillCostModel
-    """The prefill cost model, fitted once on ``intervals``."""
+    """The prefill cost model, fitted once on ``table``."""
     overheads: Overheads | None
     """TTFT overheads beyond prefill (lookup, load, frontend), calibrated on the same span; None
     until a TTFT answer asks for them (``with_overheads``): a plan does not need them."""
@@ -58,6 +61,12 @@ class History:
     measured_ab: MeasuredAB | None
     """The latest measured A/B pair (overrides the modelled saving), None when there is none."""
     cfg: DeploymentSettings = DeploymentSettings()
+
+    @property
+    def intervals(self) -> tuple[Interval, ...]:
+        """The prefill intervals as ``Interval`` objects (made on each call: the TTFT calibration
+        reads them; the fit and the pricing read ``table``)."""
+        return tuple(self.table.intervals())
 
     @property
     def latency(self) -> LatencyModel | None:
@@ -82,7 +91,7 @@ class History:
         window's intervals are the history's when the window is the history's span (no read)."""
         return measurement_of(source, self.deployment, t_from, t_to, self.cost, facts=self.facts.facts,
                               model_name=self.model_name, stats=stats, num_gpus=num_gpus, measured=self.measured_ab,
-                              history=(self.t_from, self.t_to, list(self.intervals)))
+                              history=(self.t_from, self.t_to, self.table))
 
 
 def load_history(source: Source, deployment: str, t_to: datetime, *, t_from: datetime | None = None,
@@ -95,8 +104,8 @@ def load_history(source: Source, deployment: str, t_to: datetime, *, t_from: dat
     start = end - lookback if t_from is None else min(aware_utc(t_from), end - lookback)
     facts = load_facts(source, deployment, cfg)
     prices = load_pricebook(source, deployment, cfg.prices)
-    ivs = prefill_intervals(source, deployment, start, end, model_name, chunk_tokens=facts.facts.lmcache_chunk_tokens)
+    ivs = prefill_table(source, deployment, start, end, model_name, chunk_tokens=facts.facts.lmcache_chunk_tokens)
     cost = fit_prefill_cost(ivs, history=describe_history(deployment, ivs, start, end))
-    h = History(deployment, model_name, start, end, tuple(ivs), cost, None, prices, facts,
+    h = History(deployment, model_name, start, end, ivs, cost, None, prices, facts,
                 measured_ab(source, deployment), cfg)
     return h.with_overheads(source) if overheads else h

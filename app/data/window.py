@@ -99,11 +99,12 @@ def _noted_stats(source: Source, deployment: str, t_from: datetime, t_to: dateti
 def note_gauges(source: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None = None
                 ) -> dict[str, float]:
     """Gauge family -> the mean over its series of their last value in the window, for the
-    families ``window_stats`` notes (never a window's rate)."""
+    families ``window_stats`` notes (never a window's rate): named query ``note_gauges``, which
+    reads only those series' samples."""
     last: dict[str, list[float]] = {}
-    for r in source.fetch("window_gauges", deployment=deployment, t_from=t_from, t_to=t_to, model_name=model_name):
-        if r["name"] in NOTE_GAUGES or r["name"].startswith("lmcache:"):
-            last.setdefault(r["name"], []).append(float(r["last"]))
+    for r in source.fetch("note_gauges", deployment=deployment, t_from=t_from, t_to=t_to, model_name=model_name,
+                          names=list(NOTE_GAUGES)):
+        last.setdefault(r["name"], []).append(float(r["last"]))
     return {k: sum(v) / len(v) for k, v in last.items()}
 
 

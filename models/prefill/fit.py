@@ -75,8 +75,9 @@ from typing import Any
 
 import numpy as np
 
-from .interval import Interval, engine_prefill_seconds, rounds
+from .interval import Interval
 from .nnls import ALONE_FLOOR, LMCACHE_TERMS, Estimator
+from .table import IntervalTable, seq_sum
 
 TERMS = ("fixed", "per_token", "attention", "store", "load", "lmcache_request")
 UNITS = {"fixed": "s/request", "per_token": "s/token", "attention": "s/token^2",
@@ -212,28 +213,29 @@ def weighted_spread(x: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     return m, cv
 
 
-def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
+def fit_prefill_cost(intervals: Iterable[Interval] | IntervalTable, *, history: str,
                      bootstrap: int = BOOTSTRAP, seed: int = SEED,
                      group_rounds: bool = True) -> PrefillCostModel:
-    """Fit the prefill cost model on ``intervals`` (one row per target and scrape interval;
-    grouped into scrape rounds unless ``group_rounds`` is False). ``history`` says which
-    history they are (shown with every figure derived from the model).
+    """Fit the prefill cost model on ``intervals`` (one row per target and scrape interval, as
+    ``Interval`` objects or one ``IntervalTable``; grouped into scrape rounds unless
+    ``group_rounds`` is False). ``history`` says which history they are (shown with every figure
+    derived from the model).
 
     Stages: the rows that can enter; notes on their timers; can the history identify the
     model at all; the candidate terms; one stage or two; which optional terms the bootstrap
-    supports; the final fit and its band."""
-    raw = list(intervals)
+    supports; the final fit and its band. Every stage runs over the table's columns."""
+    raw = IntervalTable.of(intervals)
     notes: list[str] = []
-    rows = _usable_rows(rounds(raw) if group_rounds else raw, notes)
-    if not rows:
+    rows = _usable_rows(raw.rounds() if group_rounds else raw, notes)
+    if not len(rows):
         return PrefillCostModel(CostStatus.NO_DATA, (), history, 0, 0.0,
                                 reason="no interval with prefilled requests and prefill timing "
                                        "(vllm:request_prefill_time_seconds, "
                                        "vllm:request_prefill_kv_computed_tokens) in the history",
                                 fix=IDENTIFY_FIX, notes=tuple(notes))
     _timer_notes(rows, notes)
-    t_mean = np.array([r.computed_tokens / r.requests for r in rows])
-    w = np.array([r.requests * max(r.alone_share(), ALONE_FLOOR) for r in rows])
+    t_mean = rows.computed_tokens / rows.requests
+    w = rows.requests * np.maximum(rows.alone_share(), ALONE_FLOOR)
     unidentified = _unidentified(rows, t_mean, w, history, notes)
     if unidentified is not None:
         return unidentified
@@ -243,39 +245,39 @@ def fit_prefill_cost(intervals: Iterable[Interval], *, history: str,
     return _final_fit(rows, terms, plain, history, bootstrap, seed, notes)
 
 
-def _usable_rows(rows_all: Sequence[Interval], notes: list[str]) -> list[Interval]:
+def _usable_rows(rows_all: IntervalTable, notes: list[str]) -> IntervalTable:
     """Rows with prefilled requests, prefill timing and computed tokens, no counter restart,
     and not much longer than the others."""
-    rows = [r for r in rows_all if r.requests >= 1 and r.prefill_seconds > 0
-            and r.computed_tokens > 0 and not r.reset]
-    lengths = sorted(r.seconds for r in rows)
-    if lengths:
-        limit = LONG_INTERVAL * lengths[len(lengths) // 2]
-        long_rows = [r for r in rows if r.seconds > limit]
-        if long_rows:
-            notes.append(f"{len(long_rows)} interval(s) longer than {LONG_INTERVAL:g}x the median "
+    r = rows_all
+    rows = r.take((r.requests >= 1) & (r.prefill_seconds > 0) & (r.computed_tokens > 0) & ~r.reset)
+    lengths = np.sort(rows.seconds)
+    if len(lengths):
+        limit = LONG_INTERVAL * float(lengths[len(lengths) // 2])
+        long_rows = rows.seconds > limit
+        if long_rows.any():
+            notes.append(f"{int(long_rows.sum())} interval(s) longer than {LONG_INTERVAL:g}x the median "
                          f"({limit:,.0f} s) left out of the fit (e.g. a server's start to its first "
                          "scrape)")
-            rows = [r for r in rows if r.seconds <= limit]
-    skipped_reset = sum(1 for r in rows_all if r.reset and r.requests >= 1)
+            rows = rows.take(~long_rows)
+    skipped_reset = int((r.reset & (r.requests >= 1)).sum())
     if skipped_reset:
         notes.append(f"{skipped_reset} interval(s) with a counter restart left out")
     return rows
 
 
-def _timer_notes(rows: Sequence[Interval], notes: list[str]) -> None:
+def _timer_notes(rows: IntervalTable, notes: list[str]) -> None:
     """What the rows' timers stand for: shared engine steps, claims capped at the clock,
     requests that overlapped."""
-    co = [engine_prefill_seconds(r) for r in rows]
-    shared = sum(1 for _, f, _ in co if f < 1)
-    capped = sum(1 for _, _, c in co if c)
+    _, factor, capped_rows = rows.engine_prefill_seconds()
+    shared = int((factor < 1).sum())
+    capped = int(capped_rows.sum())
     if shared:
         notes.append(f"{shared} interval(s) prefilled several requests per engine step "
                      "(iteration-token histogram): their timers were scaled to engine time")
     if capped:
         notes.append(f"{capped} interval(s) claimed more prefill seconds than interval x "
                      "engines: capped at the engines' time")
-    overlapped = sum(1 for r in rows if r.alone_share() < 0.5)
+    overlapped = int((rows.alone_share() < 0.5).sum())
     if overlapped:
         notes.append(f"{overlapped} of {len(rows)} interval(s) ran requests concurrently (most "
                      "decode steps carried several requests): a request's prefill timer then "
@@ -286,7 +288,7 @@ def _timer_notes(rows: Sequence[Interval], notes: list[str]) -> None:
                      "timers and leans high; a low-concurrency pilot (one user) would pin it")
 
 
-def _unidentified(rows: Sequence[Interval], t_mean: np.ndarray, w: np.ndarray, history: str,
+def _unidentified(rows: IntervalTable, t_mean: np.ndarray, w: np.ndarray, history: str,
                   notes: list[str]) -> PrefillCostModel | None:
     """The model when too few rows, or too alike ones, cannot separate fixed from per-token
     cost; None when they can."""
@@ -297,22 +299,27 @@ def _unidentified(rows: Sequence[Interval], t_mean: np.ndarray, w: np.ndarray, h
            f"computed tokens per request hardly vary across the {len(rows)} intervals "
            f"({m:,.0f} +- {cv:.0%})")
     return PrefillCostModel(
-        CostStatus.UNIDENTIFIED, (), history, len(rows), float(sum(r.requests for r in rows)),
+        CostStatus.UNIDENTIFIED, (), history, len(rows), seq_sum(rows.requests),
         reason=f"cannot separate the per-request from the per-token prefill cost: {why}",
         fix=IDENTIFY_FIX, notes=tuple(notes))
 
 
-def _candidate_terms(rows: Sequence[Interval], t_mean: np.ndarray, notes: list[str]) -> list[str]:
+def _connected(rows: IntervalTable) -> np.ndarray:
+    """Rows whose cached tokens the connector (LMCache) supplied in part."""
+    return (rows.external_share > 0) & (rows.request_cached > 0)
+
+
+def _candidate_terms(rows: IntervalTable, t_mean: np.ndarray, notes: list[str]) -> list[str]:
     """fixed and per_token always; the optional terms whose inputs the history holds."""
     candidates = ["fixed", "per_token"]
-    has_cached = any(r.request_cached > 0 for r in rows)
-    if has_cached or len({round(x) for x in t_mean}) > 2:
+    has_cached = bool((rows.request_cached > 0).any())
+    if has_cached or len({round(x) for x in t_mean.tolist()}) > 2:
         candidates.append("attention")
-    if any((r.stored_tokens or 0) > 0 for r in rows):
+    if (np.nan_to_num(rows.stored_tokens) > 0).any():
         candidates.append("store")
-    if any(r.external_share > 0 and r.request_cached > 0 for r in rows):
+    if _connected(rows).any():
         candidates.append("load")
-    shares = np.array([min(1.0, (r.lookups or 0.0) / r.requests) for r in rows])
+    shares = np.minimum(1.0, np.nan_to_num(rows.lookups) / rows.requests)
     if shares.any():
         if shares.std() >= MIN_CONNECTED_SPREAD:
             candidates.append("lmcache_request")
@@ -324,13 +331,13 @@ def _candidate_terms(rows: Sequence[Interval], t_mean: np.ndarray, notes: list[s
     return candidates
 
 
-def _two_stage_mask(rows: Sequence[Interval], candidates: Sequence[str], t_mean: np.ndarray,
+def _two_stage_mask(rows: IntervalTable, candidates: Sequence[str], t_mean: np.ndarray,
                     w: np.ndarray, notes: list[str]) -> np.ndarray | None:
     """The vLLM-only rows (no request went through LMCache, nothing stored) when they can fix
     the compute model on their own (LMCache's terms are then fitted on the other rows' excess
     over it: two stages); None for one joint fit."""
-    plain = np.array([not r.lookups and not r.stored_tokens and not
-                      (r.external_share > 0 and r.request_cached > 0) for r in rows])
+    plain: np.ndarray = ((np.nan_to_num(rows.lookups) == 0) & (np.nan_to_num(rows.stored_tokens) == 0)
+                         & ~_connected(rows))
     if not any(t in LMCACHE_TERMS for t in candidates) or plain.sum() < MIN_ROWS or (~plain).sum() < 1:
         return None
     if weighted_spread(t_mean[plain], w[plain])[1] < MIN_SPREAD:
@@ -341,7 +348,7 @@ def _two_stage_mask(rows: Sequence[Interval], candidates: Sequence[str], t_mean:
     return plain
 
 
-def _supported_terms(rows: Sequence[Interval], candidates: list[str], plain: np.ndarray | None,
+def _supported_terms(rows: IntervalTable, candidates: list[str], plain: np.ndarray | None,
                      bootstrap: int, seed: int, notes: list[str]) -> list[str]:
     """The candidate terms the bootstrap supports (their band excludes zero), in ``TERMS``
     order. LMCache's terms compete with each other (a request that stores chunks also went
@@ -370,7 +377,7 @@ def _supported_terms(rows: Sequence[Interval], candidates: list[str], plain: np.
     return [t for t in TERMS if t in terms]
 
 
-def _final_fit(rows: Sequence[Interval], terms: list[str], plain: np.ndarray | None, history: str,
+def _final_fit(rows: IntervalTable, terms: list[str], plain: np.ndarray | None, history: str,
                bootstrap: int, seed: int, notes: list[str]) -> PrefillCostModel:
     """The fit on the supported terms, its band (a second bootstrap) and how well it explains
     the history."""
@@ -393,7 +400,7 @@ def _final_fit(rows: Sequence[Interval], terms: list[str], plain: np.ndarray | N
     if beta[terms.index("per_token")] == 0 and "attention" not in terms:
         notes.append("the fit put no cost on computed tokens: every prefill second is "
                      "per-request; cached tokens are then worth nothing")
-    return PrefillCostModel(CostStatus.FITTED, parts, history, len(rows), float(sum(r.requests for r in rows)),
+    return PrefillCostModel(CostStatus.FITTED, parts, history, len(rows), seq_sum(rows.requests),
                             rel_rms=rel_rms, notes=tuple(notes), draws=tuple(map(tuple, full)))
 
 

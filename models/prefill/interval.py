@@ -1,12 +1,12 @@
 """Observations the prefill cost model is fitted on: one target's (or one scrape round's)
-increases over one scrape interval (``Interval``), how rows of one round merge, and the engine
+increases over one scrape interval (``Interval``), scrape rounds (``rounds``), and the engine
 time an interval's prefill timers stand for (``engine_prefill_seconds``). The model and the fit
 are in ``kvplan.models.prefill.fit``."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 DECODE_STEP_SHARE = 0.25
@@ -132,54 +132,14 @@ class Interval:
         return max(0.0, total - decode)
 
 
-def merge(rows: Sequence[Interval]) -> Interval:
-    """One row from several targets' intervals of the same scrape round (sums)."""
-    def opt_sum(name: str) -> float | None:
-        vals = [getattr(r, name) for r in rows if getattr(r, name) is not None]
-        return sum(vals) if vals else None
-
-    buckets: dict[float, float] = {}
-    for r in rows:
-        for le, c in r.step_buckets:
-            buckets[le] = buckets.get(le, 0.0) + c
-    return Interval(
-        t_start=min(r.t_start for r in rows), t_end=max(r.t_end for r in rows),
-        requests=sum(r.requests for r in rows),
-        prefill_seconds=sum(r.prefill_seconds for r in rows),
-        computed_tokens=sum(r.computed_tokens for r in rows),
-        prompt_tokens=(sum(r.request_prompt for r in rows)
-                       if any(r.prompt_tokens is not None for r in rows) else None),
-        cached_tokens=opt_sum("cached_tokens"), external_tokens=opt_sum("external_tokens"),
-        stored_tokens=opt_sum("stored_tokens"), lookup_seconds=opt_sum("lookup_seconds"),
-        lookups=opt_sum("lookups"),
-        engines=sum(r.engines for r in rows),
-        inference_seconds=opt_sum("inference_seconds"),
-        generation_tokens=opt_sum("generation_tokens"),
-        step_buckets=tuple(sorted(buckets.items())),
-        targets=tuple(t for r in rows for t in r.targets), reset=any(r.reset for r in rows))
-
-
 def rounds(intervals: Iterable[Interval], tolerance_s: float | None = None) -> list[Interval]:
     """Group every target's intervals into scrape rounds (ends within ``tolerance_s``, default
     a quarter of the median interval, at most 2 s; never two intervals of one target) and sum
     each round: deployment-level rows, so LMCache's stores (a separate target) line up with the
-    vLLM intervals they belong to."""
-    rows = sorted(intervals, key=lambda r: r.t_end)
-    if not rows:
-        return []
-    if tolerance_s is None:
-        lengths = sorted(r.seconds for r in rows if r.seconds > 0)
-        tolerance_s = min(2.0, 0.25 * lengths[len(lengths) // 2]) if lengths else 0.0
-    out, group = [], [rows[0]]
-    for r in rows[1:]:
-        seen = {t for g in group for t in g.targets}
-        if r.t_end - group[0].t_end <= tolerance_s and not seen & set(r.targets):
-            group.append(r)
-        else:
-            out.append(merge(group))
-            group = [r]
-    out.append(merge(group))
-    return out
+    vLLM intervals they belong to. Computed over columns (``kvplan.models.prefill.table``)."""
+    from .table import IntervalTable  # the table builds on Interval: imported when called
+
+    return IntervalTable.of(intervals).rounds(tolerance_s).intervals()
 
 
 def engine_prefill_seconds(iv: Interval) -> tuple[float, float, bool]:

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .interval import Interval, engine_prefill_seconds
+from .interval import Interval
+from .table import IntervalTable
 
 LMCACHE_TERMS = ("store", "load", "lmcache_request")
 ALONE_FLOOR = 0.01
@@ -18,22 +19,21 @@ HUBER_K = 1.5
 """Residuals beyond this many robust standard deviations weigh less (Huber weights)."""
 
 
-def design(rows: Sequence[Interval], terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray,
-                                                                        np.ndarray]:
+def design(rows: Sequence[Interval] | IntervalTable, terms: Sequence[str]) -> tuple[np.ndarray, np.ndarray,
+                                                                                     np.ndarray]:
     """Per-request means: X (rows x terms), y (engine prefill seconds per request), w."""
-    X, y, w = [], [], []
-    for r in rows:
-        n = r.requests
-        t, cached = r.computed_tokens / n, r.request_cached / n
-        p = t + cached
-        cols = {"fixed": 1.0, "per_token": t, "attention": (p * p - cached * cached) / 2.0,
-                "store": (r.stored_tokens or 0.0) / n,
-                "load": cached * r.external_share,
-                "lmcache_request": min(1.0, (r.lookups or 0.0) / n)}
-        X.append([cols[k] for k in terms])
-        y.append(engine_prefill_seconds(r)[0] / n)
-        w.append(n * max(r.alone_share(), ALONE_FLOOR))
-    return np.asarray(X, float), np.asarray(y, float), np.asarray(w, float)
+    r = IntervalTable.of(rows)
+    n = r.requests
+    t, cached = r.computed_tokens / n, r.request_cached / n
+    p = t + cached
+    cols = {"fixed": np.ones(len(r)), "per_token": t, "attention": (p * p - cached * cached) / 2.0,
+            "store": np.nan_to_num(r.stored_tokens) / n,
+            "load": cached * r.external_share,
+            "lmcache_request": np.minimum(1.0, np.nan_to_num(r.lookups) / n)}
+    X = np.column_stack([cols[k] for k in terms]) if terms else np.empty((len(r), 0))
+    y = r.engine_prefill_seconds()[0] / n
+    w = n * np.maximum(r.alone_share(), ALONE_FLOOR)
+    return X.astype(float).reshape(len(r), len(terms)), y.astype(float), w.astype(float)
 
 
 def _nnls_gram(G: np.ndarray, h: np.ndarray, yy: float) -> np.ndarray:
@@ -93,7 +93,7 @@ class Estimator:
     vLLM-only rows) -- the compute terms on those rows, then LMCache's terms on the other rows'
     excess over them. Huber weights are computed once per stage; ``bootstrap`` resamples rows."""
 
-    def __init__(self, rows: Sequence[Interval], terms: Sequence[str], plain: np.ndarray | None):
+    def __init__(self, rows: Sequence[Interval] | IntervalTable, terms: Sequence[str], plain: np.ndarray | None):
         self.X, self.y, w = design(rows, terms)
         self.terms = list(terms)
         self.plain = plain

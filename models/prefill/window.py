@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .fit import BAND, PrefillCostModel, draw_percentile
-from .interval import Interval, engine_prefill_seconds, rounds
+from .interval import Interval
+from .table import IntervalTable, none_as_zero, seq_sum
 
 
 # ---- the priced window --------------------------------------------------------------------
@@ -99,58 +100,49 @@ class PricedWindow:
         return self.device_cached + self.external_cached
 
     @classmethod
-    def from_intervals(cls, intervals: Iterable[Interval], *, t_from: float, t_to: float
+    def from_intervals(cls, intervals: Iterable[Interval] | IntervalTable, *, t_from: float, t_to: float
                        ) -> PricedWindow:
-        """Sum the intervals that lie inside [t_from, t_to] (unix seconds)."""
-        raw = [r for r in intervals if r.t_end > t_from and r.t_start >= t_from - 1e-6
-               and r.t_end <= t_to + 1e-6]
-        vllm_rows = [r for r in raw if r.engines > 0]
-        spans = merge_spans((max(r.t_start, t_from), min(r.t_end, t_to)) for r in vllm_rows)
+        """Sum the intervals that lie inside [t_from, t_to] (unix seconds): the vLLM targets'
+        covered span and busiest hour from the intervals, everything else from the scrape rounds
+        (``IntervalTable.rounds``), summed over columns in row order."""
+        every = IntervalTable.of(intervals)
+        inside = (every.t_end > t_from) & (every.t_start >= t_from - 1e-6) & (every.t_end <= t_to + 1e-6)
+        raw = every if inside.all() else every.take(inside)  # the history's own rounds when it is the window
+        vllm_rows = raw.take(raw.engines > 0)
+        spans = merge_spans(zip(np.maximum(vllm_rows.t_start, t_from).tolist(),
+                                np.minimum(vllm_rows.t_end, t_to).tolist(), strict=True))
         covered = sum(b - a for a, b in spans)
-        peak = peak_hour_rate(vllm_rows, spans)
-        rows = rounds(raw)
-        boot = resample_hit_and_load(rows)
-        req = prompt = comp = dev = ext = stored = gen = lookup = exposed = lookups = 0.0
-        dev_att = cached_att = prompt_att = prefill = 0.0
-        busy: float | None = None
-        engines = 0
-        for r in rows:
-            stored += r.stored_tokens or 0.0
-            exposed += (r.stored_tokens or 0.0) * r.exposure()
-            engines = max(engines, r.engines)
-            cap = r.seconds * max(r.engines, 1)
-            running = min(r.inference_seconds, cap) if r.inference_seconds is not None else None
-            if running is not None:
-                busy = (busy or 0.0) + running
-            if r.lookup_seconds:
-                lookup += r.lookup_seconds * r.exposure()
-            if r.lookups:
-                lookups += r.lookups * r.exposure()
-            gen += r.generation_tokens or 0.0
-            if r.requests <= 0:
-                continue
-            n, c = r.requests, r.request_cached
-            e = c * r.external_share
-            d = c - e
-            p = r.request_prompt
-            req += n
-            prompt += p
-            comp += r.computed_tokens
-            dev += d
-            ext += e
-            dev_att += d * d / (2 * n)
-            cached_att += c * c / (2 * n)
-            prompt_att += p * p / (2 * n)
-            prefill += engine_prefill_seconds(r)[0]
+        peak = _peak_hour_rate(vllm_rows, spans)
+        r = raw.rounds()
+        boot = _resample(r)
+        stored = none_as_zero(r.stored_tokens)
+        exposure = r.exposure()
+        cap = r.seconds * np.maximum(r.engines, 1)
+        has_running = ~np.isnan(r.inference_seconds)
+        running = np.minimum(r.inference_seconds, cap)
+        lookup_s, lookups = none_as_zero(r.lookup_seconds), none_as_zero(r.lookups)
+        busy_rows = r.requests > 0
+        n = np.where(busy_rows, r.requests, 1.0)
+        c = r.request_cached
+        e = c * r.external_share
+        d = c - e
+        p = r.request_prompt
+
+        def busy(x: np.ndarray) -> float:  # summed over the rows with requests, in order
+            return seq_sum(np.where(busy_rows, x, 0.0))
+
         return cls(asked_seconds=max(0.0, t_to - t_from), covered_seconds=covered,
-                   requests=req, prompt_tokens=prompt, computed_tokens=comp,
-                   device_cached=dev, external_cached=ext, stored_tokens=stored,
-                   device_attention=dev_att, cached_attention=cached_att,
-                   prompt_attention=prompt_att, engines=engines,
-                   prefill_engine_seconds=prefill, generation_tokens=gen,
-                   engine_busy_seconds=busy, lookup_seconds=lookup,
-                   store_exposure=exposed / stored if stored > 0 else 1.0,
-                   exposed_lookups=lookups, peak_hour_requests_per_s=peak, resamples=boot)
+                   requests=busy(r.requests), prompt_tokens=busy(p), computed_tokens=busy(r.computed_tokens),
+                   device_cached=busy(d), external_cached=busy(e), stored_tokens=seq_sum(stored),
+                   device_attention=busy(d * d / (2 * n)), cached_attention=busy(c * c / (2 * n)),
+                   prompt_attention=busy(p * p / (2 * n)), engines=int(max(0, r.engines.max(initial=0))),
+                   prefill_engine_seconds=busy(r.engine_prefill_seconds()[0]),
+                   generation_tokens=seq_sum(none_as_zero(r.generation_tokens)),
+                   engine_busy_seconds=seq_sum(running[has_running]) if has_running.any() else None,
+                   lookup_seconds=seq_sum(np.where(lookup_s != 0, lookup_s * exposure, 0.0)),
+                   store_exposure=(seq_sum(stored * exposure) / seq_sum(stored)) if seq_sum(stored) > 0 else 1.0,
+                   exposed_lookups=seq_sum(np.where(lookups != 0, lookups * exposure, 0.0)),
+                   peak_hour_requests_per_s=peak, resamples=boot)
 
     def at_hit_rate(self, hit_rate: float) -> PricedWindow:
         """The same traffic as if ``hit_rate`` of prompt tokens had been cached (the tiers in
@@ -179,18 +171,21 @@ RESAMPLES = 200
 RESAMPLE_SEED = 7
 
 
-def resample_hit_and_load(rows: Sequence[Interval], draws: int = RESAMPLES,
+def resample_hit_and_load(rows: Sequence[Interval] | IntervalTable, draws: int = RESAMPLES,
                           seed: int = RESAMPLE_SEED) -> tuple[tuple[float, float], ...]:
     """Bootstrap the window's intervals (with requests and prompt tokens): per resample the
     token-weighted hit rate and the mean requests per interval relative to the window's. Empty
     with fewer than 2 such intervals."""
-    use = [r for r in rows if r.requests > 0 and r.request_prompt > 0]
-    if len(use) < 2:
+    return _resample(IntervalTable.of(rows), draws, seed)
+
+
+def _resample(rows: IntervalTable, draws: int = RESAMPLES, seed: int = RESAMPLE_SEED
+              ) -> tuple[tuple[float, float], ...]:
+    use = (rows.requests > 0) & (rows.request_prompt > 0)
+    if use.sum() < 2:
         return ()
-    cached = np.array([r.request_cached for r in use], dtype=float)
-    prompt = np.array([r.request_prompt for r in use], dtype=float)
-    req = np.array([r.requests for r in use], dtype=float)
-    idx = np.random.default_rng(seed).integers(0, len(use), size=(draws, len(use)))
+    cached, prompt, req = rows.request_cached[use], rows.request_prompt[use], rows.requests[use]
+    idx = np.random.default_rng(seed).integers(0, len(req), size=(draws, len(req)))
     hit = cached[idx].sum(axis=1) / prompt[idx].sum(axis=1)
     load = req[idx].mean(axis=1) / req.mean()
     return tuple((float(h), float(k)) for h, k in zip(hit, load, strict=True))
@@ -212,31 +207,46 @@ PEAK_HOUR_MIN_COVER_S = 600.0
 seconds at an hour's edge would give a rate from a handful of requests)."""
 
 
-def peak_hour_rate(rows: Sequence[Interval], spans: Sequence[tuple[float, float]]) -> float | None:
+def peak_hour_rate(rows: Sequence[Interval] | IntervalTable, spans: Sequence[tuple[float, float]]) -> float | None:
     """Requests per second of the busiest UTC hour: each interval's requests are spread over the
     hours it spans in proportion to time (a missed scrape makes one interval of two); an hour's
     rate divides by the seconds of it the data covers (``spans``, the vLLM targets' intervals,
     merged). Hours covered for less than ``PEAK_HOUR_MIN_COVER_S`` compete
     only when no hour is covered longer."""
-    def hours(a: float, b: float) -> Iterator[tuple[int, float]]:
-        h = int(a // 3600)
-        while h * 3600 < b:
-            yield h, max(0.0, min(b, (h + 1) * 3600) - max(a, h * 3600))
-            h += 1
+    return _peak_hour_rate(IntervalTable.of(rows), spans)
 
-    reqs: dict[int, float] = {}
-    for r in rows:
-        if r.requests > 0 and r.t_end > r.t_start:
-            for h, sec in hours(r.t_start, r.t_end):  # a long interval (a missed scrape) is spread
-                reqs[h] = reqs.get(h, 0.0) + r.requests * sec / (r.t_end - r.t_start)
-    if not reqs:
+
+def _hours(a: float, b: float) -> Iterator[tuple[int, float]]:
+    """(UTC hour, seconds of [a, b) in it) for every hour [a, b) touches."""
+    h = int(a // 3600)
+    while h * 3600 < b:
+        yield h, max(0.0, min(b, (h + 1) * 3600) - max(a, h * 3600))
+        h += 1
+
+
+def _peak_hour_rate(rows: IntervalTable, spans: Sequence[tuple[float, float]]) -> float | None:
+    use = (rows.requests > 0) & (rows.t_end > rows.t_start)
+    a, b, n = rows.t_start[use], rows.t_end[use], rows.requests[use]
+    if not len(a):
         return None
+    # every (interval, hour it spans), interval by interval and hour by hour: the order the
+    # requests of an hour are added in (np.add.at adds in index order)
+    first = np.floor_divide(a, 3600)
+    k = int((np.floor_divide(b, 3600) - first).max()) + 1
+    h = first[:, None] + np.arange(k)[None, :]
+    inside = h * 3600 < b[:, None]
+    sec = np.maximum(0.0, np.minimum(b[:, None], (h + 1) * 3600) - np.maximum(a[:, None], h * 3600))
+    share = n[:, None] * sec / (b - a)[:, None]
+    hours, share = h[inside].astype(np.int64), share[inside]
+    keys, at = np.unique(hours, return_inverse=True)
+    reqs = np.zeros(len(keys))
+    np.add.at(reqs, at, share)
     cover: dict[int, float] = {}
-    for a, b in merge_spans(spans):
-        for h, sec in hours(a, b):
-            cover[h] = cover.get(h, 0.0) + sec
-    rates = {h: n / cover[h] for h, n in reqs.items() if cover.get(h, 0.0) > 0}
-    long = {h: v for h, v in rates.items() if cover[h] >= PEAK_HOUR_MIN_COVER_S}
+    for x, y in merge_spans(spans):
+        for hour, s in _hours(x, y):
+            cover[hour] = cover.get(hour, 0.0) + s
+    rates = {hr: v / cover[hr] for hr, v in zip(keys.tolist(), reqs.tolist(), strict=True) if cover.get(hr, 0.0) > 0}
+    long = {hr: v for hr, v in rates.items() if cover[hr] >= PEAK_HOUR_MIN_COVER_S}
     pick = long or rates
     return max(pick.values()) if pick else None
 

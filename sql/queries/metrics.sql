@@ -49,6 +49,21 @@ WHERE d.name = $deployment AND sa.ts BETWEEN $t_from AND $t_to AND se.type = 'ga
 GROUP BY ALL
 ORDER BY se.name, t.name;
 
+-- name: note_gauges
+-- The last value of each gauge series of a deployment over the window, for the gauge names
+-- $names and LMCache's in-process ones (lmcache:*): what window_stats notes. The series are
+-- chosen before the samples are read (window_gauges reads every gauge sample of the window).
+SELECT se.name, se.model_name, se.engine, se.labels, t.name AS target, arg_max(sa.value, sa.ts) AS last
+FROM samples sa
+JOIN series se ON se.series_id = sa.series_id
+JOIN targets t ON t.target_id = se.target_id
+JOIN deployments d ON d.deployment_id = t.deployment_id
+WHERE d.name = $deployment AND sa.ts BETWEEN $t_from AND $t_to AND se.type = 'gauge'
+  AND (list_contains($names, se.name) OR se.name LIKE 'lmcache:%')
+  AND ($model_name IS NULL OR se.model_name = $model_name)
+GROUP BY ALL
+ORDER BY se.name, t.name;
+
 -- name: deployments
 -- Every deployment with its targets and data range.
 SELECT d.name AS deployment, count(DISTINCT t.target_id) AS targets,
