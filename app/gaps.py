@@ -1,6 +1,6 @@
 """The recorded gaps of a window, for the time charts (``kvplan.app.charts.Timeline``): runs of
-failed scrapes per target (query ``scrape_gaps``) and Prometheus ingestion gaps
-(``ingest_gaps``). Time buckets without data are found by the charts themselves."""
+failed scrapes per target and Prometheus ingestion gaps
+(``data.collection.scrape_gaps`` / ``ingest_gaps``). Time buckets without data are found by the charts themselves."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from datetime import datetime
 
 from ..sql.db import Source
 from .charts import Gap, Timeline
+from .data.collection import ingest_gaps, scrape_gaps
 
 
 def recorded_gaps(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:
     """``source``: a ``Database`` or a ``Snapshot``."""
     out = [Gap(r["t_from"], r["t_to"], f"{r['target']}: {r['failed']} failed scrape(s) ({_short(r['error'])})")
-           for r in source.fetch("scrape_gaps", deployment=deployment, t_from=t_from, t_to=t_to)]
+           for r in scrape_gaps(source, deployment, t_from, t_to)]
     out += [Gap(r["t_from"], r["t_to"], f"{r['target'] or 'whole deployment'}: {r['reason']}")
-            for r in source.fetch("ingest_gaps", deployment=deployment, t_from=t_from, t_to=t_to)]
+            for r in ingest_gaps(source, deployment, t_from, t_to)]
     return tuple(sorted(out, key=lambda g: g.t_from))
 
 

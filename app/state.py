@@ -17,6 +17,7 @@ from ..models.inputs.settings import Settings
 from ..sql.db import Database
 from .config import load_settings
 from .data.store import DeploymentSettings, deployment_settings, deployments_with_data
+from .data.store import model_names as store_model_names
 
 if TYPE_CHECKING:
     from streamlit.elements.vega_charts import AltairChart
@@ -93,7 +94,7 @@ def deployments(path: str) -> list[dict]:
 
 @st.cache_data(ttl=15, show_spinner=False)
 def model_names(path: str, deployment: str) -> list[str]:
-    return [r["model_name"] for r in db().fetch("models", deployment=deployment)]
+    return store_model_names(db(), deployment)
 
 
 @dataclass(frozen=True)

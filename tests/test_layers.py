@@ -271,3 +271,22 @@ def test_the_loop_check_sees_an_import_inside_a_function():
     f = ROOT / "collectors" / "traces" / "request_logs.py"
     edges = import_edges(f, known, "def f():\n    from .ingest import import_trace\n")
     assert edges == {"kvplan.collectors.traces.ingest"}
+
+
+def fetch_calls(path: Path, source: str | None = None) -> list[str]:
+    """``file:line`` of every ``x.fetch(...)`` call in ``path`` (a named query run)."""
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    return [f"{rel(path) if path.is_relative_to(ROOT) else path}:{n.lineno}" for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "fetch"]
+
+
+def test_the_app_reads_the_database_only_in_app_data():
+    """Pages, views, the CLI and the report receive typed data from ``app/data``; none runs a query."""
+    bad = [hit for f in files("app") if not f.is_relative_to(ROOT / "app" / "data") for hit in fetch_calls(f)]
+    assert bad == []
+
+
+def test_the_fetch_check_sees_a_call_but_not_a_comment(tmp_path):
+    f = tmp_path / "v.py"
+    f.write_text("# db.fetch('x') in a comment\ndef g(db):\n    return [r for r in db.fetch('traces')]\n")
+    assert fetch_calls(f) == [f"{f}:3"]

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from kvplan.models.prefill.fit import CostPart, PrefillCostModel, fit_prefill_cost
-from kvplan.models.prefill.interval import Interval, engine_prefill_seconds, rounds
+from kvplan.models.prefill.interval import Interval, engine_prefill_seconds
+from kvplan.models.prefill.table import rounds
 from kvplan.models.prefill.window import MeasuredAB, PricedWindow, tier_savings
 
 A, B = 0.010, 4e-5  # 10 ms per request, 40 us per computed token

@@ -29,8 +29,7 @@ from kvplan.app.data.prefill import prefill_intervals, prefill_table
 from kvplan.models.core.timeutil import aware_utc, from_epoch_s
 from kvplan.models.prefill import table as table_module
 from kvplan.models.prefill.fit import fit_prefill_cost
-from kvplan.models.prefill.interval import rounds
-from kvplan.models.prefill.table import IntervalTable
+from kvplan.models.prefill.table import IntervalTable, rounds
 from kvplan.models.prefill.window import PricedWindow
 from kvplan.sql.db import Database
 from tests import prefill_reference as ref

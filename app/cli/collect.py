@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from ...models.core.errors import KvplanError
+from ..data.collection import ingest_gaps
 from .common import ConfigOpt, DbOpt, err, fail, open_writer, out, parse_time, settings
 
 
@@ -86,7 +87,7 @@ def ingest(
         with logged_run(database, "ingest", deployment=deployment) as run:
             res = ingest_range(database, s.prometheus, dep, t0, t1, step=step, chunk=chunk, on_chunk=tick)
             run.rows, run.errors, run.notes = res.rows, res.failed, res.errors[:3]
-    gaps = database.fetch("ingest_gaps", deployment=deployment, t_from=t0, t_to=t1)
+    gaps = ingest_gaps(database, deployment, t0, t1)
     what = "raw samples" if res.lost is None else "per-step sums"
     out.print(f"{deployment}: {res.chunks} chunks ({res.failed} failed), {res.raw_samples} {what} -> "
               f"{res.increments} step increases + {res.gauges} gauge values [{res.mode}]", highlight=False)

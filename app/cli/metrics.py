@@ -11,6 +11,7 @@ import typer
 from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.metrics.catalog import KINDS
+from ..data.collection import recent_scrapes
 from ..data.store import require_deployment
 from .common import (
     ConfigOpt,
@@ -86,7 +87,7 @@ def scrape(
                           timeout_s=s.scrape_timeout_s, max_bytes=s.scrape_max_bytes)
         if r.status == "failed-recorded":
             failed += 1
-            last = database.fetch("scrape_log", deployment=deployment, limit=50)
+            last = recent_scrapes(database, deployment, limit=50)
             msg = next((x["error"] for x in last if x["target"] == r.target and not x["ok"]), "failed")
             err.print(f"[red]{redact_url(url)}[/red]: {msg}", highlight=False, soft_wrap=True)
         else:

@@ -37,7 +37,7 @@ def deployments_with_data(source: Source) -> list[dict]:
 
 def require_deployment(source: Source, deployment: str) -> None:
     """``KvplanError`` listing the known names when the database holds no such deployment."""
-    known = {d["deployment"] for d in source.fetch("deployments")}
+    known = set(deployment_names(source))
     if deployment not in known:
         raise KvplanError(f"no deployment {deployment!r} in {source.path} "
                           f"(known: {', '.join(sorted(known)) or 'none'})", source="--deployment")
@@ -224,3 +224,27 @@ def deployment_settings(settings: Settings | None, deployment: str) -> Deploymen
             return DeploymentSettings(d.gpus, prices, f"deployments.{i}.gpus", d.deployment_facts(),
                                       f"config deployments.{i}" + (".facts" if d.facts else ".gpus_per_engine"))
     return DeploymentSettings(prices=prices)
+
+
+def model_names(source: Source, deployment: str) -> list[str]:
+    """The ``model_name`` values the deployment's series carry."""
+    return [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+
+
+def deployment_names(source: Source) -> list[str]:
+    """Every deployment the database knows (with data or not)."""
+    return [r["deployment"] for r in source.fetch("deployments")]
+
+
+def deployment_span(source: Source, deployment: str) -> tuple[float, float] | None:
+    """The unix seconds of the deployment's first and last sample (None: no sample)."""
+    rows = source.fetch("deployment_span", deployment=deployment)
+    if not rows or rows[0]["t0"] is None:
+        return None
+    return float(rows[0]["t0"]), float(rows[0]["t1"])
+
+
+def cache_config_rows(source: Source, deployment: str) -> list[dict]:
+    """The deployment's ``vllm:cache_config_info`` series, newest first (``target``, ``labels`` as
+    JSON text)."""
+    return source.fetch("cache_config_info", deployment=deployment)

@@ -19,6 +19,7 @@ from ...models.metrics.spellings import CACHED_DAY, CACHED_RULE_NAMES, cached_of
 from ...models.metrics.window import Increase, WindowStats, window_stats
 from ...models.metrics.window_notes import null_reasons
 from ...sql.db import Source
+from .store import model_names
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ def check_model(source: Source, deployment: str, model_name: str | None) -> None
     """A ``--model`` the deployment's data does not have is an error naming the ones it has."""
     if model_name is None:
         return
-    known = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+    known = model_names(source, deployment)
     if model_name not in known:
         raise KvplanError(f"no model {model_name!r} in deployment {deployment!r} (known: "
                           f"{', '.join(map(repr, known)) or 'none: no model_name label'})", source="--model")
@@ -187,9 +188,9 @@ def why_empty(source: Source, deployment: str, t_from: datetime, t_to: datetime,
     one scrape per target, or a model not in the data."""
     per_target = source.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to)
     span = next((d for d in source.fetch("deployments") if d["deployment"] == deployment), None)
-    model_names = [r["model_name"] for r in source.fetch("models", deployment=deployment)]
     return null_reasons({r["target"]: r["ok"] for r in per_target},
-                        (span["first_scrape"], span["last_scrape"]) if span else None, model_name, model_names)
+                        (span["first_scrape"], span["last_scrape"]) if span else None, model_name,
+                        model_names(source, deployment))
 
 
 @dataclass(frozen=True)

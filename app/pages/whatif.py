@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from kvplan.app import charts_whatif, state
+from kvplan.app.data.traces import trace_deployments, traces_of
 from kvplan.app.report import fmt
 from kvplan.app.views.whatif import WhatIf, whatif
 
@@ -100,7 +101,7 @@ def topology_section(d: WhatIf) -> None:
 
 db = state.db()
 path = str(db.path)
-deps = [r["deployment"] for r in db.fetch("trace_deployments")] if db.path.exists() else []
+deps = trace_deployments(db) if db.path.exists() else []
 if not deps:
     st.info("No request trace yet. Start LMCache with `--lookup-hash-log-dir DIR` and import its "
             "logs, or import a Mooncake-format trace:\n\n"
@@ -111,7 +112,7 @@ sb = st.sidebar
 current = st.session_state.get("deployment")
 dep = sb.selectbox("Deployment (with a trace)", deps,
                    index=deps.index(current) if current in deps else 0, key="whatif_deployment")
-traces = db.fetch("traces", deployment=dep)
+traces = traces_of(db, dep)
 names = [t["name"] for t in traces]
 name = sb.selectbox("Trace", names, key="whatif_trace")
 info = next(t for t in traces if t["name"] == name)

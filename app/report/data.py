@@ -13,6 +13,7 @@ from ...models.metrics.serving import ServingTopology
 from ...models.metrics.spans import chart_step
 from ...sql.db import Database, queries
 from ..charts import Timeline
+from ..data.collection import provenance
 from ..data.history import load_history
 from ..data.store import DeploymentSettings, month_window
 from ..data.sweeps import SweepView, sweep_view_of
@@ -109,6 +110,7 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
         ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win, history=history)
         whatif_html = whatif_section(src, deployment, history=history)
         runs = runs_view(src, deployment)
+        prov = provenance(src, deployment, t_from, t_to)
         return ReportData(
             deployment=deployment, month=month, model_name=model_name, t_from=t_from, t_to=t_to, overview=ov,
             cache=cache_view(src, deployment, d_from, d_to, step, model_name, win=win, buckets=buckets),
@@ -117,8 +119,7 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
                                  tpot_slo_s=ov.plan.inputs.planning.tpot_p99_slo_seconds, win=win, buckets=buckets),
             runs=runs, topology=topology_view(src, deployment, t_from, t_to),
             collection=collection_view(src, deployment, t_from, t_to),
-            scrape_counts=src.fetch("scrape_count_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
-            ledger=src.fetch("ingest_ledger", deployment=deployment, t_from=t_from, t_to=t_to),
+            scrape_counts=prov.scrape_counts, ledger=prov.ledger,
             measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
             prompts_html=prompts_html,
             sweep=sweep_view_of(ov.sweep, ov.plan.inputs.planning.ttft_p99_slo_seconds,

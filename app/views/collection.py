@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ...models.core.timeutil import DAY, ceil_day, floor_day
 from ...models.metrics.serving import ServingTopology, serving_topology
 from ...sql.db import Source
+from ..data.collection import collection_rows, topology_rows
 
 
 @dataclass(frozen=True)
@@ -29,19 +29,11 @@ class CollectionView:
 
 
 def collection_view(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> CollectionView:
-    days = source.fetch("dashboard_rolled_days", deployment=deployment, d_from=floor_day(t_from),
-                        d_to=ceil_day(t_to) + DAY)
-    runs = [r for r in source.fetch("collector_runs", limit=200) if r["deployment"] in (deployment, None)][:50]
-    return CollectionView(
-        targets=source.fetch("targets", deployment=deployment),
-        recent_errors=source.fetch("recent_failed_scrapes", deployment=deployment, limit=20),
-        failed_scrapes=source.fetch("failed_scrapes_in_window", deployment=deployment, t_from=t_from, t_to=t_to),
-        scheduler_runs=runs,
-        gaps=source.fetch("ingest_gaps", deployment=deployment, t_from=t_from, t_to=t_to),
-        nightly=source.fetch("nightly_days"),
-        rolled_days=len(days))
+    r = collection_rows(source, deployment, t_from, t_to)
+    return CollectionView(targets=r.targets, recent_errors=r.recent_errors, failed_scrapes=r.failed_scrapes,
+                          scheduler_runs=r.scheduler_runs, gaps=r.gaps, nightly=r.nightly, rolled_days=r.rolled_days)
 
 
 def topology_view(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> ServingTopology:
     """Servers and engines per node (host of the target URL), shared or private caches."""
-    return serving_topology(source.fetch("dashboard_topology", deployment=deployment, t_from=t_from, t_to=t_to))
+    return serving_topology(topology_rows(source, deployment, t_from, t_to))

@@ -25,7 +25,7 @@ from ...collectors.requests.render import Renderer
 from ...models.core.errors import KvplanError
 from ...models.prompts.predict import Outcome
 from ...sql.db import Database
-from ..data.store import DeploymentSettings
+from ..data.store import DeploymentSettings, cache_config_rows, deployment_names, deployment_span
 
 DEFAULT_BLOCK_SIZE = 16
 
@@ -35,7 +35,7 @@ def engine_config(db: Database | None, deployment: str | None) -> dict[str, Any]
     (None when kvplan has none)."""
     if db is None or deployment is None:
         return None
-    for row in db.fetch("cache_config_info", deployment=deployment):
+    for row in cache_config_rows(db, deployment):
         labels = json.loads(row["labels"])
         try:
             bs = int(labels["block_size"])
@@ -104,9 +104,9 @@ def pricing(result: CheckResult, db: Database | None, deployment: str | None,
     spt = usd = None
     source = None
     if db is not None and deployment is not None:
-        rows = db.fetch("deployment_span", deployment=deployment)
-        if rows and rows[0]["t0"] is not None:
-            spt, usd = _deployment_price(db, deployment, float(rows[0]["t0"]), float(rows[0]["t1"]), cfg)
+        span = deployment_span(db, deployment)
+        if span is not None:
+            spt, usd = _deployment_price(db, deployment, span[0], span[1], cfg)
         if spt is not None:
             source = f"deployment {deployment}: its fitted prefill cost per cached token and its price book"
     if spt is None or usd is None:
@@ -151,9 +151,9 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
     """The whole check as one JSON-ready dict (``kvplan prompts check --json``). ``with_example``
     (the dashboard only, never the CLI or the report) adds ``example_prompt``: the first request
     the top finding broke, its rendered text and the divergent line's range, for highlighting."""
-    if deployment is not None and db is not None and not db.fetch("cache_config_info", deployment=deployment) \
-            and not db.fetch("deployment_span", deployment=deployment)[0]["t0"]:
-        known = [r["deployment"] for r in db.fetch("deployments")]
+    if deployment is not None and db is not None and not cache_config_rows(db, deployment) \
+            and deployment_span(db, deployment) is None:
+        known = deployment_names(db)
         if deployment not in known:
             raise KvplanError(f"no such deployment (known: {', '.join(known) or 'none'})", source="--deployment")
     bs, gb, notes = settings_for(db, deployment, block_size, gpu_blocks)

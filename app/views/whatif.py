@@ -37,6 +37,7 @@ from ...sql.db import Database, Snapshot, Source
 from ..answers import Answer
 from ..data.history import History, load_history
 from ..data.store import DeploymentSettings, load_pricebook
+from ..data.traces import trace_span
 from .whatif_topology import TopologyWhatIf, topology_span, topology_whatif
 
 DEFAULT_RANKS = 8
@@ -227,11 +228,6 @@ def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | 
             bad(option, x, f"a finite number above 0 and at most {top:g}")
 
 
-def _trace_span(db: Source, trace_id: int) -> tuple[float, float]:
-    (row,) = db.fetch("trace_span", trace_id=trace_id)
-    return float(row["t0"] or 0.0), float(row["t1"] or 0.0)
-
-
 def _unix_span(t0: float, t1: float) -> bool:
     """True when [t0, t1] are unix times (a Mooncake trace starts at 0) spanning a second or more."""
     return t1 - t0 >= 1 and t0 >= 10**8
@@ -277,7 +273,7 @@ def whatif(source: Database | Snapshot, deployment: str, trace: str | None = Non
     notes: list[str] = []
     tr, info = _load(source, deployment, trace, model_name, t_from, t_to, notes)
     t0, t1 = ((float(tr.ts[0]), float(tr.ts[-1])) if tr.ts is not None and tr.requests
-              else _trace_span(source, info.trace_id))
+              else trace_span(source, info.trace_id))
     span = topology_span(tr, t_from, t_to)
     if history is None and span is not None and (latency or (seconds_per_cached_token is None
                                                              and _unix_span(t0, t1))):

@@ -8,7 +8,7 @@ The public names of the group, re-exported; each module says more."""
 from __future__ import annotations
 
 from .fit import CostPart, CostStatus, PrefillCostModel, fit_prefill_cost
-from .interval import Interval, rounds
+from .interval import Interval
 from .measurement import (
     PrefillMeasurement,
     measurement_from_stats,
@@ -16,7 +16,7 @@ from .measurement import (
     with_hit_rate,
 )
 from .savings import PrefillSavings, estimate_savings
-from .table import IntervalTable
+from .table import IntervalTable, rounds
 from .validation import ABValidation, validate_ab
 from .window import MeasuredAB, PricedWindow, TierSavings, tier_savings
 

@@ -6,7 +6,6 @@ are in ``kvplan.models.prefill.fit``."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 DECODE_STEP_SHARE = 0.25
@@ -130,16 +129,6 @@ class Interval:
             bound = max((le for le, _ in buckets if le <= min(batch, limit)), default=None)
         decode = next((c for le, c in buckets if le == bound), 0.0) if bound is not None else 0.0
         return max(0.0, total - decode)
-
-
-def rounds(intervals: Iterable[Interval], tolerance_s: float | None = None) -> list[Interval]:
-    """Group every target's intervals into scrape rounds (ends within ``tolerance_s``, default
-    a quarter of the median interval, at most 2 s; never two intervals of one target) and sum
-    each round: deployment-level rows, so LMCache's stores (a separate target) line up with the
-    vLLM intervals they belong to. Computed over columns (``kvplan.models.prefill.table``)."""
-    from .table import IntervalTable  # the table builds on Interval: imported when called
-
-    return IntervalTable.of(intervals).rounds(tolerance_s).intervals()
 
 
 def engine_prefill_seconds(iv: Interval) -> tuple[float, float, bool]:

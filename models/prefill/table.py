@@ -247,7 +247,7 @@ class IntervalTable:
 
     # ---- scrape rounds -----------------------------------------------------------------
     def rounds(self, tolerance_s: float | None = None) -> IntervalTable:
-        """``kvplan.models.prefill.interval.rounds`` over the table: rows sorted by end (stable),
+        """``kvplan.models.prefill.table.rounds`` over the table: rows sorted by end (stable),
         grouped while ends stay within ``tolerance_s`` of the group's first and no target
         repeats, each group summed in row order. With the default tolerance computed once per
         table: the fit and the priced window of one history share them."""
@@ -335,3 +335,11 @@ def histogram_matrix(rows: Sequence[dict[float, float]]) -> tuple[np.ndarray, np
             buckets[i, where[le]] = c
             has[i, where[le]] = True
     return les, buckets, has
+
+
+def rounds(intervals: Iterable[Interval], tolerance_s: float | None = None) -> list[Interval]:
+    """Group every target's intervals into scrape rounds (ends within ``tolerance_s``, default
+    a quarter of the median interval, at most 2 s; never two intervals of one target) and sum
+    each round: deployment-level rows, so LMCache's stores (a separate target) line up with the
+    vLLM intervals they belong to. Computed over columns."""
+    return IntervalTable.of(intervals).rounds(tolerance_s).intervals()

@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .fit import fit_prefill_cost
-from .interval import Interval, engine_prefill_seconds, rounds
+from .interval import Interval, engine_prefill_seconds
+from .table import rounds
 from .window import PricedWindow, tier_savings
 
 REL_TOLERANCE = 0.25

@@ -257,7 +257,7 @@ def budget_s(calibration_s: float) -> float:
 def _steps(intervals: Sequence) -> dict[str, float]:
     """Engine steps of a side's intervals (``vllm:iteration_tokens_total``): all of them, those
     that carried prefill (``Interval.prefill_steps``), the rest (decode only), and output tokens."""
-    from kvplan.models.prefill.interval import rounds
+    from kvplan.models.prefill.table import rounds
 
     rs = [r for r in rounds(intervals) if r.requests > 0 and r.step_buckets]
     steps = sum(sorted(r.step_buckets)[-1][1] for r in rs)
