@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING
 import altair as alt
 import pandas as pd
 
+from ..models.core.vocabulary import Routing
 from .charts import Layered
 
 if TYPE_CHECKING:
     from .views.whatif import WhatIf
 
 LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=4)
-ROUTING_LABELS = {"shared": "one shared pool", "round_robin": "private, round-robin",
-                  "random": "private, random", "prefix_affinity": "private, prefix affinity"}
+ROUTING_LABELS = {"shared": "one shared pool", Routing.ROUND_ROBIN: "private, round-robin",
+                  Routing.RANDOM: "private, random", Routing.PREFIX_AFFINITY: "private, prefix affinity"}
 
 
 def _x(d: WhatIf) -> tuple[str, str]:

@@ -41,6 +41,7 @@ import numpy as np
 from kvplan.models.cache import alternatives as alt
 from kvplan.models.cache import latency as lat
 from kvplan.models.cache.sim import GB, Trace, capacity_chunks
+from kvplan.models.core.vocabulary import Routing
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
@@ -115,7 +116,7 @@ def main() -> int:
         today = alt.today(tr, instances=1, engines=args.ranks, capacity_chunks=total)
         rows = [row("one shared pool", tr, alt.shared(tr, today, total), out, args.slo_s, seconds)]
         rows += [row(f"{args.ranks} private, {r.replace('_', ' ')}", tr, alt.private(tr, args.ranks, r, total), out,
-                     args.slo_s, seconds) for r in ("round_robin", "random", "prefix_affinity")]
+                     args.slo_s, seconds) for r in Routing]
         shared_row = rows[0]
         for r in rows[1:]:
             r["shared_hit_rate_ratio"] = shared_row["hit_rate"] / r["hit_rate"] if r["hit_rate"] else None

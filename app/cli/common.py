@@ -19,6 +19,7 @@ from rich.console import Console
 from ...models.core.errors import KvplanError
 from ...models.core.redact import redact
 from ...models.core.timeutil import parse_time as _parse_time
+from ...models.core.vocabulary import Routing
 from ...models.inputs.settings import Settings
 from ...sql.db import Database
 from ..config import load_settings
@@ -44,6 +45,14 @@ def positive(value: float | None) -> float | None:
     if checked is not None and not checked > 0:
         raise typer.BadParameter(f"must be a number above 0; got {value}")
     return value
+
+
+def routing_option(value: str) -> str:
+    """Typer callback: a routing in any accepted spelling, as its one name (``Routing``)."""
+    try:
+        return Routing.parse(value).value
+    except KvplanError as e:
+        raise typer.BadParameter(e.message) from None
 
 
 SEED_MAX = 2**32 - 1

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 import typer
 
 from ...models.core.errors import KvplanError
-from .common import SEED_MAX, ConfigOpt, DbOpt, err, open_writer, out, positive, settings
+from ...models.core.vocabulary import Routing
+from .common import SEED_MAX, ConfigOpt, DbOpt, err, open_writer, out, positive, routing_option, settings
 
 
 def pilot(
@@ -25,8 +26,9 @@ def pilot(
     prefix_chars: Annotated[int, typer.Option(min=0, max=100_000_000,
                                               help="Shared prefix / opening context length in characters.")] = 4000,
     tail_chars: Annotated[int, typer.Option(min=0, max=100_000_000, help="Per-request tail in characters.")] = 200,
-    routing: Annotated[Literal["round_robin", "random", "affinity"], typer.Option(
-        help="How a user's turns are routed across the servers.")] = "round_robin",
+    routing: Annotated[str, typer.Option(
+        help="How a user's turns are routed across the servers: round_robin, random or prefix_affinity "
+             "('affinity' is the older spelling).", callback=routing_option)] = "round_robin",
     seed: Annotated[int, typer.Option(min=0, max=SEED_MAX, help="Prompt text seed.")] = 0,
     max_requests: Annotated[int, typer.Option(min=1, max=100_000_000, help="Hard bound on requests sent.")] = 1000,
     max_seconds: Annotated[float, typer.Option(max=30 * 86400.0, callback=positive,
@@ -91,7 +93,7 @@ def pilot(
     s = settings(config, db)
     database = open_writer(s)
     w = wl.Workload(scenario=scenario, users=users, turns=turns, output_tokens=output_tokens,
-                    prefix_chars=prefix_chars, tail_chars=tail_chars, routing=routing, seed=seed,
+                    prefix_chars=prefix_chars, tail_chars=tail_chars, routing=Routing.parse(routing), seed=seed,
                     max_requests=max_requests, max_seconds=max_seconds)
     targets = [Target(default_target_name(u), u) for u in scrape or []]
     for t in targets:

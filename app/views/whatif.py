@@ -32,6 +32,7 @@ from ...models.cache.sim import GB, Trace
 from ...models.cache.value import CapacityValue
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import from_epoch_s
+from ...models.core.vocabulary import ROUTINGS
 from ...models.inputs.pricebook import PriceBook
 from ...sql.db import Database, Snapshot, Source
 from ..answers import Answer
@@ -133,7 +134,7 @@ class TopologyPoint(Answer):
     capacity_gb: float | None
     shared: float
     private: dict[str, float]
-    """Hit rate per routing (``round_robin``, ``random``, ``prefix_affinity``)."""
+    """Hit rate per routing (``models.core.vocabulary.Routing``)."""
 
     def to_dict(self) -> dict[str, Any]:  # the routings are keys of the point in the JSON
         return {"capacity_chunks": self.capacity_chunks, "capacity_gb": self.capacity_gb, "shared": self.shared,
@@ -252,7 +253,7 @@ def seconds_per_token_from_metrics(source: Source, history: History, t0: float, 
 
 
 def whatif(source: Database | Snapshot, deployment: str, trace: str | None = None, *, model_name: str | None = None,
-           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = pools.ROUTINGS,
+           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = ROUTINGS,
            seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
            configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
            tokens_per_month: float | None = None, capacity_gb: float | None = None,

@@ -20,7 +20,8 @@ vocabulary with ``random.Random`` seeded by strings):
 
 Routing decides the server per request: ``round_robin`` sends user u's turn t to
 server ``(u + t) % n`` (so a user's next turn lands on the next server),
-``random`` draws from a seeded RNG, ``affinity`` hashes the user to one server.
+``random`` draws from a seeded RNG, ``prefix_affinity`` (``Routing``; ``affinity`` is still accepted)
+hashes the user to one server, so a conversation stays where its prefix is.
 
 Hard bounds: ``max_requests`` (requests sent in all) and ``max_seconds`` (wall
 time; requests still running then are cancelled and recorded as errors).
@@ -39,11 +40,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ...models.core.errors import KvplanError
+from ...models.core.vocabulary import Routing
 
 Scenario = Literal["shared_prefix", "unique", "multi_turn"]
-Routing = Literal["round_robin", "random", "affinity"]
 SCENARIOS: tuple[str, ...] = ("shared_prefix", "unique", "multi_turn")
-ROUTINGS: tuple[str, ...] = ("round_robin", "random", "affinity")
 
 # A fixed vocabulary: prompts are the same on every machine and Python build.
 VOCABULARY: tuple[str, ...] = (
@@ -77,7 +77,7 @@ class Workload:
     output_tokens: int = 16
     prefix_chars: int = 4000
     tail_chars: int = 200
-    routing: Routing = "round_robin"
+    routing: Routing = Routing.ROUND_ROBIN
     seed: int = 0
     max_requests: int = 1000
     max_seconds: float = 600.0
@@ -88,8 +88,7 @@ class Workload:
         """Values a user passes (``kvplan pilot``): a ``KvplanError`` naming the field."""
         if self.scenario not in SCENARIOS:
             raise KvplanError(f"must be one of {', '.join(SCENARIOS)}; got {self.scenario!r}", source="scenario")
-        if self.routing not in ROUTINGS:
-            raise KvplanError(f"must be one of {', '.join(ROUTINGS)}; got {self.routing!r}", source="routing")
+        self.routing = Routing.parse(self.routing)
         for name in ("users", "turns", "output_tokens"):
             if getattr(self, name) < 1:
                 raise KvplanError(f"must be >= 1; got {getattr(self, name)!r}", source=name)
@@ -242,9 +241,9 @@ def route(w: Workload, user: int, turn: int, n_servers: int) -> int:
     """Index of the server that user `user`'s turn `turn` goes to."""
     if n_servers <= 0:
         raise ValueError("no servers to route to")
-    if w.routing == "round_robin":
+    if w.routing == Routing.ROUND_ROBIN:
         return (user + turn) % n_servers
-    if w.routing == "random":
+    if w.routing == Routing.RANDOM:
         return random.Random(f"kvplan-route:{w.seed}:{user}:{turn}").randrange(n_servers)
     digest = hashlib.sha256(f"user-{user}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % n_servers

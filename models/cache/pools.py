@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.errors import KvplanError
+from ..core.vocabulary import ROUTINGS, Routing
 from .sim import Curve, Trace, lru_curve, prev_next
 
-ROUTINGS = ("round_robin", "random", "prefix_affinity")
 AFFINITY_MIN_MATCH = 0.5
 """Prefix affinity follows the earlier rank only when the seen prefix covers at least this
 share of the request's chunks (SGLang's cache-aware router default threshold)."""
@@ -24,12 +25,14 @@ def route(trace: Trace, ranks: int, policy: str = "round_robin", seed: int = 0) 
     if ranks < 1:
         raise ValueError("ranks must be >= 1")
     R = trace.requests
-    if policy == "round_robin":
+    try:
+        policy = Routing.parse(policy)
+    except KvplanError:
+        raise ValueError(f"unknown routing {policy!r}; one of {', '.join(ROUTINGS)}") from None
+    if policy == Routing.ROUND_ROBIN:
         return np.arange(R, dtype=np.int64) % ranks
-    if policy == "random":
+    if policy == Routing.RANDOM:
         return np.random.default_rng(seed).integers(0, ranks, size=R, dtype=np.int64)
-    if policy != "prefix_affinity":
-        raise ValueError(f"unknown routing {policy!r}; one of {', '.join(ROUTINGS)}")
     T = trace.references
     lengths = np.diff(trace.offsets)
     out = np.zeros(R, dtype=np.int64)

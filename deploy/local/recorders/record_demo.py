@@ -32,6 +32,7 @@ from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.scrape.relabel import model_label, relabel_exposition
 from kvplan.deploy.local import stack as stk
+from kvplan.models.core.vocabulary import Routing
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_OUT = ROOT / "deploy" / "demo" / "kvplan-demo.jsonl.gz"
@@ -143,7 +144,7 @@ def main() -> int:
                     phase("restart vllm-1 (LMCache keeps running; its scrapes fail meanwhile)")
                     stk.restart(stack, "vllm-1")
                 drive("shared prefix, session affinity over 2 servers", [v0, v1], scenario="shared_prefix",
-                      users=10, turns=2, routing="affinity", seed=400 + rnd)
+                      users=10, turns=2, routing=Routing.PREFIX_AFFINITY, seed=400 + rnd)
                 time.sleep(15)
             if nocache is not None:
                 drive("shared prefix, cache OFF (--no-enable-prefix-caching, not scraped)", [nocache],

@@ -38,6 +38,7 @@ from kvplan.collectors.loadgen import client as lg_client
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.scrape.parse import parse_payload
 from kvplan.deploy.local import stack as stk
+from kvplan.models.core.vocabulary import Routing
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
@@ -69,7 +70,7 @@ def _concurrent(v0, v1) -> list:
         ("shared prefix again, 2 servers", [v0, v1],
          dict(scenario="shared_prefix", users=6, turns=2, routing="round_robin", seed=1)),
         ("multi-turn again, affinity", [v0, v1],
-         dict(scenario="multi_turn", users=4, turns=3, routing="affinity", seed=2)),
+         dict(scenario="multi_turn", users=4, turns=3, routing=Routing.PREFIX_AFFINITY, seed=2)),
     ]
 
 

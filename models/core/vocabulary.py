@@ -1,0 +1,36 @@
+"""One spelling per idea, shared by the CLI, the load generator, the what-if and the charts.
+
+Each vocabulary is a ``StrEnum``: its members compare equal to their strings, so JSON, DuckDB
+rows and recorded fixtures keep reading as they did. ``parse`` also takes an older spelling a
+user or a stored row may still hold (``ALIASES``) and names the choices when the value is none."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from .errors import KvplanError
+
+
+class Routing(StrEnum):
+    """How requests are spread over servers or cache ranks."""
+
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+    PREFIX_AFFINITY = "prefix_affinity"
+    """A conversation (or a request whose prefix was seen) goes back to the rank that holds it."""
+
+    @classmethod
+    def parse(cls, value: str, source: str = "routing") -> Routing:
+        """``value`` as a routing; the load generator's and the CLI's older ``affinity`` is
+        ``PREFIX_AFFINITY``."""
+        try:
+            return cls(ALIASES.get(value, value))
+        except ValueError:
+            choices = ", ".join([*cls, *ALIASES])
+            raise KvplanError(f"must be one of {choices}; got {value!r}", source=source) from None
+
+
+ALIASES = {"affinity": Routing.PREFIX_AFFINITY.value}
+"""Older spellings still accepted on input (``kvplan pilot --routing affinity``, stored runs)."""
+
+ROUTINGS: tuple[Routing, ...] = tuple(Routing)

@@ -1,0 +1,54 @@
+"""One spelling per idea (``models.core.vocabulary``): the load generator, the CLI, the what-if and
+the charts share one ``Routing``; the older ``affinity`` is still read, as the same routing."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from kvplan.collectors.loadgen.workload import Workload, request_schedule
+from kvplan.models.cache import pools, sim
+from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.vocabulary import ALIASES, Routing
+from tests.test_layers import ROOT, files
+
+
+def test_the_older_spelling_is_the_same_routing_everywhere():
+    assert Routing.parse("affinity") is Routing.PREFIX_AFFINITY
+    w_old, w_new = Workload(routing="affinity"), Workload(routing="prefix_affinity")
+    assert w_old.routing is w_new.routing is Routing.PREFIX_AFFINITY
+    assert request_schedule(w_old, 3) == request_schedule(w_new, 3)
+    # a user's turns stay on one server (not round-robin's user+turn rotation)
+    sched = request_schedule(w_new, 3)
+    assert all(len({s for u2, _, s in sched if u2 == u}) == 1 for u in range(w_new.users))
+    trace = sim.make_trace([([1, 2], 20, 10), ([1, 2, 3], 30, 10), ([1, 2], 20, 10)])
+    assert list(pools.route(trace, 2, "affinity")) == list(pools.route(trace, 2, Routing.PREFIX_AFFINITY))
+
+
+def test_a_member_is_its_string_in_json_and_rows():
+    assert Routing.PREFIX_AFFINITY == "prefix_affinity" and f"{Routing.ROUND_ROBIN}" == "round_robin"
+    assert json.loads(json.dumps({"routing": Workload(routing="affinity").routing})) == {"routing": "prefix_affinity"}
+
+
+def test_an_unknown_routing_names_the_choices():
+    with pytest.raises(KvplanError, match="round_robin, random, prefix_affinity, affinity; got 'sticky'"):
+        Routing.parse("sticky")
+    with pytest.raises(KvplanError, match="routing"):
+        Workload(routing="sticky")
+
+
+def test_no_module_spells_a_routing_beside_the_vocabulary():
+    """The strings of ``Routing`` and its older spellings appear as literals only in the vocabulary
+    (docstrings and help texts aside): every other module names the member."""
+    spellings = {*ALIASES, "prefix_affinity"}
+    hits = []
+    for folder in ("app", "collectors", "models", "deploy", "bench"):
+        for f in files(folder):
+            if f.name == "vocabulary.py":
+                continue
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Constant) and node.value in spellings:
+                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert hits == []
