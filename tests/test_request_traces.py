@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from kvplan.app.cli import app
 from kvplan.app.report.whatif import whatif_section
-from kvplan.app.views.whatif import whatif
+from kvplan.app.views.whatif import WhatIfQuery, whatif
 from kvplan.collectors.demo import demo_prompts, load_demo_prompts
 from kvplan.collectors.scrape.payload import PayloadError
 from kvplan.collectors.traces import ingest as traces
@@ -60,7 +60,7 @@ def test_block_sized_chunks_give_the_hits_vllm_measured(db):
     r = _import(db, [pc.LOGS / run["file"]], chunk_size=128)
     assert (r.format, r.trace, r.requests) == ("requests", "requests", run["requests"])
     assert r.bytes_per_chunk == 4 * 128 * 256 * 2
-    d = whatif(db, "vllm-only", ranks=2, latency=False)
+    d = whatif(db, "vllm-only", WhatIfQuery(ranks=2, latency=False))
     assert d.trace.requests == run["requests"]
     assert d.trace.total_tokens == run["prompt_tokens"]
     whole = sum(1 for q in run["per_request"] if q["prompt_tokens"] % 128 == 0)
@@ -164,7 +164,7 @@ def test_no_prompt_text_reaches_duckdb_logs_or_reports(tmp_path, caplog):
     assert json.loads(w.stdout)["trace"]["requests"] == 7
     _no_canary(w.output, "whatif --json")
     db = Database(dbf)
-    _no_canary(whatif_section(db, "d", latency=False), "the report's what-if section")
+    _no_canary(whatif_section(db, "d", WhatIfQuery(latency=False)), "the report's what-if section")
     # every value of every table, as text
     with db.read() as con:
         tables = [t for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()]
@@ -204,6 +204,6 @@ def test_the_demo_loads_its_request_logs_as_a_vllm_only_trace(db):
     assert n == _lines("agent-tools.jsonl") + _lines("chats.batch.jsonl") + _lines("ts-top.jsonl") == 85
     d = {"deployment": "demo-requests"}
     assert load_demo_prompts(db) == 0
-    w = whatif(db, d["deployment"], ranks=2, latency=False)
+    w = whatif(db, d["deployment"], WhatIfQuery(ranks=2, latency=False))
     assert w.trace.format == "requests" and w.trace.bytes_per_chunk == 4 * 256 * 256 * 2
     assert list(w.trace.instances) == ["vllm-0"]

@@ -200,11 +200,11 @@ def test_whatif_page_shows_today_against_the_shared_pool_and_ttft(topology_ab, t
 
 def test_report_section_has_today_and_ttft(topology_ab):
     from kvplan.app.report.whatif import render_section
-    from kvplan.app.views.whatif import whatif
+    from kvplan.app.views.whatif import WhatIfQuery, whatif
 
     dbs, _ = topology_ab
     with dbs["shared"].snapshot() as src:
-        html = render_section(whatif(src, "ab-shared", ranks=2))
+        html = render_section(whatif(src, "ab-shared", WhatIfQuery(ranks=2)))
     assert "Today&#x27;s topology, from the data: 1 cache instance(s), 2 engine(s)" in html or \
         "Today's topology, from the data: 1 cache instance(s), 2 engine(s)" in html
     assert "TTFT for each set-up" in html and "2 private caches, round robin" in html

@@ -235,12 +235,12 @@ def test_import_trace_exits_2_on_every_such_line(tmp_path):
 
 def test_counts_that_pass_2_to_the_31_are_summed_exactly(db, tmp_path):
     # 30 prompts of 100M tokens (the bound) are 3e9 tokens: INTEGER sums wrapped; BIGINT now
-    from kvplan.app.views.whatif import whatif
+    from kvplan.app.views.whatif import WhatIfQuery, whatif
 
     lines = [json.dumps(lm_obj(timestamp=1767614400.0 + i, seq_len=100_000_000, chunk_hashes=["0xa", "0xb"]))
              for i in range(30)]
     traces.import_trace(db, "dep", [write(tmp_path / "lookup_hashes_1.jsonl", lines)])
-    d = whatif(db, "dep", seconds_per_cached_token=1e-6, tokens_per_month=1e9)
+    d = whatif(db, "dep", WhatIfQuery(seconds_per_cached_token=1e-6, tokens_per_month=1e9))
     assert d.trace.total_tokens == 3_000_000_000
     # 29 repeats x 512 hit tokens of 3e9
     assert d.infinite_hit_rate == pytest.approx(29 * 512 / 3e9)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from kvplan.app.cli import app
 from kvplan.app.report import fmt
 from kvplan.app.report.whatif import render_section, whatif_section
-from kvplan.app.views.whatif import whatif
+from kvplan.app.views.whatif import WhatIfQuery, whatif
 from kvplan.collectors.traces import ingest as traces
 from kvplan.models.cache import pools, sim
 
@@ -50,8 +50,8 @@ def loaded(db, tmp_path):
 
 
 def test_view_numbers_are_the_models(loaded):
-    d = whatif(loaded, "dep", ranks=2, configured_gb=5 * BPC / 1e9, seconds_per_cached_token=0.01,
-               tokens_per_month=1e9)
+    d = whatif(loaded, "dep", WhatIfQuery(ranks=2, configured_gb=5 * BPC / 1e9, seconds_per_cached_token=0.01,
+               tokens_per_month=1e9))
     trace, _ = traces.load_trace(loaded, "dep")
     curve = sim.lru_curve(trace)
     assert d.infinite_hit_rate == pytest.approx(curve.infinite_hit_rate)
@@ -68,7 +68,7 @@ def test_view_numbers_are_the_models(loaded):
     assert d.dollars is not None and d.best_capacity_gb == d.dollars.best.capacity_gb
     assert d.dollars.usd_per_gpu_hour == 2.5  # the default price book
     assert d.tiers is None
-    t2 = whatif(loaded, "dep", ranks=2, configured_gb=2 * BPC / 1e9, l2_gb=6 * BPC / 1e9).tiers
+    t2 = whatif(loaded, "dep", WhatIfQuery(ranks=2, configured_gb=2 * BPC / 1e9, l2_gb=6 * BPC / 1e9)).tiers
     assert t2 is not None and t2.l1_chunks == 2 and t2.l2_chunks == 6
     both = curve.hit_tokens(8)
     assert t2.l1_hit_tokens + t2.l2_hit_tokens == both and t2.l1_hit_tokens >= curve.hit_tokens(2)
@@ -110,8 +110,8 @@ def test_cli_errors_are_one_line(tmp_path):
 
 
 def test_report_section(loaded):
-    d = whatif(loaded, "dep", ranks=2, configured_gb=5 * BPC / 1e9, seconds_per_cached_token=0.01,
-               tokens_per_month=1e9)
+    d = whatif(loaded, "dep", WhatIfQuery(ranks=2, configured_gb=5 * BPC / 1e9, seconds_per_cached_token=0.01,
+               tokens_per_month=1e9))
     html = render_section(d)
     assert "Cache size and topology what-if" in html and "<svg" in html
     assert fmt.pct(d.infinite_hit_rate) in html
@@ -153,8 +153,8 @@ def test_configured_size_and_prices_come_from_the_deployments_settings(loaded):
     book saved that is the config's [prices] table: the same source the plan reads."""
     from kvplan.app.data.store import DeploymentSettings
 
-    assert whatif(loaded, "dep", ranks=2).configured is None  # the documented default book has 0 GB
-    d = whatif(loaded, "dep", ranks=2, cfg=DeploymentSettings(prices={"cache_tier_gb_cpu": 3 * BPC / 1e9}))
+    assert whatif(loaded, "dep", WhatIfQuery(ranks=2)).configured is None  # the documented default book has 0 GB
+    d = whatif(loaded, "dep", WhatIfQuery(ranks=2), cfg=DeploymentSettings(prices={"cache_tier_gb_cpu": 3 * BPC / 1e9}))
     assert d.configured is not None and d.configured.capacity_chunks == 3
     assert any("cache_tier_gb_cpu" in n for n in d.notes)
 
@@ -190,8 +190,8 @@ def test_whatif_model_names_the_models_the_trace_has(loaded):
     from kvplan.collectors.traces.parse import TraceError
 
     with pytest.raises(TraceError, match="no requests of model 'nope'; its models: 'm'"):
-        whatif(loaded, "dep", model_name="nope")
-    assert whatif(loaded, "dep", model_name="m").trace.requests == 20
+        whatif(loaded, "dep", WhatIfQuery(model_name="nope"))
+    assert whatif(loaded, "dep", WhatIfQuery(model_name="m")).trace.requests == 20
 
 
 def test_whatif_json_is_strict_json(tmp_path):
@@ -222,4 +222,4 @@ def test_the_view_checks_its_options_for_every_caller(loaded, change):
     from kvplan.models.core.errors import KvplanError
 
     with pytest.raises(KvplanError, match="must be"):
-        whatif(loaded, "dep", **change)
+        whatif(loaded, "dep", WhatIfQuery(**change))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvplan.app.views.whatif import WhatIf, whatif
+from kvplan.app.views.whatif import WhatIf, WhatIfQuery, whatif
 from kvplan.app.views.whatif_topology import TopologyWhatIf
 from kvplan.collectors.demo import load_demo
 from kvplan.collectors.traces import ingest as traces
@@ -43,7 +43,7 @@ def window(m: dict, phase: str):
 def side_whatif(db: Database, m: dict, phase: str) -> WhatIf:
     a, b = window(m, phase)
     with db.snapshot() as src:
-        return whatif(src, f"ab-{m['side']}", ranks=m["vllm_servers"], t_from=a, t_to=b)
+        return whatif(src, f"ab-{m['side']}", WhatIfQuery(ranks=m["vllm_servers"], t_from=a, t_to=b))
 
 
 def side_topology(db: Database, m: dict, phase: str) -> TopologyWhatIf:

@@ -79,10 +79,10 @@ def _topology_finding(src: Snapshot, deployment: str, model_name: str | None, t0
     history. Without one (no trace, no request in the window, no TTFT prediction) the plan stands
     without it and a note on stderr says why: stdout stays the plan (one JSON object with --json)."""
     from ...collectors.traces.parse import TraceError
-    from ..views.whatif import whatif
+    from ..views.whatif import WhatIfQuery, whatif
 
     try:
-        w = whatif(src, deployment, model_name=model_name, t_from=t0, t_to=t1, history=history)
+        w = whatif(src, deployment, WhatIfQuery(model_name=model_name, t_from=t0, t_to=t1), history=history)
     except TraceError as e:
         err.print(f"note: --topology: no topology finding, the plan stands without it: {e}", highlight=False,
                   soft_wrap=True)

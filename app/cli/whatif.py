@@ -101,23 +101,33 @@ def whatif_command(
     from_: Annotated[str | None, typer.Option("--from", help="Window start (ISO 8601; UTC if no zone): the "
                                                             "trace's requests and the metrics in it.")] = None,
     to: Annotated[str | None, typer.Option("--to", help="Window end (ISO 8601).")] = None,
+    month: Annotated[str | None, typer.Option(help="A UTC month, YYYY-MM, as the report and the page's month "
+                                                   "read it: the newest trace with a request in it, its requests "
+                                                   "and the metrics of the month (instead of --from/--to).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Hit rate against cache capacity (exact, every capacity in one pass, LMCache's hit rule),
     one shared pool against private caches, the capacity that pays best; today's topology from
     the trace against what the deployment measured, and TTFT for today and every alternative."""
+    from ..views.whatif import WhatIfQuery, month_whatif
     from ..views.whatif import whatif as run
 
+    if month is not None and (from_ is not None or to is not None or trace is not None):
+        raise KvplanError("--month picks the trace and the window itself: give it without --trace, --from, --to",
+                          source="--month")
     if (from_ is None) != (to is None):
         raise KvplanError("give both --from and --to, or neither (the whole trace)", source="--from/--to")
     t0, t1 = parse_window(from_, to) if from_ is not None and to is not None else (None, None)
     s = settings(config, db)
     with open_reader(s).snapshot() as src:
-        d = run(src, deployment, trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb,
-                configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
-                seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month,
-                points=points, seed=seed, l2_gb=l2_gb, cfg=deployment_settings(s, deployment), t_from=t0, t_to=t1)
+        q = WhatIfQuery(
+            trace=trace, model_name=model_name, ranks=ranks, capacity_gb=capacity_gb, configured_gb=configured_gb,
+            bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
+            tokens_per_month=tokens_per_month, points=points, seed=seed, l2_gb=l2_gb, t_from=t0, t_to=t1)
+        cfg = deployment_settings(s, deployment)
+        d = (month_whatif(src, deployment, month, q, cfg=cfg) if month is not None
+             else run(src, deployment, q, cfg=cfg))
     if as_json:
         sys.stdout.write(json_text(d.to_dict(), indent=2, sort_keys=True) + "\n")
         return

@@ -12,7 +12,7 @@ import streamlit as st
 from kvplan.app import charts_whatif, state
 from kvplan.app.data.traces import trace_deployments, traces_of
 from kvplan.app.report import fmt
-from kvplan.app.views.whatif import WhatIf, whatif
+from kvplan.app.views.whatif import WhatIf, WhatIfQuery, month_whatif, whatif
 
 NOT_CALIBRATED = "- (not calibrated)"
 
@@ -25,9 +25,35 @@ def compute(path: str, deployment: str, trace: str, ranks: int, configured_gb: f
             bytes_per_chunk: int | None, seconds_per_token: float | None, tokens_per_month: float | None,
             t_from: datetime | None, t_to: datetime | None) -> WhatIf:
     with state.db().snapshot() as src:  # one connection, one view of the data
-        return whatif(src, deployment, trace, ranks=ranks, configured_gb=configured_gb,
-                      bytes_per_chunk=bytes_per_chunk, seconds_per_cached_token=seconds_per_token,
-                      tokens_per_month=tokens_per_month, cfg=state.cfg(deployment), t_from=t_from, t_to=t_to)
+        return whatif(src, deployment, WhatIfQuery(
+            trace=trace, ranks=ranks, configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
+            seconds_per_cached_token=seconds_per_token, tokens_per_month=tokens_per_month, t_from=t_from, t_to=t_to),
+            cfg=state.cfg(deployment))
+
+
+@st.cache_data(ttl=60, show_spinner="Replaying the month's trace once for every capacity and topology ...")
+def compute_month(path: str, deployment: str, month: str, ranks: int, configured_gb: float | None,
+                  bytes_per_chunk: int | None, seconds_per_token: float | None) -> WhatIf:
+    """The report's what-if of ``month`` (``month_whatif``: the same call, the same numbers)."""
+    with state.db().snapshot() as src:
+        return month_whatif(src, deployment, month, WhatIfQuery(
+            ranks=ranks, configured_gb=configured_gb, bytes_per_chunk=bytes_per_chunk,
+            seconds_per_cached_token=seconds_per_token), cfg=state.cfg(deployment))
+
+
+def trace_months(traces: list[dict]) -> list[str]:
+    """The UTC months ('YYYY-MM') the traces with unix times have requests in, newest first."""
+    from kvplan.models.core.timeutil import from_epoch_s
+
+    months: set[str] = set()
+    for t in traces:
+        if t["first_ts"] is None or t["last_ts"] is None or t["last_ts"] < 1e8:
+            continue
+        m = from_epoch_s(t["first_ts"]).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        while m <= from_epoch_s(t["last_ts"]):
+            months.add(f"{m:%Y-%m}")
+            m = m.replace(year=m.year + m.month // 12, month=m.month % 12 + 1)
+    return sorted(months, reverse=True)
 
 
 def window(info: dict) -> tuple[datetime | None, datetime | None]:
@@ -127,8 +153,15 @@ if not info["bytes_per_chunk"]:
 spt = c[3].number_input("GPU-seconds per cached token (0 = from metrics)", 0.0, 10.0, 0.0,
                         key="whatif_spt", format="%.6f") or None
 
-t_from, t_to = window(info)
-d = compute(path, dep, name, int(ranks), configured or None, bpc, spt, None, t_from, t_to)  # KvplanError: st.error
+month = sb.selectbox("Month (as the report)", ["-", *trace_months(traces)], key="whatif_month",
+                     help="A UTC month: the newest trace with a request in it and the month's metrics, the "
+                          "same what-if as the capacity report of that month (the trace and range above are "
+                          "then not used).")
+if month != "-":
+    d = compute_month(path, dep, month, int(ranks), configured or None, bpc, spt)
+else:
+    t_from, t_to = window(info)
+    d = compute(path, dep, name, int(ranks), configured or None, bpc, spt, None, t_from, t_to)  # KvplanError
 
 t = d.trace
 st.caption(f"{dep} · trace {t.name!r} ({t.format}) · {t.requests:,} requests · "

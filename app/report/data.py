@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from ...collectors.traces.parse import TraceError
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import month_start, next_month
 from ...models.metrics.runs import is_cpu_scale
@@ -24,6 +25,7 @@ from ..views.collection import CollectionView, collection_view, topology_view
 from ..views.latency import LatencyView, latency_view
 from ..views.overview import Overview, overview
 from ..views.runs import RunsView, runs_view
+from ..views.whatif import WhatIf, month_whatif
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
@@ -54,6 +56,9 @@ class ReportData:
     """What served the metrics (hardware, model), as given; None: not recorded."""
     timeline: Timeline = Timeline()
     """How the report's time charts are drawn (UTC, the bucket width, the recorded gaps)."""
+    whatif: WhatIf | None = None
+    """Section 8's what-if of the month (``views.whatif.month_whatif``: the page's for the same month);
+    None when no trace has a request in the month (``whatif_html`` says why)."""
     whatif_html: str = ""
     prompts_html: str = ""
     """Section 9, a request log's prompts check (``kvplan report --prompts-check FILE``), or empty."""
@@ -90,7 +95,8 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
     through one connection (every section sees the same data), the deployment's history read
     and its cost model fitted once (the plan and the what-if share them). ``KvplanError`` when
     the month holds no data."""
-    from .whatif import whatif_section
+    from .whatif import no_trace_section
+    from .whatif import render_section as render_whatif
 
     prompts_html = ""
     if prompts_check is not None:
@@ -108,7 +114,12 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
                               + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
         history = load_history(src, deployment, t_to, t_from=t_from, model_name=model_name, cfg=cfg)
         ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win, history=history)
-        whatif_html = whatif_section(src, deployment, history=history)
+        wi: WhatIf | None = None
+        try:
+            wi = month_whatif(src, deployment, month, cfg=cfg, history=history)
+            whatif_html = render_whatif(wi)
+        except TraceError as e:
+            whatif_html = no_trace_section(e.message)
         runs = runs_view(src, deployment)
         prov = provenance(src, deployment, t_from, t_to)
         return ReportData(
@@ -120,7 +131,7 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
             runs=runs, topology=topology_view(src, deployment, t_from, t_to),
             collection=collection_view(src, deployment, t_from, t_to),
             scrape_counts=prov.scrape_counts, ledger=prov.ledger,
-            measured_on=measured_on or measured_on_default(runs), whatif_html=whatif_html,
+            measured_on=measured_on or measured_on_default(runs), whatif=wi, whatif_html=whatif_html,
             prompts_html=prompts_html,
             sweep=sweep_view_of(ov.sweep, ov.plan.inputs.planning.ttft_p99_slo_seconds,
                                 ov.plan.inputs.planning.tpot_p99_slo_seconds),

@@ -6,7 +6,7 @@ same data (``kvplan.app.views.whatif.whatif``) and charts (``kvplan.app.charts_w
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...collectors.traces.ingest import TraceError
 from ...sql.db import Database, Snapshot
@@ -15,7 +15,7 @@ from . import fmt
 from .render import svg, table
 
 if TYPE_CHECKING:
-    from ..views.whatif import WhatIf
+    from ..views.whatif import WhatIf, WhatIfQuery
 
 TITLE = "8. Cache size and topology what-if"
 
@@ -122,15 +122,19 @@ def _topology(d: WhatIf, charts: bool) -> list[str]:
     return out
 
 
-def whatif_section(source: Database | Snapshot, deployment: str, **kw: Any) -> str:
-    """The section for a deployment's newest trace, or a one-line note when it has none.
-    ``source``: the report's snapshot; ``kw`` go to ``kvplan.app.views.whatif.whatif`` (the
-    report passes its ``history``)."""
-    from ..views.whatif import whatif
+def no_trace_section(why: str) -> str:
+    return (f"<h2>{TITLE}</h2><p class=\"meta\">No request trace to replay ({escape(why)}): start LMCache with "
+            "<code>--lookup-hash-log-dir</code> and run <code>kvplan import-trace</code>.</p>")
+
+
+def whatif_section(source: Database | Snapshot, deployment: str, query: WhatIfQuery | None = None) -> str:
+    """The section for one query of the what-if (default: the newest trace, whole), or a note when
+    the deployment has no trace to replay. The report itself renders its month's what-if
+    (``kvplan.app.views.whatif.month_whatif``, the page's month too) with ``render_section``."""
+    from ..views.whatif import WhatIfQuery, whatif
 
     try:
-        d = whatif(source, deployment, **kw)
-    except TraceError:
-        return (f"<h2>{TITLE}</h2><p class=\"meta\">No request trace for this deployment: start "
-                "LMCache with <code>--lookup-hash-log-dir</code> and run <code>kvplan import-trace</code>.</p>")
+        d = whatif(source, deployment, query or WhatIfQuery())
+    except TraceError as e:
+        return no_trace_section(e.message)
     return render_section(d)

@@ -19,7 +19,7 @@ curve and once per routing for the private caches, and prices the curve with
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 
@@ -27,18 +27,19 @@ import numpy as np
 
 from ...collectors.traces.ingest import TraceInfo, load_trace
 from ...collectors.traces.parse import TraceError
-from ...models.cache import pools, sim, value
+from ...models.cache import sim, value
+from ...models.cache.replay import Replay, ReplayRequest, replay
 from ...models.cache.sim import GB, Trace
 from ...models.cache.value import CapacityValue
 from ...models.core.errors import KvplanError
-from ...models.core.timeutil import from_epoch_s
-from ...models.core.vocabulary import ROUTINGS
+from ...models.core.timeutil import from_epoch_s, month_start, next_month
+from ...models.core.vocabulary import ROUTINGS, Routing
 from ...models.inputs.pricebook import PriceBook
 from ...sql.db import Database, Snapshot, Source
 from ..answers import Answer
 from ..data.history import History, load_history
 from ..data.store import DeploymentSettings, load_pricebook
-from ..data.traces import trace_span
+from ..data.traces import trace_span, traces_of
 from .whatif_topology import TopologyWhatIf, topology_span, topology_whatif
 
 DEFAULT_RANKS = 8
@@ -252,98 +253,158 @@ def seconds_per_token_from_metrics(source: Source, history: History, t0: float, 
         return None
 
 
-def whatif(source: Database | Snapshot, deployment: str, trace: str | None = None, *, model_name: str | None = None,
-           ranks: int = DEFAULT_RANKS, routings: tuple[str, ...] = ROUTINGS,
-           seed: int = 0, points: int = DEFAULT_POINTS, bytes_per_chunk: int | None = None,
-           configured_gb: float | None = None, seconds_per_cached_token: float | None = None,
-           tokens_per_month: float | None = None, capacity_gb: float | None = None,
-           l2_gb: float | None = None, cfg: DeploymentSettings = DeploymentSettings(),
-           t_from: datetime | None = None, t_to: datetime | None = None,
-           latency: bool = True, history: History | None = None) -> WhatIf:
+@dataclass(frozen=True)
+class WhatIfQuery:
+    """What to replay and how: ``kvplan whatif``'s options, the page's form, the report's month.
+    Ranges are checked by ``check_options`` before anything runs."""
+
+    trace: str | None = None
+    """Trace name (None: the newest)."""
+    model_name: str | None = None
+    """Only this model_name's requests."""
+    t_from: datetime | None = None
+    """Window start: the trace's requests and the metrics in it (None: the whole trace)."""
+    t_to: datetime | None = None
+    """Window end."""
+    ranks: int = DEFAULT_RANKS
+    """Private caches compared with one shared pool."""
+    routings: tuple[Routing, ...] = ROUTINGS
+    """Routings of the private caches."""
+    seed: int = 0
+    """Seed of the random routing."""
+    points: int = DEFAULT_POINTS
+    """Capacities listed."""
+    bytes_per_chunk: int | None = None
+    """KV bytes of one chunk (None: the trace's)."""
+    configured_gb: float | None = None
+    """The cache size run today (None: the price book's ``cache_tier_gb_cpu``)."""
+    capacity_gb: float | None = None
+    """Total capacity compared shared vs private (None: the configured size)."""
+    l2_gb: float | None = None
+    """An L2 tier under the configured L1."""
+    seconds_per_cached_token: float | None = None
+    """GPU-seconds one cached token saves (None: from the deployment's metrics)."""
+    tokens_per_month: float | None = None
+    """Prompt tokens per month (None: the trace's own rate)."""
+    latency: bool = True
+    """Add today's topology and the TTFT what-if."""
+
+    @classmethod
+    def month(cls, month: str, **kw: Any) -> WhatIfQuery:
+        """The query of one UTC month ('YYYY-MM'): the window every surface uses for a month."""
+        t_from = month_start(month, "--month")
+        return cls(t_from=t_from, t_to=next_month(t_from), **kw)
+
+
+def whatif(source: Database | Snapshot, deployment: str, query: WhatIfQuery = WhatIfQuery(), *,
+           cfg: DeploymentSettings = DeploymentSettings(), history: History | None = None) -> WhatIf:
     """The what-if for one trace (module doc), read through ``source`` (a snapshot: one
-    connection, one view of the data). ``capacity_gb`` = total capacity compared shared vs
-    private (default: the configured size, else half the saturation size); ``t_from``/``t_to``
-    keep the trace's requests in that window (LMCache logs: unix times) and measure the
-    deployment over it; ``latency`` adds today's topology and the TTFT what-if
-    (``app.views.whatif_topology``). ``history``: the deployment's history the command already
-    read (``kvplan plan --topology``, the report); else it is read here, once, for the trace's
-    span (its price book, cost model and overheads price both the dollars and the TTFT)."""
-    check_options(ranks=ranks, points=points, seed=seed, bytes_per_chunk=bytes_per_chunk, capacity_gb=capacity_gb,
-                  configured_gb=configured_gb, l2_gb=l2_gb, seconds_per_cached_token=seconds_per_cached_token,
-                  tokens_per_month=tokens_per_month)
+    connection, one view of the data): the replay (``kvplan.models.cache.replay``, pure) under the
+    priced layer here (GB, GPU-hours, dollars, the TTFT what-if). ``query.t_from``/``t_to`` keep
+    the trace's requests in that window (LMCache logs: unix times) and measure the deployment over
+    it. ``history``: the deployment's history the command already read (``kvplan plan
+    --topology``, the report); else it is read here, once, for the trace's span (its price book,
+    cost model and overheads price both the dollars and the TTFT)."""
+    q = query
+    check_options(ranks=q.ranks, points=q.points, seed=q.seed, bytes_per_chunk=q.bytes_per_chunk,
+                  capacity_gb=q.capacity_gb, configured_gb=q.configured_gb, l2_gb=q.l2_gb,
+                  seconds_per_cached_token=q.seconds_per_cached_token, tokens_per_month=q.tokens_per_month)
     notes: list[str] = []
-    tr, info = _load(source, deployment, trace, model_name, t_from, t_to, notes)
+    tr, info = _load(source, deployment, q.trace, q.model_name, q.t_from, q.t_to, notes)
+    if not tr.requests:
+        raise TraceError(f"trace {info.name!r} of {deployment!r} holds no request (an import that stopped "
+                         "early?): nothing to replay", source="trace")
     t0, t1 = ((float(tr.ts[0]), float(tr.ts[-1])) if tr.ts is not None and tr.requests
               else trace_span(source, info.trace_id))
-    span = topology_span(tr, t_from, t_to)
-    if history is None and span is not None and (latency or (seconds_per_cached_token is None
-                                                             and _unix_span(t0, t1))):
-        history = load_history(source, deployment, span[1], t_from=span[0], cfg=cfg, overheads=latency)
-    if history is not None and latency and span is not None:
+    span = topology_span(tr, q.t_from, q.t_to)
+    if history is None and span is not None and (q.latency or (q.seconds_per_cached_token is None
+                                                               and _unix_span(t0, t1))):
+        history = load_history(source, deployment, span[1], t_from=span[0], cfg=cfg, overheads=q.latency)
+    if history is not None and q.latency and span is not None:
         history = history.with_overheads(source)
     cfg = history.cfg if history is not None else cfg
     prices = history.prices if history is not None else load_pricebook(source, deployment, cfg.prices)
     pb = prices.pricebook
-    bpc = bytes_per_chunk or info.bytes_per_chunk
+    bpc = q.bytes_per_chunk or info.bytes_per_chunk
     if not bpc:
         notes.append("bytes per chunk unknown (no shapes/dtypes in the trace): capacities in "
                      "GB need --bytes-per-chunk; shown in tokens only")
-    dist = sim.stack_distances(tr)
-    curve = sim.lru_curve(tr, dist)
     chunk_tokens = int(np.median(tr.chunk_size)) if tr.requests else 0
 
     def gb(chunks) -> float | None:
         return float(chunks) * bpc / GB if bpc else None
 
-    sat = curve.saturation_chunks
-    caps = sim.log_capacities(1, sat, points)
+    configured_gb = q.configured_gb
     if configured_gb is None and pb.cache_tier_gb_cpu > 0:
         configured_gb = pb.cache_tier_gb_cpu
         notes.append(f"configured size: the price book's cache_tier_gb_cpu ({configured_gb:g} GB)")
-    configured: Configured | None = None
-    if configured_gb is not None and bpc:
-        c = sim.capacity_chunks(configured_gb * GB, bpc)
-        caps = np.unique(np.concatenate((caps, [c])))
-        configured = Configured(configured_gb, c, c * chunk_tokens, float(curve.hit_rate(c)))
-    rates = np.asarray(curve.hit_rate(caps))
-    pts = tuple(CapacityPoint(int(c), int(c) * chunk_tokens, gb(c), float(h)) for c, h in zip(caps, rates, strict=True))
-
-    # L1 (the configured size) over an L2 of l2_gb that takes what L1 evicts (kvplan.models.cache.sim).
-    tiers = None
-    if l2_gb is not None and configured is not None and configured_gb is not None and bpc:
-        l2 = sim.capacity_chunks(l2_gb * GB, bpc)
-        tiers = TierSplit(**sim.tier_split(tr, dist, configured.capacity_chunks, l2), l1_gb=configured_gb, l2_gb=l2_gb)
-    elif l2_gb is not None:
+    configured_chunks = sim.capacity_chunks(configured_gb * GB, bpc) if configured_gb is not None and bpc else None
+    l2_chunks = sim.capacity_chunks(q.l2_gb * GB, bpc) if q.l2_gb is not None and bpc else None
+    if q.l2_gb is not None and (configured_chunks is None or l2_chunks is None):
         notes.append("L1/L2 split needs the configured (L1) size and bytes per chunk")
-
-    svp = _shared_vs_private(tr, curve, caps, rates, ranks=ranks, routings=routings, seed=seed,
-                             total_chunks=_compared_capacity(capacity_gb, bpc, configured, ranks, sat),
-                             gb=gb, chunk_tokens=chunk_tokens)
-    dollars, why = _dollars(source, history, curve, caps, pb, bpc, t0, t1, seconds_per_cached_token, tokens_per_month)
+    rp = replay(tr, ReplayRequest(
+        points=q.points, ranks=q.ranks, routings=q.routings, seed=q.seed, configured_chunks=configured_chunks,
+        compared_chunks=sim.capacity_chunks(q.capacity_gb * GB, bpc) if q.capacity_gb is not None and bpc else None,
+        l2_chunks=l2_chunks))
+    curve, caps, rates = rp.curve, rp.capacities, rp.hit_rates
+    sat = curve.saturation_chunks
+    configured: Configured | None = None
+    if configured_chunks is not None and configured_gb is not None:
+        c = configured_chunks
+        configured = Configured(configured_gb, c, c * chunk_tokens, float(curve.hit_rate(c)))
+    pts = tuple(CapacityPoint(int(c), int(c) * chunk_tokens, gb(c), float(h)) for c, h in zip(caps, rates, strict=True))
+    tiers = (TierSplit(**rp.tiers, l1_gb=configured_gb, l2_gb=q.l2_gb)
+             if rp.tiers is not None and configured_gb is not None and q.l2_gb is not None else None)
+    svp = _shared_vs_private(rp, ranks=q.ranks, seed=q.seed, gb=gb, chunk_tokens=chunk_tokens)
+    dollars, why = _dollars(source, history, curve, caps, pb, bpc, t0, t1, q.seconds_per_cached_token,
+                            q.tokens_per_month)
     best_gb = dollars.best.capacity_gb if dollars else None
     if why is not None:
         notes.append(f"dollars left out: {why}")
 
     topo = None
-    if latency:
+    if q.latency:
         topo_notes: list[str] = []
         topo = topology_whatif(source, deployment, tr, info.instances, bpc=bpc, history=history,
                                slo_s=prices.planning.ttft_p99_slo_seconds,
                                configured_gb=configured.capacity_gb if configured else configured_gb,
-                               routings=routings, seed=seed, l2_gb=l2_gb, gpus_per_engine=cfg.gpus_per_engine,
-                               t_from=t_from, t_to=t_to, notes=topo_notes)
+                               routings=q.routings, seed=q.seed, l2_gb=q.l2_gb, gpus_per_engine=cfg.gpus_per_engine,
+                               t_from=q.t_from, t_to=q.t_to, notes=topo_notes)
         notes += topo_notes
     summary = TraceSummary(
-        name=info.name, format=info.format, model_name=model_name, requests=curve.requests,
+        name=info.name, format=info.format, model_name=q.model_name, requests=curve.requests,
         chunk_references=curve.references, unique_chunks=curve.unique_chunks, total_tokens=curve.total_tokens,
         full_chunk_tokens=int((tr.chunk_size * np.diff(tr.offsets)).sum()), chunk_tokens=chunk_tokens,
-        bytes_per_chunk=bpc, bytes_source="option" if bytes_per_chunk else info.bytes_source,
+        bytes_per_chunk=bpc, bytes_source="option" if q.bytes_per_chunk else info.bytes_source,
         first_ts=t0, last_ts=t1, seconds=t1 - t0, instances=tuple(info.instances),
-        window=(t_from.isoformat(), t_to.isoformat()) if t_from and t_to else None)
+        window=(q.t_from.isoformat(), q.t_to.isoformat()) if q.t_from and q.t_to else None)
     return WhatIf(deployment=deployment, trace=summary, points=pts, infinite_hit_rate=curve.infinite_hit_rate,
                   saturation=Saturation(sat, sat * chunk_tokens, gb(sat)), configured=configured,
                   shared_vs_private=svp, tiers=tiers, dollars=dollars, best_capacity_gb=best_gb,
                   notes=tuple(notes), topology=topo)
+
+
+def month_whatif(source: Database | Snapshot, deployment: str, month: str, query: WhatIfQuery = WhatIfQuery(), *,
+                 cfg: DeploymentSettings = DeploymentSettings(), history: History | None = None) -> WhatIf:
+    """The what-if of one UTC month ('YYYY-MM'), the one call the report and the page's "month"
+    make: the newest trace with a request in the month (a trace whose times are not unix times,
+    Mooncake's, is replayed whole, with a note), its requests in the month, the deployment measured
+    over the month. ``query``'s other options apply; ``TraceError`` when no trace has a request
+    in the month."""
+    q = WhatIfQuery.month(month)
+    lo, hi = q.t_from.timestamp() if q.t_from else 0.0, q.t_to.timestamp() if q.t_to else 0.0
+    rows = traces_of(source, deployment)
+    if not rows:
+        raise TraceError(f"deployment {deployment!r} has no trace: run `kvplan import-trace` first", source="trace")
+    timed = [r for r in rows if r["first_ts"] is not None and r["last_ts"] is not None and r["last_ts"] >= 1e8]
+    inside = [r for r in timed if r["first_ts"] < hi and r["last_ts"] >= lo]
+    timeless = [r for r in rows if r not in timed and r["requests"]]
+    picks = inside or timeless
+    if not picks:
+        raise TraceError(f"no trace of {deployment!r} has a request in {month} (its traces: "
+                         + ", ".join(f"{r['name']!r}" for r in rows) + ")", source="--month")
+    return whatif(source, deployment, replace(query, trace=picks[0]["name"], t_from=q.t_from, t_to=q.t_to),
+                  cfg=cfg, history=history)
 
 
 def _load(source: Database | Snapshot, deployment: str, trace: str | None, model_name: str | None,
@@ -364,28 +425,18 @@ def _load(source: Database | Snapshot, deployment: str, trace: str | None, model
     return tr, info
 
 
-def _compared_capacity(capacity_gb, bpc, configured, ranks: int, sat: int) -> int:
-    """Total chunks compared shared vs private: the asked size, else the configured one,
-    else half the saturation size (at least one chunk per rank)."""
-    if capacity_gb is not None and bpc:
-        return sim.capacity_chunks(capacity_gb * GB, bpc)
-    if configured is not None:
-        return configured.capacity_chunks
-    return max(ranks, sat // 2)
-
-
-def _shared_vs_private(tr, curve, caps, rates, *, ranks: int, routings, seed: int, total_chunks: int,
-                       gb, chunk_tokens: int) -> SharedVsPrivate:
+def _shared_vs_private(rp: Replay, *, ranks: int, seed: int, gb, chunk_tokens: int) -> SharedVsPrivate:
     """One shared pool against ``ranks`` private caches, at one total capacity and along the curve."""
-    topo = {r: pools.topology(tr, ranks, r, seed=seed, shared=curve) for r in routings}
+    curve, total_chunks = rp.curve, rp.compared_chunks
     return SharedVsPrivate(
         ranks=ranks, capacity_chunks=int(total_chunks), capacity_gb=gb(total_chunks),
         capacity_tokens=int(total_chunks) * chunk_tokens, per_rank_gb=gb(total_chunks // ranks), seed=seed,
         shared_hit_rate=float(curve.hit_rate(total_chunks)), shared_infinite_hit_rate=curve.infinite_hit_rate,
         private=tuple(PrivateCaches(r, t.private_hit_rate(total_chunks), t.private_infinite_hit_rate)
-                      for r, t in topo.items()),
-        points=tuple(TopologyPoint(int(c), gb(c), float(h), {r: t.private_hit_rate(int(c)) for r, t in topo.items()})
-                     for c, h in zip(caps, rates, strict=True) if c >= ranks))
+                      for r, t in rp.topologies.items()),
+        points=tuple(TopologyPoint(int(c), gb(c), float(h), {r: t.private_hit_rate(int(c))
+                                                              for r, t in rp.topologies.items()})
+                     for c, h in zip(rp.capacities, rp.hit_rates, strict=True) if c >= ranks))
 
 
 def _dollars(source: Source, history: History | None, curve, caps, pb: PriceBook, bpc, t0: float, t1: float,
