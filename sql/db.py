@@ -31,18 +31,20 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import duckdb
 
 from ..models.core.errors import KvplanError
 from ..models.core.timeutil import naive_utc
+
+T = TypeVar("T")
 
 HERE = Path(__file__).parent
 MIGRATIONS = HERE / "migrations"
@@ -438,6 +440,15 @@ class Snapshot:
     def __init__(self, path: Path, con: duckdb.DuckDBPyConnection) -> None:
         self.path = path
         self._con = con
+        self.memo: dict[tuple[Any, ...], Any] = {}
+        """Values readers computed from this snapshot, by reader and arguments (``remember``): one
+        view of the data, so a command that asks for the same window twice reads it once."""
+
+    def remember(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """``compute()`` once per ``key`` for the life of the snapshot (its value is read-only)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return cast(T, self.memo[key])
 
     def fetch(self, query: str, /, **params: Any) -> list[dict[str, Any]]:
         return _rows(Database.run(self._con, query, **params))
@@ -457,3 +468,9 @@ def _param(v: Any) -> Any:
 def _rows(cur: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+
+def remember(source: Source, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+    """``compute()`` once per ``key`` within a snapshot (``Snapshot.remember``); every time on a
+    ``Database``, whose reads each see the data as it is then."""
+    return source.remember(key, compute) if isinstance(source, Snapshot) else compute()

@@ -82,7 +82,8 @@ def _topology_finding(src: Snapshot, deployment: str, model_name: str | None, t0
     from ..views.whatif import WhatIfQuery, whatif
 
     try:
-        w = whatif(src, deployment, WhatIfQuery(model_name=model_name, t_from=t0, t_to=t1), history=history)
+        w = whatif(src, deployment, WhatIfQuery(model_name=model_name, t_from=t0, t_to=t1, dollars=False),
+                   history=history)
     except TraceError as e:
         err.print(f"note: --topology: no topology finding, the plan stands without it: {e}", highlight=False,
                   soft_wrap=True)

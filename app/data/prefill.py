@@ -35,7 +35,7 @@ from ...models.prefill.interval import Interval
 from ...models.prefill.measurement import PrefillMeasurement, measurement_from_window
 from ...models.prefill.table import IntervalTable, seq_sum
 from ...models.prefill.window import MeasuredAB, PricedWindow
-from ...sql.db import Source, queries
+from ...sql.db import Source, queries, remember
 from .window import rolled_days
 
 DEFAULT_LOOKBACK = timedelta(days=7)
@@ -67,8 +67,14 @@ def prefill_table(db: Source, deployment: str, t_from: datetime, t_to: datetime,
     """``prefill_intervals`` as columns (``kvplan.models.prefill.table``), what the fit and the
     priced window compute on: the stored days (34,560 rows at 90 days x 16 targets) are read
     as Arrow columns, without a Python object per value; the raw edges (a day or two at most)
-    through the named query's rows."""
+    through the named query's rows. Read once per snapshot for the same arguments."""
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)
+    return remember(db, ("prefill_table", deployment, t_from, t_to, model_name, chunk_tokens),
+                    lambda: _read_table(db, deployment, t_from, t_to, model_name, chunk_tokens))
+
+
+def _read_table(db: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None,
+                chunk_tokens: int) -> IntervalTable:
     days = [] if model_name is not None else rolled_days(db, deployment, t_from, t_to, "prefill_rolled_days")
     spans = plan_spans(days, t_from, t_to)
     parts: list[tuple[datetime, pa.Table]] = []  # (where its interval ends begin, rows)

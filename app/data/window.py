@@ -18,7 +18,7 @@ from ...models.metrics.spans import Spans, as_instant, chart_step, longest_run, 
 from ...models.metrics.spellings import CACHED_DAY, CACHED_RULE_NAMES, cached_of_interval_rows, stretch_answer
 from ...models.metrics.window import Increase, WindowStats, window_stats
 from ...models.metrics.window_notes import null_reasons
-from ...sql.db import Source
+from ...sql.db import Source, remember
 from .store import model_names
 
 
@@ -67,8 +67,15 @@ def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetim
     ``window_increases`` counts (a pair longer than ``EDGE_LOOKBACK``, a day, across the start
     of a rolled day or the end of the run is the only difference). Cached prompt
     tokens are read per target and scrape interval (``cached_of_spans``): the rule is chosen per
-    target and per stretch of its life, as ``kvplan stats`` and the plan choose it."""
+    target and per stretch of its life, as ``kvplan stats`` and the plan choose it. Read once
+    per snapshot for the same arguments (``sql.db.remember``)."""
     t_from, t_to = aware_utc(t_from), aware_utc(t_to)
+    return remember(source, ("load_window", deployment, t_from, t_to, model_name),
+                    lambda: _read_window(source, deployment, t_from, t_to, model_name))
+
+
+def _read_window(source: Source, deployment: str, t_from: datetime, t_to: datetime,
+                 model_name: str | None) -> Window:
     spans = plan_spans(rolled_days(source, deployment, t_from, t_to), t_from, t_to)
     rows: list[Increase] = []
     for lb, after, end in spans.raw:
@@ -310,7 +317,9 @@ def gauge_points(source: Source, deployment: str, t_from: datetime, t_to: dateti
 
 def engines_in_window(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> int:
     """vLLM engines (target x engine) with data in the window, without reading raw samples."""
-    return len(source.fetch("dashboard_engines", deployment=deployment, t_from=t_from, t_to=t_to))
+    t_from, t_to = aware_utc(t_from), aware_utc(t_to)
+    return remember(source, ("engines_in_window", deployment, t_from, t_to),
+                    lambda: len(source.fetch("dashboard_engines", deployment=deployment, t_from=t_from, t_to=t_to)))
 
 
 def peak_running_per_engine(source: Source, deployment: str, t_from: datetime, t_to: datetime,

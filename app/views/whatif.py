@@ -288,6 +288,9 @@ class WhatIfQuery:
     """Prompt tokens per month (None: the trace's own rate)."""
     latency: bool = True
     """Add today's topology and the TTFT what-if."""
+    dollars: bool = True
+    """Price the curve (False: a caller that prices on its own, ``kvplan plan --topology``, which reads
+    only the TTFT finding, skips the trace span's prefill read)."""
 
     @classmethod
     def month(cls, month: str, **kw: Any) -> WhatIfQuery:
@@ -356,8 +359,8 @@ def whatif(source: Database | Snapshot, deployment: str, query: WhatIfQuery = Wh
     tiers = (TierSplit(**rp.tiers, l1_gb=configured_gb, l2_gb=q.l2_gb)
              if rp.tiers is not None and configured_gb is not None and q.l2_gb is not None else None)
     svp = _shared_vs_private(rp, ranks=q.ranks, seed=q.seed, gb=gb, chunk_tokens=chunk_tokens)
-    dollars, why = _dollars(source, history, curve, caps, pb, bpc, t0, t1, q.seconds_per_cached_token,
-                            q.tokens_per_month)
+    dollars, why = (_dollars(source, history, curve, caps, pb, bpc, t0, t1, q.seconds_per_cached_token,
+                             q.tokens_per_month) if q.dollars else (None, "not asked for (the plan prices itself)"))
     best_gb = dollars.best.capacity_gb if dollars else None
     if why is not None:
         notes.append(f"dollars left out: {why}")
