@@ -85,11 +85,14 @@ def topology_section(d: WhatIf) -> None:
     ratio = "measured / predicted (carried into every set-up)"
     st.dataframe(pd.DataFrame([
         {"TTFT": "mean", "measured": fmt.ttft_s(t.ttft_mean_s_measured),
-         "predicted": fmt.ttft_s(t.ttft_mean_s_predicted), ratio: fmt.calibration_ratio(cal, "mean", NOT_CALIBRATED)},
+         "predicted": fmt.ttft_s(t.ttft_mean_s_predicted),
+         ratio: fmt.calibration_ratio(cal.mean if cal else None, NOT_CALIBRATED)},
         {"TTFT": "p50", "measured": fmt.ttft_s(t.ttft_p50_s_measured),
-         "predicted": fmt.ttft_s(t.ttft_p50_s_predicted), ratio: fmt.calibration_ratio(cal, "p50", NOT_CALIBRATED)},
+         "predicted": fmt.ttft_s(t.ttft_p50_s_predicted),
+         ratio: fmt.calibration_ratio(cal.p50 if cal else None, NOT_CALIBRATED)},
         {"TTFT": "p99", "measured": fmt.ttft_s(t.ttft_p99_s_measured),
-         "predicted": fmt.ttft_s(t.ttft_p99_s_predicted), ratio: fmt.calibration_ratio(cal, "p99", NOT_CALIBRATED)},
+         "predicted": fmt.ttft_s(t.ttft_p99_s_predicted),
+         ratio: fmt.calibration_ratio(cal.p99 if cal else None, NOT_CALIBRATED)},
         {"TTFT": "p99 as the histogram reads it", "measured": fmt.ttft_s(t.ttft_p99_s_measured),
          "predicted": fmt.ttft_s(t.ttft_p99_s_predicted_as_histogram), ratio: ""}]), hide_index=True)
     st.caption("How far to trust the alternatives: today predicted from the same model, against the TTFT "
@@ -211,7 +214,6 @@ if d.dollars:
     if dl.break_even:
         st.caption(f"Past {dl.break_even.capacity_gb:,.3f} GB the cache as a whole costs more than it saves.")
 else:
-    st.info(" ".join(n for n in d.notes if n.startswith("dollars")) or "No dollars for this trace.")
-for n in d.notes:
-    if not n.startswith("dollars"):
-        st.caption(n)
+    st.info(d.dollars_left_out or "No dollars for this trace.")
+for n in d.other_notes:
+    st.caption(n)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...models.metrics.window import Quantile
 
 if TYPE_CHECKING:
-    from ...models.cache.calibration import Calibration
+    from ...models.cache.calibration import Ratio
     from ...models.decision.plan import PlanResult
 
 NOT_REPORTED = "not reported"
@@ -159,9 +159,9 @@ def ttft_interval(v: tuple[float, float] | None) -> str:
     return f"{v[0]:.3f}-{v[1]:.3f} s" if v else "-"
 
 
-def calibration_ratio(cal: Calibration | None, stat: str, none: str = "not calibrated") -> str:
-    """Today's measured / predicted for ``stat`` and its interval (``models.cache.calibration``)."""
-    r = cal.ratio(stat) if cal is not None else None
+def calibration_ratio(r: Ratio | None, none: str = "not calibrated") -> str:
+    """Today's measured / predicted for one statistic (``Calibration.mean``, ``.p50``, ``.p99``)
+    and its interval (``models.cache.calibration``)."""
     if r is None or r.ratio is None:
         return none
     return f"x{r.ratio:.2f}" + (f" ({r.lo:.2f}-{r.hi:.2f})" if r.lo is not None and r.hi is not None else "")

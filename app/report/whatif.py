@@ -87,11 +87,11 @@ def _topology(d: WhatIf, charts: bool) -> list[str]:
            table(["", "measured", "predicted (today replayed)", "measured / predicted"],
                  [["token hit rate (LMCache)", fmt.pct(t.hit_rate_measured), fmt.pct(t.hit_rate_predicted), ""],
                   ["TTFT mean", fmt.ttft_s(t.ttft_mean_s_measured), fmt.ttft_s(t.ttft_mean_s_predicted),
-                   fmt.calibration_ratio(cal, "mean")],
+                   fmt.calibration_ratio(cal.mean if cal else None)],
                   ["TTFT p50", fmt.ttft_s(t.ttft_p50_s_measured), fmt.ttft_s(t.ttft_p50_s_predicted),
-                   fmt.calibration_ratio(cal, "p50")],
+                   fmt.calibration_ratio(cal.p50 if cal else None)],
                   ["TTFT p99", fmt.ttft_s(t.ttft_p99_s_measured), fmt.ttft_s(t.ttft_p99_s_predicted),
-                   fmt.calibration_ratio(cal, "p99")]],
+                   fmt.calibration_ratio(cal.p99 if cal else None)]],
                  {1, 2, 3}),
            f'<p class="meta">Instances: {escape(", ".join(t.instance_names))}; engines: '
            f'{escape(t.engine_routing)}; capacity per instance: {escape(t.capacity_source or "unbounded")}. '

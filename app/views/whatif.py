@@ -43,6 +43,8 @@ from ..data.traces import trace_span, traces_of
 from .whatif_topology import TopologyWhatIf, topology_span, topology_whatif
 
 DEFAULT_RANKS = 8
+DOLLARS_LEFT_OUT = "dollars left out: "
+"""How the note that says why the what-if has no dollars begins (``WhatIf.dollars_left_out``)."""
 DEFAULT_POINTS = 30
 MAX_RANKS = 4096
 """Most private caches compared with one shared pool (the replay is linear in ranks x requests;
@@ -193,6 +195,16 @@ class WhatIf(Answer):
     notes: tuple[str, ...]
     hit_rule: str = HIT_RULE
     topology: TopologyWhatIf | None = None
+
+    @property
+    def dollars_left_out(self) -> str | None:
+        """Why the dollars are missing (the note that says so), or None."""
+        return next((n for n in self.notes if n.startswith(DOLLARS_LEFT_OUT)), None)
+
+    @property
+    def other_notes(self) -> tuple[str, ...]:
+        """The notes but the one about the dollars."""
+        return tuple(n for n in self.notes if not n.startswith(DOLLARS_LEFT_OUT))
 
     @property
     def capacity_key(self) -> str:
@@ -363,7 +375,7 @@ def whatif(source: Database | Snapshot, deployment: str, query: WhatIfQuery = Wh
                              q.tokens_per_month) if q.dollars else (None, "not asked for (the plan prices itself)"))
     best_gb = dollars.best.capacity_gb if dollars else None
     if why is not None:
-        notes.append(f"dollars left out: {why}")
+        notes.append(f"{DOLLARS_LEFT_OUT}{why}")
 
     topo = None
     if q.latency:
