@@ -89,10 +89,10 @@ def test_the_page_and_the_report_format_raw_and_calibrated_ttft_alike():
     pred = np.array([0.05, 0.05, 0.15, 0.15])
     c = calibrate_today(pred, np.array([1.0, 1.2, 3.0, 3.2]), [interval(2.0, [0.1, 0.1]), interval(4.0, [0.3, 0.3])],
                         block_s=2.0, draws=200)
-    assert fmt.calibration_ratio(c, "mean") == "x2.00 (2.00-2.00)"  # the ratio 2 worked out above
+    assert fmt.calibration_ratio(c.mean) == "x2.00 (2.00-2.00)"  # the ratio 2 worked out above
     none = calibrate_today(np.array([0.1]), np.array([1.0]), [])
-    assert fmt.calibration_ratio(none, "mean") == "not calibrated"  # the report's words
-    assert fmt.calibration_ratio(None, "p99", "- (not calibrated)") == "- (not calibrated)"  # the page's
+    assert fmt.calibration_ratio(none.mean) == "not calibrated"  # the report's words
+    assert fmt.calibration_ratio(None, "- (not calibrated)") == "- (not calibrated)"  # the page's
     row = SimpleNamespace(ttft_mean_s=0.175, ttft_mean_s_interval=(0.153, 0.204), ttft_mean_s_raw=0.114,
                           ttft_p50_s=0.1694, ttft_p50_s_raw=0.093, ttft_p99_s=0.38, ttft_p99_s_interval=None,
                           ttft_p99_s_raw=None)
