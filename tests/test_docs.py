@@ -162,3 +162,30 @@ def test_the_check_catches_a_missing_path(tmp_path: Path) -> None:
         "link ../../README.md#no-such-heading: no heading #no-such-heading in README.md",
         "`collectors/settings.py`: not in the tree (looked beside the README and at the root)",
     ]
+
+
+DATED_PASSAGE = re.compile(r"\b20\d\d-\d\d-\d\d\b|\b20\d\d-\d\d\b(?= change)|\bthis session\b|\blast session\b"
+                           r"|\bissue \d+\b|\b[0-9a-f]{7,10}\b(?=[ ,)])", re.I)
+"""A measurement of some afternoon in reference text: a date, a session, an issue number, a commit
+hash. Command examples in code (fenced or in backticks) may carry dates."""
+
+
+def dated_passages(text: str) -> list[str]:
+    prose = TICK.sub("", FENCE.sub("", text))
+    return [f"line {prose.count(chr(10), 0, m.start()) + 1}: {prose[max(0, m.start() - 40):m.end() + 20]!r}"
+            for m in DATED_PASSAGE.finditer(prose) if not re.fullmatch(r"\d+", m.group(0))]
+
+
+@pytest.mark.parametrize("readme", [r for r in readmes() if r.parent != RESULTS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_readme_outside_bench_results_holds_a_dated_passage(readme: Path) -> None:
+    """READMEs are reference (what the code does today); dated figures go to bench/results/."""
+    bad = dated_passages(readme.read_text(encoding="utf-8"))
+    assert not bad, f"{readme.relative_to(ROOT)}:\n  " + "\n  ".join(bad)
+
+
+def test_the_dated_passage_check_sees_prose_but_not_code() -> None:
+    assert dated_passages("Measured on 2026-12-02, 30 minutes.")
+    assert dated_passages("as this session found")
+    assert dated_passages("the fix (issue 27) and 42.6 s on main (a9598d1, before)")
+    assert not dated_passages("`kvplan ingest --from 2026-11-01`\n```\nkvplan collect --day 2026-11-29\n```\n")
+    assert not dated_passages("gpu_peak_flops = 989e12 and 1,024 MB")
