@@ -51,8 +51,16 @@ def test_json_keys_and_per_request_output(tmp_path):
 def test_a_bad_line_and_a_missing_tokenizer_exit_2_with_the_input_named(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text('{"prompt": "a"}\n{"prompt": 5}\n')
-    r = runner.invoke(app, ["prompts", "check", str(p), "--tokenizer", str(TOKENIZER)])
-    assert r.exit_code == 2 and f"{p}:2" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["prompts", "check", str(p), "--tokenizer", str(TOKENIZER), "--json"])
+    # a bad line is skipped and named (round 5: one bad line no longer ends the day's run) ...
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    d = json.loads(r.stdout)
+    assert d["requests"] == 1 and any(f"{p}:2" in n and "1 bad line" in n for n in d["notes"]), d["notes"]
+    only_bad = tmp_path / "only_bad.jsonl"
+    only_bad.write_text('{"prompt": 5}\n')
+    r = runner.invoke(app, ["prompts", "check", str(only_bad), "--tokenizer", str(TOKENIZER)])
+    # ... and a log of nothing but bad lines is an error naming them, not a silent zero
+    assert r.exit_code == 2 and f"{only_bad}:1" in r.output and "no request could be read" in r.output
     r = runner.invoke(app, ["prompts", "check", str(p), "--tokenizer", str(tmp_path / "none")])
     assert r.exit_code == 2 and "--tokenizer" in r.output and "never downloads" in r.output
     ids = tmp_path / "ids.jsonl"

@@ -29,8 +29,8 @@ from ...models.core.errors import KvplanError
 from ...models.prompts.busters import Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
-from .read import LogRequest, read_requests
-from .render import Renderer
+from .read import LogRequest, Skipped, read_requests
+from .render import Renderer, RequestRefused
 
 Progress = Callable[[str, int], None]
 MAX_EXAMPLES = 16
@@ -289,13 +289,17 @@ BATCH_CHARS = 1_000_000
 """Requests rendered, then tokenized in one batch call: at most this many, and this much text."""
 
 
-def _batches(requests: Iterator[LogRequest], render: Callable[[LogRequest], Prepared]) -> Iterator[list[Prepared]]:
-    """``requests`` rendered in order (``render``), in lists of at most ``BATCH_REQUESTS``
-    requests or ``BATCH_CHARS`` characters of text: the text held at once stays bounded."""
+def _batches(requests: Iterator[LogRequest],
+             render: Callable[[LogRequest], Prepared | None]) -> Iterator[list[Prepared]]:
+    """``requests`` rendered in order (``render``; None: skipped), in lists of at most
+    ``BATCH_REQUESTS`` requests or ``BATCH_CHARS`` characters of text: the text held at once
+    stays bounded."""
     batch: list[Prepared] = []
     chars = 0
     for r in requests:
         p = render(r)
+        if p is None:
+            continue
         batch.append(p)
         chars += len(p.text) if p.text is not None else 0
         if len(batch) >= BATCH_REQUESTS or chars >= BATCH_CHARS:
@@ -369,13 +373,15 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     t_last: float | None = None
     sizes: list[int] = []
 
-    def render(r: LogRequest) -> Prepared:
-        p = prep.prepare(r, encode=False)
-        if not sizes:
+    skipped = Skipped()
+
+    def render(r: LogRequest) -> Prepared | None:
+        p = _rendered(prep, r, skipped)
+        if p is not None and not sizes:
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
 
-    for p in (p for batch in _batches(read_requests(paths), render) for p in _encoded(prep, batch)):
+    for p in (p for batch in _batches(read_requests(paths, skipped), render) for p in _encoded(prep, batch)):
         r = p.request
         if r.arrival is not None:
             t_first = r.arrival if t_first is None else min(t_first, r.arrival)
@@ -398,7 +404,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         tick(totals.requests)
     if progress is not None:
         progress("predicted", totals.requests)
-    notes = list(prep.notes)
+    if not totals.requests and (skipped.errors or skipped.unfinished):
+        raise KvplanError("no request could be read: " + "; ".join(skipped.notes()), source=str(paths[0]))
+    notes = list(prep.notes) + skipped.notes()
     if totals.unfit:
         notes.append(f"{totals.unfit} request(s) need more blocks than the pool holds (vLLM refuses them): "
                      "counted as misses")
@@ -443,7 +451,8 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     totals = [Totals() for _ in variants]
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = busted = 0
-    for batch in _batches(_requests(paths), lambda r: prep.prepare(r, encode=False)):
+    skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
+    for batch in _batches(read_requests(paths, skipped), lambda r: _rendered(prep, r, skipped)):
         rows: list[tuple[Hashed, int, int, list[str | None]]] = []
         todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
         items: list[tuple[Prepared, str]] = []
@@ -480,5 +489,11 @@ def _encoded(prep: Preparer, batch: list[Prepared]) -> list[Prepared]:
     return batch
 
 
-def _requests(paths: Sequence[Path]) -> Iterator[LogRequest]:
-    yield from read_requests(paths)
+def _rendered(prep: Preparer, r: LogRequest, skipped: Skipped) -> Prepared | None:
+    """``r`` rendered, or None when the request cannot be (vLLM would refuse it): recorded in
+    ``skipped`` with its file and line, within the run's budget of bad lines."""
+    try:
+        return prep.prepare(r, encode=False)
+    except RequestRefused as e:
+        skipped.add(e)
+        return None

@@ -33,11 +33,13 @@ import gzip
 import heapq
 import io
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...models.core.errors import KvplanError
 from ...models.core.timeutil import parse_time
 from ..scrape.payload import PayloadError
 
@@ -46,6 +48,35 @@ MAX_LINE_BYTES = 64 * 2**20
 TIME_FIELDS = ("arrival_time", "timestamp", "created")
 BAILIAN_BLOCK = 16
 MOONCAKE_BLOCK = 512
+MAX_SKIPPED = 100
+"""Bad lines a run skips, each reported with its file and line; one more fails the run."""
+MAX_BLOCK_ID = 2**63 - 1
+"""Largest ``hash_ids`` value (stored as a signed 64-bit key)."""
+
+
+class Skipped:
+    """The lines a run skipped (``MAX_SKIPPED`` at most): a line that is not a request, and an
+    unfinished last line (no newline yet: a log still being written), kept apart."""
+
+    def __init__(self) -> None:
+        self.errors: list[KvplanError] = []
+        self.unfinished: list[str] = []
+
+    def add(self, e: KvplanError) -> None:
+        self.errors.append(e)
+        if len(self.errors) > MAX_SKIPPED:
+            first = "; ".join(str(x) for x in self.errors[:3])
+            raise PayloadError("prompts", f"more than {MAX_SKIPPED} bad lines: not a request log? (first: {first})")
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.errors:
+            out.append(f"{len(self.errors)} bad line(s) skipped (at most {MAX_SKIPPED}): "
+                       + "; ".join(str(e) for e in self.errors[:5]) + (" ..." if len(self.errors) > 5 else ""))
+        if self.unfinished:
+            out.append("an unfinished last line (no newline yet: the log is still being written) left for the "
+                       "next run: " + ", ".join(self.unfinished))
+        return out
 
 
 @dataclass
@@ -112,7 +143,10 @@ def _time(v: Any, src: str, n: int, name: str) -> float:
     if isinstance(v, bool) or v is None:
         raise PayloadError(src, f"{name} must be ISO 8601 or unix seconds; got {v!r}", n)
     if isinstance(v, (int, float)):
-        t = float(v)
+        try:
+            t = float(v)
+        except OverflowError:  # an integer of hundreds of digits
+            raise PayloadError(src, f"{name} out of range: {str(v)[:20]}... ({len(str(v))} digits)", n) from None
         if not t == t or t < 0 or t > 1e15:
             raise PayloadError(src, f"{name} out of range: {v!r}", n)
         return t / 1000.0 if t > 1e11 else t
@@ -204,8 +238,9 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
         raise PayloadError(src, f"a line must be a JSON object; got {type(obj).__name__}", n)
     if "hash_ids" in obj:
         ids = obj["hash_ids"]
-        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-            raise PayloadError(src, "hash_ids must be a list of integers", n)
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                and 0 <= i <= MAX_BLOCK_ID for i in ids):
+            raise PayloadError(src, "hash_ids must be a list of integers from 0 to 2^63-1", n)
         bailian = "chat_id" in obj
         block = BAILIAN_BLOCK if bailian else MOONCAKE_BLOCK
         length = _int(obj.get("input_length"), src, n, "input_length", 1)
@@ -235,18 +270,37 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
 
 def _load(line: str, src: str, n: int) -> Any:
     try:
-        return json.loads(line)
+        obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise PayloadError(src, f"not JSON: {e.msg} (column {e.colno})", n) from None
     except (ValueError, RecursionError) as e:
         raise PayloadError(src, f"not a usable JSON line: {e}", n) from None
+    if "\\ud" in line or "\\uD" in line:  # a \uD800-\uDFFF escape: a pair is fine, a lone one is no text
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise PayloadError(src, f"a lone surrogate ({e.object[e.start:e.end]!a}) is not Unicode text: no "
+                               "tokenizer takes it", n) from None
+        except RecursionError:
+            raise PayloadError(src, "nested too deeply", n) from None
+    return obj
 
 
-def read_file(path: Path) -> Iterator[LogRequest]:
-    """The requests of one file, in file order; arrival times must not go backwards."""
+def read_file(path: Path, skipped: Skipped | None = None) -> Iterator[LogRequest]:
+    """The requests of one file, in file order; arrival times must not go backwards. With
+    ``skipped``, a bad line is recorded there and skipped (up to ``MAX_SKIPPED``), else it fails."""
     last: float | None = None
     for n, line in open_lines(path):
-        r = parse_line(_load(line, str(path), n), str(path), n)
+        try:
+            r = parse_line(_load(line, str(path), n), str(path), n)
+        except PayloadError as e:
+            if skipped is None:
+                raise
+            if not line.endswith("\n"):  # only the last line can lack its newline
+                skipped.unfinished.append(f"{path}:{n}")
+            else:
+                skipped.add(e)
+            continue
         if r.arrival is not None:
             if last is not None and r.arrival < last:
                 raise PayloadError(str(path), "arrival time goes backwards: sort the log by time", n)
@@ -254,22 +308,38 @@ def read_file(path: Path) -> Iterator[LogRequest]:
         yield r
 
 
-def read_requests(paths: Sequence[Path]) -> Iterator[LogRequest]:
+def distinct_files(paths: Sequence[Path]) -> None:
+    """A file given twice (the same path, or a link to it) would be counted twice: refused."""
+    seen: list[Path] = []
+    for p in paths:
+        for q in seen:
+            try:
+                same = os.path.samefile(p, q)
+            except OSError:
+                same = False
+            if same:
+                raise PayloadError(str(p), f"the same file as {q}, given twice: each request would count twice")
+        seen.append(p)
+
+
+def read_requests(paths: Sequence[Path], skipped: Skipped | None = None) -> Iterator[LogRequest]:
     """Every file's requests in arrival order: merged by time when every line has one (a line
-    without one, once files are merged, is an error naming it), else file after file."""
+    without one, once files are merged, is an error naming it), else file after file. A file
+    given twice is refused; ``skipped``: see ``read_file``."""
     if not paths:
         raise PayloadError("prompts", "no file given")
+    distinct_files(paths)
     if len(paths) == 1:
-        yield from read_file(paths[0])
+        yield from read_file(paths[0], skipped)
         return
-    first = [next(read_file(p), None) for p in paths]
+    first = [next(read_file(p, Skipped()), None) for p in paths]
     if not all(r is not None and r.arrival is not None for r in first):
         for p in paths:
-            yield from read_file(p)
+            yield from read_file(p, skipped)
         return
 
     def keyed(i: int, p: Path) -> Iterator[tuple[float, int, int, LogRequest]]:
-        for k, r in enumerate(read_file(p)):
+        for k, r in enumerate(read_file(p, skipped)):
             if r.arrival is None:
                 raise PayloadError(r.source, "no arrival time, while the files are merged by time", r.line)
             yield r.arrival, i, k, r

@@ -28,6 +28,11 @@ from ...models.core.errors import KvplanError
 from .read import LogRequest
 
 
+class RequestRefused(KvplanError):
+    """One request vLLM would refuse (its template fails on it, its tool-call arguments are not
+    JSON): the check skips it, naming its file and line, within the run's budget of bad lines."""
+
+
 @dataclass
 class Rendered:
     """A request's prompt: its token ids and, for text prompts, the text they came from (kept in
@@ -63,6 +68,9 @@ class Renderer:
             except OSError as e:
                 raise KvplanError(f"cannot read: {e.strerror or e}",
                                   source=f"--chat-template {chat_template}") from None
+            except UnicodeDecodeError as e:
+                raise KvplanError(f"not UTF-8 text (byte {e.start}): a Jinja chat template is text",
+                                  source=f"--chat-template {chat_template}") from None
         self.name = name
 
     def render(self, r: LogRequest) -> Rendered:
@@ -93,9 +101,10 @@ class Renderer:
                 add_generation_prompt=r.add_generation_prompt and not r.continue_final_message,
                 continue_final_message=r.continue_final_message, tokenize=False, **kwargs)
         except Exception as e:  # jinja2 errors, raise_exception(), no template
-            raise KvplanError(f"the chat template failed: {type(e).__name__}: {str(e)[:200]}", source=r.where) from None
+            raise RequestRefused(f"the chat template failed: {type(e).__name__}: {str(e)[:200]}",
+                                 source=r.where) from None
         if not isinstance(text, str):
-            raise KvplanError("the chat template did not render text", source=r.where)
+            raise RequestRefused("the chat template did not render text", source=r.where)
         return text
 
     def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
@@ -139,7 +148,10 @@ def tool_call_arguments(messages: list[dict[str, Any]], where: str) -> list[dict
         if m.get("role") != "assistant" or not isinstance(calls, list):
             continue
         if out is messages:
-            out = copy.deepcopy(messages)
+            try:
+                out = copy.deepcopy(messages)
+            except RecursionError:
+                raise RequestRefused(f"messages[{i}]: nested too deeply", source=where) from None
         for call in out[i]["tool_calls"]:
             fn = call.get("function") if isinstance(call, dict) else None
             if not isinstance(fn, dict):
@@ -150,7 +162,7 @@ def tool_call_arguments(messages: list[dict[str, Any]], where: str) -> list[dict
             elif not isinstance(args, (dict, list)):
                 try:
                     fn["arguments"] = json.loads(args)
-                except (TypeError, ValueError):
-                    raise KvplanError(f"messages[{i}]: a tool call's arguments are not JSON (vLLM refuses it)",
+                except (TypeError, ValueError, RecursionError):
+                    raise RequestRefused(f"messages[{i}]: a tool call's arguments are not JSON (vLLM refuses it)",
                                       source=where) from None
     return out

@@ -1,0 +1,90 @@
+"""Adversary round 5 on `kvplan prompts check`: inputs that ended in a traceback, were counted twice
+or stopped the whole day's run. Each case fails on the code before its fix. A bad line is now
+skipped and named (file:line) within a budget of ``MAX_SKIPPED`` lines; a log with no good line is
+an error; configuration errors (a missing tokenizer, a template that is not text) still end the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvplan.app.cli import app
+from kvplan.collectors.requests.read import MAX_SKIPPED
+from tests.test_prompts_check import TOKENIZER
+
+runner = CliRunner()
+GOOD = {"messages": [{"role": "user", "content": "what is in the cache?"}]}
+
+
+def check(*args: str) -> tuple[int, dict | None, str]:
+    r = runner.invoke(app, ["prompts", "check", *args, "--tokenizer", str(TOKENIZER), "--json"])
+    assert "Traceback" not in r.output and not (r.exception and not isinstance(r.exception, SystemExit)), r.output
+    return r.exit_code, (json.loads(r.stdout) if r.exit_code == 0 else None), r.output
+
+
+def lines(path: Path, *objs: object, raw_tail: str = "") -> Path:
+    path.write_text("".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objs) + raw_tail)
+    return path
+
+
+BAD_LINES = {
+    "a 400-digit arrival time": '{"timestamp": ' + "9" * 400 + ', "messages": [{"role": "user", "content": "x"}]}',
+    "a hash_ids value over 64 bits": json.dumps({"timestamp": 0, "input_length": 600, "hash_ids": [2**70, 1]}),
+    "a lone surrogate": '{"messages": [{"role": "user", "content": "a\\ud800b"}]}',
+    "tool-call arguments nested 5,000 deep": json.dumps({"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": "[" * 5000 + "]" * 5000}}]},
+        {"role": "user", "content": "x"}]}),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINES))
+def test_a_bad_line_is_skipped_and_named_not_a_traceback(tmp_path, case):
+    p = lines(tmp_path / "day.jsonl", GOOD, BAD_LINES[case], GOOD)
+    code, d, out = check(str(p))
+    assert code == 0, out
+    assert d is not None and d["requests"] == 2  # the two good lines, the bad one left out
+    assert any(f"{p}:2" in n and "1 bad line" in n for n in d["notes"]), d["notes"]
+
+
+def test_a_log_of_only_bad_lines_is_an_error_not_zero(tmp_path):
+    p = lines(tmp_path / "day.jsonl", BAD_LINES["a lone surrogate"])
+    code, _, out = check(str(p))
+    assert code == 2 and "no request could be read" in out and "lone surrogate" in out
+
+
+def test_more_bad_lines_than_the_budget_fail_the_run(tmp_path):
+    p = lines(tmp_path / "day.jsonl", GOOD, *(['{"prompt": 5}'] * (MAX_SKIPPED + 1)))
+    code, _, out = check(str(p))
+    assert code == 2 and f"more than {MAX_SKIPPED} bad lines" in out and f"{p.name}:2" in out
+
+
+def test_an_unfinished_last_line_is_left_for_the_next_run(tmp_path):
+    p = lines(tmp_path / "live.jsonl", GOOD, GOOD, raw_tail='{"messages": [{"role": "us')
+    code, d, out = check(str(p))
+    assert code == 0, out
+    assert d is not None and d["requests"] == 2
+    assert any("unfinished last line" in n and f"{p}:3" in n for n in d["notes"]), d["notes"]
+
+
+@pytest.mark.parametrize("how", ["same path", "symlink"])
+def test_the_same_file_twice_is_refused_not_counted_twice(tmp_path, how):
+    p = lines(tmp_path / "day.jsonl", GOOD, GOOD)
+    other = p
+    if how == "symlink":
+        other = tmp_path / "again.jsonl"
+        other.symlink_to(p)
+    code, _, out = check(str(p), str(other))
+    assert code == 2 and "given twice" in " ".join(out.split())
+
+
+def test_a_template_that_is_not_utf8_is_an_error_naming_it(tmp_path):
+    t = tmp_path / "t.jinja"
+    t.write_bytes(b"\xff\xfe{{ messages }}")
+    p = lines(tmp_path / "day.jsonl", GOOD)
+    code, _, out = check(str(p), "--chat-template", str(t))
+    assert code == 2 and "--chat-template" in out and "not UTF-8" in out
