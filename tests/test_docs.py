@@ -176,7 +176,8 @@ def dated_passages(text: str) -> list[str]:
             for m in DATED_PASSAGE.finditer(prose) if not re.fullmatch(r"\d+", m.group(0))]
 
 
-@pytest.mark.parametrize("readme", [r for r in readmes() if r.parent != RESULTS], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("readme", [r for r in readmes() if r.parent != RESULTS],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_readme_outside_bench_results_holds_a_dated_passage(readme: Path) -> None:
     """READMEs are reference (what the code does today); dated figures go to bench/results/."""
     bad = dated_passages(readme.read_text(encoding="utf-8"))
