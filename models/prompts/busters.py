@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -114,10 +115,29 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
         start = nl + 1
 
 
+def _shape_of(ch: str) -> str:
+    """One character's shape by its Unicode category, in every script: an upper-case letter A, any
+    other letter a (Chinese, Arabic, Thai... have no case), any digit or number 9, a space ' ';
+    ASCII punctuation and symbols kept (they carry the format: 2026-12-05T10:00), any other one
+    '*'; marks (accents, vowel signs) and invisible characters dropped."""
+    cat = unicodedata.category(ch)
+    if cat == "Lu":
+        return "A"
+    if cat[0] == "L":
+        return "a"
+    if cat[0] == "N":
+        return "9"
+    if cat[0] == "Z" or ch in "\t\n\r":
+        return " "
+    if cat[0] in "PS":
+        return ch if ch.isascii() else "*"
+    return ""  # M (combining marks) and C (controls, zero-width and other format characters)
+
+
 def shape(span: str) -> str:
-    """A span's shape, never its text: digits as 9, lower-case letters as a, upper-case as A,
-    other characters kept; at most 40 characters (longer ones end with '...')."""
-    s = "".join("9" if ch.isdigit() else "a" if ch.islower() else "A" if ch.isupper() else ch for ch in span)
+    """A span's shape, never its text (``_shape_of`` per character); at most 40 characters
+    (longer ones end with '...')."""
+    s = "".join(_shape_of(ch) for ch in span)
     return s if len(s) <= MAX_EXAMPLE else s[:MAX_EXAMPLE - 3] + "..."
 
 
