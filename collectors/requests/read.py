@@ -91,6 +91,8 @@ class LogRequest:
     messages: list[dict[str, Any]] = field(default_factory=list)
     tools: list[Any] | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    documents: list[Any] | None = None
+    """The body's ``documents`` (RAG templates render them; vLLM passes them to the template)."""
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     prompt: str | None = None
@@ -215,8 +217,12 @@ def _body(obj: dict[str, Any], src: str, n: int, arrival: float | None, url: str
         kw = obj.get("chat_template_kwargs") or {}
         if not isinstance(kw, dict):
             raise PayloadError(src, "chat_template_kwargs must be an object", n)
+        docs = obj.get("documents")
+        if docs is not None and not isinstance(docs, list):
+            raise PayloadError(src, "documents must be a list", n)
         return LogRequest(kind="chat", messages=_messages(obj["messages"], src, n), tools=tools or None,
-                          chat_template_kwargs=kw, add_generation_prompt=bool(obj.get("add_generation_prompt", True)),
+                          chat_template_kwargs=kw, documents=docs or None,
+                          add_generation_prompt=bool(obj.get("add_generation_prompt", True)),
                           continue_final_message=bool(obj.get("continue_final_message", False)), **common)
     if "prompt" in obj:
         p = obj["prompt"]

@@ -91,15 +91,19 @@ class Renderer:
         return self.chat_text(r)
 
     def chat_text(self, r: LogRequest, messages: list[dict[str, Any]] | None = None) -> str:
-        kwargs = dict(r.chat_template_kwargs)
+        """The chat template's text, called as vLLM's chat completions call it: the body's
+        ``tools``, ``documents``, ``add_generation_prompt`` and ``continue_final_message``, then
+        ``chat_template_kwargs`` over them (vLLM updates its template kwargs with the request's)."""
+        kwargs: dict[str, Any] = {"tools": r.tools, "documents": r.documents,
+                                  "add_generation_prompt": r.add_generation_prompt,
+                                  "continue_final_message": r.continue_final_message}
+        kwargs.update(r.chat_template_kwargs)
         for k in ("tokenize", "conversation", "messages", "chat_template"):
             kwargs.pop(k, None)
+        kwargs["add_generation_prompt"] = bool(kwargs["add_generation_prompt"]) and not kwargs["continue_final_message"]
         msgs = tool_call_arguments(messages if messages is not None else r.messages, r.where)
         try:
-            text = self.tok.apply_chat_template(
-                msgs, tools=r.tools, chat_template=self.template,
-                add_generation_prompt=r.add_generation_prompt and not r.continue_final_message,
-                continue_final_message=r.continue_final_message, tokenize=False, **kwargs)
+            text = self.tok.apply_chat_template(msgs, chat_template=self.template, tokenize=False, **kwargs)
         except Exception as e:  # jinja2 errors, raise_exception(), no template
             raise RequestRefused(f"the chat template failed: {type(e).__name__}: {str(e)[:200]}",
                                  source=r.where) from None
