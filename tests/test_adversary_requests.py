@@ -88,3 +88,18 @@ def test_a_template_that_is_not_utf8_is_an_error_naming_it(tmp_path):
     p = lines(tmp_path / "day.jsonl", GOOD)
     code, _, out = check(str(p), "--chat-template", str(t))
     assert code == 2 and "--chat-template" in out and "not UTF-8" in out
+
+
+def test_a_block_id_trace_gives_no_lmcache_hit_rate_rather_than_zero(tmp_path):
+    """LMCache's 256-token chunks cannot be rebuilt from Mooncake's 512-token block ids: the log
+    cannot tell, so the figure is null with a note (it was 0.0), while vLLM's rate is computed."""
+    p = lines(tmp_path / "trace.jsonl",
+              {"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]},
+              {"timestamp": 10, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 4]})
+    r = runner.invoke(app, ["prompts", "check", str(p), "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["lmcache"]["hit_rate_unlimited"] is None
+    assert any("LMCache's hit rate: not known from block ids" in n for n in d["notes"])
+    # vLLM's own prediction stands: the second request shares blocks 1 and 2 (1,024 of 2,200 tokens)
+    assert d["cached_tokens_predicted"] == 1024

@@ -81,7 +81,7 @@ class CheckResult:
     fixed: Totals | None
     findings: list[FindingResult]
     missed_by_cause: dict[str, int]
-    lmcache_hit_tokens: int
+    lmcache_hit_tokens: int | None
     notes: list[str] = field(default_factory=list)
     examples: dict[tuple[str, int | None, str, int], tuple[str, int, int]] = field(default_factory=dict, repr=False)
     """Per finding key, the first request it broke: (rendered text, start and end of the divergent
@@ -110,7 +110,8 @@ class CheckResult:
             "block_size": self.block_size,
             "gpu_blocks": self.options.gpu_blocks,
             "lmcache": {"chunk_tokens": self.options.lmcache_chunk,
-                        "hit_rate_unlimited": self.lmcache_hit_tokens / t.prompt_tokens if t.prompt_tokens else None},
+                        "hit_rate_unlimited": self.lmcache_hit_tokens / t.prompt_tokens
+                        if t.prompt_tokens and self.lmcache_hit_tokens is not None else None},
             "notes": list(self.notes),
         }
 
@@ -276,9 +277,11 @@ def template_date(text: str, lines: Sequence[LineInfo]) -> tuple[str, str, tuple
     return None
 
 
-def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int:
-    if p.ids is None:  # a trace of block ids: LMCache chunks cannot be rebuilt from them
-        return 0
+def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int | None:
+    """LMCache's hit tokens for one request; None for a trace of block ids: LMCache's chunks
+    cannot be rebuilt from them, so the log cannot tell."""
+    if p.ids is None:
+        return None
     keys = chunk_hashes(p.ids, lm.chunk_size, ExtraKeys(), partial=True)
     full = len(p.ids) // lm.chunk_size
     return lm.serve(keys[:full], keys[full] if len(keys) > full else None)
@@ -365,7 +368,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     totals = Totals()
     finder = Finder()
     lm = LmcacheUnlimited(opts.lmcache_chunk)
-    lm_hits = 0
+    lm_hits: int | None = 0
     examples: dict[tuple[str, int | None, str, int], tuple[str, int, int]] = {}
     predictor: Predictor | None = None
     tick = _ticker(progress, "predicting")
@@ -393,7 +396,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         o = predictor.serve(h)
         totals.add(o)
         spill.write(h, o)
-        lm_hits += _lmcache(lm, p)
+        got = _lmcache(lm, p)
+        lm_hits = None if got is None or lm_hits is None else lm_hits + got
         if p.text is not None and p.lines is not None:
             f = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable)
             if f is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
@@ -407,6 +411,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     if not totals.requests and (skipped.errors or skipped.unfinished):
         raise KvplanError("no request could be read: " + "; ".join(skipped.notes()), source=str(paths[0]))
     notes = list(prep.notes) + skipped.notes()
+    if lm_hits is None:
+        notes.append("LMCache's hit rate: not known from block ids (its chunks cannot be rebuilt from them): null")
     if totals.unfit:
         notes.append(f"{totals.unfit} request(s) need more blocks than the pool holds (vLLM refuses them): "
                      "counted as misses")
