@@ -103,3 +103,31 @@ def test_a_block_id_trace_gives_no_lmcache_hit_rate_rather_than_zero(tmp_path):
     assert any("LMCache's hit rate: not known from block ids" in n for n in d["notes"])
     # vLLM's own prediction stands: the second request shares blocks 1 and 2 (1,024 of 2,200 tokens)
     assert d["cached_tokens_predicted"] == 1024
+
+
+def test_max_tokens_is_a_bound_and_a_logged_output_length_wins(tmp_path):
+    """With --gpu-blocks, the blocks a request holds while decoding count: max_tokens was taken as
+    the output length. A logged ``usage.completion_tokens`` is used instead, and the note says how
+    many lengths came from where. Expected: the same log with max_tokens set to the logged length."""
+    from tests.test_prompts_check import timestamp_log
+
+    def log(name: str, max_tokens: int, logged: int | None) -> Path:
+        bodies = []
+        for b in timestamp_log(16):
+            b = {**b, "max_tokens": max_tokens}
+            bodies.append({**b, "usage": {"completion_tokens": logged}} if logged is not None else b)
+        return lines(tmp_path / name, *bodies)
+
+    def run(p: Path) -> dict:
+        r = runner.invoke(app, ["prompts", "check", str(p), "--tokenizer", str(TOKENIZER), "--gpu-blocks", "300",
+                                "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    logged = run(log("logged.jsonl", 4096, 5))
+    exact = run(log("exact.jsonl", 5, None))
+    bound = run(log("bound.jsonl", 4096, None))
+    assert logged["cached_tokens_predicted"] == exact["cached_tokens_predicted"]
+    assert bound["cached_tokens_predicted"] < exact["cached_tokens_predicted"]  # 4096 tokens hold the pool
+    assert any("16 logged, 0 taken from max_tokens" in n for n in logged["notes"]), logged["notes"]
+    assert any("0 logged, 16 taken from max_tokens" in n for n in bound["notes"]), bound["notes"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -369,6 +370,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     finder = Finder()
     lm = LmcacheUnlimited(opts.lmcache_chunk)
     lm_hits: int | None = 0
+    out_sources: Counter[str | None] = Counter({"logged": 0, "max_tokens": 0, None: 0})
     examples: dict[tuple[str, int | None, str, int], tuple[str, int, int]] = {}
     predictor: Predictor | None = None
     tick = _ticker(progress, "predicting")
@@ -396,6 +398,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         o = predictor.serve(h)
         totals.add(o)
         spill.write(h, o)
+        out_sources[r.output_source] += 1
         got = _lmcache(lm, p)
         lm_hits = None if got is None or lm_hits is None else lm_hits + got
         if p.text is not None and p.lines is not None:
@@ -411,6 +414,11 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     if not totals.requests and (skipped.errors or skipped.unfinished):
         raise KvplanError("no request could be read: " + "; ".join(skipped.notes()), source=str(paths[0]))
     notes = list(prep.notes) + skipped.notes()
+    if opts.gpu_blocks is not None:
+        src = out_sources
+        notes.append(f"output lengths (the blocks a request holds while decoding): {src['logged']:,} logged, "
+                     f"{src['max_tokens']:,} taken from max_tokens (a bound, not the length: those requests "
+                     f"are counted holding more blocks than they did), {src[None]:,} unknown (1 token)")
     if lm_hits is None:
         notes.append("LMCache's hit rate: not known from block ids (its chunks cannot be rebuilt from them): null")
     if totals.unfit:

@@ -100,6 +100,9 @@ class LogRequest:
     model: str | None = None
     cache_salt: str | None = None
     output_tokens: int | None = None
+    output_source: str | None = None
+    """Where ``output_tokens`` came from: ``logged`` (the response's ``usage.completion_tokens``, a
+    trace's ``output_length``), ``max_tokens`` (the request's bound, taken as the length), None."""
     block_ids: list[int] | None = None
     block_tokens: int = 0
     input_length: int = 0
@@ -205,7 +208,8 @@ def _body(obj: dict[str, Any], src: str, n: int, arrival: float | None, url: str
     common: dict[str, Any] = dict(
         source=src, line=n, arrival=arrival,
         model=obj.get("model") if isinstance(obj.get("model"), str) else None,
-        output_tokens=_int(out_tokens, src, n, "max_tokens", 1) if out_tokens is not None else None)
+        output_tokens=_int(out_tokens, src, n, "max_tokens", 1) if out_tokens is not None else None,
+        output_source="max_tokens" if out_tokens is not None else None)
     salt = obj.get("cache_salt")
     if salt is not None and not isinstance(salt, str):
         raise PayloadError(src, "cache_salt must be a string", n)
@@ -259,7 +263,8 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
         out = obj.get("output_length")
         return LogRequest(source=src, line=n, kind="blocks", arrival=arrival, block_ids=ids, block_tokens=block,
                           input_length=length, chat_id=str(obj.get("chat_id")) if bailian else None,
-                          output_tokens=_int(out, src, n, "output_length", 0) or None if out is not None else None)
+                          output_tokens=_int(out, src, n, "output_length", 0) or None if out is not None else None,
+                          output_source="logged" if out is not None else None)
     if "body" in obj and "url" in obj:
         body = obj["body"]
         if not isinstance(body, dict):
@@ -268,10 +273,26 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
         if not isinstance(url, str) or not ("/chat/completions" in url or url.endswith("/completions")):
             raise PayloadError(src, f"url {str(url)[:60]!r}: only /v1/chat/completions and /v1/completions", n)
         r = _body(body, src, n, _arrival(obj, src, n) or _arrival(body, src, n), url)
+        _logged_output(r, obj, src, n)
         if isinstance(obj.get("custom_id"), str):
             r.custom_id = obj["custom_id"][:256]
         return r
-    return _body(obj, src, n, _arrival(obj, src, n))
+    r = _body(obj, src, n, _arrival(obj, src, n))
+    _logged_output(r, obj, src, n)
+    return r
+
+
+def _logged_output(r: LogRequest, obj: dict[str, Any], src: str, n: int) -> None:
+    """The output length a gateway logged beside the request (``usage.completion_tokens`` of the
+    line, of its ``response``, or of a Batch API output's ``response.body``) over ``max_tokens``,
+    which is only a bound."""
+    resp = obj.get("response")
+    for holder in (obj, resp, resp.get("body") if isinstance(resp, dict) else None):
+        usage = holder.get("usage") if isinstance(holder, dict) else None
+        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            r.output_tokens = _int(usage["completion_tokens"], src, n, "usage.completion_tokens", 0) or None
+            r.output_source = "logged"
+            return
 
 
 def _load(line: str, src: str, n: int) -> Any:
