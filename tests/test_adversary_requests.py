@@ -131,3 +131,27 @@ def test_max_tokens_is_a_bound_and_a_logged_output_length_wins(tmp_path):
     assert bound["cached_tokens_predicted"] < exact["cached_tokens_predicted"]  # 4096 tokens hold the pool
     assert any("16 logged, 0 taken from max_tokens" in n for n in logged["notes"]), logged["notes"]
     assert any("0 logged, 16 taken from max_tokens" in n for n in bound["notes"]), bound["notes"]
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_gpu_block_count_costs_memory_only_for_the_blocks_used(tmp_path):
+    """``--gpu-blocks`` allocated ~110 bytes a block up front, once per fix variant (2 M blocks
+    with 3 findings: 1.35 GB; 2^40 accepted and never finishing). The pool now holds only the
+    blocks the log touched: 2^40 blocks predict what an unlimited cache does, in little memory."""
+    import tracemalloc
+
+    from kvplan.models.prompts.predict import BlockPool
+
+    tracemalloc.start()
+    pool = BlockPool(2**40)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1_000_000 and pool.free_count() == 2**40 - 1
+    from tests.test_prompts_check import timestamp_log
+
+    p = lines(tmp_path / "day.jsonl", *timestamp_log(12))
+    r = runner.invoke(app, ["prompts", "check", str(p), "--tokenizer", str(TOKENIZER), "--gpu-blocks", str(2**40),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["cached_tokens_predicted"] == round(d["hit_rate_unlimited"] * d["prompt_tokens"])

@@ -207,17 +207,42 @@ class BlockPool:
         if num_gpu_blocks < 2:
             raise ValueError(f"num_gpu_blocks must be at least 2 (one is the null block); got {num_gpu_blocks}")
         self.num_gpu_blocks = num_gpu_blocks
-        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(1, num_gpu_blocks))
+        # vLLM's free queue starts as blocks 1..N-1 in order. Held lazily, so memory grows with the
+        # blocks the log touches, not with N: blocks never used yet are the range [fresh, N), and
+        # the queue is head (blocks put back at the head) + that range + tail (blocks freed to the
+        # tail); once the range is used up, head + tail is the queue.
+        self.head: OrderedDict[int, None] = OrderedDict()
+        self.fresh = 1
+        self.tail: OrderedDict[int, None] = OrderedDict()
         self.key_of: dict[int, Key] = {}
         self.blocks_of: dict[Key, dict[int, None]] = {}
         self.evictions = 0
+
+    @property
+    def free(self) -> list[int]:
+        """The free queue, head first (built whole: for tests and small pools)."""
+        return [*self.head, *range(self.fresh, self.num_gpu_blocks), *self.tail]
+
+    def free_count(self) -> int:
+        return len(self.head) + (self.num_gpu_blocks - self.fresh) + len(self.tail)
+
+    def _queued(self, b: int) -> bool:
+        return b in self.head or b in self.tail  # a block of the fresh range holds no key: never hit
 
     def _lookup(self, k: Key) -> int | None:
         ids = self.blocks_of.get(k)
         return next(iter(ids)) if ids else None
 
+    def _take(self) -> int:
+        if self.head:
+            return self.head.popitem(last=False)[0]
+        if self.fresh < self.num_gpu_blocks:
+            self.fresh += 1
+            return self.fresh - 1
+        return self.tail.popitem(last=False)[0]
+
     def _pop(self) -> int:
-        b, _ = self.free.popitem(last=False)
+        b = self._take()
         k = self.key_of.pop(b, None)
         if k is not None:
             ids = self.blocks_of[k]
@@ -238,11 +263,12 @@ class BlockPool:
             hit.append(b)
         computed = h.prompt_tokens + h.output_tokens - 1
         need = -(-computed // block_size) - len(hit)
-        in_queue = sum(1 for b in hit if b in self.free)
-        if need > len(self.free) - in_queue:
+        in_queue = sum(1 for b in hit if self._queued(b))
+        if need > self.free_count() - in_queue:
             return 0, False
         for b in hit:  # touch: a hit block waiting in the free queue leaves it
-            self.free.pop(b, None)
+            self.head.pop(b, None)
+            self.tail.pop(b, None)
         blocks = list(hit) + [self._pop() for _ in range(need)]
         keys: list[Key] = [*h.hashes, *h.output_hashes]
         full = computed // block_size
@@ -255,10 +281,10 @@ class BlockPool:
         # the queue's tail, so its head outlives its tail and everything freed before it; its
         # partial last block, never hashed, is prepended to the head: reused before any eviction
         for b in reversed(blocks[:full]):
-            self.free[b] = None
+            self.tail[b] = None
         for b in blocks[full:]:
-            self.free[b] = None
-            self.free.move_to_end(b, last=False)
+            self.head[b] = None
+            self.head.move_to_end(b, last=False)
         return len(hit), True
 
 
