@@ -155,3 +155,43 @@ def test_a_huge_gpu_block_count_costs_memory_only_for_the_blocks_used(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["cached_tokens_predicted"] == round(d["hit_rate_unlimited"] * d["prompt_tokens"])
+
+
+def test_a_piped_log_is_read_as_a_stream_and_twice_through_its_copy(tmp_path):
+    """``<(zcat day.jsonl.gz)`` failed on "not seekable": a pipe is copied once, so the fix pass
+    can read it again; the answer equals the regular file's."""
+    import gzip
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.test_prompts_check import timestamp_log
+
+    p = lines(tmp_path / "day.jsonl", *timestamp_log(10))
+    gz = tmp_path / "day.jsonl.gz"
+    gz.write_bytes(gzip.compress(p.read_bytes()))
+    kvplan = str(Path(sys.executable).parent / "kvplan")
+    if not shutil.which("bash") or not Path(kvplan).exists():
+        pytest.skip("needs bash and the installed kvplan command")
+    piped = subprocess.run(["bash", "-c", f'"{kvplan}" prompts check <(zcat "{gz}") --tokenizer "{TOKENIZER}" --json'],
+                           capture_output=True, text=True, timeout=300)
+    assert piped.returncode == 0, piped.stderr
+    code, d, out = check(str(p))
+    got = json.loads(piped.stdout)
+    assert got["findings"] and (got["cached_tokens_predicted"], got["hit_rate_if_fixed"]) == \
+        (d["cached_tokens_predicted"], d["hit_rate_if_fixed"])
+
+
+def test_a_fifo_nobody_writes_to_is_an_error_not_a_hang(tmp_path):
+    import os
+    import time
+
+    from kvplan.collectors.requests.read import spooled
+    from kvplan.collectors.scrape.payload import PayloadError
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(PayloadError, match="nothing wrote to this pipe within 0.5 s"), spooled([fifo], wait_s=0.5):
+        pass
+    assert time.monotonic() - t0 < 30

@@ -30,7 +30,7 @@ from ...models.core.errors import KvplanError
 from ...models.prompts.busters import Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
-from .read import LogRequest, Skipped, read_requests
+from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
 
 Progress = Callable[[str, int], None]
@@ -356,9 +356,11 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
     """Predict, find busters, recompute with them fixed; see the module docstring."""
     if opts.block_size < 1 or opts.lmcache_chunk < 1 or (opts.gpu_blocks is not None and opts.gpu_blocks < 2):
         raise KvplanError("block size and chunk must be at least 1, gpu blocks at least 2", source="options")
+    distinct_files(paths)
     spill = _Spill()
     try:
-        return _check(paths, renderer, opts, spill, progress, on_request)
+        with spooled(paths) as files:  # a pipe is read once: the fix pass reads its copy
+            return _check(files, renderer, opts, spill, progress, on_request)
     finally:
         spill.close()
 

@@ -34,7 +34,12 @@ import heapq
 import io
 import json
 import os
+import shutil
+import stat
+import tempfile
+import threading
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,15 +120,66 @@ class LogRequest:
         return f"{self.source}:{self.line}"
 
 
-def open_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a plain or gzip file, streamed; blank lines skipped."""
-    try:
-        raw = open(path, "rb")  # noqa: SIM115 (closed below)
-    except OSError as e:
+FIFO_WAIT_S = 60.0
+"""How long a named pipe (a FIFO, ``<(zcat ...)``) may wait for its writer before the run fails."""
+
+
+def open_stream(path: Path, wait_s: float = FIFO_WAIT_S) -> io.BufferedReader:
+    """``path`` opened for reading; a FIFO that no process opens for writing within ``wait_s`` is
+    an error naming it (opening it would block forever)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["f"] = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        except OSError as e:
+            box["e"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(wait_s)
+    if t.is_alive():  # blocked in open(): release it by opening the other end, then refuse
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+        t.join(5)
+        if "f" in box:
+            box["f"].close()
+        raise PayloadError(str(path), f"nothing wrote to this pipe within {wait_s:g} s")
+    if "e" in box:
+        e = box["e"]
         raise PayloadError(str(path), f"cannot read: {e.strerror or e}") from None
+    return box["f"]
+
+
+@contextmanager
+def spooled(paths: Sequence[Path], wait_s: float = FIFO_WAIT_S) -> Iterator[list[Path]]:
+    """``paths`` as files that can be read twice: a pipe, a FIFO or ``/dev/stdin`` is copied once
+    into a temporary file (disk, not memory; removed on exit), a regular file is used as it is."""
+    with tempfile.TemporaryDirectory(prefix="kvplan-spool-") as tmp:
+        out = []
+        for i, p in enumerate(paths):
+            try:
+                regular = stat.S_ISREG(os.stat(p).st_mode)
+            except OSError as e:
+                raise PayloadError(str(p), f"cannot read: {e.strerror or e}") from None
+            if regular:
+                out.append(p)
+                continue
+            copy = Path(tmp) / f"{i}-{p.name or 'stream'}"
+            with open_stream(p, wait_s) as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            out.append(copy)
+        yield out
+
+
+def open_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a plain or gzip file, streamed; blank lines skipped. A pipe is read
+    once, as a stream (``spooled`` makes a copy for a second pass)."""
+    raw = open_stream(path)
     with raw:
-        magic = raw.read(2)
-        raw.seek(0)
+        magic = raw.peek(2)[:2]
         fh: io.BufferedIOBase = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
         n = 0
         try:
