@@ -195,3 +195,38 @@ def test_a_fifo_nobody_writes_to_is_an_error_not_a_hang(tmp_path):
     with pytest.raises(PayloadError, match="nothing wrote to this pipe within 0.5 s"), spooled([fifo], wait_s=0.5):
         pass
     assert time.monotonic() - t0 < 30
+
+
+def test_a_clock_format_outside_the_known_ones_is_rendered_at_each_requests_time(tmp_path):
+    """A template writing ``strftime_now("Day %j of %Y")`` (none of the ten formats the check
+    looked for) was rendered with the checker's clock: every request the same day, no flush. The
+    format the template asks for is now recorded, so each request gets its own day. Expected: the
+    template rendered by transformers with each request's day put in by hand."""
+    from datetime import UTC, datetime
+
+    from transformers import AutoTokenizer
+
+    from tests.test_prompts_check import DOC, reference_hit_rate
+
+    template = ("{{ bos_token }}<|system|>\nClock: {{ strftime_now('Day %j of %Y') }}\n"
+                "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}<|end|>\n{% endfor %}<|assistant|>\n")
+    t = tmp_path / "clock.jinja"
+    t.write_text(template)
+    day0 = 1796083200  # 2026-12-01T00:00:00Z
+    bodies = [{"created": day0 + (i // 4) * 86400 + (i % 4) * 60,
+               "messages": [{"role": "system", "content": "You are a support agent.\n" + DOC},
+                            {"role": "user", "content": f"Question {i}?"}]} for i in range(12)]
+    p = lines(tmp_path / "dated.jsonl", *bodies)
+    r = runner.invoke(app, ["prompts", "check", str(p), "--tokenizer", str(TOKENIZER), "--chat-template", str(t),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    served = []
+    for b in bodies:
+        day = datetime.fromtimestamp(b["created"], tz=UTC).strftime("Day %j of %Y")
+        text = tok.apply_chat_template(b["messages"], chat_template=template.replace(
+            "{{ strftime_now('Day %j of %Y') }}", day), tokenize=False)
+        served.append(text)
+    assert d["hit_rate_predicted"] == pytest.approx(reference_hit_rate(bodies, served), abs=1e-12)
+    assert any("the server's date" in n for n in d["notes"])

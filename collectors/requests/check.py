@@ -211,7 +211,8 @@ class Preparer:
         the first chat request, in the template's own lines."""
         if not self.date_checked:
             self.date_checked = True
-            self.date = template_date(text, lines)
+            asked = tuple(self.renderer.clock_formats) if self.renderer is not None else ()
+            self.date = template_date(text, lines, (*asked, *DATE_FORMATS))
             if self.date is not None:
                 place = self.date[2]
                 self.notes.append(f"the chat template writes the server's date (template line {place[2]}): vLLM "
@@ -263,14 +264,16 @@ DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%
 """strftime formats a template's date is looked for in (Llama 3.1's "Today Date: 26 Jul 2024" is %d %b %Y)."""
 
 
-def template_date(text: str, lines: Sequence[LineInfo]) -> tuple[str, str, tuple[int | None, str, int]] | None:
-    """(format, today's date in it, the line's place) when a template line holds today's date."""
+def template_date(text: str, lines: Sequence[LineInfo], formats: Sequence[str] = DATE_FORMATS
+                  ) -> tuple[str, str, tuple[int | None, str, int]] | None:
+    """(format, today's date in it, the line's place) when a template line holds today's date:
+    in one of ``formats`` (the ones the template asked ``strftime_now`` for, then common ones)."""
     days = {datetime.now(), datetime.now(UTC)}
     for li in lines:
         if li.role != "template":
             continue
         seg = text[li.start:li.end]
-        for fmt in DATE_FORMATS:
+        for fmt in formats:
             for d in days:
                 today = d.strftime(fmt)
                 if today in seg:

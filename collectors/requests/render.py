@@ -20,12 +20,16 @@ own tokenizer and ``apply_chat_template`` (never a re-implementation).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...models.core.errors import KvplanError
 from .read import LogRequest
+
+STRFTIME_NOW = re.compile(r"""strftime_now\(\s*(['"])(.*?)\1\s*\)""")
+"""A chat template's call of transformers' ``strftime_now`` with a literal format."""
 
 
 class RequestRefused(KvplanError):
@@ -72,6 +76,13 @@ class Renderer:
                 raise KvplanError(f"not UTF-8 text (byte {e.start}): a Jinja chat template is text",
                                   source=f"--chat-template {chat_template}") from None
         self.name = name
+        sources = [self.template] if self.template is not None else (
+            list(self.tok.chat_template.values()) if isinstance(self.tok.chat_template, dict)
+            else [self.tok.chat_template or ""])
+        self.clock_formats: tuple[str, ...] = tuple(dict.fromkeys(
+            m.group(2) for src in sources for m in STRFTIME_NOW.finditer(src or "")))
+        """The formats the template passes to ``strftime_now`` (a literal string), in order:
+        whatever the format, the check finds the date it wrote and renders each request's own."""
 
     def render(self, r: LogRequest) -> Rendered:
         if r.kind == "completion":
