@@ -230,3 +230,22 @@ def test_a_clock_format_outside_the_known_ones_is_rendered_at_each_requests_time
         served.append(text)
     assert d["hit_rate_predicted"] == pytest.approx(reference_hit_rate(bodies, served), abs=1e-12)
     assert any("the server's date" in n for n in d["notes"])
+
+
+def test_a_failed_import_leaves_no_trace_behind(tmp_path):
+    """A request log whose second line the template cannot render (its tool-call arguments are not
+    JSON) failed the import after the trace was created: an empty trace stayed, and `whatif` then
+    answered 0.0 %. The trace an import creates goes when the import fails."""
+    from kvplan.sql.db import Database
+
+    bad = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]},
+        {"role": "user", "content": "x"}]}
+    p = lines(tmp_path / "day.jsonl", GOOD, bad)
+    db = tmp_path / "k.duckdb"
+    r = runner.invoke(app, ["import-trace", "--deployment", "d", str(p), "--tokenizer", str(TOKENIZER),
+                            "--db", str(db)])
+    assert r.exit_code == 2 and "not JSON" in r.output, r.output
+    assert Database(db).fetch("traces", deployment="d") == []
+    w = runner.invoke(app, ["whatif", "--deployment", "d", "--db", str(db)])
+    assert w.exit_code == 2 and "no trace" in w.output

@@ -251,7 +251,6 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
         if skip is not None:
             for _ in read_file(f):
                 pass
-    results = []
     with db.write() as con:
         now, now_state = trace_state(con, deployment, trace_name, "requests", inst)
         if (now is None) != (row is None) or now_state != state:
@@ -265,6 +264,27 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
                 Database.run(con, "set_trace_bytes", trace_id=trace_id, n_bytes_per_chunk=bpc, bytes_source=source)
             elif now["bytes_per_chunk"]:
                 bpc = now["bytes_per_chunk"]
+    try:
+        results = _store_files(db, trace_id, plans, inst, hasher, batch_lines)
+    except BaseException:
+        if now is None:  # the trace this import created: nothing of it is left behind
+            drop_trace(db, trace_id)
+        raise
+    return ImportResult(deployment, trace_name, trace_id, "requests", bpc, tuple(results))
+
+
+def drop_trace(db: Database, trace_id: int) -> None:
+    """Remove a trace and everything stored under it, in one transaction."""
+    with db.write() as con:
+        for q in ("drop_trace_requests", "drop_trace_keys", "drop_trace_files", "drop_trace"):
+            Database.run(con, q, trace_id=trace_id)
+
+
+def _store_files(db: Database, trace_id: int, plans: list[tuple[Path, str, int, int | None]], inst: dict[Path, str],
+                 hasher: _Hasher, batch_lines: int) -> list[FileResult]:
+    """The second pass: each file rendered, hashed and stored a batch at a time (a crash leaves a
+    file imported up to a batch boundary, marked in progress: the next import goes on from there)."""
+    results = []
     for f, sha, size, skip in plans:
         if skip is None:
             results.append(FileResult(f.name, "unchanged", 0, False, inst[f]))
@@ -284,7 +304,7 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
             Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=inst[f], file=f.name, sha256=sha,
                          n_bytes=size, n_lines=done["lines"], imported_at=utcnow())
         results.append(FileResult(f.name, "extended" if skip else "imported", done["n"], False, inst[f]))
-    return ImportResult(deployment, trace_name, trace_id, "requests", bpc, tuple(results))
+    return results
 
 
 def _stored_chunk(db: Database, trace_id: int) -> int | None:

@@ -81,3 +81,16 @@ SELECT min(ts) AS t0, max(ts) AS t1 FROM trace_requests WHERE trace_id = $trace_
 -- name: traces_files_of
 -- The imported files of one trace, by instance and name.
 SELECT instance, file, bytes, lines FROM trace_files WHERE trace_id = $trace_id ORDER BY instance, file;
+
+-- name: drop_trace_requests
+-- An import that failed on the trace it created: its stored requests go (with drop_trace).
+DELETE FROM trace_requests WHERE trace_id = $trace_id;
+
+-- name: drop_trace_keys
+DELETE FROM trace_chunk_keys WHERE trace_id = $trace_id;
+
+-- name: drop_trace_files
+DELETE FROM trace_files WHERE trace_id = $trace_id;
+
+-- name: drop_trace
+DELETE FROM traces WHERE trace_id = $trace_id;
