@@ -87,10 +87,13 @@ SELECT instance, file, bytes, lines FROM trace_files WHERE trace_id = $trace_id 
 DELETE FROM trace_requests WHERE trace_id = $trace_id;
 
 -- name: drop_trace_keys
+-- The chunk-hash keys of a trace an import created and failed on (with drop_trace).
 DELETE FROM trace_chunk_keys WHERE trace_id = $trace_id;
 
 -- name: drop_trace_files
+-- The file progress of a trace an import created and failed on (with drop_trace).
 DELETE FROM trace_files WHERE trace_id = $trace_id;
 
 -- name: drop_trace
+-- The trace row itself, last (drop_trace_requests, _keys and _files first).
 DELETE FROM traces WHERE trace_id = $trace_id;
