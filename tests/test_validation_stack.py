@@ -96,10 +96,17 @@ def test_the_fit_is_identified_on_the_calibrated_history(validations):
 
 
 def test_unique_sessions_with_lmcache_predict_a_negative_saving(validations):
+    """Unique sessions share nothing: the model predicts LMCache's overhead as a (negative) saving,
+    and the measured saving is nothing within the run's noise band (the stated absolute tolerance,
+    a share of this run's cache-off prefill time). Its sign is asserted only outside the band: a
+    fresh-clone run measured +0.088 s of 108 s, noise, against a sign test."""
     v = validations["unique"]
     assert v.on_cached_tokens == 0 and v.device_s == 0
     assert v.lmcache_overhead_s > 0 and v.predicted_saved_s < 0
-    assert v.measured_saved_s < 0
+    band = ABS_TOLERANCE * v.off_prefill_s
+    assert v.measured_saved_s < band, (v.measured_saved_s, band)  # never a real saving
+    if abs(v.measured_saved_s) > band:
+        assert v.measured_saved_s < 0
 
 
 def test_tiers_device_cache_saves_lmcache_adds_overhead(validations):

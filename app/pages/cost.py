@@ -85,8 +85,8 @@ def plan_sections(sel: state.Selection, v: Any) -> None:
     st.subheader("Capacity projection")
     c = st.columns(4)
     c[0].metric("GPUs today", fmt.gpus(p.current_gpus), help=f"{v.gpus_origin}.")
-    c[1].metric("Needed with reuse", fmt.gpus(p.gpus_needed_with_reuse))
-    c[2].metric("Needed without reuse", fmt.gpus(p.gpus_needed_without_reuse))
+    c[1].metric("Needed with reuse", fmt.gpus(p.gpus_needed_with_reuse), help=p.why_no_gpus_with_reuse)
+    c[2].metric("Needed without reuse", fmt.gpus(p.gpus_needed_without_reuse), help=p.why_no_gpus_without_reuse)
     c[3].metric("Runs out (with / without)", f"{fmt.months(p.runout_month_with_reuse, 'never')} / "
                 f"{fmt.months(p.runout_month_without_reuse, 'never')}",
                 help=f"Within the {v.planning.horizon_months}-month horizon at "

@@ -95,8 +95,11 @@ def months(v: float | None, none: str = "not within the horizon") -> str:
     return "today" if v <= 0 else f"month {v:.1f}"
 
 
-def gpus(v: int | None) -> str:
-    return "unreachable on this GPU" if v is None else f"{v:,d}"
+def gpus(v: int | None, why: str | None = None) -> str:
+    """A fleet size, or why there is none (``Plan.why_no_gpus_*``)."""
+    if v is not None:
+        return f"{v:,d}"
+    return f"not known: {why}" if why else "unreachable on this GPU"
 
 
 BADGE_COLORS = {"BUY": "red", "REUSE": "green", "NOT_WORTH_IT": "gray", "NEED_DATA": "orange"}

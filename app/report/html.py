@@ -175,8 +175,8 @@ def _pricing(d: ReportData) -> str:
     p = d.overview.plan
     wf = [[r.label, fmt.usd(r.usd), fmt.usd_band(r.low, r.high)] for r in p.waterfall]
     cap = [["GPUs today", fmt.gpus(p.current_gpus)],
-           ["GPUs needed today with reuse", fmt.gpus(p.gpus_needed_with_reuse)],
-           ["GPUs needed today without reuse", fmt.gpus(p.gpus_needed_without_reuse)],
+           ["GPUs needed today with reuse", fmt.gpus(p.gpus_needed_with_reuse, p.why_no_gpus_with_reuse)],
+           ["GPUs needed today without reuse", fmt.gpus(p.gpus_needed_without_reuse, p.why_no_gpus_without_reuse)],
            ["fleet runs out with reuse", fmt.months(p.runout_month_with_reuse)],
            ["fleet runs out without reuse", fmt.months(p.runout_month_without_reuse)],
            ["purchase deferred by", "n/a" if p.deferral_months is None else f"{p.deferral_months:.1f} months"],

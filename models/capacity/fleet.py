@@ -213,6 +213,10 @@ class CapacityResult:
     """deferred_gpu_months x PriceBook.usd_per_gpu_month(), over the whole horizon."""
     schedule: tuple[MonthRow, ...]
     """GPUs needed month by month (0 .. horizon-1)."""
+    why_none_with_reuse: str | None = None
+    """Why ``gpus_needed_with_reuse`` is None (the report and the JSON say it); None when it is a number."""
+    why_none_without_reuse: str | None = None
+    """... ``gpus_needed_without_reuse``."""
     beyond_limit_with_reuse: bool = False
     """True when today's load with reuse needs more than ``MAX_FLEET_GPUS`` GPUs."""
     beyond_limit_without_reuse: bool = False
@@ -295,6 +299,20 @@ def _schedule(inputs: CapacityInputs) -> tuple[MonthRow, ...]:
     return tuple(rows)
 
 
+def why_unsized(inputs: CapacityInputs, hit_rate: float, gpus: int | None, beyond: bool) -> str | None:
+    """Why a fleet size is None, in words a user and a test can read (None: it is a number)."""
+    if gpus is not None:
+        return None
+    if beyond:
+        return f"more than {MAX_FLEET_GPUS:,} GPUs (the search limit)"
+    if inputs.goodput is not None:
+        side = "with" if hit_rate > inputs.baseline_hit_rate else "without"
+        return (f"no goodput {side} reuse: the measured load sweep's lowest level already misses the SLOs, so "
+                "no number of replicas is known to hold them")
+    return (f"one request's prefill alone exceeds the TTFT p{inputs.slo_quantile * 100:g} SLO "
+            f"({inputs.ttft_p99_slo_seconds:g} s) on this GPU: no fleet size holds it")
+
+
 def plan_capacity(inputs: CapacityInputs, pricebook: PriceBook) -> CapacityResult:
     """GPUs needed with and without reuse, run-out months and the deferral (module docs)."""
     h_with, h_without = inputs.hit_rate, inputs.baseline_hit_rate
@@ -341,7 +359,9 @@ def plan_capacity(inputs: CapacityInputs, pricebook: PriceBook) -> CapacityResul
         deferral_months=deferral, deferral_is_lower_bound=lower_bound,
         deferred_gpu_months=deferred,
         deferral_usd=None if deferred is None else deferred * pricebook.usd_per_gpu_month(),
-        schedule=schedule)
+        schedule=schedule,
+        why_none_with_reuse=why_unsized(inputs, h_with, need_with, beyond_with),
+        why_none_without_reuse=why_unsized(inputs, h_without, need_without, beyond_without))
 
 
 def growth_that_lasts(inputs: CapacityInputs, hit_rate: float) -> float | None:

@@ -63,6 +63,9 @@ def _clean(value: Any) -> Any:
     return value
 
 
+NO_CAPACITY = "no capacity inputs (the window gives no load or no prefill cost to size a fleet from)"
+"""Why the GPUs needed are None when the plan has no capacity model at all."""
+
 @dataclass(frozen=True)
 class PlanResult:
     """Everything a page or a report shows about one plan."""
@@ -98,6 +101,10 @@ class PlanResult:
     this GPU)."""
     gpus_needed_without_reuse: int | None
     """... without reuse."""
+    why_no_gpus_with_reuse: str | None
+    """Why ``gpus_needed_with_reuse`` is None (``capacity.fleet.why_unsized``; also without capacity inputs)."""
+    why_no_gpus_without_reuse: str | None
+    """... ``gpus_needed_without_reuse``."""
     runout_month_with_reuse: float | None
     """Month the current fleet misses the target with reuse (0 = today, None = not within
     the horizon)."""
@@ -185,7 +192,8 @@ class PlanResult:
             "label", "source", "realisation", "monthly_benefit_usd", "monthly_benefit_low_usd",
             "monthly_benefit_high_usd", "terms", "saved_prefill_gpu_hours",
             "saved_prefill_gpu_hours_low", "saved_prefill_gpu_hours_high", "hit_rate",
-            "current_gpus", "gpus_needed_with_reuse", "gpus_needed_without_reuse",
+            "current_gpus", "gpus_needed_with_reuse", "gpus_needed_without_reuse", "why_no_gpus_with_reuse",
+            "why_no_gpus_without_reuse",
             "runout_month_with_reuse", "runout_month_without_reuse", "deferral_months",
             "assumptions", "window_seconds", "asked_seconds", "coverage",
             "saved_prefill_gpu_seconds", "saved_prefill_gpu_seconds_low",
@@ -254,6 +262,8 @@ def plan(inputs: PlanInputs, label: str = "measured window", source: str = "meas
         current_gpus=c.inputs.current_gpus if c else None,
         gpus_needed_with_reuse=c.gpus_needed_with_reuse if c else None,
         gpus_needed_without_reuse=c.gpus_needed_without_reuse if c else None,
+        why_no_gpus_with_reuse=c.why_none_with_reuse if c else NO_CAPACITY,
+        why_no_gpus_without_reuse=c.why_none_without_reuse if c else NO_CAPACITY,
         runout_month_with_reuse=c.runout_month_with_reuse if c else None,
         runout_month_without_reuse=c.runout_month_without_reuse if c else None,
         deferral_months=c.deferral_months if c else None,
