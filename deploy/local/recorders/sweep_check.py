@@ -14,8 +14,9 @@
    (``kvplan.deploy.local.recorders.ab_processes.priority``).
 2. The TTFT SLO is derived from the sweep's lowest level, since a CPU stack's latencies say
    nothing about a GPU's: ``SLO_FACTOR`` x the reuse-off side's TTFT p50 there (an unloaded
-   prefill of this prompt shape, with room for queueing). The TPOT SLO is a fixed, generous
-   ``TPOT_SLO_S`` (decode steps of the tiny model take milliseconds), so TTFT is what limits.
+   prefill of this prompt shape, with room for queueing). The TPOT SLO comes from the same level:
+   ``TPOT_FACTOR`` x the slower side's TPOT p99 there, at least ``TPOT_SLO_S`` (a fixed 0.25 s
+   was missed by every level on a busy core), so TTFT is what limits, on any machine.
 3. Both goodputs at those SLOs (``kvplan.models.capacity.goodput``), then one more open-loop run
    (``CHECK_REQUESTS`` requests) on each side at an offered load between them (their midpoint),
    with new tails after the same system
@@ -57,6 +58,10 @@ tokenizer) and a 200-character tail per request, 8 output tokens (ignore_eos); i
 set by ``sized_plan``."""
 SLO_FACTOR = 3.0
 TPOT_SLO_S = 0.25
+"""The TPOT SLO's floor (decode steps of the tiny model take milliseconds on a quiet core)."""
+TPOT_FACTOR = 4.0
+"""TPOT SLO = this x the slower side's TPOT p99 at the lowest level: room for decode to slow as
+prefills join its batches, so that the cache-off replica's TTFT limits first."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,14 @@ def derive_ttft_slo(off: SweepResult) -> float:
     return math.ceil(SLO_FACTOR * low.ttft_p50_s * 100) / 100
 
 
+def derive_tpot_slo(off: SweepResult, on: SweepResult) -> float:
+    """``TPOT_FACTOR`` x the slower side's TPOT p99 at the lowest level, rounded up to 10 ms,
+    at least ``TPOT_SLO_S``: the machine's own decode speed, as the TTFT SLO is its own prefill."""
+    lows = [min(r.points, key=lambda p: p.offered).tpot_p99_s for r in (off, on)]
+    worst = max((t for t in lows if t is not None), default=0.0)
+    return max(TPOT_SLO_S, math.ceil(TPOT_FACTOR * worst * 100) / 100)
+
+
 class SweepTooLong(RuntimeError):
     """The sweep ran past its budget (``budget_s`` of the calibration)."""
 
@@ -186,8 +199,8 @@ def validate_sweep_on_stack(db: Database, *, off_server: Server, on_server: Serv
                                    f"{capacity}) at level {k} ({point.offered:g} req/s, {side})")
 
         off, on = run_pair(off_server.base_url, on_server.base_url, model_name, plan, progress=watch)
-        slo = derive_ttft_slo(off)
-        sg = sweep_goodput(off.points, on.points, slo, TPOT_SLO_S,
+        slo, tpot_slo = derive_ttft_slo(off), derive_tpot_slo(off, on)
+        sg = sweep_goodput(off.points, on.points, slo, tpot_slo,
                            label=f"load sweep seed {seed} ({MEASURED_ON})")
         g = sg.goodput
         rate = (g.without_reuse_rps + g.with_reuse_rps) / 2
@@ -196,7 +209,7 @@ def validate_sweep_on_stack(db: Database, *, off_server: Server, on_server: Serv
         c_off, c_on = run_pair(off_server.base_url, on_server.base_url, model_name, check_plan, progress=watch)
     ids = (save_sweep(db, deployment, off, pair=f"seed {seed}", measured_on=MEASURED_ON),
            save_sweep(db, deployment, on, pair=f"seed {seed}", measured_on=MEASURED_ON))
-    return SweepValidation(off, on, slo, TPOT_SLO_S, sg, rate, c_off.points[0], c_on.points[0], level, ids,
+    return SweepValidation(off, on, slo, tpot_slo, sg, rate, c_off.points[0], c_on.points[0], level, ids,
                            capacity)
 
 
