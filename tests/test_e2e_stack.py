@@ -78,7 +78,14 @@ def e2e(local_stack, tmp_path_factory):
         for t in targets:
             r = scrape_target(db, DEP, t, at=at)
             assert r.status == "stored", r
-        return at, {n: counter(v0.metrics_url, n) for n in names}
+        raw = {n: counter(v0.metrics_url, n) for n in names}
+        # Prometheus scrapes on its own clock: before the next run changes the count, let it
+        # sample the count kvplan read, so that test_b can bound each run at Prometheus's own
+        # sample times (on a busy machine the next run could otherwise start before that).
+        wait_until(lambda: prom_saw(local_stack.prometheus_url, raw[f"{TTFT}_count"], at),
+                   f"Prometheus to sample {TTFT}_count = {raw[f'{TTFT}_count']:g} after {at:%H:%M:%S}",
+                   timeout_s=120)
+        return at, raw
 
     windows = {}
     seed = int(time.time() * 1000) % 10**9  # fresh text even on a reused stack (KVPLAN_STACK_RUN_DIR)
@@ -115,6 +122,12 @@ def _prom_sample_times(prom_url: str, series: str, around: datetime) -> list[tup
     return [(float(t), float(v)) for t, v in res[0]["values"]]
 
 
+def prom_saw(prom_url: str, count: float, after: datetime) -> bool:
+    """Prometheus holds a sample of vllm-0's TTFT count equal to ``count`` taken at ``after`` or later."""
+    res = promql(prom_url, f'{TTFT}_count{{server="vllm-0"}}[1m]', time.time())
+    return any(float(t) >= after.timestamp() - 1 and float(v) == count for r in res for t, v in r["values"])
+
+
 def test_b_ttft_quantiles_equal_promql_histogram_quantile(e2e, local_stack):
     """Prometheus scrapes on its own clock. Its window is chosen at its own sample times: the
     last sample before the run whose count equals the count at kvplan's start scrape and the
@@ -129,8 +142,12 @@ def test_b_ttft_quantiles_equal_promql_histogram_quantile(e2e, local_stack):
     for scenario, w in windows.items():
         samples = _prom_sample_times(prom, series, w.end)
         c0, c1 = w.raw["start"][f"{TTFT}_count"], w.raw["end"][f"{TTFT}_count"]
-        t0 = max(t for t, v in samples if v == c0 and t <= w.start.timestamp() + 1)
-        t1 = min(t for t, v in samples if v == c1 and t >= t0)
+        before = [t for t, v in samples if v == c0 and t <= w.start.timestamp() + 1]
+        assert before, (scenario, f"no Prometheus sample with count {c0:g} before the run", samples)
+        t0 = max(before)
+        after = [t for t, v in samples if v == c1 and t >= t0]
+        assert after, (scenario, f"no Prometheus sample with count {c1:g} after the run", samples)
+        t1 = min(after)
         rng = f"{round((t1 - t0) * 1000)}ms"
         s = stats(db, DEP, w.start, w.end)
         for q, got in ((0.5, s.ttft_p50_s), (0.99, s.ttft_p99_s)):

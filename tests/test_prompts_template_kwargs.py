@@ -54,3 +54,30 @@ def test_chat_template_kwargs_override_the_bodys(tmp_path):
                                       "chat_template_kwargs": {"add_generation_prompt": False, "tools": TOOLS}})
     assert got == reference_tokens(add_generation_prompt=False, tools=TOOLS)
     assert got != reference_tokens(add_generation_prompt=True)
+
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'"
+          " + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def test_null_content_is_rendered_as_vllm_renders_it(tmp_path):
+    """OpenAI's assistant turn that calls a tool has ``"content": null``; vLLM parses it as no
+    text parts, joined to "" (its "string" content format). The whole log was refused before
+    (exit 2), and a template that concatenates ``message['content']`` cannot render None."""
+    tool_turn = [{"role": "user", "content": "What is the weather in Paris?"},
+                 {"role": "assistant", "content": None,
+                  "tool_calls": [{"id": "c1", "type": "function",
+                                  "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "18 C"}]
+    t = tmp_path / "chatml.jinja"
+    t.write_text(CHATML)
+    log = tmp_path / "agent.jsonl"
+    log.write_text(json.dumps({"messages": tool_turn}) + "\n")
+    r = runner.invoke(app, ["prompts", "check", str(log), "--tokenizer", str(TOKENIZER), "--chat-template", str(t),
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    as_vllm = [{**m, "content": m["content"] or ""} for m in tool_turn]
+    text = tok.apply_chat_template(as_vllm, chat_template=CHATML, tokenize=False, add_generation_prompt=True)
+    assert "<|im_start|>assistant\n<|im_end|>" in text  # the tool-calling turn renders empty
+    assert json.loads(r.stdout)["prompt_tokens"] == len(tok(text, add_special_tokens=False)["input_ids"])

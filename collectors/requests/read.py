@@ -253,7 +253,11 @@ def _messages(v: Any, src: str, n: int) -> list[dict[str, Any]]:
                                        "supported (multimodal inputs change vLLM's block keys)", n)
                 texts.append(part["text"])
             m = {**m, "content": "\n".join(texts)}  # vLLM's "string" content format joins text parts
-        elif c is not None and not isinstance(c, str):
+        elif c is None:
+            # OpenAI's shape of an assistant turn that calls tools (and of an empty turn): vLLM
+            # parses null content as no parts and its "string" content format joins them to "".
+            m = {**m, "content": ""}
+        elif not isinstance(c, str):
             raise PayloadError(src, f"messages[{i}].content must be a string, a list of parts or null", n)
         out.append(m)
     return out
