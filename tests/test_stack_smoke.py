@@ -6,7 +6,9 @@ once (tests/stack_fixtures.py). Everything here talks to 127.0.0.1 only.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -183,3 +185,23 @@ def test_prometheus_scrapes_every_target(local_stack: stk.Stack):
 def test_status_reports_healthy(local_stack: stk.Stack):
     rows = stk.status(local_stack.run_dir)
     assert all(r["alive"] and r["healthy"] for r in rows), rows
+
+
+def test_servers_that_serve_together_compute_on_different_cores(local_stack):
+    """Each vLLM server's one compute thread is bound as the stack says (``spread_cores``): the two
+    connected servers, which serve a shared pool together, on different cores when the machine
+    has two; the cache-off server on its A/B partner's core. Read off the running servers' own
+    environment, as the kernel holds it (/proc/PID/environ)."""
+    cores = sorted(os.sched_getaffinity(0))
+
+    def bound(name: str) -> str:
+        env = Path(f"/proc/{local_stack.server(name).pid}/environ").read_bytes().split(b"\0")
+        got = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"VLLM_CPU_OMP_THREADS_BIND=")]
+        assert len(got) == 1, (name, got)
+        return got[0]
+
+    bind = {n: bound(n) for n in ("vllm-0", "vllm-1", "vllm-plain-0", "vllm-nocache-0")}
+    assert all(b.isdigit() and int(b) in cores for b in bind.values()), bind
+    assert bind["vllm-nocache-0"] == bind["vllm-0"], bind
+    if len(cores) >= 2:
+        assert bind["vllm-0"] != bind["vllm-1"], bind

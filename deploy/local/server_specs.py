@@ -22,9 +22,35 @@ QUIET_DIR = HERE / "quiet"
 """sitecustomize.py that turns vLLM's one-second busy-wait after every message into 1 ms sleeps
 (see its docstring): a worker's CPU seconds are then the work it did."""
 OMP_BIND = "0"
-"""VLLM_CPU_OMP_THREADS_BIND of every vLLM server: one compute thread, on core 0. vLLM's 'auto'
-gives a connected server two threads and a plain one one, so the same prompt costs different
-CPU time and wall time on the two sides of an A/B."""
+"""VLLM_CPU_OMP_THREADS_BIND of a vLLM server started on its own (the recorders): one compute
+thread, on core 0. vLLM's 'auto' gives a connected server two threads and a plain one one, so
+the same prompt costs different CPU time and wall time on the two sides of an A/B."""
+
+
+SPREAD = "spread"
+"""``stack.up(omp_bind=SPREAD)``: bind each server as ``spread_cores`` says."""
+
+
+def spread_cores(names: Sequence[str], cores: Sequence[int]) -> dict[str, str]:
+    """One compute thread per vLLM server, the servers spread over ``cores`` in start order
+    (``vllm-0`` on the first, ``vllm-1`` on the next, ...), so that servers that serve at the same
+    time (a shared pool, a topology, a sweep beside a scrape) do not share one core while another
+    idles. A cache-off server ``vllm-nocache-i`` takes the core of ``vllm-i``: it is the off side
+    of the A/Bs against ``vllm-i`` and ``vllm-plain-i``, and each side of an A/B measures its engine
+    time on the same core."""
+    if not cores:
+        raise ValueError("no core to run vLLM on")
+    out: dict[str, str] = {}
+    k = 0
+    for n in names:
+        if not n.startswith("vllm-nocache-"):
+            out[n] = str(cores[k % len(cores)])
+            k += 1
+    for n in names:
+        if n.startswith("vllm-nocache-"):
+            partner = f"vllm-{n.removeprefix('vllm-nocache-')}"
+            out[n] = out.get(partner, str(cores[0]))
+    return out
 
 
 def vllm_server(name: str, port: int, *, py: Path, model_path: Path, model_name: str, run_dir: Path,

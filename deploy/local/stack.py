@@ -44,9 +44,10 @@ from .processes import free_ports, is_alive, log_line, log_tail, spawn_server, s
 from .records import STACK_JSON, Server, Stack
 from .server_specs import (
     LOOKUP_HASH_LOG_DIR,
-    OMP_BIND,
+    SPREAD,
     lmcache_server,
     prometheus_server,
+    spread_cores,
     vllm_server,
 )
 
@@ -88,7 +89,7 @@ def up(
     start_timeout_s: float | None = None,
     l1_size_gb: float = 1,
     lookup_hash_log: bool = True,
-    omp_bind: str | None = OMP_BIND,
+    omp_bind: str | None = SPREAD,
     quiet: bool = True,
 ) -> Stack:
     """Start LMCache, n_vllm connected + n_vllm_plain plain vLLM servers and Prometheus.
@@ -96,8 +97,10 @@ def up(
     ``n_vllm_nocache`` more vLLM servers run with no reuse at all (no connector,
     ``--no-enable-prefix-caching``): the cache-off side of an A/B.
 
-    ``omp_bind`` (``VLLM_CPU_OMP_THREADS_BIND``, default one thread on core 0; None = vLLM's
-    auto) and ``quiet`` (``QUIET_DIR``: no busy-wait) make engine time comparable across servers.
+    ``omp_bind`` (``VLLM_CPU_OMP_THREADS_BIND``; default ``SPREAD``: one thread per server, the
+    servers spread over the cores this process may use, ``spread_cores``; a core list such as
+    "0" pins every server there; None = vLLM's auto) and ``quiet`` (``QUIET_DIR``: no busy-wait)
+    make engine time comparable across servers.
 
     Connected vLLM servers (LMCacheMPConnector) start together once LMCache
     answers; plain ones (vLLM's own prefix cache only) and Prometheus start at
@@ -133,19 +136,23 @@ def up(
         stack.servers.append(lm)
     common: dict[str, Any] = dict(py=py, model_path=model_path, model_name=MODEL_NAME, run_dir=run,
                                   kv_space_gib=kv_space_gib, max_model_len=max_model_len,
-                                  extra_args=tuple(vllm_extra_args), omp_bind=omp_bind, quiet=quiet)
+                                  extra_args=tuple(vllm_extra_args), quiet=quiet)
+    names = ([f"vllm-{i}" for i in range(n_vllm)] + [f"vllm-plain-{i}" for i in range(n_vllm_plain)]
+             + [f"vllm-nocache-{i}" for i in range(n_vllm_nocache)])
+    binds: dict[str, str | None] = (dict(spread_cores(names, sorted(os.sched_getaffinity(0))))
+                                    if omp_bind == SPREAD else dict.fromkeys(names, omp_bind))
     connected = [
-        vllm_server(f"vllm-{i}", next(ports), lmcache_rpc_port=lm.rpc_port, **common)  # type: ignore[union-attr]
-        for i in range(n_vllm)
+        vllm_server(n, next(ports), lmcache_rpc_port=lm.rpc_port, omp_bind=binds[n], **common)  # type: ignore[union-attr]
+        for n in names if n.startswith("vllm-") and not n.startswith(("vllm-plain-", "vllm-nocache-"))
     ]
     plain = [
-        vllm_server(f"vllm-plain-{i}", next(ports), lmcache_rpc_port=None, **common)
-        for i in range(n_vllm_plain)
+        vllm_server(n, next(ports), lmcache_rpc_port=None, omp_bind=binds[n], **common)
+        for n in names if n.startswith("vllm-plain-")
     ]
     nocache_args = tuple(vllm_extra_args) + ("--no-enable-prefix-caching",)
     plain += [
-        vllm_server(f"vllm-nocache-{i}", next(ports), lmcache_rpc_port=None, **{**common, "extra_args": nocache_args})
-        for i in range(n_vllm_nocache)
+        vllm_server(n, next(ports), lmcache_rpc_port=None, omp_bind=binds[n], **{**common, "extra_args": nocache_args})
+        for n in names if n.startswith("vllm-nocache-")
     ]
     stack.servers += connected + plain
     prom = None
