@@ -86,6 +86,24 @@ def _router(dep: str) -> list[str]:
     return out
 
 
+def _proxy(dep: str) -> list[str]:
+    """A production-stack router that also re-exports the engines' token counters (labelled
+    ``server``) and writes its marker gauges only now and then (k = 0 and 20: 20 minutes apart,
+    beyond the 10-minute lookback), as a router that sets them only when it polls its pods does.
+    Raw mode refuses the whole target once any marker is in the chunk."""
+    out = []
+    for server in ("http://a:8000", "http://b:8000"):
+        lab = {"job": "router", "instance": "router:8001", "kvplan_deployment": dep, "server": server}
+        for k in range(N + 1):
+            out += [_line("vllm:prompt_tokens_total", lab, 1000.0 * k, k),
+                    _line("vllm:prefix_cache_queries_total", lab, 1000.0 * k, k),
+                    _line("vllm:prefix_cache_hits_total", lab, 900.0 * k, k),
+                    _line("vllm:num_requests_running", lab, 3.0, k)]
+            if k in (0, 20):
+                out += [_line("vllm:healthy_pods_total", lab, 1.0, k), _line("vllm:current_qps", lab, 0.5, k)]
+    return out
+
+
 A = {"vllm:prompt_tokens": 1000, "vllm:prefix_cache_queries": 1000, "vllm:prefix_cache_hits": 600,
      "vllm:external_prefix_cache_queries": 400, "vllm:external_prefix_cache_hits": 100,
      "vllm:prompt_tokens_cached": 700}
@@ -95,6 +113,7 @@ B = {"vllm:prompt_tokens": 1000, "vllm:prefix_cache_queries": 1000, "vllm:prefix
 
 def history() -> str:
     lines = (_engine("mix", "a:8000", A) + _engine("mix", "b:8000", B) + _router("mix")
+             + _engine("proxy", "a:8000", A) + _engine("proxy", "b:8000", B) + _proxy("proxy")
              + _engine("bad", "c:8000", A, bad={10: math.nan, 20: math.inf, 25: 1e300}))
     by_name: dict[str, list[str]] = {}
     for x in lines:
@@ -163,6 +182,20 @@ def test_a_mixed_fleet_behind_a_router_gives_the_same_figures_in_every_mode(prom
     assert st.prefix_cache_hit_rate == pytest.approx(1100 / 2000)     # the router's copies add nothing
     with db.snapshot() as s:
         assert engines_in_window(s, "mix", W0, W1) == 2                 # the router is not an engine
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_router_whose_markers_come_and_go_is_left_out_in_every_mode(prom, tmp_path, mode):
+    """Issue 33, F16: the router's re-exported token counters must not join the fleet at the
+    steps where its markers are older than the lookback. The figures are deployment ``mix``'s,
+    worked by hand in the module doc (the engines are the same)."""
+    db = ingest(prom, tmp_path, "proxy", mode)
+    st = stats(db, "proxy", W0, W1)
+    assert st.prompt_tokens == pytest.approx(60_000)
+    assert st.cached_prompt_tokens == pytest.approx(36_000)
+    assert st.prefix_cache_hit_rate == pytest.approx(1100 / 2000)
+    with db.snapshot() as s:
+        assert engines_in_window(s, "proxy", W0, W1) == 2
 
 
 # -- 12: NaN, Inf and 1e300 counter samples ------------------------------------------------------

@@ -111,13 +111,21 @@ MAX_COUNTER = 9007199254740992
 import refuses it (``collectors.scrape.parse_checks.MAX_COUNTER``)."""
 
 
+ROUTER_MEMORY_S = 86400
+"""How long a target that wrote a router marker stays a router for the sums: a day. Raw mode
+refuses a target for a whole ingestion chunk once a marker is in it; a router that writes its
+markers only now and then (they were 20 minutes apart, beyond the lookback) would otherwise
+join the fleet at the steps between them (issue 33, F16)."""
+
+
 def _routers(selector: str, w: Window) -> str:
-    """The targets (job, instance) that are routers or gateways over the step and its lookback:
-    raw mode refuses them (``parse_checks.router_of``); the sums leave them out the same way."""
+    """The targets (job, instance) that are routers or gateways, as any marker they wrote in the
+    last ``ROUTER_MEMORY_S`` (and the step) says: raw mode refuses them (``parse_checks.router_of``);
+    the sums leave them out the same way."""
     names = "|".join(ROUTER_MARKERS)
     sel = f'{{__name__=~"{names}"{"," + selector if selector else ""}}}'
-    return f"last_over_time({sel}[{_dur(w.lookback_s + w.step_s)}]" + (f" offset {_dur(w.delay_s)})" if w.delay_s
-                                                                        else ")")
+    return f"last_over_time({sel}[{_dur(ROUTER_MEMORY_S + w.step_s)}]" + (
+        f" offset {_dur(w.delay_s)})" if w.delay_s else ")")
 
 
 def _no_routers(expr: str, selector: str, w: Window) -> str:
