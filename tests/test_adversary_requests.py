@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.collectors.requests.read import MAX_SKIPPED
+from kvplan.collectors.requests.read import MAX_LINE_BYTES, MAX_SKIPPED
 from tests.test_prompts_check import TOKENIZER
 
 runner = CliRunner()
@@ -49,6 +49,20 @@ def test_a_bad_line_is_skipped_and_named_not_a_traceback(tmp_path, case):
     assert code == 0, out
     assert d is not None and d["requests"] == 2  # the two good lines, the bad one left out
     assert any(f"{p}:2" in n and "1 bad line" in n for n in d["notes"]), d["notes"]
+
+
+def test_a_line_over_the_memory_bound_is_skipped_and_named_not_read(tmp_path):
+    """A line longer than ``MAX_LINE_BYTES`` would take about 180 bytes of memory per byte to
+    tokenize (a single 64 MiB line, the old bound, about 11 GB): it is skipped as a bad line
+    naming its size and the bound, and the lines after it are still read."""
+    long_line = json.dumps({"messages": [{"role": "user", "content": "x " * (MAX_LINE_BYTES // 2 + 10)}]})
+    assert len(long_line) > MAX_LINE_BYTES
+    p = lines(tmp_path / "day.jsonl", GOOD, long_line, GOOD)
+    code, d, out = check(str(p))
+    assert code == 0, out
+    assert d is not None and d["requests"] == 2
+    note = next(n for n in d["notes"] if f"{p}:2" in n)
+    assert f"longer than the {MAX_LINE_BYTES // 2**20} MiB" in note and "1 bad line" in note
 
 
 def test_a_log_of_only_bad_lines_is_an_error_not_zero(tmp_path):

@@ -48,8 +48,11 @@ from ...models.core.errors import KvplanError
 from ...models.core.timeutil import parse_time
 from ..scrape.payload import PayloadError
 
-MAX_LINE_BYTES = 64 * 2**20
-"""Longest request line read (64 MiB: a 1M-token prompt as text is ~4 MB)."""
+MAX_LINE_BYTES = 8 * 2**20
+"""Longest request line read: 8 MiB (a 1M-token prompt as text is about 4 MB). Rendering and
+tokenizing a line takes about 180 bytes of memory per byte of its text (measured with the fast
+tokenizer, bench/results/prompts.md), so the bound holds a run's peak near 1.7 GB; a longer line
+is a bad line (skipped within the budget, named by file:line)."""
 TIME_FIELDS = ("arrival_time", "timestamp", "created")
 BAILIAN_BLOCK = 16
 MOONCAKE_BLOCK = 512
@@ -174,9 +177,11 @@ def spooled(paths: Sequence[Path], wait_s: float = FIFO_WAIT_S) -> Iterator[list
         yield out
 
 
-def open_lines(path: Path) -> Iterator[tuple[int, str]]:
+def open_lines(path: Path, skipped: Skipped | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) of a plain or gzip file, streamed; blank lines skipped. A pipe is read
-    once, as a stream (``spooled`` makes a copy for a second pass)."""
+    once, as a stream (``spooled`` makes a copy for a second pass). A line longer than
+    ``MAX_LINE_BYTES`` is read past in pieces (never held) and, with ``skipped``, recorded there
+    and skipped, else refused."""
     raw = open_stream(path)
     with raw:
         magic = raw.peek(2)[:2]
@@ -189,7 +194,19 @@ def open_lines(path: Path) -> Iterator[tuple[int, str]]:
                     return
                 n += 1
                 if len(b) > MAX_LINE_BYTES:
-                    raise PayloadError(str(path), f"line longer than {MAX_LINE_BYTES // 2**20} MiB", n)
+                    size = len(b)
+                    while not b.endswith(b"\n"):
+                        b = fh.readline(2**20)
+                        if not b:
+                            break
+                        size += len(b)
+                    e = PayloadError(str(path), f"line of {size / 2**20:.1f} MiB is longer than the "
+                                     f"{MAX_LINE_BYTES // 2**20} MiB kvplan reads (tokenizing takes about 180 bytes "
+                                     "of memory per byte of text)", n)
+                    if skipped is None:
+                        raise e
+                    skipped.add(e)
+                    continue
                 try:
                     text = b.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -377,7 +394,7 @@ def read_file(path: Path, skipped: Skipped | None = None) -> Iterator[LogRequest
     """The requests of one file, in file order; arrival times must not go backwards. With
     ``skipped``, a bad line is recorded there and skipped (up to ``MAX_SKIPPED``), else it fails."""
     last: float | None = None
-    for n, line in open_lines(path):
+    for n, line in open_lines(path, skipped):
         try:
             r = parse_line(_load(line, str(path), n), str(path), n)
         except PayloadError as e:
