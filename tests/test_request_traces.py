@@ -20,7 +20,6 @@ from kvplan.app.cli import app
 from kvplan.app.report.whatif import whatif_section
 from kvplan.app.views.whatif import WhatIfQuery, whatif
 from kvplan.collectors.demo import demo_prompts, load_demo_prompts
-from kvplan.collectors.scrape.payload import PayloadError
 from kvplan.collectors.traces import ingest as traces
 from kvplan.collectors.traces.request_logs import model_bytes_per_chunk
 from kvplan.sql.db import Database
@@ -106,17 +105,23 @@ def test_a_grown_log_is_imported_from_where_it_stopped(db, tmp_path):
         _import(db, [f])
 
 
-def test_bad_lines_name_the_file_and_line_and_store_nothing(db, tmp_path):
+def test_a_bad_line_is_named_and_skipped_and_the_good_ones_stored(db, tmp_path):
+    """A bad line is skipped, named by file and line, within the budget of bad lines
+    (``requests.read.MAX_SKIPPED``; past it the import fails and stores nothing:
+    tests/test_adversary_requests.py); it no longer stops the day's import."""
     f = tmp_path / "bad.jsonl"
     good = (pc.LOGS / "ts-top.jsonl").read_text().splitlines()[0]
     f.write_text(good + "\n" + '{"messages": "not a list"}\n')
-    with pytest.raises(PayloadError, match=r"bad.jsonl:2"):
-        traces.import_trace(db, "vllm-only", [f], fmt="requests", tokenizer=str(pc.TOKENIZER))
+    res = _import(db, [f], fmt="requests")
+    assert res.requests == 1
+    (note,) = res.files[0].notes
+    assert "bad.jsonl:2" in note and "messages must be a non-empty list" in note
     with db.read() as con:
-        assert con.execute("SELECT count(*) FROM trace_requests").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM trace_requests").fetchone()[0] == 1
     r = runner.invoke(app, ["import-trace", "--deployment", "d", "--db", str(tmp_path / "k.duckdb"),
-                            "--tokenizer", str(pc.TOKENIZER), str(f)])
-    assert r.exit_code == 2 and "bad.jsonl:2" in r.output and "Traceback" not in r.output
+                            "--tokenizer", str(pc.TOKENIZER), "--chat-template", str(pc.TEMPLATE), str(f)])
+    assert r.exit_code == 0 and "1 bad line(s) skipped" in r.output and "bad.jsonl:2" in r.output, r.output
+    assert "1 request(s)" in r.output
 
 
 def _canary_log(tmp_path: Path) -> Path:

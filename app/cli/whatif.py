@@ -69,6 +69,8 @@ def import_trace(
     for f in r.files:
         tail = " (an incomplete last line is left for the next import)" if f.partial_tail else ""
         out.print(f"{f.instance}/{f.file}: {f.status}, {f.requests} request(s){tail}")
+        for note in f.notes:
+            out.print(f"  {note}")
     bpc = f"{r.bytes_per_chunk:,} bytes per chunk" if r.bytes_per_chunk else "bytes per chunk unknown"
     out.print(f"trace {r.trace!r} ({r.format}) of {deployment}: {r.requests} new request(s); {bpc}")
 

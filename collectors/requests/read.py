@@ -66,7 +66,8 @@ class Skipped:
     """The lines a run skipped (``MAX_SKIPPED`` at most): a line that is not a request, and an
     unfinished last line (no newline yet: a log still being written), kept apart."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: str = "prompts") -> None:
+        self.source = source
         self.errors: list[KvplanError] = []
         self.unfinished: list[str] = []
 
@@ -74,7 +75,7 @@ class Skipped:
         self.errors.append(e)
         if len(self.errors) > MAX_SKIPPED:
             first = "; ".join(str(x) for x in self.errors[:3])
-            raise PayloadError("prompts", f"more than {MAX_SKIPPED} bad lines: not a request log? (first: {first})")
+            raise PayloadError(self.source, f"more than {MAX_SKIPPED} bad lines: not a request log? (first: {first})")
 
     def notes(self) -> list[str]:
         out = []

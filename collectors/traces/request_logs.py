@@ -39,8 +39,8 @@ from ...models.core.errors import KvplanError
 from ...models.core.timeutil import utcnow
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_hashes, hash_block
 from ...sql.db import Database
-from ..requests.read import LogRequest, open_lines, read_file
-from ..requests.render import Renderer
+from ..requests.read import LogRequest, Skipped, open_lines, read_file
+from ..requests.render import Renderer, RequestRefused
 from ..scrape.payload import PayloadError
 from ..scrape.store import ConflictError
 from .lines import MAX_BYTES_PER_CHUNK, MAX_CHUNK_TOKENS, ParsedFile
@@ -177,15 +177,39 @@ class _Hasher:
         return [k.hex() for k in block_hashes(ids, self.chunk_size, extra)], len(ids)
 
 
-def _rows(f: Path, skip_lines: int, hasher: _Hasher, batch_lines: int) -> Iterator[ParsedFile]:
-    """The file's requests after line ``skip_lines``, hashed, in batches (text dropped at once)."""
+def _complete_size(f: Path) -> int:
+    """Bytes up to the end of the file's last whole line: a plain log still being written ends
+    in a line without its newline, left for the next import (a gzip file is whole)."""
+    size = f.stat().st_size
+    if size == 0 or _is_gzip(f):
+        return size
+    with open(f, "rb") as fh:
+        end = size
+        while end > 0:
+            start = max(0, end - _READ)
+            fh.seek(start)
+            b = fh.read(end - start)
+            i = b.rfind(b"\n")
+            if i >= 0:
+                return start + i + 1
+            end = start
+    return 0
+
+
+def _rows(f: Path, skip_lines: int, hasher: _Hasher, batch_lines: int, skipped: Skipped) -> Iterator[ParsedFile]:
+    """The file's requests after line ``skip_lines``, hashed, in batches (text dropped at once).
+    A line that cannot be read or rendered is recorded in ``skipped`` (which fails past its budget)."""
     batch = ParsedFile(path=f, format="requests", sha256="", bytes=0, lines=0, start_line=skip_lines + 1)
     ordinal = 0
-    for r in read_file(f):
+    for r in read_file(f, skipped):
         ordinal += 1
         if r.line <= skip_lines:
             continue
-        keys, seq_len = hasher.keys(r)
+        try:
+            keys, seq_len = hasher.keys(r)
+        except (PayloadError, RequestRefused) as e:
+            skipped.add(e)
+            continue
         batch.line_no.append(r.line)
         batch.ts.append(r.arrival if r.arrival is not None else float(ordinal - 1))
         batch.request_id.append(r.chat_id)
@@ -233,7 +257,7 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
     hasher = _Hasher(tokenizer, chat_template, chunk_size)
     plans: list[tuple[Path, str, int, int | None]] = []
     for f, _ in pairs:
-        sha, size = _sha(f)
+        sha, size = _sha(f, _complete_size(f))
         prev = state.get(f)
         skip: int | None = 0
         if prev is not None and prev["sha256"] == IN_PROGRESS:  # an import stopped part-way: go on
@@ -249,7 +273,7 @@ def import_request_logs(db: Database, deployment: str, paths: list[Path], *, nam
         plans.append((f, sha, size, skip))
     for f, _sha256, _size, skip in plans:  # the first pass: every line read and validated, nothing kept
         if skip is not None:
-            for _ in read_file(f):
+            for _ in read_file(f, Skipped(str(f))):  # more bad lines than the budget: refused here
                 pass
     with db.write() as con:
         now, now_state = trace_state(con, deployment, trace_name, "requests", inst)
@@ -290,7 +314,8 @@ def _store_files(db: Database, trace_id: int, plans: list[tuple[Path, str, int, 
             results.append(FileResult(f.name, "unchanged", 0, False, inst[f]))
             continue
         done = {"lines": skip, "n": 0}
-        for b in _rows(f, skip, hasher, batch_lines):  # the second pass: render, hash, store a batch at a time
+        skipped = Skipped(str(f))
+        for b in _rows(f, skip, hasher, batch_lines, skipped):  # the second pass: render, hash, store a batch at a time
             with db.write() as con:
                 was = one_row(con, "trace_file", trace_id=trace_id, instance=inst[f], file=f.name)
                 if (was["lines"] if was else 0) != done["lines"]:
@@ -303,7 +328,9 @@ def _store_files(db: Database, trace_id: int, plans: list[tuple[Path, str, int, 
         with db.write() as con:
             Database.run(con, "upsert_trace_file", trace_id=trace_id, instance=inst[f], file=f.name, sha256=sha,
                          n_bytes=size, n_lines=done["lines"], imported_at=utcnow())
-        results.append(FileResult(f.name, "extended" if skip else "imported", done["n"], False, inst[f]))
+        results.append(FileResult(f.name, "extended" if skip else "imported", done["n"],
+                                  bool(skipped.unfinished) or size < f.stat().st_size, inst[f],
+                                  tuple(skipped.notes()[:1] if skipped.errors else ())))
     return results
 
 

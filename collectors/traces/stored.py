@@ -25,6 +25,8 @@ class FileResult:
     requests: int
     partial_tail: bool = False
     instance: str = ""
+    notes: tuple[str, ...] = ()
+    """Lines skipped (each named by file:line, within ``requests.read.MAX_SKIPPED``)."""
 
 
 @dataclass(frozen=True)
