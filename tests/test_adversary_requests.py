@@ -312,3 +312,23 @@ def test_a_live_logs_unfinished_last_line_waits_for_the_next_import(tmp_path):
     r = import_trace(p, db)
     assert r.exit_code == 0 and "extended, 1 request(s)" in r.output, r.output
     assert stored_requests(db) == [1, 2, 3]
+
+
+MOONCAKE = {"timestamp": 1, "input_length": 1024, "output_length": 10, "hash_ids": [1, 2]}
+
+
+@pytest.mark.parametrize("order", ["text first", "trace first"])
+def test_block_id_lines_and_text_requests_in_one_check_are_refused(tmp_path, order):
+    """A text request's keys are blocks of --block-size tokens, a Mooncake line's are its
+    512-token blocks. Mixed, the check keyed both and replayed at 16: two identical Mooncake
+    requests then "hit" 32 tokens where vLLM at 512-token blocks hits 512. One format per check."""
+    rows = (GOOD, MOONCAKE, MOONCAKE) if order == "text first" else (MOONCAKE, MOONCAKE, GOOD)
+    p = lines(tmp_path / "mix.jsonl", *rows)
+    code, _, out = check(str(p))
+    text = " ".join(out.split())
+    assert code == 2 and "one format per check" in text, out
+    assert f"{p.name}:{2 if order == 'text first' else 3}" in text
+    q = lines(tmp_path / "trace.jsonl", MOONCAKE, MOONCAKE)  # the trace alone is read at its own blocks
+    code, d, out = check(str(q))
+    assert code == 0 and d is not None and d["block_size"] == 512, out
+    assert d["cached_tokens_predicted"] == 512  # the second request: its first block (1,023 hittable tokens)

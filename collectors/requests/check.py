@@ -139,6 +139,8 @@ class Preparer:
         self.opts = opts
         self.block_size = opts.block_size
         self.trace_block: int | None = None
+        self.first_tokens: str | None = None
+        """Where the first text or token-id request is (file:line): block-id lines after it are refused."""
         self.notes: list[str] = []
         self.date: tuple[str, str, tuple[int | None, str, int]] | None = None
         self.date_checked = False
@@ -151,6 +153,11 @@ class Preparer:
         """Render (text prompts) and, unless ``encode`` is False, tokenize and hash ``r``."""
         if r.kind == "blocks":
             return Prepared(r, self._blocks(r), None)
+        if self.trace_block is not None:
+            raise KvplanError(f"a {r.kind} request after block-id trace lines (blocks of {self.trace_block} "
+                              "tokens): one format per check (the keys would mix block sizes); check the trace and "
+                              "the request log apart", source=r.where)
+        self.first_tokens = self.first_tokens or r.where
         if r.kind == "completion" and r.prompt_ids is not None:
             ids = np.asarray(r.prompt_ids, dtype=np.int64)
             return Prepared(r, hashed64(ids, self.block_size, self.extra(r), r.output_tokens), ids)
@@ -239,6 +246,11 @@ class Preparer:
     def _blocks(self, r: LogRequest) -> Hashed:
         assert r.block_ids is not None
         b = r.block_tokens
+        if self.first_tokens is not None:
+            raise KvplanError(f"block-id trace lines (blocks of {b} tokens) after a text or token-id request (at "
+                              f"{self.first_tokens}, keyed in blocks of {self.block_size} tokens): one format per "
+                              "check (the keys would mix block sizes); check the trace and the request log apart",
+                              source=r.where)
         if self.trace_block is None:
             self.trace_block = b
             if self.block_size % b:
