@@ -70,7 +70,7 @@ def import_trace(
         tail = " (an incomplete last line is left for the next import)" if f.partial_tail else ""
         out.print(f"{f.instance}/{f.file}: {f.status}, {f.requests} request(s){tail}")
         for note in f.notes:
-            out.print(f"  {note}")
+            out.print(f"  {note}", soft_wrap=True, highlight=False)
     bpc = f"{r.bytes_per_chunk:,} bytes per chunk" if r.bytes_per_chunk else "bytes per chunk unknown"
     out.print(f"trace {r.trace!r} ({r.format}) of {deployment}: {r.requests} new request(s); {bpc}")
 
