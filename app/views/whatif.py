@@ -33,7 +33,7 @@ from ...models.cache.sim import GB, Trace
 from ...models.cache.value import CapacityValue
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import from_epoch_s, month_start, next_month
-from ...models.core.vocabulary import ROUTINGS, Routing
+from ...models.core.vocabulary import ROUTINGS, Routing, Topology
 from ...models.inputs.pricebook import PriceBook
 from ...sql.db import Database, Snapshot, Source
 from ..answers import Answer
@@ -140,7 +140,7 @@ class TopologyPoint(Answer):
     """Hit rate per routing (``models.core.vocabulary.Routing``)."""
 
     def to_dict(self) -> dict[str, Any]:  # the routings are keys of the point in the JSON
-        return {"capacity_chunks": self.capacity_chunks, "capacity_gb": self.capacity_gb, "shared": self.shared,
+        return {"capacity_chunks": self.capacity_chunks, "capacity_gb": self.capacity_gb, Topology.SHARED: self.shared,
                 **self.private}
 
 

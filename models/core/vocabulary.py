@@ -30,6 +30,19 @@ class Routing(StrEnum):
             raise KvplanError(f"must be one of {choices}; got {value!r}", source=source) from None
 
 
+class Topology(StrEnum):
+    """How the KV caches of a what-if's set-up are laid out over the engines."""
+
+    TODAY = "today"
+    """The deployment as recorded (its own caches, its own routing)."""
+    SHARED = "shared"
+    """One pool on today's engines."""
+    PRIVATE = "private"
+    """One cache per engine (each 1/N of the capacity), requests spread by a ``Routing``."""
+    TIERED = "tiered"
+    """An L1 over an L2, replayed as one pool of their sum."""
+
+
 ALIASES = {"affinity": Routing.PREFIX_AFFINITY.value}
 """Older spellings still accepted on input (``kvplan pilot --routing affinity``, stored runs)."""
 
