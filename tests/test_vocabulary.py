@@ -81,3 +81,28 @@ def test_no_module_spells_a_topology_beside_the_vocabulary():
                                                        or (node.value == "today" and id(node) in today)):
                     hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert hits == []
+
+
+def test_a_note_kind_tags_a_line_as_before():
+    from kvplan.models.core.vocabulary import NoteKind
+
+    assert NoteKind.NOTE.of(3) == "note: 3" and NoteKind.DOLLARS_LEFT_OUT.of("no price") == "dollars left out: no price"
+    assert NoteKind.NOTE.tags("note: x") and not NoteKind.NOTE.tags("dollars left out: x")
+
+
+def test_no_module_spells_a_note_kind_beside_the_vocabulary():
+    """A note's tag (``note: ``, ``dollars left out: ``) is written and filtered on through
+    ``NoteKind``: no string literal (an f-string's opening piece included) is a tag, and no
+    ``startswith`` tests for one, outside the vocabulary."""
+    from kvplan.models.core.vocabulary import NoteKind
+
+    tags = {k.value for k in NoteKind} | {k.value.strip() for k in NoteKind}
+    hits = []
+    for folder in ("app", "collectors", "models"):
+        for f in files(folder):
+            if f.name == "vocabulary.py":
+                continue
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Constant) and node.value in tags:
+                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert hits == []

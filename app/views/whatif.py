@@ -33,7 +33,7 @@ from ...models.cache.sim import GB, Trace
 from ...models.cache.value import CapacityValue
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import from_epoch_s, month_start, next_month
-from ...models.core.vocabulary import ROUTINGS, Routing, Topology
+from ...models.core.vocabulary import ROUTINGS, NoteKind, Routing, Topology
 from ...models.inputs.pricebook import PriceBook
 from ...sql.db import Database, Snapshot, Source
 from ..answers import Answer
@@ -43,7 +43,7 @@ from ..data.traces import trace_span, traces_of
 from .whatif_topology import TopologyWhatIf, topology_span, topology_whatif
 
 DEFAULT_RANKS = 8
-DOLLARS_LEFT_OUT = "dollars left out: "
+DOLLARS_LEFT_OUT = NoteKind.DOLLARS_LEFT_OUT
 """How the note that says why the what-if has no dollars begins (``WhatIf.dollars_left_out``)."""
 DEFAULT_POINTS = 30
 MAX_RANKS = 4096

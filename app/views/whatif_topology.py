@@ -347,7 +347,8 @@ def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.Latency
     if l2_gb is not None and bpc:
         l2 = capacity_chunks(l2_gb * GB, bpc)
         tier = alt.shared(tr, today, total + l2)
-        alts.append(alt.Alternative(Topology.TIERED, None, tier.ranks, total + l2, tier.hits, tier.engine, tier.engines))
+        alts.append(alt.Alternative(Topology.TIERED, None, tier.ranks, total + l2, tier.hits, tier.engine,
+                                    tier.engines))
         notes.append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of their sum holds); L2 "
                      "hits priced as L1 loads (no L2 load cost measured)")
     rows = [_row(p_today, bpc, slo, cal, bounds)] + [_row(run(a), bpc, slo, cal, bounds) for a in alts]

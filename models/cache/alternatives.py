@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from . import latency as lat
 from ..core.vocabulary import Topology
+from . import latency as lat
 from .pools import route
 from .sim import Trace, hit_tokens_by_request, stack_distances
 
