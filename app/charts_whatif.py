@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .views.whatif import WhatIf
 
 LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=4)
-ROUTING_LABELS = {Topology.SHARED: "one shared pool", Routing.ROUND_ROBIN: "private, round-robin",
+ROUTING_LABELS: dict[str, str] = {Topology.SHARED: "one shared pool", Routing.ROUND_ROBIN: "private, round-robin",
                   Routing.RANDOM: "private, random", Routing.PREFIX_AFFINITY: "private, prefix affinity"}
 
 
@@ -92,7 +92,7 @@ def value_chart(d: WhatIf) -> alt.Chart:
             .properties(height=220))
 
 
-SETUP_LABELS = {Topology.TODAY: "today's topology", Topology.SHARED: "one shared pool"}
+SETUP_LABELS: dict[str, str] = {Topology.TODAY: "today's topology", Topology.SHARED: "one shared pool"}
 
 
 def ttft_capacity_chart(d: WhatIf) -> Layered:
