@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 import altair as alt
 import pandas as pd
 
-from ..models.core.vocabulary import Routing
+from ..models.core.vocabulary import Routing, Topology
 from .charts import Layered
 
 if TYPE_CHECKING:
     from .views.whatif import WhatIf
 
 LEGEND = alt.Legend(orient="bottom", title=None, labelLimit=360, columns=4)
-ROUTING_LABELS = {"shared": "one shared pool", Routing.ROUND_ROBIN: "private, round-robin",
+ROUTING_LABELS: dict[str, str] = {Topology.SHARED: "one shared pool", Routing.ROUND_ROBIN: "private, round-robin",
                   Routing.RANDOM: "private, random", Routing.PREFIX_AFFINITY: "private, prefix affinity"}
 
 
@@ -60,7 +60,7 @@ def topology_chart(d: WhatIf) -> alt.Chart:
     rows = []
     for p in s.points:
         cap = p.capacity_gb if key == "capacity_gb" else p.capacity_chunks * d.trace.chunk_tokens
-        rates = {"shared": p.shared, **p.private}
+        rates = {Topology.SHARED: p.shared, **p.private}
         for k, label in ROUTING_LABELS.items():
             if k in rates and cap:
                 rows.append({"capacity": cap, "set-up": label, "hit_rate": rates[k]})
@@ -92,7 +92,7 @@ def value_chart(d: WhatIf) -> alt.Chart:
             .properties(height=220))
 
 
-SETUP_LABELS = {"today": "today's topology", "shared": "one shared pool"}
+SETUP_LABELS: dict[str, str] = {Topology.TODAY: "today's topology", Topology.SHARED: "one shared pool"}
 
 
 def ttft_capacity_chart(d: WhatIf) -> Layered:

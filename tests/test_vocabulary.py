@@ -52,3 +52,57 @@ def test_no_module_spells_a_routing_beside_the_vocabulary():
                 if isinstance(node, ast.Constant) and node.value in spellings:
                     hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert hits == []
+
+
+def test_a_topology_is_its_string_in_json_and_rows():
+    from kvplan.models.core.vocabulary import Topology
+
+    assert [str(t) for t in Topology] == ["today", "shared", "private", "tiered"]
+    assert json.loads(json.dumps({Topology.SHARED: 0.5, "t": Topology.TIERED})) == {"shared": 0.5, "t": "tiered"}
+
+
+def test_no_module_spells_a_topology_beside_the_vocabulary():
+    """``shared``, ``private`` and ``tiered`` appear as literals only in the vocabulary (docstrings
+    aside) in app/, collectors/ and models/; ``today`` is also an English word in sentences
+    (``app/report/fmt.py``, ``models/decision/reasons.py``), so it is checked as a call's first
+    argument and a dict key, where a set-up is named. deploy/ and bench/ name A/B sides and folders
+    ``shared``/``private``, not what-if set-ups."""
+    spellings = {"shared", "private", "tiered"}
+    hits = []
+    for folder in ("app", "collectors", "models"):
+        for f in files(folder):
+            if f.name == "vocabulary.py":
+                continue
+            tree = ast.parse(f.read_text())
+            today = {id(n) for d in ast.walk(tree) if isinstance(d, ast.Dict) for n in d.keys if n is not None}
+            today |= {id(c.args[0]) for c in ast.walk(tree) if isinstance(c, ast.Call) and c.args}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and (node.value in spellings
+                                                       or (node.value == "today" and id(node) in today)):
+                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert hits == []
+
+
+def test_a_note_kind_tags_a_line_as_before():
+    from kvplan.models.core.vocabulary import NoteKind
+
+    assert NoteKind.NOTE.of(3) == "note: 3" and NoteKind.DOLLARS_LEFT_OUT.of("no price") == "dollars left out: no price"
+    assert NoteKind.NOTE.tags("note: x") and not NoteKind.NOTE.tags("dollars left out: x")
+
+
+def test_no_module_spells_a_note_kind_beside_the_vocabulary():
+    """A note's tag (``note: ``, ``dollars left out: ``) is written and filtered on through
+    ``NoteKind``: no string literal (an f-string's opening piece included) is a tag, and no
+    ``startswith`` tests for one, outside the vocabulary."""
+    from kvplan.models.core.vocabulary import NoteKind
+
+    tags = {k.value for k in NoteKind} | {k.value.strip() for k in NoteKind}
+    hits = []
+    for folder in ("app", "collectors", "models"):
+        for f in files(folder):
+            if f.name == "vocabulary.py":
+                continue
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Constant) and node.value in tags:
+                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert hits == []

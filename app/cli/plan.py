@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ...models.core.vocabulary import NoteKind
 from ..data.store import deployment_settings, require_deployment
 from .common import ConfigOpt, DbOpt, err, json_text, open_reader, out, parse_window, settings
 
@@ -55,8 +56,8 @@ def plan_command(
     out.print(f"[bold]{d['decision']}[/bold]: {d['reason']}", highlight=False)
     if d.get("topology_finding"):
         out.print(f"topology: {d['topology_finding']['sentence']}", highlight=False, soft_wrap=True)
-    for note in (a for a in d["assumptions"] if a.startswith("note: ")):
-        out.print(note.removeprefix("note: "), highlight=False, soft_wrap=True)
+    for note in (a for a in d["assumptions"] if NoteKind.NOTE.tags(a)):
+        out.print(note.removeprefix(NoteKind.NOTE), highlight=False, soft_wrap=True)
     mb = d["monthly_benefit_usd"]
     out.print("monthly benefit: " + ("n/a" if mb is None else
                                       f"{fmt.usd(mb)} ({fmt.usd(d['monthly_benefit_low_usd'])} .. "

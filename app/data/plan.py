@@ -15,6 +15,7 @@ from datetime import datetime
 
 from ...models.cache.alternatives import TopologyFinding
 from ...models.capacity.growth import MIN_TREND_DAYS, measured_growth
+from ...models.core.vocabulary import NoteKind
 from ...models.decision.plan import PlanResult
 from ...models.decision.plan import plan as run_plan
 from ...models.decision.verdict import PlanInputs
@@ -67,7 +68,7 @@ def plan_window(source: Source, win: Window, history: History, *, pricebook: Pri
     m, fl = window_measurement(source, win, history, gpus=gpus)
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
              f"GPUs: {fl.gpus}, {fl.origin}", f"deployment facts: {facts.origin}", f"growth: {growth}",
-             *(f"note: {n}" for n in win.stats.notes))
+             *(NoteKind.NOTE.of(n) for n in win.stats.notes))
     pair = latest_sweep_pair(source, win.deployment)
     goodput = pair.goodput(pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds).goodput if pair is not None else None
     peak = m.window.peak_hour_requests_per_s if m.window is not None else None

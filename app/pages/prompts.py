@@ -16,6 +16,7 @@ from kvplan.app.report import fmt
 from kvplan.app.views.prompts import prompts_check
 from kvplan.collectors.demo import demo_prompts
 from kvplan.models.core.errors import KvplanError
+from kvplan.models.core.vocabulary import NoteKind
 
 st.title("Prompts: cacheability of a request log")
 state.through_navigation()  # a deep link opened first still runs inside the navigation (as every page)
@@ -129,4 +130,4 @@ if d:
                         + ("..." if hi < len(text) else "") + "</pre>", unsafe_allow_html=True)
             st.caption("Shown in this session only; kvplan stores no prompt text.")
     for n in d["notes"]:
-        st.caption(f"note: {n}")
+        st.caption(NoteKind.NOTE.of(n))

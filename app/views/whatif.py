@@ -33,7 +33,7 @@ from ...models.cache.sim import GB, Trace
 from ...models.cache.value import CapacityValue
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import from_epoch_s, month_start, next_month
-from ...models.core.vocabulary import ROUTINGS, Routing
+from ...models.core.vocabulary import ROUTINGS, NoteKind, Routing, Topology
 from ...models.inputs.pricebook import PriceBook
 from ...sql.db import Database, Snapshot, Source
 from ..answers import Answer
@@ -43,7 +43,7 @@ from ..data.traces import trace_span, traces_of
 from .whatif_topology import TopologyWhatIf, topology_span, topology_whatif
 
 DEFAULT_RANKS = 8
-DOLLARS_LEFT_OUT = "dollars left out: "
+DOLLARS_LEFT_OUT = NoteKind.DOLLARS_LEFT_OUT
 """How the note that says why the what-if has no dollars begins (``WhatIf.dollars_left_out``)."""
 DEFAULT_POINTS = 30
 MAX_RANKS = 4096
@@ -140,7 +140,7 @@ class TopologyPoint(Answer):
     """Hit rate per routing (``models.core.vocabulary.Routing``)."""
 
     def to_dict(self) -> dict[str, Any]:  # the routings are keys of the point in the JSON
-        return {"capacity_chunks": self.capacity_chunks, "capacity_gb": self.capacity_gb, "shared": self.shared,
+        return {"capacity_chunks": self.capacity_chunks, "capacity_gb": self.capacity_gb, Topology.SHARED: self.shared,
                 **self.private}
 
 

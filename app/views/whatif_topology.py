@@ -36,6 +36,7 @@ from ...models.cache import latency as lat
 from ...models.cache.latency import Overheads
 from ...models.cache.sim import GB, Trace, capacity_chunks
 from ...models.core.timeutil import from_epoch_s
+from ...models.core.vocabulary import Topology
 from ...models.metrics.window import bucket_quantile
 from ...models.prefill.fit import CostStatus
 from ...sql.db import Source
@@ -193,7 +194,7 @@ class TopologyWhatIf(Answer):
     @property
     def shared(self) -> SetupLatency | None:
         """The one-shared-pool row."""
-        return next((r for r in self.latency if r.topology == "shared"), None)
+        return next((r for r in self.latency if r.topology == Topology.SHARED), None)
 
 
 def _capacities(db: Source, deployment: str, names: tuple[str, ...], a: datetime, b: datetime, bpc: int | None,
@@ -346,7 +347,8 @@ def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.Latency
     if l2_gb is not None and bpc:
         l2 = capacity_chunks(l2_gb * GB, bpc)
         tier = alt.shared(tr, today, total + l2)
-        alts.append(alt.Alternative("tiered", None, tier.ranks, total + l2, tier.hits, tier.engine, tier.engines))
+        alts.append(alt.Alternative(Topology.TIERED, None, tier.ranks, total + l2, tier.hits, tier.engine,
+                                    tier.engines))
         notes.append("L1 + L2: one pool of L1 + L2 (the LRU cascade holds what one LRU of their sum holds); L2 "
                      "hits priced as L1 loads (no L2 load cost measured)")
     rows = [_row(p_today, bpc, slo, cal, bounds)] + [_row(run(a), bpc, slo, cal, bounds) for a in alts]
@@ -354,7 +356,7 @@ def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.Latency
     curve = []
     for c in grid:
         mine = alt.hits(tr, today.instance_of, today.instances, max(1, c // today.instances))
-        for a in (alt.Alternative("today", None, today.engines, c, mine, today.engine_of, today.engines,
+        for a in (alt.Alternative(Topology.TODAY, None, today.engines, c, mine, today.engine_of, today.engines,
                                   today.instance_of if today.instances > 1 else None), alt.shared(tr, today, c)):
             curve.append(_row(run(a), bpc, slo, cal))
     return replace(out, today=t, latency=tuple(rows), latency_curve=tuple(curve))

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.vocabulary import Topology
 from . import latency as lat
 from .pools import route
 from .sim import Trace, hit_tokens_by_request, stack_distances
@@ -118,7 +119,7 @@ def today(trace: Trace, *, instances: int, engines: int, capacity_chunks: int | 
 class Alternative:
     """One cache set-up to predict."""
 
-    topology: str
+    topology: Topology
     """``today``, ``shared``, ``private`` or ``tiered`` (an L1 over an L2)."""
     routing: str | None
     """Private caches: the router's policy; None for today and a shared pool."""
@@ -140,7 +141,7 @@ class Alternative:
 
 def shared(trace: Trace, t: Today, capacity_chunks: int) -> Alternative:
     """One pool of ``capacity_chunks`` on today's engines (the same requests to the same engines)."""
-    return Alternative("shared", None, t.engines, int(capacity_chunks), hits(trace, None, 1, capacity_chunks),
+    return Alternative(Topology.SHARED, None, t.engines, int(capacity_chunks), hits(trace, None, 1, capacity_chunks),
                        t.engine_of, t.engines)
 
 
@@ -148,12 +149,12 @@ def private(trace: Trace, ranks: int, routing: str, capacity_chunks: int, seed: 
     """``ranks`` private caches of ``capacity_chunks / ranks`` each, one engine each."""
     assign = route(trace, ranks, routing, seed)
     each = max(1, int(capacity_chunks) // ranks)
-    return Alternative("private", routing, ranks, each * ranks, hits(trace, assign, ranks, each), assign, ranks,
+    return Alternative(Topology.PRIVATE, routing, ranks, each * ranks, hits(trace, assign, ranks, each), assign, ranks,
                        assign)
 
 
 def as_today(trace: Trace, t: Today) -> Alternative:
-    return Alternative("today", None, t.engines, t.total_chunks, t.hits, t.engine_of, t.engines,
+    return Alternative(Topology.TODAY, None, t.engines, t.total_chunks, t.hits, t.engine_of, t.engines,
                        t.instance_of if t.instances > 1 else None)
 
 

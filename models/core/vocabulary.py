@@ -30,6 +30,38 @@ class Routing(StrEnum):
             raise KvplanError(f"must be one of {choices}; got {value!r}", source=source) from None
 
 
+class Topology(StrEnum):
+    """How the KV caches of a what-if's set-up are laid out over the engines."""
+
+    TODAY = "today"
+    """The deployment as recorded (its own caches, its own routing)."""
+    SHARED = "shared"
+    """One pool on today's engines."""
+    PRIVATE = "private"
+    """One cache per engine (each 1/N of the capacity), requests spread by a ``Routing``."""
+    TIERED = "tiered"
+    """An L1 over an L2, replayed as one pool of their sum."""
+
+
+class NoteKind(StrEnum):
+    """What a line of a plan's assumptions or a what-if's notes is, by the tag it begins with:
+    readers filter on the kind (``kvplan plan`` prints the ``note: `` lines, the what-if pulls out
+    why it has no dollars), and the stored and printed lines keep their spelling."""
+
+    NOTE = "note: "
+    """Something about the data a reader should know (a missing series, a partial window)."""
+    DOLLARS_LEFT_OUT = "dollars left out: "
+    """Why a what-if has no dollars (``WhatIf.dollars_left_out``)."""
+
+    def of(self, text: object) -> str:
+        """``text`` as a line of this kind."""
+        return f"{self.value}{text}"
+
+    def tags(self, line: str) -> bool:
+        """Whether ``line`` is of this kind."""
+        return line.startswith(self.value)
+
+
 ALIASES = {"affinity": Routing.PREFIX_AFFINITY.value}
 """Older spellings still accepted on input (``kvplan pilot --routing affinity``, stored runs)."""
 

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
+from ..core.vocabulary import NoteKind
 from . import catalog as c
 from .increase import Increase
 
@@ -101,9 +102,9 @@ def gap_notes(rows: list[Increase]) -> list[str]:
     if found is None:
         return []
     total, names = found
-    return [f"note: {total} time(s) a series was missing from a scrape of its target (a truncated or partial "
-            "payload?): counted from its last value before, or, first seen under a _created older than that "
-            f"scrape, from its first value, never from 0 - {names}"]
+    return [NoteKind.NOTE.of(f"{total} time(s) a series was missing from a scrape of its target (a truncated or "
+                             "partial payload?): counted from its last value before, or, first seen under a _created "
+                             f"older than that scrape, from its first value, never from 0 - {names}")]
 
 
 def null_reasons(ok_scrapes: dict[str, int], data_span: tuple[datetime | None, datetime | None] | None,
