@@ -72,17 +72,21 @@ def _engine(dep: str, inst: str, per_min: dict[str, float], *, bad: dict[int, fl
     return out
 
 
-def _router(dep: str) -> list[str]:
+def _router(dep: str, per_min: dict[str, float] | None = None, markers_at: range | tuple[int, ...] = range(N + 1)
+            ) -> list[str]:
     """The production-stack router's /metrics as Prometheus stores it (tests/fixtures/payloads/
-    engines/router-production-stack): per-server gauges copied from the engines."""
+    engines/router-production-stack): per-server gauges copied from the engines (``per_min``:
+    what each copied series grows by a minute), its running requests, and its marker gauges at
+    the minutes ``markers_at``."""
+    per_min = per_min or {"vllm:gpu_prefix_cache_hits_total": 300.0, "vllm:gpu_prefix_cache_queries_total": 600.0}
     out = []
     for server in ("http://a:8000", "http://b:8000"):
         lab = {"job": "router", "instance": "router:8001", "kvplan_deployment": dep, "server": server}
         for k in range(N + 1):
-            out += [_line("vllm:gpu_prefix_cache_hits_total", lab, 300.0 * k, k),
-                    _line("vllm:gpu_prefix_cache_queries_total", lab, 600.0 * k, k),
-                    _line("vllm:num_requests_running", lab, 3.0, k),
-                    _line("vllm:healthy_pods_total", lab, 1.0, k), _line("vllm:current_qps", lab, 0.5, k)]
+            out += [_line(name, lab, step * k, k) for name, step in per_min.items()]
+            out.append(_line("vllm:num_requests_running", lab, 3.0, k))
+            if k in markers_at:
+                out += [_line("vllm:healthy_pods_total", lab, 1.0, k), _line("vllm:current_qps", lab, 0.5, k)]
     return out
 
 
@@ -91,17 +95,8 @@ def _proxy(dep: str) -> list[str]:
     ``server``) and writes its marker gauges only now and then (k = 0 and 20: 20 minutes apart,
     beyond the 10-minute lookback), as a router that sets them only when it polls its pods does.
     Raw mode refuses the whole target once any marker is in the chunk."""
-    out = []
-    for server in ("http://a:8000", "http://b:8000"):
-        lab = {"job": "router", "instance": "router:8001", "kvplan_deployment": dep, "server": server}
-        for k in range(N + 1):
-            out += [_line("vllm:prompt_tokens_total", lab, 1000.0 * k, k),
-                    _line("vllm:prefix_cache_queries_total", lab, 1000.0 * k, k),
-                    _line("vllm:prefix_cache_hits_total", lab, 900.0 * k, k),
-                    _line("vllm:num_requests_running", lab, 3.0, k)]
-            if k in (0, 20):
-                out += [_line("vllm:healthy_pods_total", lab, 1.0, k), _line("vllm:current_qps", lab, 0.5, k)]
-    return out
+    return _router(dep, {"vllm:prompt_tokens_total": 1000.0, "vllm:prefix_cache_queries_total": 1000.0,
+                         "vllm:prefix_cache_hits_total": 900.0}, markers_at=(0, 20))
 
 
 A = {"vllm:prompt_tokens": 1000, "vllm:prefix_cache_queries": 1000, "vllm:prefix_cache_hits": 600,

@@ -39,19 +39,27 @@ def test_an_unknown_routing_names_the_choices():
         Workload(routing="sticky")
 
 
+def stray_literals(folders: tuple[str, ...], stray) -> list[str]:
+    """``file:line 'value'`` of every string constant outside the vocabulary for which
+    ``stray(node, tree)`` holds, in the modules of ``folders``."""
+    hits = []
+    for folder in folders:
+        for f in files(folder):
+            if f.name == "vocabulary.py":
+                continue
+            tree = ast.parse(f.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and stray(node, tree):
+                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    return hits
+
+
 def test_no_module_spells_a_routing_beside_the_vocabulary():
     """The strings of ``Routing`` and its older spellings appear as literals only in the vocabulary
     (docstrings and help texts aside): every other module names the member."""
     spellings = {*ALIASES, "prefix_affinity"}
-    hits = []
-    for folder in ("app", "collectors", "models", "deploy", "bench"):
-        for f in files(folder):
-            if f.name == "vocabulary.py":
-                continue
-            for node in ast.walk(ast.parse(f.read_text())):
-                if isinstance(node, ast.Constant) and node.value in spellings:
-                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
-    assert hits == []
+    assert stray_literals(("app", "collectors", "models", "deploy", "bench"),
+                          lambda node, _: node.value in spellings) == []
 
 
 def test_a_topology_is_its_string_in_json_and_rows():
@@ -68,19 +76,13 @@ def test_no_module_spells_a_topology_beside_the_vocabulary():
     argument and a dict key, where a set-up is named. deploy/ and bench/ name A/B sides and folders
     ``shared``/``private``, not what-if set-ups."""
     spellings = {"shared", "private", "tiered"}
-    hits = []
-    for folder in ("app", "collectors", "models"):
-        for f in files(folder):
-            if f.name == "vocabulary.py":
-                continue
-            tree = ast.parse(f.read_text())
-            today = {id(n) for d in ast.walk(tree) if isinstance(d, ast.Dict) for n in d.keys if n is not None}
-            today |= {id(c.args[0]) for c in ast.walk(tree) if isinstance(c, ast.Call) and c.args}
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and (node.value in spellings
-                                                       or (node.value == "today" and id(node) in today)):
-                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
-    assert hits == []
+
+    def names_a_setup(node: ast.Constant, tree: ast.Module) -> bool:
+        return any(node is n for d in ast.walk(tree) if isinstance(d, ast.Dict) for n in d.keys) or any(
+            c.args and node is c.args[0] for c in ast.walk(tree) if isinstance(c, ast.Call))
+
+    assert stray_literals(("app", "collectors", "models"), lambda node, tree: node.value in spellings or (
+        node.value == "today" and names_a_setup(node, tree))) == []
 
 
 def test_a_note_kind_tags_a_line_as_before():
@@ -97,12 +99,4 @@ def test_no_module_spells_a_note_kind_beside_the_vocabulary():
     from kvplan.models.core.vocabulary import NoteKind
 
     tags = {k.value for k in NoteKind} | {k.value.strip() for k in NoteKind}
-    hits = []
-    for folder in ("app", "collectors", "models"):
-        for f in files(folder):
-            if f.name == "vocabulary.py":
-                continue
-            for node in ast.walk(ast.parse(f.read_text())):
-                if isinstance(node, ast.Constant) and node.value in tags:
-                    hits.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
-    assert hits == []
+    assert stray_literals(("app", "collectors", "models"), lambda node, _: node.value in tags) == []
