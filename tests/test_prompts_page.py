@@ -61,3 +61,25 @@ def test_a_missing_file_is_an_error_on_the_page(monkeypatch, tmp_path):
     t.run()
     assert not t.exception
     assert any("nope.jsonl" in e.value and "cannot read" in e.value for e in t.error)
+
+
+def test_a_picked_request_says_where_it_diverged(monkeypatch, tmp_path):
+    """Every request is listed with its miss reason; picking the second one (the timestamp log's
+    second request differs from the first only in its timestamp line) names the first as the
+    earlier request it parted from, in the system message."""
+    log = tmp_path / "ts.jsonl"
+    log.write_text("".join(json.dumps(b) + "\n" for b in timestamp_log(8)))
+    t = page(monkeypatch, tmp_path)
+    t.text_input(key="prompts_path").input(str(log))
+    t.text_input(key="prompts_tokenizer").input(str(TOKENIZER))
+    next(b for b in t.button if b.label == "Check").click()
+    t.run()
+    assert not t.exception, t.exception
+    pick = t.selectbox(key="prompts_request")
+    assert len(pick.options) == 8
+    assert pick.options[0].startswith("ts.jsonl:1 · cold")
+    assert all("iso_timestamp" in o for o in pick.options[1:])
+    pick.set_value(1)
+    t.run()
+    said = [x.value for x in t.markdown if x.value.startswith("**iso_timestamp**")]
+    assert len(said) == 1 and "nearest earlier request: ts.jsonl:1, parted at message 0 (system)" in said[0], said

@@ -118,7 +118,7 @@ def test_per_request_hits_equal_an_independent_computation(tmp_path, renderer, m
     log = _log(tmp_path)
     monkeypatch.setattr(check_mod, "BATCH_REQUESTS", batch)
     got: list[int] = []
-    r = check([log], renderer, CheckOptions(block_size=16), on_request=lambda _r, o: got.append(o.cached))
+    r = check([log], renderer, CheckOptions(block_size=16), on_request=lambda _r, o, _m: got.append(o.cached))
     assert got == _reference(renderer, log, 16)
     assert r.findings and r.fixed is not None and r.fixed.cached > r.totals.cached
     m = r.missed_by_cause

@@ -33,7 +33,13 @@ def prompts_check(
                                                         "name is mixed into block keys.")] = None,
     per_request: Annotated[Path | None, typer.Option(help="Write each request's predicted cached tokens here "
                                                           "(JSON lines: file, line, custom_id, prompt_tokens, "
-                                                          "cached_tokens_predicted, cached_tokens_unlimited).")] = None,
+                                                          "cached_tokens_predicted, cached_tokens_unlimited, "
+                                                          "cached_tokens_measured, miss_reason, missed_tokens, "
+                                                          "first_divergent_block, miss_message_index, miss_role, "
+                                                          "diverged_from).")] = None,
+    measured: Annotated[bool, typer.Option("--measured", help="Compare each prediction with the engine's own usage "
+                                                              "logged beside the request (usage.prompt_tokens_"
+                                                              "details.cached_tokens).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -42,6 +48,7 @@ def prompts_check(
     reordered JSON or tools, a date the template writes), and what fixing them is worth."""
     from ..data.store import deployment_settings
     from ..views.prompts import prompts_check as run
+    from ..views.prompts import request_row
 
     s = settings(config, db)
     database = open_reader(s) if deployment is not None else None
@@ -60,13 +67,10 @@ def prompts_check(
     def write_error(e: OSError) -> KvplanError:
         return KvplanError(f"cannot write: {e.strerror or e}", source=f"--per-request {per_request}")
 
-    def on_request(r: Any, o: Any) -> None:
+    def on_request(r: Any, o: Any, miss: Any) -> None:
         if fh is not None:
             try:
-                fh.write(json.dumps({"file": r.source, "line": r.line, "custom_id": r.custom_id,
-                                     "prompt_tokens": o.prompt_tokens,
-                                     "cached_tokens_predicted": o.cached,
-                                     "cached_tokens_unlimited": o.cached_unlimited}) + "\n")
+                fh.write(json.dumps(request_row(r, o, miss)) + "\n")
             except OSError as e:
                 raise write_error(e) from None
 
@@ -84,17 +88,21 @@ def prompts_check(
                 fh.close()
             except OSError as e:  # a full disk shows at the last flush (e.g. /dev/full)
                 raise write_error(e) from None
+    if measured and not d["measured"]["requests"]:
+        raise KvplanError("--measured: no request carries the engine's usage.prompt_tokens_details.cached_tokens "
+                          "(log the responses with vLLM's --enable-prompt-tokens-details)",
+                          source=", ".join(map(str, paths)))
     if as_json:
         sys.stdout.write(json_text(d, indent=2) + "\n")
         return
-    print_check(d)
+    print_check(d, measured=measured)
 
 
 def _pct(v: float | None) -> str:
     return f"{v:.1%}" if v is not None else "-"
 
 
-def print_check(d: dict[str, Any]) -> None:
+def print_check(d: dict[str, Any], *, measured: bool = False) -> None:
     out.print(f"{d['requests']:,} requests, {d['prompt_tokens']:,} prompt tokens, block size {d['block_size']}"
               + (f", {d['gpu_blocks']:,} GPU blocks" if d["gpu_blocks"] else ", unlimited cache"))
     out.print(f"predicted hit rate {_pct(d['hit_rate_predicted'])} ({d['cached_tokens_predicted']:,} cached "
@@ -103,6 +111,11 @@ def print_check(d: dict[str, Any]) -> None:
     m = d["missed_by_cause"]
     out.print(f"missed: {m['cold']:,} first seen, {m['evicted']:,} evicted, {m['busted']:,} busted, "
               f"{m['partial']:,} partial last block / last token", highlight=False)
+    reasons = d.get("miss_reasons") or {}
+    if reasons:
+        out.print("first miss per request: " + ", ".join(f"{k} {v:,}" for k, v in reasons.items()), highlight=False)
+    if measured:
+        _print_measured(d["measured"])
     for f in d["findings"]:
         where = (f"template text before message {f['message_index']}" if f["template"] else
                  f"line {f['line']} of message {f['message_index']} ({f['role']})")
@@ -120,3 +133,15 @@ def print_check(d: dict[str, Any]) -> None:
     out.print(f"[dim]priced with: {p['source']}[/dim]", highlight=False)
     for n in d["notes"]:
         out.print(f"[dim]note: {n}[/dim]", highlight=False)
+
+
+def _print_measured(c: dict[str, Any]) -> None:
+    out.print(f"measured ({c['requests']:,} requests with the engine's usage"
+              + (f"; {c['unmeasured']:,} without" if c["unmeasured"] else "") + f"): predicted "
+              f"{_pct(c['hit_rate_predicted'])}, measured {_pct(c['hit_rate_measured'])}; cached tokens equal on "
+              f"{c['cached_equal']:,}, prompt length equal on {c['prompt_tokens_equal']:,}", highlight=False)
+    for m in c["mismatches"]:
+        out.print(f"- {m['where']}: predicted {m['cached_predicted']:,} cached of {m['prompt_tokens_predicted']:,}, "
+                  f"measured {m['cached_measured']:,}"
+                  + (f" of {m['prompt_tokens_measured']:,}" if m["prompt_tokens_measured"] is not None else "")
+                  + f" (predicted miss: {m['miss_reason']})", highlight=False, markup=False, soft_wrap=True)

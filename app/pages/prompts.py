@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from kvplan.app import state
+from kvplan.app.charts_prompts import miss_reason_chart
 from kvplan.app.report import fmt
 from kvplan.app.views.prompts import prompts_check
 from kvplan.collectors.demo import demo_prompts
@@ -25,6 +26,8 @@ st.caption("OpenAI chat / completions request bodies or Batch API input, one JSO
            "hashes its blocks, served one request at a time in arrival order.")
 
 CHECK_PENDING = "prompts_check_pending"
+KEEP_REQUESTS = 5000
+"""Requests listed one by one (the first ones; the reasons' counts cover every request)."""
 
 
 def _request_check() -> None:
@@ -81,13 +84,43 @@ if st.session_state.pop(CHECK_PENDING, False):
             st.session_state["prompts_result"] = prompts_check(
                 files, tokenizer=tokenizer.strip() or None, chat_template=Path(template) if template.strip() else None,
                 block_size=int(bs) or None, gpu_blocks=int(gb) or None, deployment=deployment,
-                db=state.db() if deployment else None, cfg=state.cfg(deployment or ""), with_example=True)
+                db=state.db() if deployment else None, cfg=state.cfg(deployment or ""), with_example=True,
+                keep_requests=KEEP_REQUESTS)
     except KvplanError as e:
         st.session_state.pop("prompts_result", None)
         st.error(str(e))
     finally:
         if tmp is not None:
             os.unlink(tmp)
+
+def _where(row: dict) -> str:
+    return f"{Path(row['file']).name}:{row['line']}"
+
+
+def _one_request(d: dict) -> None:
+    """Pick a request, see where it parted from the earlier request it shares the most with."""
+    rows = d.get("per_request") or []
+    if not rows:
+        return
+    st.subheader("One request: where it diverged")
+    labels = [f"{_where(r)} · {r['miss_reason']} · {r['cached_tokens_predicted']:,} of {r['prompt_tokens']:,} cached"
+              for r in rows]
+    i = st.selectbox("Request" + (f" (the first {len(rows):,})" if len(rows) < d["requests"] else ""),
+                     range(len(rows)), format_func=lambda k: labels[k], key="prompts_request")
+    r = rows[i]
+    where = (f"message {r['miss_message_index']} ({r['miss_role']})" if r["miss_message_index"] is not None
+             else (f"{r['miss_role']} text after the last message" if r["miss_role"] else None))
+    said = [f"**{r['miss_reason']}**: {r['missed_tokens']:,} prompt tokens computed, from block "
+            f"{r['first_divergent_block']:,} (token {r['first_divergent_block'] * d['block_size']:,})"]
+    if r["diverged_from"]:
+        said.append(f"nearest earlier request: {Path(r['diverged_from'].rsplit(':', 1)[0]).name}:"
+                    f"{r['diverged_from'].rsplit(':', 1)[1]}" + (f", parted at {where}" if where else ""))
+    else:
+        said.append("no earlier request shares its first line" if r["miss_reason"] == "cold" else "")
+    if r["cached_tokens_measured"] is not None:
+        said.append(f"vLLM measured {r['cached_tokens_measured']:,} cached tokens")
+    st.markdown("; ".join(x for x in said if x) + ".")
+
 
 d = st.session_state.get("prompts_result")
 if d:
@@ -110,6 +143,9 @@ if d:
                 f"(its /metrics prefix-cache hits / queries) on these {run['requests']} requests. {demo['label']}.")
     st.subheader("Why the missed tokens missed")
     st.dataframe(pd.DataFrame([{"cause": k, "tokens": v} for k, v in d["missed_by_cause"].items()]), hide_index=True)
+    if d.get("miss_reasons"):
+        state.chart(miss_reason_chart(d["miss_reasons"]))
+    _one_request(d)
     st.subheader("Cache-busters")
     if not d["findings"]:
         st.success("No cache-buster found: requests that share content share their prefix.")

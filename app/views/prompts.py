@@ -15,15 +15,16 @@ log's predicted prefix-cache hits, its cache-busters, and what fixing them is wo
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...collectors.requests.check import CheckOptions, CheckResult, Progress, check
+from ...collectors.requests.check import CheckOptions, CheckResult, OnRequest, Progress, check
 from ...collectors.requests.read import LogRequest
 from ...collectors.requests.render import Renderer
 from ...models.core.errors import KvplanError
 from ...models.prompts.predict import Outcome
+from ...models.prompts.reasons import RequestMiss
 from ...sql.db import Database
 from ..data.store import DeploymentSettings, cache_config_rows, deployment_names, deployment_span
 
@@ -142,15 +143,24 @@ def pricing(result: CheckResult, db: Database | None, deployment: str | None,
     }
 
 
+def request_row(r: LogRequest, o: Outcome, miss: RequestMiss) -> dict[str, Any]:
+    """One request as ``kvplan prompts check --per-request`` writes it (and the page lists it)."""
+    return {"file": r.source, "line": r.line, "custom_id": r.custom_id, "prompt_tokens": o.prompt_tokens,
+            "cached_tokens_predicted": o.cached, "cached_tokens_unlimited": o.cached_unlimited,
+            "cached_tokens_measured": r.measured_cached_tokens, **miss.as_json()}
+
+
 def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_template: Path | None = None,
                   block_size: int | None = None, gpu_blocks: int | None = None, lmcache_chunk: int = 256,
                   lora: Sequence[str] = (), deployment: str | None = None, db: Database | None = None,
                   cfg: DeploymentSettings = DeploymentSettings(), progress: Progress | None = None,
-                  on_request: Callable[[LogRequest, Outcome], None] | None = None,
-                  with_example: bool = False) -> dict[str, Any]:
+                  on_request: OnRequest | None = None,
+                  with_example: bool = False, keep_requests: int = 0) -> dict[str, Any]:
     """The whole check as one JSON-ready dict (``kvplan prompts check --json``). ``with_example``
     (the dashboard only, never the CLI or the report) adds ``example_prompt``: the first request
-    the top finding broke, its rendered text and the divergent line's range, for highlighting."""
+    the top finding broke, its rendered text and the divergent line's range, for highlighting.
+    ``keep_requests`` (the dashboard) adds ``per_request``: the first that many requests' rows, as
+    ``--per-request`` writes them (lengths, hits and the miss reason; no text)."""
     if deployment is not None and db is not None and not cache_config_rows(db, deployment) \
             and deployment_span(db, deployment) is None:
         known = deployment_names(db)
@@ -160,12 +170,22 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
     renderer = Renderer(tokenizer, chat_template) if tokenizer is not None else None
     if renderer is None and chat_template is not None:
         raise KvplanError("--chat-template needs --tokenizer", source="--chat-template")
+    rows: list[dict[str, Any]] = []
+
+    def each(r: LogRequest, o: Outcome, miss: RequestMiss) -> None:
+        if len(rows) < keep_requests:
+            rows.append(request_row(r, o, miss))
+        if on_request is not None:
+            on_request(r, o, miss)
+
     result = check(paths, renderer, CheckOptions(bs, gb, lmcache_chunk, frozenset(lora)), progress=progress,
-                   on_request=on_request)
+                   on_request=each)
     d = result.as_json()
     d["notes"] = notes + d["notes"]
     d["pricing"] = pricing(result, db, deployment, cfg)
     d["tokenizer"] = renderer.name if renderer is not None else None
+    if keep_requests:
+        d["per_request"] = rows
     if with_example and result.examples:
         text, start, end = next(iter(result.examples.values()))
         d["example_prompt"] = {"text": text, "start": start, "end": end}

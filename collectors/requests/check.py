@@ -29,11 +29,15 @@ import numpy as np
 from ...models.core.errors import KvplanError
 from ...models.prompts.busters import Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
+from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
+from ...models.prompts.reasons import RequestMiss, miss_of
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
 
 Progress = Callable[[str, int], None]
+OnRequest = Callable[[LogRequest, Outcome, RequestMiss], None]
+"""Called with each request, its prediction and its miss reason, in arrival order."""
 MAX_EXAMPLES = 16
 """Findings whose first broken request's text is kept in memory (for the dashboard's example)."""
 
@@ -93,6 +97,10 @@ class CheckResult:
     keys_held: int = 0
     """Distinct keys the first pass's unlimited caches ended up holding (vLLM blocks plus LMCache
     chunks, 8 bytes each): what the check's memory grows with. Memory only, not in ``as_json``."""
+    miss_reasons: dict[str, int] = field(default_factory=dict)
+    """Requests per miss reason (``models.prompts.reasons``): each request's first computed token's cause."""
+    measured: Comparison = field(default_factory=Comparison)
+    """Prediction against the engine's own ``usage`` where the log holds it (``models.prompts.measured``)."""
 
     def as_json(self) -> dict[str, Any]:
         """The ``--json`` object (issue 26, item 10, plus the block size, capacity, LMCache tier
@@ -108,6 +116,8 @@ class CheckResult:
             "hit_rate_if_fixed": fixed,
             "findings": [finding_json(f, self.totals) for f in self.findings],
             "missed_by_cause": dict(self.missed_by_cause),
+            "miss_reasons": dict(self.miss_reasons),
+            "measured": self.measured.as_json(),
             "block_size": self.block_size,
             "gpu_blocks": self.options.gpu_blocks,
             "lmcache": {"chunk_tokens": self.options.lmcache_chunk,
@@ -367,7 +377,7 @@ class _Spill:
 
 def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions = CheckOptions(), *,
           progress: Progress | None = None,
-          on_request: Callable[[LogRequest, Outcome], None] | None = None) -> CheckResult:
+          on_request: OnRequest | None = None) -> CheckResult:
     """Predict, find busters, recompute with them fixed; see the module docstring."""
     if opts.block_size < 1 or opts.lmcache_chunk < 1 or (opts.gpu_blocks is not None and opts.gpu_blocks < 2):
         raise KvplanError("block size and chunk must be at least 1, gpu blocks at least 2", source="options")
@@ -381,7 +391,7 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
 
 
 def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, spill: _Spill,
-           progress: Progress | None, on_request: Callable[[LogRequest, Outcome], None] | None) -> CheckResult:
+           progress: Progress | None, on_request: OnRequest | None) -> CheckResult:
     prep = Preparer(renderer, opts)
     totals = Totals()
     finder = Finder()
@@ -394,6 +404,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     t_first: float | None = None
     t_last: float | None = None
     sizes: list[int] = []
+    reasons: Counter[str] = Counter()
+    measured = Comparison()
 
     skipped = Skipped()
 
@@ -418,13 +430,19 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         out_sources[r.output_source] += 1
         got = _lmcache(lm, p)
         lm_hits = None if got is None or lm_hits is None else lm_hits + got
+        miss = miss_of(o, predictor.block_size)
         if p.text is not None and p.lines is not None:
-            f = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable)
+            seen = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable, r.where)
+            f = seen.finding
             if f is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
                 li = next(x for x in p.lines if x.place == (f.message_index, f.role, f.line))
                 examples[f.key] = (p.text, li.start, li.end)
+            miss = miss_of(o, predictor.block_size, f, seen.divergence)
+        reasons[miss.reason] += 1
+        measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
+                     miss.reason)
         if on_request is not None:
-            on_request(r, o)
+            on_request(r, o, miss)
         tick(totals.requests)
     if progress is not None:
         progress("predicted", totals.requests)
@@ -465,7 +483,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
                        {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last,
-                       (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys))
+                       (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys),
+                       {str(k): v for k, v in reasons.most_common()}, measured)
 
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,

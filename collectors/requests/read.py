@@ -118,6 +118,11 @@ class LogRequest:
     chat_id: str | None = None
     custom_id: str | None = None
     """A Batch API line's ``custom_id`` (kept to match per-request predictions with responses)."""
+    measured_prompt_tokens: int | None = None
+    measured_cached_tokens: int | None = None
+    """What the engine reported beside the request, when a gateway logged its response:
+    ``usage.prompt_tokens`` and ``usage.prompt_tokens_details.cached_tokens`` (vLLM fills the
+    latter with ``--enable-prompt-tokens-details``); ``prompts check --measured`` compares them."""
 
     @property
     def where(self) -> str:
@@ -363,14 +368,22 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
 def _logged_output(r: LogRequest, obj: dict[str, Any], src: str, n: int) -> None:
     """The output length a gateway logged beside the request (``usage.completion_tokens`` of the
     line, of its ``response``, or of a Batch API output's ``response.body``) over ``max_tokens``,
-    which is only a bound."""
+    which is only a bound; and the prompt and cached tokens the engine reported there."""
     resp = obj.get("response")
     for holder in (obj, resp, resp.get("body") if isinstance(resp, dict) else None):
         usage = holder.get("usage") if isinstance(holder, dict) else None
-        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+        if not isinstance(usage, dict):
+            continue
+        if usage.get("completion_tokens") is not None and r.output_source != "logged":
             r.output_tokens = _int(usage["completion_tokens"], src, n, "usage.completion_tokens", 0) or None
             r.output_source = "logged"
-            return
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and details.get("cached_tokens") is not None \
+                and r.measured_cached_tokens is None:
+            r.measured_cached_tokens = _int(details["cached_tokens"], src, n,
+                                            "usage.prompt_tokens_details.cached_tokens", 0)
+            if usage.get("prompt_tokens") is not None:
+                r.measured_prompt_tokens = _int(usage["prompt_tokens"], src, n, "usage.prompt_tokens", 0)
 
 
 def _load(line: str, src: str, n: int) -> Any:

@@ -11,5 +11,8 @@
   ``BlockPool`` (LRU free queue, a request's blocks freed tail first); ``Totals``;
   ``LmcacheUnlimited``; ``KeySet`` (64-bit keys, 8 bytes each: a sorted array and a bounded
   buffer) and ``key64``. Keys are sha256 digests or their 64-bit integers.
-* ``busters``: ``line_map``, ``classify``, ``shape``, ``Finder``, ``Finding``, ``apply_fix``.
+* ``busters``: ``line_map``, ``classify``, ``shape``, ``Finder`` (``observe`` -> ``Observed``: the
+  finding and the ``Divergence`` from the nearest earlier request), ``Finding``, ``apply_fix``.
+* ``reasons``: ``miss_of(outcome, block_size, finding, divergence) -> RequestMiss``, one reason per
+  request (``MissReason`` or a buster's kind), with its first divergent block and message.
 """

@@ -242,6 +242,43 @@ class _Seen:
     texts: list[str]
     infos: list[LineInfo]
     chars: int
+    label: str = ""
+    prefixes: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a request parted from the recent request it shares the longest run of leading lines
+    with (the nearest the cache's chain could have come from)."""
+
+    earlier: str
+    """That request's label (``file:line``)."""
+    shared_lines: int
+    """Leading lines the two have in common."""
+    line: LineInfo | None
+    """This request's first line that differs from it; None when the earlier request's lines are
+    all leading lines of this one (what follows them is new)."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What :meth:`Finder.observe` says of one request."""
+
+    finding: Finding | None
+    """The buster it counts for, if any."""
+    divergence: Divergence | None
+    """Where it parted from its nearest earlier request (requests that missed only; None: no
+    recent request shares its first line)."""
+
+
+def _prefix_hashes(lines: Sequence[int]) -> list[int]:
+    """Chained hashes of a request's first 1, 2, ... lines: equal when the leading lines are."""
+    out: list[int] = []
+    h = 0
+    for x in lines:
+        h = hash((h, x))
+        out.append(h)
+    return out
 
 
 class Finder:
@@ -256,30 +293,55 @@ class Finder:
         self.max_index = max_index
         self.recent: OrderedDict[int, _Seen] = OrderedDict()
         self.index: dict[int, int] = {}
+        self.prefix: dict[int, int] = {}
+        """Chained hash of a recent request's leading lines -> the newest request holding them."""
         self.findings: dict[tuple[str, int | None, str, int], Finding] = {}
         self.seq = 0
 
-    def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool) -> Finding | None:
-        """Record one request (in arrival order); return the finding it counts for, if any.
-        ``missed``: it hit less than it could (full blocks within prompt_tokens - 1)."""
+    def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool,
+                label: str = "") -> Observed:
+        """Record one request (in arrival order, ``label`` naming it, e.g. ``file:line``); return
+        the finding it counts for, if any, and (when it missed) where it parted from its nearest
+        earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1)."""
         infos = list(infos)[:self.max_lines]
         texts = [text[i.start:i.end] for i in infos]
         hashes = [hash(t) for t in texts]
-        me = _Seen(hashes, texts, infos, sum(len(t) + 1 for t in texts))
+        me = _Seen(hashes, texts, infos, sum(len(t) + 1 for t in texts), label, _prefix_hashes(hashes))
         found = self._compare(me, first_miss_block) if missed and me.chars else None
+        parted = self._nearest(me) if missed else None
         self.seq += 1
-        if len(self.index) > self.max_index:
+        if len(self.index) > self.max_index or len(self.prefix) > self.max_index:
             self.index.clear()
+            self.prefix.clear()
         for h, t in zip(hashes, texts, strict=True):
             if t.strip():
                 self.index[h] = self.seq
+        for h in me.prefixes:
+            self.prefix[h] = self.seq
         self.recent[self.seq] = me
         while len(self.recent) > self.window:
             seq, gone = self.recent.popitem(last=False)
             for h in gone.lines:  # entries of requests out of the window were never used
                 if self.index.get(h) == seq:
                     del self.index[h]
-        return found
+            for h in gone.prefixes:
+                if self.prefix.get(h) == seq:
+                    del self.prefix[h]
+        return Observed(found, parted)
+
+    def _nearest(self, me: _Seen) -> Divergence | None:
+        """The newest recent request with the longest run of leading lines in common with ``me``."""
+        k, seq = 0, None
+        for h in me.prefixes:
+            j = self.prefix.get(h)
+            if j is None or j not in self.recent:
+                break
+            k, seq = k + 1, j
+        if seq is None:
+            return None
+        other = self.recent[seq]
+        line = me.infos[k] if k < len(me.infos) and k < len(other.lines) else None
+        return Divergence(other.label, k, line)
 
     def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:
         votes: dict[int, int] = {}
