@@ -168,3 +168,83 @@ def test_measured_without_usage_in_the_log_names_the_file(tmp_path):
     assert r.exit_code == 2
     assert "plain.jsonl" in r.output and "cached_tokens" in r.output
     assert "Traceback" not in r.output
+
+
+TOOLS = [{"type": "function", "function": {"name": f"tool_{k}", "description": f"Does step {k} of the job.",
+                                           "parameters": {"type": "object", "properties": {}}}} for k in range(3)]
+
+
+def agent_log(fixed: bool = False, conversations: int = 6, turns: int = 4) -> list[dict]:
+    """Agents in conversation (interleaved), two shared system prompts (one with tools); a third of
+    the conversations put the current time on line 1 of the system prompt. ``fixed``: the same
+    requests as a client makes the fix: the time appended to each new user message and kept there
+    when the message comes back as history."""
+    out: list[dict] = []
+    history: list[list[dict]] = [[] for _ in range(conversations)]
+    sent_at: list[list[str]] = [[] for _ in range(conversations)]
+    second = 0
+    for t in range(turns):
+        for c in range(conversations):
+            second += 7
+            stamp = f"Current time: 2026-11-30T12:{second // 60:02d}:{second % 60:02d}Z"
+            system = (SYSTEM if c % 2 == 0 else f"You are an operations agent.\n{NORMS}")
+            dated = c % 3 == 0
+            user = f"Conversation {c}, step {t}: please continue with item {c * 10 + t}."
+            sent_at[c].append(stamp)
+            if fixed or not dated:
+                msgs = [{"role": "system", "content": system}]
+            else:
+                msgs = [{"role": "system", "content": f"{stamp}\n{system}"}]
+            for k, m in enumerate(history[c] + [{"role": "user", "content": user}]):
+                if fixed and dated and m["role"] == "user":
+                    m = {**m, "content": m["content"] + "\n" + sent_at[c][k // 2]}
+                msgs.append(m)
+            body = {"model": "m", "max_tokens": 8, "messages": msgs}
+            if c % 2 == 0:
+                body["tools"] = TOOLS
+            out.append(body)
+            history[c] += [{"role": "user", "content": user},
+                           {"role": "assistant", "content": f"Done with item {c * 10 + t}; next."}]
+    return out
+
+
+def reference_unlimited(bodies: list[dict]) -> float:
+    """Each request hits the longest token prefix it shares with any earlier one, in full blocks
+    within prompt_tokens - 1 (transformers called directly, the tools passed to the template)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    seqs = [tok(tok.apply_chat_template(b["messages"], tools=b.get("tools"), tokenize=False,
+                                        add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+            for b in bodies]
+    hit = sum(shared_blocks(seqs, i) * BS for i in range(len(seqs)))
+    return hit / sum(len(s) for s in seqs)
+
+
+def test_the_multi_turn_timestamp_fix_is_the_clients(tmp_path, renderer):
+    """The fix moves the time to the end of the message it is sent with and keeps it there in the
+    conversation's later requests: its predicted rate is the rate of the log a client writes with
+    that fix (and above today's)."""
+    log = write(tmp_path / "agents.jsonl", agent_log())
+    d = check([log], renderer, CheckOptions(block_size=BS)).as_json()
+    # the dated line against an undated request of the same system prompt: a line that differs ("other")
+    ts = [f for f in d["findings"] if (f["message_index"], f["role"], f["line"]) == (0, "system", 1)]
+    assert len(ts) == 1 and ts[0]["fix"] != "normalised", d["findings"]
+    assert "message it is sent with" in ts[0]["fix"]
+    today = reference_unlimited(agent_log())
+    client = reference_unlimited(agent_log(fixed=True))
+    assert d["hit_rate_predicted"] == pytest.approx(today, abs=1e-12)
+    assert client > today + 0.05
+    assert abs(ts[0]["hit_rate_if_fixed"] - client) * 100 <= 1.0, (ts[0]["hit_rate_if_fixed"], client, today)
+
+
+def test_a_fix_below_today_always_says_why():
+    from kvplan.collectors.requests.check import below_today
+    from kvplan.models.prompts.predict import Totals
+
+    base = Totals(requests=2, prompt_tokens=1000, hittable=900, cached=500, cached_unlimited=600)
+    assert below_today(Totals(2, 1000, 900, 600, 700), base) is None  # above today: nothing to say
+    evicts = below_today(Totals(2, 1000, 900, 400, 650), base)
+    assert evicts is not None and "evicts more" in evicts and "65.0%" in evicts and "60.0%" in evicts
+    worse = below_today(Totals(2, 1000, 900, 400, 450), base)
+    assert worse is not None and "does not pay" in worse

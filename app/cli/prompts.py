@@ -123,6 +123,8 @@ def print_check(d: dict[str, Any], *, measured: bool = False) -> None:
         out.print(f"- {f['kind']} at {where}, e.g. {f['example']!r}: {f['requests_affected']:,} requests, "
                   f"{lost} tokens; {_pct(f['hit_rate_if_fixed'])} if {f['fix']}",
                   highlight=False, markup=False)
+        if f.get("below_today"):
+            out.print(f"  below today's rate: {f['below_today']}", highlight=False, markup=False)
     p = d["pricing"]
     if p["extra_usd_per_month_if_fixed"] is not None:
         out.print(f"fixing them: {p['saved_gpu_hours_per_month_if_fixed'] - p['saved_gpu_hours_per_month']:,.1f} "

@@ -154,7 +154,8 @@ if d:
             "kind": f["kind"], "where": (f"template, before message {f['message_index']}" if f["template"]
                                          else f"message {f['message_index']} ({f['role']}), line {f['line']}"),
             "shape": f["example"], "requests": f["requests_affected"], "tokens lost": f["tokens_lost"],
-            "hit rate if fixed": fmt.pct(f["hit_rate_if_fixed"]), "fix": f["fix"]} for f in d["findings"]]),
+            "hit rate if fixed": fmt.pct(f["hit_rate_if_fixed"]), "fix": f["fix"],
+            "why below today": f.get("below_today") or ""} for f in d["findings"]]),
             hide_index=True)
         ex = d.get("example_prompt")
         if ex:

@@ -27,7 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from ...models.core.errors import KvplanError
-from ...models.prompts.busters import Finder, Finding, LineInfo, apply_fix, line_map
+from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
@@ -133,7 +133,21 @@ def finding_json(fr: FindingResult, base: Totals) -> dict[str, Any]:
             "example": f.example, "requests_affected": f.requests_affected,
             "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
             "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
-            "first_block": f.first_block, "template": f.template, "fix": f.fix}
+            "first_block": f.first_block, "template": f.template, "fix": f.fix,
+            "below_today": below_today(fr.totals, base) if fr.totals is not None else None}
+
+
+def below_today(fixed: Totals, base: Totals) -> str | None:
+    """Why a fix's predicted rate is below today's (None when it is not): a rate lower than
+    today's is never given without its reason."""
+    if fixed.hit_rate is None or base.hit_rate is None or fixed.hit_rate >= base.hit_rate:
+        return None
+    if fixed.cached_unlimited >= base.cached_unlimited:
+        return (f"the fixed requests hit as much or more with an unlimited cache ({fixed.hit_rate_unlimited:.1%} "
+                f"against {base.hit_rate_unlimited:.1%}), but the pool evicts more of them at this capacity")
+    return ("moved as a client moves it, the value changes text that later requests do not repeat the same way "
+            "(a template that renders history differently, or a value other requests carry elsewhere): "
+            "this fix does not pay on this log")
 
 
 def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None) -> Hashed:
@@ -434,9 +448,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         if p.text is not None and p.lines is not None:
             seen = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable, r.where)
             f = seen.finding
-            if f is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
-                li = next(x for x in p.lines if x.place == (f.message_index, f.role, f.line))
-                examples[f.key] = (p.text, li.start, li.end)
+            li = next((x for x in p.lines if f is not None and x.place == f.place), None)
+            if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
+                examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
             miss = miss_of(o, predictor.block_size, f, seen.divergence)
         reasons[miss.reason] += 1
         measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
@@ -498,6 +512,7 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     prep = Preparer(renderer, CheckOptions(block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
     prep.block_size = block_size
     preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
+    carried = [Carried() for _ in variants]  # per fix: what each conversation's messages were sent with
     totals = [Totals() for _ in variants]
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = busted = 0
@@ -512,8 +527,8 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
                                   source=p.request.where)
             base, hit, u = spill.read()
             texts: list[str | None] = []
-            for v in variants:
-                t = apply_fix(p.text, p.lines, v) if p.text is not None and p.lines is not None else None
+            for v, kept in zip(variants, carried, strict=True):
+                t = apply_fix(p.text, p.lines, v, kept) if p.text is not None and p.lines is not None else None
                 if t is None or t == p.text:
                     texts.append(None)  # unchanged: the first pass's keys
                     continue

@@ -11,12 +11,16 @@ is compared with the recent request it shares the most line text with (at least 
 text); when their first differing line comes before content they still share (at least a
 quarter of the request's text), that line is a finding, and so is each line right after it
 that the earlier request does not have (busters come in pairs), classified by the span that differs
-(:func:`classify`). Findings are keyed by (kind, message index, role, line), so the same
+(:func:`classify`); a line that one of the two has and the other does not (the lines after it
+the same: a timestamp line some requests put first) is the finding, classified by the value it
+holds (:func:`classify_inserted`). Findings are keyed by (kind, message index, role, line), so the same
 timestamp line in every request is one finding.
 
-The fix (:func:`apply_fix`) is applied to every request that has a line at the finding's place:
-volatile values (timestamps, dates, ids, counters, other) are **moved to the end** of the
-request's last message; formatting (whitespace, JSON key order, tool lists: their lines sorted) is **normalised**.
+The fix (:func:`apply_fix`) is applied to every request whose line at the finding's place holds
+what the finding moves (:meth:`Finding.matches`), as a client makes it: volatile values (timestamps, dates, ids, counters, other) are **moved to
+the end** of the message they are sent with (the request's last), and stay there when that
+message comes back as history in the conversation's later requests (:class:`Carried`); formatting
+(whitespace, JSON key order, tool lists: their lines sorted) is **normalised**.
 Prompt text is held in memory only: a finding keeps the *shape* of its span (:func:`shape`:
 digits as 9, letters as a/A), never the text.
 """
@@ -42,6 +46,7 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}/\d{2,4}|\d{1,2} (?:Jan|Fe
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _HEX = re.compile(r"(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}")
 _WORD = re.compile(r"[\w:.\-+/]")
+_PATTERNS = {"iso_timestamp": _ISO, "uuid": _UUID, "epoch_timestamp": _EPOCH, "date": _DATE, "hex_id": _HEX}
 MAX_EXAMPLE = 40
 MAX_PAIRED = 4
 """Most consecutive divergent lines one request counts (busters come in pairs: a timestamp line,
@@ -197,6 +202,18 @@ def classify(a: str, b: str, role: str = "") -> tuple[str, tuple[int, int]]:
     return "other", (lo, hi)
 
 
+def classify_inserted(a: str, role: str = "") -> tuple[str, tuple[int, int]]:
+    """The kind of a line that one request has and another does not (a timestamp line some
+    requests put first), by the value it holds, and its span; ``other`` (the whole line) if none."""
+    if role == "tools":
+        return "tools", (0, len(a))
+    for kind, rx in _PATTERNS.items():
+        m = rx.search(a)
+        if m is not None:
+            return kind, (m.start(), m.end())
+    return "other", (0, len(a))
+
+
 @dataclass
 class Finding:
     """One cache-buster: where (``message_index``, ``role``, ``line``), what (``kind``, the span's
@@ -231,9 +248,23 @@ class Finding:
     def place(self) -> tuple[int | None, str, int]:
         return (self.message_index, self.role, self.line)
 
+    def matches(self, line: str) -> bool:
+        """Whether ``line`` (at this finding's place in some request) holds what the finding moves:
+        a value of its kind (a timestamp, an id ...), or for ``other`` and ``counter`` a span of the
+        example's shape. A client moves the volatile value, not whatever sits on that line in
+        requests that have none (another system prompt's first line)."""
+        if self.kind in NORMALISED:
+            return True
+        rx = _PATTERNS.get(self.kind)
+        if rx is not None:
+            return rx.search(line) is not None
+        ex = self.example[:-3] if self.example.endswith("...") else self.example
+        return ex in shape(line)
+
     @property
     def fix(self) -> str:
-        return "normalised" if self.kind in NORMALISED else "moved to the end of the last message"
+        return ("normalised" if self.kind in NORMALISED else
+                "moved to the end of the message it is sent with (kept there in the conversation's later requests)")
 
 
 @dataclass
@@ -365,6 +396,10 @@ class Finder:
                     if h in theirs and t.strip())
         if after * 4 < me.chars:
             return None
+        if k + 1 < len(other.lines) and other.lines[k + 1] == me.lines[k]:
+            return self._finding(other, me, k, first_miss_block, inserted=True)  # a line only it has
+        if k + 1 < len(me.lines) and k < len(other.lines) and me.lines[k + 1] == other.lines[k]:
+            return self._finding(me, other, k, first_miss_block, inserted=True)
         first: Finding | None = None
         m = k
         while m < len(me.lines) and m < k + MAX_PAIRED and (m == k or me.lines[m] not in theirs):
@@ -373,11 +408,13 @@ class Finder:
             m += 1
         return first
 
-    def _finding(self, me: _Seen, other: _Seen, k: int, first_miss_block: int) -> Finding:
+    def _finding(self, me: _Seen, other: _Seen, k: int, first_miss_block: int, inserted: bool = False) -> Finding:
+        """The finding at ``me``'s line ``k`` against ``other``'s; ``inserted``: a line ``me`` has
+        and ``other`` does not (the lines after it are the same), classified by itself."""
         info = me.infos[k]
         a = me.texts[k]
         b = other.texts[k] if k < len(other.texts) else ""
-        kind, (lo, hi) = classify(a, b, info.role)
+        kind, (lo, hi) = classify_inserted(a, info.role) if inserted else classify(a, b, info.role)
         template = info.role == "template"
         if template and kind == "other" and info.message_index not in (None, 0):
             kind = "template_history"
@@ -404,11 +441,35 @@ def _canonical(line: str, kind: str) -> str:
     return line
 
 
-def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding]) -> str:
+class Carried:
+    """What a client that fixed its prompts has sent so far, per conversation: the moved lines
+    each message was sent with, keyed by a hash of the fixed text up to that message's end (a
+    later request of the same conversation renders the same text up to there, so its history
+    finds them). Bounded: past ``limit`` entries the oldest are forgotten (a conversation idle
+    that long is cold anyway)."""
+
+    def __init__(self, limit: int = 1_000_000):
+        self.limit = limit
+        self.sent: OrderedDict[int, str] = OrderedDict()
+
+    def get(self, key: int) -> str | None:
+        return self.sent.get(key)
+
+    def put(self, key: int, moved: str) -> None:
+        self.sent[key] = moved
+        self.sent.move_to_end(key)
+        while len(self.sent) > self.limit:
+            self.sent.popitem(last=False)
+
+
+def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding], carried: Carried | None = None) -> str:
     """``text`` with every finding in ``fixes`` fixed at its place (a request without a line
-    there is unchanged): a moved line goes after the end of the last message's content (the
-    text's end when no line is tied to a message); a normalised line is replaced by its
-    canonical form (whitespace collapsed, JSON keys sorted; a tool list's lines sorted)."""
+    there is unchanged), as a client makes the fix: a normalised line is replaced by its canonical
+    form (whitespace collapsed, JSON keys sorted; a tool list's lines sorted); a moved line goes to
+    the end of the message it is sent with, the request's last (the text's end when no line is
+    tied to a message). With ``carried`` (one per log and fix), a message that comes back as
+    history in a later request of the same conversation gets back the lines it was sent with, so
+    the conversation's text stays what was rendered before."""
     by_place = {(f.message_index, f.role, f.line): f for f in fixes}
     moved: list[str] = []
     edits: list[tuple[int, int, str]] = []
@@ -423,20 +484,50 @@ def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding]) ->
         line = text[info.start:info.end]
         if f.kind in NORMALISED:
             edits.append((info.start, info.end, _canonical(line, f.kind)))
-        else:
+        elif f.matches(line):
             moved.append(line)
             edits.append((info.start, min(info.end + 1, len(text)), ""))
-    if not edits:
+    if not edits and (carried is None or not carried.sent):
         return text
-    if moved:
-        at = max((i.content_end for i in infos if i.content_end is not None), default=len(text))
-        edits.append((at, at, "".join("\n" + m for m in moved)))
-    parts: list[str] = []
-    pos = 0
-    for s0, s1, rep in sorted(edits, key=lambda e: (e[0], e[1])):
-        s0 = max(s0, pos)
-        parts.append(text[pos:s0])
-        parts.append(rep)
-        pos = max(pos, s1)
-    parts.append(text[pos:])
-    return "".join(parts)
+    ends = _message_ends(infos)
+    last = max(ends, default=len(text))
+    sent = "".join("\n" + m for m in moved)
+    marks = sorted({*(ends if carried is not None else ()), last})
+    todo = sorted(edits, key=lambda e: (e[0], e[1]))
+    out: list[str] = []
+    chunk: list[str] = []  # the fixed text since the last message's end
+    pos = k = key = 0
+
+    def emit(upto: int) -> None:
+        nonlocal pos, k
+        while k < len(todo) and todo[k][0] < upto:
+            s0, s1, rep = todo[k]
+            s0 = max(s0, pos)
+            chunk.extend((text[pos:s0], rep))
+            pos = max(pos, s1)
+            k += 1
+        if upto > pos:
+            chunk.append(text[pos:upto])
+            pos = upto
+
+    for at in marks:  # at each message's end, the fixed text so far names the conversation up to it
+        emit(at)
+        key = hash((key, "".join(chunk)))
+        out.extend(chunk)
+        chunk.clear()
+        if at == last and moved:
+            chunk.append(sent)
+            if carried is not None:
+                carried.put(key, sent)
+        elif carried is not None:
+            back = carried.get(key)
+            if back is not None:
+                chunk.append(back)
+    emit(len(text) + 1)
+    out.extend(chunk)
+    return "".join(out)
+
+
+def _message_ends(infos: Sequence[LineInfo]) -> list[int]:
+    """Where each message's content ends in the text, in order."""
+    return sorted({i.content_end for i in infos if i.content_end is not None})
