@@ -20,7 +20,8 @@ The fix (:func:`apply_fix`) is applied to every request whose line at the findin
 what the finding moves (:meth:`Finding.matches`), as a client makes it: volatile values
 (timestamps, dates, ids, counters, other) are **moved to the end** of the message they are sent
 with (the request's last), and stay there when that message comes back as history in the
-conversation's later requests (:class:`Carried`); formatting (whitespace, JSON key order, tool lists: their lines sorted) is **normalised**.
+conversation's later requests (:class:`Carried`); formatting (whitespace, JSON key order, tool
+lists: their lines sorted) is **normalised**.
 Prompt text is held in memory only: a finding keeps the *shape* of its span (:func:`shape`:
 digits as 9, letters as a/A), never the text.
 """
