@@ -113,6 +113,17 @@ def test_a_tier_is_its_string_in_json_and_rows():
     assert {"device": 1}[Tier.DEVICE] == 1 and by_tier["lmcache"] is None  # a stored key reads either way
 
 
+
+def test_a_priced_tier_given_as_a_string_is_the_member_and_a_wrong_one_names_the_choices():
+    from kvplan.models.core.vocabulary import PricedTier
+    from kvplan.models.prefill.measurement import PrefillMeasurement
+
+    base = dict(window_seconds=60.0, requests=1.0, prompt_tokens=100.0, cached_prompt_tokens=50.0, num_gpus=1)
+    assert PrefillMeasurement(**base, priced_tier="lmcache").priced_tier is PricedTier.LMCACHE
+    assert PrefillMeasurement(**base).priced_tier is PricedTier.ALL
+    with pytest.raises(ValueError, match="PrefillMeasurement.priced_tier: must be one of all, lmcache; got 'device'"):
+        PrefillMeasurement(**base, priced_tier="device")
+
 TRACE_FORMAT_MODULES = ("collectors/traces/", "collectors/demo.py")
 """Where ``lmcache`` names a trace format or a trace (``collectors.traces.parse.FORMATS``), not a
 tier. deploy/ and bench/ also spell a server kind ``lmcache`` and SGLang's ``cache_source`` label
