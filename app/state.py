@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo, available_timezones
 
 import streamlit as st
 
+from ..models.core.vocabulary import Tier
 from ..models.inputs.settings import Settings
 from ..sql.db import Database
 from .config import load_settings
@@ -215,7 +216,7 @@ def tier_decisions(p: PlanResult) -> None:
     if not tiers:
         return
     c = st.columns(2)
-    for i, key in enumerate(("device", "lmcache")):
+    for i, key in enumerate((Tier.DEVICE, Tier.LMCACHE)):
         t = tiers.get(key)
         if t is None:
             continue
@@ -234,9 +235,9 @@ def prefill_summary(p: PlanResult) -> None:
 
     rows = {r["key"]: r for r in tier_attribution(p)}
     c = st.columns(4)
-    for i, key in enumerate(("device", "lmcache")):
+    for i, key in enumerate((Tier.DEVICE, Tier.LMCACHE)):
         r = rows.get(key)
-        label = "vLLM cache saves, GPU-h/mo" if key == "device" else "LMCache adds (net), GPU-h/mo"
+        label = "vLLM cache saves, GPU-h/mo" if key == Tier.DEVICE else "LMCache adds (net), GPU-h/mo"
         c[i].metric(label, "n/a" if r is None else fmt.number(r["gpu_hours_per_month"]),
                     help=None if r is None else (f"{r['tier']}: {r['note']}; band "
                                                  f"{fmt.number(r['low'])}..{fmt.number(r['high'])} GPU-h/month, "

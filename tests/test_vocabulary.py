@@ -39,13 +39,14 @@ def test_an_unknown_routing_names_the_choices():
         Workload(routing="sticky")
 
 
-def stray_literals(folders: tuple[str, ...], stray) -> list[str]:
+def stray_literals(folders: tuple[str, ...], stray, skip: tuple[str, ...] = ()) -> list[str]:
     """``file:line 'value'`` of every string constant outside the vocabulary for which
-    ``stray(node, tree)`` holds, in the modules of ``folders``."""
+    ``stray(node, tree)`` holds, in the modules of ``folders`` (but those whose path starts with
+    one of ``skip``)."""
     hits = []
     for folder in folders:
         for f in files(folder):
-            if f.name == "vocabulary.py":
+            if f.name == "vocabulary.py" or str(f.relative_to(ROOT)).startswith(skip):
                 continue
             tree = ast.parse(f.read_text())
             for node in ast.walk(tree):
@@ -100,3 +101,73 @@ def test_no_module_spells_a_note_kind_beside_the_vocabulary():
 
     tags = {k.value for k in NoteKind} | {k.value.strip() for k in NoteKind}
     assert stray_literals(("app", "collectors", "models"), lambda node, _: node.value in tags) == []
+
+
+def test_a_tier_is_its_string_in_json_and_rows():
+    from kvplan.models.core.vocabulary import PricedTier, Tier
+
+    assert [str(t) for t in Tier] == ["device", "lmcache"] and [str(t) for t in PricedTier] == ["all", "lmcache"]
+    by_tier = {Tier.DEVICE: {"value": 1.0}, Tier.LMCACHE: None}
+    assert json.dumps(by_tier) == '{"device": {"value": 1.0}, "lmcache": null}'
+    assert json.loads(json.dumps({"priced_tier": PricedTier.LMCACHE})) == {"priced_tier": "lmcache"}
+    assert {"device": 1}[Tier.DEVICE] == 1 and by_tier["lmcache"] is None  # a stored key reads either way
+
+
+
+def test_a_priced_tier_given_as_a_string_is_the_member_and_a_wrong_one_names_the_choices():
+    from kvplan.models.core.vocabulary import PricedTier
+    from kvplan.models.prefill.measurement import PrefillMeasurement
+
+    base = dict(window_seconds=60.0, requests=1.0, prompt_tokens=100.0, cached_prompt_tokens=50.0, num_gpus=1)
+    assert PrefillMeasurement(**base, priced_tier="lmcache").priced_tier is PricedTier.LMCACHE
+    assert PrefillMeasurement(**base).priced_tier is PricedTier.ALL
+    with pytest.raises(ValueError, match="PrefillMeasurement.priced_tier: must be one of all, lmcache; got 'device'"):
+        PrefillMeasurement(**base, priced_tier="device")
+
+TRACE_FORMAT_MODULES = ("collectors/traces/", "collectors/demo.py")
+"""Where ``lmcache`` names a trace format or a trace (``collectors.traces.parse.FORMATS``), not a
+tier. deploy/ and bench/ also spell a server kind ``lmcache`` and SGLang's ``cache_source`` label
+``device``: they are not checked."""
+
+
+def test_no_module_spells_a_tier_beside_the_vocabulary():
+    """``device`` and ``lmcache`` appear as literals only in the vocabulary (docstrings aside) in
+    app/, collectors/, models/ and sql/, but for ``lmcache`` in the modules that read LMCache
+    trace files, where it is a trace format (``TRACE_FORMAT_MODULES``)."""
+    folders = ("app", "collectors", "models", "sql")
+    assert stray_literals(folders, lambda node, _: node.value == "device") == []
+    assert stray_literals(folders, lambda node, _: node.value == "lmcache", skip=TRACE_FORMAT_MODULES) == []
+
+
+def priced_tier_constants(tree: ast.Module) -> set[int]:
+    """``id`` of every constant where a priced tier is named: compared with an expression that
+    reads ``priced_tier``, passed as ``priced_tier=``, or assigned (a field's default included)
+    to a ``priced_tier``."""
+    where: list[ast.AST] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Compare) and "priced_tier" in ast.unparse(n):
+            where.append(n)
+        elif isinstance(n, ast.keyword) and n.arg == "priced_tier":
+            where.append(n.value)
+        elif isinstance(n, ast.AnnAssign | ast.Assign) and n.value is not None and any(
+                "priced_tier" in ast.unparse(t) for t in (n.targets if isinstance(n, ast.Assign) else [n.target])):
+            where.append(n.value)
+    return {id(c) for w in where for c in ast.walk(w) if isinstance(c, ast.Constant)}
+
+
+def test_no_module_spells_a_priced_tier_beside_the_vocabulary():
+    """``all`` and ``lmcache`` as a priced tier (compared with, passed as or assigned to a
+    ``priced_tier``) are written ``PricedTier.ALL`` / ``PricedTier.LMCACHE``; ``all`` stays an
+    English word everywhere else."""
+    from kvplan.models.core.vocabulary import PricedTier
+
+    seen: dict[int, tuple[ast.Module, set[int]]] = {}  # the tree is kept: its id is not reused
+
+    def stray(node: ast.Constant, tree: ast.Module) -> bool:
+        if node.value not in set(PricedTier):
+            return False
+        if id(tree) not in seen:
+            seen[id(tree)] = (tree, priced_tier_constants(tree))
+        return id(node) in seen[id(tree)][1]
+
+    assert stray_literals(("app", "collectors", "models", "sql"), stray) == []

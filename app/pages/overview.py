@@ -6,6 +6,7 @@ import streamlit as st
 from kvplan.app import charts, state
 from kvplan.app.report import fmt
 from kvplan.app.views.overview import overview
+from kvplan.models.core.vocabulary import Tier
 from kvplan.models.metrics.spans import chart_step
 
 st.title("Overview")
@@ -51,6 +52,6 @@ if sel is not None:
         st.caption(f"SLO attainment: {fmt.pct(slo.share)} of requests had TTFT ≤ {slo.bound_s:g} s ({slo.note}).")
 
     tl = state.timeline(sel, chart_step(sel.t_from, sel.t_to, sel.step_s))
-    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["key"] in ("device", "external")], tl=tl))
+    state.chart(charts.tier_hit_rate_chart([r for r in ov.tier_points if r["key"] in (Tier.DEVICE, "external")], tl=tl))
     state.chart(charts.quantile_band_chart(ov.latency_points, "TTFT", "Time to first token (p50, p99, bucket bands)",
                                            target, tl=tl))

@@ -27,6 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from ...models.core.errors import KvplanError
+from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
 from ...models.prompts.measured import Comparison
@@ -120,7 +121,7 @@ class CheckResult:
             "measured": self.measured.as_json(),
             "block_size": self.block_size,
             "gpu_blocks": self.options.gpu_blocks,
-            "lmcache": {"chunk_tokens": self.options.lmcache_chunk,
+            Tier.LMCACHE: {"chunk_tokens": self.options.lmcache_chunk,
                         "hit_rate_unlimited": self.lmcache_hit_tokens / t.prompt_tokens
                         if t.prompt_tokens and self.lmcache_hit_tokens is not None else None},
             "notes": list(self.notes),

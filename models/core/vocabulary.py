@@ -1,4 +1,5 @@
-"""One spelling per idea, shared by the CLI, the load generator, the what-if and the charts.
+"""One spelling per idea, shared by the CLI, the load generator, the plan, the what-if and the
+charts.
 
 Each vocabulary is a ``StrEnum``: its members compare equal to their strings, so JSON, DuckDB
 rows and recorded fixtures keep reading as they did. ``parse`` also takes an older spelling a
@@ -41,6 +42,28 @@ class Topology(StrEnum):
     """One cache per engine (each 1/N of the capacity), requests spread by a ``Routing``."""
     TIERED = "tiered"
     """An L1 over an L2, replayed as one pool of their sum."""
+
+
+class Tier(StrEnum):
+    """A cache tier a plan prices and a chart draws: the keys of ``PlanResult.saved_by_tier`` and
+    ``decision_by_tier``, and of the two series of ``models.metrics.tiers`` that are a tier's own.
+    vLLM's count of its KV connector (``external``) is not a third tier: it measures the LMCache
+    tier from vLLM's side (the plan prices ``LMCACHE`` on those tokens,
+    ``PricedWindow.external_cached``); ``l1``/``l2`` are levels inside LMCache."""
+
+    DEVICE = "device"
+    """vLLM's own prefix cache (GPU memory): free, it comes with vLLM."""
+    LMCACHE = "lmcache"
+    """LMCache behind vLLM's KV connector (its L1 and L2 together), net of its overhead."""
+
+
+class PricedTier(StrEnum):
+    """Which cached tokens a plan prices (``PrefillMeasurement.priced_tier``)."""
+
+    ALL = "all"
+    """Every cache tier against no cache at all."""
+    LMCACHE = "lmcache"
+    """Only what LMCache adds: the baseline keeps vLLM's own prefix-cache hits (free)."""
 
 
 class NoteKind(StrEnum):

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core.calendar import SECONDS_PER_MONTH
+from ..core.vocabulary import PricedTier, Tier
 from ..inputs.pricebook import PriceBook
 from ..prefill.measurement import PrefillMeasurement
 from ..prefill.savings import EstimatorResult, PrefillSavings
@@ -139,14 +140,14 @@ class PlanResult:
     """High end of its band."""
     saving_source: str | None = None
     """``measured`` (an A/B overrode the model), ``fitted`` (the cost model) or ``estimators``."""
-    priced_tier: str | None = None
+    priced_tier: PricedTier | None = None
     """``lmcache`` (the decision weighs what LMCache adds) or ``all``."""
     prefill_cost_model: dict[str, Any] | None = None
     """The fitted parts with their bands, the history used, status and fix."""
     topology_finding: dict[str, Any] | None = None
     """``PlanInputs.topology`` with its sentence: an alternative cache set-up that holds the TTFT
     SLO where today's misses, with the GPUs each needs (``models.cache.alternatives``)."""
-    saved_by_tier: dict[str, dict[str, float] | None] = field(default_factory=dict)
+    saved_by_tier: dict[Tier, dict[str, float] | None] = field(default_factory=dict)
     """``device`` (vLLM's own prefix cache, free) and ``lmcache`` (net of its overhead; also
     ``gross`` and ``overhead``), GPU-seconds in the covered span, each with ``low``/``high``."""
     usd_per_1m_prompt_tokens_with_reuse: float | None = None
@@ -174,7 +175,7 @@ class PlanResult:
     """``{baseline, reuse}``: cost of each path over the horizon, $ (None: the path breaks)."""
     flip_probability: float | None = None
     """Share of resampled scenarios whose verdict differs from this one (None: no verdict)."""
-    decision_by_tier: dict[str, TierDecision] = field(default_factory=dict)
+    decision_by_tier: dict[Tier, TierDecision] = field(default_factory=dict)
     """One decision per cache tier: ``device`` (vLLM's prefix cache, free) and ``lmcache``
     (the LMCache service on its margin), each with its kind, monthly benefit and reason
     (``kvplan.models.decision.tiers``)."""
@@ -310,8 +311,8 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
     without: float | None
     if t is not None:
         out["saved_by_tier"] = {
-            "device": _band(t.device),
-            "lmcache": {**_band(t.lmcache), "gross": t.lmcache_gross.value,
+            Tier.DEVICE: _band(t.device),
+            Tier.LMCACHE: {**_band(t.lmcache), "gross": t.lmcache_gross.value,
                         "overhead": t.lmcache_overhead.value}}
         total = t.total
         saved, lo, hi = total.value, total.low, total.high
@@ -321,13 +322,13 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
         # window) cost the lookup time vLLM measured
         lookup = (w.lookup_seconds if w is not None else 0.0) * m.tensor_parallel_size
         zero = {"value": 0.0, "low": 0.0, "high": 0.0}
-        out["saved_by_tier"] = {"device": zero, "lmcache": (
+        out["saved_by_tier"] = {Tier.DEVICE: zero, Tier.LMCACHE: (
             {"value": -lookup, "low": -lookup, "high": -lookup, "gross": 0.0, "overhead": lookup, "source": "measured"}
-            if m.priced_tier == "lmcache" else None)}
-        saved = lo = hi = -lookup if m.priced_tier == "lmcache" else 0.0
+            if m.priced_tier == PricedTier.LMCACHE else None)}
+        saved = lo = hi = -lookup if m.priced_tier == PricedTier.LMCACHE else 0.0
         with_reuse = without = None
     else:
-        out["saved_by_tier"] = {"device": None, "lmcache": None}
+        out["saved_by_tier"] = {Tier.DEVICE: None, Tier.LMCACHE: None}
         saved = lo = hi = None
         with_reuse = without = None
         if band is not None:
@@ -338,11 +339,11 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
     if s.source == "measured" and band is not None:
         # the A/B replaces the model for the priced tier; the other tier stays fitted
         measured, m_lo, m_hi = band
-        key = "lmcache" if m.priced_tier == "lmcache" else None
+        key = Tier.LMCACHE if m.priced_tier == PricedTier.LMCACHE else None
         if key:
-            out["saved_by_tier"]["lmcache"] = {"value": measured, "low": m_lo, "high": m_hi,
+            out["saved_by_tier"][Tier.LMCACHE] = {"value": measured, "low": m_lo, "high": m_hi,
                                                "source": "measured"}
-            device = out["saved_by_tier"]["device"]["value"] if out["saved_by_tier"]["device"] else 0.0
+            device = out["saved_by_tier"][Tier.DEVICE]["value"] if out["saved_by_tier"][Tier.DEVICE] else 0.0
             saved = device + measured
             lo = device + m_lo
             hi = device + m_hi
@@ -369,8 +370,8 @@ def prefill_figures(m: PrefillMeasurement, s: PrefillSavings, pricebook: PriceBo
 
 
 
-TIERS = (("device", "vLLM prefix cache", "free: it comes with vLLM"),
-         ("lmcache", "LMCache, net of its overhead", "what the decision on LMCache weighs"))
+TIERS = ((Tier.DEVICE, "vLLM prefix cache", "free: it comes with vLLM"),
+         (Tier.LMCACHE, "LMCache, net of its overhead", "what the decision on LMCache weighs"))
 
 
 def tier_attribution(p: PlanResult) -> list[dict[str, Any]]:

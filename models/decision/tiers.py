@@ -32,6 +32,7 @@ from typing import Any
 from ..capacity.fleet import plan_capacity
 from ..core.calendar import SECONDS_PER_MONTH
 from ..core.fields import scenario
+from ..core.vocabulary import PricedTier, Tier
 from ..inputs.pricebook import PriceBook
 from .reasons import Decision, Verdict, usd
 from .verdict import (
@@ -52,7 +53,7 @@ BREAKS = ("buy_unreachable", "buy_today", "buy_both_break")
 class TierDecision:
     """The decision on one cache tier."""
 
-    tier: str
+    tier: Tier
     """``device`` (vLLM's prefix cache) or ``lmcache``."""
     label: str
     """"vLLM prefix cache" or "LMCache"."""
@@ -88,13 +89,13 @@ def _device_hours(inputs: PlanInputs, ev: Evaluation) -> tuple[float, float, flo
     m, s = inputs.measurement, ev.savings
     k = SECONDS_PER_MONTH / m.window_seconds / 3600.0
     hits = m.window.device_cached if m.window is not None else (
-        m.baseline_cached_prompt_tokens if m.priced_tier == "lmcache" else m.cached_prompt_tokens)
+        m.baseline_cached_prompt_tokens if m.priced_tier == PricedTier.LMCACHE else m.cached_prompt_tokens)
     if s.tiers is not None:
         d = s.tiers.device
         return d.value * k, d.low * k, d.high * k
     if hits <= 0:
         return 0.0, 0.0, 0.0  # no hits, no saving: whatever the cost model
-    if m.priced_tier == "all" and s.gpu_hours_per_month is not None:
+    if m.priced_tier == PricedTier.ALL and s.gpu_hours_per_month is not None:
         return s.gpu_hours_per_month, s.gpu_hours_per_month_low or 0.0, s.gpu_hours_per_month_high or 0.0
     return None
 
@@ -104,13 +105,13 @@ def device_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     m, pb, p = inputs.measurement, inputs.pricebook, inputs.planning
     hours = _device_hours(inputs, ev)
     if hours is None:
-        return TierDecision("device", DEVICE_LABEL, Verdict.NEED_DATA, None, None, None,
+        return TierDecision(Tier.DEVICE, DEVICE_LABEL, Verdict.NEED_DATA, None, None, None,
                             f"NEED_DATA ({DEVICE_LABEL}, free): its saving cannot be priced from this window "
                             "(no identified prefill cost model or estimator).")
     rate = pb.effective_usd_per_gpu_hour()
     value, gpus, note = hours[0] * rate, None, ""
     if ev.capacity is not None:
-        h_dev = (m.baseline_hit_rate if m.priced_tier == "lmcache" else m.hit_rate) or 0.0
+        h_dev = (m.baseline_hit_rate if m.priced_tier == PricedTier.LMCACHE else m.hit_rate) or 0.0
         cap = plan_capacity(replace(ev.capacity.inputs, hit_rate=h_dev, baseline_hit_rate=0.0,
                                     reuse_overhead_gpu_seconds_per_request=0.0), pb)  # free: no LMCache cost
         if cap.gpus_needed_with_reuse is not None and cap.gpus_needed_without_reuse is not None:
@@ -132,7 +133,7 @@ def device_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
                                       "nothing either)")
     reason = (f"{kind} ({DEVICE_LABEL}, free): {what}; it saves {hours[0]:,.2f} GPU-h/month "
               f"({usd(hours[0] * rate)} of GPU time){said_gpus}{note}.")
-    return TierDecision("device", DEVICE_LABEL, kind, value, hours[0], gpus, reason)
+    return TierDecision(Tier.DEVICE, DEVICE_LABEL, kind, value, hours[0], gpus, reason)
 
 
 def _lmcache_cost_only(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
@@ -145,7 +146,7 @@ def _lmcache_cost_only(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     fixed = pb.cache_overhead_usd_per_month(m.num_gpus)
     cost = fixed + lookup_h * rate
     kind = Verdict.NEED_DATA if _gated(inputs, ev) else Verdict.NOT_WORTH_IT
-    return TierDecision("lmcache", LMCACHE_LABEL, kind, -cost, -lookup_h, 0,
+    return TierDecision(Tier.LMCACHE, LMCACHE_LABEL, kind, -cost, -lookup_h, 0,
                         f"{LMCACHE_LABEL}: {kind}: no LMCache hits in this window, so it saved nothing and costs "
                         f"{usd(cost)}/month ({usd(fixed)} of service, memory and ops, {lookup_h:,.2f} GPU-h/month "
                         "of lookups vLLM timed).")
@@ -154,8 +155,8 @@ def _lmcache_cost_only(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
 def lmcache_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     """The LMCache service on its margin beyond vLLM's own cache (module docstring)."""
     m = inputs.measurement
-    if m.priced_tier != "lmcache":
-        return TierDecision("lmcache", LMCACHE_LABEL, None, None, None, None,
+    if m.priced_tier != PricedTier.LMCACHE:
+        return TierDecision(Tier.LMCACHE, LMCACHE_LABEL, None, None, None, None,
                             f"{LMCACHE_LABEL}: not in this window (no LMCache hits or stores): nothing to decide.")
     w = m.window
     if w is not None and w.external_cached <= 0 and (ev.benefit is None or ev.savings.tiers is None):
@@ -165,27 +166,27 @@ def lmcache_decision(inputs: PlanInputs, ev: Evaluation) -> TierDecision:
     k = SECONDS_PER_MONTH / m.window_seconds / 3600.0
     hours = t.lmcache.value * k if t is not None else None
     if b is None or cap is None or hz is None or ev.decision.kind == Verdict.NEED_DATA:
-        return TierDecision("lmcache", LMCACHE_LABEL, Verdict.NEED_DATA, b.monthly_benefit_usd if b else None, hours,
+        return TierDecision(Tier.LMCACHE, LMCACHE_LABEL, Verdict.NEED_DATA, b.monthly_benefit_usd if b else None, hours,
                             None, f"{LMCACHE_LABEL}: {ev.decision.kind}: {ev.decision.reason}")
     rule = verdict_rule(cap, hz, meaningful_usd(cap, inputs.pricebook, inputs.planning), b.monthly_benefit_usd)
     kind = Verdict.BUY if rule in BREAKS else Verdict.REUSE if rule == "reuse" else Verdict.NOT_WORTH_IT
     gpus = None
     if cap.gpus_needed_with_reuse is not None and cap.gpus_needed_without_reuse is not None:
         gpus = cap.gpus_needed_without_reuse - cap.gpus_needed_with_reuse
-    return TierDecision("lmcache", LMCACHE_LABEL, kind, b.monthly_benefit_usd, hours, gpus,
+    return TierDecision(Tier.LMCACHE, LMCACHE_LABEL, kind, b.monthly_benefit_usd, hours, gpus,
                         f"{LMCACHE_LABEL}: {kind} ({usd(b.monthly_benefit_usd)}/month beyond vLLM's own cache, "
                         f"net of its overhead): {ev.decision.reason}")
 
 
-def decide_tiers(inputs: PlanInputs, ev: Evaluation) -> dict[str, TierDecision]:
+def decide_tiers(inputs: PlanInputs, ev: Evaluation) -> dict[Tier, TierDecision]:
     """``{"device": ..., "lmcache": ...}`` for one evaluated plan."""
-    return {"device": device_decision(inputs, ev), "lmcache": lmcache_decision(inputs, ev)}
+    return {Tier.DEVICE: device_decision(inputs, ev), Tier.LMCACHE: lmcache_decision(inputs, ev)}
 
 
-def headline(tiers: dict[str, TierDecision]) -> str:
+def headline(tiers: dict[Tier, TierDecision]) -> str:
     """One line naming both decisions, e.g. "vLLM prefix cache: REUSE (free; 3.01 GPU-h/month,
     0 GPUs). LMCache: NOT_WORTH_IT (-$401/month)."."""
-    d, lm = tiers["device"], tiers["lmcache"]
+    d, lm = tiers[Tier.DEVICE], tiers[Tier.LMCACHE]
     hours = "" if d.gpu_hours_per_month is None else f"; {d.gpu_hours_per_month:,.2f} GPU-h/month"
     gpus = "" if d.gpus_saved is None else f", {d.gpus_saved} GPU{'s' if d.gpus_saved != 1 else ''}"
     out = f"{d.label}: {d.kind} (free{hours}{gpus})."
@@ -198,7 +199,7 @@ def headline(tiers: dict[str, TierDecision]) -> str:
 def named_reason(inputs: PlanInputs, ev: Evaluation) -> Decision:
     """The evaluation's decision with its sentence naming the tier it is about."""
     dec, m = ev.decision, inputs.measurement
-    lm = m.priced_tier == "lmcache"
+    lm = m.priced_tier == PricedTier.LMCACHE
     cap, hz, b = ev.capacity, ev.horizon, ev.benefit
     breaks = dec.kind == Verdict.BUY and cap is not None and hz is not None and b is not None and verdict_rule(
         cap, hz, meaningful_usd(cap, inputs.pricebook, inputs.planning), b.monthly_benefit_usd) in BREAKS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core import vocabulary
 from . import catalog as c
 from .spellings import resolve
 from .window import Increase, WindowStats, total
@@ -15,7 +16,8 @@ class Tier:
     """One cache tier's token-weighted hit rate over the window."""
 
     key: str
-    """device | external | lmcache | l1 | l2 (code filters on this, never on ``label``)."""
+    """A ``vocabulary.Tier`` (device, lmcache) or a series of one: external (vLLM's count of its KV
+    connector), l1, l2, retrieve. Code filters on this, never on ``label``."""
     label: str
     """The tier's name as pages and the report show it."""
     hit_rate: float | None
@@ -35,11 +37,11 @@ def tiers(s: WindowStats, rows: list[Increase]) -> list[Tier]:
     lm = "LMCache (in-process)" if inproc else "LMCache MP"
     hit_name = c.total_name(c.LM_INPROC_LOOKUP_HITS if inproc else c.LM_HIT)
     out = [
-        Tier("device", "vLLM prefix cache (device)", s.prefix_cache_hit_rate, s.prefix_cache_hits,
+        Tier(vocabulary.Tier.DEVICE, "vLLM prefix cache (device)", s.prefix_cache_hit_rate, s.prefix_cache_hits,
              s.prefix_cache_queries),
         Tier("external", "KV connector (external, e.g. LMCache)", s.external_prefix_cache_hit_rate,
              s.external_prefix_cache_hits, s.external_prefix_cache_queries),
-        Tier("lmcache", f"{lm} lookup, L1+L2", s.lmcache_lookup_hit_rate, total(rows, hit_name),
+        Tier(vocabulary.Tier.LMCACHE, f"{lm} lookup, L1+L2", s.lmcache_lookup_hit_rate, total(rows, hit_name),
              total(rows, c.total_name(c.LM_INPROC_LOOKUP_TOKENS)) if inproc else req),
         Tier("l1", "LMCache MP L1 (CPU memory)", s.lmcache_l1_hit_rate, total(rows, c.total_name(c.LM_HIT_L1)), req),
         Tier("l2", "LMCache MP L2 (disk / remote)", s.lmcache_l2_hit_rate, total(rows, c.total_name(c.LM_HIT_L2)), req),

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..core.vocabulary import PricedTier
 from .fit import PrefillCostModel
 from .window import MeasuredAB, PricedWindow
 
@@ -84,7 +85,7 @@ class PrefillMeasurement:
     """The priced window by tier (device / LMCache cached tokens, attention sums)."""
     measured_ab: MeasuredAB | None = None
     """A measured A/B of this deployment: overrides every estimator, labelled "measured"."""
-    priced_tier: str = "all"
+    priced_tier: PricedTier = PricedTier.ALL
     """Which cached tokens the plan prices: ``all`` (every cache tier against no cache) or
     ``lmcache`` (only what LMCache adds: the baseline keeps vLLM's own prefix cache, which
     comes with vLLM for free; ``baseline_cached_prompt_tokens`` = its hits)."""
@@ -115,9 +116,10 @@ class PrefillMeasurement:
         if self.cached_prompt_tokens > self.prompt_tokens:
             raise ValueError("PrefillMeasurement.cached_prompt_tokens: exceeds prompt_tokens "
                              f"({self.cached_prompt_tokens} > {self.prompt_tokens})")
-        if self.priced_tier not in ("all", "lmcache"):
-            raise ValueError("PrefillMeasurement.priced_tier: must be 'all' or 'lmcache'; "
+        if self.priced_tier not in set(PricedTier):
+            raise ValueError(f"PrefillMeasurement.priced_tier: must be one of {', '.join(PricedTier)}; "
                              f"got {self.priced_tier!r}")
+        object.__setattr__(self, "priced_tier", PricedTier(self.priced_tier))  # "lmcache" is the member
         if self.baseline_cached_prompt_tokens > self.cached_prompt_tokens:
             raise ValueError("PrefillMeasurement.baseline_cached_prompt_tokens: exceeds "
                              "cached_prompt_tokens")
@@ -221,7 +223,7 @@ def with_hit_rate(m: PrefillMeasurement, hit_rate: float) -> PrefillMeasurement:
         transferred = transferred * cached / m.cached_prompt_tokens
     window = m.window.at_hit_rate(hit_rate) if m.window is not None else None
     baseline = min(m.baseline_cached_prompt_tokens, cached)
-    if window is not None and m.priced_tier == "lmcache":
+    if window is not None and m.priced_tier == PricedTier.LMCACHE:
         baseline = min(window.device_cached, cached)
     return replace(
         m, cached_prompt_tokens=cached, computed_prompt_tokens=computed_new,
@@ -293,4 +295,4 @@ def measurement_from_window(window: PricedWindow, cost_model: PrefillCostModel |
         baseline_cached_prompt_tokens=min(window.device_cached, cached) if lmcache else 0.0,
         transferred_cached_tokens=window.external_cached,
         cost_model=cost_model, window=window, measured_ab=measured_ab,
-        priced_tier="lmcache" if lmcache else "all")
+        priced_tier=PricedTier.LMCACHE if lmcache else PricedTier.ALL)

@@ -57,6 +57,7 @@ from typing import Any
 
 from ..core.calendar import SECONDS_PER_MONTH
 from ..core.timeutil import duration
+from ..core.vocabulary import PricedTier
 from .fit import PrefillCostModel
 from .measurement import PrefillMeasurement
 from .window import MeasuredAB, TierSavings, tier_savings
@@ -120,7 +121,7 @@ def estimate_measured_time(m: PrefillMeasurement) -> EstimatorResult:
         if tiers is None or m.window is None:
             return EstimatorResult(name, False, None, None, "no priced window given")
         w, gpe = m.window, m.tensor_parallel_size
-        gross = tiers.lmcache_gross if m.priced_tier == "lmcache" else tiers.gross
+        gross = tiers.lmcache_gross if m.priced_tier == PricedTier.LMCACHE else tiers.gross
         c = cost_model.coef()
         computed_cost = (c["per_token"] * w.computed_tokens
                          + c["attention"] * (w.prompt_attention - w.cached_attention))
@@ -252,7 +253,7 @@ class PrefillSavings:
     """Where the central value comes from: ``measured`` (an A/B), ``fitted`` (the cost model
     fitted from the deployment's metrics), ``estimators`` (median of the estimators) or
     ``no_hits`` (nothing cached: 0, or LMCache's measured lookup time, with no cost model)."""
-    priced_tier: str = "all"
+    priced_tier: PricedTier = PricedTier.ALL
     """``all`` (every cache tier against no cache) or ``lmcache`` (what LMCache adds)."""
     tiers: TierSavings | None = None
     """The fitted saving by tier over the window, GPU-seconds (device, LMCache gross, overhead
@@ -380,7 +381,7 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
     if not ok and m.requests > 0 and m.prompt_tokens > 0 and m.cached_prompt_tokens <= 0:
         # nothing cached, nothing saved, whatever the cost per token: vLLM's tier saved 0 and
         # LMCache (when in the window) cost the lookup time vLLM measured
-        lookup = (m.window.lookup_seconds if m.window is not None and m.priced_tier == "lmcache" else 0.0) \
+        lookup = (m.window.lookup_seconds if m.window is not None and m.priced_tier == PricedTier.LMCACHE else 0.0) \
             * m.tensor_parallel_size
         notes.append("no cache hits in the window: the saving is 0" + (
             f", less the {lookup:,.4g} GPU-s of LMCache lookups vLLM timed" if lookup else "") +
@@ -395,7 +396,7 @@ def estimate_savings(m: PrefillMeasurement) -> PrefillSavings:
                               gpu_hours_per_month_low=None, gpu_hours_per_month_high=None,
                               notes=tuple(notes), **common)
     if fitted and tiers is not None and results[0].saved_gpu_seconds is not None:
-        gross = tiers.lmcache_gross if m.priced_tier == "lmcache" else tiers.gross
+        gross = tiers.lmcache_gross if m.priced_tier == PricedTier.LMCACHE else tiers.gross
         central = results[0].saved_gpu_seconds
         low = max(0.0, gross.low * (1.0 - u_cov))
         high = gross.high * (1.0 + u_cov)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..core.vocabulary import Tier
 from .fit import BAND, PrefillCostModel, draw_percentile
 from .interval import Interval
 from .table import IntervalTable, none_as_zero, seq_sum
@@ -306,8 +307,8 @@ def _tier_values(c: dict[str, float], w: PricedWindow) -> dict[str, float]:
     with_reuse = (c["fixed"] * w.requests + b * w.computed_tokens
                   + a * (w.prompt_attention - w.cached_attention) + overhead)
     without = c["fixed"] * w.requests + b * w.prompt_tokens + a * w.prompt_attention
-    return {"device": device, "lmcache_gross": gross, "lmcache_overhead": overhead,
-            "lmcache": gross - overhead, "total": device + gross - overhead,
+    return {Tier.DEVICE: device, "lmcache_gross": gross, "lmcache_overhead": overhead,
+            Tier.LMCACHE: gross - overhead, "total": device + gross - overhead,
             "gross": device + gross,
             "with_reuse": with_reuse, "without_reuse": without}
 
@@ -329,8 +330,8 @@ def tier_savings(cost_model: PrefillCostModel, window: PricedWindow) -> TierSavi
         vals = np.array([d[name] for d in draws])
         return Band(float(central[name] * k), draw_percentile(vals, BAND[0]) * k, draw_percentile(vals, BAND[1]) * k)
 
-    return TierSavings(device=band("device"), lmcache_gross=band("lmcache_gross"),
-                       lmcache_overhead=band("lmcache_overhead"), lmcache=band("lmcache"),
+    return TierSavings(device=band(Tier.DEVICE), lmcache_gross=band("lmcache_gross"),
+                       lmcache_overhead=band("lmcache_overhead"), lmcache=band(Tier.LMCACHE),
                        total=band("total"), gross=band("gross"), with_reuse=band("with_reuse"),
                        without_reuse=band("without_reuse"), cap_factor=k)
 
