@@ -190,3 +190,26 @@ def test_the_dated_passage_check_sees_prose_but_not_code() -> None:
     assert dated_passages("the fix (issue 27) and 42.6 s on main (a9598d1, before)")
     assert not dated_passages("`kvplan ingest --from 2026-11-01`\n```\nkvplan collect --day 2026-11-29\n```\n")
     assert not dated_passages("gpu_peak_flops = 989e12 and 1,024 MB")
+
+
+FOLDER_READMES = ("app", "collectors", "deploy", "models", "sql")
+MAX_README_WORDS = 3500
+"""A folder README is reference a person reads in about 15 minutes: at most this many words
+(`wc -w`'s count: runs of non-blank characters, code blocks included)."""
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.mark.parametrize("folder", FOLDER_READMES)
+def test_each_folder_readme_is_read_in_fifteen_minutes(folder: str) -> None:
+    readme = ROOT / folder / "README.md"
+    n = words(readme.read_text(encoding="utf-8"))
+    assert n <= MAX_README_WORDS, (f"{folder}/README.md: {n} words, more than {MAX_README_WORDS}; move dated"
+                                   " figures to bench/results/ and cut repetition")
+
+
+def test_the_word_count_is_wc_w() -> None:
+    # counted by hand: 3 words on the first line, 2 in the fence (the fence markers are words too)
+    assert words("One `two` three,\n```bash\nkvplan stats\n```\n") == 7
