@@ -1,6 +1,6 @@
 """Prompts: a request log's predicted prefix-cache hit rate as vLLM would serve it, the
-cache-busters (with one example prompt, the divergent line highlighted), and the hit rate and
-dollars if fixed. Reads ``kvplan.app.views.prompts.prompts_check``, the same as
+cache-busters (with one example prompt, the divergent line highlighted), the hit rate at other
+block sizes, and the hit rate and dollars if fixed. Reads ``kvplan.app.views.prompts.prompts_check``, the same as
 ``kvplan prompts check``. The log and its text stay in this session's memory: nothing is stored."""
 
 import os
@@ -13,7 +13,7 @@ import streamlit as st
 
 from kvplan.app import state
 from kvplan.app.report import fmt
-from kvplan.app.views.prompts import prompts_check
+from kvplan.app.views.prompts import block_geometry, prompts_check
 from kvplan.collectors.demo import demo_prompts
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.vocabulary import NoteKind
@@ -110,6 +110,14 @@ if d:
                 f"(its /metrics prefix-cache hits / queries) on these {run['requests']} requests. {demo['label']}.")
     st.subheader("Why the missed tokens missed")
     st.dataframe(pd.DataFrame([{"cause": k, "tokens": v} for k, v in d["missed_by_cause"].items()]), hide_index=True)
+    geo = block_geometry(d)
+    if geo is not None:
+        st.subheader("Hit rate at other block sizes")
+        state.chart(geo.chart)
+        st.dataframe(pd.DataFrame(geo.rows), hide_index=True,
+                     column_config={"hit rate": st.column_config.NumberColumn(format="percent"),
+                                    "hit rate, unlimited cache": st.column_config.NumberColumn(format="percent")})
+        st.caption(geo.caption)
     st.subheader("Cache-busters")
     if not d["findings"]:
         st.success("No cache-buster found: requests that share content share their prefix.")
