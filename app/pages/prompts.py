@@ -110,14 +110,6 @@ if d:
                 f"(its /metrics prefix-cache hits / queries) on these {run['requests']} requests. {demo['label']}.")
     st.subheader("Why the missed tokens missed")
     st.dataframe(pd.DataFrame([{"cause": k, "tokens": v} for k, v in d["missed_by_cause"].items()]), hide_index=True)
-    geo = block_geometry(d)
-    if geo is not None:
-        st.subheader("Hit rate at other block sizes")
-        state.chart(geo.chart)
-        st.dataframe(pd.DataFrame(geo.rows), hide_index=True,
-                     column_config={"hit rate": st.column_config.NumberColumn(format="percent"),
-                                    "hit rate, unlimited cache": st.column_config.NumberColumn(format="percent")})
-        st.caption(geo.caption)
     st.subheader("Cache-busters")
     if not d["findings"]:
         st.success("No cache-buster found: requests that share content share their prefix.")
@@ -137,5 +129,13 @@ if d:
                         + "<mark>" + escape(text[s0:s1]) + "</mark>" + escape(text[s1:hi])
                         + ("..." if hi < len(text) else "") + "</pre>", unsafe_allow_html=True)
             st.caption("Shown in this session only; kvplan stores no prompt text.")
+    geo = block_geometry(d)
+    if geo is not None:
+        st.subheader("Hit rate at other block sizes")
+        state.chart(geo.chart)
+        st.dataframe(pd.DataFrame(geo.rows), hide_index=True,
+                     column_config={"hit rate": st.column_config.NumberColumn(format="percent"),
+                                    "hit rate, unlimited cache": st.column_config.NumberColumn(format="percent")})
+        st.caption(geo.caption)
     for n in d["notes"]:
         st.caption(NoteKind.NOTE.of(n))
