@@ -9,10 +9,10 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from .charts import LEGEND
+from .charts import LEGEND, Layered
 
 
-def block_geometry_chart(rows: Sequence[dict[str, Any]], own: int) -> alt.LayerChart:
+def block_geometry_chart(rows: Sequence[dict[str, Any]], own: int) -> Layered:
     """Predicted hit rate against block size (log x: 16 to thousands), with the capacity given
     and with an unlimited cache; the deployment's own block size as a rule. Sizes whose rate is
     null (the capacity holds fewer than 2 blocks, a block-id trace) are left out."""

@@ -564,17 +564,15 @@ class _Geometry:
     def rows(self, main: Totals) -> list[GeometryRow]:
         out = []
         for s in self.sizes:
+            gb = pool_blocks(self.capacity, s) if self.capacity is not None else None
             if s == self.block_size:
                 out.append(GeometryRow(s, self.gpu_blocks, main))
             elif s in self.small:
-                out.append(GeometryRow(s, pool_blocks(self.capacity or 0, s), None,
-                                       "the capacity holds fewer than 2 blocks"))
+                out.append(GeometryRow(s, gb, None, "the capacity holds fewer than 2 blocks"))
             elif self.traced:
-                out.append(GeometryRow(s, self.preds[s].pool.num_gpu_blocks if self.preds[s].pool else None, None,
-                                       "a trace of block ids cannot be re-hashed at another block size"))
+                out.append(GeometryRow(s, gb, None, "a trace of block ids cannot be re-hashed at another block size"))
             else:
-                pool = self.preds[s].pool
-                out.append(GeometryRow(s, pool.num_gpu_blocks if pool is not None else None, self.totals[s]))
+                out.append(GeometryRow(s, gb, self.totals[s]))
         return out
 
 

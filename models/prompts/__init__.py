@@ -12,4 +12,7 @@
   ``LmcacheUnlimited``; ``KeySet`` (64-bit keys, 8 bytes each: a sorted array and a bounded
   buffer) and ``key64``. Keys are sha256 digests or their 64-bit integers.
 * ``busters``: ``line_map``, ``classify``, ``shape``, ``Finder``, ``Finding``, ``apply_fix``.
+* ``geometry``: ``scheduling_block(cache_config_info labels) -> SchedulingBlock | None`` (the block
+  a hybrid model's hits land on, when larger than its cache block), ``table_sizes(own, chunk)``
+  (16, 32, 64, 128, 256, the own block, LMCache's chunk), ``pool_blocks(capacity_tokens, size)``.
 """
