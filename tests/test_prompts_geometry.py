@@ -187,6 +187,11 @@ def test_a_hybrid_scheduling_block_comes_from_cache_config_info(tmp_path):
     assert d["block_geometry"]["capacity_tokens"] == 83 * 784 and rows[16]["gpu_blocks"] == 83 * 784 // 16
     # prompts of about 1,300 tokens share a prefix of several hundred: one 784-token block at most
     assert rows[16]["hit_rate"] > rows[784]["hit_rate"]
+    # --gpu-blocks counts the engine's cache blocks (of 16) too
+    r = runner.invoke(app, ["prompts", "check", str(log), "--db", str(db), "--deployment", "d",
+                            "--tokenizer", str(TOKENIZER), "--gpu-blocks", "1000", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["gpu_blocks"] == 16_000 // 784
     # --block-size given: the check runs at it, the own size is still the scheduling block
     r = runner.invoke(app, ["prompts", "check", str(log), "--db", str(db), "--deployment", "d",
                             "--tokenizer", str(TOKENIZER), "--block-size", "16"])

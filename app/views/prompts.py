@@ -81,12 +81,14 @@ def settings_for(db: Database | None, deployment: str | None, block_size: int | 
     if gpu_blocks is None and cfg and cfg["num_gpu_blocks"]:
         gpu_blocks = cfg["num_gpu_blocks"]
         notes.append(f"capacity {gpu_blocks} blocks: {cfg['source']}")
-        if sched is not None and block_size == sched.size:
-            gpu_blocks = pool_blocks(gpu_blocks * sched.cache_block, block_size)
-            notes.append(f"capacity {gpu_blocks} blocks of {block_size} tokens: the same tokens as "
-                         f"{cfg['num_gpu_blocks']} blocks of {sched.cache_block}")
     elif gpu_blocks is None:
         notes.append("capacity: unlimited (no --gpu-blocks, no vllm:cache_config_info)")
+    if gpu_blocks is not None and sched is not None and block_size == sched.size:
+        # num_gpu_blocks counts the engine's cache blocks: the same tokens in blocks of the scheduling block
+        n = gpu_blocks
+        gpu_blocks = pool_blocks(n * sched.cache_block, block_size)
+        notes.append(f"capacity {gpu_blocks} blocks of {block_size} tokens: the same tokens as {n} blocks of "
+                     f"{sched.cache_block} (num_gpu_blocks counts the cache blocks)")
     return block_size, gpu_blocks, notes
 
 
