@@ -49,6 +49,10 @@ def test_a_log_checked_on_the_page(monkeypatch, tmp_path):
     assert m["Every finding fixed"] == fmt.pct(want["hit_rate_if_fixed"])
     findings = t.dataframe[1].value
     assert list(findings["kind"]) == ["iso_timestamp"] and list(findings["shape"]) == ["9999-99-99A99:99:99.999A"]
+    assert "Hit rate at other block sizes" in [x.value for x in t.subheader]
+    geometry = t.dataframe[2].value
+    assert list(geometry["block size"]) == [r["block_size"] for r in want["block_geometry"]["rows"]]
+    assert list(geometry["hit rate"]) == [r["hit_rate"] for r in want["block_geometry"]["rows"]]
     marked = [x.value for x in t.markdown if "<mark>" in x.value]
     assert len(marked) == 1 and "<mark>Current time: 2026-11-30T12:00:" in marked[0]
 

@@ -24,7 +24,8 @@ def prompts_check(
     chat_template: Annotated[Path | None, typer.Option(help="A Jinja chat template overriding the tokenizer's "
                                                            "(vLLM's --chat-template).")] = None,
     block_size: Annotated[int | None, typer.Option(min=1, max=1_000_000, help="vLLM's block size (default: the "
-                                                   "deployment's, else 16; vLLM's CPU backend uses 128).")] = None,
+                                                   "deployment's, its scheduling block on a hybrid model, else 16; "
+                                                   "vLLM's CPU backend uses 128).")] = None,
     gpu_blocks: Annotated[int | None, typer.Option(min=2, max=2**40, help="The engine's num_gpu_blocks, for the "
                                                    "capacity-bound prediction (default: the deployment's, else "
                                                    "unlimited).")] = None,
@@ -125,6 +126,7 @@ def print_check(d: dict[str, Any], *, measured: bool = False) -> None:
                   highlight=False, markup=False)
         if f.get("below_today"):
             out.print(f"  below today's rate: {f['below_today']}", highlight=False, markup=False)
+    print_geometry(d.get("block_geometry"))
     p = d["pricing"]
     if p["extra_usd_per_month_if_fixed"] is not None:
         out.print(f"fixing them: {p['saved_gpu_hours_per_month_if_fixed'] - p['saved_gpu_hours_per_month']:,.1f} "
@@ -147,3 +149,17 @@ def _print_measured(c: dict[str, Any]) -> None:
                   f"measured {m['cached_measured']:,}"
                   + (f" of {m['prompt_tokens_measured']:,}" if m["prompt_tokens_measured"] is not None else "")
                   + f" (predicted miss: {m['miss_reason']})", highlight=False, markup=False, soft_wrap=True)
+
+
+def print_geometry(g: dict[str, Any] | None) -> None:
+    """The block-geometry table: the hit rate at each block size, the deployment's own marked."""
+    if not g:
+        return
+    cap = f"{g['capacity_tokens']:,} tokens of cache" if g["capacity_tokens"] is not None else "an unlimited cache"
+    out.print(f"hit rate by block size (the same log, {cap} at each; own {g['own_block_size']} from "
+              f"{g['own_source']}: {g['own_detail']}):", highlight=False, markup=False)
+    for r in g["rows"]:
+        what = f"  ({', '.join(r['is'])})" if r["is"] else ""
+        rate = _pct(r["hit_rate"]) if r["why_null"] is None else f"- ({r['why_null']})"
+        out.print(f"  {r['block_size']:>6,}  {rate:>6}  unlimited {_pct(r['hit_rate_unlimited']):>6}{what}",
+                  highlight=False, markup=False)

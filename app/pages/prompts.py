@@ -1,6 +1,6 @@
 """Prompts: a request log's predicted prefix-cache hit rate as vLLM would serve it, the
-cache-busters (with one example prompt, the divergent line highlighted), and the hit rate and
-dollars if fixed. Reads ``kvplan.app.views.prompts.prompts_check``, the same as
+cache-busters (with one example prompt, the divergent line highlighted), the hit rate at other
+block sizes, and the hit rate and dollars if fixed. Reads ``kvplan.app.views.prompts.prompts_check``, the same as
 ``kvplan prompts check``. The log and its text stay in this session's memory: nothing is stored."""
 
 import os
@@ -14,7 +14,7 @@ import streamlit as st
 from kvplan.app import state
 from kvplan.app.charts_prompts import miss_reason_chart
 from kvplan.app.report import fmt
-from kvplan.app.views.prompts import prompts_check
+from kvplan.app.views.prompts import block_geometry, prompts_check
 from kvplan.collectors.demo import demo_prompts
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.vocabulary import NoteKind
@@ -166,5 +166,13 @@ if d:
                         + "<mark>" + escape(text[s0:s1]) + "</mark>" + escape(text[s1:hi])
                         + ("..." if hi < len(text) else "") + "</pre>", unsafe_allow_html=True)
             st.caption("Shown in this session only; kvplan stores no prompt text.")
+    geo = block_geometry(d)
+    if geo is not None:
+        st.subheader("Hit rate at other block sizes")
+        state.chart(geo.chart)
+        st.dataframe(pd.DataFrame(geo.rows), hide_index=True,
+                     column_config={"hit rate": st.column_config.NumberColumn(format="percent"),
+                                    "hit rate, unlimited cache": st.column_config.NumberColumn(format="percent")})
+        st.caption(geo.caption)
     for n in d["notes"]:
         st.caption(NoteKind.NOTE.of(n))

@@ -3,7 +3,14 @@ log's predicted prefix-cache hits, its cache-busters, and what fixing them is wo
 
 * **Engine settings**: the block size and ``num_gpu_blocks`` come from the deployment's newest
   ``vllm:cache_config_info`` when kvplan has its metrics; an option given explicitly wins; else
-  16 and an unlimited cache.
+  16 and an unlimited cache. On a hybrid model, whose hits land on a scheduling block larger
+  than its cache block (``models.prompts.geometry.scheduling_block``), that block is the block
+  size, and the capacity is the same tokens in blocks of it.
+* **Block geometry** (``block_geometry`` in the JSON; :func:`block_geometry` for the page): the
+  hit rate at 16, 32, 64, 128, 256, the deployment's own block size and LMCache's chunk, the
+  same capacity in tokens at each (``CheckOptions.geometry``). The own one: the scheduling block
+  from ``vllm:cache_config_info`` when larger than the cache block, else ``--block-size``, else
+  the check's (``own_source`` says which).
 * **Pricing** (``pricing``): the same computation the what-if prices capacities with
   (``kvplan.models.cache.value``): saved GPU-seconds = cached tokens x the GPU-seconds one cached
   prompt token saves (``kvplan.models.prefill.savings`` on the deployment's measurement, what the
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +31,7 @@ from ...collectors.requests.check import CheckOptions, CheckResult, OnRequest, P
 from ...collectors.requests.read import LogRequest
 from ...collectors.requests.render import Renderer
 from ...models.core.errors import KvplanError
+from ...models.prompts.geometry import SchedulingBlock, pool_blocks, scheduling_block, table_sizes
 from ...models.prompts.predict import Outcome
 from ...models.prompts.reasons import RequestMiss
 from ...sql.db import Database
@@ -50,7 +59,7 @@ def engine_config(db: Database | None, deployment: str | None) -> dict[str, Any]
             except ValueError:
                 gb = None
         return {"block_size": bs, "num_gpu_blocks": gb, "target": row["target"],
-                "source": f"vllm:cache_config_info of {row['target']}"}
+                "source": f"vllm:cache_config_info of {row['target']}", "scheduling": scheduling_block(labels)}
     return None
 
 
@@ -59,7 +68,12 @@ def settings_for(db: Database | None, deployment: str | None, block_size: int | 
     """(block size, gpu blocks, notes saying where each came from)."""
     cfg = engine_config(db, deployment)
     notes = []
-    if block_size is None:
+    sched: SchedulingBlock | None = cfg["scheduling"] if cfg else None
+    if block_size is None and cfg and sched is not None:
+        block_size = sched.size  # a hybrid model: its hits land on the scheduler's block, not the cache block
+        notes.append(f"block size {block_size}: the block the deployment's prefix-cache hits land on, "
+                     f"{sched.describe()} ({cfg['source']})")
+    elif block_size is None:
         block_size = cfg["block_size"] if cfg else DEFAULT_BLOCK_SIZE
         notes.append(f"block size {block_size}: " + (cfg["source"] if cfg else "the default (GPU); vLLM's CPU "
                                                        "backend uses 128: give --block-size"))
@@ -70,7 +84,82 @@ def settings_for(db: Database | None, deployment: str | None, block_size: int | 
         notes.append(f"capacity {gpu_blocks} blocks: {cfg['source']}")
     elif gpu_blocks is None:
         notes.append("capacity: unlimited (no --gpu-blocks, no vllm:cache_config_info)")
+    if gpu_blocks is not None and sched is not None and block_size == sched.size:
+        # num_gpu_blocks counts the engine's cache blocks: the same tokens in blocks of the scheduling block
+        n = gpu_blocks
+        gpu_blocks = pool_blocks(n * sched.cache_block, block_size)
+        notes.append(f"capacity {gpu_blocks} blocks of {block_size} tokens: the same tokens as {n} blocks of "
+                     f"{sched.cache_block} (num_gpu_blocks counts the cache blocks)")
     return block_size, gpu_blocks, notes
+
+
+def own_block(cfg: dict[str, Any] | None, block_size: int | None, used: int) -> dict[str, Any]:
+    """The deployment's own block size for the geometry table, and where it came from
+    (``source``: ``cache_config_info``, ``--block-size`` or ``default``; ``detail``: a sentence).
+    A scheduling block larger than the cache block (a hybrid model) in the deployment's
+    ``vllm:cache_config_info`` wins; else ``--block-size``; else the block size the check
+    used (the deployment's ``block_size`` label, or 16). ``cfg``: :func:`engine_config`'s."""
+    sched: SchedulingBlock | None = cfg["scheduling"] if cfg else None
+    if cfg is not None and sched is not None:
+        return {"block_size": sched.size, "source": "cache_config_info",
+                "detail": f"the scheduling block, {sched.describe()} ({cfg['source']})"}
+    if block_size is not None:
+        return {"block_size": block_size, "source": "--block-size",
+                "detail": f"--block-size {block_size}" + (f" ({cfg['source']} shows no scheduling block larger than "
+                                                          f"its block_size {cfg['block_size']})" if cfg else "")}
+    if cfg is not None:
+        return {"block_size": cfg["block_size"], "source": "cache_config_info",
+                "detail": f"block_size={cfg['block_size']}, no larger scheduling block ({cfg['source']})"}
+    return {"block_size": used, "source": "default",
+            "detail": f"vLLM's default on GPUs ({used}): no --block-size, no deployment"}
+
+
+def geometry_json(result: CheckResult, own: dict[str, Any], lmcache_chunk: int) -> dict[str, Any] | None:
+    """``block_geometry`` of the ``--json`` object: the check's rows (``CheckResult.as_json``),
+    each marked with what its size is (``own``, ``lmcache_chunk``, ``check``), and the deployment's
+    own block size with its source."""
+    g = result.as_json()["block_geometry"]
+    if g is None:
+        return None
+    for r in g["rows"]:
+        r["is"] = [w for w, size in (("own", own["block_size"]), ("lmcache_chunk", lmcache_chunk),
+                                     ("check", result.block_size)) if size == r["block_size"]]
+    return {"own_block_size": own["block_size"], "own_source": own["source"], "own_detail": own["detail"],
+            "check_block_size": result.block_size, "lmcache_chunk": lmcache_chunk, **g}
+
+
+@dataclass(frozen=True)
+class BlockGeometry:
+    """The Prompts page's block-geometry section: one display row per block size, the chart
+    (hit rate against block size, the deployment's own marked) and a caption saying where the
+    own block size came from."""
+
+    rows: list[dict[str, Any]]
+    chart: Any
+    caption: str
+
+
+def block_geometry(d: dict[str, Any]) -> BlockGeometry | None:
+    """The page's block-geometry table and chart from a check's JSON (:func:`prompts_check`);
+    None when it has no table."""
+    from ..charts_prompts import block_geometry_chart
+
+    g = d.get("block_geometry")
+    if not g:
+        return None
+    rows = [{"block size": r["block_size"], "what": ", ".join(WHAT[w] for w in r["is"]),
+             "hit rate": r["hit_rate"], "hit rate, unlimited cache": r["hit_rate_unlimited"],
+             "cached tokens": r["cached_tokens"], "GPU blocks": r["gpu_blocks"], "why null": r["why_null"]}
+            for r in g["rows"]]
+    cap = (f"{g['capacity_tokens']:,} tokens of cache at every block size" if g["capacity_tokens"] is not None
+           else "an unlimited cache")
+    caption = (f"The same log replayed at each block size with {cap}; only full blocks are cached, so a prompt "
+               f"shorter than one block never hits. The deployment's own block size, {g['own_block_size']}: "
+               f"{g['own_detail']}. LMCache's chunk: {g['lmcache_chunk']} tokens.")
+    return BlockGeometry(rows, block_geometry_chart(g["rows"], g["own_block_size"]), caption)
+
+
+WHAT = {"own": "the deployment's own", "lmcache_chunk": "LMCache's chunk", "check": "the check's"}
 
 
 def _deployment_price(db: Database, deployment: str, t0: float, t1: float,
@@ -167,6 +256,7 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
         if deployment not in known:
             raise KvplanError(f"no such deployment (known: {', '.join(known) or 'none'})", source="--deployment")
     bs, gb, notes = settings_for(db, deployment, block_size, gpu_blocks)
+    own = own_block(engine_config(db, deployment), block_size, bs)
     renderer = Renderer(tokenizer, chat_template) if tokenizer is not None else None
     if renderer is None and chat_template is not None:
         raise KvplanError("--chat-template needs --tokenizer", source="--chat-template")
@@ -178,9 +268,11 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
         if on_request is not None:
             on_request(r, o, miss)
 
-    result = check(paths, renderer, CheckOptions(bs, gb, lmcache_chunk, frozenset(lora)), progress=progress,
-                   on_request=each)
+    sizes = tuple(table_sizes(own["block_size"], lmcache_chunk, (bs,)))
+    result = check(paths, renderer, CheckOptions(bs, gb, lmcache_chunk, frozenset(lora), geometry=sizes),
+                   progress=progress, on_request=each)
     d = result.as_json()
+    d["block_geometry"] = geometry_json(result, own, lmcache_chunk)
     d["notes"] = notes + d["notes"]
     d["pricing"] = pricing(result, db, deployment, cfg)
     d["tokenizer"] = renderer.name if renderer is not None else None

@@ -15,9 +15,11 @@ token ids and prefix-cache predictions out. The public API (stable):
   64-bit integers, ``hashing.block_keys64``). A template that writes today's date is
   rendered with the request's arrival day, as vLLM would have. LMCache chunk keys:
   ``kvplan.models.prompts.hashing.chunk_hashes(ids, chunk_size, partial=True)``.
-* ``check.check(paths, renderer, CheckOptions(block_size, gpu_blocks, lmcache_chunk, lora),
-  progress=..., on_request=...) -> CheckResult``; ``CheckResult.as_json()`` is
-  ``kvplan prompts check --json``.
+* ``check.check(paths, renderer, CheckOptions(block_size, gpu_blocks, lmcache_chunk, lora,
+  geometry=(sizes...)), progress=..., on_request=...) -> CheckResult``; ``CheckResult.as_json()``
+  is ``kvplan prompts check --json``. ``geometry``: block sizes the log is also replayed at
+  (``CheckResult.geometry``, ``block_geometry`` in the JSON), each request's token ids re-hashed
+  at each size (never tokenized again) in a pool of the same capacity in tokens.
 
 Nothing here writes prompt text anywhere; hashes and lengths only.
 """

@@ -4,7 +4,9 @@ there are findings).
 
 Memory is bounded except for the unlimited caches' keys: one 64-bit key per distinct block
 (vLLM's blocks, LMCache's chunks; ``predict.KeySet``: 8 bytes each, plus a fixed buffer), in the
-first pass and in each of the second pass's variants. Nothing else grows with the log: no
+first pass and in each of the second pass's variants; with a geometry table
+(``CheckOptions.geometry``), also the blocks at each of its other block sizes, each size with
+its own capacity-bound pool (the same capacity in tokens). Nothing else grows with the log: no
 per-request data is kept (each request's keys, lengths and first-pass hits go to a temporary
 file, read back in order by the second pass, which so tokenizes only the requests a fix
 changes), the buster finder holds a window of recent requests and a line index bounded by it,
@@ -29,6 +31,7 @@ import numpy as np
 from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
+from ...models.prompts.geometry import pool_blocks
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
@@ -55,6 +58,10 @@ class CheckOptions:
     lmcache_chunk: int = 256
     lora: frozenset[str] = frozenset()
     max_fixes: int = 5
+    geometry: tuple[int, ...] = ()
+    """Block sizes the first pass also replays the log at (the geometry table): each request's
+    token ids re-hashed at each size, never tokenized again, in a pool of the same capacity in
+    tokens (``gpu_blocks`` x ``block_size``). Empty: no table."""
 
 
 @dataclass
@@ -80,6 +87,26 @@ class FindingResult:
 
 
 @dataclass
+class GeometryRow:
+    """The log replayed at another block size: ``gpu_blocks`` (the check's capacity in tokens
+    in blocks of ``block_size``; None: unlimited), its totals (None: not computable, ``why``)."""
+
+    block_size: int
+    gpu_blocks: int | None
+    totals: Totals | None
+    why: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        t = self.totals
+        return {"block_size": self.block_size, "gpu_blocks": self.gpu_blocks,
+                "hit_rate": t.hit_rate if t is not None else None,
+                "hit_rate_unlimited": t.hit_rate_unlimited if t is not None else None,
+                "cached_tokens": t.cached if t is not None else None,
+                "hittable_tokens": t.hittable if t is not None else None,
+                "requests_unfit": t.unfit if t is not None else None, "why_null": self.why}
+
+
+@dataclass
 class CheckResult:
     options: CheckOptions
     block_size: int
@@ -97,7 +124,11 @@ class CheckResult:
     last_arrival: float | None = None
     keys_held: int = 0
     """Distinct keys the first pass's unlimited caches ended up holding (vLLM blocks plus LMCache
-    chunks, 8 bytes each): what the check's memory grows with. Memory only, not in ``as_json``."""
+    chunks, plus the geometry table's blocks, 8 bytes each): what the check's memory grows with.
+    Memory only, not in ``as_json``."""
+    geometry: list[GeometryRow] = field(default_factory=list)
+    """The hit rate at each of ``options.geometry``'s block sizes and the check's own, sorted by
+    block size (empty when no size was asked for)."""
     miss_reasons: dict[str, int] = field(default_factory=dict)
     """Requests per miss reason (``models.prompts.reasons``): each request's first computed token's cause."""
     measured: Comparison = field(default_factory=Comparison)
@@ -125,6 +156,9 @@ class CheckResult:
                         "hit_rate_unlimited": self.lmcache_hit_tokens / t.prompt_tokens
                         if t.prompt_tokens and self.lmcache_hit_tokens is not None else None},
             "notes": list(self.notes),
+            "block_geometry": {"capacity_tokens": self.options.gpu_blocks * self.block_size
+                               if self.options.gpu_blocks is not None else None,
+                               "rows": [g.as_json() for g in self.geometry]} if self.geometry else None,
         }
 
 
@@ -394,8 +428,9 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
           progress: Progress | None = None,
           on_request: OnRequest | None = None) -> CheckResult:
     """Predict, find busters, recompute with them fixed; see the module docstring."""
-    if opts.block_size < 1 or opts.lmcache_chunk < 1 or (opts.gpu_blocks is not None and opts.gpu_blocks < 2):
-        raise KvplanError("block size and chunk must be at least 1, gpu blocks at least 2", source="options")
+    if opts.block_size < 1 or opts.lmcache_chunk < 1 or (opts.gpu_blocks is not None and opts.gpu_blocks < 2) \
+            or any(s < 1 for s in opts.geometry):
+        raise KvplanError("block sizes and chunk must be at least 1, gpu blocks at least 2", source="options")
     distinct_files(paths)
     spill = _Spill()
     try:
@@ -415,6 +450,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     out_sources: Counter[str | None] = Counter({"logged": 0, "max_tokens": 0, None: 0})
     examples: dict[tuple[str, int | None, str, int], tuple[str, int, int]] = {}
     predictor: Predictor | None = None
+    geo = _Geometry(opts, opts.block_size)
     tick = _ticker(progress, "predicting")
     t_first: float | None = None
     t_last: float | None = None
@@ -437,9 +473,11 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             t_last = r.arrival if t_last is None else max(t_last, r.arrival)
         if predictor is None:
             predictor = Predictor(sizes[0], opts.gpu_blocks)
+            geo = _Geometry(opts, sizes[0])
         h = p.hashed
         assert h is not None
         o = predictor.serve(h)
+        geo.serve(prep, p)
         totals.add(o)
         spill.write(h, o)
         out_sources[r.output_source] += 1
@@ -495,11 +533,80 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     cold = totals.hittable - totals.cached_unlimited - busted
     notes.append("one request at a time in arrival order: requests in flight together (concurrency) are not "
                  "modelled; multimodal inputs are not supported")
+    notes += geo.notes()
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
                        {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last,
-                       (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys),
-                       {str(k): v for k, v in reasons.most_common()}, measured)
+                       (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys) + geo.keys(),
+                       geo.rows(totals), {str(k): v for k, v in reasons.most_common()}, measured)
+
+
+class _Geometry:
+    """The geometry table's replays (``CheckOptions.geometry``): one :class:`Predictor` per block
+    size other than the check's own (``block_size``), each fed the request's token ids hashed
+    at its size (``hashed64``: only full blocks get keys, so a partial last block never hits),
+    with the same capacity in tokens (``geometry.pool_blocks``). The check's own size is its
+    main prediction. A trace of block ids cannot be re-hashed at another size: its rows are
+    null."""
+
+    def __init__(self, opts: CheckOptions, block_size: int):
+        self.block_size = block_size
+        self.gpu_blocks = opts.gpu_blocks
+        self.capacity = opts.gpu_blocks * block_size if opts.gpu_blocks is not None else None
+        self.preds: dict[int, Predictor] = {}
+        self.totals: dict[int, Totals] = {}
+        self.small: list[int] = []
+        self.traced = False
+        for s in sorted(set(opts.geometry) - {block_size}):
+            gb = pool_blocks(self.capacity, s) if self.capacity is not None else None
+            if gb is not None and gb < 2:
+                self.small.append(s)  # vLLM needs the null block and one more
+                continue
+            self.preds[s] = Predictor(s, gb)
+            self.totals[s] = Totals()
+        self.sizes = sorted({*opts.geometry, block_size}) if opts.geometry else []
+
+    def serve(self, prep: Preparer, p: Prepared) -> None:
+        if not self.preds:
+            return
+        if p.ids is None:
+            self.traced = True
+            return
+        extra = prep.extra(p.request)
+        for s, pred in self.preds.items():
+            self.totals[s].add(pred.serve(hashed64(p.ids, s, extra, p.request.output_tokens)))
+
+    def keys(self) -> int:
+        return sum(len(p.unlimited.keys) for p in self.preds.values())
+
+    def notes(self) -> list[str]:
+        if not self.sizes:
+            return []
+        out = [f"block geometry: the log replayed at block sizes {', '.join(map(str, self.sizes))}, each with "
+               + (f"the check's capacity in tokens ({self.capacity:,} = {self.gpu_blocks:,} blocks x "
+                  f"{self.block_size})" if self.capacity is not None else "an unlimited cache")
+               + "; only full blocks are cached (a prompt shorter than one block never hits)"]
+        if self.small:
+            out.append(f"block geometry: {self.capacity:,} tokens hold fewer than 2 blocks of "
+                       f"{', '.join(map(str, self.small))} tokens (vLLM needs its null block and one more): null")
+        if self.traced:
+            out.append("block geometry: a trace of block ids cannot be re-hashed at another block size: only the "
+                       f"check's own ({self.block_size}) is given")
+        return out
+
+    def rows(self, main: Totals) -> list[GeometryRow]:
+        out = []
+        for s in self.sizes:
+            gb = pool_blocks(self.capacity, s) if self.capacity is not None else None
+            if s == self.block_size:
+                out.append(GeometryRow(s, self.gpu_blocks, main))
+            elif s in self.small:
+                out.append(GeometryRow(s, gb, None, "the capacity holds fewer than 2 blocks"))
+            elif self.traced:
+                out.append(GeometryRow(s, gb, None, "a trace of block ids cannot be re-hashed at another block size"))
+            else:
+                out.append(GeometryRow(s, gb, self.totals[s]))
+        return out
 
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,

@@ -15,4 +15,7 @@
   finding and the ``Divergence`` from the nearest earlier request), ``Finding``, ``apply_fix``.
 * ``reasons``: ``miss_of(outcome, block_size, finding, divergence) -> RequestMiss``, one reason per
   request (``MissReason`` or a buster's kind), with its first divergent block and message.
+* ``geometry``: ``scheduling_block(cache_config_info labels) -> SchedulingBlock | None`` (the block
+  a hybrid model's hits land on, when larger than its cache block), ``table_sizes(own, chunk)``
+  (16, 32, 64, 128, 256, the own block, LMCache's chunk), ``pool_blocks(capacity_tokens, size)``.
 """
