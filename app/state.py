@@ -18,7 +18,7 @@ from ..models.inputs.settings import Settings
 from ..sql.db import Database
 from .config import load_settings
 from .data.store import DeploymentSettings, deployment_settings, deployments_with_data
-from .data.store import model_names as store_model_names
+from .data.window import model_names as store_model_names
 
 if TYPE_CHECKING:
     from streamlit.elements.vega_charts import AltairChart

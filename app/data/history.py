@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...models.cache.latency import LatencyModel, Overheads, calibrate
+from ...models.cache.latency import LatencyInterval, LatencyModel, Overheads, calibrate
 from ...models.core.timeutil import aware_utc
 from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
 from ...models.prefill.interval import Interval
@@ -34,7 +34,7 @@ from ...models.prefill.table import IntervalTable
 from ...models.prefill.window import MeasuredAB
 from ...sql.db import Source
 from .latency import latency_intervals
-from .prefill import DEFAULT_LOOKBACK, describe_history, measured_ab, measurement_of, prefill_table
+from .prefill import DEFAULT_LOOKBACK, describe_history, measured_ab, prefill_table, price_window
 from .store import DeploymentSettings, Facts, Prices, load_facts, load_pricebook
 
 
@@ -81,17 +81,32 @@ class History:
         the "engine alone" shares from this history's intervals: no second read, no refit)."""
         if self.overheads is not None:
             return self
-        rows = latency_intervals(source, self.deployment, self.t_from, self.t_to, self.model_name,
-                                 prefill=self.intervals)
+        return self.with_latency_rows(latency_intervals(source, self.deployment, self.t_from, self.t_to,
+                                                        self.model_name, prefill=self.intervals))
+
+    def with_latency_rows(self, rows: list[LatencyInterval]) -> History:
+        """This history with its overheads calibrated on ``rows`` (its span's latency intervals,
+        already read)."""
         return replace(self, overheads=calibrate(rows))
+
+    def covers(self, t_from: datetime, t_to: datetime) -> bool:
+        """Whether [t_from, t_to] is this history's span (its intervals are the window's)."""
+        return aware_utc(t_from) == self.t_from and aware_utc(t_to) == self.t_to
 
     def measurement(self, source: Source, t_from: datetime, t_to: datetime, *, stats: Any = None,
                     num_gpus: int | None = None) -> PrefillMeasurement:
         """The prefill measurement of [t_from, t_to] priced with this history's cost model; the
         window's intervals are the history's when the window is the history's span (no read)."""
-        return measurement_of(source, self.deployment, t_from, t_to, self.cost, facts=self.facts.facts,
-                              model_name=self.model_name, stats=stats, num_gpus=num_gpus, measured=self.measured_ab,
-                              history=(self.t_from, self.t_to, self.table))
+        table = self.table if self.covers(t_from, t_to) else prefill_table(
+            source, self.deployment, t_from, t_to, self.model_name, chunk_tokens=self.facts.facts.lmcache_chunk_tokens)
+        return self.measurement_on(table, t_from, t_to, stats=stats, num_gpus=num_gpus)
+
+    def measurement_on(self, table: IntervalTable, t_from: datetime, t_to: datetime, *, stats: Any = None,
+                       num_gpus: int | None = None) -> PrefillMeasurement:
+        """The prefill measurement of [t_from, t_to] from its intervals (``table``, already read),
+        priced with this history's cost model and its latest measured A/B."""
+        return price_window(table, t_from, t_to, self.cost, facts=self.facts.facts, stats=stats,
+                            num_gpus=num_gpus, measured=self.measured_ab)
 
 
 def load_history(source: Source, deployment: str, t_to: datetime, *, t_from: datetime | None = None,

@@ -1,6 +1,5 @@
 """What the TTFT what-if reads from DuckDB: the per-interval latency histograms a request's
-overheads are measured from, the prefill cost model fitted on the deployment's history, and
-what the deployment measured over a window (LMCache's hit rate, the TTFT histogram).
+overheads are measured from, the TTFT histogram it is calibrated on, and LMCache's L1 sizes.
 
 * ``latency_intervals`` -- one ``models.cache.latency.LatencyInterval`` per vLLM target and
   scrape interval (named query ``latency_intervals``), each with how often its requests had the
@@ -9,8 +8,10 @@ what the deployment measured over a window (LMCache's hit rate, the TTFT histogr
   (``app.data.history.load_history``: read and fitted once per command);
 * ``ttft_intervals`` -- today's TTFT histogram per vLLM target and scrape interval (count, sum,
   buckets): what ``models.cache.calibration`` bootstraps the alternatives' calibration over;
-* ``measured`` -- the window's LMCache hit rate, TTFT mean / p50 / p99 (histogram, with the
-  bucket bounds) and the vLLM engines that served requests.
+* ``l1_capacity_bytes`` -- each LMCache target's L1 size from its own gauges.
+
+What the deployment measured over a window (hit rate, TTFT) is read off its loaded window
+(``app.data.whatif.measured_of``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,8 @@ from ...models.cache.calibration import MeasuredInterval
 from ...models.cache.latency import LatencyInterval
 from ...models.core.timeutil import aware_utc, naive_utc
 from ...models.metrics import catalog as c
-from ...models.metrics import window as mw
 from ...models.prefill.interval import Interval
 from ...sql.db import Source
-from .prefill import prefill_intervals
-from .window import engines_in_window, load_window
 
 NAMES = [c.count_name(c.TTFT), c.sum_name(c.TTFT), c.sum_name(c.QUEUE_TIME), c.sum_name(c.PREFILL_TIME),
          c.sum_name(c.PROMPT_LENGTH), c.sum_name(c.PREFILL_COMPUTED), c.sum_name(c.DECODE_TIME),
@@ -41,14 +39,11 @@ def _f(v: Any) -> float:
 
 
 def latency_intervals(db: Source, deployment: str, t_from: datetime, t_to: datetime,
-                      model_name: str | None = None, *,
-                      prefill: Sequence[Interval] | None = None) -> list[LatencyInterval]:
+                      model_name: str | None = None, *, prefill: Sequence[Interval]) -> list[LatencyInterval]:
     """One row per vLLM target and scrape interval with TTFT observations (module doc).
-    ``prefill``: the prefill intervals of the same span, when already read (the history's)."""
+    ``prefill``: the prefill intervals of the same span, already read (the history's)."""
     rows = db.fetch("latency_intervals", deployment=deployment, t_from=naive_utc(t_from), t_to=naive_utc(t_to),
                     model_name=model_name, names=NAMES)
-    if prefill is None:
-        prefill = prefill_intervals(db, deployment, t_from, t_to, model_name)
     alone = {(iv.targets[0], round(iv.t_end, 3)): iv.alone_share() for iv in prefill if iv.requests > 0}
     out = []
     for r in rows:
@@ -63,25 +58,6 @@ def latency_intervals(db: Source, deployment: str, t_from: datetime, t_to: datet
             generation_tokens=_f(r["generation_tokens"]), lookup_s=_f(r["lookup_s"]), lookups=_f(r["lookups"]),
             alone=alone.get(key, 0.0)))
     return out
-
-
-def measured(db: Source, deployment: str, t_from: datetime, t_to: datetime,
-             model_name: str | None = None) -> dict[str, Any]:
-    """What the deployment measured over [t_from, t_to] (module doc)."""
-    w = load_window(db, deployment, t_from, t_to, model_name)
-    rows = list(w.rows)
-    n = mw.total(rows, c.count_name(c.TTFT))
-    s = mw.total(rows, c.sum_name(c.TTFT))
-    st = w.stats
-    buckets = mw.histogram_buckets(rows, c.TTFT)
-    return {
-        "hit_rate": st.lmcache_lookup_hit_rate, "requests": n,
-        "ttft_mean_s": (s / n) if n and s is not None else None,  # no TTFT sum in the window: unknown
-        "ttft_p50_s": st.ttft_p50_s, "ttft_p99_s": st.ttft_p99_s,
-        "ttft_p99_bucket_s": ([st.ttft_p99.lower, st.ttft_p99.upper] if st.ttft_p99 is not None else None),
-        "ttft_bounds": sorted({le for le, _ in buckets}),
-        "engines": engines_in_window(db, deployment, naive_utc(t_from), naive_utc(t_to)),
-    }
 
 
 def l1_capacity_bytes(db: Source, deployment: str, t_from: datetime, t_to: datetime) -> dict[str, float]:

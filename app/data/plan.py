@@ -22,8 +22,10 @@ from ...models.decision.verdict import PlanInputs
 from ...models.inputs.planning import PlanningInputs
 from ...models.inputs.pricebook import PriceBook
 from ...models.prefill.measurement import PrefillMeasurement
+from ...models.prefill.table import IntervalTable
 from ...sql.db import Source
 from .history import History, load_history
+from .prefill import prefill_table
 from .store import DeploymentSettings, Facts, Fleet, Prices, deployments_with_data, fleet
 from .sweeps import SweepPair, latest_sweep_pair
 from .window import Window, check_model, daily_requests, engines_in_window, load_window, peak_running_per_engine
@@ -44,15 +46,60 @@ def history_for(source: Source, win: Window, cfg: DeploymentSettings = Deploymen
     return load_history(source, win.deployment, win.t_to, t_from=win.t_from, model_name=win.model_name, cfg=cfg)
 
 
+@dataclass(frozen=True)
+class PlanReads:
+    """What a window's plan reads beyond its window and history (``plan_reads``; the report's
+    month loader reads the same through one pass over the data rooms)."""
+
+    engines: int
+    """vLLM engines with data in the window."""
+    table: IntervalTable
+    """The window's prefill intervals (the history's own when it spans the window)."""
+    sweep: SweepPair | None
+    """The newest load-sweep pair (None: the queueing fallback)."""
+    running: float | None
+    """The most requests one engine ran at once (None: the gauge is not reported)."""
+    daily: list[tuple[float, float]] | None = None
+    """(day, requests) of the whole days for the measured growth trend; None: not asked for, or
+    no data before the window's end."""
+
+
+def plan_reads(source: Source, win: Window, history: History, planning: PlanningInputs | None = None) -> PlanReads:
+    """``PlanReads`` of a loaded window (``planning``: the planning inputs the plan will use, for
+    whether it reads the daily requests of the growth trend)."""
+    table = history.table if history.covers(win.t_from, win.t_to) else prefill_table(
+        source, win.deployment, win.t_from, win.t_to, win.model_name,
+        chunk_tokens=history.facts.facts.lmcache_chunk_tokens)
+    pl = planning or history.prices.planning
+    daily = None
+    if pl.growth_source == "measured_trend":
+        first = next((d["first_ts"] for d in deployments_with_data(source) if d["deployment"] == win.deployment),
+                     None)
+        daily = daily_requests(source, win.deployment, first, win.t_to, win.model_name) if first else None
+    return PlanReads(engines_in_window(source, win.deployment, win.t_from, win.t_to), table,
+                     latest_sweep_pair(source, win.deployment),
+                     peak_running_per_engine(source, win.deployment, win.t_from, win.t_to, win.model_name), daily)
+
+
 def window_measurement(source: Source, win: Window, history: History, *,
                        gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet]:
     """The prefill model's input for a loaded window (the covered span priced with the history's
     cost model, the latest measured A/B) and the fleet by ``kvplan.app.data.store.fleet``: what
     the plan and the what-if's dollars both price."""
+    table = history.table if history.covers(win.t_from, win.t_to) else prefill_table(
+        source, win.deployment, win.t_from, win.t_to, win.model_name,
+        chunk_tokens=history.facts.facts.lmcache_chunk_tokens)
+    return window_measurement_of(win, history, engines_in_window(source, win.deployment, win.t_from, win.t_to),
+                                 table, gpus=gpus)
+
+
+def window_measurement_of(win: Window, history: History, engines: int, table: IntervalTable, *,
+                          gpus: int | None = None) -> tuple[PrefillMeasurement, Fleet]:
+    """``window_measurement`` from what it reads (the window's engines and prefill intervals)."""
     cfg, facts = history.cfg, history.facts
-    fl = fleet(engines_in_window(source, win.deployment, win.t_from, win.t_to), configured_gpus=cfg.configured_gpus,
-               gpus_per_engine=facts.facts.gpus_per_engine, override=gpus, config_key=cfg.config_key)
-    m = history.measurement(source, win.t_from, win.t_to, stats=win.stats, num_gpus=max(fl.gpus, 1))
+    fl = fleet(engines, configured_gpus=cfg.configured_gpus, gpus_per_engine=facts.facts.gpus_per_engine,
+               override=gpus, config_key=cfg.config_key)
+    m = history.measurement_on(table, win.t_from, win.t_to, stats=win.stats, num_gpus=max(fl.gpus, 1))
     return m, fl
 
 
@@ -61,34 +108,40 @@ def plan_window(source: Source, win: Window, history: History, *, pricebook: Pri
                 topology: TopologyFinding | None = None) -> PlannedWindow:
     """The buy-vs-reuse plan of a loaded window: the history's prices (saved, config or
     defaults) unless given, the fleet by ``kvplan.app.data.store.fleet``. CLI, pages and report
-    all call this."""
+    all call this (the report through ``plan_of`` on its month's reads)."""
+    return plan_of(win, history, plan_reads(source, win, history, planning), pricebook=pricebook,
+                   planning=planning, gpus=gpus, topology=topology)
+
+
+def plan_of(win: Window, history: History, reads: PlanReads, *, pricebook: PriceBook | None = None,
+            planning: PlanningInputs | None = None, gpus: int | None = None,
+            topology: TopologyFinding | None = None) -> PlannedWindow:
+    """``plan_window`` from what it reads: no read here."""
     prices, facts = history.prices, history.facts
     pb, pl = pricebook or prices.pricebook, planning or prices.planning
-    pl, growth = _growth(source, win, pl)
-    m, fl = window_measurement(source, win, history, gpus=gpus)
+    pl, growth = _growth(pl, reads.daily)
+    m, fl = window_measurement_of(win, history, reads.engines, reads.table, gpus=gpus)
     extra = (f"price book: {prices.origin if pricebook is None else 'given'}", f"window {win.source_note}",
              f"GPUs: {fl.gpus}, {fl.origin}", f"deployment facts: {facts.origin}", f"growth: {growth}",
              *(NoteKind.NOTE.of(n) for n in win.stats.notes))
-    pair = latest_sweep_pair(source, win.deployment)
+    pair = reads.sweep
     goodput = pair.goodput(pl.ttft_p99_slo_seconds, pl.tpot_p99_slo_seconds).goodput if pair is not None else None
     peak = m.window.peak_hour_requests_per_s if m.window is not None else None
-    running = peak_running_per_engine(source, win.deployment, win.t_from, win.t_to, win.model_name)
     result = run_plan(PlanInputs(measurement=m, pricebook=pb, planning=pl, facts=facts.facts,
-                                 goodput=goodput, peak_hour_requests_per_s=peak, concurrency_per_replica=running,
-                                 topology=topology),
+                                 goodput=goodput, peak_hour_requests_per_s=peak,
+                                 concurrency_per_replica=reads.running, topology=topology),
                       label=f"{win.deployment} {win.t_from:%Y-%m-%d %H:%M}..{win.t_to:%Y-%m-%d %H:%M} UTC",
                       extra_assumptions=extra)
     return PlannedWindow(result, prices, fl, facts, pair)
 
 
-def _growth(source: Source, win: Window, pl: PlanningInputs) -> tuple[PlanningInputs, str]:
+def _growth(pl: PlanningInputs, daily: list[tuple[float, float]] | None) -> tuple[PlanningInputs, str]:
     """The planning inputs with the measured growth trend when ``growth_source`` asks for it
     (and the data holds one), and a note saying which growth the plan used."""
     typed = f"{pl.growth_rate_per_month:+.1%}/month from the planning inputs"
     if pl.growth_source != "measured_trend":
         return pl, typed
-    first = next((d["first_ts"] for d in deployments_with_data(source) if d["deployment"] == win.deployment), None)
-    trend = measured_growth(daily_requests(source, win.deployment, first, win.t_to, win.model_name)) if first else None
+    trend = measured_growth(daily) if daily is not None else None
     if trend is None:
         return pl, f"{typed} (no measured trend: it needs {MIN_TREND_DAYS} whole days with requests)"
     return replace(pl, growth_rate_per_month=trend.rate_per_month), trend.note

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...models.core.timeutil import aware_utc, naive_utc
+from ...models.core.timeutil import aware_utc, ceil_day, floor_day, naive_utc
 from ...models.inputs.deployment import DeploymentFacts
 from ...models.metrics import catalog as c
 from ...models.metrics.spans import plan_spans
@@ -36,7 +36,6 @@ from ...models.prefill.measurement import PrefillMeasurement, measurement_from_w
 from ...models.prefill.table import IntervalTable, seq_sum
 from ...models.prefill.window import MeasuredAB, PricedWindow
 from ...sql.db import Source, queries, remember
-from .window import rolled_days
 
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""
@@ -75,7 +74,8 @@ def prefill_table(db: Source, deployment: str, t_from: datetime, t_to: datetime,
 
 def _read_table(db: Source, deployment: str, t_from: datetime, t_to: datetime, model_name: str | None,
                 chunk_tokens: int) -> IntervalTable:
-    days = [] if model_name is not None else rolled_days(db, deployment, t_from, t_to, "prefill_rolled_days")
+    days = [] if model_name is not None else [r["day"] for r in db.fetch(
+        "prefill_rolled_days", deployment=deployment, d_from=ceil_day(t_from), d_to=floor_day(t_to))]
     spans = plan_spans(days, t_from, t_to)
     parts: list[tuple[datetime, pa.Table]] = []  # (where its interval ends begin, rows)
     for lb, after, end in spans.raw:
@@ -275,6 +275,13 @@ def measurement_of(db: Source, deployment: str, t_from: datetime, t_to: datetime
         ivs = history[2]  # a window as long as the look-back is read once: its intervals are the history's
     else:
         ivs = prefill_table(db, deployment, t_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
+    return price_window(ivs, t_from, t_to, cost, facts=facts, stats=stats, num_gpus=num_gpus, measured=measured)
+
+
+def price_window(ivs: IntervalTable, t_from: datetime, t_to: datetime, cost: PrefillCostModel, *,
+                 facts: DeploymentFacts, stats: Any = None, num_gpus: int | None = None,
+                 measured: MeasuredAB | None = None) -> PrefillMeasurement:
+    """The measurement of [t_from, t_to] from its intervals (already read), priced with ``cost``."""
     window = PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
     engines = max(1, num_gpus // facts.gpus_per_engine) if num_gpus else None
     return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=measured,

@@ -226,11 +226,6 @@ def deployment_settings(settings: Settings | None, deployment: str) -> Deploymen
     return DeploymentSettings(prices=prices)
 
 
-def model_names(source: Source, deployment: str) -> list[str]:
-    """The ``model_name`` values the deployment's series carry."""
-    return [r["model_name"] for r in source.fetch("models", deployment=deployment)]
-
-
 def deployment_names(source: Source) -> list[str]:
     """Every deployment the database knows (with data or not)."""
     return [r["deployment"] for r in source.fetch("deployments")]

@@ -19,7 +19,6 @@ from ...models.metrics.spellings import CACHED_DAY, CACHED_RULE_NAMES, cached_of
 from ...models.metrics.window import Increase, WindowStats, window_stats
 from ...models.metrics.window_notes import null_reasons
 from ...sql.db import Source, remember
-from .store import model_names
 
 
 @dataclass(frozen=True)
@@ -347,3 +346,8 @@ def daily_requests(source: Source, deployment: str, first_ts: datetime, t_to: da
         return []
     buckets = window_buckets(source, deployment, start, end, 86400, model_name, names=[count_name(TTFT)])
     return [((b.start - start) / DAY, float(b.stats().requests or 0.0)) for b in buckets]
+
+
+def model_names(source: Source, deployment: str) -> list[str]:
+    """The ``model_name`` values the deployment's series carry."""
+    return [r["model_name"] for r in source.fetch("models", deployment=deployment)]

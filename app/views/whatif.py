@@ -20,32 +20,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from ...collectors.traces.ingest import TraceInfo, load_trace
-from ...collectors.traces.parse import TraceError
 from ...models.cache import sim, value
 from ...models.cache.replay import Replay, ReplayRequest, replay
-from ...models.cache.sim import GB, Trace
+from ...models.cache.sim import GB
 from ...models.cache.value import CapacityValue
 from ...models.core.errors import KvplanError
-from ...models.core.timeutil import from_epoch_s, month_start, next_month
-from ...models.core.vocabulary import ROUTINGS, NoteKind, Routing, Topology
+from ...models.core.vocabulary import NoteKind, Topology
 from ...models.inputs.pricebook import PriceBook
-from ...sql.db import Database, Snapshot, Source
+from ...sql.db import Database, Snapshot
 from ..answers import Answer
-from ..data.history import History, load_history
-from ..data.store import DeploymentSettings, load_pricebook
-from ..data.traces import trace_span, traces_of
-from .whatif_topology import TopologyWhatIf, topology_span, topology_whatif
+from ..data.history import History
+from ..data.store import DeploymentSettings
+from ..data.whatif import WhatIfInputs, WhatIfQuery, month_trace_of, whatif_inputs
+from .whatif_topology import TopologyWhatIf, topology_whatif
 
-DEFAULT_RANKS = 8
 DOLLARS_LEFT_OUT = NoteKind.DOLLARS_LEFT_OUT
 """How the note that says why the what-if has no dollars begins (``WhatIf.dollars_left_out``)."""
-DEFAULT_POINTS = 30
 MAX_RANKS = 4096
 """Most private caches compared with one shared pool (the replay is linear in ranks x requests;
 1,000,000,000 hung)."""
@@ -242,104 +236,31 @@ def check_options(*, ranks: int, points: int, seed: int, bytes_per_chunk: int | 
             bad(option, x, f"a finite number above 0 and at most {top:g}")
 
 
-def _unix_span(t0: float, t1: float) -> bool:
-    """True when [t0, t1] are unix times (a Mooncake trace starts at 0) spanning a second or more."""
-    return t1 - t0 >= 1 and t0 >= 10**8
-
-
-def seconds_per_token_from_metrics(source: Source, history: History, t0: float, t1: float) -> float | None:
-    """``kvplan.models.prefill.savings``'s GPU-seconds per prompt token over [t0, t1] (unix), if measurable,
-    from the same measurement the plan prices (``kvplan.app.data.plan.window_measurement``), with the
-    history's cost model."""
-    from ...models.prefill.savings import estimate_savings
-    from ..data.plan import window_measurement
-    from ..data.window import load_window
-
-    if not _unix_span(t0, t1):
-        return None
-    a, b = from_epoch_s(t0), from_epoch_s(t1)
-    try:
-        m, _ = window_measurement(source, load_window(source, history.deployment, a, b), history)
-        return estimate_savings(m).gpu_seconds_per_token
-    except (KvplanError, ValueError):  # no metrics for that span: the what-if still runs without dollars
-        return None
-
-
-@dataclass(frozen=True)
-class WhatIfQuery:
-    """What to replay and how: ``kvplan whatif``'s options, the page's form, the report's month.
-    Ranges are checked by ``check_options`` before anything runs."""
-
-    trace: str | None = None
-    """Trace name (None: the newest)."""
-    model_name: str | None = None
-    """Only this model_name's requests."""
-    t_from: datetime | None = None
-    """Window start: the trace's requests and the metrics in it (None: the whole trace)."""
-    t_to: datetime | None = None
-    """Window end."""
-    ranks: int = DEFAULT_RANKS
-    """Private caches compared with one shared pool."""
-    routings: tuple[Routing, ...] = ROUTINGS
-    """Routings of the private caches."""
-    seed: int = 0
-    """Seed of the random routing."""
-    points: int = DEFAULT_POINTS
-    """Capacities listed."""
-    bytes_per_chunk: int | None = None
-    """KV bytes of one chunk (None: the trace's)."""
-    configured_gb: float | None = None
-    """The cache size run today (None: the price book's ``cache_tier_gb_cpu``)."""
-    capacity_gb: float | None = None
-    """Total capacity compared shared vs private (None: the configured size)."""
-    l2_gb: float | None = None
-    """An L2 tier under the configured L1."""
-    seconds_per_cached_token: float | None = None
-    """GPU-seconds one cached token saves (None: from the deployment's metrics)."""
-    tokens_per_month: float | None = None
-    """Prompt tokens per month (None: the trace's own rate)."""
-    latency: bool = True
-    """Add today's topology and the TTFT what-if."""
-    dollars: bool = True
-    """Price the curve (False: a caller that prices on its own, ``kvplan plan --topology``, which reads
-    only the TTFT finding, skips the trace span's prefill read)."""
-
-    @classmethod
-    def month(cls, month: str, **kw: Any) -> WhatIfQuery:
-        """The query of one UTC month ('YYYY-MM'): the window every surface uses for a month."""
-        t_from = month_start(month, "--month")
-        return cls(t_from=t_from, t_to=next_month(t_from), **kw)
-
-
 def whatif(source: Database | Snapshot, deployment: str, query: WhatIfQuery = WhatIfQuery(), *,
            cfg: DeploymentSettings = DeploymentSettings(), history: History | None = None) -> WhatIf:
     """The what-if for one trace (module doc), read through ``source`` (a snapshot: one
-    connection, one view of the data): the replay (``kvplan.models.cache.replay``, pure) under the
-    priced layer here (GB, GPU-hours, dollars, the TTFT what-if). ``query.t_from``/``t_to`` keep
-    the trace's requests in that window (LMCache logs: unix times) and measure the deployment over
-    it. ``history``: the deployment's history the command already read (``kvplan plan
-    --topology``, the report); else it is read here, once, for the trace's span (its price book,
-    cost model and overheads price both the dollars and the TTFT)."""
-    q = query
+    connection, one view of the data) by ``app.data.whatif.whatif_inputs``, then computed by
+    ``whatif_of``. ``history``: the deployment's history the command already read (``kvplan plan
+    --topology``); else it is read, once, for the trace's span."""
+    check_query(query)
+    return whatif_of(deployment, query, whatif_inputs(source, deployment, query, cfg=cfg, history=history))
+
+
+def check_query(q: WhatIfQuery) -> None:
+    """``check_options`` of a query."""
     check_options(ranks=q.ranks, points=q.points, seed=q.seed, bytes_per_chunk=q.bytes_per_chunk,
                   capacity_gb=q.capacity_gb, configured_gb=q.configured_gb, l2_gb=q.l2_gb,
                   seconds_per_cached_token=q.seconds_per_cached_token, tokens_per_month=q.tokens_per_month)
-    notes: list[str] = []
-    tr, info = _load(source, deployment, q.trace, q.model_name, q.t_from, q.t_to, notes)
-    if not tr.requests:
-        raise TraceError(f"trace {info.name!r} of {deployment!r} holds no request (an import that stopped "
-                         "early?): nothing to replay", source="trace")
-    t0, t1 = ((float(tr.ts[0]), float(tr.ts[-1])) if tr.ts is not None and tr.requests
-              else trace_span(source, info.trace_id))
-    span = topology_span(tr, q.t_from, q.t_to)
-    if history is None and span is not None and (q.latency or (q.seconds_per_cached_token is None
-                                                               and _unix_span(t0, t1))):
-        history = load_history(source, deployment, span[1], t_from=span[0], cfg=cfg, overheads=q.latency)
-    if history is not None and q.latency and span is not None:
-        history = history.with_overheads(source)
-    cfg = history.cfg if history is not None else cfg
-    prices = history.prices if history is not None else load_pricebook(source, deployment, cfg.prices)
-    pb = prices.pricebook
+
+
+def whatif_of(deployment: str, q: WhatIfQuery, inp: WhatIfInputs) -> WhatIf:
+    """The what-if of ``q`` from what it read (``WhatIfInputs``): the replay
+    (``kvplan.models.cache.replay``, pure) under the priced layer here (GB, GPU-hours, dollars, the
+    TTFT what-if). Reads nothing."""
+    check_query(q)
+    tr, info, history, t0, t1 = inp.trace, inp.info, inp.history, inp.t0, inp.t1
+    notes: list[str] = list(inp.notes)
+    pb = inp.prices.pricebook
     bpc = q.bytes_per_chunk or info.bytes_per_chunk
     if not bpc:
         notes.append("bytes per chunk unknown (no shapes/dtypes in the trace): capacities in "
@@ -371,8 +292,11 @@ def whatif(source: Database | Snapshot, deployment: str, query: WhatIfQuery = Wh
     tiers = (TierSplit(**rp.tiers, l1_gb=configured_gb, l2_gb=q.l2_gb)
              if rp.tiers is not None and configured_gb is not None and q.l2_gb is not None else None)
     svp = _shared_vs_private(rp, ranks=q.ranks, seed=q.seed, gb=gb, chunk_tokens=chunk_tokens)
-    dollars, why = (_dollars(source, history, curve, caps, pb, bpc, t0, t1, q.seconds_per_cached_token,
-                             q.tokens_per_month) if q.dollars else (None, "not asked for (the plan prices itself)"))
+    spt = q.seconds_per_cached_token if q.seconds_per_cached_token is not None else inp.seconds_per_token
+    spt_source = ("option" if q.seconds_per_cached_token is not None else
+                  "kvplan.models.prefill.savings over the trace's time span" if spt is not None else None)
+    dollars, why = (_dollars(curve, caps, pb, bpc, t0, t1, spt, spt_source, q.tokens_per_month) if q.dollars
+                    else (None, "not asked for (the plan prices itself)"))
     best_gb = dollars.best.capacity_gb if dollars else None
     if why is not None:
         notes.append(f"{DOLLARS_LEFT_OUT}{why}")
@@ -380,10 +304,10 @@ def whatif(source: Database | Snapshot, deployment: str, query: WhatIfQuery = Wh
     topo = None
     if q.latency:
         topo_notes: list[str] = []
-        topo = topology_whatif(source, deployment, tr, info.instances, bpc=bpc, history=history,
-                               slo_s=prices.planning.ttft_p99_slo_seconds,
+        topo = topology_whatif(tr, info.instances, reads=inp.topology, bpc=bpc, history=history,
+                               slo_s=inp.prices.planning.ttft_p99_slo_seconds,
                                configured_gb=configured.capacity_gb if configured else configured_gb,
-                               routings=q.routings, seed=q.seed, l2_gb=q.l2_gb, gpus_per_engine=cfg.gpus_per_engine,
+                               routings=q.routings, seed=q.seed, l2_gb=q.l2_gb, gpus_per_engine=inp.cfg.gpus_per_engine,
                                t_from=q.t_from, t_to=q.t_to, notes=topo_notes)
         notes += topo_notes
     summary = TraceSummary(
@@ -401,43 +325,14 @@ def whatif(source: Database | Snapshot, deployment: str, query: WhatIfQuery = Wh
 
 def month_whatif(source: Database | Snapshot, deployment: str, month: str, query: WhatIfQuery = WhatIfQuery(), *,
                  cfg: DeploymentSettings = DeploymentSettings(), history: History | None = None) -> WhatIf:
-    """The what-if of one UTC month ('YYYY-MM'), the one call the report and the page's "month"
-    make: the newest trace with a request in the month (a trace whose times are not unix times,
-    Mooncake's, is replayed whole, with a note), its requests in the month, the deployment measured
-    over the month. ``query``'s other options apply; ``TraceError`` when no trace has a request
-    in the month."""
+    """The what-if of one UTC month ('YYYY-MM'), the call the page's "month" makes (the report
+    computes the same from its month's reads, ``app.data.month``): the newest trace with a
+    request in the month (a trace whose times are not unix times, Mooncake's, is replayed whole,
+    with a note), its requests in the month, the deployment measured over the month. ``query``'s
+    other options apply; ``TraceError`` when no trace has a request in the month."""
     q = WhatIfQuery.month(month)
-    lo, hi = q.t_from.timestamp() if q.t_from else 0.0, q.t_to.timestamp() if q.t_to else 0.0
-    rows = traces_of(source, deployment)
-    if not rows:
-        raise TraceError(f"deployment {deployment!r} has no trace: run `kvplan import-trace` first", source="trace")
-    timed = [r for r in rows if r["first_ts"] is not None and r["last_ts"] is not None and r["last_ts"] >= 1e8]
-    inside = [r for r in timed if r["first_ts"] < hi and r["last_ts"] >= lo]
-    timeless = [r for r in rows if r not in timed and r["requests"]]
-    picks = inside or timeless
-    if not picks:
-        raise TraceError(f"no trace of {deployment!r} has a request in {month} (its traces: "
-                         + ", ".join(f"{r['name']!r}" for r in rows) + ")", source="--month")
-    return whatif(source, deployment, replace(query, trace=picks[0]["name"], t_from=q.t_from, t_to=q.t_to),
-                  cfg=cfg, history=history)
-
-
-def _load(source: Database | Snapshot, deployment: str, trace: str | None, model_name: str | None,
-          t_from: datetime | None, t_to: datetime | None, notes: list[str]) -> tuple[Trace, TraceInfo]:
-    """The trace, in the window when one is given and the trace's times are unix times (read
-    through ``source.read()``: a snapshot's own connection)."""
-    db = cast(Database, source)  # load_trace reads through read(), which a Snapshot has too
-    if t_from is None or t_to is None:
-        return load_trace(db, deployment, trace, model_name=model_name)
-    tr, info = load_trace(db, deployment, trace, model_name=model_name, t_from=t_from.timestamp(),
-                          t_to=t_to.timestamp())
-    if info.format == "mooncake":
-        notes.append("a Mooncake trace's times start at 0: the window does not apply to it")
-        return load_trace(db, deployment, trace, model_name=model_name)
-    if not tr.requests:
-        raise TraceError(f"trace {info.name!r} of {deployment!r} has no request in "
-                         f"{t_from.isoformat()} .. {t_to.isoformat()}", source="--from/--to")
-    return tr, info
+    return whatif(source, deployment, replace(query, trace=month_trace_of(source, deployment, month), t_from=q.t_from,
+                                              t_to=q.t_to), cfg=cfg, history=history)
 
 
 def _shared_vs_private(rp: Replay, *, ranks: int, seed: int, gb, chunk_tokens: int) -> SharedVsPrivate:
@@ -454,14 +349,10 @@ def _shared_vs_private(rp: Replay, *, ranks: int, seed: int, gb, chunk_tokens: i
                      for c, h in zip(rp.capacities, rp.hit_rates, strict=True) if c >= ranks))
 
 
-def _dollars(source: Source, history: History | None, curve, caps, pb: PriceBook, bpc, t0: float, t1: float,
-             spt: float | None, tpm: float | None) -> tuple[Dollars | None, str | None]:
+def _dollars(curve, caps, pb: PriceBook, bpc, t0: float, t1: float, spt: float | None, spt_source: str | None,
+             tpm: float | None) -> tuple[Dollars | None, str | None]:
     """Each capacity priced (saved prefill GPU time minus cache memory), the best one and the
     break-even; or (None, why not)."""
-    spt_source = "option" if spt is not None else None
-    if spt is None and history is not None:
-        spt = seconds_per_token_from_metrics(source, history, t0, t1)
-        spt_source = "kvplan.models.prefill.savings over the trace's time span" if spt is not None else None
     tpm_source = "option" if tpm is not None else "the trace's own rate"
     if tpm is None and t1 > t0:
         tpm = value.tokens_per_month(curve.total_tokens, t1 - t0)

@@ -35,23 +35,19 @@ from ...models.cache import calibration as cb
 from ...models.cache import latency as lat
 from ...models.cache.latency import Overheads
 from ...models.cache.sim import GB, Trace, capacity_chunks
-from ...models.core.timeutil import from_epoch_s
 from ...models.core.vocabulary import Topology
 from ...models.metrics.window import bucket_quantile
 from ...models.prefill.fit import CostStatus
-from ...sql.db import Source
 from ..answers import Answer
 from ..data.history import History
-from ..data.latency import l1_capacity_bytes, measured, ttft_intervals
+from ..data.whatif import SPAN_MARGIN_S, TopologyReads, topology_span
 
 MAX_LATENCY_REQUESTS = 20_000
 """The TTFT pass replays at most this many requests of the window (the first ones in time): the
 discrete-event pass is Python: about 20,000 requests a second per alternative, and a what-if runs
 about thirty of them (the set-ups, the capacity curve, the engine search)."""
 CURVE_POINTS = 6
-SPAN_MARGIN_S = 10.0
-"""The measured span is the trace's first to last request, widened by this much each side (the
-requests' completions and the scrapes after them)."""
+__all__ = ["SPAN_MARGIN_S", "TopologyWhatIf", "topology_span", "topology_whatif"]
 ENGINE_ROUTING_ONE = ("round-robin over the engines in time order (the log does not say which engine served a "
                       "request)")
 ENGINE_ROUTING_MANY = "each instance's requests round-robin over its engines"
@@ -197,13 +193,12 @@ class TopologyWhatIf(Answer):
         return next((r for r in self.latency if r.topology == Topology.SHARED), None)
 
 
-def _capacities(db: Source, deployment: str, names: tuple[str, ...], a: datetime, b: datetime, bpc: int | None,
-                configured_gb: float | None, notes: list[str]) -> tuple[list[int] | None, str | None]:
-    """Each instance's capacity in chunks, and where it came from."""
+def _capacities(l1: dict[str, float], names: tuple[str, ...], bpc: int | None, configured_gb: float | None,
+                notes: list[str]) -> tuple[list[int] | None, str | None]:
+    """Each instance's capacity in chunks, and where it came from (``l1``: LMCache's L1 gauges)."""
     if not bpc:
         notes.append("bytes per chunk unknown: today's caches replayed unbounded")
         return None, None
-    l1 = l1_capacity_bytes(db, deployment, a, b)
     if l1 and set(l1) == set(names):
         return [capacity_chunks(l1[n], bpc) for n in names], "LMCache's L1 gauges (in-use bytes / in-use share)"
     if l1 and len(set(round(v) for v in l1.values())) == 1:
@@ -218,14 +213,6 @@ def _capacities(db: Source, deployment: str, names: tuple[str, ...], a: datetime
                 "the configured size split over the instances")
     notes.append("no LMCache L1 gauge and no configured size: today's caches replayed unbounded")
     return None, None
-
-
-def _span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[datetime, datetime] | None:
-    if t_from is not None and t_to is not None:
-        return t_from, t_to
-    if tr.ts is None or not tr.requests or float(tr.ts[0]) < 1e8:  # not unix times (Mooncake)
-        return None
-    return from_epoch_s(float(tr.ts[0]) - SPAN_MARGIN_S), from_epoch_s(float(tr.ts[-1]) + SPAN_MARGIN_S)
 
 
 def _row(p: alt.Predicted, bpc: int | None, slo: float, cal: cb.Calibration,
@@ -246,27 +233,22 @@ def _row(p: alt.Predicted, bpc: int | None, slo: float, cal: cb.Calibration,
                         holds_slo=bool(p99 is not None and p99 <= slo))
 
 
-def topology_span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[datetime, datetime] | None:
-    """The span the deployment is measured over: the window, else the trace's first to last
-    request widened by ``SPAN_MARGIN_S``; None when the trace's times are not unix times."""
-    return _span(tr, t_from, t_to)
-
-
-def topology_whatif(source: Source, deployment: str, tr: Trace, names: tuple[str, ...], *, bpc: int | None,
+def topology_whatif(tr: Trace, names: tuple[str, ...], *, reads: TopologyReads | None, bpc: int | None,
                     history: History | None, slo_s: float, configured_gb: float | None, routings: tuple[str, ...],
                     seed: int, l2_gb: float | None, gpus_per_engine: int, t_from: datetime | None = None,
                     t_to: datetime | None = None, notes: list[str]) -> TopologyWhatIf:
     """``today``, ``latency``, ``latency_curve``, ``latency_model``, ``engines_needed`` (module
-    doc), predicted with ``history``'s cost model and overheads (None when the span is not unix
-    times: nothing to measure). Appends its notes to ``notes``."""
-    span = _span(tr, t_from, t_to)
-    meas = measured(source, deployment, *span) if span else {}
+    doc), predicted with ``history``'s cost model and overheads (calibrated: ``app.data.whatif``
+    reads them) on what ``reads`` holds (None when the span is not unix times: nothing was
+    measured). Reads nothing; appends its notes to ``notes``."""
+    span = topology_span(tr, t_from, t_to)
+    meas = reads.measured if reads is not None and span else {}
     instances = max(1, len(names))
     engines = int(meas.get("engines") or 0) or instances
     if not meas.get("engines"):
         notes.append(f"no vLLM engine with data in the span: one engine per cache instance ({instances})")
-    caps, cap_source = _capacities(source, deployment, names, *(span or (from_epoch_s(0), from_epoch_s(0))), bpc,
-                                   configured_gb, notes)
+    caps, cap_source = _capacities(reads.l1_bytes if reads is not None and span else {}, names, bpc, configured_gb,
+                                   notes)
     each = caps or [max(1, tr.references + 1)] * instances
     today = alt.today(tr, instances=instances, engines=engines, capacity_chunks=each)
     total = int(sum(each))
@@ -289,9 +271,10 @@ def topology_whatif(source: Source, deployment: str, tr: Trace, names: tuple[str
     if span is None or history is None:
         notes.append("the trace's times are not unix times: no metrics to measure or price it with")
         return out
-    history = history.with_overheads(source)
     cost, over, latency = history.cost, history.overheads, history.latency
-    assert over is not None  # with_overheads calibrated them
+    if over is None:
+        notes.append("no TTFT prediction: the overheads were not calibrated")
+        return out
     out = replace(out, latency_model=LatencyModelInfo(cost.status, cost.reason, cost.history,
                                                       {p.name: p.value for p in cost.parts}, over,
                                                       lat.DEFAULT_BATCH_TOKENS))
@@ -308,7 +291,7 @@ def topology_whatif(source: Source, deployment: str, tr: Trace, names: tuple[str
     # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
     seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
     out = _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas, notes,
-                ttft_intervals(source, deployment, *span))
+                reads.ttft if reads is not None else [])
     cal = out.today.ttft_calibration
     assert cal is not None  # _fill always calibrates (or says why not)
     e = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine, cal.p99.ratio or 1.0)
