@@ -13,10 +13,14 @@ from .data.collection import ingest_gaps, scrape_gaps
 
 def recorded_gaps(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> tuple[Gap, ...]:
     """``source``: a ``Database`` or a ``Snapshot``."""
+    return gaps_of(scrape_gaps(source, deployment, t_from, t_to), ingest_gaps(source, deployment, t_from, t_to))
+
+
+def gaps_of(scrapes: list[dict], ingests: list[dict]) -> tuple[Gap, ...]:
+    """The gaps of the rows of ``scrape_gaps`` and ``ingest_gaps``, in time order."""
     out = [Gap(r["t_from"], r["t_to"], f"{r['target']}: {r['failed']} failed scrape(s) ({_short(r['error'])})")
-           for r in scrape_gaps(source, deployment, t_from, t_to)]
-    out += [Gap(r["t_from"], r["t_to"], f"{r['target'] or 'whole deployment'}: {r['reason']}")
-            for r in ingest_gaps(source, deployment, t_from, t_to)]
+           for r in scrapes]
+    out += [Gap(r["t_from"], r["t_to"], f"{r['target'] or 'whole deployment'}: {r['reason']}") for r in ingests]
     return tuple(sorted(out, key=lambda g: g.t_from))
 
 
@@ -28,5 +32,11 @@ def _short(error: str | None, limit: int = 90) -> str:
 def timeline(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
              tz: str = "UTC") -> Timeline:
     """How the time charts of a window are drawn: zone, bucket width, recorded gaps."""
-    return Timeline(tz=tz, step_s=step_s, t_from=t_from, t_to=t_to,
-                    gaps=recorded_gaps(source, deployment, t_from, t_to))
+    return timeline_of(t_from, t_to, step_s, scrape_gaps(source, deployment, t_from, t_to),
+                       ingest_gaps(source, deployment, t_from, t_to), tz)
+
+
+def timeline_of(t_from: datetime, t_to: datetime, step_s: int, scrapes: list[dict], ingests: list[dict],
+                tz: str = "UTC") -> Timeline:
+    """``timeline`` of the gap rows already read."""
+    return Timeline(tz=tz, step_s=step_s, t_from=t_from, t_to=t_to, gaps=gaps_of(scrapes, ingests))

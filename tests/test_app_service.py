@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from kvplan.app.data import store, window
+from kvplan.app.data import plan, store, window
 from kvplan.app.views.collection import topology_view
 from kvplan.app.views.runs import runs_view
 from kvplan.models.core.errors import KvplanError
@@ -369,7 +369,7 @@ def test_a_book_saved_with_the_old_current_gpus_field_still_loads(tmp_path):
     ({"configured_gpus": 16, "override": 3}, 3, "given on the command line (--gpus)"),
 ])
 def test_one_rule_decides_the_fleet_size(kwargs, gpus, origin):
-    f = store.fleet(4, **kwargs)
+    f = plan.fleet(4, **kwargs)
     assert (f.gpus, f.origin) == (gpus, origin)
 
 

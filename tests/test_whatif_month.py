@@ -125,3 +125,42 @@ def test_the_pages_month_shows_the_reports_numbers(two_months, monkeypatch):
     m = {x.label: x.value for x in t.metric}
     assert m["Infinite-capacity hit rate"] == fmt.pct(report.infinite_hit_rate)
     assert any("trace 'lmcache'" in c.value for c in t.caption)
+
+
+def test_the_report_reads_each_data_module_once(two_months, monkeypatch):
+    """The report's reads go through the data modules in one pass (``app.data.month``): once it has
+    left a module it never reads through it again, and no section reads after the load. Every
+    function of a data module that reads (its first parameter is the source) is wrapped to log its
+    module on entry; the log, with runs of the same module collapsed, holds each module once."""
+    import importlib
+    import inspect
+
+    names = ["store", "traces", "window", "sweeps", "prefill", "latency", "runs", "collection", "history", "plan",
+             "whatif", "month"]
+    log: list[str] = []
+
+    def logged(mod: str, fn):
+        def wrapper(*a, **kw):
+            log.append(mod)
+            return fn(*a, **kw)
+        return wrapper
+
+    modules = {n: importlib.import_module(f"kvplan.app.data.{n}") for n in names}
+    for n, mod in modules.items():
+        for attr, fn in list(vars(mod).items()):
+            if not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
+                continue
+            if list(inspect.signature(fn).parameters)[:1] in (["source"], ["db"]):
+                wrapped = logged(n, fn)
+                monkeypatch.setattr(mod, attr, wrapped)
+                for other in modules.values():  # the same function imported by name elsewhere
+                    if other is not mod and getattr(other, attr, None) is fn:
+                        monkeypatch.setattr(other, attr, wrapped)
+    import kvplan.app.report.data as report_data
+    monkeypatch.setattr(report_data, "load_month", modules["month"].load_month)
+    db, month, _ = two_months
+    build(db, "ab-shared", month)
+    stays = [m for i, m in enumerate(log) if i == 0 or log[i - 1] != m]
+    assert stays[0] == "month", stays  # the month's loader first: the sections read nothing of their own
+    assert len(stays) == len(set(stays)), " > ".join(stays)  # each module entered once
+    assert {"store", "traces", "window", "sweeps", "prefill", "latency", "runs", "collection"} <= set(stays), stays

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..data.store import deployment_settings
+from ...models.inputs.settings import deployment_settings
 from .common import ConfigOpt, DbOpt, open_reader, out, parse_time, refuse_overwriting, settings
 
 

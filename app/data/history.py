@@ -29,12 +29,12 @@ from ...models.cache.latency import LatencyInterval, LatencyModel, Overheads, ca
 from ...models.core.timeutil import aware_utc
 from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
 from ...models.prefill.interval import Interval
-from ...models.prefill.measurement import PrefillMeasurement
+from ...models.prefill.measurement import PrefillMeasurement, price_window
 from ...models.prefill.table import IntervalTable
 from ...models.prefill.window import MeasuredAB
 from ...sql.db import Source
 from .latency import latency_intervals
-from .prefill import DEFAULT_LOOKBACK, describe_history, measured_ab, prefill_table, price_window
+from .prefill import DEFAULT_LOOKBACK, describe_history, measured_ab, prefill_table
 from .store import DeploymentSettings, Facts, Prices, load_facts, load_pricebook
 
 

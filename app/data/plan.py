@@ -26,9 +26,31 @@ from ...models.prefill.table import IntervalTable
 from ...sql.db import Source
 from .history import History, load_history
 from .prefill import prefill_table
-from .store import DeploymentSettings, Facts, Fleet, Prices, deployments_with_data, fleet
+from .store import DeploymentSettings, Facts, Prices, deployments_with_data
 from .sweeps import SweepPair, latest_sweep_pair
 from .window import Window, check_model, daily_requests, engines_in_window, load_window, peak_running_per_engine
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """How many GPUs serve a deployment, and which setting said so."""
+
+    gpus: int
+    gpus_per_engine: int
+    origin: str
+
+
+def fleet(engines_seen: int, *, configured_gpus: int | None = None, gpus_per_engine: int = 1,
+          override: int | None = None, config_key: str = "deployments.N.gpus") -> Fleet:
+    """The one rule for a deployment's GPU count, used by the CLI, the pages, the report and
+    the nightly job: a one-off ``override`` (``kvplan plan --gpus``), else the config's
+    ``deployments[].gpus``, else the vLLM engines seen in the window x GPUs per engine."""
+    if override is not None:
+        return Fleet(override, gpus_per_engine, "given on the command line (--gpus)")
+    if configured_gpus is not None:
+        return Fleet(configured_gpus, gpus_per_engine, f"config {config_key}")
+    return Fleet(max(engines_seen, 1) * gpus_per_engine, gpus_per_engine,
+                 f"vLLM engines seen in the window ({engines_seen}) x {gpus_per_engine} GPU(s) per engine")
 
 
 @dataclass(frozen=True)

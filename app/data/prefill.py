@@ -32,9 +32,9 @@ from ...models.metrics.spans import plan_spans
 from ...models.metrics.spellings import cached_rule
 from ...models.prefill.fit import PrefillCostModel, fit_prefill_cost
 from ...models.prefill.interval import Interval
-from ...models.prefill.measurement import PrefillMeasurement, measurement_from_window
+from ...models.prefill.measurement import PrefillMeasurement, price_window
 from ...models.prefill.table import IntervalTable, seq_sum
-from ...models.prefill.window import MeasuredAB, PricedWindow
+from ...models.prefill.window import MeasuredAB
 from ...sql.db import Source, queries, remember
 
 DEFAULT_LOOKBACK = timedelta(days=7)
@@ -276,13 +276,3 @@ def measurement_of(db: Source, deployment: str, t_from: datetime, t_to: datetime
     else:
         ivs = prefill_table(db, deployment, t_from, t_to, model_name, chunk_tokens=facts.lmcache_chunk_tokens)
     return price_window(ivs, t_from, t_to, cost, facts=facts, stats=stats, num_gpus=num_gpus, measured=measured)
-
-
-def price_window(ivs: IntervalTable, t_from: datetime, t_to: datetime, cost: PrefillCostModel, *,
-                 facts: DeploymentFacts, stats: Any = None, num_gpus: int | None = None,
-                 measured: MeasuredAB | None = None) -> PrefillMeasurement:
-    """The measurement of [t_from, t_to] from its intervals (already read), priced with ``cost``."""
-    window = PricedWindow.from_intervals(ivs, t_from=_epoch(t_from), t_to=_epoch(t_to))
-    engines = max(1, num_gpus // facts.gpus_per_engine) if num_gpus else None
-    return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=measured,
-                                   engines=engines)

@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import TYPE_CHECKING
 
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import DAY, aware_utc, month_start, next_month
 from ...models.inputs.deployment import DeploymentFacts
 from ...models.inputs.planning import PlanningInputs, prices_from_table
 from ...models.inputs.pricebook import PriceBook
+from ...models.inputs.settings import DeploymentSettings as DeploymentSettings
+from ...models.inputs.settings import deployment_settings as deployment_settings
 from ...models.metrics.spans import as_instant
 from ...sql.db import Database, Source
-
-if TYPE_CHECKING:
-    from ...models.inputs.settings import Settings
 
 
 def deployments_with_data(source: Source) -> list[dict]:
@@ -130,29 +128,6 @@ def save_facts(db: Database, deployment: str, values: dict) -> DeploymentFacts:
     return facts
 
 
-# -- the fleet ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Fleet:
-    """How many GPUs serve a deployment, and which setting said so."""
-
-    gpus: int
-    gpus_per_engine: int
-    origin: str
-
-
-def fleet(engines_seen: int, *, configured_gpus: int | None = None, gpus_per_engine: int = 1,
-          override: int | None = None, config_key: str = "deployments.N.gpus") -> Fleet:
-    """The one rule for a deployment's GPU count, used by the CLI, the pages, the report and
-    the nightly job: a one-off ``override`` (``kvplan plan --gpus``), else the config's
-    ``deployments[].gpus``, else the vLLM engines seen in the window x GPUs per engine."""
-    if override is not None:
-        return Fleet(override, gpus_per_engine, "given on the command line (--gpus)")
-    if configured_gpus is not None:
-        return Fleet(configured_gpus, gpus_per_engine, f"config {config_key}")
-    return Fleet(max(engines_seen, 1) * gpus_per_engine, gpus_per_engine,
-                 f"vLLM engines seen in the window ({engines_seen}) x {gpus_per_engine} GPU(s) per engine")
-
-
 # -- windows of a month ---------------------------------------------------------------------------
 def month_window(source: Source, deployment: str, month: str) -> tuple[datetime, datetime]:
     """[first, last] data point of ``deployment`` inside the UTC month 'YYYY-MM' (aware UTC).
@@ -195,35 +170,6 @@ def rollup_gauges_day(db: Database, deployment: str, day: date | datetime) -> in
         Database.run(con, "delete_gauge_rollups_day", deployment_id=row[0], day=d0)
         Database.run(con, "rollup_gauges_day", deployment_id=row[0], t_from=d0, t_to=d0 + DAY)
         return Database.scalar(con, "count_gauge_rollups_day", deployment_id=row[0], day=d0)
-
-
-@dataclass(frozen=True)
-class DeploymentSettings:
-    """What the config file says about one deployment that the metrics cannot know. Read
-    once (``deployment_settings``) and handed to every plan: CLI, pages, report, nightly job.
-    Facts saved on the dashboard override ``facts`` (``load_facts``)."""
-
-    configured_gpus: int | None = None
-    prices: dict | None = None
-    config_key: str = "deployments.N.gpus"
-    facts: DeploymentFacts = DeploymentFacts()
-    facts_origin: str = "defaults (1 GPU per engine; FLOP estimators off)"
-
-    @property
-    def gpus_per_engine(self) -> int:
-        return self.facts.gpus_per_engine
-
-
-def deployment_settings(settings: Settings | None, deployment: str) -> DeploymentSettings:
-    """The ``DeploymentSettings`` of ``deployment`` in a loaded ``kvplan.models.inputs.settings.Settings``
-    (defaults when the config does not list it)."""
-    prices = dict(settings.prices) if settings is not None and settings.prices else None
-    deps = list(settings.deployments) if settings is not None else []
-    for i, d in enumerate(deps):
-        if d.name == deployment:
-            return DeploymentSettings(d.gpus, prices, f"deployments.{i}.gpus", d.deployment_facts(),
-                                      f"config deployments.{i}" + (".facts" if d.facts else ".gpus_per_engine"))
-    return DeploymentSettings(prices=prices)
 
 
 def deployment_names(source: Source) -> list[str]:

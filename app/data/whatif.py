@@ -19,33 +19,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from ...collectors.traces.ingest import TraceInfo, load_trace
-from ...collectors.traces.parse import TraceError
+from ...collectors.traces.ingest import TraceInfo
 from ...models.cache.calibration import MeasuredInterval
 from ...models.cache.sim import Trace
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import from_epoch_s, month_start, next_month
 from ...models.core.vocabulary import ROUTINGS, Routing
-from ...models.metrics import catalog as c
-from ...models.metrics import window as mw
 from ...models.prefill.savings import estimate_savings
 from ...sql.db import Database, Snapshot, Source
 from .history import History, load_history
 from .latency import l1_capacity_bytes, ttft_intervals
 from .plan import window_measurement
 from .store import DeploymentSettings, Prices, load_pricebook
-from .traces import trace_span, traces_of
-from .window import Window, engines_in_window, load_window
+from .traces import load_trace_window, month_trace, topology_span, trace_span, trace_times, traces_of, unix_span
+from .window import engines_in_window, load_window, measured_of
 
 DEFAULT_RANKS = 8
 DEFAULT_POINTS = 30
-SPAN_MARGIN_S = 10.0
-"""The measured span is the trace's first to last request, widened by this much each side (the
-requests' completions and the scrapes after them)."""
-
-
 @dataclass(frozen=True)
 class WhatIfQuery:
     """What to replay and how: ``kvplan whatif``'s options, the page's form, the report's month.
@@ -127,87 +119,14 @@ class WhatIfInputs:
     """None when the TTFT half is not asked for or the trace's times are not unix times."""
 
 
-def unix_span(t0: float, t1: float) -> bool:
-    """True when [t0, t1] are unix times (a Mooncake trace starts at 0) spanning a second or more."""
-    return t1 - t0 >= 1 and t0 >= 10**8
-
-
-def topology_span(tr: Trace, t_from: datetime | None, t_to: datetime | None) -> tuple[datetime, datetime] | None:
-    """The span the deployment is measured over: the window, else the trace's first to last
-    request widened by ``SPAN_MARGIN_S``; None when the trace's times are not unix times."""
-    if t_from is not None and t_to is not None:
-        return t_from, t_to
-    if tr.ts is None or not tr.requests or float(tr.ts[0]) < 1e8:  # not unix times (Mooncake)
-        return None
-    return from_epoch_s(float(tr.ts[0]) - SPAN_MARGIN_S), from_epoch_s(float(tr.ts[-1]) + SPAN_MARGIN_S)
-
-
-def measured_of(w: Window, engines: int) -> dict[str, Any]:
-    """What the deployment measured over a loaded window: hit rate, requests, TTFT mean, p50, p99
-    (and its bucket), the TTFT bounds, and its ``engines`` (vLLM engines with data in it)."""
-    rows = list(w.rows)
-    n = mw.total(rows, c.count_name(c.TTFT))
-    s = mw.total(rows, c.sum_name(c.TTFT))
-    st = w.stats
-    buckets = mw.histogram_buckets(rows, c.TTFT)
-    return {
-        "hit_rate": st.lmcache_lookup_hit_rate, "requests": n,
-        "ttft_mean_s": (s / n) if n and s is not None else None,  # no TTFT sum in the window: unknown
-        "ttft_p50_s": st.ttft_p50_s, "ttft_p99_s": st.ttft_p99_s,
-        "ttft_p99_bucket_s": ([st.ttft_p99.lower, st.ttft_p99.upper] if st.ttft_p99 is not None else None),
-        "ttft_bounds": sorted({le for le, _ in buckets}),
-        "engines": engines,
-    }
-
-
 def load_query_trace(source: Database | Snapshot, deployment: str,
                      q: WhatIfQuery) -> tuple[Trace, TraceInfo, list[str]]:
-    """The query's trace, in its window when one is given and the trace's times are unix times
-    (read through ``source.read()``: a snapshot's own connection), and the notes reading it left.
-    ``TraceError`` when it holds no request."""
-    db = cast(Database, source)  # load_trace reads through read(), which a Snapshot has too
-    notes: list[str] = []
-    if q.t_from is None or q.t_to is None:
-        tr, info = load_trace(db, deployment, q.trace, model_name=q.model_name)
-    else:
-        tr, info = load_trace(db, deployment, q.trace, model_name=q.model_name, t_from=q.t_from.timestamp(),
-                              t_to=q.t_to.timestamp())
-        if info.format == "mooncake":
-            notes.append("a Mooncake trace's times start at 0: the window does not apply to it")
-            tr, info = load_trace(db, deployment, q.trace, model_name=q.model_name)
-        elif not tr.requests:
-            raise TraceError(f"trace {info.name!r} of {deployment!r} has no request in "
-                             f"{q.t_from.isoformat()} .. {q.t_to.isoformat()}", source="--from/--to")
-    if not tr.requests:
-        raise TraceError(f"trace {info.name!r} of {deployment!r} holds no request (an import that stopped "
-                         "early?): nothing to replay", source="trace")
-    return tr, info, notes
-
-
-def trace_times(tr: Trace) -> tuple[float, float] | None:
-    """The trace's first and last request time, when it carries them."""
-    return (float(tr.ts[0]), float(tr.ts[-1])) if tr.ts is not None and tr.requests else None
-
-
-def month_trace(rows: list[dict], deployment: str, month: str) -> str:
-    """The trace the month's what-if replays: the newest with a request in the month, else the
-    newest whose times are not unix times (Mooncake's: replayed whole). ``TraceError`` when none."""
-    q = WhatIfQuery.month(month)
-    lo, hi = q.t_from.timestamp() if q.t_from else 0.0, q.t_to.timestamp() if q.t_to else 0.0
-    if not rows:
-        raise TraceError(f"deployment {deployment!r} has no trace: run `kvplan import-trace` first", source="trace")
-    timed = [r for r in rows if r["first_ts"] is not None and r["last_ts"] is not None and r["last_ts"] >= 1e8]
-    inside = [r for r in timed if r["first_ts"] < hi and r["last_ts"] >= lo]
-    timeless = [r for r in rows if r not in timed and r["requests"]]
-    picks = inside or timeless
-    if not picks:
-        raise TraceError(f"no trace of {deployment!r} has a request in {month} (its traces: "
-                         + ", ".join(f"{r['name']!r}" for r in rows) + ")", source="--month")
-    return str(picks[0]["name"])
+    """``traces.load_trace_window`` of the query's trace and window."""
+    return load_trace_window(source, deployment, q.trace, q.model_name, q.t_from, q.t_to)
 
 
 def month_trace_of(source: Source, deployment: str, month: str) -> str:
-    """``month_trace`` of the deployment's stored traces."""
+    """``traces.month_trace`` of the deployment's stored traces."""
     return month_trace(traces_of(source, deployment), deployment, month)
 
 

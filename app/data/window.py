@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import Any
 
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
+from ...models.metrics import catalog as c
+from ...models.metrics import window as mw
 from ...models.metrics.catalog import CHART_NAMES, GAUGE_LABELS, NOTE_GAUGES, RUNNING, TTFT, count_name
 from ...models.metrics.spans import Spans, as_instant, chart_step, longest_run, plan_spans
 from ...models.metrics.spellings import CACHED_DAY, CACHED_RULE_NAMES, cached_of_interval_rows, stretch_answer
@@ -351,3 +354,21 @@ def daily_requests(source: Source, deployment: str, first_ts: datetime, t_to: da
 def model_names(source: Source, deployment: str) -> list[str]:
     """The ``model_name`` values the deployment's series carry."""
     return [r["model_name"] for r in source.fetch("models", deployment=deployment)]
+
+
+def measured_of(w: Window, engines: int) -> dict[str, Any]:
+    """What the deployment measured over a loaded window: hit rate, requests, TTFT mean, p50, p99
+    (and its bucket), the TTFT bounds, and its ``engines`` (vLLM engines with data in it)."""
+    rows = list(w.rows)
+    n = mw.total(rows, c.count_name(c.TTFT))
+    s = mw.total(rows, c.sum_name(c.TTFT))
+    st = w.stats
+    buckets = mw.histogram_buckets(rows, c.TTFT)
+    return {
+        "hit_rate": st.lmcache_lookup_hit_rate, "requests": n,
+        "ttft_mean_s": (s / n) if n and s is not None else None,  # no TTFT sum in the window: unknown
+        "ttft_p50_s": st.ttft_p50_s, "ttft_p99_s": st.ttft_p99_s,
+        "ttft_p99_bucket_s": ([st.ttft_p99.lower, st.ttft_p99.upper] if st.ttft_p99 is not None else None),
+        "ttft_bounds": sorted({le for le, _ in buckets}),
+        "engines": engines,
+    }

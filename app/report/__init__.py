@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...models.core.errors import KvplanError
+from ...models.inputs.settings import DeploymentSettings, deployment_settings
 from ...sql.db import Database
-from ..data.store import DeploymentSettings, deployment_settings
 from .data import ReportData, build
 
 if TYPE_CHECKING:

@@ -6,26 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ...collectors.traces.parse import TraceError
-from ...models.core.errors import KvplanError
-from ...models.core.timeutil import month_start, next_month
 from ...models.metrics.runs import is_cpu_scale
-from ...models.metrics.serving import ServingTopology
+from ...models.metrics.serving import ServingTopology, serving_topology
 from ...models.metrics.spans import chart_step
 from ...sql.db import Database, queries
 from ..charts import Timeline
-from ..data.collection import provenance
-from ..data.history import load_history
-from ..data.store import DeploymentSettings, month_window
+from ..data.month import load_month
+from ..data.plan import plan_of
+from ..data.store import DeploymentSettings
 from ..data.sweeps import SweepView, sweep_view_of
-from ..data.window import load_window, window_buckets
-from ..gaps import timeline
-from ..views.cache import CacheView, cache_view
-from ..views.collection import CollectionView, collection_view, topology_view
-from ..views.latency import LatencyView, latency_view
-from ..views.overview import Overview, overview
-from ..views.runs import RunsView, runs_view
-from ..views.whatif import WhatIf, month_whatif
+from ..gaps import timeline_of
+from ..views.cache import CacheView, cache_of
+from ..views.collection import CollectionView, collection_of
+from ..views.latency import LatencyView, latency_of
+from ..views.overview import Overview, overview_of
+from ..views.runs import RunsView
+from ..views.whatif import WhatIf, whatif_of
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
                 "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
@@ -91,10 +87,11 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
     """The report's data for one deployment and UTC month ('YYYY-MM'): every figure reads the
     whole UTC month, as ``kvplan stats``/``plan`` and the Overview over that month do (a series
     born inside the month counts what it added since its ``_created``, before the first scrape
-    too); the time charts span the data inside it (its first to its last data point). Read
-    through one connection (every section sees the same data), the deployment's history read
-    and its cost model fitted once (the plan and the what-if share them). ``KvplanError`` when
-    the month holds no data."""
+    too); the time charts span the data inside it (its first to its last data point). Read once,
+    through one connection (``app.data.month.load_month``: every section sees the same data, the
+    history read and its cost model fitted once), then every section computed from what was read
+    by the same functions the pages call after their own reads. ``KvplanError`` when the month
+    holds no data."""
     from .whatif import no_trace_section
     from .whatif import render_section as render_whatif
 
@@ -103,37 +100,25 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
         from .prompts import render_section
         prompts_html = render_section(prompts_check)
     with db.snapshot() as src:
-        d_from, d_to = month_window(src, deployment, month)  # the data inside the month: the charts
-        t_from = month_start(month, "--month")
-        t_to = next_month(t_from)
-        step = max(600, int((d_to - d_from).total_seconds() // 60))
-        win = load_window(src, deployment, t_from, t_to, model_name)
-        buckets = window_buckets(src, deployment, d_from, d_to, step, model_name)
-        if not win.rows:
-            raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
-                              + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
-        history = load_history(src, deployment, t_to, t_from=t_from, model_name=model_name, cfg=cfg)
-        ov = overview(src, deployment, t_from, t_to, model_name, cfg=cfg, win=win, history=history)
-        wi: WhatIf | None = None
-        try:
-            wi = month_whatif(src, deployment, month, cfg=cfg, history=history)
-            whatif_html = render_whatif(wi)
-        except TraceError as e:
-            whatif_html = no_trace_section(e.message)
-        runs = runs_view(src, deployment)
-        prov = provenance(src, deployment, t_from, t_to)
-        return ReportData(
-            deployment=deployment, month=month, model_name=model_name, t_from=t_from, t_to=t_to, overview=ov,
-            cache=cache_view(src, deployment, d_from, d_to, step, model_name, win=win, buckets=buckets),
-            latency=latency_view(src, deployment, d_from, d_to, step, model_name,
-                                 slo_s=ov.plan.inputs.planning.ttft_p99_slo_seconds,
-                                 tpot_slo_s=ov.plan.inputs.planning.tpot_p99_slo_seconds, win=win, buckets=buckets),
-            runs=runs, topology=topology_view(src, deployment, t_from, t_to),
-            collection=collection_view(src, deployment, t_from, t_to),
-            scrape_counts=prov.scrape_counts, ledger=prov.ledger,
-            measured_on=measured_on or measured_on_default(runs), whatif=wi, whatif_html=whatif_html,
-            prompts_html=prompts_html,
-            sweep=sweep_view_of(ov.sweep, ov.plan.inputs.planning.ttft_p99_slo_seconds,
-                                ov.plan.inputs.planning.tpot_p99_slo_seconds),
-            timeline=timeline(src, deployment, d_from, d_to, chart_step(d_from, d_to, step)),
-            data_from=d_from, data_to=d_to)
+        m = load_month(src, deployment, month, model_name=model_name, cfg=cfg)
+    ov = overview_of(m.window, plan_of(m.window, m.history, m.plan), [])
+    wi: WhatIf | None = None
+    if m.whatif is not None:
+        wi = whatif_of(deployment, m.whatif_query, m.whatif)
+        whatif_html = render_whatif(wi)
+    else:
+        whatif_html = no_trace_section(m.no_trace or "no trace")
+    planning = ov.plan.inputs.planning
+    d_from, d_to, step = m.data_from, m.data_to, m.step_s
+    return ReportData(
+        deployment=deployment, month=month, model_name=model_name, t_from=m.t_from, t_to=m.t_to, overview=ov,
+        cache=cache_of(m.window, m.buckets, m.gauges, m.runs.runs, d_from, d_to, step),
+        latency=latency_of(m.window, m.buckets, planning.ttft_p99_slo_seconds, planning.tpot_p99_slo_seconds,
+                           d_from, d_to, step),
+        runs=m.runs, topology=serving_topology(m.topology_rows), collection=collection_of(m.collection),
+        scrape_counts=m.provenance.scrape_counts, ledger=m.provenance.ledger,
+        measured_on=measured_on or measured_on_default(m.runs), whatif=wi, whatif_html=whatif_html,
+        prompts_html=prompts_html,
+        sweep=sweep_view_of(ov.sweep, planning.ttft_p99_slo_seconds, planning.tpot_p99_slo_seconds),
+        timeline=timeline_of(d_from, d_to, chart_step(d_from, d_to, step), m.scrape_gaps, m.ingest_gaps),
+        data_from=d_from, data_to=d_to)

@@ -59,10 +59,18 @@ def cache_view(source: Source, deployment: str, t_from: datetime, t_to: datetime
     win = win or load_window(source, deployment, t_from, t_to, model_name)
     if buckets is None:
         buckets = window_buckets(source, deployment, t_from, t_to, step_s, model_name)
+    return cache_of(win, buckets, gauge_points(source, deployment, t_from, t_to, step_s, model_name),
+                    runs_view(source, deployment).runs, t_from, t_to, step_s)
+
+
+def cache_of(win: Window, buckets: list[TimeBucket], gauge_rows: list[dict], runs: list[dict], t_from: datetime,
+             t_to: datetime, step_s: int) -> CacheView:
+    """The Cache page of what it reads (the window, its buckets, the gauge points over [t_from,
+    t_to], the workload runs): no read here."""
     cached_pts = [{"bucket": b.start, "source": src, "tokens": v}
                   for b in buckets for src, v in sorted(b.stats().cached_tokens_by_tier.items())]
     gauges = [{"bucket": g["bucket"], "name": g["name"], "gauge": GAUGE_LABELS.get(g["name"], g["name"]),
                "series": series_label(g), "mean": g["mean"], "max": g["max"], "last": g["last"]}
-              for g in gauge_points(source, deployment, t_from, t_to, step_s, model_name)]
+              for g in gauge_rows]
     return CacheView(win, tiers(win.stats, list(win.rows)), tier_points(buckets), cached_pts, gauges,
-                     runs_view(source, deployment).runs, chart_step(t_from, t_to, step_s))
+                     runs, chart_step(t_from, t_to, step_s))

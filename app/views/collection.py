@@ -7,7 +7,7 @@ from datetime import datetime
 
 from ...models.metrics.serving import ServingTopology, serving_topology
 from ...sql.db import Source
-from ..data.collection import collection_rows, topology_rows
+from ..data.collection import CollectionRows, collection_rows, topology_rows
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,11 @@ class CollectionView:
 
 
 def collection_view(source: Source, deployment: str, t_from: datetime, t_to: datetime) -> CollectionView:
-    r = collection_rows(source, deployment, t_from, t_to)
+    return collection_of(collection_rows(source, deployment, t_from, t_to))
+
+
+def collection_of(r: CollectionRows) -> CollectionView:
+    """The Collection page of its rows: no read here."""
     return CollectionView(targets=r.targets, recent_errors=r.recent_errors, failed_scrapes=r.failed_scrapes,
                           scheduler_runs=r.scheduler_runs, gaps=r.gaps, nightly=r.nightly, rolled_days=r.rolled_days)
 

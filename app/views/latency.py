@@ -60,9 +60,15 @@ def latency_view(source: Source, deployment: str, t_from: datetime, t_to: dateti
         planning = load_pricebook(source, deployment, prices).planning
         slo_s = planning.ttft_p99_slo_seconds if slo_s is None else slo_s
         tpot_slo_s = planning.tpot_p99_slo_seconds if tpot_slo_s is None else tpot_slo_s
-    qs, means = latency_quantiles(win.rows)
     if buckets is None:
         buckets = window_buckets(source, deployment, t_from, t_to, step_s, model_name)
+    return latency_of(win, buckets, slo_s, tpot_slo_s, t_from, t_to, step_s)
+
+
+def latency_of(win: Window, buckets: list[TimeBucket], slo_s: float, tpot_slo_s: float, t_from: datetime,
+               t_to: datetime, step_s: int) -> LatencyView:
+    """The Latency page of a loaded window and its buckets at the given SLOs: no read here."""
+    qs, means = latency_quantiles(win.rows)
     points = latency_points(buckets)
     return LatencyView(win, slo_attainment(win.rows, slo_s), tpot_slo_attainment(win.rows, tpot_slo_s), qs, means,
                        points, inf_warnings(qs, points), chart_step(t_from, t_to, step_s))

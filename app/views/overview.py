@@ -9,11 +9,11 @@ from ...models.decision.plan import PlanResult
 from ...models.metrics.slo import Slo, slo_attainment
 from ...sql.db import Source
 from ..data.history import History
-from ..data.plan import history_for, plan_window
+from ..data.plan import PlannedWindow, history_for, plan_window
 from ..data.points import latency_points, tier_points
 from ..data.store import DeploymentSettings, Facts
 from ..data.sweeps import SweepPair
-from ..data.window import Window, load_window, load_window_and_buckets, window_buckets
+from ..data.window import TimeBucket, Window, load_window, load_window_and_buckets, window_buckets
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,11 @@ def overview(source: Source, deployment: str, t_from: datetime, t_to: datetime, 
     else:
         win = win or load_window(source, deployment, t_from, t_to, model_name)
         buckets = window_buckets(source, deployment, t_from, t_to, step_s, model_name) if step_s else []
-    pw = plan_window(source, win, history or history_for(source, win, cfg))
+    return overview_of(win, plan_window(source, win, history or history_for(source, win, cfg)), buckets)
+
+
+def overview_of(win: Window, pw: PlannedWindow, buckets: list[TimeBucket]) -> Overview:
+    """The Overview of a loaded window, its plan and its time buckets (reads nothing)."""
     return Overview(win, pw.plan, pw.prices.origin, pw.fleet.gpus, pw.fleet.origin,
                     slo_attainment(win.rows, pw.plan.inputs.planning.ttft_p99_slo_seconds), pw.facts,
                     pw.sweep, tier_points(buckets), latency_points(buckets))

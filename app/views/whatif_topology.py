@@ -40,7 +40,8 @@ from ...models.metrics.window import bucket_quantile
 from ...models.prefill.fit import CostStatus
 from ..answers import Answer
 from ..data.history import History
-from ..data.whatif import SPAN_MARGIN_S, TopologyReads, topology_span
+from ..data.traces import SPAN_MARGIN_S, topology_span
+from ..data.whatif import TopologyReads
 
 MAX_LATENCY_REQUESTS = 20_000
 """The TTFT pass replays at most this many requests of the window (the first ones in time): the

@@ -21,6 +21,7 @@ in app/config.py.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -283,3 +284,36 @@ class Settings(BaseModel):
     def deployment(self, name: str) -> DeploymentConfig | None:
         return next((d for d in self.deployments if d.name == name), None)
 
+
+@dataclass(frozen=True)
+class DeploymentSettings:
+    """What the config file says about one deployment that the metrics cannot know. Read
+    once (``deployment_settings``) and handed to every plan: CLI, pages, report, nightly job.
+    Facts saved on the dashboard override ``facts`` (``load_facts``)."""
+
+    configured_gpus: int | None = None
+    """``deployments[].gpus``: the fleet's GPUs, when the config gives them."""
+    prices: dict[str, Any] | None = None
+    """The config's ``[prices]`` table (price-book and planning fields), None when it has none."""
+    config_key: str = "deployments.N.gpus"
+    """The config key that set ``configured_gpus`` (named in the plan's assumptions)."""
+    facts: DeploymentFacts = DeploymentFacts()
+    """The config's ``[deployments.facts]`` (or its parallelism), else the defaults."""
+    facts_origin: str = "defaults (1 GPU per engine; FLOP estimators off)"
+    """Where ``facts`` came from."""
+
+    @property
+    def gpus_per_engine(self) -> int:
+        return self.facts.gpus_per_engine
+
+
+def deployment_settings(settings: Settings | None, deployment: str) -> DeploymentSettings:
+    """The ``DeploymentSettings`` of ``deployment`` in a loaded ``kvplan.models.inputs.settings.Settings``
+    (defaults when the config does not list it)."""
+    prices = dict(settings.prices) if settings is not None and settings.prices else None
+    deps = list(settings.deployments) if settings is not None else []
+    for i, d in enumerate(deps):
+        if d.name == deployment:
+            return DeploymentSettings(d.gpus, prices, f"deployments.{i}.gpus", d.deployment_facts(),
+                                      f"config deployments.{i}" + (".facts" if d.facts else ".gpus_per_engine"))
+    return DeploymentSettings(prices=prices)

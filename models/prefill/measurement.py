@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from ..core.timeutil import aware_utc
 from ..core.vocabulary import PricedTier
 from .fit import PrefillCostModel
+from .table import IntervalTable
 from .window import MeasuredAB, PricedWindow
+
+if TYPE_CHECKING:
+    from ..inputs.deployment import DeploymentFacts
 
 DEFAULT_PREFILL_MFU = 0.4
 """Assumed model-FLOPs utilisation of prefill (compute-bound; 30-60 % is typical)."""
@@ -296,3 +302,14 @@ def measurement_from_window(window: PricedWindow, cost_model: PrefillCostModel |
         transferred_cached_tokens=window.external_cached,
         cost_model=cost_model, window=window, measured_ab=measured_ab,
         priced_tier=PricedTier.LMCACHE if lmcache else PricedTier.ALL)
+
+
+def price_window(ivs: IntervalTable, t_from: datetime, t_to: datetime, cost: PrefillCostModel | None, *,
+                 facts: DeploymentFacts, stats: Any = None, num_gpus: int | None = None,
+                 measured: MeasuredAB | None = None) -> PrefillMeasurement:
+    """The measurement of [t_from, t_to] (aware or naive UTC) from its prefill intervals, priced
+    with ``cost`` (``measurement_from_window``); ``num_gpus`` (the fleet) sets the engines."""
+    window = PricedWindow.from_intervals(ivs, t_from=aware_utc(t_from).timestamp(), t_to=aware_utc(t_to).timestamp())
+    engines = max(1, num_gpus // facts.gpus_per_engine) if num_gpus else None
+    return measurement_from_window(window, cost, facts=facts, stats=stats, measured_ab=measured,
+                                   engines=engines)

@@ -16,9 +16,13 @@ class Mismatch:
     where: str
     """``file:line``."""
     prompt_tokens_predicted: int
+    """The prompt's length as the check tokenized it."""
     prompt_tokens_measured: int | None
+    """The engine's ``usage.prompt_tokens`` (None: not logged)."""
     cached_predicted: int
+    """Predicted cached tokens."""
     cached_measured: int
+    """The engine's ``usage.prompt_tokens_details.cached_tokens``."""
     miss_reason: str
     """The predicted miss reason of that request (``models.prompts.reasons``)."""
 
@@ -41,8 +45,11 @@ class Comparison:
     measured_prompt_tokens: int = 0
     """Their prompt tokens as the engine reported (the predicted length where it did not)."""
     cached_predicted: int = 0
+    """Predicted cached tokens of the measured requests."""
     cached_measured: int = 0
+    """Their cached tokens as the engine reported."""
     mismatches: list[Mismatch] = field(default_factory=list)
+    """The first ``MAX_MISMATCHES`` requests whose prediction differs from the measurement."""
 
     def add(self, where: str, prompt_tokens: int, cached: int, measured_prompt: int | None,
             measured_cached: int | None, miss_reason: str) -> None:
