@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.errors import KvplanError
 from ..core.vocabulary import ROUTINGS, Routing
-from .sim import Curve, Trace, lru_curve, prev_next
+from .sim import Curve, Trace, lru_curve, previous_reference
 
 AFFINITY_MIN_MATCH = 0.5
 """Prefix affinity follows the earlier rank only when the seen prefix covers at least this
@@ -40,7 +40,7 @@ def route(trace: Trace, ranks: int, policy: str = "round_robin", seed: int = 0) 
         return np.arange(R, dtype=np.int64) % ranks
     req = np.repeat(np.arange(R, dtype=np.int64), lengths)
     start = trace.offsets[:-1]
-    prev, _ = prev_next(trace.chunk_ids)
+    prev = previous_reference(trace.chunk_ids)
     seen_before = (prev >= 0) & (prev < start[req])
     # Leading chunks seen before: position of the first unseen chunk in each request.
     broken = np.where(~seen_before, np.arange(T) - start[req], lengths[req])
