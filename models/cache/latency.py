@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -247,105 +246,128 @@ class Stream:
 
 
 def simulate(s: Stream, m: LatencyModel) -> np.ndarray:
-    """TTFT of every request, seconds (module doc)."""
+    """TTFT of every request, seconds (module doc). Each engine runs on its own (``_run_engine``)."""
     ttft = np.full(len(s.arrival), np.nan)
+    arrival = np.asarray(s.arrival, float)
+    hit = np.asarray(s.hit, float)
+    prompt = np.asarray(s.prompt, float)
+    full = np.asarray(s.full, float)
+    out = (np.asarray(s.output_tokens).astype(np.int64) if s.output_tokens is not None
+           else np.full(len(arrival), int(m.output_tokens), dtype=np.int64))
+    engine = np.asarray(s.engine)
+    # Each engine's requests, in request order (ties in the heaps break by request index).
+    by_engine = np.argsort(engine, kind="stable")
+    bounds = np.searchsorted(engine[by_engine], np.arange(s.engines + 1), side="left")
     for e in range(s.engines):
-        idx = np.flatnonzero(s.engine == e)
-        _Engine(s, m, ttft).run(idx[np.argsort(s.arrival[idx], kind="stable")])
+        idx = by_engine[bounds[e]:bounds[e + 1]]
+        if len(idx):
+            ttft[idx] = _run_engine(arrival[idx], hit[idx], prompt[idx], full[idx], out[idx], m)
     return ttft
 
 
-@dataclass
-class _Engine:
-    s: Stream
-    m: LatencyModel
-    ttft: np.ndarray
-    t: float = -math.inf
-    step: int = 0
-    lookups: list[tuple[float, int]] = field(default_factory=list)
-    """Heap of (when the lookup ends, request)."""
-    loads: list[tuple[float, int]] = field(default_factory=list)
-    """Heap of (when the load of the hit tokens ends, request)."""
-    ready: deque[int] = field(default_factory=deque)
-    """Requests whose prefill can run, in arrival order."""
-    done: dict[int, int] = field(default_factory=dict)
-    """Prompt tokens computed so far per request (a long prefill spans steps)."""
-    decoding: list[int] = field(default_factory=list)
-    """Heap of the step at which each decoding request ends."""
-
-    def run(self, requests: np.ndarray) -> None:
-        order: list[int] = requests.tolist()
-        k = 0
-        while k < len(order) or self.lookups or self.loads or self.ready or self.decoding:
-            k = self._see(order, k)
-            if not self.ready:
-                nxt = min([math.inf] + [h[0][0] for h in (self.lookups, self.loads) if h]
-                          + ([float(self.s.arrival[order[k]])] if k < len(order) else []))
-                if not self.decoding:
-                    self.t = max(self.t, nxt)
-                    continue
-                d = max(self.m.decode_step_s, 1e-9)  # decode-only steps, up to the next event
-                jump = self.decoding[0] - self.step  # to the next decode's end, or the next event's step
-                if math.isfinite(nxt):
-                    jump = min(jump, max(1, math.ceil((nxt - self.t) / d)))
-                self.t += jump * d
-                self.step += jump
+def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: np.ndarray, out: np.ndarray,
+                m: LatencyModel) -> np.ndarray:
+    """One engine's scheduler steps (module doc) over its requests (given in request order), their
+    TTFTs. One flat loop over Python floats and lists: it runs once per step or event, so every
+    attribute look-up and call it saves is paid back a million times on a fleet's trace. The
+    arithmetic is the step rule's, operation for operation (the same floats come out)."""
+    n = len(arrival)
+    arr: list[float] = arrival.tolist()
+    hitf: list[float] = hit.tolist()
+    order: list[int] = np.argsort(arrival, kind="stable").tolist()
+    # Per request, what each step adds (the same operations as the step rule, done ahead).
+    need0 = [max(1, int(p - h)) for p, h in zip(prompt.tolist(), hitf, strict=True)]
+    first_cost = [m.fixed + m.lmcache_request + m.load * h for h in hitf]
+    store_cost = [m.store * max(0.0, f - h) for f, h in zip(full.tolist(), hitf, strict=True)]
+    load_s = [m.load_s_per_hit_token * h for h in hitf]
+    outn: list[int] = out.tolist()
+    ttft = [math.nan] * n
+    done = [-1] * n  # prompt tokens computed so far; -1: its prefill has not started
+    per_token, attention, lookup_s = m.per_token, m.attention, m.lookup_s
+    decode_step_s, frontend_s = m.decode_step_s, m.frontend_s
+    batch = m.max_batch_tokens or 2**62
+    d_step = max(decode_step_s, 1e-9)
+    inf = math.inf
+    heappush, heappop, ceil, isfinite = heapq.heappush, heapq.heappop, math.ceil, math.isfinite
+    lookups: list[tuple[float, int]] = []  # (when the lookup ends, request)
+    loads: list[tuple[float, int]] = []  # (when the load of the hit tokens ends, request)
+    ready: list[int] = []  # requests whose prefill can run, in arrival order
+    decoding: list[int] = []  # heap of the step at which each decoding request ends
+    t = -inf
+    step = 0
+    k = 0
+    while k < n or lookups or loads or ready or decoding:
+        # What the scheduler sees at this boundary: arrivals start their lookups, finished lookups
+        # start their loads, finished loads make requests ready. One pass sees everything due by
+        # ``t``: each stage only feeds the later ones.
+        while k < n and arr[order[k]] <= t:
+            heappush(lookups, (t + lookup_s, order[k]))  # max(t, arrival) is t here
+            k += 1
+        while lookups and lookups[0][0] <= t:
+            i = heappop(lookups)[1]
+            load = load_s[i]
+            if load > 0:
+                heappush(loads, (t + load, i))
             else:
-                self._prefill_step()
-            while self.decoding and self.decoding[0] <= self.step:
-                heapq.heappop(self.decoding)
-
-    def _see(self, order: list[int], k: int) -> int:
-        """What the scheduler sees at this boundary (repeatedly: an idle engine sees at once)."""
-        changed = True
-        while changed:
-            changed = False
-            while k < len(order) and self.s.arrival[order[k]] <= self.t:
-                heapq.heappush(self.lookups, (max(self.t, float(self.s.arrival[order[k]])) + self.m.lookup_s,
-                                              order[k]))
-                k, changed = k + 1, True
-            while self.lookups and self.lookups[0][0] <= self.t:
-                _, i = heapq.heappop(self.lookups)
-                load = self.m.load_s_per_hit_token * float(self.s.hit[i])
-                if load > 0:
-                    heapq.heappush(self.loads, (self.t + load, i))
-                else:
-                    self.ready.append(i)
-                changed = True
-            while self.loads and self.loads[0][0] <= self.t:
-                self.ready.append(heapq.heappop(self.loads)[1])
-                changed = True
-        return k
-
-    def _prefill_step(self) -> None:
-        m, s = self.m, self.s
-        budget = (m.max_batch_tokens or 2**62) - len(self.decoding)
-        dur, finished = 0.0, []
-        for i in list(self.ready):
-            if budget <= 0:
-                break
-            hit, prompt = float(s.hit[i]), float(s.prompt[i])
-            need = max(1, int(prompt - hit)) - self.done.get(i, 0)
-            take = min(need, budget)
-            c0 = hit + self.done.get(i, 0)
-            dur += m.per_token * take + m.attention * ((c0 + take) ** 2 - c0 ** 2) / 2
-            if i not in self.done:
-                dur += m.fixed + m.lmcache_request + m.load * hit
-            self.done[i] = self.done.get(i, 0) + take
-            budget -= take
-            if take == need:
-                finished.append(i)
-                dur += m.store * max(0.0, float(s.full[i]) - hit)
-        if self.decoding:
-            dur += m.decode_step_s
-        self.t += dur
-        self.step += 1
-        for i in finished:
-            self.ready.remove(i)
-            self.ttft[i] = self.t - float(s.arrival[i]) + m.frontend_s
-            out = int(s.output_tokens[i]) if s.output_tokens is not None else m.output_tokens
-            if out > 1:
-                heapq.heappush(self.decoding, self.step + out - 1)
+                ready.append(i)
+        while loads and loads[0][0] <= t:
+            ready.append(heappop(loads)[1])
+        if not ready:
+            nxt = inf
+            if lookups and lookups[0][0] < nxt:
+                nxt = lookups[0][0]
+            if loads and loads[0][0] < nxt:
+                nxt = loads[0][0]
+            if k < n and arr[order[k]] < nxt:
+                nxt = arr[order[k]]
+            if not decoding:
+                if nxt > t:
+                    t = nxt
+                continue
+            jump = decoding[0] - step  # to the next decode's end, or the next event's step
+            if isfinite(nxt):
+                to_event = ceil((nxt - t) / d_step)
+                if to_event < 1:
+                    to_event = 1
+                if to_event < jump:
+                    jump = to_event
+            t += jump * d_step
+            step += jump
+        else:
+            # One prefill step: ready requests in arrival order up to the token budget.
+            budget = batch - len(decoding)
+            dur = 0.0
+            finished = []
+            for i in ready:
+                if budget <= 0:
+                    break
+                dn = done[i]
+                started = dn >= 0
+                if not started:
+                    dn = 0
+                need = need0[i] - dn
+                take = need if need < budget else budget
+                c0 = hitf[i] + dn
+                dur += per_token * take + attention * ((c0 + take) ** 2 - c0 ** 2) / 2
+                if not started:
+                    dur += first_cost[i]
+                done[i] = dn + take
+                budget -= take
+                if take == need:
+                    finished.append(i)
+                    dur += store_cost[i]
+            if decoding:
+                dur += decode_step_s
+            t += dur
+            step += 1
+            for i in finished:
+                ready.remove(i)
+                ttft[i] = t - arr[i] + frontend_s
+                if outn[i] > 1:
+                    heappush(decoding, step + outn[i] - 1)
+        while decoding and decoding[0] <= step:
+            heappop(decoding)
+    return np.asarray(ttft, dtype=float)
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ BLOCK = 1 << 22
 """Elements per block where a whole-trace temporary would be int64 (bounds the peak memory)."""
 
 
-def _key_order(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def key_order(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The references grouped by key, in order within a key (a stable argsort), and whether each
     sorted reference has the same key as the one before it (``same[i]``: ``order[i+1]`` and
     ``order[i]``). The key comparison runs in blocks: no int64 copy of the whole trace."""
@@ -214,7 +214,7 @@ def _key_order(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def previous_reference(keys: np.ndarray) -> np.ndarray:
     """Each reference's previous reference of the same key (-1 when none)."""
-    order, same = _key_order(keys)
+    order, same = key_order(keys)
     prev = np.full(len(keys), -1, dtype=order.dtype)
     prev[order[1:][same]] = order[:-1][same]
     return prev
@@ -285,7 +285,7 @@ def stack_distances(trace: Trace) -> Distances:
     lengths = np.diff(trace.offsets)
     req = np.repeat(np.arange(R, dtype=idx), lengths)
     starts = trace.offsets[:-1].astype(idx)
-    order, same = _key_order(keys)
+    order, same = key_order(keys)
     later, earlier = order[1:][same], order[:-1][same]
     del order, same
     prev = np.full(T, -1, dtype=idx)
