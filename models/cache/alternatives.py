@@ -140,9 +140,11 @@ class Alternative:
 
 
 def shared(trace: Trace, t: Today, capacity_chunks: int) -> Alternative:
-    """One pool of ``capacity_chunks`` on today's engines (the same requests to the same engines)."""
-    return Alternative(Topology.SHARED, None, t.engines, int(capacity_chunks), hits(trace, None, 1, capacity_chunks),
-                       t.engine_of, t.engines)
+    """One pool of ``capacity_chunks`` on today's engines (the same requests to the same engines).
+    When today is one pool of that size its replay is this one's: its hits are taken as they are."""
+    same = t.instances == 1 and max(1, t.capacity_chunks[0]) == max(1, int(capacity_chunks))
+    h = t.hits.copy() if same else hits(trace, None, 1, capacity_chunks)
+    return Alternative(Topology.SHARED, None, t.engines, int(capacity_chunks), h, t.engine_of, t.engines)
 
 
 def private(trace: Trace, ranks: int, routing: str, capacity_chunks: int, seed: int = 0) -> Alternative:
@@ -191,7 +193,12 @@ def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarr
 
     Which request stored a chunk in a cache is the first of that cache's requests to reference it
     (later ones only refresh it): found for every reference at once by grouping the references by
-    cache and key (``first_of_group``), then only the hit chunks are checked."""
+    cache and key (``first_of_group``), then only the hit chunks are checked.
+    ``alt.hits`` are LRU hits (each hit chunk was referenced by an earlier request of its cache):
+    so where each cache's requests all run on one engine (private caches) nothing is cut, and
+    that is answered at once."""
+    if one_engine_per_cache(alt):
+        return alt.hits.copy()
     ts = trace.ts if trace.ts is not None else np.zeros(trace.requests)
     size = trace.chunk_size
     n_hit = np.where(size > 0, alt.hits // np.where(size > 0, size, 1), 0)
@@ -220,6 +227,20 @@ def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarr
         k[r[head]] = pos[f[head]]
     out: np.ndarray = k * size
     return out
+
+
+def one_engine_per_cache(alt: Alternative) -> bool:
+    """Whether all the requests of each cache run on one engine."""
+    engine = np.asarray(alt.engine)
+    if alt.cache is None:
+        return len(engine) == 0 or bool((engine == engine[0]).all())
+    cache = np.asarray(alt.cache)
+    order = np.argsort(cache, kind="stable")
+    c, e = cache[order], engine[order]
+    new_cache = np.ones(len(c), dtype=bool)
+    new_cache[1:] = c[1:] != c[:-1]
+    first_engine = e[np.maximum.accumulate(np.where(new_cache, np.arange(len(c)), 0))]
+    return bool((e == first_engine).all())
 
 
 def first_of_group(trace: Trace, cache: np.ndarray | None) -> np.ndarray:
@@ -254,12 +275,13 @@ def predict(trace: Trace, alt: Alternative, latency: lat.LatencyModel, *, slo_s:
     (its chunks stored), the hits are cut to what was stored before each lookup (``in_flight``),
     and a second pass prices those."""
     full = float(trace.full_chunk_tokens.sum())
-    ttft = lat.simulate(stream(trace, alt, output_tokens), latency)
+    first = lat.run(stream(trace, alt, output_tokens), latency)
+    ttft = first.ttft
     if trace.ts is not None:
         stored_at = trace.ts + np.nan_to_num(ttft, nan=0.0) - latency.frontend_s
         cut = replace(alt, hits=in_flight(trace, alt, stored_at))
-        if (cut.hits != alt.hits).any():
-            alt, ttft = cut, lat.simulate(stream(trace, cut, output_tokens), latency)
+        if (cut.hits != alt.hits).any():  # the second pass replays only around the cut requests
+            alt, ttft = cut, first.with_hits(cut.hits)
     return Predicted(alt, float(alt.hits.sum()) / full if full else 0.0, ttft,
                      lat.summarize(ttft, slo_s=slo_s, seconds=seconds))
 

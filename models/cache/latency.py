@@ -28,10 +28,11 @@ that grow with the batch.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -246,7 +247,44 @@ class Stream:
 
 
 def simulate(s: Stream, m: LatencyModel) -> np.ndarray:
-    """TTFT of every request, seconds (module doc). Each engine runs on its own (``_run_engine``)."""
+    """TTFT of every request, seconds (module doc)."""
+    return run(s, m).ttft
+
+
+@dataclass(frozen=True)
+class Run:
+    """A stream's TTFTs and where each engine was idle: from such a point an engine's future
+    depends only on the time and the requests not yet arrived, so a stream that differs only in
+    some requests' hits is replayed again from the idle point before each of them
+    (``with_hits``) rather than from the start."""
+
+    stream: Stream
+    """The stream that ran."""
+    model: LatencyModel
+    """The model it ran with."""
+    ttft: np.ndarray
+    """float per request, seconds (``simulate``)."""
+    idle: tuple[tuple[list[int], list[float]], ...]
+    """Per engine: each idle point as (requests of the engine seen by then, in arrival order;
+    the time), in the order the engine met them."""
+
+    def with_hits(self, hit: np.ndarray) -> np.ndarray:
+        """TTFTs of the same stream with ``hit`` instead of its hits, the same as ``simulate`` on
+        it: each engine replays only from the idle point before its first changed request to an
+        idle point where it is back on the first run's path, until its next changed request."""
+        s = replace(self.stream, hit=np.asarray(hit))
+        changed = np.asarray(hit, float) != np.asarray(self.stream.hit, float)
+        return _run_all(s, self.model, self).ttft if changed.any() else self.ttft.copy()
+
+
+def run(s: Stream, m: LatencyModel) -> Run:
+    """``simulate`` with the idle points kept (``Run.with_hits``)."""
+    return _run_all(s, m, None)
+
+
+def _run_all(s: Stream, m: LatencyModel, first: Run | None) -> Run:
+    """Each engine on its own (``_run_engine``); with ``first``, only where ``s``'s hits differ
+    from the stream ``first`` ran."""
     ttft = np.full(len(s.arrival), np.nan)
     arrival = np.asarray(s.arrival, float)
     hit = np.asarray(s.hit, float)
@@ -255,22 +293,40 @@ def simulate(s: Stream, m: LatencyModel) -> np.ndarray:
     out = (np.asarray(s.output_tokens).astype(np.int64) if s.output_tokens is not None
            else np.full(len(arrival), int(m.output_tokens), dtype=np.int64))
     engine = np.asarray(s.engine)
+    changed = None if first is None else hit != np.asarray(first.stream.hit, float)
     # Each engine's requests, in request order (ties in the heaps break by request index).
     by_engine = np.argsort(engine, kind="stable")
     bounds = np.searchsorted(engine[by_engine], np.arange(s.engines + 1), side="left")
+    idle: list[tuple[list[int], list[float]]] = []
     for e in range(s.engines):
         idx = by_engine[bounds[e]:bounds[e + 1]]
-        if len(idx):
-            ttft[idx] = _run_engine(arrival[idx], hit[idx], prompt[idx], full[idx], out[idx], m)
-    return ttft
+        if first is not None and changed is not None:
+            if not changed[idx].any():  # nothing differs on this engine
+                ttft[idx] = first.ttft[idx]
+                idle.append(first.idle[e])
+                continue
+            res = _run_engine(arrival[idx], hit[idx], prompt[idx], full[idx], out[idx], m,
+                              again=(first.ttft[idx].tolist(), first.idle[e], changed[idx]))
+        else:
+            res = _run_engine(arrival[idx], hit[idx], prompt[idx], full[idx], out[idx], m)
+        ttft[idx] = res[0]
+        idle.append(res[1])
+    return Run(s, m, ttft, tuple(idle))
 
 
 def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: np.ndarray, out: np.ndarray,
-                m: LatencyModel) -> np.ndarray:
-    """One engine's scheduler steps (module doc) over its requests (given in request order), their
-    TTFTs. One flat loop over Python floats and lists: it runs once per step or event, so every
-    attribute look-up and call it saves is paid back a million times on a fleet's trace. The
-    arithmetic is the step rule's, operation for operation (the same floats come out)."""
+                m: LatencyModel, again: tuple[list[float], tuple[list[int], list[float]], np.ndarray] | None = None,
+                ) -> tuple[list[float], tuple[list[int], list[float]]]:
+    """One engine's scheduler steps (module doc) over its requests (given in request order): their
+    TTFTs and the engine's idle points. One flat loop over Python floats and lists: it runs once
+    per step or event, so every attribute look-up and call it saves is paid back a million times
+    on a fleet's trace. The arithmetic is the step rule's, operation for operation (the same
+    floats come out).
+
+    ``again``: the TTFTs and idle points of a first run of these requests, and which requests'
+    hits differ from it. Reaching one of that run's idle points (same requests seen, same time),
+    the engine is back on its path until its next changed request arrives: the first run's TTFTs
+    are copied up to its last idle point before that arrival, and the loop goes on from there."""
     n = len(arrival)
     arr: list[float] = arrival.tolist()
     hitf: list[float] = hit.tolist()
@@ -293,10 +349,40 @@ def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: 
     loads: list[tuple[float, int]] = []  # (when the load of the hit tokens ends, request)
     ready: list[int] = []  # requests whose prefill can run, in arrival order
     decoding: list[int] = []  # heap of the step at which each decoding request ends
+    idle_k: list[int] = []
+    idle_t: list[float] = []
+    known: dict[tuple[int, float], int] = {}
+    changed_at: list[int] = []  # arrival positions of the changed requests, ascending
+    if again is not None:
+        old_ttft, (old_k, old_t), changed = again
+        known = {(kk, tt): j for j, (kk, tt) in enumerate(zip(old_k, old_t, strict=True))}
+        changed_at = np.flatnonzero(np.asarray(changed)[order]).tolist()
+    c = 0  # next changed request: changed_at[c]
     t = -inf
     step = 0
     k = 0
     while k < n or lookups or loads or ready or decoding:
+        if not (decoding or ready or lookups or loads):  # idle
+            j = known.get((k, t), -1) if again is not None else -1
+            if j >= 0:  # on the first run's path: skip to its last idle point before the next change
+                while c < len(changed_at) and changed_at[c] < k:
+                    c += 1
+                if c == len(changed_at):
+                    j_to, k_to = len(old_k) - 1, n
+                else:
+                    j_to = bisect.bisect_right(old_k, changed_at[c], lo=j) - 1
+                    k_to = old_k[j_to]
+                for p in range(k, k_to):
+                    ttft[order[p]] = old_ttft[order[p]]
+                idle_k.extend(old_k[j:j_to])
+                idle_t.extend(old_t[j:j_to])
+                if k_to == n:
+                    idle_k.append(old_k[j_to])
+                    idle_t.append(old_t[j_to])
+                    break
+                k, t = k_to, old_t[j_to]
+            idle_k.append(k)
+            idle_t.append(t)
         # What the scheduler sees at this boundary: arrivals start their lookups, finished lookups
         # start their loads, finished loads make requests ready. One pass sees everything due by
         # ``t``: each stage only feeds the later ones.
@@ -367,7 +453,7 @@ def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: 
                     heappush(decoding, step + outn[i] - 1)
         while decoding and decoding[0] <= step:
             heappop(decoding)
-    return np.asarray(ttft, dtype=float)
+    return ttft, (idle_k, idle_t)
 
 
 @dataclass(frozen=True)
