@@ -193,7 +193,7 @@ def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarr
 
     Which request stored a chunk in a cache is the first of that cache's requests to reference it
     (later ones only refresh it): found for every reference at once by grouping the references by
-    cache and key (``first_of_group``), then only the hit chunks are checked.
+    cache and key (``stored_by``), then only the hit chunks are checked.
     ``alt.hits`` are LRU hits (each hit chunk was referenced by an earlier request of its cache):
     so where each cache's requests all run on one engine (private caches) nothing is cut, and
     that is answered at once."""
@@ -204,16 +204,15 @@ def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarr
     n_hit = np.where(size > 0, alt.hits // np.where(size > 0, size, 1), 0)
     if not n_hit.any():
         return n_hit * size
-    first = first_of_group(trace, alt.cache)
+    first = stored_by(trace, alt.cache)
     # The hit chunks: the first n_hit[i] of each request i.
     offsets = trace.offsets
     req_of_hit = np.repeat(np.arange(trace.requests), n_hit)
     cum = np.zeros(trace.requests + 1, dtype=np.int64)
     np.cumsum(n_hit, out=cum[1:])
     pos = np.arange(int(cum[-1]), dtype=np.int64) - cum[req_of_hit]  # position inside the request
-    ref = offsets[req_of_hit] + pos
-    by = np.searchsorted(offsets, first[ref], side="right") - 1  # the request that stored it
-    del ref, first
+    by = first[offsets[req_of_hit] + pos]  # the request that stored it
+    del first
     engine = alt.engine
     # Not stored by an earlier request (never, for an LRU hit), or stored from another engine
     # after this lookup: the hit ends at the first such chunk.
@@ -243,9 +242,9 @@ def one_engine_per_cache(alt: Alternative) -> bool:
     return bool((e == first_engine).all())
 
 
-def first_of_group(trace: Trace, cache: np.ndarray | None) -> np.ndarray:
-    """For each chunk reference, the position of the first reference of the same key in the same
-    cache (``cache``: one per request; None: one cache)."""
+def stored_by(trace: Trace, cache: np.ndarray | None) -> np.ndarray:
+    """For each chunk reference, the request that first referenced its key in its cache (the one
+    that stored it; ``cache``: one per request, None: one cache). int32 while positions fit."""
     order, same = key_order(trace.chunk_ids)  # by key, then position
     if cache is not None and trace.requests and int(np.max(cache)) != int(np.min(cache)):
         key_id = np.zeros(len(order), dtype=order.dtype)  # dense key number, in key order
@@ -264,8 +263,10 @@ def first_of_group(trace: Trace, cache: np.ndarray | None) -> np.ndarray:
     head[1:][same] = 0
     del same
     np.maximum.accumulate(head, out=head)
+    np.take(order, head, out=head)  # the group's first reference
+    req = np.repeat(np.arange(trace.requests, dtype=order.dtype), np.diff(trace.offsets))
     first = np.empty_like(order)
-    first[order] = order[head]
+    first[order] = req[head]
     return first
 
 

@@ -331,11 +331,12 @@ def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: 
     arr: list[float] = arrival.tolist()
     hitf: list[float] = hit.tolist()
     order: list[int] = np.argsort(arrival, kind="stable").tolist()
-    # Per request, what each step adds (the same operations as the step rule, done ahead).
-    need0 = [max(1, int(p - h)) for p, h in zip(prompt.tolist(), hitf, strict=True)]
-    first_cost = [m.fixed + m.lmcache_request + m.load * h for h in hitf]
-    store_cost = [m.store * max(0.0, f - h) for f, h in zip(full.tolist(), hitf, strict=True)]
-    load_s = [m.load_s_per_hit_token * h for h in hitf]
+    # Per request, what each step adds: the step rule's operations, done ahead in numpy (IEEE
+    # doubles both: the same floats; the prompt less its hits is truncated to int as ``int()`` does).
+    need0: list[int] = np.maximum(1, np.trunc(prompt - hit).astype(np.int64)).tolist()
+    first_cost: list[float] = ((m.fixed + m.lmcache_request) + m.load * hit).tolist()
+    store_cost: list[float] = (m.store * np.maximum(0.0, full - hit)).tolist()
+    load_s: list[float] = (m.load_s_per_hit_token * hit).tolist()
     outn: list[int] = out.tolist()
     ttft = [math.nan] * n
     done = [-1] * n  # prompt tokens computed so far; -1: its prefill has not started
@@ -351,11 +352,11 @@ def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: 
     decoding: list[int] = []  # heap of the step at which each decoding request ends
     idle_k: list[int] = []
     idle_t: list[float] = []
-    known: dict[tuple[int, float], int] = {}
+    old_k: list[int] = []
+    old_t: list[float] = []
     changed_at: list[int] = []  # arrival positions of the changed requests, ascending
     if again is not None:
         old_ttft, (old_k, old_t), changed = again
-        known = {(kk, tt): j for j, (kk, tt) in enumerate(zip(old_k, old_t, strict=True))}
         changed_at = np.flatnonzero(np.asarray(changed)[order]).tolist()
     c = 0  # next changed request: changed_at[c]
     t = -inf
@@ -363,7 +364,7 @@ def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: 
     k = 0
     while k < n or lookups or loads or ready or decoding:
         if not (decoding or ready or lookups or loads):  # idle
-            j = known.get((k, t), -1) if again is not None else -1
+            j = _idle_point(old_k, old_t, k, t) if again is not None else -1
             if j >= 0:  # on the first run's path: skip to its last idle point before the next change
                 while c < len(changed_at) and changed_at[c] < k:
                     c += 1
@@ -454,6 +455,14 @@ def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: 
         while decoding and decoding[0] <= step:
             heappop(decoding)
     return ttft, (idle_k, idle_t)
+
+
+def _idle_point(ks: list[int], ts: list[float], k: int, t: float) -> int:
+    """Index of the idle point (k, t) among a run's (in the order met: by k, then t); -1: none."""
+    j = bisect.bisect_left(ks, k)
+    while j < len(ks) and ks[j] == k and ts[j] < t:
+        j += 1
+    return j if j < len(ks) and ks[j] == k and ts[j] == t else -1
 
 
 @dataclass(frozen=True)
