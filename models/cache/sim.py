@@ -31,14 +31,19 @@ capacity ``C`` iff ``m_i = max(d_0..d_i) < C``. So the whole curve is the histog
   (never referenced again counts as later). ``B`` is a prefix count of values ``>= r``, answered
   for all queries together with a wavelet matrix built level by level (one stable partition
   per bit of the request index, only the current level kept in memory).
+* The next-request values come in long stretches of one value (a re-sent prefix is next looked
+  up by one later request): the wavelet matrix is built over the stretches, each weighted by
+  its length, and a query counts the stretches before its own plus its own up to ``p``. On the
+  Mooncake conversation trace that is 12x fewer values than references.
 * Chunks referenced last time at consecutive positions and looked up again at consecutive
   positions (a re-sent conversation prefix) form a *run*: inside a run ``d`` drops by exactly
   1 per chunk, so only the run's first chunk decides the prefix maximum and only it is queried.
 
-Cost: ``O(T log R)`` vectorised work for ``T`` chunk references and ``R`` requests,
-independent of how many capacities are asked for. Memory: about 40 bytes per chunk reference
-at the peak on top of the trace itself (int32 positions; measured +903 MiB resident for 23 M
-references, 1 M requests, ``bench/whatif_bench.py``), none of it per capacity.
+Cost: ``O(T + S log R)`` vectorised work for ``T`` chunk references, ``S`` stretches and ``R``
+requests (plus one stable sort of the keys), independent of how many capacities are asked for.
+Memory: whole-trace temporaries are int32 or bool and freed as soon as used, about 5 int32
+arrays of ``T`` at the peak on top of the trace itself, none of it per capacity (figures:
+bench/results/topology.md).
 
 **Topology** (``shared_vs_private``): ``N`` private caches of ``C/N`` each, requests routed to
 ranks round-robin, at random (fixed seed), or by prefix affinity; each rank's sub-trace gets its
