@@ -66,7 +66,6 @@ trace, and whether the trace's period is representative.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,31 +127,23 @@ class Trace:
 
 
 def make_trace(requests: Iterable[tuple[Sequence[int], int, int]]) -> Trace:
-    """A trace from ``(chunk_ids, seq_len, chunk_size)`` tuples. The keys go straight into one
-    buffer of int64 (8 bytes a key, no Python int per chunk); an int-valued key of another type
-    (e.g. ``2.0``) is taken as ``int()`` takes it."""
-    ids = array("q")
-    lengths = array("q")
-    seq = array("q")
-    sizes = array("q")
+    """A trace from ``(chunk_ids, seq_len, chunk_size)`` tuples. Each request's keys become one
+    int64 array at once (8 bytes a key, no Python int per chunk), joined at the end; an int-valued
+    key of another type (e.g. ``2.0``) is taken as ``int()`` takes it."""
+    parts: list[np.ndarray] = []
+    seq: list[int] = []
+    sizes: list[int] = []
     for chunk_ids, seq_len, chunk_size in requests:
-        before = len(ids)
         if isinstance(chunk_ids, np.ndarray) and chunk_ids.dtype.kind in "iu":
-            ids.frombytes(np.ascontiguousarray(chunk_ids, dtype=np.int64).tobytes())
+            parts.append(chunk_ids.astype(np.int64).ravel())
         else:
-            try:
-                ids.extend(chunk_ids)
-            except TypeError:
-                del ids[before:]
-                ids.extend(int(c) for c in chunk_ids)
-        lengths.append(len(ids) - before)
+            parts.append(np.fromiter(chunk_ids, dtype=np.int64))
         seq.append(int(seq_len))
         sizes.append(int(chunk_size))
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(np.frombuffer(lengths, dtype=np.int64), out=offsets[1:])
-    return Trace(np.frombuffer(ids, dtype=np.int64) if len(ids) else np.zeros(0, np.int64), offsets,
-                 np.frombuffer(seq, dtype=np.int64).copy() if len(seq) else np.zeros(0, np.int64),
-                 np.frombuffer(sizes, dtype=np.int64).copy() if len(sizes) else np.zeros(0, np.int64))
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return Trace(ids, offsets, np.asarray(seq, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
 
 
 def capacity_chunks(capacity_bytes: float, bytes_per_chunk: int) -> int:
