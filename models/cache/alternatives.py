@@ -201,9 +201,9 @@ def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarr
         return alt.hits.copy()
     ts = trace.ts if trace.ts is not None else np.zeros(trace.requests)
     size = trace.chunk_size
-    n_hit = np.where(size > 0, alt.hits // np.where(size > 0, size, 1), 0)
+    n_hit: np.ndarray = np.where(size > 0, alt.hits // np.where(size > 0, size, 1), 0)
     if not n_hit.any():
-        return n_hit * size
+        return np.zeros(trace.requests, dtype=np.int64)
     first = stored_by(trace, alt.cache)
     # The hit chunks: the first n_hit[i] of each request i.
     offsets = trace.offsets
