@@ -32,7 +32,7 @@ an hour after the last, to that many requests (1 M requests: 23 M block referenc
 the real trace's shape), and each set-up (the shared pool with today's replay, each routing's
 private caches) replayed with its TTFTs in a process of its own: wall and CPU seconds and peak RSS
 (``ru_maxrss``; the trace alone is printed too), for this tree and for the models/ of
-``--old-ref`` (default: where this branch left main; ``--old-ref ''`` skips it), side by side.
+``--old-ref`` (default: where this branch left main; ``--old-ref none`` skips it), side by side.
 Their figures must be identical (exit 1 if not).
 
     .venv/bin/python bench/mooncake_topology.py --requests 1000000 [--per-rank-gb 1000] [--old-ref REF]
@@ -168,7 +168,7 @@ SET_UP = textwrap.dedent("""
 
 def old_tree(ref: str, into: Path) -> Path | None:
     """This repository's models/ at ``ref`` under ``into/kvplan`` (``git archive``; no worktree)."""
-    if ref == "":
+    if ref in ("", "none"):
         return None
     if ref == "merge-base":
         got = subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True, text=True)
@@ -199,7 +199,7 @@ def at_scale(args: argparse.Namespace) -> int:
         old = old_tree(args.old_ref, Path(tmp) / "old")
         print(f"{tr.requests:,} requests ({tr.references:,} block references) from the Mooncake conversation "
               f"trace, fresh block ids per copy, copies an hour apart; built in {build_s:.1f} s; "
-              f"{args.ranks} engines; old side: {args.old_ref or 'skipped'}")
+              f"{args.ranks} engines; old side: {args.old_ref if old else 'skipped'}")
         del tr, out
         same = True
         for per_rank in args.per_rank_gb:
@@ -247,7 +247,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=0,
                     help="the run at a fleet's size: this many requests, each set-up in its own process")
     ap.add_argument("--old-ref", default="merge-base",
-                    help="with --requests: the git ref whose models/ runs beside this tree ('' skips it)")
+                    help="with --requests: the git ref whose models/ runs beside this tree (none: skip it)")
     args = ap.parse_args()
     if not args.trace.exists():
         print(f"{args.trace}: not found (shared/data/mooncake/)", file=sys.stderr)
