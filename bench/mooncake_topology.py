@@ -26,13 +26,27 @@ which dispatch it used is not restated here (the paper was not at hand): the tab
 routing so the closest can be read off, and models/README.md says which it is.
 
     .venv/bin/python bench/mooncake_topology.py [--trace PATH] [--ranks 10] [--per-rank-gb 1000 ...]
+
+**At a fleet's size** (``--requests 1000000``): the trace repeated with fresh block ids, each copy
+an hour after the last, to that many requests (1 M requests: 23 M block references; synthetic,
+the real trace's shape), and each set-up (the shared pool with today's replay, each routing's
+private caches) replayed with its TTFTs in a process of its own: wall and CPU seconds and peak RSS
+(``ru_maxrss``; the trace alone is printed too), for this tree and for the models/ of
+``--old-ref`` (default: where this branch left main; ``--old-ref none`` skips it), side by side.
+Their figures must be identical (exit 1 if not).
+
+    .venv/bin/python bench/mooncake_topology.py --requests 1000000 [--per-rank-gb 1000] [--old-ref REF]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -86,14 +100,154 @@ def row(name: str, tr: Trace, a: alt.Alternative, out: np.ndarray, slo: float, s
             "ttft_p99_s": p.summary.ttft_p99_s, "within_slo": p.summary.within_slo}
 
 
+def scaled(path: Path, n: int) -> tuple[Trace, np.ndarray]:
+    """The trace repeated to ``n`` requests: fresh block ids per copy, each copy one hour (the
+    trace's span, rounded up to whole hours) after the one before."""
+    one, out = load(path)
+    ts = np.asarray(one.ts)
+    copies = -(-n // one.requests)
+    shift = max(1.0, np.ceil((ts[-1] - ts[0]) / 3600.0)) * 3600.0
+    off = int(one.chunk_ids.max()) + 1 if one.references else 0
+    lengths = np.tile(np.diff(one.offsets), copies)[:n]
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    keys = np.empty(int(offsets[-1]), np.int64)
+    for c in range(copies):  # one copy at a time: no whole-trace temporaries
+        lo = c * one.references
+        part = one.chunk_ids[:max(0, min(one.references, len(keys) - lo))]
+        keys[lo:lo + len(part)] = part + c * off
+    tile = np.arange(n) % one.requests
+    return (Trace(keys, offsets, one.seq_len[tile], np.full(n, BLOCK, np.int64),
+                  ts=ts[tile] + (np.arange(n) // one.requests) * shift, instance=np.zeros(n, np.int64)),
+            out[tile])
+
+
+SET_UP = textwrap.dedent("""
+    import json, os, resource, sys, time
+    old = sys.argv[1]
+    if old:  # the old tree's models/ instead of this tree's editable install
+        sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
+        sys.path.insert(0, old)
+    import numpy as np
+    from kvplan.models.cache import alternatives as alt
+    from kvplan.models.cache import latency as lat
+    from kvplan.models.cache.sim import Trace
+    npz, name, ranks, total, slo, preset = sys.argv[2:8]
+    ranks, total, slo, preset = int(ranks), int(total), float(slo), json.loads(preset)
+    gpus = preset.pop("gpus_per_engine")
+    m = lat.LatencyModel(**preset)
+    z = np.load(npz)
+    tr = Trace(z["chunk_ids"], z["offsets"], z["seq_len"], z["chunk_size"], ts=z["ts"], instance=z["instance"])
+    out = z["out"]
+    del z
+    def rss_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    base, load0 = rss_mib(), os.getloadavg()[0]
+    seconds = float(tr.ts[-1] - tr.ts[0])
+    t0, c0 = time.perf_counter(), time.process_time()
+    if name == "shared":
+        today = alt.today(tr, instances=1, engines=ranks, capacity_chunks=total)
+        a = alt.shared(tr, today, total)
+    else:
+        a = alt.private(tr, ranks, name, total)
+    t1, c1 = time.perf_counter(), time.process_time()
+    p = alt.predict(tr, a, m, slo_s=slo, seconds=seconds, output_tokens=out)
+    prefill = m.prefill_s(tr.seq_len, p.alternative.hits, tr.full_chunk_tokens)
+    t2, c2 = time.perf_counter(), time.process_time()
+    print(json.dumps({
+        "hits_s": t1 - t0, "ttft_s": t2 - t1, "wall_s": t2 - t0, "cpu_s": c2 - c0,
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "trace_mib": base,
+        "load": [load0, os.getloadavg()[0]],
+        "figures": {"hit_rate": p.hit_rate, "hit_tokens": int(p.alternative.hits.sum()),
+                    "prefill_gpu_hours": float(prefill.sum()) * gpus / 3600,
+                    "ttft_mean_s": p.summary.ttft_mean_s, "ttft_p50_s": p.summary.ttft_p50_s,
+                    "ttft_p99_s": p.summary.ttft_p99_s, "within_slo": p.summary.within_slo}}))
+""")
+
+
+def old_tree(ref: str, into: Path) -> Path | None:
+    """This repository's models/ at ``ref`` under ``into/kvplan`` (``git archive``; no worktree)."""
+    if ref in ("", "none"):
+        return None
+    if ref == "merge-base":
+        got = subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"], capture_output=True, text=True)
+        if got.returncode:
+            print("--old-ref: no merge base with main here; the old side is skipped", file=sys.stderr)
+            return None
+        ref = got.stdout.strip()
+    (into / "kvplan").mkdir(parents=True)
+    arc = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "models"], capture_output=True)
+    if arc.returncode:
+        raise SystemExit(f"--old-ref {ref!r}: {arc.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(into / "kvplan")], input=arc.stdout, check=True)
+    return into
+
+
+def at_scale(args: argparse.Namespace) -> int:
+    """The ``--requests`` run (module doc)."""
+    bpc = KV_BYTES_PER_TOKEN * BLOCK
+    preset = {k: getattr(PRESET, k) for k in ("fixed", "per_token", "load_s_per_hit_token", "decode_step_s",
+                                              "max_batch_tokens", "source")} | {"gpus_per_engine": GPUS_PER_ENGINE}
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        tr, out = scaled(args.trace, args.requests)
+        build_s = time.perf_counter() - t0
+        npz = Path(tmp) / "trace.npz"
+        np.savez(npz, chunk_ids=tr.chunk_ids, offsets=tr.offsets, seq_len=tr.seq_len, chunk_size=tr.chunk_size,
+                 ts=tr.ts, instance=tr.instance, out=out)
+        old = old_tree(args.old_ref, Path(tmp) / "old")
+        print(f"{tr.requests:,} requests ({tr.references:,} block references) from the Mooncake conversation "
+              f"trace, fresh block ids per copy, copies an hour apart; built in {build_s:.1f} s; "
+              f"{args.ranks} engines; old side: {args.old_ref if old else 'skipped'}")
+        del tr, out
+        same = True
+        for per_rank in args.per_rank_gb:
+            total = capacity_chunks(per_rank * GB, bpc) * args.ranks
+            print(f"\n{per_rank:g} GB per rank ({total // args.ranks:,} blocks each, the pool {total:,})")
+            print(f"  {'set-up':<28} {'side':<4} {'wall s':>7} {'hits s':>7} {'TTFT s':>7} {'CPU s':>7} "
+                  f"{'peak RSS':>9} {'trace':>7} {'load':>9}  hit rate / TTFT mean / p99")
+            for name in ["shared", *[r.value for r in Routing]]:
+                runs = {}
+                for side, tree in (("new", ""), ("old", str(old) if old else None)):
+                    if tree is None:
+                        continue
+                    res = subprocess.run([sys.executable, "-c", SET_UP, tree, str(npz), name, str(args.ranks),
+                                          str(total), str(args.slo_s), json.dumps(preset)],
+                                         capture_output=True, text=True, env=os.environ | {"PYTHONHASHSEED": "0"})
+                    if res.returncode:
+                        raise SystemExit(f"{side} {name}: {res.stderr.strip()[-2000:]}")
+                    r = runs[side] = json.loads(res.stdout.strip().splitlines()[-1])
+                    f = r["figures"]
+                    label = "one shared pool (+ today)" if name == "shared" else f"{args.ranks} private, " + \
+                        name.replace("_", " ")
+                    print(f"  {label:<28} {side:<4} {r['wall_s']:>7.1f} {r['hits_s']:>7.1f} {r['ttft_s']:>7.1f} "
+                          f"{r['cpu_s']:>7.1f} {r['peak_mib']:>5,.0f} MiB {r['trace_mib']:>3,.0f} MiB "
+                          f"{r['load'][0]:>4.1f}-{r['load'][1]:<4.1f} {f['hit_rate']:.4%} / "
+                          f"{f['ttft_mean_s']:.4f} s / {f['ttft_p99_s']:.3f} s", flush=True)
+                if "old" in runs:
+                    equal = runs["old"]["figures"] == runs["new"]["figures"]
+                    same &= equal
+                    print(f"  {'':<28} {'':<4} figures {'identical' if equal else 'DIFFER'}; old / new: wall "
+                          f"{runs['old']['wall_s'] / runs['new']['wall_s']:.1f}x, peak RSS "
+                          f"{runs['old']['peak_mib'] / runs['new']['peak_mib']:.1f}x")
+    print(f"\nfigures identical old / new: {same if old else 'not compared'}")
+    return 0 if same else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--ranks", type=int, default=10)
-    ap.add_argument("--per-rank-gb", type=float, nargs="+", default=[100.0, 1000.0, 1e6],
-                    help="cache per rank (the shared pool holds ranks x this); 1e6 = unbounded here")
+    ap.add_argument("--per-rank-gb", type=float, nargs="+", default=None,
+                    help="cache per rank (the shared pool holds ranks x this); 1e6 = unbounded here "
+                         "(default 100 1000 1e6; with --requests, 1000)")
     ap.add_argument("--slo-s", type=float, default=2.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--requests", type=int, default=0,
+                    help="the run at a fleet's size: this many requests, each set-up in its own process")
+    ap.add_argument("--old-ref", default="merge-base",
+                    help="with --requests: the git ref whose models/ runs beside this tree (none: skip it)")
     args = ap.parse_args()
     if not args.trace.exists():
         print(f"{args.trace}: not found (shared/data/mooncake/)", file=sys.stderr)
@@ -101,6 +255,13 @@ def main() -> int:
     if not 1 <= args.ranks <= 64:
         print("--ranks: 1..64", file=sys.stderr)
         return 2
+    if args.requests < 0:
+        print("--requests: at least 1 (0: the trace as it is)", file=sys.stderr)
+        return 2
+    if args.per_rank_gb is None:
+        args.per_rank_gb = [1000.0] if args.requests else [100.0, 1000.0, 1e6]
+    if args.requests:
+        return at_scale(args)
     t0 = time.perf_counter()
     tr, out = load(args.trace)
     seconds = float(tr.ts[-1] - tr.ts[0])

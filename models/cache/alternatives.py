@@ -29,7 +29,7 @@ import numpy as np
 from ..core.vocabulary import Topology
 from . import latency as lat
 from .pools import route
-from .sim import Trace, hit_tokens_by_request, stack_distances
+from .sim import Trace, hit_tokens_by_request, key_order, stack_distances
 
 MAX_ENGINE_SEARCH = 4096
 """Most engines ``engines_needed`` tries."""
@@ -140,9 +140,11 @@ class Alternative:
 
 
 def shared(trace: Trace, t: Today, capacity_chunks: int) -> Alternative:
-    """One pool of ``capacity_chunks`` on today's engines (the same requests to the same engines)."""
-    return Alternative(Topology.SHARED, None, t.engines, int(capacity_chunks), hits(trace, None, 1, capacity_chunks),
-                       t.engine_of, t.engines)
+    """One pool of ``capacity_chunks`` on today's engines (the same requests to the same engines).
+    When today is one pool of that size its replay is this one's: its hits are taken as they are."""
+    same = t.instances == 1 and max(1, t.capacity_chunks[0]) == max(1, int(capacity_chunks))
+    h = t.hits.copy() if same else hits(trace, None, 1, capacity_chunks)
+    return Alternative(Topology.SHARED, None, t.engines, int(capacity_chunks), h, t.engine_of, t.engines)
 
 
 def private(trace: Trace, ranks: int, routing: str, capacity_chunks: int, seed: int = 0) -> Alternative:
@@ -187,26 +189,85 @@ def in_flight(trace: Trace, alt: Alternative, stored_at: np.ndarray) -> np.ndarr
     the engine's running step, so the chunks of a prefill on its own engine are in), else when its
     prefill had ended (``stored_at``). The LRU replay stores a request's chunks at once; under
     concurrency a lookup from one engine can come before another engine's prefill of the same
-    chunks ends (a burst behind one system prompt on a shared pool misses it)."""
+    chunks ends (a burst behind one system prompt on a shared pool misses it).
+
+    Which request stored a chunk in a cache is the first of that cache's requests to reference it
+    (later ones only refresh it): found for every reference at once by grouping the references by
+    cache and key (``stored_by``), then only the hit chunks are checked.
+    ``alt.hits`` are LRU hits (each hit chunk was referenced by an earlier request of its cache):
+    so where each cache's requests all run on one engine (private caches) nothing is cut, and
+    that is answered at once."""
+    if one_engine_per_cache(alt):
+        return alt.hits.copy()
     ts = trace.ts if trace.ts is not None else np.zeros(trace.requests)
-    cache = alt.cache if alt.cache is not None else np.zeros(trace.requests, dtype=np.int64)
-    first: dict[tuple[int, int], tuple[float, int]] = {}
-    out = alt.hits.copy()
-    ids, off, size = trace.chunk_ids.tolist(), trace.offsets.tolist(), trace.chunk_size.tolist()
-    engine = alt.engine.tolist()
-    for i in range(trace.requests):
-        c, lo = int(cache[i]), off[i]
-        n_hit = int(alt.hits[i]) // size[i] if size[i] else 0
-        k = 0
-        while k < n_hit:
-            at, e = first.get((c, ids[lo + k]), (np.inf, -1))
-            if e != engine[i] and at > ts[i]:
-                break
-            k += 1
-        out[i] = k * size[i]
-        for h in ids[lo:off[i + 1]]:
-            first.setdefault((c, h), (float(stored_at[i]), engine[i]))
+    size = trace.chunk_size
+    n_hit: np.ndarray = np.where(size > 0, alt.hits // np.where(size > 0, size, 1), 0)
+    if not n_hit.any():
+        return np.zeros(trace.requests, dtype=np.int64)
+    first = stored_by(trace, alt.cache)
+    # The hit chunks: the first n_hit[i] of each request i.
+    offsets = trace.offsets
+    req_of_hit = np.repeat(np.arange(trace.requests), n_hit)
+    cum = np.zeros(trace.requests + 1, dtype=np.int64)
+    np.cumsum(n_hit, out=cum[1:])
+    pos = np.arange(int(cum[-1]), dtype=np.int64) - cum[req_of_hit]  # position inside the request
+    by = first[offsets[req_of_hit] + pos]  # the request that stored it
+    del first
+    engine = alt.engine
+    # Not stored by an earlier request (never, for an LRU hit), or stored from another engine
+    # after this lookup: the hit ends at the first such chunk.
+    fail = by >= req_of_hit
+    fail |= (engine[by] != engine[req_of_hit]) & (stored_at[by] > ts[req_of_hit])
+    k = n_hit.copy()
+    f = np.flatnonzero(fail)
+    if len(f):
+        r = req_of_hit[f]
+        head = np.flatnonzero(np.diff(r, prepend=-1) != 0)  # each request's first failing chunk
+        k[r[head]] = pos[f[head]]
+    out: np.ndarray = k * size
     return out
+
+
+def one_engine_per_cache(alt: Alternative) -> bool:
+    """Whether all the requests of each cache run on one engine."""
+    engine = np.asarray(alt.engine)
+    if alt.cache is None:
+        return len(engine) == 0 or bool((engine == engine[0]).all())
+    cache = np.asarray(alt.cache)
+    order = np.argsort(cache, kind="stable")
+    c, e = cache[order], engine[order]
+    new_cache = np.ones(len(c), dtype=bool)
+    new_cache[1:] = c[1:] != c[:-1]
+    first_engine = e[np.maximum.accumulate(np.where(new_cache, np.arange(len(c)), 0))]
+    return bool((e == first_engine).all())
+
+
+def stored_by(trace: Trace, cache: np.ndarray | None) -> np.ndarray:
+    """For each chunk reference, the request that first referenced its key in its cache (the one
+    that stored it; ``cache``: one per request, None: one cache). int32 while positions fit."""
+    order, same = key_order(trace.chunk_ids)  # by key, then position
+    if cache is not None and trace.requests and int(np.max(cache)) != int(np.min(cache)):
+        key_id = np.zeros(len(order), dtype=order.dtype)  # dense key number, in key order
+        np.cumsum(~same, out=key_id[1:])
+        del same
+        cache = np.asarray(cache)
+        small = np.int16 if int(cache.min()) >= -(2**15) and int(cache.max()) < 2**15 else np.int64
+        c = np.repeat(cache.astype(small), np.diff(trace.offsets))[order]
+        by_cache = np.argsort(c, kind="stable")  # by cache, then key, then position
+        order, key_id, c = order[by_cache], key_id[by_cache], c[by_cache]
+        del by_cache
+        same = key_id[1:] == key_id[:-1]
+        same &= c[1:] == c[:-1]
+        del key_id, c
+    head = np.arange(len(order), dtype=order.dtype)  # index in ``order`` of the group's first
+    head[1:][same] = 0
+    del same
+    np.maximum.accumulate(head, out=head)
+    np.take(order, head, out=head)  # the group's first reference
+    req = np.repeat(np.arange(trace.requests, dtype=order.dtype), np.diff(trace.offsets))
+    first = np.empty_like(order)
+    first[order] = req[head]
+    return first
 
 
 def predict(trace: Trace, alt: Alternative, latency: lat.LatencyModel, *, slo_s: float | None,
@@ -215,12 +276,13 @@ def predict(trace: Trace, alt: Alternative, latency: lat.LatencyModel, *, slo_s:
     (its chunks stored), the hits are cut to what was stored before each lookup (``in_flight``),
     and a second pass prices those."""
     full = float(trace.full_chunk_tokens.sum())
-    ttft = lat.simulate(stream(trace, alt, output_tokens), latency)
+    first = lat.run(stream(trace, alt, output_tokens), latency)
+    ttft = first.ttft
     if trace.ts is not None:
         stored_at = trace.ts + np.nan_to_num(ttft, nan=0.0) - latency.frontend_s
         cut = replace(alt, hits=in_flight(trace, alt, stored_at))
-        if (cut.hits != alt.hits).any():
-            alt, ttft = cut, lat.simulate(stream(trace, cut, output_tokens), latency)
+        if (cut.hits != alt.hits).any():  # the second pass replays only around the cut requests
+            alt, ttft = cut, first.with_hits(cut.hits)
     return Predicted(alt, float(alt.hits.sum()) / full if full else 0.0, ttft,
                      lat.summarize(ttft, slo_s=slo_s, seconds=seconds))
 

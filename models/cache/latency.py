@@ -19,6 +19,12 @@ lasts ``decode_step_s``. A request's first token comes at the end of the step th
 prefill; it then decodes ``output_tokens - 1`` more steps. Deterministic: the same stream gives
 the same TTFTs (random routing takes a seed upstream).
 
+**Cost.** One Python loop per engine, once per step or event (a few per request: about 3 s for a
+million requests on this machine). An engine with nothing in flight has a future that depends only
+on the time and the requests still to come, so ``run`` keeps those idle points and a second pass
+whose hits differ for a few requests (``Run.with_hits``, the in-flight cut) replays only from the
+idle point before each of them until the engine is back on the first pass's path.
+
 What this cannot see: the engine's own noise (the same prompt's prefill varies run to run), a
 cache server slowed by concurrent lookups from several engines (the shared pool's one server
 under bursts), the time a request waited before the scheduler saw it in the stream it was
@@ -28,11 +34,11 @@ that grow with the batch.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -248,104 +254,221 @@ class Stream:
 
 def simulate(s: Stream, m: LatencyModel) -> np.ndarray:
     """TTFT of every request, seconds (module doc)."""
-    ttft = np.full(len(s.arrival), np.nan)
-    for e in range(s.engines):
-        idx = np.flatnonzero(s.engine == e)
-        _Engine(s, m, ttft).run(idx[np.argsort(s.arrival[idx], kind="stable")])
-    return ttft
+    return run(s, m).ttft
 
 
-@dataclass
-class _Engine:
-    s: Stream
-    m: LatencyModel
+@dataclass(frozen=True)
+class Run:
+    """A stream's TTFTs and where each engine was idle: from such a point an engine's future
+    depends only on the time and the requests not yet arrived, so a stream that differs only in
+    some requests' hits is replayed again from the idle point before each of them
+    (``with_hits``) rather than from the start."""
+
+    stream: Stream
+    """The stream that ran."""
+    model: LatencyModel
+    """The model it ran with."""
     ttft: np.ndarray
-    t: float = -math.inf
-    step: int = 0
-    lookups: list[tuple[float, int]] = field(default_factory=list)
-    """Heap of (when the lookup ends, request)."""
-    loads: list[tuple[float, int]] = field(default_factory=list)
-    """Heap of (when the load of the hit tokens ends, request)."""
-    ready: deque[int] = field(default_factory=deque)
-    """Requests whose prefill can run, in arrival order."""
-    done: dict[int, int] = field(default_factory=dict)
-    """Prompt tokens computed so far per request (a long prefill spans steps)."""
-    decoding: list[int] = field(default_factory=list)
-    """Heap of the step at which each decoding request ends."""
+    """float per request, seconds (``simulate``)."""
+    idle: tuple[tuple[list[int], list[float]], ...]
+    """Per engine: each idle point as (requests of the engine seen by then, in arrival order;
+    the time), in the order the engine met them."""
 
-    def run(self, requests: np.ndarray) -> None:
-        order: list[int] = requests.tolist()
-        k = 0
-        while k < len(order) or self.lookups or self.loads or self.ready or self.decoding:
-            k = self._see(order, k)
-            if not self.ready:
-                nxt = min([math.inf] + [h[0][0] for h in (self.lookups, self.loads) if h]
-                          + ([float(self.s.arrival[order[k]])] if k < len(order) else []))
-                if not self.decoding:
-                    self.t = max(self.t, nxt)
-                    continue
-                d = max(self.m.decode_step_s, 1e-9)  # decode-only steps, up to the next event
-                jump = self.decoding[0] - self.step  # to the next decode's end, or the next event's step
-                if math.isfinite(nxt):
-                    jump = min(jump, max(1, math.ceil((nxt - self.t) / d)))
-                self.t += jump * d
-                self.step += jump
-            else:
-                self._prefill_step()
-            while self.decoding and self.decoding[0] <= self.step:
-                heapq.heappop(self.decoding)
+    def with_hits(self, hit: np.ndarray) -> np.ndarray:
+        """TTFTs of the same stream with ``hit`` instead of its hits, the same as ``simulate`` on
+        it: each engine replays only from the idle point before its first changed request to an
+        idle point where it is back on the first run's path, until its next changed request."""
+        s = replace(self.stream, hit=np.asarray(hit))
+        changed = np.asarray(hit, float) != np.asarray(self.stream.hit, float)
+        return _run_all(s, self.model, self).ttft if changed.any() else self.ttft.copy()
 
-    def _see(self, order: list[int], k: int) -> int:
-        """What the scheduler sees at this boundary (repeatedly: an idle engine sees at once)."""
-        changed = True
-        while changed:
-            changed = False
-            while k < len(order) and self.s.arrival[order[k]] <= self.t:
-                heapq.heappush(self.lookups, (max(self.t, float(self.s.arrival[order[k]])) + self.m.lookup_s,
-                                              order[k]))
-                k, changed = k + 1, True
-            while self.lookups and self.lookups[0][0] <= self.t:
-                _, i = heapq.heappop(self.lookups)
-                load = self.m.load_s_per_hit_token * float(self.s.hit[i])
-                if load > 0:
-                    heapq.heappush(self.loads, (self.t + load, i))
+
+def run(s: Stream, m: LatencyModel) -> Run:
+    """``simulate`` with the idle points kept (``Run.with_hits``)."""
+    return _run_all(s, m, None)
+
+
+def _run_all(s: Stream, m: LatencyModel, first: Run | None) -> Run:
+    """Each engine on its own (``_run_engine``); with ``first``, only where ``s``'s hits differ
+    from the stream ``first`` ran."""
+    ttft = np.full(len(s.arrival), np.nan)
+    arrival = np.asarray(s.arrival, float)
+    hit = np.asarray(s.hit, float)
+    prompt = np.asarray(s.prompt, float)
+    full = np.asarray(s.full, float)
+    out = (np.asarray(s.output_tokens).astype(np.int64) if s.output_tokens is not None
+           else np.full(len(arrival), int(m.output_tokens), dtype=np.int64))
+    engine = np.asarray(s.engine)
+    changed = None if first is None else hit != np.asarray(first.stream.hit, float)
+    # Each engine's requests, in request order (ties in the heaps break by request index).
+    by_engine = np.argsort(engine, kind="stable")
+    bounds = np.searchsorted(engine[by_engine], np.arange(s.engines + 1), side="left")
+    idle: list[tuple[list[int], list[float]]] = []
+    for e in range(s.engines):
+        idx = by_engine[bounds[e]:bounds[e + 1]]
+        if first is not None and changed is not None:
+            if not changed[idx].any():  # nothing differs on this engine
+                ttft[idx] = first.ttft[idx]
+                idle.append(first.idle[e])
+                continue
+            res = _run_engine(arrival[idx], hit[idx], prompt[idx], full[idx], out[idx], m,
+                              again=(first.ttft[idx].tolist(), first.idle[e], changed[idx]))
+        else:
+            res = _run_engine(arrival[idx], hit[idx], prompt[idx], full[idx], out[idx], m)
+        ttft[idx] = res[0]
+        idle.append(res[1])
+    return Run(s, m, ttft, tuple(idle))
+
+
+def _run_engine(arrival: np.ndarray, hit: np.ndarray, prompt: np.ndarray, full: np.ndarray, out: np.ndarray,
+                m: LatencyModel, again: tuple[list[float], tuple[list[int], list[float]], np.ndarray] | None = None,
+                ) -> tuple[list[float], tuple[list[int], list[float]]]:
+    """One engine's scheduler steps (module doc) over its requests (given in request order): their
+    TTFTs and the engine's idle points. One flat loop over Python floats and lists: it runs once
+    per step or event, so every attribute look-up and call it saves is paid back a million times
+    on a fleet's trace. The arithmetic is the step rule's, operation for operation (the same
+    floats come out).
+
+    ``again``: the TTFTs and idle points of a first run of these requests, and which requests'
+    hits differ from it. Reaching one of that run's idle points (same requests seen, same time),
+    the engine is back on its path until its next changed request arrives: the first run's TTFTs
+    are copied up to its last idle point before that arrival, and the loop goes on from there."""
+    n = len(arrival)
+    arr: list[float] = arrival.tolist()
+    hitf: list[float] = hit.tolist()
+    order: list[int] = np.argsort(arrival, kind="stable").tolist()
+    # Per request, what each step adds: the step rule's operations, done ahead in numpy (IEEE
+    # doubles both: the same floats; the prompt less its hits is truncated to int as ``int()`` does).
+    need0: list[int] = np.maximum(1, np.trunc(prompt - hit).astype(np.int64)).tolist()
+    first_cost: list[float] = ((m.fixed + m.lmcache_request) + m.load * hit).tolist()
+    store_cost: list[float] = (m.store * np.maximum(0.0, full - hit)).tolist()
+    load_s: list[float] = (m.load_s_per_hit_token * hit).tolist()
+    outn: list[int] = out.tolist()
+    ttft = [math.nan] * n
+    done = [-1] * n  # prompt tokens computed so far; -1: its prefill has not started
+    per_token, attention, lookup_s = m.per_token, m.attention, m.lookup_s
+    decode_step_s, frontend_s = m.decode_step_s, m.frontend_s
+    batch = m.max_batch_tokens or 2**62
+    d_step = max(decode_step_s, 1e-9)
+    inf = math.inf
+    heappush, heappop, ceil, isfinite = heapq.heappush, heapq.heappop, math.ceil, math.isfinite
+    lookups: list[tuple[float, int]] = []  # (when the lookup ends, request)
+    loads: list[tuple[float, int]] = []  # (when the load of the hit tokens ends, request)
+    ready: list[int] = []  # requests whose prefill can run, in arrival order
+    decoding: list[int] = []  # heap of the step at which each decoding request ends
+    idle_k: list[int] = []
+    idle_t: list[float] = []
+    old_k: list[int] = []
+    old_t: list[float] = []
+    changed_at: list[int] = []  # arrival positions of the changed requests, ascending
+    if again is not None:
+        old_ttft, (old_k, old_t), changed = again
+        changed_at = np.flatnonzero(np.asarray(changed)[order]).tolist()
+    c = 0  # next changed request: changed_at[c]
+    t = -inf
+    step = 0
+    k = 0
+    while k < n or lookups or loads or ready or decoding:
+        if not (decoding or ready or lookups or loads):  # idle
+            j = _idle_point(old_k, old_t, k, t) if again is not None else -1
+            if j >= 0:  # on the first run's path: skip to its last idle point before the next change
+                while c < len(changed_at) and changed_at[c] < k:
+                    c += 1
+                if c == len(changed_at):
+                    j_to, k_to = len(old_k) - 1, n
                 else:
-                    self.ready.append(i)
-                changed = True
-            while self.loads and self.loads[0][0] <= self.t:
-                self.ready.append(heapq.heappop(self.loads)[1])
-                changed = True
-        return k
+                    j_to = bisect.bisect_right(old_k, changed_at[c], lo=j) - 1
+                    k_to = old_k[j_to]
+                for p in range(k, k_to):
+                    ttft[order[p]] = old_ttft[order[p]]
+                idle_k.extend(old_k[j:j_to])
+                idle_t.extend(old_t[j:j_to])
+                if k_to == n:
+                    idle_k.append(old_k[j_to])
+                    idle_t.append(old_t[j_to])
+                    break
+                k, t = k_to, old_t[j_to]
+            idle_k.append(k)
+            idle_t.append(t)
+        # What the scheduler sees at this boundary: arrivals start their lookups, finished lookups
+        # start their loads, finished loads make requests ready. One pass sees everything due by
+        # ``t``: each stage only feeds the later ones.
+        while k < n and arr[order[k]] <= t:
+            heappush(lookups, (t + lookup_s, order[k]))  # max(t, arrival) is t here
+            k += 1
+        while lookups and lookups[0][0] <= t:
+            i = heappop(lookups)[1]
+            load = load_s[i]
+            if load > 0:
+                heappush(loads, (t + load, i))
+            else:
+                ready.append(i)
+        while loads and loads[0][0] <= t:
+            ready.append(heappop(loads)[1])
+        if not ready:
+            nxt = inf
+            if lookups and lookups[0][0] < nxt:
+                nxt = lookups[0][0]
+            if loads and loads[0][0] < nxt:
+                nxt = loads[0][0]
+            if k < n and arr[order[k]] < nxt:
+                nxt = arr[order[k]]
+            if not decoding:
+                if nxt > t:
+                    t = nxt
+                continue
+            jump = decoding[0] - step  # to the next decode's end, or the next event's step
+            if isfinite(nxt):
+                to_event = ceil((nxt - t) / d_step)
+                if to_event < 1:
+                    to_event = 1
+                if to_event < jump:
+                    jump = to_event
+            t += jump * d_step
+            step += jump
+        else:
+            # One prefill step: ready requests in arrival order up to the token budget.
+            budget = batch - len(decoding)
+            dur = 0.0
+            finished = []
+            for i in ready:
+                if budget <= 0:
+                    break
+                dn = done[i]
+                started = dn >= 0
+                if not started:
+                    dn = 0
+                need = need0[i] - dn
+                take = need if need < budget else budget
+                c0 = hitf[i] + dn
+                dur += per_token * take + attention * ((c0 + take) ** 2 - c0 ** 2) / 2
+                if not started:
+                    dur += first_cost[i]
+                done[i] = dn + take
+                budget -= take
+                if take == need:
+                    finished.append(i)
+                    dur += store_cost[i]
+            if decoding:
+                dur += decode_step_s
+            t += dur
+            step += 1
+            for i in finished:
+                ready.remove(i)
+                ttft[i] = t - arr[i] + frontend_s
+                if outn[i] > 1:
+                    heappush(decoding, step + outn[i] - 1)
+        while decoding and decoding[0] <= step:
+            heappop(decoding)
+    return ttft, (idle_k, idle_t)
 
-    def _prefill_step(self) -> None:
-        m, s = self.m, self.s
-        budget = (m.max_batch_tokens or 2**62) - len(self.decoding)
-        dur, finished = 0.0, []
-        for i in list(self.ready):
-            if budget <= 0:
-                break
-            hit, prompt = float(s.hit[i]), float(s.prompt[i])
-            need = max(1, int(prompt - hit)) - self.done.get(i, 0)
-            take = min(need, budget)
-            c0 = hit + self.done.get(i, 0)
-            dur += m.per_token * take + m.attention * ((c0 + take) ** 2 - c0 ** 2) / 2
-            if i not in self.done:
-                dur += m.fixed + m.lmcache_request + m.load * hit
-            self.done[i] = self.done.get(i, 0) + take
-            budget -= take
-            if take == need:
-                finished.append(i)
-                dur += m.store * max(0.0, float(s.full[i]) - hit)
-        if self.decoding:
-            dur += m.decode_step_s
-        self.t += dur
-        self.step += 1
-        for i in finished:
-            self.ready.remove(i)
-            self.ttft[i] = self.t - float(s.arrival[i]) + m.frontend_s
-            out = int(s.output_tokens[i]) if s.output_tokens is not None else m.output_tokens
-            if out > 1:
-                heapq.heappush(self.decoding, self.step + out - 1)
+
+def _idle_point(ks: list[int], ts: list[float], k: int, t: float) -> int:
+    """Index of the idle point (k, t) among a run's (in the order met: by k, then t); -1: none."""
+    j = bisect.bisect_left(ks, k)
+    while j < len(ks) and ks[j] == k and ts[j] < t:
+        j += 1
+    return j if j < len(ks) and ks[j] == k and ts[j] == t else -1
 
 
 @dataclass(frozen=True)

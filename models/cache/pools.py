@@ -13,7 +13,7 @@ import numpy as np
 
 from ..core.errors import KvplanError
 from ..core.vocabulary import ROUTINGS, Routing
-from .sim import Curve, Trace, lru_curve, prev_next
+from .sim import Curve, Trace, lru_curve, previous_reference
 
 AFFINITY_MIN_MATCH = 0.5
 """Prefix affinity follows the earlier rank only when the seen prefix covers at least this
@@ -35,33 +35,40 @@ def route(trace: Trace, ranks: int, policy: str = "round_robin", seed: int = 0) 
         return np.random.default_rng(seed).integers(0, ranks, size=R, dtype=np.int64)
     T = trace.references
     lengths = np.diff(trace.offsets)
-    out = np.zeros(R, dtype=np.int64)
     if T == 0:
         return np.arange(R, dtype=np.int64) % ranks
-    req = np.repeat(np.arange(R, dtype=np.int64), lengths)
+    prev = previous_reference(trace.chunk_ids)
+    idx = prev.dtype.type
+    req = np.repeat(np.arange(R, dtype=idx), lengths)
     start = trace.offsets[:-1]
-    prev, _ = prev_next(trace.chunk_ids)
-    seen_before = (prev >= 0) & (prev < start[req])
+    unseen = prev < 0
+    unseen |= prev >= start.astype(idx)[req]  # not looked up by an earlier request
     # Leading chunks seen before: position of the first unseen chunk in each request.
-    broken = np.where(~seen_before, np.arange(T) - start[req], lengths[req])
-    lead = np.minimum.reduceat(broken, start[lengths > 0]) if (lengths > 0).any() else np.zeros(0, np.int64)
-    matched = np.zeros(R, dtype=np.int64)
-    matched[lengths > 0] = lead
+    first_unseen = np.flatnonzero(unseen)
+    del unseen
+    r_unseen = req[first_unseen]
+    firsts = np.flatnonzero(np.diff(r_unseen, prepend=-1) != 0)  # each request's first unseen chunk
+    matched = lengths.copy()
+    matched[r_unseen[firsts]] = first_unseen[firsts] - start[r_unseen[firsts]]
+    del first_unseen, r_unseen, firsts
     # The request that last referenced the deepest matched chunk.
     deep = np.full(R, -1, dtype=np.int64)
     has = matched > 0
     deep[has] = req[prev[start[has] + matched[has] - 1]]
+    del req, prev
     follow = has & (matched >= AFFINITY_MIN_MATCH * lengths)
-    nxt = 0
-    deep_l = deep.tolist()
-    follow_l = follow.tolist()
-    for r in range(R):
-        if follow_l[r]:
-            out[r] = out[deep_l[r]]
-        else:
-            out[r] = nxt
-            nxt = (nxt + 1) % ranks
-    return out
+    # A request that does not follow takes the next rank round-robin (counted over those only);
+    # one that follows takes the rank of the request it follows, so of the first request up its
+    # chain that does not follow (found by pointer jumping: each request follows an earlier one).
+    lead_to = np.where(follow, deep, np.arange(R, dtype=np.int64))
+    while True:
+        up = lead_to[lead_to]
+        if np.array_equal(up, lead_to):
+            break
+        lead_to = up
+    out = np.zeros(R, dtype=np.int64)
+    out[~follow] = np.arange(int((~follow).sum()), dtype=np.int64) % ranks
+    return out[lead_to]
 
 
 @dataclass(frozen=True)

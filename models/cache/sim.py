@@ -31,14 +31,19 @@ capacity ``C`` iff ``m_i = max(d_0..d_i) < C``. So the whole curve is the histog
   (never referenced again counts as later). ``B`` is a prefix count of values ``>= r``, answered
   for all queries together with a wavelet matrix built level by level (one stable partition
   per bit of the request index, only the current level kept in memory).
+* The next-request values come in long stretches of one value (a re-sent prefix is next looked
+  up by one later request): the wavelet matrix is built over the stretches, each weighted by
+  its length, and a query counts the stretches before its own plus its own up to ``p``. On the
+  Mooncake conversation trace that is 12x fewer values than references.
 * Chunks referenced last time at consecutive positions and looked up again at consecutive
   positions (a re-sent conversation prefix) form a *run*: inside a run ``d`` drops by exactly
   1 per chunk, so only the run's first chunk decides the prefix maximum and only it is queried.
 
-Cost: ``O(T log R)`` vectorised work for ``T`` chunk references and ``R`` requests,
-independent of how many capacities are asked for. Memory: about 40 bytes per chunk reference
-at the peak on top of the trace itself (int32 positions; measured +903 MiB resident for 23 M
-references, 1 M requests, ``bench/whatif_bench.py``), none of it per capacity.
+Cost: ``O(T + S log R)`` vectorised work for ``T`` chunk references, ``S`` stretches and ``R``
+requests (plus one stable sort of the keys), independent of how many capacities are asked for.
+Memory: whole-trace temporaries are int32 or bool and freed as soon as used, about 5 int32
+arrays of ``T`` at the peak on top of the trace itself, none of it per capacity (figures:
+bench/results/topology.md).
 
 **Topology** (``shared_vs_private``): ``N`` private caches of ``C/N`` each, requests routed to
 ranks round-robin, at random (fixed seed), or by prefix affinity; each rank's sub-trace gets its
@@ -122,18 +127,23 @@ class Trace:
 
 
 def make_trace(requests: Iterable[tuple[Sequence[int], int, int]]) -> Trace:
-    """A trace from ``(chunk_ids, seq_len, chunk_size)`` tuples (tests, small traces)."""
-    ids: list[int] = []
-    offsets = [0]
+    """A trace from ``(chunk_ids, seq_len, chunk_size)`` tuples. Each request's keys become one
+    int64 array at once (8 bytes a key, no Python int per chunk), joined at the end; an int-valued
+    key of another type (e.g. ``2.0``) is taken as ``int()`` takes it."""
+    parts: list[np.ndarray] = []
     seq: list[int] = []
     sizes: list[int] = []
     for chunk_ids, seq_len, chunk_size in requests:
-        ids.extend(int(c) for c in chunk_ids)
-        offsets.append(len(ids))
+        if isinstance(chunk_ids, np.ndarray) and chunk_ids.dtype.kind in "iu":
+            parts.append(chunk_ids.astype(np.int64).ravel())
+        else:
+            parts.append(np.fromiter(chunk_ids, dtype=np.int64))
         seq.append(int(seq_len))
         sizes.append(int(chunk_size))
-    return Trace(np.asarray(ids, dtype=np.int64), np.asarray(offsets, dtype=np.int64),
-                 np.asarray(seq, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return Trace(ids, offsets, np.asarray(seq, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
 
 
 def capacity_chunks(capacity_bytes: float, bytes_per_chunk: int) -> int:
@@ -194,48 +204,64 @@ def _index_dtype(n: int) -> type[np.int32] | type[np.int64]:
     return np.int32 if n < 2**31 - 2 else np.int64
 
 
-def prev_next(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Previous and next reference of the same key (-1 / len(keys) when none)."""
-    n = len(keys)
-    idx = _index_dtype(n)
+BLOCK = 1 << 22
+"""Elements per block where a whole-trace temporary would be int64 (bounds the peak memory)."""
+
+
+def key_order(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The references grouped by key, in order within a key (a stable argsort), and whether each
+    sorted reference has the same key as the one before it (``same[i]``: ``order[i+1]`` and
+    ``order[i]``). The key comparison runs in blocks: no int64 copy of the whole trace."""
+    idx = _index_dtype(len(keys) + 2)
     order = np.argsort(keys, kind="stable").astype(idx)
-    same = keys[order[1:]] == keys[order[:-1]]
-    prev = np.full(n, -1, dtype=idx)
-    nxt = np.full(n, n, dtype=idx)
-    later, earlier = order[1:][same], order[:-1][same]
-    del order, same
-    prev[later] = earlier
-    nxt[earlier] = later
-    return prev, nxt
+    same = np.empty(max(0, len(keys) - 1), dtype=bool)
+    for lo in range(0, len(same), BLOCK):
+        hi = min(lo + BLOCK, len(same))
+        k = keys[order[lo:hi + 1]]
+        np.equal(k[1:], k[:-1], out=same[lo:hi])
+    return order, same
 
 
-def _count_prefix_ge(values: np.ndarray, n: np.ndarray, x: np.ndarray, nbits: int) -> np.ndarray:
-    """For each query j: how many of ``values[:n[j]]`` are ``>= x[j]`` (wavelet matrix).
+def previous_reference(keys: np.ndarray) -> np.ndarray:
+    """Each reference's previous reference of the same key (-1 when none)."""
+    order, same = key_order(keys)
+    prev = np.full(len(keys), -1, dtype=order.dtype)
+    prev[order[1:][same]] = order[:-1][same]
+    return prev
 
-    Levels are built and consumed one at a time, highest bit first, so memory stays at a
-    few arrays of ``len(values)``."""
+
+def _sum_prefix_ge(values: np.ndarray, weights: np.ndarray, n: np.ndarray, x: np.ndarray,
+                   nbits: int) -> np.ndarray:
+    """For each query j: the sum of ``weights[i]`` over ``i < n[j]`` with ``values[i] >= x[j]``
+    (a wavelet matrix over ``values``, weighted). Levels are built and consumed one at a time,
+    highest bit first, so memory stays at a few arrays of ``len(values)``."""
     size = len(values)
     idx = np.int32 if size < 2**31 - 1 else np.int64
     cur: np.ndarray = values.astype(idx, copy=True)
+    w: np.ndarray = weights.astype(np.int64, copy=True)
     lo: np.ndarray = np.zeros(len(n), dtype=idx)
     hi: np.ndarray = n.astype(idx)
-    count = np.zeros(len(n), dtype=np.int64)
+    total = np.zeros(len(n), dtype=np.int64)
     ones = np.zeros(size + 1, dtype=idx)
+    wones = np.zeros(size + 1, dtype=np.int64)
     for b in range(nbits - 1, -1, -1):
         bit = ((cur >> b) & 1).astype(bool)
         np.cumsum(bit, out=ones[1:], dtype=idx)
+        np.cumsum(np.where(bit, w, 0), out=wones[1:])
         zeros_total = size - int(ones[-1])
         o_lo = ones[lo]
         o_hi = ones[hi]
         go_zero = ((x >> b) & 1) == 0
         # x has a 0 here: every value with a 1 here (and the same higher bits) is larger.
-        count += np.where(go_zero, o_hi - o_lo, 0)
+        total += np.where(go_zero, wones[hi] - wones[lo], 0)
         lo = np.where(go_zero, lo - o_lo, zeros_total + o_lo).astype(idx)
         hi = np.where(go_zero, hi - o_hi, zeros_total + o_hi).astype(idx)
         cur = np.concatenate((cur[~bit], cur[bit]))
+        w = np.concatenate((w[~bit], w[bit]))
         del bit, o_lo, o_hi, go_zero
-    count += hi - lo  # values equal to x
-    return count
+    np.cumsum(w, out=wones[1:])
+    total += wones[hi] - wones[lo]  # values equal to x
+    return total
 
 
 @dataclass(frozen=True)
@@ -255,7 +281,9 @@ class Distances:
 def stack_distances(trace: Trace) -> Distances:
     """Exact LRU stack distances of every chunk reference under LMCache's lookup rule. Long on
     purpose: one vectorised pass (previous/next occurrence, prefix-hit cut, counting) whose steps
-    share their arrays; split, each part would need the others' intermediates."""
+    share their arrays; split, each part would need the others' intermediates. Whole-trace
+    temporaries are int32 (or bool) and freed as soon as used: the peak is about 5 int32 arrays
+    of the references on top of the trace."""
     keys = trace.chunk_ids
     T = len(keys)
     R = trace.requests
@@ -267,33 +295,50 @@ def stack_distances(trace: Trace) -> Distances:
     lengths = np.diff(trace.offsets)
     req = np.repeat(np.arange(R, dtype=idx), lengths)
     starts = trace.offsets[:-1].astype(idx)
-    prev, nxt = prev_next(keys)
-
+    order, same = key_order(keys)
+    later, earlier = order[1:][same], order[:-1][same]
+    del order, same
+    prev = np.full(T, -1, dtype=idx)
+    prev[later] = earlier
     # Next reference's request (R when none): B counts q <= p with next_req[q] >= r.
-    next_req = req[np.minimum(nxt, T - 1)]
-    next_req[nxt == T] = R
-    del nxt
-    # Distinct chunks referenced before each request start: D = cumulative first references.
-    first_cum = np.zeros(T + 1, dtype=idx)
-    np.cumsum(prev < 0, out=first_cum[1:], dtype=idx)
-    unique = int(first_cum[-1])
-    d_start = first_cum[starts]  # per request
-    del first_cum
+    next_req = np.full(T, R, dtype=idx)
+    next_req[earlier] = req[later]
+    del later, earlier
+    # Distinct chunks referenced before each request start: first references before it.
+    firsts = np.flatnonzero(prev < 0)
+    unique = len(firsts)
+    d_start = np.searchsorted(firsts, starts, side="left").astype(idx)  # per request
+    del firsts
+    # B is a prefix count over next_req, which is constant over long stretches (a re-sent
+    # prefix is next looked up by one later request): count over those stretches, weighted.
+    change = np.flatnonzero(next_req[1:] != next_req[:-1]).astype(idx)
+    seg_start = np.concatenate((np.zeros(1, dtype=idx), change + 1))
+    del change
+    seg_val = next_req[seg_start]
+    del next_req
+    seg_len = np.diff(np.append(seg_start, idx(T)))
+
     start = starts[req]  # request start of each reference
-    seen = (prev >= 0) & (prev < start)  # looked up with an earlier reference
+    seen = prev >= 0
+    seen &= prev < start  # looked up with an earlier reference
     dup = prev >= start  # repeated inside its own request: same answer as its first copy
+    del start
     cont = np.zeros(T, dtype=bool)
     cont[1:] = seen[1:] & seen[:-1] & (req[1:] == req[:-1]) & (prev[1:] == prev[:-1] + 1)
-    query = seen & ~cont
+    seen &= ~cont  # the queries: first chunk of each run
+    qi = np.flatnonzero(seen).astype(idx)
     del seen
-    qi = np.flatnonzero(query).astype(idx)
-    nbits = max(1, int(R).bit_length())
-    b = _count_prefix_ge(next_req, prev[qi] + 1, req[qi], nbits)
-    del next_req
+    p = prev[qi]
+    x = req[qi]
+    g = (np.searchsorted(seg_start, p, side="right") - 1).astype(idx)  # the stretch holding p
+    # the stretches before p's, and p's own up to p (it holds p, whose next request is x: >= x)
+    b = _sum_prefix_ge(seg_val, seg_len, g, x, max(1, int(R).bit_length()))
+    b += p - seg_start[g] + 1
+    del seg_start, seg_val, seg_len, g, p
 
     d = np.full(T, inf, dtype=idx)
-    d[qi] = d_start[req[qi]] - b
-    del b
+    d[qi] = d_start[x] - b
+    del b, x, d_start
     # Inside a run d drops by one per chunk: d[t] = d[run start] - (t - run start).
     run_start = np.zeros(T, dtype=idx)
     run_start[qi] = qi
@@ -301,29 +346,36 @@ def stack_distances(trace: Trace) -> Distances:
     np.maximum.accumulate(run_start, out=run_start)
     ci = np.flatnonzero(cont).astype(idx)
     del cont
-    d[ci] = d[run_start[ci]] - (ci - run_start[ci])
-    del ci, run_start
+    rs = run_start[ci]
+    del run_start
+    d[ci] = d[rs] - (ci - rs)
+    del ci, rs
     # A chunk repeated inside its request has the distance of its first copy.
     di = np.flatnonzero(dup)
+    del dup
     if len(di):
         first = prev[di]
         while True:
-            more = prev[first] >= start[di]
+            more = prev[first] >= starts[req[di]]
             if not more.any():
                 break
             first = np.where(more, prev[first], first)
         d[di] = d[first]
-    del dup, start, prev
+    del prev
 
     # Prefix maximum per request: request index in the high 32 bits, so one running maximum
-    # restarts at every request.
-    m = req.astype(np.int64)
-    del req
-    m <<= 32
-    m |= d
-    np.maximum.accumulate(m, out=m)
-    m &= 0xFFFFFFFF
-    return Distances(d=d, m=m.astype(idx), inf=inf, unique_chunks=unique)
+    # restarts at every request (in blocks of whole requests: int64 only a block at a time).
+    m = np.empty(T, dtype=idx)
+    bounds = trace.offsets[np.searchsorted(trace.offsets, np.arange(0, T, BLOCK), side="right") - 1].tolist()
+    for lo, hi in zip(bounds, bounds[1:] + [T], strict=True):
+        if hi > lo:
+            blk = req[lo:hi].astype(np.int64)
+            blk <<= 32
+            blk |= d[lo:hi]
+            np.maximum.accumulate(blk, out=blk)
+            blk &= 0xFFFFFFFF
+            m[lo:hi] = blk
+    return Distances(d=d, m=m, inf=inf, unique_chunks=unique)
 
 
 def lru_curve(trace: Trace, distances: Distances | None = None) -> Curve:
