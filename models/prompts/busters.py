@@ -240,6 +240,13 @@ class Finding:
     """True when the chat template, not the caller, writes the span (a template-level buster)."""
     canonical: str | None = field(default=None, repr=False)
     """The normalised line's text for kinds fixed by normalising; kept in memory only, never output."""
+    change: str | None = None
+    """``template_history`` found by rendering (``history``): what the template changed in the turn
+    once it is history, in shape only ("a think block of about 40 tokens dropped from assistant
+    turn 3 ..."); None otherwise."""
+    tokens_missed: int = 0
+    """Tokens the requests it broke missed that an unlimited cache held no copy of (``history``
+    findings: what they cost, counted in the first pass)."""
 
     @property
     def key(self) -> tuple[str, int | None, str, int]:
@@ -264,6 +271,8 @@ class Finding:
 
     @property
     def fix(self) -> str:
+        if self.change is not None:
+            return "a remedy (see remedies): the turn must render the same as history as it did when it was generated"
         return ("normalised" if self.kind in NORMALISED else
                 "moved to the end of the message it is sent with (kept there in the conversation's later requests)")
 
