@@ -32,8 +32,8 @@ from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.geometry import pool_blocks
-from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
+from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
@@ -177,7 +177,7 @@ class CheckResult:
 
 def finding_json(fr: FindingResult, base: Totals) -> dict[str, Any]:
     f = fr.finding
-    out = {"kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
+    out: dict[str, Any] = {"kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
            "example": f.example, "requests_affected": f.requests_affected,
            "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
            "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
@@ -566,7 +566,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             if f.change is None:
                 results.append(FindingResult(f, mine[0][1]))
                 continue
-            done = [(rm, t) for rm, t in mine if rm is not None]
+            done: list[tuple[Remedy, Totals | None]] = [(rm, t) for rm, t in mine if rm is not None]
             best = max((t for _, t in done if t is not None), key=lambda t: t.hit_rate or 0.0, default=None)
             results.append(FindingResult(f, best, done))
         results += [FindingResult(f, None) for f in found[opts.max_fixes:]]

@@ -22,8 +22,17 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ...models.prompts.busters import Finding
-from ...models.prompts.history import (DROP, FIELD, Conversations, Remedy, change, common_prefix, has_reasoning,
-                                       message_hashes, rewrite)
+from ...models.prompts.history import (
+    DROP,
+    FIELD,
+    Conversations,
+    Remedy,
+    change,
+    common_prefix,
+    has_reasoning,
+    message_hashes,
+    rewrite,
+)
 from .read import LogRequest
 from .render import Renderer, RequestRefused
 

@@ -63,8 +63,8 @@ class Remedy:
         if self.name == "drop_reasoning":
             return "the client drops the <think> block from the assistant content it sends back"
         if self.name == "reasoning_field":
-            return ("the client sends the reasoning apart, in the assistant message's `reasoning` field (vLLM passes it "
-                    "to the template as `reasoning_content`; a `reasoning_content` field is dropped by vLLM)")
+            return ("the client sends the reasoning apart, in the assistant message's `reasoning` field (vLLM "
+                    "passes it to the template as `reasoning_content`; a `reasoning_content` field is dropped by vLLM)")
         return f"the requests set chat_template_kwargs {{{json.dumps(self.switch)}: {json.dumps(self.value)}}}"
 
     def as_json(self) -> dict[str, Any]:
