@@ -37,7 +37,8 @@ from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
-from .history import HistoryFinder, remedied
+from . import history
+from .history import HistoryFinder
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
 
@@ -683,8 +684,7 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             base, hit, u = spill.read()
             texts: list[str | None] = []
             for v, kept in zip(variants, carried, strict=True):
-                q = remedied(prep, p.request, v.remedy) if v.remedy is not None else None
-                q = q or p
+                q = _remedied(prep, p, v.remedy)
                 t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
                      else None)
                 if t is None or t == p.text:
@@ -705,6 +705,18 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             n += 1
             tick(n)
     return totals, busted
+
+
+def _remedied(prep: Preparer, p: Prepared, remedy: Remedy | None) -> Prepared:
+    """``p`` rewritten by ``remedy`` and rendered again (``p`` itself when there is none, it
+    changes nothing, or the template refuses the rewritten request)."""
+    rr = history.remedied(p.request, remedy) if remedy is not None else None
+    if rr is None:
+        return p
+    try:
+        return prep.prepare(rr, encode=False)
+    except RequestRefused:
+        return p
 
 
 def _encoded(prep: Preparer, batch: list[Prepared]) -> list[Prepared]:

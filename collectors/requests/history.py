@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...models.prompts.busters import Finding
 from ...models.prompts.history import (
@@ -35,9 +35,6 @@ from ...models.prompts.history import (
 )
 from .read import LogRequest
 from .render import Renderer, RequestRefused
-
-if TYPE_CHECKING:
-    from .check import Prepared, Preparer
 
 KIND = "template_history"
 SWITCH = re.compile(r"think|reason", re.IGNORECASE)
@@ -75,22 +72,14 @@ def render_as(renderer: Renderer, r: LogRequest, messages: list[dict[str, Any]],
     return renderer.chat_text(rr)
 
 
-def remedied(prep: Preparer, r: LogRequest, remedy: Remedy) -> Prepared | None:
-    """``r`` as a client applying ``remedy`` sends it, rendered (None: the remedy changes nothing
-    in it, or the template refuses it)."""
+def remedied(r: LogRequest, remedy: Remedy) -> LogRequest | None:
+    """``r`` as a client applying ``remedy`` sends it (None: the remedy changes nothing in it)."""
     if r.kind != "chat":
         return None
     if remedy.switch is not None:
-        rr = dataclasses.replace(r, chat_template_kwargs={**r.chat_template_kwargs, remedy.switch: remedy.value})
-    else:
-        msgs = rewrite(r.messages, remedy)
-        if msgs is None:
-            return None
-        rr = dataclasses.replace(r, messages=msgs)
-    try:
-        return prep.prepare(rr, encode=False)
-    except RequestRefused:
-        return None
+        return dataclasses.replace(r, chat_template_kwargs={**r.chat_template_kwargs, remedy.switch: remedy.value})
+    msgs = rewrite(r.messages, remedy)
+    return dataclasses.replace(r, messages=msgs) if msgs is not None else None
 
 
 class HistoryFinder:
