@@ -134,3 +134,15 @@ def test_rewrites_and_split():
     assert rewrite(m, DROP) == [{"role": "assistant", "content": "C"}, m[1]]
     assert rewrite(m, FIELD) == [{"role": "assistant", "content": "C", "reasoning": "r"}, m[1]]
     assert rewrite([m[1]], DROP) is None
+
+
+def test_no_finding_when_the_template_keeps_history(tmp_path):
+    """The same sessions with the template's switch set in every request: each turn renders the
+    same as history as when it was generated, so nothing is found and the rate is the reference's."""
+    t = tmp_path / "think.jinja"
+    t.write_text(THINK_TEMPLATE)
+    bodies = [{**b, "chat_template_kwargs": {"preserve_thinking": True}} for b in agent_log(sessions=2)]
+    d = check([write(tmp_path / "kept.jsonl", bodies)], Renderer(TOKENIZER, t), CheckOptions(block_size=BS)).as_json()
+    assert d["hit_rate_predicted"] == pytest.approx(reference(bodies, preserve_thinking=True), abs=1e-12)
+    assert [f for f in d["findings"] if f["kind"] == "template_history"] == []
+    assert "template_history" not in d["miss_reasons"]

@@ -10,7 +10,11 @@ its own capacity-bound pool (the same capacity in tokens). Nothing else grows wi
 per-request data is kept (each request's keys, lengths and first-pass hits go to a temporary
 file, read back in order by the second pass, which so tokenizes only the requests a fix
 changes), the buster finder holds a window of recent requests and a line index bounded by it,
-and a capacity-bound pool holds ``gpu_blocks`` blocks. The temporary file takes 8 bytes per
+the template-history finder (``history``) one hash per recent request (at most 100,000), and a
+capacity-bound pool holds ``gpu_blocks`` blocks. A turn the chat template renders differently
+once it is history is a ``template_history`` finding with one replay per remedy it allows
+(``FindingResult.remedies``); the replay with every finding fixed uses the client dropping the
+reasoning when that is one of them. The temporary file takes 8 bytes per
 block plus 40 per request of disk. Prompt text is held in memory one request at a time (plus
 the finder's window and one example per finding) and never written anywhere.
 """
@@ -514,7 +518,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
                 hist = HistoryFinder(renderer, predictor.block_size)
             if hist is not None:
                 hf = hist.observe(r, p.text, missed=f is None and o.cached_unlimited < o.hittable,
-                                  cached=o.cached_unlimited, hittable=o.hittable, first_block=o.first_miss_block)
+                                  prompt_tokens=o.prompt_tokens, cached=o.cached_unlimited, hittable=o.hittable,
+                                  first_block=o.first_miss_block)
                 f = f or hf
             li = next((x for x in p.lines if f is not None and x.place == f.place), None)
             if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:

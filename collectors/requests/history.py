@@ -2,8 +2,9 @@
 requests with each remedy applied (``models.prompts.history`` explains the method; this module
 calls the template).
 
-Per chat request that missed part of what it could hit and continues an earlier request of the
-same conversation (its first ``k`` messages are that request's): the earlier request's prompt
+Per chat request that missed part of the earlier request's prompt and continues that request (its
+first ``k`` messages are that request's; a request that hit all of it costs a hash of its
+messages and no render): the earlier request's prompt
 (``M[:k]`` with its generation prompt) is rendered. When this request's text starts with it, the
 candidate is the turn the earlier request generated, ``M[k]``. Else the candidate is the first
 message ``j`` whose rendering as the last message (``M[:j+1]``, *then*) the earlier request's text
@@ -22,6 +23,7 @@ import re
 from typing import Any
 
 from ...models.prompts.busters import Finding
+from ...models.prompts.hashing import hittable_tokens
 from ...models.prompts.history import (
     DROP,
     FIELD,
@@ -96,19 +98,21 @@ class HistoryFinder:
         self.by_shape: dict[tuple[str, str, bool], Finding] = {}
         self._switches: list[str] | None = None
 
-    def observe(self, r: LogRequest, text: str, *, missed: bool, cached: int, hittable: int,
+    def observe(self, r: LogRequest, text: str, *, missed: bool, prompt_tokens: int, cached: int, hittable: int,
                 first_block: int) -> Finding | None:
         """Record ``r`` (rendered ``text``); when it ``missed`` (hit less than it could) and
         continues an earlier request whose turn the template rewrote, the finding it counts for,
         placed at this request's rewritten message. ``cached``: its hits with an unlimited cache;
         ``hittable``: its full blocks within prompt_tokens - 1. What the finding costs it: the
-        earlier request's prompt, in full blocks within what it could hit, less what it hit."""
+        earlier request's prompt, in full blocks within what it could hit, less what it hit. A
+        request that hit all of the earlier request's prompt is not looked at (nothing of it was
+        rewritten): most requests of an agent loop cost a hash of their messages, no render."""
         if r.kind != "chat" or not r.messages:
             return None
         hashes = message_hashes(r.messages, (r.tools, r.chat_template_kwargs, r.documents, r.model))
         prev = self.conversations.continues(hashes) if missed else None
-        self.conversations.add(hashes, r.where)
-        if prev is None:
+        self.conversations.add(hashes, r.where, prompt_tokens)
+        if prev is None or cached >= hittable_tokens(prev[2], self.block_size):
             return None
         try:
             found = self._rewritten(r, text, prev[0])

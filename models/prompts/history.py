@@ -137,21 +137,21 @@ class Conversations:
 
     def __init__(self, limit: int = 100_000):
         self.limit = limit
-        self.seen: OrderedDict[int, str] = OrderedDict()
+        self.seen: OrderedDict[int, tuple[str, int]] = OrderedDict()
 
-    def continues(self, hashes: Sequence[int]) -> tuple[int, str] | None:
-        """(k, label) of the longest earlier request whose messages are this one's first k (k
-        below its own count), or None."""
+    def continues(self, hashes: Sequence[int]) -> tuple[int, str, int] | None:
+        """(k, label, prompt tokens) of the longest earlier request whose messages are this one's
+        first k (k below its own count), or None."""
         for k in range(len(hashes) - 1, 0, -1):
-            label = self.seen.get(hashes[k - 1])
-            if label is not None:
-                return k, label
+            got = self.seen.get(hashes[k - 1])
+            if got is not None:
+                return k, got[0], got[1]
         return None
 
-    def add(self, hashes: Sequence[int], label: str) -> None:
+    def add(self, hashes: Sequence[int], label: str, prompt_tokens: int) -> None:
         if not hashes:
             return
-        self.seen[hashes[-1]] = label
+        self.seen[hashes[-1]] = (label, prompt_tokens)
         self.seen.move_to_end(hashes[-1])
         while len(self.seen) > self.limit:
             self.seen.popitem(last=False)
