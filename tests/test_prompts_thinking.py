@@ -146,3 +146,22 @@ def test_no_finding_when_the_template_keeps_history(tmp_path):
     assert d["hit_rate_predicted"] == pytest.approx(reference(bodies, preserve_thinking=True), abs=1e-12)
     assert [f for f in d["findings"] if f["kind"] == "template_history"] == []
     assert "template_history" not in d["miss_reasons"]
+
+
+def test_the_cli_says_which_remedy_gives_which_rate(result, tmp_path):
+    from typer.testing import CliRunner
+
+    from kvplan.app.cli import app
+    bodies, r, d, _ = result
+    t = tmp_path / "think.jinja"
+    t.write_text(THINK_TEMPLATE)
+    out = CliRunner().invoke(app, ["prompts", "check", str(write(tmp_path / "a.jsonl", bodies)), "--tokenizer",
+                                   str(TOKENIZER), "--chat-template", str(t), "--block-size", str(BS)],
+                             env={"COLUMNS": "400"})
+    assert out.exit_code == 0, out.output
+    (f,) = [f for f in d["findings"] if f["kind"] == "template_history"]
+    rates = {x["remedy"]: x["hit_rate_if_fixed"] for x in f["remedies"]}
+    assert f"template_history at message 2 (assistant): {f['change']}" in out.output
+    assert f"{rates['drop_reasoning']:.1%} if the client drops the <think> block" in out.output
+    assert f"{rates['template_switch']:.1%} if the requests set chat_template_kwargs " \
+           '{"preserve_thinking": true}' in out.output

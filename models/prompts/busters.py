@@ -229,7 +229,8 @@ class Finding:
     role: str
     """That message's role, or ``template``."""
     line: int
-    """1-based line within the message's content (within the prompt for template text)."""
+    """1-based line within the message's content (within the prompt for template text); 0 for a
+    turn the template renders differently as history (``change``: the whole turn)."""
     example: str
     """The span's shape only (digits as 9, letters as a/A), never its text."""
     first_block: int
