@@ -182,12 +182,13 @@ class CheckResult:
 
 def finding_json(fr: FindingResult, base: Totals) -> dict[str, Any]:
     f = fr.finding
-    out: dict[str, Any] = {"kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
-           "example": f.example, "requests_affected": f.requests_affected,
-           "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
-           "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
-           "first_block": f.first_block, "template": f.template, "fix": f.fix,
-           "below_today": below_today(fr.totals, base) if fr.totals is not None else None}
+    out: dict[str, Any] = {
+        "kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
+        "example": f.example, "requests_affected": f.requests_affected,
+        "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
+        "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
+        "first_block": f.first_block, "template": f.template, "fix": f.fix,
+        "below_today": below_today(fr.totals, base) if fr.totals is not None else None}
     if f.change is not None:
         out["change"] = f.change
         out["tokens_missed"] = f.tokens_missed
@@ -559,9 +560,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             for rm in remedies.get(f.key, [None]) if f.change is not None else [None]:
                 variants.append(Variant([] if f.change is not None else [f], rm))
                 owner.append(i)
-        history = [f for f in found if f.change is not None]
-        rm_all = next((rm for f in history for rm in remedies.get(f.key, []) if rm == DROP),
-                      next((rm for f in history for rm in remedies.get(f.key, [])), None))
+        rewritten = [f for f in found if f.change is not None]
+        rm_all = next((rm for f in rewritten for rm in remedies.get(f.key, []) if rm == DROP),
+                      next((rm for f in rewritten for rm in remedies.get(f.key, [])), None))
         every = Variant([f for f in found if f.change is None], rm_all)  # everything fixed: the last replay
         if variants != [every]:
             variants.append(every)
