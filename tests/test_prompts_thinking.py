@@ -134,6 +134,9 @@ def test_rewrites_and_split():
     assert rewrite(m, DROP) == [{"role": "assistant", "content": "C"}, m[1]]
     assert rewrite(m, FIELD) == [{"role": "assistant", "content": "C", "reasoning": "r"}, m[1]]
     assert rewrite([m[1]], DROP) is None
+    sent_apart = [{"role": "assistant", "content": "C", "reasoning": "r"}]
+    assert rewrite(sent_apart, DROP) == [{"role": "assistant", "content": "C"}]
+    assert rewrite(sent_apart, FIELD) is None  # already sent apart
 
 
 def test_no_finding_when_the_template_keeps_history(tmp_path):
@@ -165,3 +168,22 @@ def test_the_cli_says_which_remedy_gives_which_rate(result, tmp_path):
     assert f"{rates['drop_reasoning']:.1%} if the client drops the <think> block" in out.output
     assert f"{rates['template_switch']:.1%} if the requests set chat_template_kwargs " \
            '{"preserve_thinking": true}' in out.output
+
+
+def test_reasoning_sent_apart_is_rewritten_too_and_dropping_it_pays(tmp_path):
+    """A client that sends each turn's reasoning in the ``reasoning`` field (vLLM's name for it)
+    meets the same template rule: the finding is there, and its drop remedy is the log with the
+    reasoning dropped, rendered by transformers directly."""
+    t = tmp_path / "think.jinja"
+    t.write_text(THINK_TEMPLATE)
+    bodies = agent_log(sessions=3, seed=4)
+    apart = [{**b, "messages": rewrite(b["messages"], FIELD) or b["messages"]} for b in bodies]
+    d = check([write(tmp_path / "apart.jsonl", apart)], Renderer(TOKENIZER, t), CheckOptions(block_size=BS)).as_json()
+    as_passed = [{**b, "messages": [{**m, "reasoning_content": m["reasoning"]} if "reasoning" in m else m
+                                    for m in b["messages"]]} for b in apart]  # what vLLM hands the template
+    assert d["hit_rate_predicted"] == pytest.approx(reference(as_passed), abs=1e-12)
+    (f,) = [f for f in d["findings"] if f["kind"] == "template_history"]
+    assert (f["message_index"], f["role"]) == (2, "assistant")
+    rates = {x["remedy"]: x["hit_rate_if_fixed"] for x in f["remedies"]}
+    assert rates["drop_reasoning"] == pytest.approx(reference([dropped(b) for b in bodies]), abs=1e-12)
+    assert rates["drop_reasoning"] > d["hit_rate_predicted"] + 0.05

@@ -90,24 +90,32 @@ def split_reasoning(content: str) -> tuple[str, str] | None:
 
 def rewrite(messages: Sequence[dict[str, Any]], remedy: Remedy) -> list[dict[str, Any]] | None:
     """The messages a client applying ``remedy`` sends (None when it changes nothing):
-    ``drop_reasoning`` strips each assistant turn's think block from its content;
-    ``reasoning_field`` moves it to the turn's ``reasoning`` field. A template switch rewrites
-    no message (its kwarg is set by the caller)."""
+    ``drop_reasoning`` strips each assistant turn's think block from its content and its
+    ``reasoning`` / ``reasoning_content`` fields; ``reasoning_field`` moves a think block from the
+    content to the turn's ``reasoning`` field. A template switch rewrites no message (its kwarg
+    is set by the caller)."""
     if remedy.name not in (DROP.name, FIELD.name):
         return None
     out: list[dict[str, Any]] = []
     changed = False
     for m in messages:
+        if m.get("role") != "assistant":
+            out.append(m)
+            continue
         c = m.get("content")
-        split = split_reasoning(c) if m.get("role") == "assistant" and isinstance(c, str) else None
-        if split is None:
+        split = split_reasoning(c) if isinstance(c, str) else None
+        fields = [k for k in ("reasoning", "reasoning_content") if k in m]
+        if split is None and not (remedy == DROP and fields):
             out.append(m)
             continue
         changed = True
-        reasoning, rest = split
-        m = {**m, "content": rest}
-        if remedy.name == FIELD.name and reasoning:
-            m["reasoning"] = reasoning
+        if remedy == DROP:
+            m = {k: v for k, v in m.items() if k not in fields}
+        if split is not None:
+            reasoning, rest = split
+            m = {**m, "content": rest}
+            if remedy == FIELD and reasoning:
+                m["reasoning"] = reasoning
         out.append(m)
     return out if changed else None
 
