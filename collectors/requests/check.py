@@ -513,15 +513,14 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         lm_hits = None if got is None or lm_hits is None else lm_hits + got
         miss = miss_of(o, predictor.block_size)
         if p.text is not None and p.lines is not None:
-            seen = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable, r.where)
-            f = seen.finding
             if hist is None and renderer is not None:
                 hist = HistoryFinder(renderer, predictor.block_size)
-            if hist is not None:
-                hf = hist.observe(r, p.text, missed=f is None and o.cached_unlimited < o.hittable,
-                                  prompt_tokens=o.prompt_tokens, cached=o.cached_unlimited, hittable=o.hittable,
-                                  first_block=o.first_miss_block)
-                f = f or hf
+            missed = o.cached_unlimited < o.hittable
+            hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens, cached=o.cached_unlimited,
+                              hittable=o.hittable, first_block=o.first_miss_block) if hist is not None else None
+            # a turn the template rewrote explains the miss: no line finding counts it too
+            seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None)
+            f = hf or seen.finding
             li = next((x for x in p.lines if f is not None and x.place == f.place), None)
             if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
                 examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)

@@ -13,7 +13,8 @@ earlier request still rendered as it was generated), found by rendering ``M[:j+1
 down from ``k - 1`` until one ends before that point: about as many renders as the messages since
 the earlier request's last user query. The candidate's *then* is compared with this request's
 text (*now*). A template switch is tried on the first request a finding is found in, with each of
-True and False.
+True and False. A request this finder explains is not counted by the line finder
+(``busters.Finder``): its miss reason is ``template_history``, at its own rewritten message.
 """
 
 from __future__ import annotations

@@ -341,15 +341,17 @@ class Finder:
         self.seq = 0
 
     def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool,
-                label: str = "") -> Observed:
+                label: str = "", *, compare: bool = True) -> Observed:
         """Record one request (in arrival order, ``label`` naming it, e.g. ``file:line``); return
         the finding it counts for, if any, and (when it missed) where it parted from its nearest
-        earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1)."""
+        earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1);
+        ``compare``: False when its miss is already explained (a turn the template rewrote), so
+        no line finding counts it."""
         infos = list(infos)[:self.max_lines]
         texts = [text[i.start:i.end] for i in infos]
         hashes = [hash(t) for t in texts]
         me = _Seen(hashes, texts, infos, sum(len(t) + 1 for t in texts), label, _prefix_hashes(hashes))
-        found = self._compare(me, first_miss_block) if missed and me.chars else None
+        found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
         if len(self.index) > self.max_index or len(self.prefix) > self.max_index:
