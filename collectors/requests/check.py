@@ -563,7 +563,11 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         rm_all = next((rm for f in rewritten for rm in remedies.get(f.key, []) if rm == DROP),
                       next((rm for f in rewritten for rm in remedies.get(f.key, [])), None))
         every = Variant([f for f in found if f.change is None], rm_all)  # everything fixed: the last replay
-        if variants != [every]:
+        if every in variants:  # one finding's replay already is it: moved last, not replayed twice
+            i = variants.index(every)
+            variants.append(variants.pop(i))
+            owner.append(owner.pop(i))
+        else:
             variants.append(every)
         spill.rewind()
         vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress)
