@@ -187,3 +187,13 @@ def test_reasoning_sent_apart_is_rewritten_too_and_dropping_it_pays(tmp_path):
     rates = {x["remedy"]: x["hit_rate_if_fixed"] for x in f["remedies"]}
     assert rates["drop_reasoning"] == pytest.approx(reference([dropped(b) for b in bodies]), abs=1e-12)
     assert rates["drop_reasoning"] > d["hit_rate_predicted"] + 0.05
+
+
+def test_the_dashboard_example_is_the_line_where_the_turn_parts(result):
+    bodies, r, d, _ = result
+    (key,) = r.examples
+    assert key[0] == "template_history"
+    text, s0, s1 = r.examples[key]
+    # the rewritten turn's first line as history: the assistant header's next line, no <think> there
+    assert text[s0:s1] == "Calling a tool.<tool_call>"
+    assert text[:s0].endswith("<|im_start|>assistant\n")

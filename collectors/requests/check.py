@@ -524,6 +524,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             li = next((x for x in p.lines if f is not None and x.place == f.place), None)
             if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
                 examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
+            span = hist.span if hf is not None and hist is not None else None
+            if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
+                examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
             miss = miss_of(o, predictor.block_size, f, seen.divergence)
         reasons[miss.reason] += 1
         measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,

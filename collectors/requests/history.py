@@ -97,6 +97,10 @@ class HistoryFinder:
         self.findings: dict[tuple[str, int | None, str, int], Finding] = {}
         self.remedies: dict[tuple[str, int | None, str, int], list[Remedy]] = {}
         self.by_shape: dict[tuple[str, str, bool], Finding] = {}
+        self.span: tuple[tuple[str, int | None, str, int], int, int] | None = None
+        """The last request observed, when it counts for a finding: (the finding's key, start and
+        end of the line of its text where it parts from the turn as rendered then). Memory only,
+        for the dashboard's highlighted example."""
         self._switches: list[str] | None = None
 
     def observe(self, r: LogRequest, text: str, *, missed: bool, prompt_tokens: int, cached: int, hittable: int,
@@ -108,6 +112,7 @@ class HistoryFinder:
         earlier request's prompt, in full blocks within what it could hit, less what it hit. A
         request that hit all of the earlier request's prompt is not looked at (nothing of it was
         rewritten): most requests of an agent loop cost a hash of their messages, no render."""
+        self.span = None
         if r.kind != "chat" or not r.messages:
             return None
         hashes = message_hashes(r.messages, (r.tools, r.chat_template_kwargs, r.documents, r.model))
@@ -133,6 +138,10 @@ class HistoryFinder:
             self.findings[f.key] = f
             self.remedies[f.key] = self._remedies(r, j)
         f.requests_affected += 1
+        at = common_prefix(then, text)
+        line_start = text.rfind("\n", 0, at) + 1
+        line_end = text.find("\n", at)
+        self.span = (f.key, line_start, line_end if line_end >= 0 else len(text))
         held = min(len(self._ids(before)), hittable) // self.block_size * self.block_size
         f.tokens_missed += max(0, held - cached)
         return dataclasses.replace(f, message_index=j)  # this request's own message, for its miss reason
