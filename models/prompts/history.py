@@ -14,8 +14,8 @@ pure part):
 * **Same conversation**: a request whose messages start with an earlier request's messages
   (:func:`message_hashes`: chained hashes of its messages, tools and template kwargs;
   :class:`Conversations` keeps the recent ones, bounded). Nothing else ties requests together.
-* **Then against now**: for an assistant turn ``j`` among the shared messages (or the turn the
-  earlier request generated, the first message after them), *then* is the conversation rendered
+* **Then against now**: for the turn ``j`` where this request's text parts from the earlier
+  request's (or the turn the earlier request generated, the first message after them), *then* is the conversation rendered
   up to and including ``j`` with ``j`` as its last message and no generation prompt (the text the
   model's own output continued, as vLLM would render the turn it just generated); *now* is the
   later request's own rendering, where ``j`` is history. When *now* does not start with *then*,
