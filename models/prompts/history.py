@@ -15,9 +15,9 @@ pure part):
   (:func:`message_hashes`: chained hashes of its messages, tools and template kwargs;
   :class:`Conversations` keeps the recent ones, bounded). Nothing else ties requests together.
 * **Then against now**: for the turn ``j`` where this request's text parts from the earlier
-  request's (or the turn the earlier request generated, the first message after them), *then* is the conversation rendered
-  up to and including ``j`` with ``j`` as its last message and no generation prompt (the text the
-  model's own output continued, as vLLM would render the turn it just generated); *now* is the
+  request's (or the turn the earlier request generated, the first message after them), *then*
+  is the conversation rendered up to and including ``j`` with ``j`` as its last message and no
+  generation prompt (as vLLM would render the turn it just generated); *now* is the
   later request's own rendering, where ``j`` is history. When *now* does not start with *then*,
   the turn was rewritten: :func:`change` names what changed, in shape only (a think block
   dropped, text added, text rewritten, with its size in tokens), never the text.
