@@ -118,6 +118,13 @@ def print_check(d: dict[str, Any], *, measured: bool = False) -> None:
     if measured:
         _print_measured(d["measured"])
     for f in d["findings"]:
+        if f.get("change"):  # a turn the template renders differently once it is history: one rate per remedy
+            out.print(f"- {f['kind']} at message {f['message_index']} ({f['role']}): {f['change']}; "
+                      f"{f['requests_affected']:,} requests, {f['tokens_missed']:,} cached tokens missed",
+                      highlight=False, markup=False)
+            for rm in f["remedies"]:
+                out.print(f"  {_pct(rm['hit_rate_if_fixed'])} if {rm['how']}", highlight=False, markup=False)
+            continue
         where = (f"template text before message {f['message_index']}" if f["template"] else
                  f"line {f['line']} of message {f['message_index']} ({f['role']})")
         lost = f"{f['tokens_lost']:,}" if f["tokens_lost"] is not None else "-"

@@ -20,6 +20,13 @@ token ids and prefix-cache predictions out. The public API (stable):
   is ``kvplan prompts check --json``. ``geometry``: block sizes the log is also replayed at
   (``CheckResult.geometry``, ``block_geometry`` in the JSON), each request's token ids re-hashed
   at each size (never tokenized again) in a pool of the same capacity in tokens.
+* ``history.HistoryFinder(renderer, block_size).observe(request, text, ...)``: a turn the chat
+  template renders differently once it is history (Qwen3's think blocks) as a
+  ``template_history`` finding (its ``change`` in shape only, ``tokens_missed``) with the
+  remedies the template allows (``HistoryFinder.remedies``); ``history.remedied(request, remedy)``
+  is the request a client applying it sends; ``history.template_switches(renderer)`` the
+  template's undeclared variables about thinking or reasoning. ``render.reasoning_fields``: an
+  assistant message's ``reasoning`` reaches the template as vLLM passes it.
 
 Nothing here writes prompt text anywhere; hashes and lengths only.
 """

@@ -10,7 +10,11 @@ its own capacity-bound pool (the same capacity in tokens). Nothing else grows wi
 per-request data is kept (each request's keys, lengths and first-pass hits go to a temporary
 file, read back in order by the second pass, which so tokenizes only the requests a fix
 changes), the buster finder holds a window of recent requests and a line index bounded by it,
-and a capacity-bound pool holds ``gpu_blocks`` blocks. The temporary file takes 8 bytes per
+the template-history finder (``history``) one hash per recent request (at most 100,000), and a
+capacity-bound pool holds ``gpu_blocks`` blocks. A turn the chat template renders differently
+once it is history is a ``template_history`` finding with one replay per remedy it allows
+(``FindingResult.remedies``); the replay with every finding fixed uses the client dropping the
+reasoning when that is one of them. The temporary file takes 8 bytes per
 block plus 40 per request of disk. Prompt text is held in memory one request at a time (plus
 the finder's window and one example per finding) and never written anywhere.
 """
@@ -33,9 +37,12 @@ from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.geometry import pool_blocks
 from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
+from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
+from . import history
+from .history import HistoryFinder
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
 
@@ -80,10 +87,21 @@ class Prepared:
 @dataclass
 class FindingResult:
     """A finding and the totals of the replay with it alone fixed (None: not recomputed, past
-    ``max_fixes``)."""
+    ``max_fixes``); a ``template_history`` finding's totals are its best remedy's, and
+    ``remedies`` holds each remedy with its own replay's totals."""
 
     finding: Finding
     totals: Totals | None
+    remedies: list[tuple[Remedy, Totals | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One replay of the second pass: the text findings fixed in it and, for a template's
+    history, the remedy every request is rewritten with first (None: none)."""
+
+    findings: list[Finding]
+    remedy: Remedy | None = None
 
 
 @dataclass
@@ -164,12 +182,21 @@ class CheckResult:
 
 def finding_json(fr: FindingResult, base: Totals) -> dict[str, Any]:
     f = fr.finding
-    return {"kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
-            "example": f.example, "requests_affected": f.requests_affected,
-            "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
-            "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
-            "first_block": f.first_block, "template": f.template, "fix": f.fix,
-            "below_today": below_today(fr.totals, base) if fr.totals is not None else None}
+    out: dict[str, Any] = {
+        "kind": f.kind, "message_index": f.message_index, "role": f.role, "line": f.line,
+        "example": f.example, "requests_affected": f.requests_affected,
+        "tokens_lost": max(0, fr.totals.cached - base.cached) if fr.totals is not None else None,
+        "hit_rate_if_fixed": fr.totals.hit_rate if fr.totals is not None else None,
+        "first_block": f.first_block, "template": f.template, "fix": f.fix,
+        "below_today": below_today(fr.totals, base) if fr.totals is not None else None}
+    if f.change is not None:
+        out["change"] = f.change
+        out["tokens_missed"] = f.tokens_missed
+        out["remedies"] = [{**rm.as_json(), "hit_rate_if_fixed": t.hit_rate if t is not None else None,
+                            "tokens_lost": max(0, t.cached - base.cached) if t is not None else None,
+                            "below_today": below_today(t, base) if t is not None else None}
+                           for rm, t in fr.remedies]
+    return out
 
 
 def below_today(fixed: Totals, base: Totals) -> str | None:
@@ -445,6 +472,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     prep = Preparer(renderer, opts)
     totals = Totals()
     finder = Finder()
+    hist: HistoryFinder | None = None
     lm = LmcacheUnlimited(opts.lmcache_chunk)
     lm_hits: int | None = 0
     out_sources: Counter[str | None] = Counter({"logged": 0, "max_tokens": 0, None: 0})
@@ -485,11 +513,20 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         lm_hits = None if got is None or lm_hits is None else lm_hits + got
         miss = miss_of(o, predictor.block_size)
         if p.text is not None and p.lines is not None:
-            seen = finder.observe(p.text, p.lines, o.first_miss_block, o.cached_unlimited < o.hittable, r.where)
-            f = seen.finding
+            if hist is None and renderer is not None:
+                hist = HistoryFinder(renderer, predictor.block_size)
+            missed = o.cached_unlimited < o.hittable
+            hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens, cached=o.cached_unlimited,
+                              hittable=o.hittable, first_block=o.first_miss_block) if hist is not None else None
+            # a turn the template rewrote explains the miss: no line finding counts it too
+            seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None)
+            f = hf or seen.finding
             li = next((x for x in p.lines if f is not None and x.place == f.place), None)
             if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
                 examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
+            span = hist.span if hf is not None and hist is not None else None
+            if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
+                examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
             miss = miss_of(o, predictor.block_size, f, seen.divergence)
         reasons[miss.reason] += 1
         measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
@@ -512,17 +549,39 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     if totals.unfit:
         notes.append(f"{totals.unfit} request(s) need more blocks than the pool holds (vLLM refuses them): "
                      "counted as misses")
-    found = sorted(finder.findings.values(), key=lambda f: (-f.requests_affected, f.key[1:], f.kind))
+    remedies = hist.remedies if hist is not None else {}
+    found = sorted([*finder.findings.values(), *(hist.findings.values() if hist is not None else ())],
+                   key=lambda f: (-f.requests_affected, f.key[1:], f.kind))
     results: list[FindingResult] = []
     fixed: Totals | None = None
     busted = 0
     if found:
-        variants = [[f] for f in found[:opts.max_fixes]]
-        if len(found) > 1:
-            variants.append(found)
+        variants: list[Variant] = []
+        owner: list[int] = []  # per variant, the finding (its index in found) it replays
+        for i, f in enumerate(found[:opts.max_fixes]):
+            for rm in remedies.get(f.key, [None]) if f.change is not None else [None]:
+                variants.append(Variant([] if f.change is not None else [f], rm))
+                owner.append(i)
+        rewritten = [f for f in found if f.change is not None]
+        rm_all = next((rm for f in rewritten for rm in remedies.get(f.key, []) if rm == DROP),
+                      next((rm for f in rewritten for rm in remedies.get(f.key, [])), None))
+        every = Variant([f for f in found if f.change is None], rm_all)  # everything fixed: the last replay
+        if every in variants:  # one finding's replay already is it: moved last, not replayed twice
+            i = variants.index(every)
+            variants.append(variants.pop(i))
+            owner.append(owner.pop(i))
+        else:
+            variants.append(every)
         spill.rewind()
         vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress)
-        results = [FindingResult(f, vt[i]) for i, f in enumerate(found[:opts.max_fixes])]
+        for i, f in enumerate(found[:opts.max_fixes]):
+            mine = [(variants[v].remedy, vt[v]) for v in range(len(owner)) if owner[v] == i]
+            if f.change is None:
+                results.append(FindingResult(f, mine[0][1]))
+                continue
+            done: list[tuple[Remedy, Totals | None]] = [(rm, t) for rm, t in mine if rm is not None]
+            best = max((t for _, t in done if t is not None), key=lambda t: t.hit_rate or 0.0, default=None)
+            results.append(FindingResult(f, best, done))
         results += [FindingResult(f, None) for f in found[opts.max_fixes:]]
         fixed = vt[-1]
         if len(found) > opts.max_fixes:
@@ -610,9 +669,10 @@ class _Geometry:
 
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
-              variants: list[list[Finding]], spill: _Spill, requests: int,
+              variants: list[Variant], spill: _Spill, requests: int,
               progress: Progress | None) -> tuple[list[Totals], int]:
-    """The second pass: every request rendered again, each variant's findings fixed in it, each
+    """The second pass: every request rendered again (rewritten first by the variant's remedy of a
+    template's history, if any: ``history.remedied``), each variant's findings fixed in it, each
     variant predicted in its own caches. A request whose text a variant leaves unchanged reuses
     its first-pass keys from ``spill`` (not tokenized again). Returns each variant's totals and
     the ``busted`` tokens: per request, what the last variant (every finding fixed) hits beyond
@@ -636,7 +696,9 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             base, hit, u = spill.read()
             texts: list[str | None] = []
             for v, kept in zip(variants, carried, strict=True):
-                t = apply_fix(p.text, p.lines, v, kept) if p.text is not None and p.lines is not None else None
+                q = _remedied(prep, p, v.remedy)
+                t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
+                     else None)
                 if t is None or t == p.text:
                     texts.append(None)  # unchanged: the first pass's keys
                     continue
@@ -655,6 +717,18 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             n += 1
             tick(n)
     return totals, busted
+
+
+def _remedied(prep: Preparer, p: Prepared, remedy: Remedy | None) -> Prepared:
+    """``p`` rewritten by ``remedy`` and rendered again (``p`` itself when there is none, it
+    changes nothing, or the template refuses the rewritten request)."""
+    rr = history.remedied(p.request, remedy) if remedy is not None else None
+    if rr is None:
+        return p
+    try:
+        return prep.prepare(rr, encode=False)
+    except RequestRefused:
+        return p
 
 
 def _encoded(prep: Preparer, batch: list[Prepared]) -> list[Prepared]:

@@ -112,7 +112,7 @@ class Renderer:
         for k in ("tokenize", "conversation", "messages", "chat_template"):
             kwargs.pop(k, None)
         kwargs["add_generation_prompt"] = bool(kwargs["add_generation_prompt"]) and not kwargs["continue_final_message"]
-        msgs = tool_call_arguments(messages if messages is not None else r.messages, r.where)
+        msgs = reasoning_fields(tool_call_arguments(messages if messages is not None else r.messages, r.where))
         try:
             text = self.tok.apply_chat_template(msgs, chat_template=self.template, tokenize=False, **kwargs)
         except Exception as e:  # jinja2 errors, raise_exception(), no template
@@ -148,6 +148,23 @@ class Renderer:
         if bool(bt.encode_special_tokens) != bool(getattr(self.tok, "split_special_tokens", False)):
             return None
         return bt
+
+
+def reasoning_fields(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """vLLM's ``_parse_chat_message_content`` (chat_utils.py, 2026): an assistant message's
+    ``reasoning`` reaches the template as both ``reasoning`` and ``reasoning_content``; a
+    ``reasoning_content`` field the client sends is not passed on (nor either field of another
+    role). The caller's messages are left unchanged."""
+    if not any("reasoning" in m or "reasoning_content" in m for m in messages):
+        return messages
+    out = []
+    for m in messages:
+        reasoning = m.get("reasoning")
+        m = {k: v for k, v in m.items() if k not in ("reasoning", "reasoning_content")}
+        if m.get("role") == "assistant" and reasoning is not None:
+            m["reasoning"] = m["reasoning_content"] = reasoning
+        out.append(m)
+    return out
 
 
 def tool_call_arguments(messages: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:

@@ -13,6 +13,10 @@
   buffer) and ``key64``. Keys are sha256 digests or their 64-bit integers.
 * ``busters``: ``line_map``, ``classify``, ``shape``, ``Finder`` (``observe`` -> ``Observed``: the
   finding and the ``Divergence`` from the nearest earlier request), ``Finding``, ``apply_fix``.
+* ``history``: a turn the chat template renders differently once it is history (Qwen3's think
+  blocks): ``message_hashes`` / ``Conversations`` (which earlier request a request continues),
+  ``change(then, now, tokens) -> Change`` (shape only), ``Remedy`` (``DROP``, ``FIELD``, a template
+  switch) and ``rewrite(messages, remedy)``.
 * ``reasons``: ``miss_of(outcome, block_size, finding, divergence) -> RequestMiss``, one reason per
   request (``MissReason`` or a buster's kind), with its first divergent block and message.
 * ``geometry``: ``scheduling_block(cache_config_info labels) -> SchedulingBlock | None`` (the block

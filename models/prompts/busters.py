@@ -229,7 +229,8 @@ class Finding:
     role: str
     """That message's role, or ``template``."""
     line: int
-    """1-based line within the message's content (within the prompt for template text)."""
+    """1-based line within the message's content (within the prompt for template text); 0 for a
+    turn the template renders differently as history (``change``: the whole turn)."""
     example: str
     """The span's shape only (digits as 9, letters as a/A), never its text."""
     first_block: int
@@ -240,6 +241,13 @@ class Finding:
     """True when the chat template, not the caller, writes the span (a template-level buster)."""
     canonical: str | None = field(default=None, repr=False)
     """The normalised line's text for kinds fixed by normalising; kept in memory only, never output."""
+    change: str | None = None
+    """``template_history`` found by rendering (``history``): what the template changed in the turn
+    once it is history, in shape only ("a think block of about 40 tokens dropped from assistant
+    turn 3 ..."); None otherwise."""
+    tokens_missed: int = 0
+    """Tokens the requests it broke missed that an unlimited cache held no copy of (``history``
+    findings: what they cost, counted in the first pass)."""
 
     @property
     def key(self) -> tuple[str, int | None, str, int]:
@@ -264,6 +272,8 @@ class Finding:
 
     @property
     def fix(self) -> str:
+        if self.change is not None:
+            return "a remedy (see remedies): the turn must render the same as history as it did when it was generated"
         return ("normalised" if self.kind in NORMALISED else
                 "moved to the end of the message it is sent with (kept there in the conversation's later requests)")
 
@@ -331,15 +341,17 @@ class Finder:
         self.seq = 0
 
     def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool,
-                label: str = "") -> Observed:
+                label: str = "", *, compare: bool = True) -> Observed:
         """Record one request (in arrival order, ``label`` naming it, e.g. ``file:line``); return
         the finding it counts for, if any, and (when it missed) where it parted from its nearest
-        earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1)."""
+        earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1);
+        ``compare``: False when its miss is already explained (a turn the template rewrote), so
+        no line finding counts it."""
         infos = list(infos)[:self.max_lines]
         texts = [text[i.start:i.end] for i in infos]
         hashes = [hash(t) for t in texts]
         me = _Seen(hashes, texts, infos, sum(len(t) + 1 for t in texts), label, _prefix_hashes(hashes))
-        found = self._compare(me, first_miss_block) if missed and me.chars else None
+        found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
         if len(self.index) > self.max_index or len(self.prefix) > self.max_index:
