@@ -66,7 +66,7 @@ class Plan:
     why_not: str | None = None
 
 
-def plan(backend: Any) -> Plan:
+def cuts(backend: Any) -> Plan:
     """How ``backend`` (a ``tokenizers.Tokenizer``)'s text may be cut, from its own JSON."""
     try:
         spec = json.loads(backend.to_str())
@@ -114,9 +114,11 @@ def piece_key(text: str) -> tuple[int, int]:
 class PieceCache:
     """Token ids of whole prompts, from the ids of their pieces (see the module docstring)."""
 
-    def __init__(self, backend: Any, max_bytes: int = MAX_BYTES):
+    def __init__(self, backend: Any, max_bytes: int = MAX_BYTES, *, plan: Plan | None = None):
         self.bt = backend
-        self.plan = plan(backend)
+        self.plan = plan if plan is not None else cuts(backend)
+        """How the text is cut (``plan``: given, not read from the tokenizer; the sample check
+        still proves it)."""
         self.max_bytes = max_bytes
         self.cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self.bytes = 0
