@@ -69,8 +69,9 @@ def test_pieces_equal_whole_prompts_on_the_recorded_demo_logs():
     for special, ts in texts.items():
         assert [a.tolist() for a in r.encode_ids(ts, add_special_tokens=special)] == transformers_ids(r, ts, special)
     assert cache.failed is None and cache.sampled >= SAMPLE_FIRST
-    # the logs repeat their system prompts: far fewer pieces tokenized than asked for
-    assert cache.pieces_tokenized < cache.pieces_asked / 4, (cache.pieces_tokenized, cache.pieces_asked)
+    # the logs repeat their system prompts: less text tokenized than asked for (short logs of
+    # short prompts: pieces of about 8 lines often span two messages)
+    assert cache.chars_tokenized < 0.8 * cache.chars_asked, (cache.chars_tokenized, cache.chars_asked)
 
 
 @pytest.mark.parametrize("batch", [1, 7, 1000])
@@ -84,7 +85,7 @@ def test_pieces_equal_whole_prompts_with_the_fixture_tokenizer(tmp_path, batch):
             got += [a.tolist() for a in r.encode_ids(ts[i:i + batch], add_special_tokens=special)]
         assert got == transformers_ids(r, ts, special)
     assert r.pieces is not None and r.pieces.failed is None
-    assert r.pieces.pieces_tokenized < r.pieces.pieces_asked / 2
+    assert r.pieces.chars_tokenized < r.pieces.chars_asked / 2, (r.pieces.chars_tokenized, r.pieces.chars_asked)
 
 
 ALPHABET = ["a", "Bc", "1", "22", " ", "  ", "\n", "\n\n", "\t", "\r", "\r\n", ".", "'s", "'", "é", "🙂", "<s>",
@@ -119,15 +120,18 @@ def test_the_newline_cut_on_random_text_with_tricky_whitespace(tmp_path, which):
     rng = random.Random(11)
     texts = ["".join(rng.choice(ALPHABET) for _ in range(rng.randrange(0, 40))) for _ in range(600)]
     assert r.pieces is not None and r.pieces.plan.newlines
+    r._pieces = PieceCache(r._backend(), lines_per_piece=1)  # every cut, not one in eight lines
     assert sum(len(r.pieces._cut(t)) > 1 for t in texts) > 400  # most are cut
     bt = r._backend()
     for t, want in zip(texts, transformers_ids(r, texts, False), strict=True):  # each cut alone, no sample check
         pieces = [[p] if isinstance(p, int) else bt.encode(p, add_special_tokens=False).ids for p in r.pieces._cut(t)]
         assert [i for p in pieces for i in p] == want, repr(t)
-    for special in (False, True):
-        got = [a.tolist() for a in r.encode_ids(texts, add_special_tokens=special)]
-        assert got == transformers_ids(r, texts, special)
-    assert r.pieces.failed is None
+    for k in (1, 3):
+        r._pieces = PieceCache(bt, lines_per_piece=k)  # every cut, then about one in three lines
+        for special in (False, True):
+            got = [a.tolist() for a in r.encode_ids(texts, add_special_tokens=special)]
+            assert got == transformers_ids(r, texts, special)
+        assert r.pieces.failed is None
 
 
 def metaspace_tokenizer(d: Path) -> Path:
@@ -201,7 +205,7 @@ def test_the_cache_stays_within_its_bound_and_evicts_the_oldest():
     texts = [f"line {i} of a text that is long enough to be a few tokens\nand a second line {i}" for i in range(50)]
     first = [len(bt.encode(t.split("\n")[0], add_special_tokens=False).ids) for t in texts]
     bound = 10 * (4 * max(first) + PIECE_OVERHEAD)  # at most about ten lines' pieces
-    cache = PieceCache(bt, bound)
+    cache = PieceCache(bt, bound, lines_per_piece=1)
     r._pieces = cache
     got = [a.tolist() for a in r.encode_ids(texts, add_special_tokens=False)]
     assert got == transformers_ids(r, texts, False)
@@ -239,4 +243,5 @@ def test_the_check_gives_the_same_results_with_and_without_pieces(tmp_path):
     assert per1 == per0 and len(per0) == 24
     assert (t1, f1, v1, n1) == (t0, f0, v0, n0)
     assert f0 is not None and f0.cached > t0.cached  # the fix pass ran and found something
-    assert cache is not None and cache.failed is None and cache.pieces_tokenized < cache.pieces_asked / 2
+    assert cache is not None and cache.failed is None
+    assert cache.chars_tokenized < 0.8 * cache.chars_asked, (cache.chars_tokenized, cache.chars_asked)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,11 @@ SAFE_PRE = {"ByteLevel", "Split", "Whitespace", "WhitespaceSplit", "Digits", "Pu
 """Pre-tokenizers that act on each segment alone (no state from an earlier segment)."""
 NEWLINE_CUT = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
 """Where GPT-2's byte-level regex always ends a pre-token: after a newline between non-spaces."""
+LINES_PER_PIECE = 8
+"""Lines per piece on average where the newline cut applies: the text is cut after a line whose
+CRC-32 is 0 modulo this (content-defined, as in deduplicating backups: a run of lines shared by two
+prompts is cut the same way in both, wherever it sits), so that a piece holds a few lines, not
+one (the tokenizer's cost per call and the cache's per piece would outweigh a line's)."""
 
 
 @dataclass
@@ -114,8 +120,10 @@ def piece_key(text: str) -> tuple[int, int]:
 class PieceCache:
     """Token ids of whole prompts, from the ids of their pieces (see the module docstring)."""
 
-    def __init__(self, backend: Any, max_bytes: int = MAX_BYTES, *, plan: Plan | None = None):
+    def __init__(self, backend: Any, max_bytes: int = MAX_BYTES, *, plan: Plan | None = None,
+                 lines_per_piece: int = LINES_PER_PIECE):
         self.bt = backend
+        self.lines_per_piece = lines_per_piece
         self.plan = plan if plan is not None else cuts(backend)
         """How the text is cut (``plan``: given, not read from the tokenizer; the sample check
         still proves it)."""
@@ -128,6 +136,9 @@ class PieceCache:
         self.sampled = 0
         self.pieces_asked = 0
         self.pieces_tokenized = 0
+        self.chars_asked = 0
+        self.chars_tokenized = 0
+        """Characters of text asked for and tokenized (by pieces; the samples not counted)."""
         self.evicted = 0
         self.failed: str | None = None
         """Set on the first sampled prompt whose pieces did not add up to its whole ids."""
@@ -162,6 +173,8 @@ class PieceCache:
                         cache.move_to_end(p[0])
                     else:
                         missing.setdefault(p[0], p[1])
+        self.chars_asked += sum(len(t) for t in texts)
+        self.chars_tokenized += sum(len(t) for t in missing.values())
         batch = list(missing.values()) + [texts[i] for i in sample]
         enc = self.bt.encode_batch_fast(batch, add_special_tokens=False) if batch else []
         fresh = {k: np.asarray(e.ids, dtype=np.int32) for k, e in zip(missing, enc, strict=False)}
@@ -211,9 +224,17 @@ class PieceCache:
         if not pl.newlines:
             return segs
         out: list[str | int] = []
+        k = self.lines_per_piece
         for s in segs:
             if isinstance(s, str) and "\n" in s:
-                out.extend(x for x in NEWLINE_CUT.split(s) if x)
+                group: list[str] = []
+                for line in NEWLINE_CUT.split(s):
+                    group.append(line)
+                    if k == 1 or zlib.crc32(line.encode("utf-8", "surrogatepass")) % k == 0:  # content-defined
+                        out.append("".join(group))
+                        group = []
+                if group:
+                    out.append("".join(group))
             else:
                 out.append(s)
         return out
