@@ -83,6 +83,8 @@ def cuts(backend: Any) -> Plan:
     if bad is not None:
         return Plan(why_not=f"its pre-tokenizer ({bad}) does not treat the text between added tokens on its own")
     added = [a for a in spec.get("added_tokens") or [] if a.get("content")]
+    if getattr(backend, "encode_special_tokens", False):  # special tokens encoded as text: not matched
+        added = [a for a in added if not a.get("special")]
     raw = [a for a in added if not a.get("normalized", True)]
     stripping = [a for a in added if a.get("lstrip") or a.get("rstrip") or a.get("single_word")]
     split_ids = {a["content"]: int(a["id"]) for a in raw if a not in stripping}
@@ -175,9 +177,8 @@ class PieceCache:
                         missing.setdefault(p[0], p[1])
         self.chars_asked += sum(len(t) for t in texts)
         self.chars_tokenized += sum(len(t) for t in missing.values())
-        batch = list(missing.values()) + [texts[i] for i in sample]
-        enc = self.bt.encode_batch_fast(batch, add_special_tokens=False) if batch else []
-        fresh = {k: np.asarray(e.ids, dtype=np.int32) for k, e in zip(missing, enc, strict=False)}
+        enc = self.bt.encode_batch_fast(list(missing.values()), add_special_tokens=False) if missing else []
+        fresh = {k: np.asarray(e.ids, dtype=np.int32) for k, e in zip(missing, enc, strict=True)}
         self.pieces_tokenized += len(fresh)
         head, tail = affix
         out: list[np.ndarray] = []
@@ -193,10 +194,11 @@ class PieceCache:
             out.append(np.concatenate(arrs).astype(np.int64))
         for k, a in fresh.items():
             self._put(k, a)
-        whole = enc[len(missing):]
+        whole = self.bt.encode_batch_fast([texts[i] for i in sample], add_special_tokens=add_special_tokens) \
+            if sample else []
         for i, e in zip(sample, whole, strict=True):
             self.sampled += 1
-            want = [*head, *e.ids, *tail]
+            want = e.ids
             if out[i].tolist() != want:
                 # the pieces did not add up: this batch and the rest of the run whole
                 self.failed = (f"prompt {self.prompts - len(texts) + i + 1:,} (by pieces: {len(out[i]):,} ids, "

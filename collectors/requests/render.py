@@ -154,7 +154,8 @@ class Renderer:
         cache = self.pieces
         if cache is not None:
             return cache.encode(texts, add_special_tokens=add_special_tokens)
-        return [np.asarray(ids, dtype=np.int64) for ids in self.encode_many(texts, add_special_tokens=add_special_tokens)]
+        return [np.asarray(ids, dtype=np.int64)
+                for ids in self.encode_many(texts, add_special_tokens=add_special_tokens)]
 
     @property
     def pieces(self) -> PieceCache | None:
