@@ -38,7 +38,7 @@ def texts_of(r: Renderer, logs: list[Path]) -> dict[bool, list[str]]:
     return out
 
 
-def agent_log(path: Path, n_agents: int = 3, turns: int = 6, seed: int = 3) -> Path:
+def agent_log(path: Path, n_agents: int = 3, turns: int = 6, seed: int = 3, rules: int = 12) -> Path:
     """Multi-turn agent conversations with tools (each request repeats the conversation so far)
     and raw completions, with the whitespace a log holds: blank lines, trailing spaces, tabs,
     CRLF, non-ASCII."""
@@ -47,7 +47,7 @@ def agent_log(path: Path, n_agents: int = 3, turns: int = 6, seed: int = 3) -> P
     lines = []
     for a in range(n_agents):
         system = "\n".join(f"Rule {i}: " + " ".join(rng.choice(words) for _ in range(8)) + rng.choice(["", " ", "\n"])
-                           for i in range(12))
+                           for i in range(rules))
         tools = [{"type": "function", "function": {"name": f"tool_{a}_{k}", "description": f"does {k}\nwell",
                                                    "parameters": {"type": "object"}}} for k in range(2)]
         msgs = [{"role": "system", "content": system}]
@@ -222,7 +222,7 @@ def test_the_check_gives_the_same_results_with_and_without_pieces(tmp_path):
     """Per request prompt and cached tokens, the findings and the fixed totals, with and without
     the piece cache, on a multi-turn log whose system prompts carry a buster (so the fix pass
     runs and reuses the first pass's pieces)."""
-    log = agent_log(tmp_path / "agents.jsonl", n_agents=4, turns=5)
+    log = agent_log(tmp_path / "agents.jsonl", n_agents=4, turns=5, rules=60)
     stamped = tmp_path / "stamped.jsonl"
     out = []
     for i, line in enumerate(log.read_text().splitlines()):
@@ -233,10 +233,17 @@ def test_the_check_gives_the_same_results_with_and_without_pieces(tmp_path):
         out.append(json.dumps(d))
     stamped.write_text("\n".join(out) + "\n")
     runs = []
+    first: list[tuple[int, int]] = []  # the cache's (chars asked, chars tokenized) when the first pass ends
+
+    def progress(stage: str, n: int, r: Renderer) -> None:
+        if stage == "predicted" and r._pieces is not None:
+            first.append((r._pieces.chars_asked, r._pieces.chars_tokenized))
+
     for pb in (None, 1 << 20):
         r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja", piece_bytes=pb)
         per: list[tuple[str, int, int]] = []
-        res = check([stamped], r, CheckOptions(block_size=4, gpu_blocks=300),
+        res = check([stamped], r, CheckOptions(block_size=4, gpu_blocks=2000),
+                    progress=lambda stage, n, r=r: progress(stage, n, r),
                     on_request=lambda q, o, m, per=per: per.append((q.where, o.prompt_tokens, o.cached)))
         runs.append((per, res.totals, res.fixed, [f.totals for f in res.findings], res.notes, r._pieces))
     (per0, t0, f0, v0, n0, _), (per1, t1, f1, v1, n1, cache) = runs
@@ -245,3 +252,9 @@ def test_the_check_gives_the_same_results_with_and_without_pieces(tmp_path):
     assert f0 is not None and f0.cached > t0.cached  # the fix pass ran and found something
     assert cache is not None and cache.failed is None
     assert cache.chars_tokenized < 0.8 * cache.chars_asked, (cache.chars_tokenized, cache.chars_asked)
+    # the fix pass (the timestamp moved in every request) reuses the first pass's pieces: it
+    # tokenizes a small part of the text it asks for
+    (asked, tokenized), = first
+    assert cache.chars_asked > asked, "the fix pass asked for text"
+    assert cache.chars_tokenized - tokenized < 0.3 * (cache.chars_asked - asked), \
+        (cache.chars_tokenized - tokenized, cache.chars_asked - asked)
