@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from kvplan.collectors.requests.check import CheckOptions, check
-from kvplan.collectors.requests.pieces import PIECE_OVERHEAD, SAMPLE_FIRST, PieceCache, Plan, cuts
+from kvplan.collectors.requests.pieces import (
+    NEWLINE_CUT,
+    PIECE_OVERHEAD,
+    SAMPLE_FIRST,
+    PieceCache,
+    Plan,
+    cuts,
+    newline_pieces,
+)
 from kvplan.collectors.requests.read import Skipped, read_requests
 from kvplan.collectors.requests.render import Renderer
 
@@ -122,6 +130,13 @@ def test_the_newline_cut_on_random_text_with_tricky_whitespace(tmp_path, which):
     assert r.pieces is not None and r.pieces.plan.newlines
     r._pieces = PieceCache(r._backend(), lines_per_piece=1)  # every cut, not one in eight lines
     assert sum(len(r.pieces._cut(t)) > 1 for t in texts) > 400  # most are cut
+    for t in texts:  # the fast cut (str.split) cuts where the regex does
+        got: list[str | int] = []
+        newline_pieces(t, 1, got)
+        assert [x for x in got if x] == [x for x in NEWLINE_CUT.split(t) if x], repr(t)
+        got = []
+        newline_pieces(t, 3, got)
+        assert "".join(map(str, got)) == t
     bt = r._backend()
     for t, want in zip(texts, transformers_ids(r, texts, False), strict=True):  # each cut alone, no sample check
         pieces = [[p] if isinstance(p, int) else bt.encode(p, add_special_tokens=False).ids for p in r.pieces._cut(t)]

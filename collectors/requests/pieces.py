@@ -14,7 +14,8 @@ put end to end, when it is cut:
   token holding a newline or stripping whitespace): its regex ends a pre-token there in the whole
   text and in both pieces alone (the newline after a non-space is a pre-token of its own, the
   regex has no look-behind, and its look-ahead only reads whitespace). This is what splits a
-  template whose role markers are ordinary text (the fixture and demo tokenizers'), line by line.
+  template whose role markers are ordinary text (the fixture and demo tokenizers'), in pieces of
+  about ``LINES_PER_PIECE`` lines.
 
 Each piece's ids are cached under a 64-bit blake2b of its text (plus its length; the text is
 never kept), least recently used evicted past ``max_bytes`` (4 bytes per id and a fixed cost per
@@ -112,6 +113,25 @@ def _unsafe_pre(pre: Any) -> str | None:
         scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
         return None if scheme in ("always", "never") else f"Metaspace, prepend_scheme {scheme!r}"
     return None if kind in SAFE_PRE else str(kind)
+
+
+def newline_pieces(text: str, k: int, out: list[str | int]) -> None:
+    """``text`` cut after newlines between two non-spaces (``NEWLINE_CUT``'s places), at those
+    where the text since the last such place has a CRC-32 of 0 modulo ``k`` (every one when
+    ``k`` is 1), appended to ``out``. With ``str.split`` and ``str.isspace`` (what ``\\s``
+    matches): faster than the regex."""
+    parts = text.split("\n")
+    start = crc = 0
+    for i in range(len(parts) - 1):
+        line, nxt = parts[i], parts[i + 1]
+        if k > 1:  # the CRC-32 of the text since the last place a cut could go, its newline included
+            crc = zlib.crc32(b"\n", zlib.crc32(line.encode("utf-8", "surrogatepass"), crc))
+        if line and nxt and not line[-1].isspace() and not nxt[0].isspace():
+            if k == 1 or crc % k == 0:
+                out.append("\n".join(parts[start:i + 1]) + "\n")
+                start = i + 1
+            crc = 0
+    out.append("\n".join(parts[start:]))
 
 
 def piece_key(text: str) -> tuple[int, int]:
@@ -227,17 +247,9 @@ class PieceCache:
         if not pl.newlines:
             return segs
         out: list[str | int] = []
-        k = self.lines_per_piece
         for s in segs:
             if isinstance(s, str) and "\n" in s:
-                group: list[str] = []
-                for line in NEWLINE_CUT.split(s):
-                    group.append(line)
-                    if k == 1 or zlib.crc32(line.encode("utf-8", "surrogatepass")) % k == 0:  # content-defined
-                        out.append("".join(group))
-                        group = []
-                if group:
-                    out.append("".join(group))
+                newline_pieces(s, self.lines_per_piece, out)
             else:
                 out.append(s)
         return out
