@@ -1,24 +1,36 @@
-"""Time and peak memory of ``kvplan prompts check`` against the size of the request log.
+"""Time and peak memory of ``kvplan prompts check`` against the size of the request log, side by
+side with a baseline tree and with the fast tokenizer alone, on the same logs.
 
-Writes a synthetic gzip log of about ``--mb`` MB of request text (uncompressed JSON; ``--mb
-1024`` is a 1 GB log): chat bodies from 50 agents, each a 4-8 KB system prompt (a third of them
-with a millisecond timestamp on its second line) and a few hundred bytes of unique question, so
-the check finds a buster and runs its second pass. Then runs the check in its own process (the
-fixture tokenizer of tests/fixtures/prompts, block size 16, unlimited cache; its progress on
-stderr) and prints requests, MB of text, wall seconds, MB/s and the peak resident set size
-(``ru_maxrss``), beside the floor of python + kvplan + transformers imported, and the distinct
-keys the unlimited caches held. ``--baseline DIR`` also times the same log with another kvplan
-tree (DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git archive`` of an older
-commit), side by side.
+Writes synthetic gzip logs of about ``--mb`` MB of request text each (uncompressed JSON; ``--mb
+1024`` is a 1 GB log), ``--logs`` of:
+
+* ``agent``: 50 agents, each a 4-8 KB system prompt (a third of them with a millisecond timestamp
+  on its second line: a buster, so the check runs its second pass) and a tool list of 3-8 tools;
+  conversations of 2-12 turns, several open at once, each request repeating the conversation so
+  far (earlier user messages and assistant replies) and adding a new user message;
+* ``distinct``: every request its own system prompt and question (nothing shared);
+* ``chats``: the earlier benchmark's single-turn chats (the 50 agents' system prompts and one
+  question each; no tools, no history).
+
+Then, each in its own process (the fixture tokenizer of tests/fixtures/prompts and its chat
+template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s and the
+peak resident set size (``ru_maxrss``) of: ``this tree``'s check; ``--baseline DIR``'s check
+(DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git archive`` of an older
+commit); and ``tokenizer alone``: the same requests read, rendered with the chat template and
+tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them the floor of
+python + kvplan + transformers imported, the distinct keys the unlimited caches held, and
+whether the two trees' results (requests, prompt tokens, cached, cached if fixed) are the same.
+``--key-bytes`` also measures the bytes per distinct key of the key store.
 
 What grows with the log: the unlimited caches' keys, one 64-bit key per distinct full block
 (and per distinct LMCache chunk), 8 bytes each in a sorted array plus a fixed buffer, in the
-first pass and in each variant of the second; and a temporary file (8 bytes per block, 40 per
-request) on disk. What does not: the text (one batch of at most 64 requests at a time, plus the
-finder's window of 256), per-request results (streamed, never kept), the finder's line index
-(bounded by its window).
+first pass and in each variant of the second; the piece cache (token ids of distinct pieces of
+text, at most 256 MiB, least recently used evicted); and a temporary file (8 bytes per block,
+40 per request) on disk. What does not: the text (one batch of at most 16 requests at a time,
+plus the finder's window of 256), per-request results (streamed, never kept), the finder's line
+index (bounded by its window).
 
-    .venv/bin/python bench/prompts_bench.py [--mb 50] [--baseline DIR]
+    .venv/bin/python bench/prompts_bench.py [--mb 20] [--logs agent,distinct] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "tests" / "fixtures" / "prompts" / "tokenizer"
+TEMPLATE = ROOT / "tests" / "fixtures" / "prompts" / "chat_template.jinja"
+WORDS = "cache block prefix token engine request policy answer careful brief topic rule user tool".split()
 RUN = """
 import resource, sys, time
 {body}
@@ -57,11 +71,11 @@ def peak_kb(body: str, pythonpath: str | None = None) -> tuple[int, float, list[
 
 
 def write_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
+    """The earlier benchmark's log: single-turn chats from 50 agents (see the module docstring)."""
     rng = random.Random(seed)
-    words = "cache block prefix token engine request policy answer careful brief topic rule user tool".split()
     agents = []
     for a in range(50):
-        lines = [f"You are agent {a}."] + [" ".join(rng.choice(words) for _ in range(12)) for _ in range(60)]
+        lines = [f"You are agent {a}."] + [" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(60)]
         agents.append((lines, a % 3 == 0))
     n = size = 0
     with gzip.open(path, "wt", compresslevel=1) as f:
@@ -69,9 +83,8 @@ def write_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
             lines, stamped = rng.choice(agents)
             sys_lines = list(lines)
             if stamped:
-                sys_lines.insert(1, f"Now: 2026-12-01T{n // 3600 % 24:02d}:{n // 60 % 60:02d}:{n % 60:02d}."
-                                    f"{rng.randrange(1000):03d}Z")
-            q = " ".join(rng.choice(words) for _ in range(rng.randrange(20, 80)))
+                sys_lines.insert(1, stamp(n, rng))
+            q = " ".join(rng.choice(WORDS) for _ in range(rng.randrange(20, 80)))
             body = {"messages": [{"role": "system", "content": "\n".join(sys_lines)},
                                  {"role": "user", "content": f"{n}: {q}"}], "max_tokens": 64}
             line = json.dumps(body)
@@ -79,6 +92,71 @@ def write_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
             size += len(line)
             n += 1
     return n, size
+
+
+def stamp(n: int, rng: random.Random) -> str:
+    return f"Now: 2026-12-01T{n // 3600 % 24:02d}:{n // 60 % 60:02d}:{n % 60:02d}.{rng.randrange(1000):03d}Z"
+
+
+def words(rng: random.Random, lo: int, hi: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randrange(lo, hi)))
+
+
+def write_agent_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
+    """Multi-turn agent conversations sharing system prompts and tools (see the module docstring)."""
+    rng = random.Random(seed)
+    agents = []
+    for a in range(50):
+        lines = [f"You are agent {a}."] + [words(rng, 8, 16) for _ in range(rng.randrange(40, 80))]
+        tools = [{"type": "function", "function": {
+            "name": f"agent{a}_tool{k}", "description": words(rng, 10, 30),
+            "parameters": {"type": "object", "properties": {w: {"type": "string", "description": words(rng, 3, 8)}
+                                                            for w in rng.sample(WORDS, 4)}}}}
+                 for k in range(rng.randrange(3, 9))]
+        agents.append((lines, tools, a % 3 == 0))
+    open_convs: list[dict] = []
+    n = size = 0
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        while size < mb * 1e6:
+            if len(open_convs) < 8 or rng.random() < 0.1:
+                a = rng.randrange(len(agents))
+                open_convs.append({"agent": a, "turns": rng.randrange(2, 13), "history": []})
+            c = rng.choice(open_convs)
+            lines, tools, stamped = agents[c["agent"]]
+            sys_lines = list(lines)
+            if stamped:
+                sys_lines.insert(1, stamp(n, rng))
+            c["history"].append({"role": "user", "content": f"{n}: {words(rng, 20, 80)}\n{words(rng, 5, 40)}"})
+            body = {"messages": [{"role": "system", "content": "\n".join(sys_lines)}, *c["history"]],
+                    "tools": tools, "max_tokens": 64}
+            line = json.dumps(body)
+            f.write(line + "\n")
+            size += len(line)
+            n += 1
+            c["history"].append({"role": "assistant", "content": f"{words(rng, 10, 60)}\n{words(rng, 5, 30)}"})
+            c["turns"] -= 1
+            if c["turns"] <= 0:
+                open_convs.remove(c)
+    return n, size
+
+
+def write_distinct_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
+    """Every request its own system prompt and question: nothing shared."""
+    rng = random.Random(seed)
+    n = size = 0
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        while size < mb * 1e6:
+            sys_text = "\n".join([f"You are agent {n}."] + [words(rng, 8, 16) for _ in range(rng.randrange(40, 80))])
+            body = {"messages": [{"role": "system", "content": sys_text},
+                                 {"role": "user", "content": f"{n}: {words(rng, 20, 80)}"}], "max_tokens": 64}
+            line = json.dumps(body)
+            f.write(line + "\n")
+            size += len(line)
+            n += 1
+    return n, size
+
+
+LOGS = {"agent": write_agent_log, "distinct": write_distinct_log, "chats": write_log}
 
 
 CHECK = """
@@ -89,14 +167,42 @@ from kvplan.collectors.requests.render import Renderer
 assert Path(c.__file__).resolve().is_relative_to(Path({tree!r}).resolve()), c.__file__
 def progress(stage, n):
     print(f"  {{stage}}: {{n:,}} requests", file=sys.stderr, flush=True)
-r = check([Path({log!r})], Renderer({tok!r}), CheckOptions(block_size=16), progress=progress)
+r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16), progress=progress)
 print(r.totals.requests, r.totals.prompt_tokens, r.totals.cached, r.fixed.cached if r.fixed else -1,
       len(r.findings), getattr(r, "keys_held", -1))
 """
 
 
+TOKENIZE = """
+from pathlib import Path
+from kvplan.collectors.requests.read import Skipped, read_requests
+from kvplan.collectors.requests.render import Renderer
+r = Renderer({tok!r}, Path({tpl!r}))
+bt = r._backend()
+batch, n, tokens = [], 0, 0
+def flush(batch):
+    return sum(len(e.ids) for e in bt.encode_batch_fast(batch, add_special_tokens=False))
+for q in read_requests([Path({log!r})], Skipped()):
+    batch.append(r.text(q))
+    n += 1
+    if len(batch) >= 16:
+        tokens += flush(batch)
+        batch = []
+tokens += flush(batch) if batch else 0
+print(n, tokens)
+"""
+
+
 def run_check(log: Path, tree: Path, pythonpath: str | None) -> tuple[int, float, list[int]]:
-    peak, secs, lines = peak_kb(CHECK.format(tree=str(tree), log=str(log), tok=str(TOKENIZER)), pythonpath)
+    peak, secs, lines = peak_kb(CHECK.format(tree=str(tree), log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE)),
+                                pythonpath)
+    return peak, secs, [int(x) for x in lines[-1].split()]
+
+
+def run_tokenizer(log: Path) -> tuple[int, float, list[int]]:
+    """The fast tokenizer alone on ``log``: read, render, tokenize whole in batches of 16 (the
+    check's batch), nothing else."""
+    peak, secs, lines = peak_kb(TOKENIZE.format(log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE)))
     return peak, secs, [int(x) for x in lines[-1].split()]
 
 
@@ -135,34 +241,46 @@ def key_bytes(n: int = 1_000_000) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", type=float, default=50.0, help="MB of request JSON (uncompressed) to write and check")
+    ap.add_argument("--mb", type=float, default=20.0, help="MB of request JSON (uncompressed) per log")
+    ap.add_argument("--logs", default="agent,distinct", help=f"comma-separated, of {', '.join(LOGS)}")
     ap.add_argument("--baseline", type=Path, default=None,
-                    help="a directory holding an older kvplan/ tree to time on the same log, side by side")
+                    help="a directory holding an older kvplan/ tree to time on the same logs, side by side")
+    ap.add_argument("--key-bytes", action="store_true", help="also measure bytes per distinct key of the key store")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        log = Path(d) / "log.jsonl.gz"
-        t0 = time.monotonic()
-        n, size = write_log(log, args.mb)
-        print(f"log: {n:,} requests, {size / 1e6:,.1f} MB of JSON ({log.stat().st_size / 1e6:,.1f} MB gzip), "
-              f"written in {time.monotonic() - t0:,.0f} s", file=sys.stderr, flush=True)
-        floor, _, _ = peak_kb("import kvplan.collectors.requests.check, transformers")
-        runs = [("this tree", ROOT, None)]
-        if args.baseline is not None:
-            runs.insert(0, (f"baseline {args.baseline.name}", args.baseline / "kvplan", str(args.baseline)))
-        got = []
-        for name, tree, pp in runs:
-            peak, secs, res = run_check(log, tree, pp)
-            got.append(res[:4])
-            keys = f", {res[5]:,} distinct keys held" if len(res) > 5 and res[5] >= 0 else ""
-            print(f"{name}: {n:,} requests, {size / 1e6:,.1f} MB of JSON ({log.stat().st_size / 1e6:,.1f} MB "
-                  f"gzip): {secs:,.1f} s, {size / 1e6 / secs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} MiB "
-                  f"(python + kvplan + transformers alone: {floor / 1024:,.0f} MiB){keys}")
+    kinds = [k.strip() for k in args.logs.split(",") if k.strip()]
+    for k in kinds:
+        if k not in LOGS:
+            ap.error(f"--logs: {k!r} is not one of {', '.join(LOGS)}")
+    floor, _, _ = peak_kb("import kvplan.collectors.requests.check, transformers")
+    print(f"python + kvplan + transformers alone: peak RSS {floor / 1024:,.0f} MiB")
+    for kind in kinds:
+        with tempfile.TemporaryDirectory() as d:
+            log = Path(d) / f"{kind}.jsonl.gz"
+            t0 = time.monotonic()
+            n, size = LOGS[kind](log, args.mb)
+            print(f"{kind} log: {n:,} requests, {size / 1e6:,.1f} MB of JSON ({log.stat().st_size / 1e6:,.1f} MB "
+                  f"gzip), written in {time.monotonic() - t0:,.0f} s", flush=True)
+            peak, tsecs, (tn, ttokens) = run_tokenizer(log)
+            print(f"  tokenizer alone: {tsecs:,.1f} s, {size / 1e6 / tsecs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} "
+                  f"MiB ({tn:,} requests, {ttokens:,} prompt tokens)", flush=True)
+            runs = [("this tree", ROOT, None)]
+            if args.baseline is not None:
+                runs.append((f"baseline {args.baseline.name}", args.baseline / "kvplan", str(args.baseline)))
+            got = []
+            for name, tree, pp in runs:
+                peak, secs, res = run_check(log, tree, pp)
+                got.append(res[:4])
+                keys = f", {res[5]:,} distinct keys held" if len(res) > 5 and res[5] >= 0 else ""
+                print(f"  {name}: {secs:,.1f} s ({secs / tsecs:.2f}x the tokenizer alone), "
+                      f"{size / 1e6 / secs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} MiB; {res[1]:,} prompt tokens, "
+                      f"{res[2]:,} cached, {res[3]:,} if fixed{keys}", flush=True)
+            if len(got) > 1:
+                print("  same results (requests, prompt tokens, cached, cached if fixed): "
+                      + ("yes" if all(g == got[0] for g in got) else f"NO: {got}"))
+    if args.key_bytes:
         merged, buffered, digests = key_bytes()
         print(f"bytes per distinct key (tracemalloc, 1 M keys): {merged:,.1f} in the sorted array, {buffered:,.0f} "
               f"while in the buffer (at most 262,144 keys), {digests:,.0f} as 32-byte digests in a set (before)")
-        if len(got) > 1:
-            print("same results (requests, prompt tokens, cached, cached if fixed): "
-                  + ("yes" if all(g == got[0] for g in got) else f"NO: {got}"))
 
 
 if __name__ == "__main__":

@@ -282,7 +282,8 @@ class Preparer:
 
     def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]) -> list[tuple[np.ndarray, Hashed]]:
         """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
-        batch call per kind (chat without special tokens added, completions with)."""
+        batch call per kind (chat without special tokens added, completions with), by pieces
+        (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache)."""
         out: list[tuple[np.ndarray, Hashed] | None] = [None] * len(items)
         if not items:
             return []
@@ -291,10 +292,9 @@ class Preparer:
             idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
             if not idx:
                 continue
-            for i, t in zip(idx, self.renderer.encode_many([items[i][1] for i in idx], add_special_tokens=special),
-                            strict=True):
+            for i, ids in zip(idx, self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special),
+                              strict=True):
                 p, _, block_size = items[i]
-                ids = np.asarray(t, dtype=np.int64)
                 out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens))
         return [x for x in out if x is not None]
 
@@ -592,6 +592,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     cold = totals.hittable - totals.cached_unlimited - busted
     notes.append("one request at a time in arrival order: requests in flight together (concurrency) are not "
                  "modelled; multimodal inputs are not supported")
+    notes += renderer.piece_notes() if renderer is not None else []
     notes += geo.notes()
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,

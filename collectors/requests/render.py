@@ -25,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...models.core.errors import KvplanError
+from .pieces import MAX_BYTES, PieceCache
 from .read import LogRequest
 
 STRFTIME_NOW = re.compile(r"""strftime_now\(\s*(['"])(.*?)\1\s*\)""")
@@ -49,7 +52,8 @@ class Rendered:
 class Renderer:
     """One tokenizer (and chat template) for a whole log."""
 
-    def __init__(self, tokenizer: str | Path, chat_template: Path | None = None):
+    def __init__(self, tokenizer: str | Path, chat_template: Path | None = None, *,
+                 piece_bytes: int | None = MAX_BYTES):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -76,6 +80,8 @@ class Renderer:
                 raise KvplanError(f"not UTF-8 text (byte {e.start}): a Jinja chat template is text",
                                   source=f"--chat-template {chat_template}") from None
         self.name = name
+        self.piece_bytes = piece_bytes
+        self._pieces: PieceCache | None = None
         sources = [self.template] if self.template is not None else (
             list(self.tok.chat_template.values()) if isinstance(self.tok.chat_template, dict)
             else [self.tok.chat_template or ""])
@@ -138,6 +144,31 @@ class Renderer:
         if bt is not None:
             return [e.ids for e in bt.encode_batch_fast(texts, add_special_tokens=add_special_tokens)]
         return [list(ids) for ids in self.tok(texts, add_special_tokens=add_special_tokens)["input_ids"]]
+
+    def encode_ids(self, texts: list[str], *, add_special_tokens: bool) -> list[np.ndarray]:
+        """:meth:`encode_many` as int64 arrays, by pieces (``pieces.PieceCache``: each distinct
+        piece of text tokenized once per run, checked against whole prompts as it goes) where the
+        fast tokenizer allows it and ``piece_bytes`` is not None; else whole."""
+        if not texts:
+            return []
+        cache = self.pieces
+        if cache is not None:
+            return cache.encode(texts, add_special_tokens=add_special_tokens)
+        return [np.asarray(ids, dtype=np.int64)
+                for ids in self.encode_many(texts, add_special_tokens=add_special_tokens)]
+
+    @property
+    def pieces(self) -> PieceCache | None:
+        """The run's piece cache (None: no fast tokenizer's batch call, or ``piece_bytes`` None)."""
+        if self._pieces is None and self.piece_bytes is not None:
+            bt = self._backend()
+            if bt is not None:
+                self._pieces = PieceCache(bt, self.piece_bytes)
+        return self._pieces
+
+    def piece_notes(self) -> list[str]:
+        """What the piece cache has to say (fell back, or not used and why)."""
+        return self._pieces.notes() if self._pieces is not None else []
 
     def _backend(self) -> Any:
         bt = getattr(self.tok, "backend_tokenizer", None) if getattr(self.tok, "is_fast", False) else None

@@ -1,0 +1,294 @@
+"""Tokenize each distinct piece of prompt text once (issue 35, item 1).
+
+A fast tokenizer (HF ``tokenizers``) first cuts its input at its added tokens, then normalizes
+and pre-tokenizes each segment between them on its own, and its model (BPE, WordPiece, Unigram)
+encodes each pre-token on its own. So the ids of a rendered prompt are the ids of its pieces
+put end to end, when it is cut:
+
+* at an **added token** the tokenizer matches on the raw text (``normalized=False``) and that
+  strips no whitespace around it (no ``lstrip``/``rstrip``/``single_word``): its id goes in
+  between. Safe under any normalizer; not under a pre-tokenizer that treats the text's first
+  segment differently (Metaspace with ``prepend_scheme="first"``), nor an unknown one.
+* after a **newline** between two non-space characters (``x\\nY``), only under GPT-2's byte-level
+  pre-tokenizer (``ByteLevel(use_regex=True, add_prefix_space=False)``, no normalizer, no added
+  token holding a newline or stripping whitespace): its regex ends a pre-token there in the whole
+  text and in both pieces alone (the newline after a non-space is a pre-token of its own, the
+  regex has no look-behind, and its look-ahead only reads whitespace). This is what splits a
+  template whose role markers are ordinary text (the fixture and demo tokenizers'), in pieces of
+  about ``LINES_PER_PIECE`` lines.
+
+Each piece's ids are cached under a 64-bit blake2b of its text (plus its length; the text is
+never kept), least recently used evicted past ``max_bytes`` (4 bytes per id and a fixed cost per
+piece). The pieces not cached are tokenized in one batch call. So a system prompt, a tool list
+or an earlier turn is tokenized once per log, not once per request.
+
+The equality is proven as the check goes: the first ``SAMPLE_FIRST`` prompts and one in
+``SAMPLE_EVERY`` after are tokenized whole too and compared. On the first difference the cache
+is switched off for the rest of the run (whole prompts, as before) and :meth:`PieceCache.notes`
+says so, naming how many prompts were tokenized by pieces before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+MAX_BYTES = 256 << 20
+"""The cache's default bound: 256 MiB of ids (4 bytes each) plus ``PIECE_OVERHEAD`` per piece."""
+PIECE_OVERHEAD = 340
+"""Bytes counted per cached piece beyond its ids: the array object, its key and the LRU's entry
+(tracemalloc: 341 bytes a piece on 100,000 pieces)."""
+SAMPLE_FIRST = 32
+SAMPLE_EVERY = 1000
+"""Prompts also tokenized whole and compared: the first ``SAMPLE_FIRST``, then one in ``SAMPLE_EVERY``."""
+
+SAFE_PRE = {"ByteLevel", "Split", "Whitespace", "WhitespaceSplit", "Digits", "Punctuation", "BertPreTokenizer",
+            "UnicodeScripts", "CharDelimiterSplit"}
+"""Pre-tokenizers that act on each segment alone (no state from an earlier segment)."""
+NEWLINE_CUT = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
+"""Where GPT-2's byte-level regex always ends a pre-token: after a newline between non-spaces."""
+LINES_PER_PIECE = 8
+"""Lines per piece on average where the newline cut applies: the text is cut after a line whose
+CRC-32 is 0 modulo this (content-defined, as in deduplicating backups: a run of lines shared by two
+prompts is cut the same way in both, wherever it sits), so that a piece holds a few lines, not
+one (the tokenizer's cost per call and the cache's per piece would outweigh a line's)."""
+
+
+@dataclass
+class Plan:
+    """How one tokenizer's text may be cut: ``added`` matches the added tokens (longest first)
+    and ``split_ids`` gives the id of each one the text is cut at (the others stay inside a
+    piece); ``newlines``: cut after ``x\\nY`` too. ``why_not``: the cache is not used, and why."""
+
+    added: re.Pattern[str] | None = None
+    split_ids: dict[str, int] = field(default_factory=dict)
+    newlines: bool = False
+    why_not: str | None = None
+
+
+def cuts(backend: Any) -> Plan:
+    """How ``backend`` (a ``tokenizers.Tokenizer``)'s text may be cut, from its own JSON."""
+    try:
+        spec = json.loads(backend.to_str())
+    except Exception as e:  # a tokenizer that cannot describe itself: whole prompts
+        return Plan(why_not=f"the tokenizer's JSON is not readable ({type(e).__name__})")
+    pre = spec.get("pre_tokenizer")
+    bad = _unsafe_pre(pre)
+    if bad is not None:
+        return Plan(why_not=f"its pre-tokenizer ({bad}) does not treat the text between added tokens on its own")
+    added = [a for a in spec.get("added_tokens") or [] if a.get("content")]
+    if getattr(backend, "encode_special_tokens", False):  # special tokens encoded as text: not matched
+        added = [a for a in added if not a.get("special")]
+    raw = [a for a in added if not a.get("normalized", True)]
+    stripping = [a for a in added if a.get("lstrip") or a.get("rstrip") or a.get("single_word")]
+    split_ids = {a["content"]: int(a["id"]) for a in raw if a not in stripping}
+    pattern = re.compile("|".join(re.escape(a["content"]) for a in sorted(raw, key=lambda a: -len(a["content"])))
+                         ) if raw else None
+    newlines = (spec.get("normalizer") is None and isinstance(pre, dict) and pre.get("type") == "ByteLevel"
+                and bool(pre.get("use_regex", True)) and not pre.get("add_prefix_space", False)
+                and not stripping and not any("\n" in a["content"] for a in added))
+    if not split_ids and not newlines:
+        return Plan(why_not="its text has no place to cut: no added token matched on the raw text, and a "
+                            "pre-tokenizer other than GPT-2's byte-level one")
+    return Plan(pattern, split_ids, newlines)
+
+
+def _unsafe_pre(pre: Any) -> str | None:
+    """The first pre-tokenizer in ``pre`` that may carry something from one segment to the
+    next (None: all act on each segment alone)."""
+    if pre is None:
+        return None
+    kind = pre.get("type") if isinstance(pre, dict) else None
+    if kind == "Sequence":
+        return next((b for b in (_unsafe_pre(p) for p in pre.get("pretokenizers") or []) if b is not None), None)
+    if kind == "Metaspace":
+        scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
+        return None if scheme in ("always", "never") else f"Metaspace, prepend_scheme {scheme!r}"
+    return None if kind in SAFE_PRE else str(kind)
+
+
+def newline_pieces(text: str, k: int, out: list[str | int]) -> None:
+    """``text`` cut after newlines between two non-spaces (``NEWLINE_CUT``'s places), at those
+    where the text since the last such place has a CRC-32 of 0 modulo ``k`` (every one when
+    ``k`` is 1), appended to ``out``. With ``str.split`` and ``str.isspace`` (what ``\\s``
+    matches): faster than the regex."""
+    parts = text.split("\n")
+    start = crc = 0
+    for i in range(len(parts) - 1):
+        line, nxt = parts[i], parts[i + 1]
+        if k > 1:  # the CRC-32 of the text since the last place a cut could go, its newline included
+            crc = zlib.crc32(b"\n", zlib.crc32(line.encode("utf-8", "surrogatepass"), crc))
+        if line and nxt and not line[-1].isspace() and not nxt[0].isspace():
+            if k == 1 or crc % k == 0:
+                out.append("\n".join(parts[start:i + 1]) + "\n")
+                start = i + 1
+            crc = 0
+    out.append("\n".join(parts[start:]))
+
+
+def piece_key(text: str) -> tuple[int, int]:
+    """A piece's cache key: its length and a 64-bit blake2b of its UTF-8 (lone surrogates kept)."""
+    d = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return len(text), int.from_bytes(d, "little")
+
+
+class PieceCache:
+    """Token ids of whole prompts, from the ids of their pieces (see the module docstring)."""
+
+    def __init__(self, backend: Any, max_bytes: int = MAX_BYTES, *, plan: Plan | None = None,
+                 lines_per_piece: int = LINES_PER_PIECE):
+        self.bt = backend
+        self.lines_per_piece = lines_per_piece
+        self.plan = plan if plan is not None else cuts(backend)
+        """How the text is cut (``plan``: given, not read from the tokenizer; the sample check
+        still proves it)."""
+        self.max_bytes = max_bytes
+        self.cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self.bytes = 0
+        self.prompts = 0
+        """Prompts asked for (each kind), in order: which ones are sampled."""
+        self.by_pieces = 0
+        self.sampled = 0
+        self.pieces_asked = 0
+        self.pieces_tokenized = 0
+        self.chars_asked = 0
+        self.chars_tokenized = 0
+        """Characters of text asked for and tokenized (by pieces; the samples not counted)."""
+        self.evicted = 0
+        self.failed: str | None = None
+        """Set on the first sampled prompt whose pieces did not add up to its whole ids."""
+        self.affix: dict[bool, tuple[list[int], list[int]] | None] = {False: ([], [])}
+        """The ids the post-processor puts before and after a text, with special tokens added or not."""
+
+    @property
+    def active(self) -> bool:
+        return self.plan.why_not is None and self.failed is None
+
+    def encode(self, texts: Sequence[str], *, add_special_tokens: bool) -> list[np.ndarray]:
+        """Token ids (int64) of each of ``texts``, as ``backend.encode_batch_fast`` gives them."""
+        if not texts:
+            return []
+        affix = self._affix(add_special_tokens) if self.active else None
+        if affix is None:
+            return [np.asarray(e.ids, dtype=np.int64)
+                    for e in self.bt.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+        cut = [[p if isinstance(p, int) else (piece_key(p), p) for p in self._cut(t)] for t in texts]
+        sample = []
+        for i in range(len(texts)):
+            if self.prompts < SAMPLE_FIRST or self.prompts % SAMPLE_EVERY == 0:
+                sample.append(i)
+            self.prompts += 1
+        missing: dict[tuple[int, int], str] = {}
+        cache = self.cache
+        for parts in cut:
+            for p in parts:
+                if not isinstance(p, int):
+                    self.pieces_asked += 1
+                    if p[0] in cache:
+                        cache.move_to_end(p[0])
+                    else:
+                        missing.setdefault(p[0], p[1])
+        self.chars_asked += sum(len(t) for t in texts)
+        self.chars_tokenized += sum(len(t) for t in missing.values())
+        enc = self.bt.encode_batch_fast(list(missing.values()), add_special_tokens=False) if missing else []
+        fresh = {k: np.asarray(e.ids, dtype=np.int32) for k, e in zip(missing, enc, strict=True)}
+        self.pieces_tokenized += len(fresh)
+        head, tail = affix
+        out: list[np.ndarray] = []
+        for parts in cut:
+            arrs = [np.asarray(head, dtype=np.int32)]
+            for p in parts:
+                if isinstance(p, int):
+                    arrs.append(np.array([p], dtype=np.int32))
+                else:
+                    a = fresh.get(p[0])
+                    arrs.append(a if a is not None else cache[p[0]])
+            arrs.append(np.asarray(tail, dtype=np.int32))
+            out.append(np.concatenate(arrs).astype(np.int64))
+        for k, a in fresh.items():
+            self._put(k, a)
+        whole = self.bt.encode_batch_fast([texts[i] for i in sample], add_special_tokens=add_special_tokens) \
+            if sample else []
+        for i, e in zip(sample, whole, strict=True):
+            self.sampled += 1
+            want = e.ids
+            if out[i].tolist() != want:
+                # the pieces did not add up: this batch and the rest of the run whole
+                self.failed = (f"prompt {self.prompts - len(texts) + i + 1:,} (by pieces: {len(out[i]):,} ids, "
+                               f"whole: {len(want):,})")
+                return self.encode(texts, add_special_tokens=add_special_tokens)
+        self.by_pieces += len(texts)
+        return out
+
+    def _cut(self, text: str) -> list[str | int]:
+        """``text`` as its pieces (str) and the added tokens it is cut at (their ids), in order."""
+        pl = self.plan
+        segs: list[str | int] = []
+        pos = 0
+        if pl.added is not None and pl.split_ids:
+            for m in pl.added.finditer(text):
+                tid = pl.split_ids.get(m.group(0))
+                if tid is None:
+                    continue  # an added token that strips whitespace: left inside its piece
+                if m.start() > pos:
+                    segs.append(text[pos:m.start()])
+                segs.append(tid)
+                pos = m.end()
+        if pos < len(text):
+            segs.append(text[pos:])
+        if not pl.newlines:
+            return segs
+        out: list[str | int] = []
+        for s in segs:
+            if isinstance(s, str) and "\n" in s:
+                newline_pieces(s, self.lines_per_piece, out)
+            else:
+                out.append(s)
+        return out
+
+    def _affix(self, add_special_tokens: bool) -> tuple[list[int], list[int]] | None:
+        """What the post-processor adds around a text's ids (found on two probe texts, the
+        same both times), or None when it is not a fixed prefix and suffix."""
+        if add_special_tokens not in self.affix:
+            got = None
+            for probe in ("hello world", "a\nb"):
+                plain = self.bt.encode(probe, add_special_tokens=False).ids
+                full = self.bt.encode(probe, add_special_tokens=True).ids
+                n = len(full) - len(plain)
+                at = next((i for i in range(n + 1) if full[i:i + len(plain)] == plain), None)
+                this = (full[:at], full[at + len(plain):]) if at is not None and plain else None
+                if this is None or (got is not None and this != got):
+                    got = None
+                    break
+                got = this
+            self.affix[add_special_tokens] = got
+        return self.affix[add_special_tokens]
+
+    def _put(self, k: tuple[int, int], ids: np.ndarray) -> None:
+        size = 4 * len(ids) + PIECE_OVERHEAD
+        if size > self.max_bytes:
+            return
+        self.cache[k] = ids
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, old = self.cache.popitem(last=False)
+            self.bytes -= 4 * len(old) + PIECE_OVERHEAD
+            self.evicted += 1
+
+    def notes(self) -> list[str]:
+        """What the check says about how its prompts were tokenized (empty: nothing to say)."""
+        if self.plan.why_not is not None:
+            return [f"prompts tokenized whole (not by pieces): {self.plan.why_not}"]
+        if self.failed is not None:
+            return [f"tokenized by pieces, then whole: the pieces did not add up to the whole prompt's ids at "
+                    f"{self.failed}; {self.by_pieces:,} prompt(s) before it were tokenized by pieces "
+                    f"({self.sampled:,} of them checked whole and equal), the rest whole"]
+        return []

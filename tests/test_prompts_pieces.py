@@ -1,0 +1,275 @@
+"""The piece cache (collectors/requests/pieces.py, issue 35 item 1): a prompt tokenized piece by
+piece, each distinct piece once, gives the ids transformers gives the whole prompt, on the
+recorded demo logs (their tokenizer and template) and on chat and completion logs with the
+fixture tokenizer; a tokenizer whose pieces do not add up is tokenized whole, and the check says
+so; the cache stays within its bound; the check's results are the same with and without it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from kvplan.collectors.requests.check import CheckOptions, check
+from kvplan.collectors.requests.pieces import (
+    NEWLINE_CUT,
+    PIECE_OVERHEAD,
+    SAMPLE_FIRST,
+    PieceCache,
+    Plan,
+    cuts,
+    newline_pieces,
+)
+from kvplan.collectors.requests.read import Skipped, read_requests
+from kvplan.collectors.requests.render import Renderer
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "prompts"
+DEMO = ROOT / "deploy" / "demo" / "prompts"
+TEMPLATE = ROOT / "deploy" / "local" / "templates" / "tiny-llama-tools.jinja"
+
+
+def transformers_ids(r: Renderer, texts: list[str], special: bool) -> list[list[int]]:
+    """The reference: transformers' own call on each whole prompt, one at a time."""
+    return [list(r.tok(t, add_special_tokens=special)["input_ids"]) for t in texts]
+
+
+def texts_of(r: Renderer, logs: list[Path]) -> dict[bool, list[str]]:
+    """Each log's text prompts as the check renders them, by kind (completions: True)."""
+    out: dict[bool, list[str]] = {False: [], True: []}
+    for q in read_requests(logs, Skipped()):
+        if q.kind == "completion" and q.prompt_ids is not None:
+            continue
+        out[q.kind == "completion"].append(r.text(q))
+    return out
+
+
+def agent_log(path: Path, n_agents: int = 3, turns: int = 6, seed: int = 3, rules: int = 12) -> Path:
+    """Multi-turn agent conversations with tools (each request repeats the conversation so far)
+    and raw completions, with the whitespace a log holds: blank lines, trailing spaces, tabs,
+    CRLF, non-ASCII."""
+    rng = random.Random(seed)
+    words = ["cache", "block", "prefix", "é", "日本", "🙂", "it's", "x.", "  ", "\t", "42", "(a)", "\r\n", "\n\n"]
+    lines = []
+    for a in range(n_agents):
+        system = "\n".join(f"Rule {i}: " + " ".join(rng.choice(words) for _ in range(8)) + rng.choice(["", " ", "\n"])
+                           for i in range(rules))
+        tools = [{"type": "function", "function": {"name": f"tool_{a}_{k}", "description": f"does {k}\nwell",
+                                                   "parameters": {"type": "object"}}} for k in range(2)]
+        msgs = [{"role": "system", "content": system}]
+        for t in range(turns):
+            msgs.append({"role": "user", "content": f"turn {t}\n" + " ".join(rng.choice(words) for _ in range(20))})
+            lines.append(json.dumps({"messages": list(msgs), "tools": tools, "max_tokens": 8}))
+            msgs.append({"role": "assistant", "content": "ok\n" + " ".join(rng.choice(words) for _ in range(10))})
+        lines.append(json.dumps({"prompt": system + "\nQ: " + rng.choice(words), "max_tokens": 4}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_pieces_equal_whole_prompts_on_the_recorded_demo_logs():
+    r = Renderer(DEMO / "tokenizer", TEMPLATE)
+    texts = texts_of(r, sorted((DEMO / "logs").iterdir()))
+    assert texts[False] and texts[True]  # chat and completion logs both
+    cache = r.pieces
+    assert cache is not None and cache.active, cache and cache.plan
+    for special, ts in texts.items():
+        assert [a.tolist() for a in r.encode_ids(ts, add_special_tokens=special)] == transformers_ids(r, ts, special)
+    assert cache.failed is None and cache.sampled >= SAMPLE_FIRST
+    # the logs repeat their system prompts: less text tokenized than asked for (short logs of
+    # short prompts: pieces of about 8 lines often span two messages)
+    assert cache.chars_tokenized < 0.8 * cache.chars_asked, (cache.chars_tokenized, cache.chars_asked)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_pieces_equal_whole_prompts_with_the_fixture_tokenizer(tmp_path, batch):
+    r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
+    texts = texts_of(r, [agent_log(tmp_path / "agents.jsonl")])
+    assert len(texts[False]) == 18 and len(texts[True]) == 3
+    for special, ts in texts.items():
+        got = []
+        for i in range(0, len(ts), batch):
+            got += [a.tolist() for a in r.encode_ids(ts[i:i + batch], add_special_tokens=special)]
+        assert got == transformers_ids(r, ts, special)
+    assert r.pieces is not None and r.pieces.failed is None
+    assert r.pieces.chars_tokenized < r.pieces.chars_asked / 2, (r.pieces.chars_tokenized, r.pieces.chars_asked)
+
+
+ALPHABET = ["a", "Bc", "1", "22", " ", "  ", "\n", "\n\n", "\t", "\r", "\r\n", ".", "'s", "'", "é", "🙂", "<s>",
+            "</s>", "\u00a0", "\u2028", "\x0b", "-", "_x", ":\n", " \n", "\n "]
+"""Spaces, tabs, CR, newlines, punctuation, contractions, non-ASCII and the added tokens."""
+
+
+def byte_level_tokenizer(d: Path) -> Path:
+    """A real GPT-2-style tokenizer (byte-level BPE, its regex, no normalizer; ``<s>`` and
+    ``</s>`` special) trained on ``ALPHABET``'s strings, so that its merges join runs of spaces
+    and newlines (the fixture tokenizer has few such merges): a cut in the wrong place changes
+    its ids."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(5)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["".join(rng.choice(ALPHABET) for _ in range(60)) for _ in range(3000)],
+                            trainers.BpeTrainer(vocab_size=600, special_tokens=["<s>", "</s>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>").save_pretrained(d)
+    return d
+
+
+@pytest.mark.parametrize("which", ["fixture", "trained"])
+def test_the_newline_cut_on_random_text_with_tricky_whitespace(tmp_path, which):
+    """GPT-2's byte-level regex ends a pre-token after ``x\\nY``: random strings of spaces, tabs,
+    CR, newlines, punctuation, contractions and non-ASCII, cut there, give transformers' ids."""
+    r = Renderer(FIX / "tokenizer" if which == "fixture" else byte_level_tokenizer(tmp_path / "tok"))
+    rng = random.Random(11)
+    texts = ["".join(rng.choice(ALPHABET) for _ in range(rng.randrange(0, 40))) for _ in range(600)]
+    assert r.pieces is not None and r.pieces.plan.newlines
+    r._pieces = PieceCache(r._backend(), lines_per_piece=1)  # every cut, not one in eight lines
+    assert sum(len(r.pieces._cut(t)) > 1 for t in texts) > 400  # most are cut
+    for t in texts:  # the fast cut (str.split) cuts where the regex does
+        got: list[str | int] = []
+        newline_pieces(t, 1, got)
+        assert [x for x in got if x] == [x for x in NEWLINE_CUT.split(t) if x], repr(t)
+        got = []
+        newline_pieces(t, 3, got)
+        assert "".join(map(str, got)) == t
+    bt = r._backend()
+    for t, want in zip(texts, transformers_ids(r, texts, False), strict=True):  # each cut alone, no sample check
+        pieces = [[p] if isinstance(p, int) else bt.encode(p, add_special_tokens=False).ids for p in r.pieces._cut(t)]
+        assert [i for p in pieces for i in p] == want, repr(t)
+    for k in (1, 3):
+        r._pieces = PieceCache(bt, lines_per_piece=k)  # every cut, then about one in three lines
+        for special in (False, True):
+            got = [a.tolist() for a in r.encode_ids(texts, add_special_tokens=special)]
+            assert got == transformers_ids(r, texts, special)
+        assert r.pieces.failed is None
+
+
+def metaspace_tokenizer(d: Path) -> Path:
+    """A real SentencePiece-style tokenizer (Metaspace, ``prepend_scheme="first"``, as Llama 2 and
+    Mistral's) with ChatML special tokens: its text between two of them is not tokenized as it
+    is alone (the first segment gets the "▁" prefix, the others do not)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tok.train_from_iterator(["user hello world assistant system you are a careful helper"] * 50,
+                            trainers.BpeTrainer(vocab_size=200, special_tokens=["<|im_start|>", "<|im_end|>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>")
+    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m.role }} {{ m.content }}<|im_end|>{% endfor %}"
+                          "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}")
+    fast.save_pretrained(d)
+    return d
+
+
+def test_a_tokenizer_whose_pieces_do_not_add_up_is_tokenized_whole(tmp_path):
+    r = Renderer(metaspace_tokenizer(tmp_path / "tok"))
+    bt = r._backend()
+    # the pieces really do not add up on this tokenizer (so cutting it would be wrong)
+    assert bt.encode("<|im_start|>user hello", add_special_tokens=False).ids[1:] \
+        != bt.encode("user hello", add_special_tokens=False).ids
+    assert cuts(bt).why_not is not None and "Metaspace" in cuts(bt).why_not
+    assert r.pieces is not None and not r.pieces.active
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"messages": [{"role": "system", "content": "you are a careful helper"},
+                                                    {"role": "user", "content": f"hello {w}"}]}) + "\n"
+                           for w in ["world", "user", "world"]))
+    res = check([log], r, CheckOptions(block_size=2))
+    assert any("tokenized whole" in n and "Metaspace" in n for n in res.notes), res.notes
+
+
+def test_the_sample_check_falls_back_when_forced_cuts_do_not_add_up(tmp_path):
+    """Cut at the special tokens anyway (a plan the tokenizer does not allow): the first sampled
+    prompt differs, the cache turns itself off, every id is still transformers', and the check's
+    notes say so."""
+    r = Renderer(metaspace_tokenizer(tmp_path / "tok"))
+    bt = r._backend()
+    wrong = Plan(added=plan_of_specials(), split_ids={"<|im_start|>": bt.token_to_id("<|im_start|>"),
+                                                      "<|im_end|>": bt.token_to_id("<|im_end|>")})
+    r._pieces = PieceCache(bt, plan=wrong)
+    assert r._pieces.active
+    texts = [f"<|im_start|>user hello {w}<|im_end|><|im_start|>assistant " for w in ["world", "you", "a"]]
+    got = [a.tolist() for a in r.encode_ids(texts, add_special_tokens=False)]
+    assert got == transformers_ids(r, texts, False)
+    assert not r._pieces.active and r._pieces.failed is not None and r._pieces.by_pieces == 0
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"hello {w}"}]}) + "\n"
+                           for w in ["world", "you", "world"]))
+    r2 = Renderer(tmp_path / "tok")
+    r2._pieces = PieceCache(r2._backend(), plan=wrong)
+    res = check([log], r2, CheckOptions(block_size=2))
+    plain = check([log], Renderer(tmp_path / "tok", piece_bytes=None), CheckOptions(block_size=2))
+    assert any("did not add up" in n for n in res.notes), res.notes
+    assert (res.totals.prompt_tokens, res.totals.cached) == (plain.totals.prompt_tokens, plain.totals.cached)
+
+
+def plan_of_specials():
+    import re
+
+    return re.compile(r"<\|im_start\|>|<\|im_end\|>")
+
+
+def test_the_cache_stays_within_its_bound_and_evicts_the_oldest():
+    r = Renderer(FIX / "tokenizer")
+    bt = r._backend()
+    texts = [f"line {i} of a text that is long enough to be a few tokens\nand a second line {i}" for i in range(50)]
+    first = [len(bt.encode(t.split("\n")[0], add_special_tokens=False).ids) for t in texts]
+    bound = 10 * (4 * max(first) + PIECE_OVERHEAD)  # at most about ten lines' pieces
+    cache = PieceCache(bt, bound, lines_per_piece=1)
+    r._pieces = cache
+    got = [a.tolist() for a in r.encode_ids(texts, add_special_tokens=False)]
+    assert got == transformers_ids(r, texts, False)
+    assert cache.bytes <= bound and cache.evicted >= 100 - 20 and len(cache.cache) <= 20
+    assert cache.bytes == sum(4 * len(a) + PIECE_OVERHEAD for a in cache.cache.values())
+    before = cache.pieces_tokenized
+    r.encode_ids(texts[-1:], add_special_tokens=False)  # the newest: still held
+    assert cache.pieces_tokenized == before
+    r.encode_ids(texts[:1], add_special_tokens=False)  # the oldest: evicted, tokenized again
+    assert cache.pieces_tokenized == before + 2
+
+
+def test_the_check_gives_the_same_results_with_and_without_pieces(tmp_path):
+    """Per request prompt and cached tokens, the findings and the fixed totals, with and without
+    the piece cache, on a multi-turn log whose system prompts carry a buster (so the fix pass
+    runs and reuses the first pass's pieces)."""
+    log = agent_log(tmp_path / "agents.jsonl", n_agents=4, turns=5, rules=60)
+    stamped = tmp_path / "stamped.jsonl"
+    out = []
+    for i, line in enumerate(log.read_text().splitlines()):
+        d = json.loads(line)
+        if "messages" in d:
+            d["messages"][0]["content"] = d["messages"][0]["content"].replace(
+                "Rule 1:", f"Now: 2026-12-01T10:00:{i:02d}.{i * 7 % 1000:03d}Z\nRule 1:", 1)
+        out.append(json.dumps(d))
+    stamped.write_text("\n".join(out) + "\n")
+    runs = []
+    first: list[tuple[int, int]] = []  # the cache's (chars asked, chars tokenized) when the first pass ends
+
+    def progress(stage: str, n: int, r: Renderer) -> None:
+        if stage == "predicted" and r._pieces is not None:
+            first.append((r._pieces.chars_asked, r._pieces.chars_tokenized))
+
+    for pb in (None, 1 << 20):
+        r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja", piece_bytes=pb)
+        per: list[tuple[str, int, int]] = []
+        res = check([stamped], r, CheckOptions(block_size=4, gpu_blocks=2000),
+                    progress=lambda stage, n, r=r: progress(stage, n, r),
+                    on_request=lambda q, o, m, per=per: per.append((q.where, o.prompt_tokens, o.cached)))
+        runs.append((per, res.totals, res.fixed, [f.totals for f in res.findings], res.notes, r._pieces))
+    (per0, t0, f0, v0, n0, _), (per1, t1, f1, v1, n1, cache) = runs
+    assert per1 == per0 and len(per0) == 24
+    assert (t1, f1, v1, n1) == (t0, f0, v0, n0)
+    assert f0 is not None and f0.cached > t0.cached  # the fix pass ran and found something
+    assert cache is not None and cache.failed is None
+    assert cache.chars_tokenized < 0.8 * cache.chars_asked, (cache.chars_tokenized, cache.chars_asked)
+    # the fix pass (the timestamp moved in every request) reuses the first pass's pieces: it
+    # tokenizes a small part of the text it asks for
+    (asked, tokenized), = first
+    assert cache.chars_asked > asked, "the fix pass asked for text"
+    assert cache.chars_tokenized - tokenized < 0.3 * (cache.chars_asked - asked), \
+        (cache.chars_tokenized - tokenized, cache.chars_asked - asked)
