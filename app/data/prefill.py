@@ -36,7 +36,7 @@ from ...models.prefill.measurement import PrefillMeasurement, measurement_from_w
 from ...models.prefill.table import IntervalTable, seq_sum
 from ...models.prefill.window import MeasuredAB, PricedWindow
 from ...sql.db import Source, queries, remember
-from .window import rolled_days
+from .window import rolled_days, span_has_points
 
 DEFAULT_LOOKBACK = timedelta(days=7)
 """History the cost model is fitted on: the week before the priced window's end."""
@@ -79,6 +79,8 @@ def _read_table(db: Source, deployment: str, t_from: datetime, t_to: datetime, m
     spans = plan_spans(days, t_from, t_to)
     parts: list[tuple[datetime, pa.Table]] = []  # (where its interval ends begin, rows)
     for lb, after, end in spans.raw:
+        if not span_has_points(db, deployment, after, end):  # no interval can end there
+            continue
         rows = db.fetch("prefill_intervals", deployment=deployment, t_lookback=naive_utc(lb),
                         t_after=naive_utc(after), t_to=naive_utc(end), model_name=model_name, names=NAMES)
         parts.append((after, pa.Table.from_pylist(rows, schema=ROW_SCHEMA) if rows else ROW_SCHEMA.empty_table()))
@@ -86,7 +88,8 @@ def _read_table(db: Source, deployment: str, t_from: datetime, t_to: datetime, m
         parts.append((spans.rolled[0], _arrow(db, "prefill_rollup_rows", deployment=deployment,
                                               d_from=naive_utc(spans.rolled[0]), d_to=naive_utc(spans.rolled[1]))))
     parts.sort(key=lambda p: p[0])  # each part ordered by (t_end, target), their ends apart: in order
-    return _table(pa.concat_tables([t.select(ROW_SCHEMA.names).cast(ROW_SCHEMA) for _, t in parts]), chunk_tokens)
+    tables = [t.select(ROW_SCHEMA.names).cast(ROW_SCHEMA) for _, t in parts] or [ROW_SCHEMA.empty_table()]
+    return _table(pa.concat_tables(tables), chunk_tokens)
 
 
 ROW_SCHEMA = pa.schema(

@@ -18,7 +18,7 @@ from ..data.collection import provenance
 from ..data.history import load_history
 from ..data.store import DeploymentSettings, month_window
 from ..data.sweeps import SweepView, sweep_view_of
-from ..data.window import load_window, window_buckets
+from ..data.window import load_window_and_buckets
 from ..gaps import timeline
 from ..views.cache import CacheView, cache_view
 from ..views.collection import CollectionView, collection_view, topology_view
@@ -27,11 +27,11 @@ from ..views.overview import Overview, overview
 from ..views.runs import RunsView, runs_view
 from ..views.whatif import WhatIf, month_whatif
 
-QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_increases", "daily_increases",
-                "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
-                "dashboard_topology", "get_pricebook", "run_summaries", "run_cache_shares",
-                "scrape_count_in_window", "failed_scrapes_in_window", "recent_failed_scrapes", "ingest_ledger",
-                "ingest_gaps", "scrape_gaps", "collector_runs", "targets", "prefill_intervals",
+QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_has_points", "span_increases",
+                "span_increases_and_buckets", "daily_increases", "span_buckets", "daily_series", "span_gauges",
+                "daily_gauges", "dashboard_engines", "dashboard_topology", "get_pricebook", "run_summaries",
+                "run_cache_shares", "scrape_count_in_window", "failed_scrapes_in_window", "recent_failed_scrapes",
+                "ingest_ledger", "ingest_gaps", "scrape_gaps", "collector_runs", "targets", "prefill_intervals",
                 "measured_ab_pairs", "get_facts", "latest_sweep_pair", "sweep_points")
 """Named queries (sql/queries/*.sql) the report's numbers come from, listed in its provenance."""
 
@@ -107,8 +107,8 @@ def build(db: Database, deployment: str, month: str, *, model_name: str | None =
         t_from = month_start(month, "--month")
         t_to = next_month(t_from)
         step = max(600, int((d_to - d_from).total_seconds() // 60))
-        win = load_window(src, deployment, t_from, t_to, model_name)
-        buckets = window_buckets(src, deployment, d_from, d_to, step, model_name)
+        win, buckets = load_window_and_buckets(src, deployment, t_from, t_to, step, model_name,
+                                               buckets_from=d_from, buckets_to=d_to)
         if not win.rows:
             raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
                               + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
