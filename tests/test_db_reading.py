@@ -160,8 +160,8 @@ def test_a_span_without_a_sample_holds_no_pair(tmp_path):
     from datetime import timedelta
 
     from kvplan.app.data.window import span_has_points
-    from kvplan.models.metrics.spellings import CACHED_RULE_NAMES
     from kvplan.models.metrics.catalog import PREFILL_NAMES
+    from kvplan.models.metrics.spellings import CACHED_RULE_NAMES
     from tests.test_app_fixtures import SimEngine, hour, put_text, vllm_exposition
 
     db = Database(tmp_path / "k.duckdb")
