@@ -167,11 +167,12 @@ def roll_up(db: Database, deployment: str, days: int) -> list[float]:
     return took
 
 
-TARGET_S = {"report (month)": 2.0}
-"""Target per page: every page under 1 s at 90 days x 64 engines; the report, which
-renders its charts through vl-convert, under 2 s."""
+TARGET_S: dict[str, float] = {}
+"""Target per page where it differs from the default: none; every page and the month's report
+(its data, and the data with its charts rendered through vl-convert) under 1 s at 90 days x 64
+engines (issue 35)."""
 DEFAULT_TARGET_S = 1.0
-OWN_SNAPSHOT = {"report (month)"}
+OWN_SNAPSHOT = {"report data (month)", "report (month)"}
 """Pages whose call takes its own snapshot (``report.build``)."""
 
 
@@ -211,9 +212,12 @@ def _calls(deployment: str, t_from: datetime, t_to: datetime) -> dict:
 
     gaps_step = chart_step(t_from, t_to, step)
 
-    def report_page(db):  # report.build reads through its own snapshot of the Database
+    def report_data(db):  # report.build reads through its own snapshot of the Database
         month = data_months(db, deployment)[0]
-        return report.render_html(report.build(db, deployment, month))
+        return report.build(db, deployment, month)
+
+    def report_page(db):
+        return report.render_html(report_data(db))
 
     return {
         "sidebar": lambda src: deployments_with_data(src),
@@ -226,6 +230,7 @@ def _calls(deployment: str, t_from: datetime, t_to: datetime) -> dict:
         "cost": lambda src: cost_view(src, deployment, t_from, t_to),
         "runs": lambda src: runs_view(src, deployment),
         "collection": lambda src: collection_view(src, deployment, t_from, t_to),
+        "report data (month)": report_data,
         "report (month)": report_page,
     }
 

@@ -64,3 +64,140 @@ def test_one_pass_reads_the_same_window_and_buckets_as_the_two_reads(tmp_path):
             assert "span_increases" not in queries and "span_buckets" not in queries
     assert w1.rows and b1
     assert True in one_pass and False in one_pass, one_pass  # both paths were compared
+
+
+def _exact(rows):
+    """Every field of every row (increases to 12 significant digits: DuckDB's sums), sorted
+    (daily_increases orders rows by name, model and bound only)."""
+    from dataclasses import astuple
+
+    return sorted((tuple(float(f"{v:.12g}") if isinstance(v, float) else v for v in astuple(r)) for r in rows),
+                  key=repr)
+
+
+def test_window_and_buckets_over_their_own_spans_read_each_shared_edge_once(tmp_path):
+    """The report's read: the window over one span, the chart buckets over the data inside it
+    (``buckets_from``/``buckets_to``). Every row (broken and gap counts too) and
+    bucket is what load_window + window_buckets give; a raw edge both read is scanned once,
+    one only the window reads is read alone; the window is kept for load_window in the
+    snapshot."""
+    from datetime import timedelta
+
+    from kvplan.app.data.window import load_window, load_window_and_buckets, window_buckets
+    from tests.test_app_fixtures import DEPLOYMENT, hour, rollup, scenario_db
+
+    db = scenario_db(tmp_path)
+    for day in (hour(0), hour(24)):
+        rollup(db, DEPLOYMENT, day)
+    past = hour(48) + timedelta(days=2)  # the window runs two days past the data
+    cases = [  # window, buckets, step, the edge both read (None: none, the two reads)
+        ((hour(0), past), (hour(0), hour(48)), 86400, (hour(0), hour(0), hour(48) - timedelta(days=1))),
+        ((hour(0) - timedelta(days=1), past), (hour(0), hour(48)), 2880, None),
+        ((hour(3.5), hour(9.25)), (hour(3.5), hour(9.25)), 600, (hour(3.5), hour(3.5), hour(9.25))),
+        ((hour(1), hour(47)), (hour(1), hour(40)), 1800, None),
+        ((hour(24), hour(48)), (hour(24), hour(48)), 1800, (hour(24), hour(24), hour(48))),  # node2's gap at 30:00
+    ]
+    seen: list[tuple[str, dict]] = []
+    real_fetch = db.fetch
+
+    def fetch(name, **kw):
+        seen.append((name, kw))
+        return real_fetch(name, **kw)
+
+    db.fetch = fetch
+    for (f, t), (bf, bt), step, shared in cases:
+        w1, b1 = load_window(db, DEPLOYMENT, f, t), window_buckets(db, DEPLOYMENT, bf, bt, step)
+        seen.clear()
+        w2, b2 = load_window_and_buckets(db, DEPLOYMENT, f, t, step, buckets_from=bf, buckets_to=bt)
+        assert _exact(w2.rows) == _exact(w1.rows) and w2.spans == w1.spans and w2.stats == w1.stats, (f, t)
+        assert [(b.start, _exact(b.rows)) for b in b2] == [(b.start, _exact(b.rows)) for b in b1], (f, t)
+        both = [(kw["t_lookback"], kw["t_after"], kw["t_to"]) for n, kw in seen if n == "span_increases_and_buckets"]
+        alone = [(kw["t_lookback"], kw["t_after"], kw["t_to"]) for n, kw in seen
+                 if n in ("span_increases", "span_buckets")]
+        assert both == ([] if shared is None else [shared]), (f, t, both)
+        assert shared not in alone, (f, t, alone)
+    assert w1.rows and b1
+    with db.snapshot() as snap:
+        f, t = cases[0][0]
+        w, _ = load_window_and_buckets(snap, DEPLOYMENT, f, t, 86400, buckets_from=hour(0), buckets_to=hour(48))
+        assert load_window(snap, DEPLOYMENT, f, t) is w
+
+
+def test_one_pass_keeps_broken_and_gap_counts(tmp_path):
+    """A raw edge read in one pass carries the pairs' broken and gap counts as span_increases
+    does: a payload without the prompt-token counter at 2:00 (its series continues at 3:00, a
+    gap), the prefix-cache hits going back under the same _created at 4:00 (broken)."""
+    from datetime import timedelta
+
+    from kvplan.app.data.window import load_window, load_window_and_buckets, window_buckets
+    from tests.test_app_fixtures import SimEngine, hour, put_text, vllm_exposition
+
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    e = SimEngine(created=(hour(0) - timedelta(hours=1)).timestamp())
+    for h in range(6):
+        e.serve(10)
+        lines = vllm_exposition([e]).splitlines()
+        if h == 2:
+            lines = [x for x in lines if not x.startswith("vllm:prompt_tokens_total")]
+        if h == 4:
+            lines = [x.rsplit(" ", 1)[0] + " 1.0" if x.startswith("vllm:prefix_cache_hits_total") else x
+                     for x in lines]
+        put_text(db, "d", "n1-vllm", hour(h), "\n".join(lines) + "\n")
+    w1, b1 = load_window(db, "d", hour(0), hour(5)), window_buckets(db, "d", hour(0), hour(5), 1800)
+    w2, b2 = load_window_and_buckets(db, "d", hour(0), hour(5), 1800)
+    by = {r.name: r for r in w2.rows}
+    assert by["vllm:prompt_tokens_total"].gaps == 1 and by["vllm:prefix_cache_hits_total"].broken >= 1
+    assert _exact(w2.rows) == _exact(w1.rows) and w2.stats == w1.stats
+    assert [(b.start, _exact(b.rows)) for b in b2] == [(b.start, _exact(b.rows)) for b in b1]
+
+
+def test_a_span_without_a_sample_holds_no_pair(tmp_path):
+    """``span_has_points`` lets the readers skip a raw span: wherever it says no, the span's
+    own queries (increases, prefill intervals, cached-token intervals) return nothing, on a
+    grid of spans over a restart whose _created zero point lies between two scrapes; and it
+    says yes where they return something."""
+    from datetime import timedelta
+
+    from kvplan.app.data.window import span_has_points
+    from kvplan.models.metrics.catalog import PREFILL_NAMES
+    from kvplan.models.metrics.spellings import CACHED_RULE_NAMES
+    from tests.test_app_fixtures import SimEngine, hour, put_text, vllm_exposition
+
+    db = Database(tmp_path / "k.duckdb")
+    db.migrate()
+    old = SimEngine(created=(hour(0) - timedelta(hours=1)).timestamp())
+    for h in (0, 1):
+        old.serve(10 + h)
+        put_text(db, "d", "n1-vllm", hour(h), vllm_exposition([old]))
+    new = SimEngine(created=hour(1.5).timestamp())  # restarted at 1:30, scraped at 2:00 and 3:00
+    for h in (2, 3):
+        new.serve(5)
+        put_text(db, "d", "n1-vllm", hour(h), vllm_exposition([new]))
+    grid = [hour(q / 4) for q in range(-2, 15)]
+    said = {}
+    with db.snapshot() as snap:
+        for i, after in enumerate(grid):
+            for end in grid[i + 1:]:
+                lb = hour(-1)
+                inc = snap.fetch("span_increases", deployment="d", t_lookback=lb, t_after=after, t_to=end,
+                                 model_name=None)
+                pre = snap.fetch("prefill_intervals", deployment="d", t_lookback=lb.replace(tzinfo=None),
+                                 t_after=after.replace(tzinfo=None), t_to=end.replace(tzinfo=None), model_name=None,
+                                 names=PREFILL_NAMES)
+                cac = snap.fetch("cached_intervals_span", deployment="d", t_lookback=lb, t_after=after, t_to=end,
+                                 model_name=None, names=list(CACHED_RULE_NAMES))
+                has = span_has_points(snap, "d", after, end)
+                said[(after, end)] = has
+                if not has:
+                    assert not inc and not pre and not cac, (after, end)
+                any_scrape = any(after < hour(h) <= end for h in range(4))
+                assert has == any_scrape, (after, end)
+                if any_scrape and after >= hour(0):
+                    assert inc, (after, end)
+        # the restart's zero point (1:30) alone in a span: no pair ends there without the 2:00 sample
+        assert said[(hour(1.25), hour(1.75))] is False
+        assert said[(hour(1.25), hour(2))] is True
+        rows = snap.fetch("span_increases", deployment="d", t_lookback=hour(-1), t_after=hour(1.25), t_to=hour(2),
+                          model_name=None)
+        assert sum(r["resets"] for r in rows) > 0  # the pair to the zero point, counted in the span with 2:00

@@ -187,7 +187,8 @@ def test_one_fit_and_one_price_book_per_command(side_db, counted, tmp_path, comm
         # one history per command: the what-if measures the plan's own window through the same
         # snapshot (before: load_window's queries 3 times, the prefill intervals 3, the engines 3);
         # only the history's 7-day look-back and the window are two reads of the prefill intervals
-        twice = {"prefill_intervals", "prefill_rolled_days"}
+        # (each checks first that its raw span has a sample: span_has_points)
+        twice = {"prefill_intervals", "prefill_rolled_days", "span_has_points"}
         assert {q: n for q, n in counted.items() if n != (2 if q in twice else 1)} == {}, counted
 
 

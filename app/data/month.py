@@ -106,11 +106,11 @@ def load_month(source: Database | Snapshot, deployment: str, month: str, *, mode
         no_trace = e.message
     # 3. window
     step = max(600, int((d_to - d_from).total_seconds() // 60))
-    win = window.load_window(source, deployment, t_from, t_to, model_name)
+    win, buckets = window.load_window_and_buckets(source, deployment, t_from, t_to, step, model_name,
+                                                  buckets_from=d_from, buckets_to=d_to)
     if not win.rows:
         raise KvplanError(f"deployment {deployment!r} has no counter increase in {month}: "
                           + "; ".join(win.stats.notes or ["no data"]) + "; no report written", source="--month")
-    buckets = window.window_buckets(source, deployment, d_from, d_to, step, model_name)
     gauges = window.gauge_points(source, deployment, d_from, d_to, step, model_name)
     engines = window.engines_in_window(source, deployment, t_from, t_to)
     running = window.peak_running_per_engine(source, deployment, t_from, t_to, model_name)

@@ -79,6 +79,8 @@ def _read_table(db: Source, deployment: str, t_from: datetime, t_to: datetime, m
     spans = plan_spans(days, t_from, t_to)
     parts: list[tuple[datetime, pa.Table]] = []  # (where its interval ends begin, rows)
     for lb, after, end in spans.raw:
+        if not _has_points(db, deployment, after, end):  # no interval can end there
+            continue
         rows = db.fetch("prefill_intervals", deployment=deployment, t_lookback=naive_utc(lb),
                         t_after=naive_utc(after), t_to=naive_utc(end), model_name=model_name, names=NAMES)
         parts.append((after, pa.Table.from_pylist(rows, schema=ROW_SCHEMA) if rows else ROW_SCHEMA.empty_table()))
@@ -86,7 +88,8 @@ def _read_table(db: Source, deployment: str, t_from: datetime, t_to: datetime, m
         parts.append((spans.rolled[0], _arrow(db, "prefill_rollup_rows", deployment=deployment,
                                               d_from=naive_utc(spans.rolled[0]), d_to=naive_utc(spans.rolled[1]))))
     parts.sort(key=lambda p: p[0])  # each part ordered by (t_end, target), their ends apart: in order
-    return _table(pa.concat_tables([t.select(ROW_SCHEMA.names).cast(ROW_SCHEMA) for _, t in parts]), chunk_tokens)
+    tables = [t.select(ROW_SCHEMA.names).cast(ROW_SCHEMA) for _, t in parts] or [ROW_SCHEMA.empty_table()]
+    return _table(pa.concat_tables(tables), chunk_tokens)
 
 
 ROW_SCHEMA = pa.schema(
@@ -99,6 +102,13 @@ ROW_SCHEMA = pa.schema(
      ("lmcache_write_chunks", pa.float64()), ("lookup_seconds", pa.float64()), ("lookups", pa.float64()),
      ("step_buckets", pa.list_(pa.struct([("le", pa.float64()), ("n", pa.float64())]))), ("reset", pa.bool_())])
 """The columns of a ``prefill_intervals`` / ``prefill_rollup_rows`` row the reader uses."""
+
+
+def _has_points(db: Source, deployment: str, t_after: datetime, t_to: datetime) -> bool:
+    """``window.span_has_points`` (the same memo key: read once per snapshot for both)."""
+    a, b = aware_utc(t_after), aware_utc(t_to)
+    return remember(db, ("span_has_points", deployment, a, b),
+                    lambda: bool(db.fetch("span_has_points", deployment=deployment, t_after=a, t_to=b)[0]["found"]))
 
 
 def _arrow(db: Source, query: str, **params: Any) -> pa.Table:

@@ -62,6 +62,20 @@ def rolled_days(source: Source, deployment: str, t_from: datetime, t_to: datetim
                                            d_to=floor_day(t_to))]
 
 
+def span_has_points(source: Source, deployment: str, t_after: datetime, t_to: datetime) -> bool:
+    """Whether a raw span (pairs ending in (t_after, t_to]) can hold a pair: the deployment has
+    a sample or an ingested Prometheus step there (named query ``span_has_points``). Every pair
+    ends at a sample inside the span (a series' _created zero point and its birth point come
+    before that series' own samples in the span), or is a step; so a span without one holds
+    none, and its readers skip its scan (the window past the end of the data: a month whose
+    data stops before its last day, whose tail would scan a whole day of look-back for no
+    pair). Read once per snapshot."""
+    a, b = aware_utc(t_after), aware_utc(t_to)
+    return remember(source, ("span_has_points", deployment, a, b),
+                    lambda: bool(source.fetch("span_has_points", deployment=deployment, t_after=a,
+                                              t_to=b)[0]["found"]))
+
+
 def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetime,
                 model_name: str | None = None) -> Window:
     """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
@@ -81,6 +95,8 @@ def _read_window(source: Source, deployment: str, t_from: datetime, t_to: dateti
     spans = plan_spans(rolled_days(source, deployment, t_from, t_to), t_from, t_to)
     rows: list[Increase] = []
     for lb, after, end in spans.raw:
+        if not span_has_points(source, deployment, after, end):
+            continue
         rows += [Increase(**r) for r in source.fetch("span_increases", deployment=deployment, t_lookback=lb,
                                                      t_after=after, t_to=end, model_name=model_name)]
     if spans.rolled:
@@ -162,6 +178,8 @@ def cached_of_spans(source: Source, deployment: str, spans: Spans, rows: list[In
         raw_spans.append((a - DAY, a, b))
     raw: list[dict] = []
     for lb, after, end in raw_spans:
+        if not span_has_points(source, deployment, after, end):
+            continue
         raw += source.fetch("cached_intervals_span", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
                             model_name=model_name, names=list(CACHED_RULE_NAMES))
     total, how, found, unknown = cached_of_interval_rows(raw, Increase)
@@ -241,6 +259,8 @@ def window_buckets(source: Source, deployment: str, t_from: datetime, t_to: date
     if step == 86400:
         spans = plan_spans(rolled_days(source, deployment, f, t), f, t)
         for lb, after, end in spans.raw:
+            if not span_has_points(source, deployment, after, end):
+                continue
             raw += source.fetch("span_buckets", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
                                 model_name=model_name, step_s=step, origin=floor_day(after), names=names)
         if spans.rolled:
@@ -253,39 +273,64 @@ def window_buckets(source: Source, deployment: str, t_from: datetime, t_to: date
 
 def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t_to: datetime, step_s: int,
                             model_name: str | None = None,
-                            names: list[str] | None = None) -> tuple[Window, list[TimeBucket]]:
-    """``load_window`` and ``window_buckets`` of one window in one pass: when both read the
-    same raw edges (always for daily points, and for short windows without rolled-up days),
-    each edge's sample pairs are scanned once (``span_increases_and_buckets``) instead of
-    twice; the rolled-up days as in each. Same rows as the two calls."""
+                            names: list[str] | None = None, *, buckets_from: datetime | None = None,
+                            buckets_to: datetime | None = None) -> tuple[Window, list[TimeBucket]]:
+    """``load_window`` and ``window_buckets`` in one pass: a raw edge both read (always for
+    daily points over the same window, and for short windows without rolled-up days) has its
+    sample pairs scanned once (``span_increases_and_buckets``) instead of twice; the rolled-up
+    days as in each. The buckets span [``buckets_from``, ``buckets_to``], by default the window
+    (the report's charts span the data inside its month, its figures the whole month). Same
+    rows as the two calls; the window is kept for ``load_window`` in the same snapshot."""
     f, t = aware_utc(t_from), aware_utc(t_to)
+    bf, bt = aware_utc(buckets_from or f), aware_utc(buckets_to or t)
     names = names or CHART_NAMES
-    step = chart_step(f, t, step_s)
+    step = chart_step(bf, bt, step_s)
     spans = plan_spans(rolled_days(source, deployment, f, t), f, t)
-    if step != 86400 and spans.raw != ((f, f, t),):  # the buckets read raw what the window reads rolled
+    bspans = None
+    if step == 86400:  # the buckets' raw edges, each with its buckets' origin (as window_buckets reads them)
+        bspans = spans if (bf, bt) == (f, t) else plan_spans(rolled_days(source, deployment, bf, bt), bf, bt)
+        edges = {(lb, after, end): floor_day(after) for lb, after, end in bspans.raw}
+    else:
+        edges = {(bf, bf, bt): bf}
+    if not any(span in edges for span in spans.raw):  # nothing both read: the two reads
         return (load_window(source, deployment, f, t, model_name),
-                window_buckets(source, deployment, f, t, step_s, model_name, names))
+                window_buckets(source, deployment, bf, bt, step_s, model_name, names))
     rows: list[Increase] = []
-    raw: list[dict] = []
+    got: dict[tuple[datetime, datetime, datetime], list[dict]] = {}  # an edge's bucket rows, read with the window's
     for lb, after, end in spans.raw:
-        origin = floor_day(after) if step == 86400 else f
+        if not span_has_points(source, deployment, after, end):
+            continue
+        if (lb, after, end) not in edges:
+            rows += [Increase(**r) for r in source.fetch("span_increases", deployment=deployment, t_lookback=lb,
+                                                         t_after=after, t_to=end, model_name=model_name)]
+            continue
+        mine = got.setdefault((lb, after, end), [])
         for r in source.fetch("span_increases_and_buckets", deployment=deployment, t_lookback=lb, t_after=after,
-                              t_to=end, model_name=model_name, step_s=step, origin=origin, names=names):
+                              t_to=end, model_name=model_name, step_s=step, origin=edges[(lb, after, end)],
+                              names=names):
             part = r.pop("part")
             bucket = r.pop("bucket")
             if part == "window":
                 rows.append(Increase(**r))
             else:
-                raw.append(dict(r, bucket=bucket))
+                mine.append(dict(r, bucket=bucket))
     if spans.rolled:
         rows += [Increase(**r) for r in source.fetch("daily_increases", deployment=deployment,
                                                      t_from=spans.rolled[0], t_to=spans.rolled[1],
                                                      model_name=model_name)]
-        if step == 86400:
-            raw += _daily_rows(source, deployment, spans.rolled, model_name, names)
+    raw: list[dict] = []
+    for (lb, after, end), origin in edges.items():
+        if (lb, after, end) in got:
+            raw += got[(lb, after, end)]
+        elif span_has_points(source, deployment, after, end):
+            raw += source.fetch("span_buckets", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
+                                model_name=model_name, step_s=step, origin=origin, names=names)
+    if bspans is not None and bspans.rolled:
+        raw += _daily_rows(source, deployment, bspans.rolled, model_name, names)
     rows, cached = cached_of_spans(source, deployment, spans, rows, model_name)
     stats = _noted_stats(source, deployment, f, t, model_name, rows, spans, cached)
-    win = Window(deployment, model_name, f, t, tuple(rows), stats, spans)
+    win = remember(source, ("load_window", deployment, f, t, model_name),
+                   lambda: Window(deployment, model_name, f, t, tuple(rows), stats, spans))
     return win, _buckets(raw)
 
 

@@ -21,7 +21,20 @@ _HIST_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
 def family_of(name: str) -> tuple[str, str]:
-    """(family, suffix) of a sample name: ``_total`` for counters, a histogram part, or ''."""
+    """(family, suffix) of a sample name: ``_total`` for counters, a histogram part, or ''.
+    Kept per name (a window's rows repeat a few hundred names, and every reader splits them)."""
+    got = _FAMILY_OF.get(name)
+    if got is None:
+        got = _split_family(name)
+        if len(_FAMILY_OF) < 100_000:  # bounded: a long-running dashboard meets new names
+            _FAMILY_OF[name] = got
+    return got
+
+
+_FAMILY_OF: dict[str, tuple[str, str]] = {}
+
+
+def _split_family(name: str) -> tuple[str, str]:
     for suffix in ("_total", *_HIST_SUFFIXES):
         if name.endswith(suffix):
             return name[: -len(suffix)], suffix
@@ -50,10 +63,10 @@ def resolve(rows: Iterable[Any]) -> tuple[list[Any], dict[str, set[str]]]:
     out: list[Any] = []
     used: dict[str, set[str]] = defaultdict(set)
     for target_rows in by_target.values():
-        present = {family_of(r.name)[0] for r in target_rows}
+        split = [family_of(r.name) for r in target_rows]
+        present = {fam for fam, _ in split}
         chosen = {q.key: c.pick(q.key, present) for q in c.QUANTITIES.values()}
-        for r in target_rows:
-            fam, suffix = family_of(r.name)
+        for r, (fam, suffix) in zip(target_rows, split, strict=True):
             roles = SPELLING_OF.get(fam)
             if not roles:
                 out.append(r)

@@ -66,25 +66,44 @@ ORDER BY bucket, se.name, se.le, se.labels;
 -- span_increases and span_buckets of one raw span from ONE scan of its sample pairs (a page
 -- that shows both reads the raw edge once): rows with part = 'window' are span_increases'
 -- (every series, summed over targets and engines), rows with part = 'bucket' are
--- span_buckets' (the chosen names per time bucket (start, start + $step_s] on $origin).
+-- span_buckets' (the chosen names per time bucket (start, start + $step_s] on $origin); each
+-- part in its own query's order, with its columns.
 WITH i AS MATERIALIZED (
-    SELECT i.ts, i.delta, i.reset, se.name, se.family, se.model_name, se.le, se.labels
+    SELECT i.ts, i.delta, i.reset, i.broken, i.gap, se.name, se.family, se.model_name, se.le, se.labels
     FROM increments($deployment, $t_lookback, $t_to, $model_name) i
     JOIN series se ON se.series_id = i.series_id
     WHERE i.ts > $t_after
 )
 SELECT 'window' AS part, CAST(NULL AS TIMESTAMP) AS bucket, name, family, model_name, le, labels,
-       sum(delta) AS increase, count(*) AS pairs, sum(CAST(reset AS INTEGER)) AS resets
+       sum(delta) AS increase, count(*) AS pairs, sum(CAST(reset AS INTEGER)) AS resets,
+       sum(CAST(broken AS INTEGER)) AS broken, sum(CAST(gap AS INTEGER)) AS gaps
 FROM i
 GROUP BY name, family, model_name, le, labels
 UNION ALL
 SELECT 'bucket' AS part,
        time_bucket(to_seconds(CAST($step_s AS BIGINT)), ts - INTERVAL 1 MICROSECOND,
                    CAST($origin AS TIMESTAMP)) AS bucket,
-       name, NULL AS family, NULL AS model_name, le, labels, sum(delta) AS increase, NULL AS pairs, NULL AS resets
+       name, NULL AS family, NULL AS model_name, le, labels, sum(delta) AS increase, NULL AS pairs, NULL AS resets,
+       NULL AS broken, NULL AS gaps
 FROM i
 WHERE name IN (SELECT unnest($names))
-GROUP BY 2, name, le, labels;
+GROUP BY 2, name, le, labels
+ORDER BY part, bucket, name, model_name, le, labels;
+
+-- name: span_has_points
+-- Whether a deployment has any sample or ingested Prometheus step in ($t_after, $t_to]: a raw
+-- span without one holds no pair (every pair ends at a sample, or is a step), so its readers
+-- skip it (a window that runs past the data: a month whose data stops before its end).
+SELECT EXISTS (SELECT 1 FROM samples sa
+               JOIN series se ON se.series_id = sa.series_id
+               JOIN targets t ON t.target_id = se.target_id
+               JOIN deployments d ON d.deployment_id = t.deployment_id
+               WHERE d.name = $deployment AND sa.ts > $t_after AND sa.ts <= $t_to)
+    OR EXISTS (SELECT 1 FROM prom_increments pi
+               JOIN series se ON se.series_id = pi.series_id
+               JOIN targets t ON t.target_id = se.target_id
+               JOIN deployments d ON d.deployment_id = t.deployment_id
+               WHERE d.name = $deployment AND pi.ts > $t_after AND pi.ts <= $t_to) AS found;
 
 -- name: span_gauges
 -- Gauges of chosen names per time bucket [start, start + $step_s) aligned on $origin, over
