@@ -87,3 +87,31 @@ def test_a_picked_request_says_where_it_diverged(monkeypatch, tmp_path):
     t.run()
     said = [x.value for x in t.markdown if x.value.startswith("**iso_timestamp**")]
     assert len(said) == 1 and "nearest earlier request: ts.jsonl:1, parted at message 0 (system)" in said[0], said
+
+
+def test_the_demo_opens_on_a_checked_recorded_log(monkeypatch, tmp_path):
+    """On the demo's database (its request logs imported, as ``kvplan demo`` does) the page opens
+    already checked on a recorded log, with what vLLM measured on it beside the prediction; the
+    numbers are the CLI's for that log."""
+    from kvplan.collectors.demo import demo_prompts, load_demo_prompts
+    from kvplan.sql.db import Database
+
+    path = tmp_path / "k.duckdb"
+    db = Database(path)
+    db.migrate()
+    assert load_demo_prompts(db) > 0
+    demo = demo_prompts()
+    run = next(r for r in demo["runs"] if r["name"] == "ts-top")
+    want = prompts_check([run["file"]], tokenizer=demo["tokenizer"], chat_template=demo["chat_template"],
+                         block_size=run["block_size"], gpu_blocks=run["gpu_blocks"])
+    monkeypatch.setenv("KVPLAN_DB", str(path))
+    from streamlit.testing.v1 import AppTest
+
+    t = AppTest.from_file(APP, default_timeout=120)
+    t.switch_page("pages/prompts.py")
+    t.run()
+    assert not t.exception, t.exception
+    m = {x.label: x.value for x in t.metric}
+    assert m["Predicted hit rate"] == fmt.pct(want["hit_rate_predicted"])
+    assert any("Recorded demo log 'ts-top'" in x.value for x in t.info), [x.value for x in t.info]
+    assert t.selectbox(key="prompts_request").options  # the per-request list is there too

@@ -92,3 +92,17 @@ def test_the_prompts_page_runs_on_a_recorded_demo_log(monkeypatch, tmp_path):
     assert m["Every finding fixed"] == fmt.pct(d["hit_rate_if_fixed"])
     info = " ".join(x.value for x in t.info)
     assert f"vLLM measured {fmt.pct(pc.measured_hit_rate(RUNS['ts-top']))}" in info and "CPU stack" in info
+
+
+def test_the_multi_turn_fix_predicts_the_clients_fixed_log(tmp_path):
+    """On the stack's tokenizer and template at vLLM's CPU block size: the "if fixed" of the
+    multi-turn dated log equals the check's prediction on the same conversations fixed by the
+    client (which tests/test_prompts_stack.py compares with vLLM live)."""
+    run = {"name": "agent-ts", "cache_config": {"block_size": "128"}, "gpu_blocks_override": None}
+    dated, _ = pc.predict(pc.LOGS / "agent-ts-top.jsonl", run, tmp_path)
+    fixed, _ = pc.predict(pc.LOGS / "agent-ts-fixed.jsonl", {**run, "name": "agent-ts-fixed"}, tmp_path)
+    f = next(f for f in dated["findings"] if (f["message_index"], f["role"], f["line"]) == (0, "system", 1))
+    assert f["kind"] == "iso_timestamp"
+    assert fixed["findings"] == []  # fixed by the client: nothing left to find
+    assert f["hit_rate_if_fixed"] == pytest.approx(fixed["hit_rate_predicted"], abs=1e-12)
+    assert f["hit_rate_if_fixed"] > dated["hit_rate_predicted"] + 0.2

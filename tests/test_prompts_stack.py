@@ -44,6 +44,9 @@ def served(tmp_path_factory, request):
             pytest.fail(f"vLLM for {spec.name} failed to start:\n{exc}", pytrace=False)
         try:
             out[spec.name] = rec.serve_log(st.server("vllm-plain-0"), pc.LOGS / spec.file, spec).to_json()
+            if spec.name == "ts-end":  # the multi-turn fix on the same fresh server: no block in common with ts-end
+                fixed = rec.RunSpec("agent-ts-fixed", "agent-ts-fixed.jsonl")
+                out[fixed.name] = rec.serve_log(st.server("vllm-plain-0"), pc.LOGS / fixed.file, fixed).to_json()
         finally:
             stk.down(run_dir)
     _say(request.config, f"\n[prompts] {len(out)} fresh servers, logs served in {time.monotonic() - t0:.0f} s")
@@ -63,3 +66,18 @@ def test_prediction_matches_vllm_live(served, name, tmp_path):
 
 def test_the_timestamp_buster_and_its_fix_live(served, tmp_path):
     pc.check_timestamp_case(served["ts-top"], served["ts-end"], tmp_path)
+
+
+def test_the_multi_turn_timestamp_fix_as_a_client_makes_it_live(served, tmp_path):
+    """Multi-turn conversations, a third with the time on line 1 of the system prompt: the check's
+    "if fixed" on that log (the time moved to the end of the message it is sent with, kept in the
+    history) against vLLM serving the same conversations fixed that way by the client
+    (issue 34: within 1 point; before, the fix was predicted below today's rate)."""
+    fixed = served["agent-ts-fixed"]
+    assert fixed["metrics"]["prefix_cache_queries"] == fixed["prompt_tokens"]
+    measured = fixed["metrics"]["prefix_cache_hits"] / fixed["metrics"]["prefix_cache_queries"]
+    run = {**served["ts-end"], "name": "agent-ts-top"}
+    d, _ = pc.predict(pc.LOGS / "agent-ts-top.jsonl", run, tmp_path)
+    f = next(f for f in d["findings"] if (f["message_index"], f["role"], f["line"]) == (0, "system", 1))
+    assert f["hit_rate_if_fixed"] > d["hit_rate_predicted"] + 0.1, (f, d["hit_rate_predicted"])
+    assert abs(f["hit_rate_if_fixed"] - measured) * 100 <= 1.0, (f["hit_rate_if_fixed"], measured)

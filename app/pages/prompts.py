@@ -13,9 +13,10 @@ import streamlit as st
 
 from kvplan.app import state
 from kvplan.app.charts_prompts import miss_reason_chart
+from kvplan.app.data.traces import trace_deployments
 from kvplan.app.report import fmt
 from kvplan.app.views.prompts import block_geometry, prompts_check
-from kvplan.collectors.demo import demo_prompts
+from kvplan.collectors.demo import PROMPTS_DEPLOYMENT, demo_prompts
 from kvplan.models.core.errors import KvplanError
 from kvplan.models.core.vocabulary import NoteKind
 
@@ -26,6 +27,9 @@ st.caption("OpenAI chat / completions request bodies or Batch API input, one JSO
            "hashes its blocks, served one request at a time in arrival order.")
 
 CHECK_PENDING = "prompts_check_pending"
+DEMO_OPENED = "prompts_demo_opened"
+DEMO_LOG = "ts-top"
+"""The recorded log the demo's page opens on (a timestamp at the top of the system prompt: a finding)."""
 KEEP_REQUESTS = 5000
 """Requests listed one by one (the first ones; the reasons' counts cover every request)."""
 
@@ -44,6 +48,12 @@ try:  # the demo's request logs, recorded on the CPU stack with what vLLM report
 except KvplanError:
     demo = None
 demo_runs = {r["name"]: r for r in demo["runs"]} if demo else {}
+if demo_runs and db_path.exists() and not st.session_state.get(DEMO_OPENED) \
+        and "prompts_result" not in st.session_state and PROMPTS_DEPLOYMENT in state.view(trace_deployments):
+    # the dashboard runs on the demo: the page opens on one of its recorded logs, checked
+    st.session_state[DEMO_OPENED] = True
+    st.session_state["prompts_demo"] = DEMO_LOG if DEMO_LOG in demo_runs else next(iter(demo_runs))
+    st.session_state[CHECK_PENDING] = True
 with st.form("prompts_check"):
     pick = st.selectbox("A recorded demo log (its tokenizer, template and engine settings come with it)",
                         ["(none)"] + list(demo_runs), key="prompts_demo") if demo_runs else "(none)"

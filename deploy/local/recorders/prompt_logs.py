@@ -18,6 +18,10 @@ requests a file, as the tiny model prefills about 5-10k tokens a second on one C
   milliseconds) and the session id (a UUID): the cache-buster case. 6 sessions of 5 requests.
 * ``ts-end.jsonl``: the same requests with those two lines moved to the end of the user message
   (the fix the buster finding proposes: its measured hit rate is what "if fixed" must predict).
+* ``agent-ts-top.jsonl`` / ``agent-ts-fixed.jsonl``: 6 multi-turn conversations of 4 turns, two
+  system prompts, a third of the conversations with the time on line 1 of the system prompt; and
+  the same requests as a client fixes them (the time appended to each new user message and kept
+  in the history): the multi-turn case of "if fixed". Served live only (tests/test_prompts_stack.py).
 
 Each line of every file but the RAG one starts with an ``arrival_time`` (ISO 8601, milliseconds,
 UTC; in the timestamp files it equals the time written into the prompt): the field kvplan's
@@ -50,7 +54,8 @@ MODEL = "tiny-llama"
 DATE_STRING = "01 Dec 2026"
 MAX_TOKENS = 4
 SEED = 26
-FILES = ("agent-tools.jsonl", "chats.batch.jsonl", "rag.completions.jsonl.gz", "ts-top.jsonl", "ts-end.jsonl")
+FILES = ("agent-tools.jsonl", "chats.batch.jsonl", "rag.completions.jsonl.gz", "ts-top.jsonl", "ts-end.jsonl",
+         "agent-ts-top.jsonl", "agent-ts-fixed.jsonl")
 
 _NOUNS = ("invoice", "cluster", "ticket", "customer", "report", "server", "queue", "budget", "order",
           "account", "release", "schedule", "contract", "shipment", "dashboard", "policy", "tenant",
@@ -233,6 +238,39 @@ def ts_requests(rng: random.Random, sessions: int = 6, per_session: int = 5) -> 
     return top, end
 
 
+# ---------------------------------------------------------------- multi-turn agents, a third dated on top
+
+def agent_ts_requests(rng: random.Random, conversations: int = 6, turns: int = 4) -> tuple[list[dict], list[dict]]:
+    """(dated, fixed): multi-turn conversations interleaved in time, two system prompts; a third of
+    the conversations put the current time on line 1 of the system prompt. ``fixed``: the same
+    requests as a client makes the fix: the time appended to each new user message and kept there
+    when the message comes back as history (what ``prompts check``'s fix of the first predicts)."""
+    systems = [("You are the planning agent of a logistics company. Think in steps and name the data "
+                "you used.\n\n" + text_block(random.Random(SEED * 19), 1800)),
+               ("You are the billing agent of a software vendor. Answer in short paragraphs and cite "
+                "the contract clause.\n\n" + text_block(random.Random(SEED * 23), 1800))]
+    t = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
+    hist: list[list[tuple[str, str, str]]] = [[] for _ in range(conversations)]  # (question, stamp, answer)
+    dated_rows, fixed_rows = [], []
+    for _turn in range(turns):
+        for c in range(conversations):
+            t += timedelta(milliseconds=rng.randint(1500, 20_000))
+            stamp = "Current time: " + t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            question = paragraph(rng, rng.randint(150, 300))
+            dated = c % 3 == 0
+            system = systems[c % 2]
+            turns_so_far = hist[c] + [(question, stamp, "")]
+            for fixed, rows in ((False, dated_rows), (True, fixed_rows)):
+                msgs = [{"role": "system", "content": system if fixed or not dated else stamp + "\n" + system}]
+                for k, (q, st, a) in enumerate(turns_so_far):
+                    msgs.append({"role": "user", "content": q + "\n" + st if fixed and dated else q})
+                    if k < len(turns_so_far) - 1:
+                        msgs.append({"role": "assistant", "content": a})
+                rows.append({"arrival_time": stamp.split(": ", 1)[1], **_chat_body(msgs)})
+            hist[c].append((question, stamp, paragraph(rng, rng.randint(150, 300))))
+    return dated_rows, fixed_rows
+
+
 # ---------------------------------------------------------------- files
 
 def _timed(rng: random.Random, rows: list[dict], start: datetime) -> list[dict]:
@@ -259,6 +297,7 @@ def _gzip(data: bytes) -> bytes:
 def build() -> dict[str, bytes]:
     """File name -> bytes, the same on every run."""
     top, end = ts_requests(random.Random(SEED + 4))
+    agent_dated, agent_fixed = agent_ts_requests(random.Random(SEED + 7))
     t0 = datetime(2026, 12, 1, 8, 0, 0, tzinfo=UTC)
     return {
         "agent-tools.jsonl": _jsonl(_timed(random.Random(SEED + 5), agent_requests(random.Random(SEED + 1)), t0)),
@@ -266,6 +305,8 @@ def build() -> dict[str, bytes]:
         "rag.completions.jsonl.gz": _gzip(_jsonl(rag_requests(random.Random(SEED + 3)))),
         "ts-top.jsonl": _jsonl(top),
         "ts-end.jsonl": _jsonl(end),
+        "agent-ts-top.jsonl": _jsonl(agent_dated),
+        "agent-ts-fixed.jsonl": _jsonl(agent_fixed),
     }
 
 
