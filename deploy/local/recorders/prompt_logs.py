@@ -251,7 +251,8 @@ def agent_ts_requests(rng: random.Random, conversations: int = 6, turns: int = 4
                 "the contract clause.\n\n" + text_block(random.Random(SEED * 23), 1800))]
     t = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
     hist: list[list[tuple[str, str, str]]] = [[] for _ in range(conversations)]  # (question, stamp, answer)
-    dated_rows, fixed_rows = [], []
+    dated_rows: list[dict] = []
+    fixed_rows: list[dict] = []
     for _turn in range(turns):
         for c in range(conversations):
             t += timedelta(milliseconds=rng.randint(1500, 20_000))
