@@ -14,6 +14,7 @@ import pytest
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.render import Renderer
 from kvplan.models.prompts.busters import Finding, apply_fix, classify, line_map, shape
+from tests.prompts_reference import hit_tokens
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "prompts"
 TOKENIZER = FIX / "tokenizer"
@@ -51,17 +52,7 @@ def reference_hit_rate(bodies: list[dict], texts: list[str] | None = None) -> fl
         texts = [tok.apply_chat_template(b["messages"], tokenize=False, add_generation_prompt=True,
                                          **b.get("chat_template_kwargs", {})) for b in bodies]
     seqs = [tok(text, add_special_tokens=False)["input_ids"] for text in texts]
-    hit = total = 0
-    for i, s in enumerate(seqs):
-        best = 0
-        for prev in seqs[:i]:
-            k = 0
-            while k < min(len(s), len(prev)) and s[k] == prev[k]:
-                k += 1
-            best = max(best, k)
-        hit += min(best, len(s) - 1) // BS * BS
-        total += len(s)
-    return hit / total
+    return sum(hit_tokens(seqs, i, BS) for i in range(len(seqs))) / sum(len(s) for s in seqs)
 
 
 def write(path: Path, bodies: list[dict]) -> Path:

@@ -19,6 +19,7 @@ from kvplan.app.views.prompts import block_geometry, prompts_check
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.render import Renderer
 from kvplan.models.prompts.geometry import scheduling_block, table_sizes
+from tests.prompts_reference import hit_tokens
 from tests.test_prompts_check import TOKENIZER, moved_to_the_end, timestamp_log
 
 runner = CliRunner()
@@ -72,16 +73,7 @@ def reference(texts: list[str], block: int) -> tuple[int, int]:
 
     tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
     seqs = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    hit = 0
-    for i, s in enumerate(seqs):
-        best = 0
-        for prev in seqs[:i]:
-            k = 0
-            while k < min(len(s), len(prev)) and s[k] == prev[k]:
-                k += 1
-            best = max(best, k)
-        hit += min(best, len(s) - 1) // block * block
-    return hit, sum(len(s) for s in seqs)
+    return sum(hit_tokens(seqs, i, block) for i in range(len(seqs))), sum(len(s) for s in seqs)
 
 
 class CountingRenderer(Renderer):

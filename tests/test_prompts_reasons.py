@@ -18,6 +18,7 @@ from kvplan.app.cli import app
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.render import Renderer
 from tests import prompts_compare as pc
+from tests.prompts_reference import hit_tokens
 from tests.test_prompts_check import BS, DOC, TOKENIZER, write
 
 runner = CliRunner()
@@ -41,13 +42,7 @@ def token_ids(bodies: list[dict]) -> list[list[int]]:
 
 def shared_blocks(seqs: list[list[int]], i: int) -> int:
     """Full blocks of request ``i`` within prompt_tokens - 1 that some earlier request shares."""
-    best = 0
-    for prev in seqs[:i]:
-        k = 0
-        while k < min(len(seqs[i]), len(prev)) and seqs[i][k] == prev[k]:
-            k += 1
-        best = max(best, k)
-    return min(best, len(seqs[i]) - 1) // BS
+    return hit_tokens(seqs, i, BS) // BS
 
 
 @pytest.fixture(scope="module")
