@@ -115,3 +115,29 @@ def test_the_demo_opens_on_a_checked_recorded_log(monkeypatch, tmp_path):
     assert m["Predicted hit rate"] == fmt.pct(want["hit_rate_predicted"])
     assert any("Recorded demo log 'ts-top'" in x.value for x in t.info), [x.value for x in t.info]
     assert t.selectbox(key="prompts_request").options  # the per-request list is there too
+
+
+def test_history_the_template_rewrites_shows_its_remedies_on_the_page(monkeypatch, tmp_path):
+    """A Qwen3-style template's think blocks: the finding reads as the message rewritten as
+    history, with what changed and each remedy's rate, the CLI's numbers."""
+    from tests.thinking_log import THINK_TEMPLATE, agent_log
+
+    log = tmp_path / "think.jsonl"
+    log.write_text("".join(json.dumps(b) + "\n" for b in agent_log()))
+    template = tmp_path / "think.jinja"
+    template.write_text(THINK_TEMPLATE)
+    want = prompts_check([log], tokenizer=TOKENIZER, chat_template=template)
+    (f,) = [f for f in want["findings"] if f["kind"] == "template_history"]
+    t = page(monkeypatch, tmp_path)
+    t.text_input(key="prompts_path").input(str(log))
+    t.text_input(key="prompts_tokenizer").input(str(TOKENIZER))
+    t.text_input(key="prompts_template").input(str(template))
+    next(b for b in t.button if b.label == "Check").click()
+    t.run()
+    assert not t.exception, t.exception
+    table = t.dataframe[1].value
+    assert f"message {f['message_index']} ({f['role']}), as history" in list(table["where"])
+    said = [x.value for x in t.markdown if x.value.startswith("**template_history**")]
+    assert len(said) == 1 and f["change"] in said[0], said
+    for r in f["remedies"]:
+        assert f"{fmt.pct(r['hit_rate_if_fixed'])} if {r['how']}" in said[0]

@@ -161,12 +161,18 @@ if d:
         st.success("No cache-buster found: requests that share content share their prefix.")
     else:
         st.dataframe(pd.DataFrame([{
-            "kind": f["kind"], "where": (f"template, before message {f['message_index']}" if f["template"]
+            "kind": f["kind"], "where": (f"message {f['message_index']} ({f['role']}), as history" if f.get("change")
+                                         else f"template, before message {f['message_index']}" if f["template"]
                                          else f"message {f['message_index']} ({f['role']}), line {f['line']}"),
             "shape": f["example"], "requests": f["requests_affected"], "tokens lost": f["tokens_lost"],
             "hit rate if fixed": fmt.pct(f["hit_rate_if_fixed"]), "fix": f["fix"],
             "why below today": f.get("below_today") or ""} for f in d["findings"]]),
             hide_index=True)
+        for f in d["findings"]:
+            if f.get("remedies"):  # history the template rewrites: what changed, and each remedy's rate
+                st.markdown(f"**{f['kind']}** at message {f['message_index']} ({f['role']}): {f['change']}. "
+                            + "; ".join(f"{fmt.pct(r['hit_rate_if_fixed'])} if {r['how']}" for r in f["remedies"])
+                            + ".")
         ex = d.get("example_prompt")
         if ex:
             st.subheader("One request it broke, the divergent line highlighted")
