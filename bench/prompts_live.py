@@ -2,9 +2,9 @@
 in a conversation (issue 34), side by side in one run:
 
 * **history the template rewrites**: an agent log with tool calls whose assistant turns carry
-  their ``<think>`` block (tests/thinking_log.py), served with a Qwen3-style template that drops
-  reasoning before the last user query; then the same log as the client fixes it, each remedy
-  on its own fresh server: the think blocks dropped from what it sends back
+  their ``<think>`` block (``deploy/local/recorders/thinking_logs.py``), served with a
+  Qwen3-style template that drops reasoning before the last user query; then the same log as the
+  client fixes it, each remedy on its own fresh server: the think blocks dropped from what it sends back
   (``drop_reasoning``), and ``chat_template_kwargs: {"preserve_thinking": true}``
   (``template_switch``);
 * **the multi-turn timestamp**: ``deploy/demo/prompts/logs/agent-ts-fixed.jsonl`` (the client's
@@ -21,21 +21,19 @@ the unfixed logs. CPU-scale, not GPU results. Holds the stack for about 4 minute
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
+from kvplan.collectors.requests.check import CheckOptions, check
+from kvplan.collectors.requests.render import Renderer
+from kvplan.deploy.local import stack as stk
+from kvplan.deploy.local.recorders import record_prompts as rec
+from kvplan.deploy.local.recorders.thinking_logs import THINK_TEMPLATE, agent_log, dropped
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from kvplan.collectors.requests.check import CheckOptions, check  # noqa: E402
-from kvplan.collectors.requests.render import Renderer  # noqa: E402
-from kvplan.deploy.local import stack as stk  # noqa: E402
-from kvplan.deploy.local.recorders import record_prompts as rec  # noqa: E402
-from tests import prompts_compare as pc  # noqa: E402
-from tests.thinking_log import THINK_TEMPLATE, agent_log, dropped  # noqa: E402
-
 BLOCK = 128
+LOGS = rec.prompt_logs.DEFAULT_OUT
+TOKENIZER = rec.DEFAULT_OUT / "tokenizer"
 
 
 def served_rate(path: Path, template: Path, work: Path) -> tuple[float, int, int]:
@@ -68,7 +66,7 @@ def main() -> int:
         work = Path(tmp)
         bodies = [{**b, "model": rec.prompt_logs.MODEL} for b in agent_log()]
         original = write(work / "think.jsonl", bodies)
-        d = check([original], Renderer(pc.TOKENIZER, template), CheckOptions(BLOCK)).as_json()
+        d = check([original], Renderer(TOKENIZER, template), CheckOptions(BLOCK)).as_json()
         (f,) = [f for f in d["findings"] if f["kind"] == "template_history"]
         remedy = {x["remedy"]: x["hit_rate_if_fixed"] for x in f["remedies"]}
         rate, h, q = served_rate(original, template, work)
@@ -78,10 +76,10 @@ def main() -> int:
         switched = [{**b, "chat_template_kwargs": {"preserve_thinking": True}} for b in bodies]
         rate, h, q = served_rate(write(work / "think-switch.jsonl", switched), template, work)
         rows.append(("  remedy template_switch", remedy["template_switch"], rate, f"{h:,}/{q:,}"))
-        d = check([pc.LOGS / "agent-ts-top.jsonl"], Renderer(pc.TOKENIZER, stack_template),
+        d = check([LOGS / "agent-ts-top.jsonl"], Renderer(TOKENIZER, stack_template),
                   CheckOptions(BLOCK)).as_json()
         (f,) = [f for f in d["findings"] if (f["message_index"], f["role"], f["line"]) == (0, "system", 1)]
-        rate, h, q = served_rate(pc.LOGS / "agent-ts-fixed.jsonl", stack_template, work)
+        rate, h, q = served_rate(LOGS / "agent-ts-fixed.jsonl", stack_template, work)
         rows.append(("timestamp log, if fixed", f["hit_rate_if_fixed"], rate, f"{h:,}/{q:,}"))
     print(f"{'case':28} {'predicted':>10} {'vLLM':>10} {'points':>7}  hits/queries")
     for name, pred, meas, hq in rows:

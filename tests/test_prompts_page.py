@@ -120,7 +120,7 @@ def test_the_demo_opens_on_a_checked_recorded_log(monkeypatch, tmp_path):
 def test_history_the_template_rewrites_shows_its_remedies_on_the_page(monkeypatch, tmp_path):
     """A Qwen3-style template's think blocks: the finding reads as the message rewritten as
     history, with what changed and each remedy's rate, the CLI's numbers."""
-    from tests.thinking_log import THINK_TEMPLATE, agent_log
+    from kvplan.deploy.local.recorders.thinking_logs import THINK_TEMPLATE, agent_log
 
     log = tmp_path / "think.jsonl"
     log.write_text("".join(json.dumps(b) + "\n" for b in agent_log()))

@@ -1,5 +1,5 @@
 """History the chat template rewrites (issue 34, item 2), on a Qwen3-style template
-(tests/thinking_log.py) and a multi-turn agent log with tool calls whose client sends each
+(deploy/local/recorders/thinking_logs.py) and a multi-turn agent log with tool calls whose client sends each
 assistant turn back with its <think> block. The expected rates come from transformers'
 ``apply_chat_template`` called directly on logs rewritten by hand, and the longest common prefix
 in full blocks (tests/test_prompts_check.py's reference_hit_rate)."""
@@ -14,9 +14,9 @@ from transformers import AutoTokenizer
 
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.render import Renderer
+from kvplan.deploy.local.recorders.thinking_logs import THINK_TEMPLATE, agent_log, dropped
 from kvplan.models.prompts.history import DROP, FIELD, change, rewrite, split_reasoning
 from tests.test_prompts_check import BS, TOKENIZER, reference_hit_rate, write
-from tests.thinking_log import THINK_TEMPLATE, agent_log, dropped
 
 
 def as_vllm(body: dict) -> dict:

@@ -1,10 +1,12 @@
 """A Qwen3-style thinking template and multi-turn agent sessions with tool calls, for the
-template-history tests (tests/test_prompts_thinking.py)."""
+template-history tests (tests/test_prompts_thinking.py) and their live check against vLLM
+(bench/prompts_live.py)."""
 
 from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 THINK_TEMPLATE = (
     # Modelled on Qwen3's: an assistant turn's reasoning (its `reasoning_content`, else the
@@ -39,9 +41,10 @@ THINK_TEMPLATE = (
     "{%- if add_generation_prompt %}\n<|im_start|>assistant\n"
     "{%- if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{%- endif %}{%- endif %}")
 
-TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} over the project files.",
-                                           "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}}}}
-         for name in ("read_file", "search", "run_tests")]
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {"name": name, "description": f"{name} over the project files.",
+                                      "parameters": {"type": "object", "properties": {"arg": {"type": "string"}}}}}
+    for name in ("read_file", "search", "run_tests")]
 SYSTEM = "\n".join(f"Rule {i}: you are a careful coding agent; cite the file for claim {i}." for i in range(12))
 WORDS = ("cache", "block", "prefix", "token", "tool", "turn", "agent", "plan", "check", "file", "test", "hash")
 
@@ -75,7 +78,7 @@ def agent_log(sessions: int = 4, queries: int = 3, steps: int = 2, seed: int = 1
                 else:
                     msgs.append({"role": "assistant", "content": think + "Answer: " + _think(rng, 15)})
         per.append(reqs)
-    out = []
+    out: list[dict] = []
     for i in range(max(len(r) for r in per)):
         out.extend(r[i] for r in per if i < len(r))
     return out
