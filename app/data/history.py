@@ -97,9 +97,15 @@ class History:
                     num_gpus: int | None = None) -> PrefillMeasurement:
         """The prefill measurement of [t_from, t_to] priced with this history's cost model; the
         window's intervals are the history's when the window is the history's span (no read)."""
-        table = self.table if self.covers(t_from, t_to) else prefill_table(
-            source, self.deployment, t_from, t_to, self.model_name, chunk_tokens=self.facts.facts.lmcache_chunk_tokens)
-        return self.measurement_on(table, t_from, t_to, stats=stats, num_gpus=num_gpus)
+        return self.measurement_on(self.table_of(source, t_from, t_to), t_from, t_to, stats=stats, num_gpus=num_gpus)
+
+    def table_of(self, source: Source, t_from: datetime, t_to: datetime) -> IntervalTable:
+        """The prefill intervals of [t_from, t_to]: this history's own when it is the window (no
+        read), else read with the deployment's LMCache chunk size."""
+        if self.covers(t_from, t_to):
+            return self.table
+        return prefill_table(source, self.deployment, t_from, t_to, self.model_name,
+                             chunk_tokens=self.facts.facts.lmcache_chunk_tokens)
 
     def measurement_on(self, table: IntervalTable, t_from: datetime, t_to: datetime, *, stats: Any = None,
                        num_gpus: int | None = None) -> PrefillMeasurement:

@@ -25,7 +25,6 @@ from ...models.prefill.measurement import PrefillMeasurement
 from ...models.prefill.table import IntervalTable
 from ...sql.db import Source
 from .history import History, load_history
-from .prefill import prefill_table
 from .store import DeploymentSettings, Facts, Prices, deployments_with_data
 from .sweeps import SweepPair, latest_sweep_pair
 from .window import Window, check_model, daily_requests, engines_in_window, load_window, peak_running_per_engine
@@ -89,9 +88,7 @@ class PlanReads:
 def plan_reads(source: Source, win: Window, history: History, planning: PlanningInputs | None = None) -> PlanReads:
     """``PlanReads`` of a loaded window (``planning``: the planning inputs the plan will use, for
     whether it reads the daily requests of the growth trend)."""
-    table = history.table if history.covers(win.t_from, win.t_to) else prefill_table(
-        source, win.deployment, win.t_from, win.t_to, win.model_name,
-        chunk_tokens=history.facts.facts.lmcache_chunk_tokens)
+    table = history.table_of(source, win.t_from, win.t_to)
     pl = planning or history.prices.planning
     daily = None
     if pl.growth_source == "measured_trend":
@@ -108,9 +105,7 @@ def window_measurement(source: Source, win: Window, history: History, *,
     """The prefill model's input for a loaded window (the covered span priced with the history's
     cost model, the latest measured A/B) and the fleet by ``kvplan.app.data.store.fleet``: what
     the plan and the what-if's dollars both price."""
-    table = history.table if history.covers(win.t_from, win.t_to) else prefill_table(
-        source, win.deployment, win.t_from, win.t_to, win.model_name,
-        chunk_tokens=history.facts.facts.lmcache_chunk_tokens)
+    table = history.table_of(source, win.t_from, win.t_to)
     return window_measurement_of(win, history, engines_in_window(source, win.deployment, win.t_from, win.t_to),
                                  table, gpus=gpus)
 
