@@ -161,11 +161,16 @@ def imported(tmp_path: Path, payload: Path) -> Path:
     return db
 
 
+def check_on(db: Path, log: Path, *args: str):
+    """``kvplan prompts check LOG`` against deployment ``d`` of ``db`` with the fixture tokenizer."""
+    return runner.invoke(app, ["prompts", "check", str(log), "--db", str(db), "--deployment", "d",
+                               "--tokenizer", str(TOKENIZER), *args])
+
+
 def test_a_hybrid_scheduling_block_comes_from_cache_config_info(tmp_path):
     db = imported(tmp_path, hybrid_payload(tmp_path))
     log = write(tmp_path / "l.jsonl", [moved_to_the_end(b) for b in timestamp_log(8)])
-    r = runner.invoke(app, ["prompts", "check", str(log), "--db", str(db), "--deployment", "d",
-                            "--tokenizer", str(TOKENIZER), "--json"])
+    r = check_on(db, log, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     g = d["block_geometry"]
@@ -181,13 +186,11 @@ def test_a_hybrid_scheduling_block_comes_from_cache_config_info(tmp_path):
     # prompts of about 1,300 tokens share a prefix of several hundred: one 784-token block at most
     assert rows[16]["hit_rate"] > rows[784]["hit_rate"]
     # --gpu-blocks counts the engine's cache blocks (of 16) too
-    r = runner.invoke(app, ["prompts", "check", str(log), "--db", str(db), "--deployment", "d",
-                            "--tokenizer", str(TOKENIZER), "--gpu-blocks", "1000", "--json"])
+    r = check_on(db, log, "--gpu-blocks", "1000", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["gpu_blocks"] == 16_000 // 784
     # --block-size given: the check runs at it, the own size is still the scheduling block
-    r = runner.invoke(app, ["prompts", "check", str(log), "--db", str(db), "--deployment", "d",
-                            "--tokenizer", str(TOKENIZER), "--block-size", "16"])
+    r = check_on(db, log, "--block-size", "16")
     assert r.exit_code == 0, r.output
     assert "own 784 from cache_config_info" in " ".join(r.stdout.split())
 
@@ -198,8 +201,7 @@ def test_a_plain_deployment_and_the_cli_table(tmp_path):
     output prints the table."""
     db = imported(tmp_path, PAYLOADS / "vllm-0.32.0" / "01_after.prom")
     log = write(tmp_path / "l.jsonl", [moved_to_the_end(b) for b in timestamp_log(8)])
-    r = runner.invoke(app, ["prompts", "check", str(log), "--db", str(db), "--deployment", "d",
-                            "--tokenizer", str(TOKENIZER), "--json"])
+    r = check_on(db, log, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     g = d["block_geometry"]
