@@ -260,3 +260,25 @@ def test_table_sizes():
     assert table_sizes(16, 256) == [16, 32, 64, 128, 256]
     assert table_sizes(784, 256, (16,)) == [16, 32, 64, 128, 256, 784]
     assert table_sizes(4096, 512) == [16, 32, 64, 128, 256, 512, 4096]
+
+
+def test_the_reports_section_9_holds_the_table_and_the_miss_reasons(tmp_path):
+    """``kvplan report --prompts-check``'s section shows the geometry table and the first miss per
+    request: on the two requests above, 32 of 130 tokens cached at 16 and 32 (24.6 %), none at
+    64 to 256, the own size marked; both requests' first computed token lies in a block never seen
+    before (the first request's every block; the second's third block of 16, tokens 32 to 47,
+    which holds its first differing token 40): two ``cold``."""
+    import re
+
+    from kvplan.app.report.prompts import render_section
+
+    d = prompts_check([two_requests(tmp_path)], tokenizer=TOKENIZER, block_size=16)
+    html = render_section(d)
+    geometry = html[html.index("Hit rate by block size"):]
+    cells = re.findall(r"<tr><td class=n>([\d,]+)</td><td class=n>([^<]+)</td><td class=n>[^<]+</td><td>([^<]*)</td>",
+                       geometry)
+    assert cells == [("16", "24.6%", "own, check"), ("32", "24.6%", ""), ("64", "0.0%", ""), ("128", "0.0%", ""),
+                     ("256", "0.0%", "lmcache_chunk")], cells
+    assert "comes from --block-size" in geometry
+    reasons = html[html.index("First miss per request"):html.index("Cache-busters")]
+    assert re.findall(r"<tr><td>(\w+)</td><td class=n>(\d+)</td></tr>", reasons) == [("cold", "2")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape
 
 import pytest
 from transformers import AutoTokenizer
@@ -202,3 +203,20 @@ def test_the_dashboard_example_is_the_line_where_the_turn_parts(result):
     # the rewritten turn's first line as history: the assistant header's next line, no <think> there
     assert text[s0:s1] == "Calling a tool.<tool_call>"
     assert text[:s0].endswith("<|im_start|>assistant\n")
+
+
+def test_the_reports_section_9_gives_each_remedys_rate(result):
+    """The capacity report's prompts section names the rewritten turn by its shape and gives each
+    remedy's rate, the by-hand drop among them, as the CLI does."""
+    from kvplan.app.report import fmt
+    from kvplan.app.report.prompts import render_section
+
+    bodies, _, d, _ = result
+    html = render_section(d)
+    (f,) = [f for f in d["findings"] if f["kind"] == "template_history"]
+    assert escape(f["change"]) in html
+    by_hand = reference([dropped(b) for b in bodies])
+    (drop,) = [x for x in f["remedies"] if x["remedy"] == "drop_reasoning"]
+    assert escape(f"{fmt.pct(by_hand)} if {drop['how']}") in html
+    for rm in f["remedies"]:
+        assert escape(f"{fmt.pct(rm['hit_rate_if_fixed'])} if {rm['how']}") in html
