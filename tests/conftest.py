@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +37,20 @@ def _isolated_env(monkeypatch, tmp_path):
         if k.startswith("KVPLAN_") and k not in ("KVPLAN_STACK_VENV", "KVPLAN_STACK_HOME"):
             monkeypatch.delenv(k, raising=False)
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _no_report_prewarm_left_running():
+    """A page run (AppTest) starts the Report page's prewarm thread (``app.state.prewarm_reports``),
+    which builds a report in the background; it ends before the next test starts, so no test
+    counts (or patches under) another test's reads. It failed a test that logs the report's reads
+    in CI."""
+    yield
+    deadline = time.monotonic() + 300
+    for t in threading.enumerate():
+        if t.name == "kvplan-report-prewarm":
+            t.join(max(0.0, deadline - time.monotonic()))
+            assert not t.is_alive(), "the report prewarm thread still runs after 300 s"
 
 
 SLOW_MODULES = {
