@@ -1,0 +1,75 @@
+"""The sample's error and time: ``kvplan prompts check --sample-sessions FRACTION`` against the
+full check, on ``prompts_bench.py``'s agent log (50 agents, shared system prompts and tool lists,
+a third with a per-request timestamp, conversations of 2-12 turns interleaved).
+
+Each check runs in its own process (the fixture tokenizer and chat template, block size 16,
+unlimited cache, as ``prompts_bench.py``), one after the other: the full log, then each fraction.
+Per run: wall seconds, peak RSS, conversations and requests kept, today's predicted hit rate,
+the unlimited cache's and the rate with every finding fixed; per fraction, each rate's error
+against the full check in percentage points (sample minus full). The log has no session field,
+so conversations are keyed by their first user message (unique per conversation here).
+
+    .venv/bin/python bench/prompts_sample_bench.py [--mb 24] [--fractions 0.1,0.25,0.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from prompts_bench import TEMPLATE, TOKENIZER, peak_kb, write_agent_log
+
+CHECK = """
+from pathlib import Path
+from kvplan.collectors.requests.check import check, CheckOptions
+from kvplan.collectors.requests.render import Renderer
+from kvplan.collectors.requests.sample import SessionSample
+s = SessionSample({fraction}) if {fraction} is not None else None
+r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16, sample=s))
+t = r.totals
+fixed = r.fixed.cached if r.fixed is not None else t.cached
+kept, total = (s.kept(), s.total()) if s is not None else (-1, -1)
+print(t.requests, t.prompt_tokens, t.cached, t.cached_unlimited, fixed, kept, total)
+"""
+
+
+def rates(res: list[int]) -> tuple[float, float, float]:
+    """(today, unlimited, if fixed) hit rates of one run's printed figures."""
+    _, prompt, cached, unlimited, fixed = res[:5]
+    return cached / prompt, unlimited / prompt, fixed / prompt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=24.0, help="MB of request JSON (uncompressed)")
+    ap.add_argument("--fractions", default="0.1,0.25,0.5", help="comma-separated fractions of conversations")
+    args = ap.parse_args()
+    fractions = [float(x) for x in args.fractions.split(",") if x.strip()]
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "agent.jsonl.gz"
+        n, size = write_agent_log(log, args.mb)
+        print(f"agent log: {n:,} requests, {size / 1e6:,.1f} MB of JSON")
+        full: tuple[float, float, float] | None = None
+        full_secs = 0.0
+        for f in [None, *fractions]:
+            peak, secs, lines = peak_kb(CHECK.format(fraction=f, log=str(log), tok=str(TOKENIZER),
+                                                     tpl=str(TEMPLATE)))
+            res = [int(x) for x in lines[-1].split()]
+            today, unlimited, fixed = rates(res)
+            head = (f"full check: {res[0]:,} requests" if f is None else
+                    f"--sample-sessions {f:g}: {res[5]:,} of {res[6]:,} conversations, {res[0]:,} of {n:,} requests")
+            print(f"{head}, {res[1]:,} prompt tokens; {secs:,.1f} s, peak RSS {peak / 1024:,.0f} MiB; hit rate today "
+                  f"{today:.2%}, unlimited {unlimited:.2%}, if fixed {fixed:.2%}", flush=True)
+            if full is None:
+                full, full_secs = (today, unlimited, fixed), secs
+                continue
+            err = [100 * (a - b) for a, b in zip((today, unlimited, fixed), full, strict=True)]
+            print(f"  error against the full check (percentage points): today {err[0]:+.2f}, unlimited "
+                  f"{err[1]:+.2f}, if fixed {err[2]:+.2f}; time {secs / full_secs:.2f}x the full check's", flush=True)
+
+
+if __name__ == "__main__":
+    from results import record
+
+    raise SystemExit(record("prompts", main))
