@@ -3,11 +3,13 @@ full check, on ``prompts_bench.py``'s agent log (50 agents, shared system prompt
 a third with a per-request timestamp, conversations of 2-12 turns interleaved).
 
 Each check runs in its own process (the fixture tokenizer and chat template, block size 16,
-unlimited cache, as ``prompts_bench.py``), one after the other: the full log, then each fraction.
-Per run: wall seconds, peak RSS, conversations and requests kept, today's predicted hit rate,
-the unlimited cache's and the rate with every finding fixed; per fraction, each rate's error
-against the full check in percentage points (sample minus full). The log has no session field,
-so conversations are keyed by their first user message (unique per conversation here).
+unlimited cache, as ``prompts_bench.py``), one after the other: the full log, each fraction, and
+the full log again (the shared machine's drift). Per run: wall and CPU seconds (CPU time is the
+steadier on a shared machine), peak RSS, conversations and requests kept, today's predicted hit
+rate, the unlimited cache's and the rate with every finding fixed; per fraction, each rate's
+error against the first full check in percentage points (sample minus full). The log has no
+session field, so conversations are keyed by their first user message (unique per conversation
+here).
 
     .venv/bin/python bench/prompts_sample_bench.py [--mb 24] [--fractions 0.1,0.25,0.5]
 """
@@ -21,16 +23,19 @@ from pathlib import Path
 from prompts_bench import TEMPLATE, TOKENIZER, peak_kb, write_agent_log
 
 CHECK = """
+import resource
 from pathlib import Path
 from kvplan.collectors.requests.check import check, CheckOptions
 from kvplan.collectors.requests.render import Renderer
 from kvplan.collectors.requests.sample import SessionSample
-s = SessionSample({fraction}) if {fraction} is not None else None
+f = {fraction}
+s = SessionSample(f) if f is not None else None
 r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16, sample=s))
 t = r.totals
 fixed = r.fixed.cached if r.fixed is not None else t.cached
 kept, total = (s.kept(), s.total()) if s is not None else (-1, -1)
-print(t.requests, t.prompt_tokens, t.cached, t.cached_unlimited, fixed, kept, total)
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(t.requests, t.prompt_tokens, t.cached, t.cached_unlimited, fixed, kept, total, round(u.ru_utime + u.ru_stime, 2))
 """
 
 
@@ -52,21 +57,27 @@ def main() -> None:
         print(f"agent log: {n:,} requests, {size / 1e6:,.1f} MB of JSON")
         full: tuple[float, float, float] | None = None
         full_secs = 0.0
-        for f in [None, *fractions]:
+        full_cpu = 0.0
+        for i, f in enumerate([None, *fractions, None]):
             peak, secs, lines = peak_kb(CHECK.format(fraction=f, log=str(log), tok=str(TOKENIZER),
                                                      tpl=str(TEMPLATE)))
-            res = [int(x) for x in lines[-1].split()]
+            *ints, cpu = lines[-1].split()
+            res = [int(x) for x in ints]
             today, unlimited, fixed = rates(res)
-            head = (f"full check: {res[0]:,} requests" if f is None else
+            head = (f"full check{' again' if i else ''}: {res[0]:,} requests" if f is None else
                     f"--sample-sessions {f:g}: {res[5]:,} of {res[6]:,} conversations, {res[0]:,} of {n:,} requests")
-            print(f"{head}, {res[1]:,} prompt tokens; {secs:,.1f} s, peak RSS {peak / 1024:,.0f} MiB; hit rate today "
-                  f"{today:.2%}, unlimited {unlimited:.2%}, if fixed {fixed:.2%}", flush=True)
-            if full is None:
-                full, full_secs = (today, unlimited, fixed), secs
+            print(f"{head}, {res[1]:,} prompt tokens; {secs:,.1f} s ({float(cpu):,.1f} s CPU), peak RSS "
+                  f"{peak / 1024:,.0f} MiB; hit rate today {today:.2%}, unlimited {unlimited:.2%}, "
+                  f"if fixed {fixed:.2%}", flush=True)
+            if f is None:
+                if full is None:
+                    full, full_secs, full_cpu = (today, unlimited, fixed), secs, float(cpu)
                 continue
+            assert full is not None and full_cpu > 0
             err = [100 * (a - b) for a, b in zip((today, unlimited, fixed), full, strict=True)]
             print(f"  error against the full check (percentage points): today {err[0]:+.2f}, unlimited "
-                  f"{err[1]:+.2f}, if fixed {err[2]:+.2f}; time {secs / full_secs:.2f}x the full check's", flush=True)
+                  f"{err[1]:+.2f}, if fixed {err[2]:+.2f}; {secs / full_secs:.2f}x the full check's wall time, "
+                  f"{float(cpu) / full_cpu:.2f}x its CPU time", flush=True)
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def test_one_is_the_full_check_and_no_prompt_text_is_printed(tmp_path):
     text = runner.invoke(app, ["prompts", "check", str(log), "--tokenizer", str(TOKENIZER),
                                "--sample-sessions", "0.5"])
     assert text.exit_code == 0, text.output
-    assert text.output.startswith("SAMPLE, 0.5 of the conversations: ") and "every figure below" in text.output
+    assert text.stdout.startswith("SAMPLE, 0.5 of the conversations: ") and "every figure below" in text.stdout
     assert CANARY not in text.output and CANARY not in json.dumps(one["sample"])
 
 
@@ -180,7 +180,7 @@ def test_a_bailian_trace_is_sampled_by_its_parent_chat_id_chains(tmp_path):
                                          "hash_ids": [root[c], 100 + c, 200 + c]}) + "\n"
                              for i, (c, p) in enumerate(chain)))
     seen: set[tuple[int, ...]] = set()
-    for f in ("0.2", "0.4", "0.6", "0.8"):
+    for f in ("0.2", "0.4", "0.6", "0.8", "1"):
         per = tmp_path / f"per{f}.jsonl"
         r = runner.invoke(app, ["prompts", "check", str(trace), "--sample-sessions", f, "--per-request", str(per),
                                 "--json"])
