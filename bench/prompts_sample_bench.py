@@ -47,37 +47,50 @@ def rates(res: list[int]) -> tuple[float, float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", type=float, default=24.0, help="MB of request JSON (uncompressed)")
+    ap.add_argument("--mb", type=float, default=24.0, help="MB of request JSON (uncompressed) per log")
     ap.add_argument("--fractions", default="0.1,0.25,0.5", help="comma-separated fractions of conversations")
+    ap.add_argument("--seeds", default="7", help="comma-separated seeds of the agent log: one log, one full check "
+                    "and one sample per fraction each (7 is prompts_bench.py's log); with several, the errors' "
+                    "mean and range per fraction")
     args = ap.parse_args()
     fractions = [float(x) for x in args.fractions.split(",") if x.strip()]
-    with tempfile.TemporaryDirectory() as d:
-        log = Path(d) / "agent.jsonl.gz"
-        n, size = write_agent_log(log, args.mb)
-        print(f"agent log: {n:,} requests, {size / 1e6:,.1f} MB of JSON")
-        full: tuple[float, float, float] | None = None
-        full_secs = 0.0
-        full_cpu = 0.0
-        for i, f in enumerate([None, *fractions, None]):
-            peak, secs, lines = peak_kb(CHECK.format(fraction=f, log=str(log), tok=str(TOKENIZER),
-                                                     tpl=str(TEMPLATE)))
-            *ints, cpu = lines[-1].split()
-            res = [int(x) for x in ints]
-            today, unlimited, fixed = rates(res)
-            head = (f"full check{' again' if i else ''}: {res[0]:,} requests" if f is None else
-                    f"--sample-sessions {f:g}: {res[5]:,} of {res[6]:,} conversations, {res[0]:,} of {n:,} requests")
-            print(f"{head}, {res[1]:,} prompt tokens; {secs:,.1f} s ({float(cpu):,.1f} s CPU), peak RSS "
-                  f"{peak / 1024:,.0f} MiB; hit rate today {today:.2%}, unlimited {unlimited:.2%}, "
-                  f"if fixed {fixed:.2%}", flush=True)
-            if f is None:
-                if full is None:
-                    full, full_secs, full_cpu = (today, unlimited, fixed), secs, float(cpu)
-                continue
-            assert full is not None and full_cpu > 0
-            err = [100 * (a - b) for a, b in zip((today, unlimited, fixed), full, strict=True)]
-            print(f"  error against the full check (percentage points): today {err[0]:+.2f}, unlimited "
-                  f"{err[1]:+.2f}, if fixed {err[2]:+.2f}; {secs / full_secs:.2f}x the full check's wall time, "
-                  f"{float(cpu) / full_cpu:.2f}x its CPU time", flush=True)
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    errors: dict[float, list[list[float]]] = {f: [] for f in fractions}
+    for k, seed in enumerate(seeds):
+        with tempfile.TemporaryDirectory() as d:
+            log = Path(d) / "agent.jsonl.gz"
+            n, size = write_agent_log(log, args.mb, seed)
+            print(f"agent log, seed {seed}: {n:,} requests, {size / 1e6:,.1f} MB of JSON")
+            full: tuple[float, float, float] | None = None
+            full_secs = full_cpu = 0.0
+            for i, f in enumerate([None, *fractions, *([None] if k == 0 else [])]):
+                peak, secs, lines = peak_kb(CHECK.format(fraction=f, log=str(log), tok=str(TOKENIZER),
+                                                         tpl=str(TEMPLATE)))
+                *ints, cpu = lines[-1].split()
+                res = [int(x) for x in ints]
+                today, unlimited, fixed = rates(res)
+                head = (f"  full check{' again' if i else ''}: {res[0]:,} requests" if f is None else
+                        f"  --sample-sessions {f:g}: {res[5]:,} of {res[6]:,} conversations, {res[0]:,} of {n:,} "
+                        "requests")
+                print(f"{head}, {res[1]:,} prompt tokens; {secs:,.1f} s ({float(cpu):,.1f} s CPU), peak RSS "
+                      f"{peak / 1024:,.0f} MiB; hit rate today {today:.2%}, unlimited {unlimited:.2%}, "
+                      f"if fixed {fixed:.2%}", flush=True)
+                if f is None:
+                    if full is None:
+                        full, full_secs, full_cpu = (today, unlimited, fixed), secs, float(cpu)
+                    continue
+                assert full is not None and full_cpu > 0
+                err = [100 * (a - b) for a, b in zip((today, unlimited, fixed), full, strict=True)]
+                errors[f].append(err)
+                print(f"    error against the full check (percentage points): today {err[0]:+.2f}, unlimited "
+                      f"{err[1]:+.2f}, if fixed {err[2]:+.2f}; {secs / full_secs:.2f}x the full check's wall time, "
+                      f"{float(cpu) / full_cpu:.2f}x its CPU time", flush=True)
+    if len(seeds) > 1:
+        print(f"errors over {len(seeds)} logs (percentage points, sample minus full: mean [min, max]):")
+        for f, errs in errors.items():
+            cols = [[e[j] for e in errs] for j in range(3)]
+            print(f"  {f:g}: " + "; ".join(f"{name} {sum(c) / len(c):+.2f} [{min(c):+.2f}, {max(c):+.2f}]"
+                                          for name, c in zip(("today", "unlimited", "if fixed"), cols, strict=True)))
 
 
 if __name__ == "__main__":
