@@ -280,7 +280,9 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
     d["sample"] = sample.as_json() if sample is not None else None
     if sample is not None:
         notes = [f"{sample.line()}: every figure is the sample's; the per-month figures count only the sampled "
-                 "requests' tokens", *notes]
+                 "requests' tokens; a prefix shared across conversations (a system prompt, a tool list) is first "
+                 "seen once in a sample as in the whole log, over fewer requests, so a sample's hit rate tends to "
+                 "read low (collectors/requests/README.md)", *notes]
     d["block_geometry"] = geometry_json(result, own, lmcache_chunk)
     d["notes"] = notes + d["notes"]
     d["pricing"] = pricing(result, db, deployment, cfg)
