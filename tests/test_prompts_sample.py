@@ -217,3 +217,21 @@ def test_bad_fractions_and_unsampleable_lines_exit_2_naming_the_option(tmp_path)
     r = runner.invoke(app, ["prompts", "check", str(completions), "--tokenizer", str(TOKENIZER),
                             "--sample-sessions", "1", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["sample"]["conversations"] == 2, r.output
+
+
+def test_batch_lines_name_their_session_in_the_body_and_a_mixed_log_says_both_keys(tmp_path):
+    def batch(i: int, body: dict) -> dict:
+        return {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+    msgs = [{"role": "user", "content": "Same opening."}]
+    lines = [batch(1, {"messages": msgs, "metadata": {"session_id": "a"}}),   # session a
+             batch(2, {"messages": msgs, "conversation_id": "b"}),            # session b
+             batch(3, {"messages": msgs}),                                    # no session: by its first user message
+             {"messages": [*msgs, {"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]}]  # same
+    log = tmp_path / "mixed.jsonl"
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    d = run(log, "--sample-sessions", "1")
+    s = d["sample"]
+    # 2 conversations by session field, 1 by the first user message (lines 3 and 4 open the same way)
+    assert s["conversations_by_key"] == {"session_field": 2, "first_user_message": 1} and s["conversations"] == 3
+    assert "where a request has one (2 conversations), else a hash of the first user message (1)" in s["key"]
