@@ -4,6 +4,7 @@ cache-busters and what fixing them is worth (issue 26)."""
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -41,6 +42,10 @@ def prompts_check(
     measured: Annotated[bool, typer.Option("--measured", help="Compare each prediction with the engine's own usage "
                                                               "logged beside the request (usage.prompt_tokens_"
                                                               "details.cached_tokens).")] = False,
+    sample_sessions: Annotated[float | None, typer.Option(
+        callback=sample_fraction, help="Check only this share of the conversations (0 < FRACTION <= 1), whole: "
+        "by a session field (session_id, conversation_id), else by a hash of the first user message; the same "
+        "log and fraction keep the same requests. The output says it is a sample.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -82,7 +87,7 @@ def prompts_check(
         d = run(paths, tokenizer=tokenizer, chat_template=chat_template, block_size=block_size,
                 gpu_blocks=gpu_blocks, lmcache_chunk=lmcache_chunk, lora=lora or (), deployment=deployment,
                 db=database, cfg=deployment_settings(s, deployment) if deployment else deployment_settings(None, ""),
-                progress=progress, on_request=on_request)
+                progress=progress, on_request=on_request, sample_sessions=sample_sessions)
     finally:
         if fh is not None:
             try:
@@ -99,11 +104,25 @@ def prompts_check(
     print_check(d, measured=measured)
 
 
+def sample_fraction(value: float | None) -> float | None:
+    """Typer callback: ``--sample-sessions`` is a number above 0 and at most 1."""
+    if value is not None and not (math.isfinite(value) and 0 < value <= 1):
+        raise typer.BadParameter(f"must be a number above 0 and at most 1 (the share of conversations kept); "
+                                 f"got {value}")
+    return value
+
+
 def _pct(v: float | None) -> str:
     return f"{v:.1%}" if v is not None else "-"
 
 
 def print_check(d: dict[str, Any], *, measured: bool = False) -> None:
+    sample = d.get("sample")
+    if sample:
+        out.print(f"SAMPLE, {sample['fraction']:g} of the conversations: {sample['conversations_kept']:,} of "
+                  f"{sample['conversations']:,} conversations, {sample['requests_kept']:,} of {sample['requests']:,} "
+                  f"requests (conversations keyed by {sample['key']}); every figure below is the sample's",
+                  highlight=False, markup=False)
     out.print(f"{d['requests']:,} requests, {d['prompt_tokens']:,} prompt tokens, block size {d['block_size']}"
               + (f", {d['gpu_blocks']:,} GPU blocks" if d["gpu_blocks"] else ", unlimited cache"))
     out.print(f"predicted hit rate {_pct(d['hit_rate_predicted'])} ({d['cached_tokens_predicted']:,} cached "

@@ -30,6 +30,7 @@ from typing import Any
 from ...collectors.requests.check import CheckOptions, CheckResult, OnRequest, Progress, check
 from ...collectors.requests.read import LogRequest
 from ...collectors.requests.render import Renderer
+from ...collectors.requests.sample import SessionSample
 from ...models.core.errors import KvplanError
 from ...models.prompts.geometry import SchedulingBlock, pool_blocks, scheduling_block, table_sizes
 from ...models.prompts.predict import Outcome
@@ -244,12 +245,15 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
                   lora: Sequence[str] = (), deployment: str | None = None, db: Database | None = None,
                   cfg: DeploymentSettings = DeploymentSettings(), progress: Progress | None = None,
                   on_request: OnRequest | None = None,
-                  with_example: bool = False, keep_requests: int = 0) -> dict[str, Any]:
+                  with_example: bool = False, keep_requests: int = 0,
+                  sample_sessions: float | None = None) -> dict[str, Any]:
     """The whole check as one JSON-ready dict (``kvplan prompts check --json``). ``with_example``
     (the dashboard only, never the CLI or the report) adds ``example_prompt``: the first request
     the top finding broke, its rendered text and the divergent line's range, for highlighting.
     ``keep_requests`` (the dashboard) adds ``per_request``: the first that many requests' rows, as
-    ``--per-request`` writes them (lengths, hits and the miss reason; no text)."""
+    ``--per-request`` writes them (lengths, hits and the miss reason; no text).
+    ``sample_sessions``: the share of conversations checked (``collectors.requests.sample``),
+    stated in ``sample`` (null: the whole log)."""
     if deployment is not None and db is not None and not cache_config_rows(db, deployment) \
             and deployment_span(db, deployment) is None:
         known = deployment_names(db)
@@ -260,6 +264,7 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
     renderer = Renderer(tokenizer, chat_template) if tokenizer is not None else None
     if renderer is None and chat_template is not None:
         raise KvplanError("--chat-template needs --tokenizer", source="--chat-template")
+    sample = SessionSample(sample_sessions) if sample_sessions is not None else None
     rows: list[dict[str, Any]] = []
 
     def each(r: LogRequest, o: Outcome, miss: RequestMiss) -> None:
@@ -269,9 +274,15 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
             on_request(r, o, miss)
 
     sizes = tuple(table_sizes(own["block_size"], lmcache_chunk, (bs,)))
-    result = check(paths, renderer, CheckOptions(bs, gb, lmcache_chunk, frozenset(lora), geometry=sizes),
-                   progress=progress, on_request=each)
+    result = check(paths, renderer, CheckOptions(bs, gb, lmcache_chunk, frozenset(lora), geometry=sizes,
+                                                 sample=sample), progress=progress, on_request=each)
     d = result.as_json()
+    d["sample"] = sample.as_json() if sample is not None else None
+    if sample is not None:
+        notes = [f"{sample.line()}: every figure is the sample's; the per-month figures count only the sampled "
+                 "requests' tokens; a prefix shared across conversations (a system prompt, a tool list) is first "
+                 "seen once in a sample as in the whole log, over fewer requests, so a sample's hit rate tends to "
+                 "read low (collectors/requests/README.md)", *notes]
     d["block_geometry"] = geometry_json(result, own, lmcache_chunk)
     d["notes"] = notes + d["notes"]
     d["pricing"] = pricing(result, db, deployment, cfg)

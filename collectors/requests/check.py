@@ -45,6 +45,7 @@ from . import history
 from .history import HistoryFinder
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
+from .sample import SessionSample, sampled
 
 Progress = Callable[[str, int], None]
 OnRequest = Callable[[LogRequest, Outcome, RequestMiss], None]
@@ -69,6 +70,9 @@ class CheckOptions:
     """Block sizes the first pass also replays the log at (the geometry table): each request's
     token ids re-hashed at each size, never tokenized again, in a pool of the same capacity in
     tokens (``gpu_blocks`` x ``block_size``). Empty: no table."""
+    sample: SessionSample | None = None
+    """Whole conversations kept (``--sample-sessions``), a filter on the requests as read, in both
+    passes; its counts are the run's afterwards. None: every request."""
 
 
 @dataclass
@@ -494,7 +498,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
 
-    for p in (p for batch in _batches(read_requests(paths, skipped), render) for p in _encoded(prep, batch)):
+    requests = sampled(read_requests(paths, skipped), opts.sample)
+    for p in (p for batch in _batches(requests, render) for p in _encoded(prep, batch)):
         r = p.request
         if r.arrival is not None:
             t_first = r.arrival if t_first is None else min(t_first, r.arrival)
@@ -686,7 +691,8 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = busted = 0
     skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
-    for batch in _batches(read_requests(paths, skipped), lambda r: _rendered(prep, r, skipped)):
+    for batch in _batches(sampled(read_requests(paths, skipped), opts.sample),
+                          lambda r: _rendered(prep, r, skipped)):
         rows: list[tuple[Hashed, int, int, list[str | None]]] = []
         todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
         items: list[tuple[Prepared, str]] = []

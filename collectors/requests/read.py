@@ -23,6 +23,10 @@ file order is arrival order. Within a file, times must not go backwards (a log w
 requests arrived); several files are merged by time when every line has one, else read one
 after the other in the order given.
 
+**Session**, optional: ``session_id`` or ``conversation_id`` (top level, in a Batch line's body,
+or in ``metadata``), and a Bailian trace's ``parent_chat_id``: which conversation a request is
+part of (``--sample-sessions`` keeps whole conversations by it).
+
 Images, audio and other non-text content parts are refused: vLLM mixes multimodal item hashes
 into block keys, which kvplan does not reproduce.
 """
@@ -60,6 +64,9 @@ MAX_SKIPPED = 100
 """Bad lines a run skips, each reported with its file and line; one more fails the run."""
 MAX_BLOCK_ID = 2**63 - 1
 """Largest ``hash_ids`` value (stored as a signed 64-bit key)."""
+SESSION_FIELDS = ("session_id", "conversation_id")
+"""Fields naming a request's conversation, read at a line's top level, in its ``body`` or in
+either's ``metadata`` object (a string or an integer; the first found)."""
 
 
 class Skipped:
@@ -116,6 +123,11 @@ class LogRequest:
     block_tokens: int = 0
     input_length: int = 0
     chat_id: str | None = None
+    parent_chat_id: str | None = None
+    """A Bailian trace's ``parent_chat_id`` (the request this turn follows; None or "-1": a first turn)."""
+    session: str | None = None
+    """The line's session field (``SESSION_FIELDS``, top level, in a Batch line's body or in
+    ``metadata``): which conversation the request belongs to, when the log says (``--sample-sessions``)."""
     custom_id: str | None = None
     """A Batch API line's ``custom_id`` (kept to match per-request predictions with responses)."""
     measured_prompt_tokens: int | None = None
@@ -344,8 +356,10 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
         arrival = None if ts is None else (_time(ts, src, n, "timestamp") if bailian
                                            else _int(ts, src, n, "timestamp") / 1000.0)
         out = obj.get("output_length")
+        parent = obj.get("parent_chat_id") if bailian else None
         return LogRequest(source=src, line=n, kind="blocks", arrival=arrival, block_ids=ids, block_tokens=block,
                           input_length=length, chat_id=str(obj.get("chat_id")) if bailian else None,
+                          parent_chat_id=str(parent) if parent is not None else None,
                           output_tokens=_int(out, src, n, "output_length", 0) or None if out is not None else None,
                           output_source="logged" if out is not None else None)
     if "body" in obj and "url" in obj:
@@ -359,10 +373,24 @@ def parse_line(obj: Any, src: str, n: int) -> LogRequest:
         _logged_output(r, obj, src, n)
         if isinstance(obj.get("custom_id"), str):
             r.custom_id = obj["custom_id"][:256]
+        r.session = _session(obj) or _session(body)
         return r
     r = _body(obj, src, n, _arrival(obj, src, n))
     _logged_output(r, obj, src, n)
+    r.session = _session(obj)
     return r
+
+
+def _session(obj: dict[str, Any]) -> str | None:
+    """The first of ``SESSION_FIELDS`` that ``obj`` or its ``metadata`` holds, as a string (at
+    most 256 characters); None when there is none (or it is not a string or an integer)."""
+    meta = obj.get("metadata")
+    for holder in (obj, meta if isinstance(meta, dict) else {}):
+        for k in SESSION_FIELDS:
+            v = holder.get(k)
+            if isinstance(v, str) and v or isinstance(v, int) and not isinstance(v, bool):
+                return str(v)[:256]
+    return None
 
 
 def _logged_output(r: LogRequest, obj: dict[str, Any], src: str, n: int) -> None:
