@@ -237,11 +237,13 @@ def _row(p: alt.Predicted, bpc: int | None, slo: float, cal: cb.Calibration,
 def topology_whatif(tr: Trace, names: tuple[str, ...], *, reads: TopologyReads | None, bpc: int | None,
                     history: History | None, slo_s: float, configured_gb: float | None, routings: tuple[str, ...],
                     seed: int, l2_gb: float | None, gpus_per_engine: int, t_from: datetime | None = None,
-                    t_to: datetime | None = None, notes: list[str]) -> TopologyWhatIf:
+                    t_to: datetime | None = None, lookup_times: bool = False, notes: list[str]) -> TopologyWhatIf:
     """``today``, ``latency``, ``latency_curve``, ``latency_model``, ``engines_needed`` (module
     doc), predicted with ``history``'s cost model and overheads (calibrated: ``app.data.whatif``
     reads them) on what ``reads`` holds (None when the span is not unix times: nothing was
-    measured). Reads nothing; appends its notes to ``notes``."""
+    measured). ``lookup_times``: the trace's times are when LMCache logged each lookup (its own
+    logs; a Mooncake trace's are arrivals), so a burst's wait before them is taken back
+    (``alt.queued_arrival``). Reads nothing; appends its notes to ``notes``."""
     span = topology_span(tr, t_from, t_to)
     meas = reads.measured if reads is not None and span else {}
     instances = max(1, len(names))
@@ -292,7 +294,7 @@ def topology_whatif(tr: Trace, names: tuple[str, ...], *, reads: TopologyReads |
     # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
     seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
     # when each request reached its engine: a burst's lookups wait for the step before them
-    arrival = alt.queued_arrival(tr, today, latency, seconds=seconds)
+    arrival = alt.queued_arrival(tr, today, latency, seconds=seconds) if lookup_times else None
     out = _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas, notes,
                 reads.ttft if reads is not None else [], arrival)
     cal = out.today.ttft_calibration
@@ -319,8 +321,8 @@ def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.Latency
     s = p_today.summary
     bounds = meas.get("ttft_bounds") or None
     # today's error, per statistic, carried into every set-up (a trace without times: nothing to match)
-    cal = cb.calibrate_today(p_today.ttft, (arrival if arrival is not None else np.full(tr.requests, np.nan))
-                             + p_today.ttft, measured_ttft if tr.ts is not None else [])
+    start = arrival if arrival is not None else tr.ts if tr.ts is not None else np.full(tr.requests, np.nan)
+    cal = cb.calibrate_today(p_today.ttft, start + p_today.ttft, measured_ttft if tr.ts is not None else [])
     if not cal.calibrated:
         notes.append("TTFTs not calibrated on today: " + "; ".join(cal.notes))
     t = replace(out.today, ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
