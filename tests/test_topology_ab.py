@@ -27,7 +27,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
-from tests.topology_ab import FIX, SIDES, cross, segment_ratios, side_topology
+from tests.topology_ab import FIX, FIX_SMALL, SIDES, cross, load_side, meta, segment_ratios, side_topology
 
 HIT_POINTS = 0.02
 MEAN_REL = 0.15
@@ -231,7 +231,8 @@ def test_second_recording_calibrated_ttft_holds_the_target_both_ways(topology_ab
     if phase == "concurrent":  # the replay alone, from the arrivals before the burst's queue
         # (latency.queued_arrival), is within the target too: recorded raw mean -12 % and -11 %, p99
         # 0 % both ways (from the lookup times alone: mean -27 % and -25 %, p99 -42 % both ways)
-        assert abs(c["mean_raw"] / c["mean_meas"] - 1) <= MEAN_REL and abs(c["p99_raw"] / c["p99_meas"] - 1) <= P99_REL, c
+        assert abs(c["mean_raw"] / c["mean_meas"] - 1) <= MEAN_REL, c
+        assert abs(c["p99_raw"] / c["p99_meas"] - 1) <= P99_REL, c
 
 
 def test_second_recording_says_what_it_was_measured_on(topology_ab_3c):
@@ -240,3 +241,27 @@ def test_second_recording_says_what_it_was_measured_on(topology_ab_3c):
         assert m["clients"] == 3 and m["cores"] == 2 and "tiny random Llama" in m["measured_on"]
         assert m["pinning"].startswith("pinned: engine 0 -> core 0") and "engine 1 -> core 1" in m["pinning"]
         assert all(len(p["machine_load_1min"]) == 2 for p in m["phases"].values())
+
+
+# ---- the third recording: the live test's size (--small: 40 requests in bursts of 4) -------------
+@pytest.fixture(scope="module")
+def topology_ab_small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("topology-ab-small")
+    return {s: load_side(d / f"{s}.duckdb", FIX_SMALL / s) for s in SIDES}, {s: meta(FIX_SMALL / s) for s in SIDES}
+
+
+@pytest.mark.parametrize("src", SIDES)
+def test_the_live_size_bursts_p99_holds_both_ways_with_the_queue_before_the_lookups(topology_ab_small, src):
+    """tests/fixtures/topology-ab-small (``record_topology_ab.py --small --seed 23``, 2026-12-05,
+    load average 11-16 from other sessions). From the lookup times alone, today's replay put the
+    shared side's bursts p99 at 0.25 s against 0.49 s measured while its own replay of the private
+    side gave 0.45 s: today's ratio (x1.8) carried the shared side's missing queue into a private
+    side that had it, and shared -> private missed by +68 % (0.818 against 0.486 s; the issue's
+    live run: 0.39 against 0.644 s the other way). With the wait before each queued lookup taken
+    back (``latency.queued_arrival``), recorded: private -> shared 0.452 against 0.450 s (0 %, raw
+    0 %), shared -> private 0.483 against 0.486 s (-1 %, raw -1 %)."""
+    c = cross(*topology_ab_small, src, "concurrent")
+    assert abs(c["p99_pred"] / c["p99_meas"] - 1) <= P99_REL, c
+    assert abs(c["p99_raw"] / c["p99_meas"] - 1) <= P99_REL, c  # the replay alone has the queue
+    assert abs(c["hit_pred"] - c["hit_meas"]) <= HIT_POINTS, c
+    assert abs(c["mean_pred"] / c["mean_meas"] - 1) <= MEAN_REL, c
