@@ -10,7 +10,11 @@
   (2026-12-02) both files were written again the same way: 5dfa47a's code run on the new
   recording for every key (its "dollars" kept), the merged code's for the calibration's keys only,
   each *_raw checked equal to 5dfa47a's value and each calibrated one to it times today's ratio
-  (62 and 66 values);
+  (62 and 66 values). When the replay began modelling the wait before a burst's lookups
+  (branch ttftq, ``latency.queued_arrival``), ab-shared-l1-l2.json's TTFT keys only (each set-up's
+  raw, calibrated and interval TTFTs, today's predicted TTFTs and calibration, the p99 ratio and
+  the finding's p99s: 268 values) were written again with the new code; the sequential window's
+  file did not change (no lookup there waits);
 * ``kvplan plan``, ``kvplan plan --topology``, ``kvplan whatif`` and ``kvplan report`` each fit
   the deployment's prefill cost model once and read the price book once: counted by wrapping
   ``kvplan.models.prefill.fit.fit_prefill_cost`` (in every module that holds it) and the named

@@ -1,16 +1,19 @@
 """The topology what-if against a fresh two-rank A/B on the real stack (CPU, tiny model), the
 same comparison as tests/test_topology_ab.py on its recorded fixture: record_topology_ab.py
 --small starts its own short-lived servers (both sides at once: 4 vLLM servers with prefix
-caching off, 3 LMCache servers, about 10 GB; the caller holds the stack lock), runs 53 requests
-a side (33 one at a time, 20 in bursts of 4 clients) and stops them; then each side's data alone
-predicts the other side's hit rate and, one request at a time, its TTFT mean, within the bounds
-models/README.md states for a small live run: hit rate within 2 points one at a time and 3 in
-bursts (which chunks a concurrent request had stored rides on the TTFT pass, low in bursts);
-TTFT mean within 40 % (on 33 requests a side the two sides' own noise is of that size: three runs
-on this shared 2-core machine gave +8/-30 %, -36/+26 % and -4 % on one side; the recorded A/B's 78
-requests hold 15 %). The p99 is printed, not held: on a few dozen requests it is one request.
-A side that misses a bound is checked again on a second A/B with another seed (recorded only
-then, about 3 minutes); the test fails when the second misses too."""
+caching off, 3 LMCache servers, about 10 GB; the caller holds the stack lock), runs 73 requests
+a side (33 one at a time, 40 in bursts of 4 clients) and stops them; then each side's data alone
+predicts the other side's hit rate, one request at a time its TTFT mean, and in bursts its TTFT
+p99, within the bounds models/README.md states for a small live run: hit rate within 2 points
+one at a time and 3 in bursts (which chunks a concurrent request had stored rides on the TTFT
+pass, low in bursts); TTFT mean within 40 % (on 33 requests a side the two sides' own noise is
+of that size: three runs on this shared 2-core machine gave +8/-30 %, -36/+26 % and -4 % on one
+side; the recorded A/B's 78 requests hold 15 %); the bursts' TTFT p99 within 25 %, both ways:
+the replay starts each burst's requests from before the wait for their engine's earlier
+prefill (``latency.queued_arrival``; from the lookup times alone a fresh A/B gave +78 %, shared
+-> private, on 20 requests in bursts). 40 requests in bursts, so that their p99 is not one
+request alone. A side that misses a bound is checked again on a second A/B with another seed
+(recorded only then, about 3 minutes); the test fails when the second misses too."""
 
 from __future__ import annotations
 
@@ -60,6 +63,8 @@ def _misses(ab, src: str) -> tuple[list, dict]:
             out.append(("hit rate", phase, c["hit_pred"], c["hit_meas"], points))
         if phase == "sequential":
             seq = c
+        elif abs(c["p99_pred"] / c["p99_meas"] - 1) > 0.25:  # the bursts' queue (module doc)
+            out.append(("TTFT p99", phase, c["p99_pred"], c["p99_meas"], 0.25))
     if abs(seq["mean_pred"] / seq["mean_meas"] - 1) > 0.40:
         out.append(("TTFT mean", "sequential", seq["mean_pred"], seq["mean_meas"], 0.40))
     return out, seq

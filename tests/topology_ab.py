@@ -17,6 +17,9 @@ from kvplan.sql.db import Database
 FIX = Path(__file__).resolve().parent / "fixtures" / "topology-ab"
 FIX_3C = Path(__file__).resolve().parent / "fixtures" / "topology-ab-3c"
 """The second recording: a concurrent phase of 3 clients, each engine pinned to its own core."""
+FIX_SMALL = Path(__file__).resolve().parent / "fixtures" / "topology-ab-small"
+"""The third: ``--small --seed 23`` (the live test's size, 40 requests in bursts of 4), recorded
+2026-12-05 beside other sessions' work."""
 SIDES = ("private", "shared")
 OTHER = {"private": "shared", "shared": "private"}
 EDGE_BEFORE_S, EDGE_AFTER_S = 1.2, 3.0
@@ -65,6 +68,7 @@ def cross(dbs: dict[str, Database], metas: dict[str, dict], src: str, phase: str
     return {"hit_pred": row.hit_rate, "hit_meas": meas.hit_rate_measured,
             "mean_pred": row.ttft_mean_s, "mean_meas": meas.ttft_mean_s_measured,
             "p99_pred": row.ttft_p99_s_as_histogram, "p99_meas": meas.ttft_p99_s_measured,
+            "p50_pred": row.ttft_p50_s, "p50_meas": meas.ttft_p50_s_measured,
             "mean_raw": row.ttft_mean_s_raw, "p99_raw": row.ttft_p99_s_as_histogram_raw,
             "mean_interval": row.ttft_mean_s_interval, "p99_interval": row.ttft_p99_s_as_histogram_interval,
             "today": pred.today}

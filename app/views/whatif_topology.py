@@ -237,11 +237,13 @@ def _row(p: alt.Predicted, bpc: int | None, slo: float, cal: cb.Calibration,
 def topology_whatif(tr: Trace, names: tuple[str, ...], *, reads: TopologyReads | None, bpc: int | None,
                     history: History | None, slo_s: float, configured_gb: float | None, routings: tuple[str, ...],
                     seed: int, l2_gb: float | None, gpus_per_engine: int, t_from: datetime | None = None,
-                    t_to: datetime | None = None, notes: list[str]) -> TopologyWhatIf:
+                    t_to: datetime | None = None, lookup_times: bool = False, notes: list[str]) -> TopologyWhatIf:
     """``today``, ``latency``, ``latency_curve``, ``latency_model``, ``engines_needed`` (module
     doc), predicted with ``history``'s cost model and overheads (calibrated: ``app.data.whatif``
     reads them) on what ``reads`` holds (None when the span is not unix times: nothing was
-    measured). Reads nothing; appends its notes to ``notes``."""
+    measured). ``lookup_times``: the trace's times are when LMCache logged each lookup (its own
+    logs; a Mooncake trace's are arrivals), so a burst's wait before them is taken back
+    (``alt.queued_arrival``). Reads nothing; appends its notes to ``notes``."""
     span = topology_span(tr, t_from, t_to)
     meas = reads.measured if reads is not None and span else {}
     instances = max(1, len(names))
@@ -291,11 +293,13 @@ def topology_whatif(tr: Trace, names: tuple[str, ...], *, reads: TopologyReads |
     # goodput's denominator, the stream's span; a trace without request times (priced here when
     # --from / --to gave the span) replays every request at 0 (alt.stream): 1 s, as with no requests
     seconds = max(1e-9, float(tr.ts[-1] - tr.ts[0])) if tr.ts is not None and tr.requests else 1.0
+    # when each request reached its engine: a burst's lookups wait for the step before them
+    arrival = alt.queued_arrival(tr, today, latency, seconds=seconds) if lookup_times else None
     out = _fill(out, tr, today, latency, total, bpc, slo_s, seconds, routings, seed, l2_gb, meas, notes,
-                reads.ttft if reads is not None else [])
+                reads.ttft if reads is not None else [], arrival)
     cal = out.today.ttft_calibration
     assert cal is not None  # _fill always calibrates (or says why not)
-    e = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine, cal.p99.ratio or 1.0)
+    e = _engines_needed(tr, today, latency, total, slo_s, gpus_per_engine, cal.p99.ratio or 1.0, arrival)
     pool = out.shared
     assert pool is not None  # _fill always predicts one shared pool
     size = f"{pool.capacity_gb:,.3g} GB" if pool.capacity_gb is not None else f"{total:,} chunks"
@@ -306,18 +310,19 @@ def topology_whatif(tr: Trace, names: tuple[str, ...], *, reads: TopologyReads |
 
 def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, bpc: int | None,
           slo: float, seconds: float, routings: tuple[str, ...], seed: int, l2_gb: float | None,
-          meas: dict[str, Any], notes: list[str], measured_ttft: list[cb.MeasuredInterval]) -> TopologyWhatIf:
+          meas: dict[str, Any], notes: list[str], measured_ttft: list[cb.MeasuredInterval],
+          arrival: np.ndarray | None) -> TopologyWhatIf:
     """The predicted half: today (and its check), today's calibration, the alternatives, TTFT
-    against capacity."""
+    against capacity; every set-up replayed from ``arrival`` (``alt.queued_arrival``)."""
     def run(a: alt.Alternative) -> alt.Predicted:
-        return alt.predict(tr, a, latency, slo_s=slo, seconds=seconds)
+        return alt.predict(tr, a, latency, slo_s=slo, seconds=seconds, arrival=arrival)
 
     p_today = run(alt.as_today(tr, today))
     s = p_today.summary
     bounds = meas.get("ttft_bounds") or None
     # today's error, per statistic, carried into every set-up (a trace without times: nothing to match)
-    cal = cb.calibrate_today(p_today.ttft, (tr.ts if tr.ts is not None else np.full(tr.requests, np.nan))
-                             + p_today.ttft, measured_ttft if tr.ts is not None else [])
+    start = arrival if arrival is not None else tr.ts if tr.ts is not None else np.full(tr.requests, np.nan)
+    cal = cb.calibrate_today(p_today.ttft, start + p_today.ttft, measured_ttft if tr.ts is not None else [])
     if not cal.calibrated:
         notes.append("TTFTs not calibrated on today: " + "; ".join(cal.notes))
     t = replace(out.today, ttft_mean_s_predicted=s.ttft_mean_s, ttft_p50_s_predicted=s.ttft_p50_s,
@@ -347,20 +352,23 @@ def _fill(out: TopologyWhatIf, tr: Trace, today: alt.Today, latency: lat.Latency
 
 
 def _engines_needed(tr: Trace, today: alt.Today, latency: lat.LatencyModel, total: int, slo: float,
-                    gpus_per_engine: int, p99_ratio: float = 1.0) -> EnginesNeeded:
+                    gpus_per_engine: int, p99_ratio: float = 1.0,
+                    arrival: np.ndarray | None = None) -> EnginesNeeded:
     """Fewest engines that hold the SLO, today's caches and one shared pool (``alt.engines_needed``),
     on the p99 calibrated on today (``p99_ratio``)."""
     most = min(alt.MAX_ENGINE_SEARCH, max(4 * today.engines, 1))
     per = max(1, total // today.instances)
     if today.instances == 1:
         today_k = alt.engines_needed(tr, lambda k: alt.on_engines(alt.as_today(tr, today), tr, k), latency,
-                                     slo_s=slo, most=most, p99_ratio=p99_ratio)
+                                     slo_s=slo, most=most, p99_ratio=p99_ratio,
+                                     arrival=arrival)
     else:  # k private caches of today's size each, round-robin (the data's routing needs today's ranks)
         today_k = alt.engines_needed(tr, lambda k: alt.private(tr, k, "round_robin", per * k), latency,
-                                     slo_s=slo, most=most, p99_ratio=p99_ratio)
+                                     slo_s=slo, most=most, p99_ratio=p99_ratio,
+                                     arrival=arrival)
     pool = alt.shared(tr, today, total)
     shared_k = alt.engines_needed(tr, lambda k: alt.on_engines(pool, tr, k), latency, slo_s=slo, most=most,
-                                  p99_ratio=p99_ratio)
+                                  p99_ratio=p99_ratio, arrival=arrival)
     return EnginesNeeded(today_k, shared_k, today.engines, most, gpus_per_engine,
                          today_k * gpus_per_engine if today_k else None,
                          shared_k * gpus_per_engine if shared_k else None, p99_ratio)

@@ -160,8 +160,13 @@ def as_today(trace: Trace, t: Today) -> Alternative:
                        t.instance_of if t.instances > 1 else None)
 
 
-def stream(trace: Trace, alt: Alternative, output_tokens: np.ndarray | None = None) -> lat.Stream:
-    return lat.Stream(arrival=trace.ts if trace.ts is not None else np.zeros(trace.requests),
+def stream(trace: Trace, alt: Alternative, output_tokens: np.ndarray | None = None,
+           arrival: np.ndarray | None = None) -> lat.Stream:
+    """``arrival``: when each request reached its engine (``latency.queued_arrival``); None: when
+    its lookup was logged (``trace.ts``; zeros without)."""
+    if arrival is None:
+        arrival = trace.ts if trace.ts is not None else np.zeros(trace.requests)
+    return lat.Stream(arrival=arrival,
                       prompt=trace.seq_len, hit=alt.hits, full=trace.full_chunk_tokens, engine=alt.engine,
                       engines=alt.engines, output_tokens=output_tokens)
 
@@ -271,15 +276,17 @@ def stored_by(trace: Trace, cache: np.ndarray | None) -> np.ndarray:
 
 
 def predict(trace: Trace, alt: Alternative, latency: lat.LatencyModel, *, slo_s: float | None,
-            seconds: float, output_tokens: np.ndarray | None = None) -> Predicted:
+            seconds: float, output_tokens: np.ndarray | None = None,
+            arrival: np.ndarray | None = None) -> Predicted:
     """TTFTs and hit rate of one set-up: a first pass gives when each request's prefill ends
     (its chunks stored), the hits are cut to what was stored before each lookup (``in_flight``),
-    and a second pass prices those."""
+    and a second pass prices those. ``arrival``: as ``stream``'s."""
     full = float(trace.full_chunk_tokens.sum())
-    first = lat.run(stream(trace, alt, output_tokens), latency)
+    s = stream(trace, alt, output_tokens, arrival)
+    first = lat.run(s, latency)
     ttft = first.ttft
     if trace.ts is not None:
-        stored_at = trace.ts + np.nan_to_num(ttft, nan=0.0) - latency.frontend_s
+        stored_at = s.arrival + np.nan_to_num(ttft, nan=0.0) - latency.frontend_s
         cut = replace(alt, hits=in_flight(trace, alt, stored_at))
         if (cut.hits != alt.hits).any():  # the second pass replays only around the cut requests
             alt, ttft = cut, first.with_hits(cut.hits)
@@ -287,8 +294,22 @@ def predict(trace: Trace, alt: Alternative, latency: lat.LatencyModel, *, slo_s:
                      lat.summarize(ttft, slo_s=slo_s, seconds=seconds))
 
 
+def queued_arrival(trace: Trace, t: Today, latency: lat.LatencyModel, *, seconds: float = 1.0,
+                   output_tokens: np.ndarray | None = None) -> np.ndarray | None:
+    """When each of the trace's requests reached its engine (``latency.queued_arrival``): today
+    replayed from its lookup times says how long each request kept its engine busy (lookup to
+    prefill end); a lookup that came within that of the previous one on its engine waited behind
+    it. None when the trace has no times."""
+    if trace.ts is None:
+        return None
+    p = predict(trace, as_today(trace, t), latency, slo_s=None, seconds=seconds, output_tokens=output_tokens)
+    start = latency.lookup_s + latency.load_s_per_hit_token * p.alternative.hits
+    return lat.queued_arrival(trace.ts, t.engine_of, p.ttft - latency.frontend_s, start)
+
+
 def engines_needed(trace: Trace, make: Callable[[int], Alternative], latency: lat.LatencyModel, *, slo_s: float,
-                   most: int, output_tokens: np.ndarray | None = None, p99_ratio: float = 1.0) -> int | None:
+                   most: int, output_tokens: np.ndarray | None = None, p99_ratio: float = 1.0,
+                   arrival: np.ndarray | None = None) -> int | None:
     """Fewest engines (1..``most``) for which ``make(k)`` (an ``Alternative`` on k engines) keeps
     the TTFT p99, times ``p99_ratio`` (today's calibration, ``calibration``), within ``slo_s``;
     None when even ``most`` misses it. Binary search: more engines never queue a request longer
@@ -296,7 +317,8 @@ def engines_needed(trace: Trace, make: Callable[[int], Alternative], latency: la
     most = min(int(most), MAX_ENGINE_SEARCH)
 
     def holds(k: int) -> bool:
-        s = lat.summarize(lat.simulate(stream(trace, make(k), output_tokens), latency), slo_s=slo_s, seconds=1.0)
+        s = lat.summarize(lat.simulate(stream(trace, make(k), output_tokens, arrival), latency), slo_s=slo_s,
+                          seconds=1.0)
         return s.ttft_p99_s is not None and s.ttft_p99_s * p99_ratio <= slo_s
 
     if most < 1 or not holds(most):

@@ -471,6 +471,46 @@ def _idle_point(ks: list[int], ts: list[float], k: int, t: float) -> int:
     return j if j < len(ks) and ks[j] == k and ts[j] == t else -1
 
 
+QUEUED_SLACK = 2.0
+"""A lookup that came within this many times the previous request's predicted lookup-to-prefill-
+end of that request's own lookup, on the same engine, waited behind it (``queued_arrival``): the
+replay's prefill is an engine-seconds fit, and under a burst the engines share the cores (in the
+three recorded A/Bs' bursts, lookup to first token took a median 1.2-1.9x and a 90th percentile
+1.7-2.9x the replay's; a choice read from them, not fitted per deployment)."""
+AFTER_STEP_S = 1e-6
+"""How long after the step that kept it waiting a queued request is taken to arrive: after that
+step's boundary (else the replay would batch it into the step)."""
+
+
+def queued_arrival(lookup: np.ndarray, engine: np.ndarray, busy_s: np.ndarray, start_s: np.ndarray | float = 0.0,
+                   *, slack: float = QUEUED_SLACK) -> np.ndarray:
+    """When each request reached its engine, from when its lookup was logged. vLLM's scheduler
+    sends a request's lookup only at the boundary after the step it arrived in, and looks up
+    every request waiting at a boundary at once. So a request whose lookup came after the
+    previous lookup on its engine while that request's prefill was still running (within
+    ``slack`` x ``busy_s``, its predicted lookup to prefill end) arrived after that request's
+    prefill step began (``start_s`` after its lookup: the lookup and the load of its hits) and
+    waited for it: it is taken to have arrived just then, the most it can have waited (in a burst
+    the requests arrive together). Any other request arrived when its lookup was logged.
+    ``engine``: the engine each request ran on in the data (today's); ``busy_s`` per request
+    (NaN or not positive: no wait taken behind it)."""
+    lookup = np.asarray(lookup, float)
+    engine = np.asarray(engine)
+    busy = np.nan_to_num(np.asarray(busy_s, float), nan=0.0)
+    start = np.broadcast_to(np.asarray(start_s, float), lookup.shape)
+    out = lookup.copy()
+    if len(lookup) < 2:
+        return out
+    order = np.lexsort((lookup, engine))  # by engine, then lookup time
+    e, t, b, st = engine[order], lookup[order], busy[order], start[order]
+    same = e[1:] == e[:-1]
+    gap = t[1:] - t[:-1]
+    waited = same & (gap > 0) & (b[:-1] > 0) & (gap <= slack * b[:-1])
+    at = np.minimum(t[:-1] + st[:-1] + AFTER_STEP_S, t[1:])
+    out[order[1:][waited]] = at[waited]
+    return out
+
+
 @dataclass(frozen=True)
 class LatencySummary:
     requests: int

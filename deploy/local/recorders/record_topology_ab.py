@@ -194,7 +194,9 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4, help="clients of the concurrent phase")
     ap.add_argument("--turns", type=int, default=10, help="turns per client in the concurrent phase")
     ap.add_argument("--rounds", type=int, default=6, help="rounds of the sequential phase")
-    ap.add_argument("--small", action="store_true", help="the CI size: 5 rounds, 4 clients x 5 turns")
+    ap.add_argument("--small", action="store_true",
+                    help="the CI size: 5 rounds, 4 clients x 10 turns (40 requests in bursts: a p99 of them is "
+                         "not one request alone)")
     ap.add_argument("--pin", action="store_true",
                     help="pin each engine's worker process to its own core while requests flow (sched_setaffinity)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes")
@@ -205,7 +207,7 @@ def main() -> int:
     ap.add_argument("--no-lock", action="store_true", help="the caller holds the stack lock (a test under flock)")
     args = ap.parse_args()
     if args.small:
-        args.rounds, args.clients, args.turns = 5, 4, 5
+        args.rounds, args.clients, args.turns = 5, 4, 10
     if not 1 <= args.clients <= 8 or not 1 <= args.turns <= 10 or not 1 <= args.rounds <= 6:
         ap.error("--clients 1..8, --turns 1..10, --rounds 1..6")
     plan = schedule(args.seed, args.clients, args.turns, args.rounds)
