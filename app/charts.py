@@ -78,9 +78,19 @@ def wall_clock(values: Any, tz: str) -> pd.Series:
     return s
 
 
+WEEKLY_TICKS_FROM = pd.Timedelta(days=21)
+"""Time axes over a window this long or longer are labelled once a week (Sundays, 00:00 UTC
+or the zone's wall clock) rather than every day or two: the same scale and data with fewer
+labels, each of which vl-convert measures (a month's report chart drew 14 date labels, a third
+of its rendering time)."""
+
+
 def time_x(tl: Timeline, field: str = "t") -> alt.X:
-    return alt.X(f"{field}:T", title=tl.title, scale=alt.Scale(type="utc"),
-                 axis=alt.Axis(labelExpr=LABEL_EXPR, labelOverlap=True, labelAngle=0))
+    weekly = (tl.t_from is not None and tl.t_to is not None
+              and _utc(tl.t_to) - _utc(tl.t_from) >= WEEKLY_TICKS_FROM)
+    axis = alt.Axis(labelExpr=LABEL_EXPR, labelOverlap=True, labelAngle=0,
+                    **({"tickCount": {"interval": "week", "step": 1}} if weekly else {}))
+    return alt.X(f"{field}:T", title=tl.title, scale=alt.Scale(type="utc"), axis=axis)
 
 
 def when_tooltip(tl: Timeline) -> alt.Tooltip:
