@@ -89,7 +89,7 @@ def time_x(tl: Timeline, field: str = "t") -> alt.X:
     weekly = (tl.t_from is not None and tl.t_to is not None
               and _utc(tl.t_to) - _utc(tl.t_from) >= WEEKLY_TICKS_FROM)
     axis = alt.Axis(labelExpr=LABEL_EXPR, labelOverlap=True, labelAngle=0,
-                    **({"tickCount": {"interval": "week", "step": 1}} if weekly else {}))
+                    tickCount=alt.TimeIntervalStep(interval="week", step=1) if weekly else alt.Undefined)
     return alt.X(f"{field}:T", title=tl.title, scale=alt.Scale(type="utc"), axis=axis)
 
 
