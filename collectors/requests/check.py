@@ -36,7 +36,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.geometry import pool_blocks
-from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
+from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64
 from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
@@ -213,8 +213,9 @@ def below_today(fixed: Totals, base: Totals) -> str | None:
 
 
 def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None) -> Hashed:
-    """``predict.hashed`` with 64-bit integer keys (``hashing.block_keys64``): the same chain."""
-    return Hashed(len(ids), tuple(block_keys64(ids, block_size, extra)), max(1, output_tokens or 1))
+    """``predict.hashed`` with 64-bit integer keys (``hashing.chain_keys64``: the same equalities
+    as sha256's chain, computed at once)."""
+    return Hashed(len(ids), tuple(chain_keys64(ids, block_size, extra).tolist()), max(1, output_tokens or 1))
 
 
 class Preparer:
@@ -384,7 +385,7 @@ def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int | None:
     cannot be rebuilt from them, so the log cannot tell."""
     if p.ids is None:
         return None
-    keys = chunk_hashes(p.ids, lm.chunk_size, ExtraKeys(), partial=True)
+    keys = chain_keys64(p.ids, lm.chunk_size, partial=True).tolist()
     full = len(p.ids) // lm.chunk_size
     return lm.serve(keys[:full], keys[full] if len(keys) > full else None)
 

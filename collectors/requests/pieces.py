@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+
 MAX_BYTES = 256 << 20
 """The cache's default bound: 256 MiB of ids (4 bytes each) plus ``PIECE_OVERHEAD`` per piece."""
 PIECE_OVERHEAD = 340
@@ -132,6 +133,73 @@ def newline_pieces(text: str, k: int, out: list[str | int]) -> None:
                 start = i + 1
             crc = 0
     out.append("\n".join(parts[start:]))
+
+
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what str.isspace is true of below 128
+_ASCII_SPACE[128:] = True  # a non-ASCII byte: looked at one character at a time (see newline_cuts)
+
+
+def newline_cuts(data: bytes, k: int) -> np.ndarray:
+    """Where :func:`newline_pieces` may cut ``data`` (a text's UTF-8): the offsets just after a
+    newline between two non-spaces, with numpy over the bytes rather than a Python loop over the
+    lines. A newline next to a non-ASCII character is decided on that character
+    (``str.isspace``). With ``k`` > 1, the places :func:`newline_pieces` keeps (the CRC-32 of
+    the text since the last place 0 modulo ``k``): the same pieces."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    nl = np.flatnonzero(b[1:-1] == 10) + 1  # a newline with a byte on each side
+    if not len(nl):
+        return nl
+    before, after = b[nl - 1], b[nl + 1]
+    ok = ~(_ASCII_SPACE[before] | _ASCII_SPACE[after])
+    odd = np.flatnonzero((before >= 128) | (after >= 128))
+    for i in odd.tolist():  # rare: decide on the whole character
+        at = int(nl[i])
+        ok[i] = _non_space_before(data, at) and _non_space_after(data, at + 1)
+    nl = nl[ok]
+    cuts = nl + 1
+    if k > 1 and len(cuts):  # newline_pieces' choice: the CRC-32 of the text since the last place
+        ends = cuts.tolist()
+        starts = [0, *ends[:-1]]
+        crc = zlib.crc32
+        cuts = cuts[np.fromiter((crc(data[s:e]) % k == 0 for s, e in zip(starts, ends, strict=True)), dtype=bool,
+                                count=len(ends))]
+    return cuts
+
+
+def _non_space_before(data: bytes, at: int) -> bool:
+    """Whether the character ending just before byte ``at`` of ``data`` is not a space."""
+    s = at - 1
+    while s > 0 and 0x80 <= data[s] < 0xC0 and at - s < 4:
+        s -= 1
+    return not data[s:at].decode("utf-8", "surrogatepass").isspace()
+
+
+def _non_space_after(data: bytes, at: int) -> bool:
+    """Whether the character starting at byte ``at`` of ``data`` is not a space."""
+    e = at + 1
+    while e < len(data) and 0x80 <= data[e] < 0xC0 and e - at < 4:
+        e += 1
+    return not data[at:e].decode("utf-8", "surrogatepass").isspace()
+
+
+def newline_pieces_fast(text: str, k: int, out: list[str | int]) -> None:
+    """:func:`newline_pieces` (the same pieces) with the places found by :func:`newline_cuts`,
+    appended to ``out``: a Python step per place, not per character."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) == len(text):  # ASCII: byte offsets are character offsets
+        cut = newline_cuts(data, k).tolist()
+        start = 0
+        for c in cut:
+            out.append(text[start:c])
+            start = c
+        out.append(text[start:])
+        return
+    start = 0
+    for c in newline_cuts(data, k).tolist():
+        out.append(data[start:c].decode("utf-8", "surrogatepass"))
+        start = c
+    out.append(data[start:].decode("utf-8", "surrogatepass"))
 
 
 def piece_key(text: str) -> tuple[int, int]:
@@ -249,7 +317,7 @@ class PieceCache:
         out: list[str | int] = []
         for s in segs:
             if isinstance(s, str) and "\n" in s:
-                newline_pieces(s, self.lines_per_piece, out)
+                newline_pieces_fast(s, self.lines_per_piece, out)
             else:
                 out.append(s)
         return out

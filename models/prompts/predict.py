@@ -159,12 +159,19 @@ class KeySet:
 
     def leading_then_add(self, keys: Sequence[int], limit: int) -> int:
         """:meth:`leading` of ``keys[:limit]``, then every key of ``keys`` added (one look-up)."""
-        found = self._in_main(keys)
-        n = self._leading(keys, found, min(limit, len(keys)))
-        if not found.all():
-            self.new.update(k for i, k in enumerate(keys) if not found[i])
-            if len(self.new) > self.buffer:
-                self.merge()
+        if not len(self.main) or not keys:
+            n = self._leading(keys, np.zeros(len(keys), dtype=bool), min(limit, len(keys)))
+            self.new.update(keys)
+        else:
+            a = np.fromiter(keys, dtype=np.uint64, count=len(keys))
+            i = np.searchsorted(self.main, a)
+            np.minimum(i, len(self.main) - 1, out=i)
+            found = self.main[i] == a
+            n = self._leading(keys, found, min(limit, len(keys)))
+            if not found.all():
+                self.new.update(a[~found].tolist())
+        if len(self.new) > self.buffer:
+            self.merge()
         return n
 
     def merge(self) -> None:
