@@ -47,6 +47,13 @@ MAX_BYTES = 256 << 20
 PIECE_OVERHEAD = 340
 """Bytes counted per cached piece beyond its ids: the array object, its key and the LRU's entry
 (tracemalloc: 341 bytes a piece on 100,000 pieces)."""
+PROBE_PROMPTS = 64
+WHOLE_PROMPTS = 256
+MIN_SAVED = 0.1
+"""Where pieces do not repeat (a log of all-distinct prompts), cutting them costs more than it
+saves: when the last ``PROBE_PROMPTS`` prompts tokenized by pieces took less than ``MIN_SAVED``
+of their text from the cache, the next ``WHOLE_PROMPTS`` are tokenized whole (the same ids),
+then pieces are tried again."""
 SAMPLE_FIRST = 32
 SAMPLE_EVERY = 1000
 """Prompts also tokenized whole and compared: the first ``SAMPLE_FIRST``, then one in ``SAMPLE_EVERY``."""
@@ -56,11 +63,12 @@ SAFE_PRE = {"ByteLevel", "Split", "Whitespace", "WhitespaceSplit", "Digits", "Pu
 """Pre-tokenizers that act on each segment alone (no state from an earlier segment)."""
 NEWLINE_CUT = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
 """Where GPT-2's byte-level regex always ends a pre-token: after a newline between non-spaces."""
-LINES_PER_PIECE = 8
+LINES_PER_PIECE = 2
 """Lines per piece on average where the newline cut applies: the text is cut after a line whose
 CRC-32 is 0 modulo this (content-defined, as in deduplicating backups: a run of lines shared by two
-prompts is cut the same way in both, wherever it sits), so that a piece holds a few lines, not
-one (the tokenizer's cost per call and the cache's per piece would outweigh a line's)."""
+prompts is cut the same way in both, wherever it sits). Two: on the benchmark's agent log, pieces
+of one line cost more per call and per cache entry than they save, and pieces of eight lines
+re-tokenize more of the text around each new turn and each changed line (bench/results/prompts.md)."""
 
 
 @dataclass
@@ -234,6 +242,12 @@ class PieceCache:
         self.failed: str | None = None
         """Set on the first sampled prompt whose pieces did not add up to its whole ids."""
         self.affix: dict[bool, tuple[list[int], list[int]] | None] = {False: ([], [])}
+        self.whole_left = 0
+        """Prompts still to tokenize whole before pieces are tried again (``MIN_SAVED``)."""
+        self.whole = 0
+        """Prompts tokenized whole because their pieces were not repeating."""
+        self.probe = [0, 0, 0]
+        """Since the last decision: prompts, characters asked and characters tokenized by pieces."""
         """The ids the post-processor puts before and after a text, with special tokens added or not."""
 
     @property
@@ -245,7 +259,9 @@ class PieceCache:
         if not texts:
             return []
         affix = self._affix(add_special_tokens) if self.active else None
-        if affix is None:
+        if affix is None or self.whole_left > 0:
+            self.whole_left -= len(texts) if affix is not None else 0
+            self.whole += len(texts) if affix is not None else 0
             return [np.asarray(e.ids, dtype=np.int64)
                     for e in self.bt.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
         cut = [[p if isinstance(p, int) else (piece_key(p), p) for p in self._cut(t)] for t in texts]
@@ -264,8 +280,15 @@ class PieceCache:
                         cache.move_to_end(p[0])
                     else:
                         missing.setdefault(p[0], p[1])
-        self.chars_asked += sum(len(t) for t in texts)
-        self.chars_tokenized += sum(len(t) for t in missing.values())
+        asked, tokenized = sum(len(t) for t in texts), sum(len(t) for t in missing.values())
+        self.chars_asked += asked
+        self.chars_tokenized += tokenized
+        pr = self.probe
+        pr[0], pr[1], pr[2] = pr[0] + len(texts), pr[1] + asked, pr[2] + tokenized
+        if pr[0] >= PROBE_PROMPTS:
+            if pr[2] > (1 - MIN_SAVED) * pr[1]:
+                self.whole_left = WHOLE_PROMPTS
+            pr[0] = pr[1] = pr[2] = 0
         enc = self.bt.encode_batch_fast(list(missing.values()), add_special_tokens=False) if missing else []
         fresh = {k: np.asarray(e.ids, dtype=np.int32) for k, e in zip(missing, enc, strict=True)}
         self.pieces_tokenized += len(fresh)
