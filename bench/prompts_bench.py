@@ -19,7 +19,8 @@ peak resident set size (``ru_maxrss``) of: ``this tree``'s check; ``--baseline D
 commit); and ``tokenizer alone``: the same requests read, rendered with the chat template and
 tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them the floor of
 python + kvplan + transformers imported, the distinct keys the unlimited caches held, and
-whether the two trees' results (requests, prompt tokens, cached, cached if fixed) are the same.
+whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
+and a sha256 of each request's prompt tokens, cached tokens and miss reason and of the findings).
 ``--key-bytes`` also measures the bytes per distinct key of the key store.
 
 What grows with the log: the unlimited caches' keys, one 64-bit key per distinct full block
@@ -165,9 +166,16 @@ import kvplan.collectors.requests.check as c
 from kvplan.collectors.requests.check import check, CheckOptions
 from kvplan.collectors.requests.render import Renderer
 assert Path(c.__file__).resolve().is_relative_to(Path({tree!r}).resolve()), c.__file__
+import hashlib, json
 def progress(stage, n):
     print(f"  {{stage}}: {{n:,}} requests", file=sys.stderr, flush=True)
-r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16), progress=progress)
+per = hashlib.sha256()
+def on_request(q, o, m):
+    per.update(f"{{q.where}} {{o.prompt_tokens}} {{o.cached}} {{o.cached_unlimited}} {{m.reason}};".encode())
+r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16), progress=progress,
+          on_request=on_request)
+per.update(json.dumps(r.as_json()["findings"], sort_keys=True).encode())
+print(per.hexdigest())
 print(r.totals.requests, r.totals.prompt_tokens, r.totals.cached, r.fixed.cached if r.fixed else -1,
       len(r.findings), getattr(r, "keys_held", -1))
 """
@@ -193,10 +201,12 @@ print(n, tokens)
 """
 
 
-def run_check(log: Path, tree: Path, pythonpath: str | None) -> tuple[int, float, list[int]]:
+def run_check(log: Path, tree: Path, pythonpath: str | None) -> tuple[int, float, list[int], str]:
+    """Peak RSS, wall seconds, the totals, and a sha256 of every request's (file:line, prompt
+    tokens, cached, cached unlimited, miss reason) and of the findings' JSON."""
     peak, secs, lines = peak_kb(CHECK.format(tree=str(tree), log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE)),
                                 pythonpath)
-    return peak, secs, [int(x) for x in lines[-1].split()]
+    return peak, secs, [int(x) for x in lines[-1].split()], lines[-2]
 
 
 def run_tokenizer(log: Path) -> tuple[int, float, list[int]]:
@@ -268,14 +278,15 @@ def main() -> None:
                 runs.append((f"baseline {args.baseline.name}", args.baseline / "kvplan", str(args.baseline)))
             got = []
             for name, tree, pp in runs:
-                peak, secs, res = run_check(log, tree, pp)
-                got.append(res[:4])
+                peak, secs, res, digest = run_check(log, tree, pp)
+                got.append((*res[:4], digest))
                 keys = f", {res[5]:,} distinct keys held" if len(res) > 5 and res[5] >= 0 else ""
                 print(f"  {name}: {secs:,.1f} s ({secs / tsecs:.2f}x the tokenizer alone), "
                       f"{size / 1e6 / secs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} MiB; {res[1]:,} prompt tokens, "
                       f"{res[2]:,} cached, {res[3]:,} if fixed{keys}", flush=True)
             if len(got) > 1:
-                print("  same results (requests, prompt tokens, cached, cached if fixed): "
+                print("  same results (requests, prompt tokens, cached, cached if fixed; per request prompt tokens, "
+                      "cached, cached unlimited and miss reason; the findings): "
                       + ("yes" if all(g == got[0] for g in got) else f"NO: {got}"))
     if args.key_bytes:
         merged, buffered, digests = key_bytes()
