@@ -16,7 +16,8 @@ once it is history is a ``template_history`` finding with one replay per remedy 
 (``FindingResult.remedies``); the replay with every finding fixed uses the client dropping the
 reasoning when that is one of them. The temporary file takes 8 bytes per
 block plus 40 per request of disk. Prompt text is held in memory one request at a time (plus
-the finder's window and one example per finding) and never written anywhere.
+the finder's window, one example per finding and, once the first pass has a finding, the
+renders it keeps for the fix pass, at most ``KEEP_BYTES``) and never written anywhere.
 """
 
 from __future__ import annotations
@@ -425,6 +426,49 @@ def _ticker(progress: Progress | None, stage: str) -> Callable[[int], None]:
     return tick
 
 
+KEEP_BYTES = 128 << 20
+"""Memory the first pass's renders may take to be reused by the fix pass (``_Kept``)."""
+LINE_BYTES = 200
+"""Bytes a line of a line map takes (a ``LineInfo`` in its list; tracemalloc: 200)."""
+
+
+class _Kept:
+    """Rendered requests (text and line map) the first pass keeps for the fix pass, by file:line,
+    once it has a finding (so a fix pass will run), within ``budget`` bytes: the first of them in
+    arrival order (past the budget nothing more is kept; the fix pass renders the rest again). The
+    fix pass takes each back as it reads it, freeing it. Memory only, never written."""
+
+    def __init__(self, budget: int | None = None):
+        self.budget = KEEP_BYTES if budget is None else budget
+        self.used = 0
+        self.full = False
+        self.by: dict[str, tuple[str, list[LineInfo]]] = {}
+        self.twice: set[str] = set()
+        self.date: tuple[tuple[str, str, tuple[int | None, str, int]] | None, bool] | None = None
+        """The first pass's server date (``Preparer.date``, ``date_checked``), for the fix pass's renders."""
+
+    def put(self, p: Prepared) -> None:
+        if self.full or p.text is None or p.lines is None:
+            return
+        where = p.request.where
+        if where in self.by or where in self.twice:  # two requests at one place: neither is kept
+            self.by.pop(where, None)
+            self.twice.add(where)
+            return
+        size = 100 + len(p.text) * (1 if p.text.isascii() else 4) + LINE_BYTES * len(p.lines)
+        if self.used + size > self.budget:
+            self.full = True
+            return
+        self.by[where] = (p.text, p.lines)
+        self.used += size
+
+    def take(self, r: LogRequest) -> Prepared | None:
+        """``r`` as the first pass rendered it (None: not kept); the memory it held is freed, the
+        budget is not given back."""
+        got = self.by.pop(r.where, None)
+        return Prepared(r, None, None, got[0], got[1], 0) if got is not None else None
+
+
 class _Spill:
     """The first pass's per-request records, in arrival order, in a temporary file (deleted on
     close): prompt and output tokens, hittable and unlimited-cache hit tokens, the block keys
@@ -486,6 +530,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     sizes: list[int] = []
     reasons: Counter[str] = Counter()
     measured = Comparison()
+    kept = _Kept()
 
     skipped = Skipped()
 
@@ -529,6 +574,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
                 examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
             miss = miss_of(o, predictor.block_size, f, seen.divergence)
+            if finder.findings or (hist is not None and hist.findings):
+                kept.put(p)  # a fix pass will run: it reuses this render
         reasons[miss.reason] += 1
         measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
                      miss.reason)
@@ -574,7 +621,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         else:
             variants.append(every)
         spill.rewind()
-        vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress)
+        kept.date = (prep.date, prep.date_checked)
+        vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress,
+                               kept)
         for i, f in enumerate(found[:opts.max_fixes]):
             mine = [(variants[v].remedy, vt[v]) for v in range(len(owner)) if owner[v] == i]
             if f.change is None:
@@ -672,22 +721,30 @@ class _Geometry:
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
               variants: list[Variant], spill: _Spill, requests: int,
-              progress: Progress | None) -> tuple[list[Totals], int]:
+              progress: Progress | None, reuse: _Kept | None = None) -> tuple[list[Totals], int]:
     """The second pass: every request rendered again (rewritten first by the variant's remedy of a
     template's history, if any: ``history.remedied``), each variant's findings fixed in it, each
     variant predicted in its own caches. A request whose text a variant leaves unchanged reuses
     its first-pass keys from ``spill`` (not tokenized again). Returns each variant's totals and
     the ``busted`` tokens: per request, what the last variant (every finding fixed) hits beyond
-    the first pass with an unlimited cache, within what the request could hit."""
+    the first pass with an unlimited cache, within what the request could hit. A request the
+    first pass kept (``reuse``) is not rendered again."""
     prep = Preparer(renderer, CheckOptions(block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
     prep.block_size = block_size
+    reuse = reuse if reuse is not None else _Kept(0)
+    if reuse.date is not None:
+        prep.date, prep.date_checked = reuse.date  # the date the first pass found (not found again)
+
+    def render(r: LogRequest) -> Prepared | None:
+        p = reuse.take(r)
+        return p if p is not None else _rendered(prep, r, skipped)
     preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
     carried = [Carried() for _ in variants]  # per fix: what each conversation's messages were sent with
     totals = [Totals() for _ in variants]
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = busted = 0
     skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
-    for batch in _batches(read_requests(paths, skipped), lambda r: _rendered(prep, r, skipped)):
+    for batch in _batches(read_requests(paths, skipped), render):
         rows: list[tuple[Hashed, int, int, list[str | None]]] = []
         todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
         items: list[tuple[Prepared, str]] = []
