@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.models.prompts.hashing import ExtraKeys, block_hashes, chain_keys64, chunk_hashes, hittable_tokens
+from kvplan.models.prompts.hashing import (
+    ExtraKeys,
+    block_hashes,
+    chain_keys64,
+    chunk_hashes,
+    hittable_tokens,
+    token_digests,
+)
 from kvplan.models.prompts.predict import BlockPool, Hashed, LmcacheUnlimited, Predictor, Totals, hashed
 
 
@@ -194,6 +201,7 @@ def test_numpy_chain_keys_are_equal_exactly_where_the_sha256_chain_is():
         for bs in (1, 4, 16):
             for partial in (False, True):
                 fast = chain_keys64(ids, bs, extra, partial=partial).tolist()
+                assert chain_keys64(ids, bs, extra, partial=partial, digests=token_digests(ids)).tolist() == fast
                 sha = chunk_hashes(ids, bs, extra, partial=True) if partial else block_hashes(ids, bs, extra)
                 assert len(fast) == len(sha)
                 for f, h in zip(fast, sha, strict=True):

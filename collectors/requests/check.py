@@ -37,7 +37,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.geometry import pool_blocks
-from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64
+from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64, token_digests
 from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
@@ -83,6 +83,8 @@ class Prepared:
     lines: list[LineInfo] | None = None
     block_size: int = 0
     """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
+    digests: np.ndarray | None = None
+    """Its tokens' ``hashing.token_digests`` (once a request: its keys at every block size)."""
 
 
 @dataclass
@@ -213,10 +215,12 @@ def below_today(fixed: Totals, base: Totals) -> str | None:
             "this fix does not pay on this log")
 
 
-def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None) -> Hashed:
+def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None,
+             digests: np.ndarray | None = None) -> Hashed:
     """``predict.hashed`` with 64-bit integer keys (``hashing.chain_keys64``: the same equalities
-    as sha256's chain, computed at once)."""
-    return Hashed(len(ids), tuple(chain_keys64(ids, block_size, extra).tolist()), max(1, output_tokens or 1))
+    as sha256's chain, computed at once; ``digests``: the ids' ``token_digests`` if known)."""
+    return Hashed(len(ids), tuple(chain_keys64(ids, block_size, extra, digests=digests).tolist()),
+                  max(1, output_tokens or 1))
 
 
 class Preparer:
@@ -278,15 +282,16 @@ class Preparer:
         """:meth:`encode` of each of ``ps`` not yet encoded, with one tokenizer batch call per
         kind (chat without special tokens added, completions with)."""
         todo = [p for p in ps if p.hashed is None]
-        for p, (ids, h) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
-                                                        for p in todo]), strict=True):
-            p.ids, p.hashed = ids, h
+        for p, (ids, h, dg) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
+                                                            for p in todo]), strict=True):
+            p.ids, p.hashed, p.digests = ids, h, dg
 
-    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]) -> list[tuple[np.ndarray, Hashed]]:
+    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]
+                      ) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
         """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
         batch call per kind (chat without special tokens added, completions with), by pieces
         (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache)."""
-        out: list[tuple[np.ndarray, Hashed] | None] = [None] * len(items)
+        out: list[tuple[np.ndarray, Hashed, np.ndarray] | None] = [None] * len(items)
         if not items:
             return []
         assert self.renderer is not None
@@ -297,7 +302,8 @@ class Preparer:
             for i, ids in zip(idx, self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special),
                               strict=True):
                 p, _, block_size = items[i]
-                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens))
+                dg = token_digests(ids)
+                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens, dg), dg)
         return [x for x in out if x is not None]
 
     def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
@@ -329,7 +335,7 @@ class Preparer:
 
     def retokenize_all(self, items: Sequence[tuple[Prepared, str]]) -> list[Hashed]:
         """Keys of each (request, rewritten text), one tokenizer batch call per kind."""
-        return [h for _, h in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
+        return [h for _, h, _ in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
 
     def _blocks(self, r: LogRequest) -> Hashed:
         assert r.block_ids is not None
@@ -386,7 +392,7 @@ def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int | None:
     cannot be rebuilt from them, so the log cannot tell."""
     if p.ids is None:
         return None
-    keys = chain_keys64(p.ids, lm.chunk_size, partial=True).tolist()
+    keys = chain_keys64(p.ids, lm.chunk_size, partial=True, digests=p.digests).tolist()
     full = len(p.ids) // lm.chunk_size
     return lm.serve(keys[:full], keys[full] if len(keys) > full else None)
 
@@ -684,7 +690,7 @@ class _Geometry:
             return
         extra = prep.extra(p.request)
         for s, pred in self.preds.items():
-            self.totals[s].add(pred.serve(hashed64(p.ids, s, extra, p.request.output_tokens)))
+            self.totals[s].add(pred.serve(hashed64(p.ids, s, extra, p.request.output_tokens, p.digests)))
 
     def keys(self) -> int:
         return sum(len(p.unlimited.keys) for p in self.preds.values())
