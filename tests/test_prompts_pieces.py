@@ -314,9 +314,10 @@ def distinct_log(path: Path, n: int, seed: int = 4) -> Path:
 
 def test_prompts_whose_pieces_do_not_repeat_are_tokenized_whole_for_a_while(tmp_path):
     """On all-distinct prompts the cache saves nothing: after ``PROBE_PROMPTS`` prompts by pieces,
-    the next ``WHOLE_PROMPTS`` are tokenized whole, then pieces are tried again; the ids are
-    transformers' own throughout. An agent log (prompts repeating their history) stays by pieces."""
-    n = PROBE_PROMPTS + WHOLE_PROMPTS + PROBE_PROMPTS
+    the next ``WHOLE_PROMPTS`` are tokenized whole, then pieces are tried again, then twice as
+    many whole; the ids are transformers' own throughout. An agent log (prompts repeating their
+    history) stays by pieces."""
+    n = PROBE_PROMPTS + WHOLE_PROMPTS + PROBE_PROMPTS + 2 * WHOLE_PROMPTS + PROBE_PROMPTS
     r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
     ts = texts_of(r, [distinct_log(tmp_path / "distinct.jsonl", n)])[False]
     assert len(ts) == n
@@ -326,7 +327,7 @@ def test_prompts_whose_pieces_do_not_repeat_are_tokenized_whole_for_a_while(tmp_
     assert got == transformers_ids(r, ts, False)
     cache = r.pieces
     assert cache is not None and cache.failed is None
-    assert cache.whole == WHOLE_PROMPTS and cache.by_pieces == 2 * PROBE_PROMPTS  # pieces, whole, pieces again
+    assert cache.whole == 3 * WHOLE_PROMPTS and cache.by_pieces == 3 * PROBE_PROMPTS  # pieces, whole, pieces, ...
     r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
     ts = texts_of(r, [agent_log(tmp_path / "agents.jsonl", n_agents=8, turns=12, rules=30)])[False]
     assert len(ts) > PROBE_PROMPTS

@@ -49,11 +49,13 @@ PIECE_OVERHEAD = 340
 (tracemalloc: 341 bytes a piece on 100,000 pieces)."""
 PROBE_PROMPTS = 64
 WHOLE_PROMPTS = 256
+MAX_WHOLE_PROMPTS = 4096
 MIN_SAVED = 0.1
 """Where pieces do not repeat (a log of all-distinct prompts), cutting them costs more than it
 saves: when the last ``PROBE_PROMPTS`` prompts tokenized by pieces took less than ``MIN_SAVED``
 of their text from the cache, the next ``WHOLE_PROMPTS`` are tokenized whole (the same ids),
-then pieces are tried again."""
+then pieces are tried again; each time they still save nothing, twice as many are tokenized
+whole (at most ``MAX_WHOLE_PROMPTS``)."""
 SAMPLE_FIRST = 32
 SAMPLE_EVERY = 1000
 """Prompts also tokenized whole and compared: the first ``SAMPLE_FIRST``, then one in ``SAMPLE_EVERY``."""
@@ -243,6 +245,8 @@ class PieceCache:
         """Set on the first sampled prompt whose pieces did not add up to its whole ids."""
         self.affix: dict[bool, tuple[list[int], list[int]] | None] = {False: ([], [])}
         self.whole_left = 0
+        self.whole_run = WHOLE_PROMPTS
+        """Prompts to tokenize whole the next time pieces save nothing."""
         """Prompts still to tokenize whole before pieces are tried again (``MIN_SAVED``)."""
         self.whole = 0
         """Prompts tokenized whole because their pieces were not repeating."""
@@ -287,7 +291,10 @@ class PieceCache:
         pr[0], pr[1], pr[2] = pr[0] + len(texts), pr[1] + asked, pr[2] + tokenized
         if pr[0] >= PROBE_PROMPTS:
             if pr[2] > (1 - MIN_SAVED) * pr[1]:
-                self.whole_left = WHOLE_PROMPTS
+                self.whole_left = self.whole_run
+                self.whole_run = min(2 * self.whole_run, MAX_WHOLE_PROMPTS)
+            else:
+                self.whole_run = WHOLE_PROMPTS
             pr[0] = pr[1] = pr[2] = 0
         enc = self.bt.encode_batch_fast(list(missing.values()), add_special_tokens=False) if missing else []
         fresh = {k: np.asarray(e.ids, dtype=np.int32) for k, e in zip(missing, enc, strict=True)}
