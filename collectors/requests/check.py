@@ -219,8 +219,7 @@ def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, out
              digests: np.ndarray | None = None) -> Hashed:
     """``predict.hashed`` with 64-bit integer keys (``hashing.chain_keys64``: the same equalities
     as sha256's chain, computed at once; ``digests``: the ids' ``token_digests`` if known)."""
-    return Hashed(len(ids), tuple(chain_keys64(ids, block_size, extra, digests=digests).tolist()),
-                  max(1, output_tokens or 1))
+    return Hashed(len(ids), chain_keys64(ids, block_size, extra, digests=digests), max(1, output_tokens or 1))
 
 
 class Preparer:
@@ -392,9 +391,9 @@ def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int | None:
     cannot be rebuilt from them, so the log cannot tell."""
     if p.ids is None:
         return None
-    keys = chain_keys64(p.ids, lm.chunk_size, partial=True, digests=p.digests).tolist()
+    keys = chain_keys64(p.ids, lm.chunk_size, partial=True, digests=p.digests)
     full = len(p.ids) // lm.chunk_size
-    return lm.serve(keys[:full], keys[full] if len(keys) > full else None)
+    return lm.serve(keys[:full], int(keys[full]) if len(keys) > full else None)
 
 
 BATCH_REQUESTS = 16
@@ -486,7 +485,7 @@ class _Spill:
     def write(self, h: Hashed, o: Outcome) -> None:
         self.f.write(np.array([h.prompt_tokens, h.output_tokens, o.hittable, o.cached_unlimited, len(h.hashes)],
                               dtype=np.uint64).tobytes())
-        self.f.write(np.array(h.hashes, dtype=np.uint64).tobytes())
+        self.f.write(np.asarray(h.hashes, dtype=np.uint64).tobytes())
 
     def rewind(self) -> None:
         self.f.flush()
@@ -495,8 +494,8 @@ class _Spill:
     def read(self) -> tuple[Hashed, int, int]:
         """The next request's (keys, hittable tokens, unlimited-cache hit tokens)."""
         pt, out, hit, u, n = (int(x) for x in np.frombuffer(self.f.read(40), dtype=np.uint64))
-        keys = np.frombuffer(self.f.read(8 * n), dtype=np.uint64).tolist()
-        return Hashed(pt, tuple(keys), out), hit, u
+        keys = np.frombuffer(self.f.read(8 * n), dtype=np.uint64)
+        return Hashed(pt, keys, out), hit, u
 
     def close(self) -> None:
         self.f.close()
