@@ -41,7 +41,6 @@ from typing import Any
 
 import numpy as np
 
-
 MAX_BYTES = 256 << 20
 """The cache's default bound: 256 MiB of ids (4 bytes each) plus ``PIECE_OVERHEAD`` per piece."""
 PIECE_OVERHEAD = 340
@@ -244,15 +243,15 @@ class PieceCache:
         self.failed: str | None = None
         """Set on the first sampled prompt whose pieces did not add up to its whole ids."""
         self.affix: dict[bool, tuple[list[int], list[int]] | None] = {False: ([], [])}
+        """The ids the post-processor puts before and after a text, with special tokens added or not."""
         self.whole_left = 0
+        """Prompts still to tokenize whole before pieces are tried again (``MIN_SAVED``)."""
         self.whole_run = WHOLE_PROMPTS
         """Prompts to tokenize whole the next time pieces save nothing."""
-        """Prompts still to tokenize whole before pieces are tried again (``MIN_SAVED``)."""
         self.whole = 0
         """Prompts tokenized whole because their pieces were not repeating."""
         self.probe = [0, 0, 0]
         """Since the last decision: prompts, characters asked and characters tokenized by pieces."""
-        """The ids the post-processor puts before and after a text, with special tokens added or not."""
 
     @property
     def active(self) -> bool:
