@@ -308,7 +308,7 @@ def whatif_of(deployment: str, q: WhatIfQuery, inp: WhatIfInputs) -> WhatIf:
                                slo_s=inp.prices.planning.ttft_p99_slo_seconds,
                                configured_gb=configured.capacity_gb if configured else configured_gb,
                                routings=q.routings, seed=q.seed, l2_gb=q.l2_gb, gpus_per_engine=inp.cfg.gpus_per_engine,
-                               t_from=q.t_from, t_to=q.t_to, lookup_times=info.format == "lmcache",
+                               t_from=q.t_from, t_to=q.t_to, lookup_times=info.lookup_times,
                                notes=topo_notes)
         notes += topo_notes
     summary = TraceSummary(

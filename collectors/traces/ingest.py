@@ -194,6 +194,12 @@ class TraceInfo:
     instances: tuple[str, ...] = ()
     """Cache instances in the replayed window, in name order (``Trace.instance`` indexes them)."""
 
+    @property
+    def lookup_times(self) -> bool:
+        """The trace's times are LMCache's lookups (logged at a scheduler step, after any wait
+        behind the engine's previous prefill), not the requests' arrivals."""
+        return self.format == "lmcache"
+
 
 def load_trace(db: Database, deployment: str, name: str | None = None, *,
                model_name: str | None = None, t_from: float | None = None,
