@@ -73,6 +73,9 @@ class CheckOptions:
     sample: SessionSample | None = None
     """Whole conversations kept (``--sample-sessions``), a filter on the requests as read, in both
     passes; its counts are the run's afterwards. None: every request."""
+    ray: str | None = None
+    """A Ray cluster's address (``local``: one started here): the first pass's rendering and
+    tokenizing run there (``distributed``), with the same results. None: in this process."""
 
 
 @dataclass
@@ -498,8 +501,12 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
 
-    requests = sampled(read_requests(paths, skipped), opts.sample)
-    for p in (p for batch in _batches(requests, render) for p in _encoded(prep, batch)):
+    if opts.ray is None:
+        batches = _batches(sampled(read_requests(paths, skipped), opts.sample), render)
+    else:
+        from .distributed import on_ray
+        batches = on_ray(opts.ray, paths, opts, prep, render, skipped)
+    for p in (p for batch in batches for p in _encoded(prep, batch)):
         r = p.request
         if r.arrival is not None:
             t_first = r.arrival if t_first is None else min(t_first, r.arrival)
