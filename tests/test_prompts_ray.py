@@ -7,6 +7,7 @@ nothing answers at is an error naming --ray (exit 2, no traceback)."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -31,7 +32,7 @@ def address():
     import ray
 
     t0 = time.monotonic()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         @ray.remote
         def ping() -> int:

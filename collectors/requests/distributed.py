@@ -18,6 +18,7 @@ than this machine has.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -127,9 +128,9 @@ def _ray(address: str) -> tuple[Any, bool]:
         return ray, False
     try:
         if address == "local":
-            ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
         else:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     except Exception as e:  # ConnectionError, RuntimeError: no cluster there
         raise KvplanError(f"cannot connect to the Ray cluster: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                           source=f"--ray {address}") from None
