@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...collectors.requests.check import CheckOptions, CheckResult, OnRequest, Progress, check
+from ...collectors.requests.distributed import on_ray
 from ...collectors.requests.read import LogRequest
 from ...collectors.requests.render import Renderer
 from ...collectors.requests.sample import SessionSample
@@ -276,7 +277,8 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
 
     sizes = tuple(table_sizes(own["block_size"], lmcache_chunk, (bs,)))
     result = check(paths, renderer, CheckOptions(bs, gb, lmcache_chunk, frozenset(lora), geometry=sizes,
-                                                 sample=sample, ray=ray), progress=progress, on_request=each)
+                                                 sample=sample), progress=progress, on_request=each,
+                   first_pass=on_ray(ray) if ray is not None else None)
     d = result.as_json()
     d["sample"] = sample.as_json() if sample is not None else None
     if sample is not None:

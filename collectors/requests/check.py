@@ -73,9 +73,6 @@ class CheckOptions:
     sample: SessionSample | None = None
     """Whole conversations kept (``--sample-sessions``), a filter on the requests as read, in both
     passes; its counts are the run's afterwards. None: every request."""
-    ray: str | None = None
-    """A Ray cluster's address (``local``: one started here): the first pass's rendering and
-    tokenizing run there (``distributed``), with the same results. None: in this process."""
 
 
 @dataclass
@@ -364,6 +361,13 @@ class Preparer:
         return Hashed(r.input_length, tuple(keys64(keys)), max(1, r.output_tokens or 1))
 
 
+FirstPass = Callable[[Sequence[Path], CheckOptions, Preparer, Callable[[LogRequest], Prepared | None], Skipped],
+                     Iterator[list[Prepared]]]
+"""Where the first pass's prepared requests come from instead of being rendered here
+(``distributed.on_ray``): given the files, the options, the run's Preparer, its render function
+and its ``Skipped``, in arrival order."""
+
+
 DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
                 "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y")
 """strftime formats a template's date is looked for in (Llama 3.1's "Today Date: 26 Jul 2024" is %d %b %Y)."""
@@ -460,8 +464,9 @@ class _Spill:
 
 def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions = CheckOptions(), *,
           progress: Progress | None = None,
-          on_request: OnRequest | None = None) -> CheckResult:
-    """Predict, find busters, recompute with them fixed; see the module docstring."""
+          on_request: OnRequest | None = None, first_pass: FirstPass | None = None) -> CheckResult:
+    """Predict, find busters, recompute with them fixed; see the module docstring. ``first_pass``:
+    the first pass's requests prepared elsewhere (a Ray cluster), in arrival order."""
     if opts.block_size < 1 or opts.lmcache_chunk < 1 or (opts.gpu_blocks is not None and opts.gpu_blocks < 2) \
             or any(s < 1 for s in opts.geometry):
         raise KvplanError("block sizes and chunk must be at least 1, gpu blocks at least 2", source="options")
@@ -469,13 +474,13 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
     spill = _Spill()
     try:
         with spooled(paths) as files:  # a pipe is read once: the fix pass reads its copy
-            return _check(files, renderer, opts, spill, progress, on_request)
+            return _check(files, renderer, opts, spill, progress, on_request, first_pass)
     finally:
         spill.close()
 
 
 def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, spill: _Spill,
-           progress: Progress | None, on_request: OnRequest | None) -> CheckResult:
+           progress: Progress | None, on_request: OnRequest | None, first_pass: FirstPass | None = None) -> CheckResult:
     prep = Preparer(renderer, opts)
     totals = Totals()
     finder = Finder()
@@ -501,11 +506,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
 
-    if opts.ray is None:
-        batches = _batches(sampled(read_requests(paths, skipped), opts.sample), render)
-    else:
-        from .distributed import on_ray
-        batches = on_ray(opts.ray, paths, opts, prep, render, skipped)
+    batches = (_batches(sampled(read_requests(paths, skipped), opts.sample), render) if first_pass is None
+               else first_pass(paths, opts, prep, render, skipped))
     for p in (p for batch in batches for p in _encoded(prep, batch)):
         r = p.request
         if r.arrival is not None:

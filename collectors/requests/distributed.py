@@ -31,7 +31,7 @@ import numpy as np
 from ...models.core.errors import KvplanError
 from ...models.prompts.busters import LineInfo
 from ...models.prompts.predict import Hashed
-from .check import CheckOptions, Prepared, Preparer, _batches
+from .check import BATCH_CHARS, BATCH_REQUESTS, CheckOptions, FirstPass, Prepared, Preparer
 from .read import LogRequest, Skipped, read_requests
 from .render import Renderer, RequestRefused
 from .sample import sampled
@@ -71,22 +71,31 @@ class _Worker:
                 requests: list[LogRequest]) -> tuple[list[_Done | tuple[str, str | None]], list[str]]:
         """Each request prepared (or its refusal: message, source), and the piece cache's notes."""
         self.prep.date = date  # the driver's date check, made on the log's first chat request
-        out: dict[int, _Done | tuple[str, str | None]] = {}
-        place = {id(r): i for i, r in enumerate(requests)}
-
-        def render(r: LogRequest) -> Prepared | None:
+        out: list[_Done | tuple[str, str | None] | None] = []
+        batch: list[tuple[int, Prepared]] = []
+        chars = 0
+        for r in requests:
             try:
-                return self.prep.prepare(r, encode=False)
+                p = self.prep.prepare(r, encode=False)
             except RequestRefused as e:
-                out[place[id(r)]] = (e.message, e.source)
-                return None
+                out.append((e.message, e.source))
+                continue
+            out.append(None)
+            batch.append((len(out) - 1, p))
+            chars += len(p.text or "")
+            if len(batch) >= BATCH_REQUESTS or chars >= BATCH_CHARS:  # as check._batches: bounded text
+                self._encode(batch, out)
+                batch, chars = [], 0
+        self._encode(batch, out)
+        done = [x for x in out if x is not None]
+        assert len(done) == len(out)
+        return done, self.renderer.piece_notes()
 
-        for batch in _batches(iter(requests), render):
-            self.prep.encode_all(batch)
-            for p in batch:
-                assert p.hashed is not None
-                out[place[id(p.request)]] = _Done(p.hashed, p.ids, p.text, p.lines, p.block_size)
-        return [out[i] for i in range(len(requests))], self.renderer.piece_notes()
+    def _encode(self, batch: list[tuple[int, Prepared]], out: list[_Done | tuple[str, str | None] | None]) -> None:
+        self.prep.encode_all([p for _, p in batch])
+        for i, p in batch:
+            assert p.hashed is not None
+            out[i] = _Done(p.hashed, p.ids, p.text, p.lines, p.block_size)
 
 
 class _Reads(Skipped):
@@ -132,13 +141,22 @@ def _ray(address: str) -> tuple[Any, bool]:
         else:
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     except Exception as e:  # ConnectionError, RuntimeError: no cluster there
-        raise KvplanError(f"cannot connect to the Ray cluster: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
-                          source=f"--ray {address}") from None
+        raise KvplanError(f"cannot connect to the Ray cluster: {type(e).__name__}: {str(e).splitlines()[0][:200]} "
+                          "(a cluster with token authentication needs its token where Ray looks for it: "
+                          "RAY_AUTH_TOKEN)", source=f"--ray {address}") from None
     return ray, True
 
 
-def on_ray(address: str, paths: Sequence[Path], opts: CheckOptions, prep: Preparer,
-           render: Callable[[LogRequest], Prepared | None], skipped: Skipped) -> Iterator[list[Prepared]]:
+def on_ray(address: str) -> FirstPass:
+    """``check``'s ``first_pass`` on the Ray cluster at ``address``."""
+    def first_pass(paths: Sequence[Path], opts: CheckOptions, prep: Preparer,
+                   render: Callable[[LogRequest], Prepared | None], skipped: Skipped) -> Iterator[list[Prepared]]:
+        return prepared(address, paths, opts, prep, render, skipped)
+    return first_pass
+
+
+def prepared(address: str, paths: Sequence[Path], opts: CheckOptions, prep: Preparer,
+             render: Callable[[LogRequest], Prepared | None], skipped: Skipped) -> Iterator[list[Prepared]]:
     """The first pass's prepared requests, in the log's order, in lists (``check._batches``'
     place): rendered, tokenized and hashed on the Ray cluster at ``address``, except those
     ``render`` (the check's own) prepares here (module docstring). Bad lines and refused requests
