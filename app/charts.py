@@ -78,9 +78,19 @@ def wall_clock(values: Any, tz: str) -> pd.Series:
     return s
 
 
+WEEKLY_TICKS_FROM = pd.Timedelta(days=21)
+"""Time axes over a window this long or longer are labelled once a week (Sundays, 00:00 UTC
+or the zone's wall clock) rather than every day or two: the same scale and data with fewer
+labels, each of which vl-convert measures (a month's report chart drew 14 date labels, a third
+of its rendering time)."""
+
+
 def time_x(tl: Timeline, field: str = "t") -> alt.X:
-    return alt.X(f"{field}:T", title=tl.title, scale=alt.Scale(type="utc"),
-                 axis=alt.Axis(labelExpr=LABEL_EXPR, labelOverlap=True, labelAngle=0))
+    weekly = (tl.t_from is not None and tl.t_to is not None
+              and _utc(tl.t_to) - _utc(tl.t_from) >= WEEKLY_TICKS_FROM)
+    axis = alt.Axis(labelExpr=LABEL_EXPR, labelOverlap=True, labelAngle=0,
+                    tickCount=alt.TimeIntervalStep(interval="week", step=1) if weekly else alt.Undefined)
+    return alt.X(f"{field}:T", title=tl.title, scale=alt.Scale(type="utc"), axis=axis)
 
 
 def when_tooltip(tl: Timeline) -> alt.Tooltip:
@@ -197,10 +207,11 @@ def gap_layer(df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> Layered 
     fmt_ = "%Y-%m-%d %H:%M"
     g["from"], g["to"] = g["start"].dt.strftime(fmt_), g["end"].dt.strftime(fmt_)
     bands = (alt.Chart(g).mark_rect()
-             .encode(x=time_x(tl, "start"), x2="end:T",
-                     fill=alt.condition(alt.datum.kind == "recorded", alt.value(RECORDED_GAP_COLOR),
-                                        alt.value(NO_DATA_COLOR)),
-                     opacity=alt.condition(alt.datum.kind == "recorded", alt.value(0.16), alt.value(0.2)),
+             .encode(x=time_x(tl, "start"), x2=alt.X2("end:T"),
+                     fill=alt.FillValue(**alt.condition(alt.datum.kind == "recorded", alt.value(RECORDED_GAP_COLOR),
+                                                        alt.value(NO_DATA_COLOR))),
+                     opacity=alt.OpacityValue(**alt.condition(alt.datum.kind == "recorded", alt.value(0.16),
+                                                              alt.value(0.2))),
                      tooltip=[alt.Tooltip("reason:N", title="gap"), alt.Tooltip("from:N", title=f"from ({tl.tz})"),
                               alt.Tooltip("to:N", title=f"to ({tl.tz})")]))
     rec = g[g["kind"] == "recorded"]
@@ -208,7 +219,7 @@ def gap_layer(df: pd.DataFrame, values: Sequence[str], tl: Timeline) -> Layered 
         return bands
     labels = (alt.Chart(rec).mark_text(align="left", baseline="top", dx=4, dy=4, fontSize=10,
                                        color=RECORDED_GAP_COLOR, limit=260)
-              .encode(x=time_x(tl, "start"), y=alt.value(0), text="label:N"))
+              .encode(x=time_x(tl, "start"), y=alt.YValue(0), text=alt.Text("label:N")))
     return alt.layer(bands, labels)
 
 
@@ -228,7 +239,7 @@ def tier_hit_rate_chart(rows: Sequence[dict], title: str = "Hit rate by cache ti
                     y=alt.Y("hit_rate:Q", title="hit rate", axis=alt.Axis(format="%"),
                             scale=alt.Scale(domain=[0, 1])),
                     color=alt.Color("tier:N", legend=LEGEND),
-                    tooltip=[when_tooltip(tl), "tier:N", alt.Tooltip("hit_rate:Q", format=".1%")]))
+                    tooltip=[when_tooltip(tl), alt.Tooltip("tier:N"), alt.Tooltip("hit_rate:Q", format=".1%")]))
     return alt.layer(*_with_gaps([line], raw, ["hit_rate"], tl), title=title).properties(height=260)
 
 
@@ -239,7 +250,7 @@ def cached_tokens_chart(rows: Sequence[dict], tl: Timeline = DEFAULT) -> Layered
     bars = (alt.Chart(df).mark_bar()
             .encode(x=time_x(tl), y=alt.Y("sum(tokens):Q", title="tokens", stack="zero"),
                     color=alt.Color("source:N", legend=LEGEND),
-                    tooltip=[when_tooltip(tl), "source:N", alt.Tooltip("tokens:Q", format=",.0f")]))
+                    tooltip=[when_tooltip(tl), alt.Tooltip("source:N"), alt.Tooltip("tokens:Q", format=",.0f")]))
     return alt.layer(*_with_gaps([bars], raw, ["tokens"], tl),
                      title="Cached prompt tokens by the tier that supplied them").properties(height=220)
 
@@ -252,9 +263,9 @@ def gauge_chart(rows: Sequence[dict], title: str, percent: bool = True, tl: Time
     base = alt.Chart(df).encode(x=time_x(tl), color=alt.Color("series:N", legend=LEGEND))
     return alt.layer(*_with_gaps([
         base.mark_line().encode(y=alt.Y("mean:Q", title="mean (line), max (points)", axis=y),
-                                tooltip=[when_tooltip(tl), "series:N", alt.Tooltip("mean:Q", format=".1%"),
+                                tooltip=[when_tooltip(tl), alt.Tooltip("series:N"), alt.Tooltip("mean:Q", format=".1%"),
                                          alt.Tooltip("max:Q", format=".1%")]),
-        base.mark_point(size=20).encode(y="max:Q"),
+        base.mark_point(size=20).encode(y=alt.Y("max:Q")),
     ], raw, ["mean", "max"], tl), title=title).properties(height=220)
 
 
@@ -272,22 +283,24 @@ def quantile_band_chart(rows: Sequence[dict], metric: str, title: str, slo_s: fl
     df["in_inf"] = df["in_inf"].astype("boolean").fillna(False).astype(bool)
     base = alt.Chart(df).encode(x=time_x(tl))
     layers = [
-        base.mark_area(opacity=0.18).encode(y=alt.Y("band_bottom:Q", title="seconds"), y2="band_top:Q",
+        base.mark_area(opacity=0.18).encode(y=alt.Y("band_bottom:Q", title="seconds"), y2=alt.Y2("band_top:Q"),
                                             color=alt.Color("quantile:N", legend=alt.Legend(
                                                 orient="bottom", title=None, symbolOpacity=1))),
         base.mark_line(point=True).encode(
             color=alt.Color("quantile:N", legend=LEGEND),
-            y="value:Q", tooltip=[when_tooltip(tl), "quantile:N", alt.Tooltip("value:Q", format=".3f"),
-                                  alt.Tooltip("lower:Q", title="bucket from"),
-                                  alt.Tooltip("upper:Q", title="bucket to")]),
+            y=alt.Y("value:Q"), tooltip=[when_tooltip(tl), alt.Tooltip("quantile:N"),
+                                         alt.Tooltip("value:Q", format=".3f"),
+                                         alt.Tooltip("lower:Q", title="bucket from"),
+                                         alt.Tooltip("upper:Q", title="bucket to")]),
     ]
     inf = df[df["in_inf"]]
     if not inf.empty:
         layers.append(alt.Chart(inf).mark_point(shape="triangle-up", size=140, color="red", filled=True)
-                      .encode(x=time_x(tl), y="value:Q"))
+                      .encode(x=time_x(tl), y=alt.Y("value:Q")))
     if slo_s is not None:
         layers.append(alt.Chart(pd.DataFrame({"slo": [slo_s], "label": [f"SLO {slo_s:g} s"]}))
-                      .mark_rule(strokeDash=[6, 4], color="gray").encode(y="slo:Q", tooltip=["label:N"]))
+                      .mark_rule(strokeDash=[6, 4], color="gray")
+                      .encode(y=alt.Y("slo:Q"), tooltip=[alt.Tooltip("label:N")]))
     return alt.layer(*_with_gaps(layers, raw, ["value"], tl), title=title).properties(height=260)
 
 
@@ -301,7 +314,8 @@ def phases_chart(rows: Sequence[dict], metrics: Sequence[str] = ("prefill", "dec
             .encode(x=time_x(tl), y=alt.Y("value:Q", title="seconds"),
                     color=alt.Color("metric:N", legend=LEGEND),
                     strokeDash=alt.StrokeDash("quantile:N", legend=LEGEND),
-                    tooltip=[when_tooltip(tl), "metric:N", "quantile:N", alt.Tooltip("value:Q", format=".3f")]))
+                    tooltip=[when_tooltip(tl), alt.Tooltip("metric:N"), alt.Tooltip("quantile:N"),
+                             alt.Tooltip("value:Q", format=".3f")]))
     return alt.layer(*_with_gaps([line], raw, ["value"], tl),
                      title=" vs ".join(m.capitalize() for m in metrics) + " time per request (p50, p99)"
                      ).properties(height=240)

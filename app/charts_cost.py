@@ -33,13 +33,13 @@ def waterfall_chart(rows: Sequence) -> Layered:
     colors = alt.Scale(domain=["gain", "cost", "total"], range=["#2e7d32", "#c62828", "#1565c0"])
     base = alt.Chart(df)
     return alt.layer(
-        base.mark_bar().encode(x=x, y=alt.Y("start:Q", title="$ / month"), y2="end:Q",
+        base.mark_bar().encode(x=x, y=alt.Y("start:Q", title="$ / month"), y2=alt.Y2("end:Q"),
                                color=alt.Color("kind:N", scale=colors, legend=LEGEND),
-                               tooltip=["term:N", alt.Tooltip("usd:Q", format="$,.0f"),
+                               tooltip=[alt.Tooltip("term:N"), alt.Tooltip("usd:Q", format="$,.0f"),
                                         alt.Tooltip("band_low:Q", format="$,.0f"),
                                         alt.Tooltip("band_high:Q", format="$,.0f")]),
         alt.Chart(df[df["band_low"] != df["band_high"]]).mark_errorbar(ticks=True).encode(
-            x=x, y=alt.Y("band_low:Q", title="$ / month"), y2="band_high:Q"),
+            x=x, y=alt.Y("band_low:Q", title="$ / month"), y2=alt.Y2("band_high:Q")),
         title="Monthly benefit: the four terms and the total, with bands",
     ).properties(height=300)
 
@@ -53,10 +53,12 @@ def capacity_chart(schedule: Sequence[dict], current_gpus: int | None) -> Layere
     df = frame(rows, ["month", "setup", "gpus"])
     layers = [alt.Chart(df).mark_line(point=True, interpolate="step-after").encode(
         x=alt.X("month:Q", title="months from now"), y=alt.Y("gpus:Q", title="GPUs needed"),
-        color=alt.Color("setup:N", legend=LEGEND), tooltip=["month:Q", "setup:N", "gpus:Q"])]
+        color=alt.Color("setup:N", legend=LEGEND),
+        tooltip=[alt.Tooltip("month:Q"), alt.Tooltip("setup:N"), alt.Tooltip("gpus:Q")])]
     if current_gpus is not None:
         layers.append(alt.Chart(pd.DataFrame({"gpus": [current_gpus], "label": [f"today: {current_gpus} GPUs"]}))
-                      .mark_rule(strokeDash=[6, 4], color="gray").encode(y="gpus:Q", tooltip=["label:N"]))
+                      .mark_rule(strokeDash=[6, 4], color="gray")
+                      .encode(y=alt.Y("gpus:Q"), tooltip=[alt.Tooltip("label:N")]))
     return (alt.layer(*layers, title="Capacity projection: GPUs needed to meet the p99 TTFT target")
             .properties(height=260))
 
@@ -74,10 +76,11 @@ def tornado_chart(rows: Sequence) -> Layered:
     base_val = rows[0].base_benefit if rows else 0.0
     return alt.layer(
         alt.Chart(df).mark_bar(opacity=0.85).encode(
-            y=y, x=alt.X("base:Q", title="monthly benefit ($)"), x2="benefit:Q",
+            y=y, x=alt.X("base:Q", title="monthly benefit ($)"), x2=alt.X2("benefit:Q"),
             color=alt.Color("side:N", legend=LEGEND),
-            tooltip=["input:N", "side:N", "value:Q", "unit:N", alt.Tooltip("benefit:Q", format="$,.0f")]),
-        alt.Chart(pd.DataFrame({"base": [base_val]})).mark_rule(color="black").encode(x="base:Q"),
+            tooltip=[alt.Tooltip("input:N"), alt.Tooltip("side:N"), alt.Tooltip("value:Q"), alt.Tooltip("unit:N"),
+                     alt.Tooltip("benefit:Q", format="$,.0f")]),
+        alt.Chart(pd.DataFrame({"base": [base_val]})).mark_rule(color="black").encode(x=alt.X("base:Q")),
         title="Sensitivity: monthly benefit with one input moved",
     ).properties(height=max(120, 44 * len(rows)))
 
@@ -96,25 +99,27 @@ def sweep_curves_chart(rows: Sequence[dict], ttft_slo_s: float | None = None,
     sides = alt.Scale(domain=["without reuse", "with reuse"], range=["#c62828", "#1565c0"])
     x = alt.X("throughput_rps:Q", title="achieved throughput (requests/s)")
     base = alt.Chart(df).encode(x=x, color=alt.Color("side:N", scale=sides, legend=LEGEND))
-    tips = ["side:N", alt.Tooltip("offered:Q", title=f"level ({unit})"),
+    tips = [alt.Tooltip("side:N"), alt.Tooltip("offered:Q", title=f"level ({unit})"),
             alt.Tooltip("throughput_rps:Q", format=".2f", title="requests/s"),
             alt.Tooltip("ttft_p50_s:Q", format=".3f", title="TTFT p50 (s)"),
             alt.Tooltip("ttft_p99_s:Q", format=".3f", title="TTFT p99 (s)"),
             alt.Tooltip("tpot_p99_s:Q", format=".4f", title="TPOT p99 (s)"), alt.Tooltip("misses:N", title="misses")]
     layers: list = [
-        base.mark_line().encode(y=alt.Y("ttft_p99_s:Q", title="TTFT p99 (s)"), order="offered:Q"),
-        base.mark_point(size=70).encode(y="ttft_p99_s:Q", tooltip=tips,
-                                        fill=alt.condition("datum.passes", alt.Color("side:N", scale=sides),
-                                                           alt.value("white"))),
+        base.mark_line().encode(y=alt.Y("ttft_p99_s:Q", title="TTFT p99 (s)"), order=alt.Order("offered:Q")),
+        base.mark_point(size=70).encode(y=alt.Y("ttft_p99_s:Q"), tooltip=tips,
+                                        fill=alt.FillValue(**alt.condition("datum.passes",
+                                                                           alt.Color("side:N", scale=sides),
+                                                                           alt.value("white")))),
     ]
     if ttft_slo_s is not None:
         layers.append(alt.Chart(pd.DataFrame({"slo": [ttft_slo_s], "label": [f"TTFT p99 SLO {ttft_slo_s:g} s"]}))
-                      .mark_rule(strokeDash=[6, 4], color="gray").encode(y="slo:Q", tooltip=["label:N"]))
+                      .mark_rule(strokeDash=[6, 4], color="gray")
+                      .encode(y=alt.Y("slo:Q"), tooltip=[alt.Tooltip("label:N")]))
     if goodput_rows:
         g = frame(goodput_rows, ["side", "goodput_rps", "limited_by"])
         layers.append(alt.Chart(g).mark_rule(strokeDash=[2, 3]).encode(
-            x="goodput_rps:Q", color=alt.Color("side:N", scale=sides, legend=LEGEND),
-            tooltip=["side:N", alt.Tooltip("goodput_rps:Q", format=".2f", title="goodput (requests/s)"),
+            x=alt.X("goodput_rps:Q"), color=alt.Color("side:N", scale=sides, legend=LEGEND),
+            tooltip=[alt.Tooltip("side:N"), alt.Tooltip("goodput_rps:Q", format=".2f", title="goodput (requests/s)"),
                      alt.Tooltip("limited_by:N", title="limited by")]))
     return alt.layer(*layers, title="Load sweep: throughput against TTFT p99, without and with reuse"
                      ).properties(height=280)

@@ -13,20 +13,23 @@ Writes synthetic gzip logs of about ``--mb`` MB of request text each (uncompress
   question each; no tools, no history).
 
 Then, each in its own process (the fixture tokenizer of tests/fixtures/prompts and its chat
-template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s and the
-peak resident set size (``ru_maxrss``) of: ``this tree``'s check; ``--baseline DIR``'s check
+template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s, the
+peak resident set size (``ru_maxrss``) and the CPU seconds (user + system, every thread: less
+moved than wall time by other processes on the machine) of: ``this tree``'s check; ``--baseline DIR``'s check
 (DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git archive`` of an older
 commit); and ``tokenizer alone``: the same requests read, rendered with the chat template and
 tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them the floor of
 python + kvplan + transformers imported, the distinct keys the unlimited caches held, and
-whether the two trees' results (requests, prompt tokens, cached, cached if fixed) are the same.
+whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
+and a sha256 of each request's prompt tokens, cached tokens and miss reason and of the findings).
 ``--key-bytes`` also measures the bytes per distinct key of the key store.
 
 What grows with the log: the unlimited caches' keys, one 64-bit key per distinct full block
 (and per distinct LMCache chunk), 8 bytes each in a sorted array plus a fixed buffer, in the
 first pass and in each variant of the second; the piece cache (token ids of distinct pieces of
-text, at most 256 MiB, least recently used evicted); and a temporary file (8 bytes per block,
-40 per request) on disk. What does not: the text (one batch of at most 16 requests at a time,
+text, at most 256 MiB, least recently used evicted); once the first pass has a finding, the
+renders it keeps for the fix pass (text and line map, at most 128 MiB); and a temporary file (8
+bytes per block, 40 per request) on disk. What does not: the text (one batch of at most 16 requests at a time,
 plus the finder's window of 256), per-request results (streamed, never kept), the finder's line
 index (bounded by its window).
 
@@ -53,13 +56,19 @@ WORDS = "cache block prefix token engine request policy answer careful brief top
 RUN = """
 import resource, sys, time
 {body}
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+_u = resource.getrusage(resource.RUSAGE_SELF)
+print(_u.ru_utime + _u.ru_stime)
+print(_u.ru_maxrss)
 """
+CPU: dict[str, float] = {}
+"""CPU seconds (user + system, every thread) of the last run of each body: less moved than the
+wall time by other processes on the machine."""
 
 
 def peak_kb(body: str, pythonpath: str | None = None) -> tuple[int, float, list[str]]:
     """Peak RSS (KiB) and wall seconds of ``body`` run in a fresh python (its stderr passed
-    through: the check's progress), and the lines it printed before the RSS."""
+    through: the check's progress), and the lines it printed before the CPU time and the RSS
+    (the CPU seconds go to ``CPU[body]``)."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
@@ -67,7 +76,8 @@ def peak_kb(body: str, pythonpath: str | None = None) -> tuple[int, float, list[
     out = subprocess.run([sys.executable, "-c", RUN.format(body=body)], stdout=subprocess.PIPE, text=True,
                          check=True, env=env)
     lines = out.stdout.strip().splitlines()
-    return int(lines[-1]), time.monotonic() - t0, lines[:-1]
+    CPU[body] = float(lines[-2])
+    return int(lines[-1]), time.monotonic() - t0, lines[:-2]
 
 
 def write_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
@@ -165,9 +175,16 @@ import kvplan.collectors.requests.check as c
 from kvplan.collectors.requests.check import check, CheckOptions
 from kvplan.collectors.requests.render import Renderer
 assert Path(c.__file__).resolve().is_relative_to(Path({tree!r}).resolve()), c.__file__
+import hashlib, json
 def progress(stage, n):
     print(f"  {{stage}}: {{n:,}} requests", file=sys.stderr, flush=True)
-r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16), progress=progress)
+per = hashlib.sha256()
+def on_request(q, o, m):
+    per.update(f"{{q.where}} {{o.prompt_tokens}} {{o.cached}} {{o.cached_unlimited}} {{m.reason}};".encode())
+r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16), progress=progress,
+          on_request=on_request)
+per.update(json.dumps(r.as_json()["findings"], sort_keys=True).encode())
+print(per.hexdigest())
 print(r.totals.requests, r.totals.prompt_tokens, r.totals.cached, r.fixed.cached if r.fixed else -1,
       len(r.findings), getattr(r, "keys_held", -1))
 """
@@ -193,17 +210,20 @@ print(n, tokens)
 """
 
 
-def run_check(log: Path, tree: Path, pythonpath: str | None) -> tuple[int, float, list[int]]:
-    peak, secs, lines = peak_kb(CHECK.format(tree=str(tree), log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE)),
-                                pythonpath)
-    return peak, secs, [int(x) for x in lines[-1].split()]
+def run_check(log: Path, tree: Path, pythonpath: str | None) -> tuple[int, float, list[int], str, float]:
+    """Peak RSS, wall seconds, the totals, a sha256 of every request's (file:line, prompt
+    tokens, cached, cached unlimited, miss reason) and of the findings' JSON, and CPU seconds."""
+    body = CHECK.format(tree=str(tree), log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE))
+    peak, secs, lines = peak_kb(body, pythonpath)
+    return peak, secs, [int(x) for x in lines[-1].split()], lines[-2], CPU[body]
 
 
-def run_tokenizer(log: Path) -> tuple[int, float, list[int]]:
+def run_tokenizer(log: Path) -> tuple[int, float, list[int], float]:
     """The fast tokenizer alone on ``log``: read, render, tokenize whole in batches of 16 (the
-    check's batch), nothing else."""
-    peak, secs, lines = peak_kb(TOKENIZE.format(log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE)))
-    return peak, secs, [int(x) for x in lines[-1].split()]
+    check's batch), nothing else; the last item is its CPU seconds."""
+    body = TOKENIZE.format(log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE))
+    peak, secs, lines = peak_kb(body)
+    return peak, secs, [int(x) for x in lines[-1].split()], CPU[body]
 
 
 def key_bytes(n: int = 1_000_000) -> tuple[float, float, float]:
@@ -251,8 +271,8 @@ def main() -> None:
     for k in kinds:
         if k not in LOGS:
             ap.error(f"--logs: {k!r} is not one of {', '.join(LOGS)}")
-    floor, _, _ = peak_kb("import kvplan.collectors.requests.check, transformers")
-    print(f"python + kvplan + transformers alone: peak RSS {floor / 1024:,.0f} MiB")
+    floor, fsecs, _ = peak_kb("import kvplan.collectors.requests.check, transformers")
+    print(f"python + kvplan + transformers alone: peak RSS {floor / 1024:,.0f} MiB, {fsecs:,.1f} s")
     for kind in kinds:
         with tempfile.TemporaryDirectory() as d:
             log = Path(d) / f"{kind}.jsonl.gz"
@@ -260,22 +280,24 @@ def main() -> None:
             n, size = LOGS[kind](log, args.mb)
             print(f"{kind} log: {n:,} requests, {size / 1e6:,.1f} MB of JSON ({log.stat().st_size / 1e6:,.1f} MB "
                   f"gzip), written in {time.monotonic() - t0:,.0f} s", flush=True)
-            peak, tsecs, (tn, ttokens) = run_tokenizer(log)
+            peak, tsecs, (tn, ttokens), tcpu = run_tokenizer(log)
             print(f"  tokenizer alone: {tsecs:,.1f} s, {size / 1e6 / tsecs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} "
-                  f"MiB ({tn:,} requests, {ttokens:,} prompt tokens)", flush=True)
+                  f"MiB, CPU {tcpu:,.1f} s ({tn:,} requests, {ttokens:,} prompt tokens)", flush=True)
             runs = [("this tree", ROOT, None)]
             if args.baseline is not None:
                 runs.append((f"baseline {args.baseline.name}", args.baseline / "kvplan", str(args.baseline)))
             got = []
             for name, tree, pp in runs:
-                peak, secs, res = run_check(log, tree, pp)
-                got.append(res[:4])
+                peak, secs, res, digest, cpu = run_check(log, tree, pp)
+                got.append((*res[:4], digest))
                 keys = f", {res[5]:,} distinct keys held" if len(res) > 5 and res[5] >= 0 else ""
                 print(f"  {name}: {secs:,.1f} s ({secs / tsecs:.2f}x the tokenizer alone), "
-                      f"{size / 1e6 / secs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} MiB; {res[1]:,} prompt tokens, "
+                      f"{size / 1e6 / secs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} MiB, CPU {cpu:,.1f} s "
+                      f"({cpu / tcpu:.2f}x); {res[1]:,} prompt tokens, "
                       f"{res[2]:,} cached, {res[3]:,} if fixed{keys}", flush=True)
             if len(got) > 1:
-                print("  same results (requests, prompt tokens, cached, cached if fixed): "
+                print("  same results (requests, prompt tokens, cached, cached if fixed; per request prompt tokens, "
+                      "cached, cached unlimited and miss reason; the findings): "
                       + ("yes" if all(g == got[0] for g in got) else f"NO: {got}"))
     if args.key_bytes:
         merged, buffered, digests = key_bytes()

@@ -198,3 +198,15 @@ def test_axis_labels_are_24_hour_in_the_zone_named_on_the_axis():
     assert "time (Asia/Tokyo, 24-hour)" in vl_convert.vegalite_to_svg(tokyo.to_dict())
     when = _layer(tokyo, "line")["when"]
     assert when.iloc[0] == "2026-11-30 22:00"
+
+
+def test_a_month_long_axis_is_labelled_weekly_and_a_short_one_as_before():
+    # October 2026: the 1st is a Thursday, so its Sundays are the 4th, 11th, 18th and 25th
+    rows = [{"bucket": datetime(2026, 10, 1) + timedelta(days=i), "tier": "t", "hit_rate": 0.5} for i in range(29)]
+    month = charts.Timeline(step_s=86400, t_from=datetime(2026, 10, 1), t_to=datetime(2026, 10, 29))
+    assert _axis_labels(charts.tier_hit_rate_chart(rows, tl=month)) == ["04 Oct", "11 Oct", "18 Oct", "25 Oct"]
+    assert data(charts.tier_hit_rate_chart(rows, tl=month))["hit_rate"].notna().sum() == 29  # every day still drawn
+    # under three weeks: Vega's own ticks, every other day over 20 days (10 labels)
+    short = charts.Timeline(step_s=86400, t_from=datetime(2026, 10, 1), t_to=datetime(2026, 10, 20))
+    labels = _axis_labels(charts.tier_hit_rate_chart(rows[:20], tl=short))
+    assert labels[:3] == ["02 Oct", "04 Oct", "06 Oct"] and len(labels) == 10, labels

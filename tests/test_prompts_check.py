@@ -203,3 +203,45 @@ def test_a_tool_list_in_a_different_order_per_request(tmp_path, renderer):
              for b in fixed]
     assert d["hit_rate_if_fixed"] == pytest.approx(reference_hit_rate(fixed, texts), abs=1e-12)
     assert d["hit_rate_if_fixed"] > d["hit_rate_predicted"] + 0.3
+
+
+class CountingRenderer(Renderer):
+    """The fixture's renderer, counting the chat template's renders."""
+
+    def __init__(self) -> None:
+        super().__init__(TOKENIZER)
+        self.rendered = 0
+
+    def chat_text(self, r, messages=None):  # type: ignore[no-untyped-def]
+        self.rendered += 1
+        return super().chat_text(r, messages)
+
+
+def test_the_fix_pass_reuses_the_first_pass_renders_with_the_same_results(tmp_path, monkeypatch):
+    """The fix pass takes the renders the first pass kept (once it had a finding, within
+    ``KEEP_BYTES``) instead of rendering them again: the same per-request results, totals if fixed
+    and findings with all of them kept, some, or none (budget 0: every request rendered twice)."""
+    import kvplan.collectors.requests.check as check_mod
+
+    bodies = timestamp_log(30)
+    for i in range(1, 30, 2):  # every other request continues the one before it: a conversation
+        prev = bodies[i - 1]["messages"]
+        bodies[i] = {**bodies[i], "messages": [prev[0], prev[1], {"role": "assistant", "content": f"answer {i}"},
+                                               bodies[i]["messages"][1]]}
+    log = write(tmp_path / "conv.jsonl", bodies)
+    runs = {}
+    for budget in (None, 30_000, 0):
+        if budget is not None:
+            monkeypatch.setattr(check_mod, "KEEP_BYTES", budget)
+        r = CountingRenderer()
+        per: list[tuple[str, int, int, int, str]] = []
+        res = check([log], r, CheckOptions(block_size=BS, gpu_blocks=200),
+                    on_request=lambda q, o, m, per=per: per.append((q.where, o.prompt_tokens, o.cached,
+                                                                    o.cached_unlimited, m.reason)))
+        runs[budget] = (per, res.totals, res.fixed, json.dumps(res.as_json(), sort_keys=True), r.rendered)
+    (per0, t0, f0, j0, n0), (per1, t1, f1, j1, n1), (per2, t2, f2, j2, n2) = runs[None], runs[30_000], runs[0]
+    assert f0 is not None and f0.cached > t0.cached  # a fix pass ran and the fix pays
+    assert per0 == per1 == per2 and len(per0) == 30
+    assert (t0, f0, j0) == (t1, f1, j1) == (t2, f2, j2)
+    assert n2 == 60  # nothing kept: 30 renders a pass
+    assert n0 < n1 < n2, (n0, n1, n2)  # all kept after the first finding, then a few, then none

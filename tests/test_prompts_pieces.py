@@ -16,11 +16,14 @@ from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.pieces import (
     NEWLINE_CUT,
     PIECE_OVERHEAD,
+    PROBE_PROMPTS,
     SAMPLE_FIRST,
+    WHOLE_PROMPTS,
     PieceCache,
     Plan,
     cuts,
     newline_pieces,
+    newline_pieces_fast,
 )
 from kvplan.collectors.requests.read import Skipped, read_requests
 from kvplan.collectors.requests.render import Renderer
@@ -273,3 +276,63 @@ def test_the_check_gives_the_same_results_with_and_without_pieces(tmp_path):
     assert cache.chars_asked > asked, "the fix pass asked for text"
     assert cache.chars_tokenized - tokenized < 0.3 * (cache.chars_asked - asked), \
         (cache.chars_tokenized - tokenized, cache.chars_asked - asked)
+
+
+def test_the_numpy_cut_gives_the_same_pieces_as_the_line_loop():
+    """``newline_pieces_fast`` (places found by numpy over the UTF-8 bytes, a non-ASCII neighbour
+    decided on its whole character) against ``newline_pieces`` (a Python loop over the lines) and
+    the regex: the same pieces at every ``k``, on random text of spaces, tabs, CR, non-ASCII
+    spaces (U+00A0, U+2028, U+3000, U+0085), the file separators str.isspace counts (U+001C), a
+    lone surrogate and emoji next to newlines."""
+    rng = random.Random(5)
+    alphabet = [*ALPHABET, "\n", "\n", "\u3000", "\u0085", "\x1c", "\ud800", "abc", "xyz\n", "é\n", "\n🙂"]
+    for _ in range(20_000):
+        t = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 60)))
+        for k in (1, 2, 3, 8):
+            want: list[str | int] = []
+            newline_pieces(t, k, want)
+            got: list[str | int] = []
+            newline_pieces_fast(t, k, got)
+            assert got == want, (repr(t), k)
+        got = []
+        newline_pieces_fast(t, 1, got)
+        assert [x for x in got if x] == [x for x in NEWLINE_CUT.split(t) if x], repr(t)
+
+
+def distinct_log(path: Path, n: int, seed: int = 4) -> Path:
+    """``n`` chat requests, each its own system prompt and question: no piece repeats."""
+    rng = random.Random(seed)
+    words = "cache block prefix token engine request policy answer".split()
+    lines = [json.dumps({"messages": [
+        {"role": "system", "content": "\n".join(f"{i} {j} " + " ".join(rng.choice(words) for _ in range(6))
+                                                 for j in range(8))},
+        {"role": "user", "content": f"{i}: " + " ".join(rng.choice(words) for _ in range(10))}]})
+        for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_prompts_whose_pieces_do_not_repeat_are_tokenized_whole_for_a_while(tmp_path):
+    """On all-distinct prompts the cache saves nothing: after ``PROBE_PROMPTS`` prompts by pieces,
+    the next ``WHOLE_PROMPTS`` are tokenized whole, then pieces are tried again, then twice as
+    many whole; the ids are transformers' own throughout. An agent log (prompts repeating their
+    history) stays by pieces."""
+    n = PROBE_PROMPTS + WHOLE_PROMPTS + PROBE_PROMPTS + 2 * WHOLE_PROMPTS + PROBE_PROMPTS
+    r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
+    ts = texts_of(r, [distinct_log(tmp_path / "distinct.jsonl", n)])[False]
+    assert len(ts) == n
+    got = []
+    for i in range(0, n, 16):
+        got += [a.tolist() for a in r.encode_ids(ts[i:i + 16], add_special_tokens=False)]
+    assert got == transformers_ids(r, ts, False)
+    cache = r.pieces
+    assert cache is not None and cache.failed is None
+    assert cache.whole == 3 * WHOLE_PROMPTS and cache.by_pieces == 3 * PROBE_PROMPTS  # pieces, whole, pieces, ...
+    r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
+    ts = texts_of(r, [agent_log(tmp_path / "agents.jsonl", n_agents=8, turns=12, rules=30)])[False]
+    assert len(ts) > PROBE_PROMPTS
+    got = []
+    for i in range(0, len(ts), 16):
+        got += [a.tolist() for a in r.encode_ids(ts[i:i + 16], add_special_tokens=False)]
+    assert got == transformers_ids(r, ts, False)
+    assert r.pieces is not None and r.pieces.whole == 0 and r.pieces.by_pieces == len(ts)

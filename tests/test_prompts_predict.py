@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvplan.models.prompts.hashing import ExtraKeys, block_hashes, chunk_hashes, hittable_tokens
+from kvplan.models.prompts.hashing import (
+    ExtraKeys,
+    block_hashes,
+    chain_keys64,
+    chunk_hashes,
+    hittable_tokens,
+    token_digests,
+)
 from kvplan.models.prompts.predict import BlockPool, Hashed, LmcacheUnlimited, Predictor, Totals, hashed
 
 
@@ -173,3 +180,32 @@ def test_block_hashes_equal_hash_block_chained_by_hand():
         prev = hash_block(prev, t[i * 16:(i + 1) * 16], e.for_block(i))
         want.append(prev)
     assert block_hashes(t, 16, e) == want
+
+
+def test_numpy_chain_keys_are_equal_exactly_where_the_sha256_chain_is():
+    """``chain_keys64`` (the check's keys, numpy at once) against sha256's chain (``block_hashes``,
+    ``chunk_hashes`` with the partial chunk): over 1,000 prompts that share prefixes of one random
+    sequence then part in a small alphabet, with and without a LoRA name and a cache salt, at
+    block sizes 1, 4 and 16, two blocks get the same 64-bit key exactly when their digests are
+    equal (the same partition of blocks), and one key a block."""
+    import random
+
+    rng = random.Random(2)
+    base = [rng.randrange(50) for _ in range(300)]
+    extras = [ExtraKeys(), ExtraKeys(cache_salt="a"), ExtraKeys(lora="l"), ExtraKeys(lora="l", cache_salt="a")]
+    fast_to_sha: dict[tuple[int, bool, int], bytes] = {}
+    sha_to_fast: dict[tuple[int, bool, bytes], int] = {}
+    for _ in range(1000):
+        ids = base[:rng.randrange(0, 300)] + [rng.randrange(3) for _ in range(rng.randrange(0, 40))]
+        extra = rng.choice(extras)
+        for bs in (1, 4, 16):
+            for partial in (False, True):
+                fast = chain_keys64(ids, bs, extra, partial=partial).tolist()
+                assert chain_keys64(ids, bs, extra, partial=partial, digests=token_digests(ids)).tolist() == fast
+                sha = chunk_hashes(ids, bs, extra, partial=True) if partial else block_hashes(ids, bs, extra)
+                assert len(fast) == len(sha)
+                for f, h in zip(fast, sha, strict=True):
+                    assert fast_to_sha.setdefault((bs, partial, f), h) == h
+                    assert sha_to_fast.setdefault((bs, partial, h), f) == f
+    assert len(sha_to_fast) > 25_000  # many distinct blocks, many shared ones
+    assert chain_keys64(list(range(40)), 16).tolist() == chain_keys64(list(range(32)), 16).tolist()  # full blocks only

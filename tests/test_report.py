@@ -315,3 +315,28 @@ def test_nightly_report_names_stay_inside_report_dir(db, tmp_path):
 
     assert report_file_name("prod", "2026-11", "pdf") == "prod-2026-11.pdf"  # plain names unchanged
     assert report_file_name("../../escaped", "2026-11", "pdf").startswith("_.._escaped-")
+
+
+def test_charts_drawn_in_the_background_are_the_bytes_drawn_in_turn_each_in_its_place():
+    import altair as alt
+    import pandas as pd
+    import vl_convert
+
+    from kvplan.app.report.render import WIDTH, charts_in_background, svg
+
+    frame = pd.DataFrame({"x": [1, 2, 3], "y": [3.0, 1.0, 2.0]})
+    made = [alt.Chart(frame, title=f"chart {i}").mark_line().encode(x="x:Q", y="y:Q") for i in range(3)]
+    # in turn: vl-convert's SVG of each spec, straight (the report's path before it drew in the background)
+    direct = "<p>a</p>".join(f'<div class="chart">{vl_convert.vegalite_to_svg(c.properties(width=WIDTH).to_dict())}'
+                             "</div>" for c in made)
+    assert "".join(svg(c) for c in made[:1]) == direct.split("<p>a</p>")[0]
+    with charts_in_background() as bg:
+        body = "<p>a</p>".join(svg(c) for c in made)
+        assert "<svg" not in body  # markers only, until fill
+        filled = bg.fill(body)
+    assert filled == direct
+    assert [filled.index(f"chart {i}") for i in range(3)] == sorted(filled.index(f"chart {i}") for i in range(3))
+    with charts_in_background() as bg:  # a chart vl-convert refuses fails the report, at fill
+        marker = svg(alt.Chart(frame).mark_line().encode(x="x:Q").properties(usermeta={"x": object()}))
+        with pytest.raises(ValueError, match="vl_spec"):
+            bg.fill(marker)

@@ -4,7 +4,6 @@ cache-busters and what fixing them is worth (issue 26)."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -12,7 +11,7 @@ from typing import IO, Annotated, Any
 import typer
 
 from ...models.core.errors import KvplanError
-from .common import ConfigOpt, DbOpt, err, json_text, open_reader, out, refuse_overwriting, settings
+from .common import ConfigOpt, DbOpt, err, json_text, open_reader, out, positive, refuse_overwriting, settings
 
 
 def prompts_check(
@@ -43,7 +42,7 @@ def prompts_check(
                                                               "logged beside the request (usage.prompt_tokens_"
                                                               "details.cached_tokens).")] = False,
     sample_sessions: Annotated[float | None, typer.Option(
-        callback=sample_fraction, help="Check only this share of the conversations (0 < FRACTION <= 1), whole: "
+        callback=positive, max=1.0, help="Check only this share of the conversations (0 < FRACTION <= 1), whole: "
         "by a session field (session_id, conversation_id), else by a hash of the first user message; the same "
         "log and fraction keep the same requests. The output says it is a sample.")] = None,
     ray: Annotated[str | None, typer.Option(metavar="ADDRESS", help="Render and tokenize the log (the first pass) "
@@ -108,12 +107,6 @@ def prompts_check(
     print_check(d, measured=measured)
 
 
-def sample_fraction(value: float | None) -> float | None:
-    """Typer callback: ``--sample-sessions`` is a number above 0 and at most 1."""
-    if value is not None and not (math.isfinite(value) and 0 < value <= 1):
-        raise typer.BadParameter(f"must be a number above 0 and at most 1 (the share of conversations kept); "
-                                 f"got {value}")
-    return value
 
 
 def _pct(v: float | None) -> str:

@@ -8,9 +8,9 @@ Long windows read whole UTC days from the nightly rollups (``daily_rollups``; ga
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from ...models.core.errors import KvplanError
 from ...models.core.timeutil import DAY, aware_utc, ceil_day, floor_day
@@ -226,9 +226,14 @@ class TimeBucket:
 
     start: datetime
     rows: tuple[Increase, ...]
+    _stats: WindowStats | None = field(default=None, init=False, repr=False, compare=False)
 
     def stats(self) -> WindowStats:
-        return window_stats(list(self.rows))
+        """``window_stats`` of the bucket, computed once (the Cache view's cached tokens and its
+        tier points both ask; read it, don't change it)."""
+        if self._stats is None:
+            object.__setattr__(self, "_stats", window_stats(list(self.rows)))
+        return cast(WindowStats, self._stats)
 
 
 def _daily_rows(source: Source, deployment: str, rolled: tuple[datetime, datetime], model_name: str | None,

@@ -16,7 +16,7 @@ from ..views.cache import REQUEST_WEIGHTED_NOTE
 from ..views.cost import capacity_schedule
 from . import fmt
 from .data import ReportData
-from .render import svg, table
+from .render import charts_in_background, svg, table
 
 CSS = """
 @page { size: A4; margin: 16mm 14mm;
@@ -282,7 +282,10 @@ def render_html(d: ReportData, generated_at: datetime | None = None) -> str:
     body_note = CPU_NOTE.removeprefix("CPU-scale: ")
     cpu = (f'<p class="note"><b>CPU-scale numbers.</b> Measured on: {escape(d.measured_on or "see the runs")}. '
            f"{escape(body_note[0].upper() + body_note[1:])}</p>" if d.cpu_scale else "")
-    body = "".join(f(d) for f in (_decision, _reuse, _tail, _topology, _pilot, _pricing, _assumptions, _provenance))
+    with charts_in_background() as bg:  # vl-convert draws each chart while the next sections are built
+        body = "".join(f(d) for f in (_decision, _reuse, _tail, _topology, _pilot, _pricing, _assumptions,
+                                      _provenance))
+        body = bg.fill(body)
     body += d.whatif_html + d.prompts_html
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>kvplan capacity report: {escape(d.deployment)} {d.month}</title><style>{CSS}</style></head><body>"

@@ -16,7 +16,8 @@ once it is history is a ``template_history`` finding with one replay per remedy 
 (``FindingResult.remedies``); the replay with every finding fixed uses the client dropping the
 reasoning when that is one of them. The temporary file takes 8 bytes per
 block plus 40 per request of disk. Prompt text is held in memory one request at a time (plus
-the finder's window and one example per finding) and never written anywhere.
+the finder's window, one example per finding and, once the first pass has a finding, the
+renders it keeps for the fix pass, at most ``KEEP_BYTES``) and never written anywhere.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
 from ...models.prompts.geometry import pool_blocks
-from ...models.prompts.hashing import ROOT, ExtraKeys, block_keys64, chunk_hashes, hash_block, keys64
+from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64, token_digests
 from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
@@ -86,6 +87,8 @@ class Prepared:
     lines: list[LineInfo] | None = None
     block_size: int = 0
     """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
+    digests: np.ndarray | None = None
+    """Its tokens' ``hashing.token_digests`` (once a request: its keys at every block size)."""
 
 
 @dataclass
@@ -216,9 +219,11 @@ def below_today(fixed: Totals, base: Totals) -> str | None:
             "this fix does not pay on this log")
 
 
-def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None) -> Hashed:
-    """``predict.hashed`` with 64-bit integer keys (``hashing.block_keys64``): the same chain."""
-    return Hashed(len(ids), tuple(block_keys64(ids, block_size, extra)), max(1, output_tokens or 1))
+def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None,
+             digests: np.ndarray | None = None) -> Hashed:
+    """``predict.hashed`` with 64-bit integer keys (``hashing.chain_keys64``: the same equalities
+    as sha256's chain, computed at once; ``digests``: the ids' ``token_digests`` if known)."""
+    return Hashed(len(ids), chain_keys64(ids, block_size, extra, digests=digests), max(1, output_tokens or 1))
 
 
 class Preparer:
@@ -280,15 +285,16 @@ class Preparer:
         """:meth:`encode` of each of ``ps`` not yet encoded, with one tokenizer batch call per
         kind (chat without special tokens added, completions with)."""
         todo = [p for p in ps if p.hashed is None]
-        for p, (ids, h) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
-                                                        for p in todo]), strict=True):
-            p.ids, p.hashed = ids, h
+        for p, (ids, h, dg) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
+                                                            for p in todo]), strict=True):
+            p.ids, p.hashed, p.digests = ids, h, dg
 
-    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]) -> list[tuple[np.ndarray, Hashed]]:
+    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]
+                      ) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
         """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
         batch call per kind (chat without special tokens added, completions with), by pieces
         (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache)."""
-        out: list[tuple[np.ndarray, Hashed] | None] = [None] * len(items)
+        out: list[tuple[np.ndarray, Hashed, np.ndarray] | None] = [None] * len(items)
         if not items:
             return []
         assert self.renderer is not None
@@ -299,7 +305,8 @@ class Preparer:
             for i, ids in zip(idx, self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special),
                               strict=True):
                 p, _, block_size = items[i]
-                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens))
+                dg = token_digests(ids)
+                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens, dg), dg)
         return [x for x in out if x is not None]
 
     def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
@@ -331,7 +338,7 @@ class Preparer:
 
     def retokenize_all(self, items: Sequence[tuple[Prepared, str]]) -> list[Hashed]:
         """Keys of each (request, rewritten text), one tokenizer batch call per kind."""
-        return [h for _, h in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
+        return [h for _, h, _ in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
 
     def _blocks(self, r: LogRequest) -> Hashed:
         assert r.block_ids is not None
@@ -395,9 +402,9 @@ def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int | None:
     cannot be rebuilt from them, so the log cannot tell."""
     if p.ids is None:
         return None
-    keys = chunk_hashes(p.ids, lm.chunk_size, ExtraKeys(), partial=True)
+    keys = chain_keys64(p.ids, lm.chunk_size, partial=True, digests=p.digests)
     full = len(p.ids) // lm.chunk_size
-    return lm.serve(keys[:full], keys[full] if len(keys) > full else None)
+    return lm.serve(keys[:full], int(keys[full]) if len(keys) > full else None)
 
 
 BATCH_REQUESTS = 16
@@ -435,6 +442,49 @@ def _ticker(progress: Progress | None, stage: str) -> Callable[[int], None]:
     return tick
 
 
+KEEP_BYTES = 128 << 20
+"""Memory the first pass's renders may take to be reused by the fix pass (``_Kept``)."""
+LINE_BYTES = 200
+"""Bytes a line of a line map takes (a ``LineInfo`` in its list; tracemalloc: 200)."""
+
+
+class _Kept:
+    """Rendered requests (text and line map) the first pass keeps for the fix pass, by file:line,
+    once it has a finding (so a fix pass will run), within ``budget`` bytes: the first of them in
+    arrival order (past the budget nothing more is kept; the fix pass renders the rest again). The
+    fix pass takes each back as it reads it, freeing it. Memory only, never written."""
+
+    def __init__(self, budget: int | None = None):
+        self.budget = KEEP_BYTES if budget is None else budget
+        self.used = 0
+        self.full = False
+        self.by: dict[str, tuple[str, list[LineInfo]]] = {}
+        self.twice: set[str] = set()
+        self.date: tuple[tuple[str, str, tuple[int | None, str, int]] | None, bool] | None = None
+        """The first pass's server date (``Preparer.date``, ``date_checked``), for the fix pass's renders."""
+
+    def put(self, p: Prepared) -> None:
+        if self.full or p.text is None or p.lines is None:
+            return
+        where = p.request.where
+        if where in self.by or where in self.twice:  # two requests at one place: neither is kept
+            self.by.pop(where, None)
+            self.twice.add(where)
+            return
+        size = 100 + len(p.text) * (1 if p.text.isascii() else 4) + LINE_BYTES * len(p.lines)
+        if self.used + size > self.budget:
+            self.full = True
+            return
+        self.by[where] = (p.text, p.lines)
+        self.used += size
+
+    def take(self, r: LogRequest) -> Prepared | None:
+        """``r`` as the first pass rendered it (None: not kept); the memory it held is freed, the
+        budget is not given back."""
+        got = self.by.pop(r.where, None)
+        return Prepared(r, None, None, got[0], got[1], 0) if got is not None else None
+
+
 class _Spill:
     """The first pass's per-request records, in arrival order, in a temporary file (deleted on
     close): prompt and output tokens, hittable and unlimited-cache hit tokens, the block keys
@@ -446,7 +496,7 @@ class _Spill:
     def write(self, h: Hashed, o: Outcome) -> None:
         self.f.write(np.array([h.prompt_tokens, h.output_tokens, o.hittable, o.cached_unlimited, len(h.hashes)],
                               dtype=np.uint64).tobytes())
-        self.f.write(np.array(h.hashes, dtype=np.uint64).tobytes())
+        self.f.write(np.asarray(h.hashes, dtype=np.uint64).tobytes())
 
     def rewind(self) -> None:
         self.f.flush()
@@ -455,8 +505,8 @@ class _Spill:
     def read(self) -> tuple[Hashed, int, int]:
         """The next request's (keys, hittable tokens, unlimited-cache hit tokens)."""
         pt, out, hit, u, n = (int(x) for x in np.frombuffer(self.f.read(40), dtype=np.uint64))
-        keys = np.frombuffer(self.f.read(8 * n), dtype=np.uint64).tolist()
-        return Hashed(pt, tuple(keys), out), hit, u
+        keys = np.frombuffer(self.f.read(8 * n), dtype=np.uint64)
+        return Hashed(pt, keys, out), hit, u
 
     def close(self) -> None:
         self.f.close()
@@ -497,6 +547,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     sizes: list[int] = []
     reasons: Counter[str] = Counter()
     measured = Comparison()
+    kept = _Kept()
 
     skipped = Skipped()
 
@@ -542,6 +593,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
                 examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
             miss = miss_of(o, predictor.block_size, f, seen.divergence)
+            if finder.findings or (hist is not None and hist.findings):
+                kept.put(p)  # a fix pass will run: it reuses this render
         reasons[miss.reason] += 1
         measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
                      miss.reason)
@@ -587,7 +640,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         else:
             variants.append(every)
         spill.rewind()
-        vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress)
+        kept.date = (prep.date, prep.date_checked)
+        vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress,
+                               kept)
         for i, f in enumerate(found[:opts.max_fixes]):
             mine = [(variants[v].remedy, vt[v]) for v in range(len(owner)) if owner[v] == i]
             if f.change is None:
@@ -648,7 +703,7 @@ class _Geometry:
             return
         extra = prep.extra(p.request)
         for s, pred in self.preds.items():
-            self.totals[s].add(pred.serve(hashed64(p.ids, s, extra, p.request.output_tokens)))
+            self.totals[s].add(pred.serve(hashed64(p.ids, s, extra, p.request.output_tokens, p.digests)))
 
     def keys(self) -> int:
         return sum(len(p.unlimited.keys) for p in self.preds.values())
@@ -685,23 +740,30 @@ class _Geometry:
 
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
               variants: list[Variant], spill: _Spill, requests: int,
-              progress: Progress | None) -> tuple[list[Totals], int]:
+              progress: Progress | None, reuse: _Kept | None = None) -> tuple[list[Totals], int]:
     """The second pass: every request rendered again (rewritten first by the variant's remedy of a
     template's history, if any: ``history.remedied``), each variant's findings fixed in it, each
     variant predicted in its own caches. A request whose text a variant leaves unchanged reuses
     its first-pass keys from ``spill`` (not tokenized again). Returns each variant's totals and
     the ``busted`` tokens: per request, what the last variant (every finding fixed) hits beyond
-    the first pass with an unlimited cache, within what the request could hit."""
+    the first pass with an unlimited cache, within what the request could hit. A request the
+    first pass kept (``reuse``) is not rendered again."""
     prep = Preparer(renderer, CheckOptions(block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
     prep.block_size = block_size
+    reuse = reuse if reuse is not None else _Kept(0)
+    if reuse.date is not None:
+        prep.date, prep.date_checked = reuse.date  # the date the first pass found (not found again)
+
+    def render(r: LogRequest) -> Prepared | None:
+        p = reuse.take(r)
+        return p if p is not None else _rendered(prep, r, skipped)
     preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
     carried = [Carried() for _ in variants]  # per fix: what each conversation's messages were sent with
     totals = [Totals() for _ in variants]
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = busted = 0
     skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
-    for batch in _batches(sampled(read_requests(paths, skipped), opts.sample),
-                          lambda r: _rendered(prep, r, skipped)):
+    for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), render):
         rows: list[tuple[Hashed, int, int, list[str | None]]] = []
         todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
         items: list[tuple[Prepared, str]] = []

@@ -46,6 +46,15 @@ MAX_BYTES = 256 << 20
 PIECE_OVERHEAD = 340
 """Bytes counted per cached piece beyond its ids: the array object, its key and the LRU's entry
 (tracemalloc: 341 bytes a piece on 100,000 pieces)."""
+PROBE_PROMPTS = 64
+WHOLE_PROMPTS = 256
+MAX_WHOLE_PROMPTS = 4096
+MIN_SAVED = 0.1
+"""Where pieces do not repeat (a log of all-distinct prompts), cutting them costs more than it
+saves: when the last ``PROBE_PROMPTS`` prompts tokenized by pieces took less than ``MIN_SAVED``
+of their text from the cache, the next ``WHOLE_PROMPTS`` are tokenized whole (the same ids),
+then pieces are tried again; each time they still save nothing, twice as many are tokenized
+whole (at most ``MAX_WHOLE_PROMPTS``)."""
 SAMPLE_FIRST = 32
 SAMPLE_EVERY = 1000
 """Prompts also tokenized whole and compared: the first ``SAMPLE_FIRST``, then one in ``SAMPLE_EVERY``."""
@@ -55,11 +64,12 @@ SAFE_PRE = {"ByteLevel", "Split", "Whitespace", "WhitespaceSplit", "Digits", "Pu
 """Pre-tokenizers that act on each segment alone (no state from an earlier segment)."""
 NEWLINE_CUT = re.compile(r"(?<=[^\s]\n)(?=[^\s])")
 """Where GPT-2's byte-level regex always ends a pre-token: after a newline between non-spaces."""
-LINES_PER_PIECE = 8
+LINES_PER_PIECE = 2
 """Lines per piece on average where the newline cut applies: the text is cut after a line whose
 CRC-32 is 0 modulo this (content-defined, as in deduplicating backups: a run of lines shared by two
-prompts is cut the same way in both, wherever it sits), so that a piece holds a few lines, not
-one (the tokenizer's cost per call and the cache's per piece would outweigh a line's)."""
+prompts is cut the same way in both, wherever it sits). Two: on the benchmark's agent log, pieces
+of one line cost more per call and per cache entry than they save, and pieces of eight lines
+re-tokenize more of the text around each new turn and each changed line (bench/results/prompts.md)."""
 
 
 @dataclass
@@ -134,6 +144,73 @@ def newline_pieces(text: str, k: int, out: list[str | int]) -> None:
     out.append("\n".join(parts[start:]))
 
 
+_ASCII_SPACE = np.zeros(256, dtype=bool)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True  # what str.isspace is true of below 128
+_ASCII_SPACE[128:] = True  # a non-ASCII byte: looked at one character at a time (see newline_cuts)
+
+
+def newline_cuts(data: bytes, k: int) -> np.ndarray:
+    """Where :func:`newline_pieces` may cut ``data`` (a text's UTF-8): the offsets just after a
+    newline between two non-spaces, with numpy over the bytes rather than a Python loop over the
+    lines. A newline next to a non-ASCII character is decided on that character
+    (``str.isspace``). With ``k`` > 1, the places :func:`newline_pieces` keeps (the CRC-32 of
+    the text since the last place 0 modulo ``k``): the same pieces."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    nl = np.flatnonzero(b[1:-1] == 10) + 1  # a newline with a byte on each side
+    if not len(nl):
+        return nl
+    before, after = b[nl - 1], b[nl + 1]
+    ok = ~(_ASCII_SPACE[before] | _ASCII_SPACE[after])
+    odd = np.flatnonzero((before >= 128) | (after >= 128))
+    for i in odd.tolist():  # rare: decide on the whole character
+        at = int(nl[i])
+        ok[i] = _non_space_before(data, at) and _non_space_after(data, at + 1)
+    nl = nl[ok]
+    cuts = nl + 1
+    if k > 1 and len(cuts):  # newline_pieces' choice: the CRC-32 of the text since the last place
+        ends = cuts.tolist()
+        starts = [0, *ends[:-1]]
+        crc = zlib.crc32
+        cuts = cuts[np.fromiter((crc(data[s:e]) % k == 0 for s, e in zip(starts, ends, strict=True)), dtype=bool,
+                                count=len(ends))]
+    return cuts
+
+
+def _non_space_before(data: bytes, at: int) -> bool:
+    """Whether the character ending just before byte ``at`` of ``data`` is not a space."""
+    s = at - 1
+    while s > 0 and 0x80 <= data[s] < 0xC0 and at - s < 4:
+        s -= 1
+    return not data[s:at].decode("utf-8", "surrogatepass").isspace()
+
+
+def _non_space_after(data: bytes, at: int) -> bool:
+    """Whether the character starting at byte ``at`` of ``data`` is not a space."""
+    e = at + 1
+    while e < len(data) and 0x80 <= data[e] < 0xC0 and e - at < 4:
+        e += 1
+    return not data[at:e].decode("utf-8", "surrogatepass").isspace()
+
+
+def newline_pieces_fast(text: str, k: int, out: list[str | int]) -> None:
+    """:func:`newline_pieces` (the same pieces) with the places found by :func:`newline_cuts`,
+    appended to ``out``: a Python step per place, not per character."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) == len(text):  # ASCII: byte offsets are character offsets
+        cut = newline_cuts(data, k).tolist()
+        start = 0
+        for c in cut:
+            out.append(text[start:c])
+            start = c
+        out.append(text[start:])
+        return
+    start = 0
+    for c in newline_cuts(data, k).tolist():
+        out.append(data[start:c].decode("utf-8", "surrogatepass"))
+        start = c
+    out.append(data[start:].decode("utf-8", "surrogatepass"))
+
+
 def piece_key(text: str) -> tuple[int, int]:
     """A piece's cache key: its length and a 64-bit blake2b of its UTF-8 (lone surrogates kept)."""
     d = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
@@ -167,6 +244,14 @@ class PieceCache:
         """Set on the first sampled prompt whose pieces did not add up to its whole ids."""
         self.affix: dict[bool, tuple[list[int], list[int]] | None] = {False: ([], [])}
         """The ids the post-processor puts before and after a text, with special tokens added or not."""
+        self.whole_left = 0
+        """Prompts still to tokenize whole before pieces are tried again (``MIN_SAVED``)."""
+        self.whole_run = WHOLE_PROMPTS
+        """Prompts to tokenize whole the next time pieces save nothing."""
+        self.whole = 0
+        """Prompts tokenized whole because their pieces were not repeating."""
+        self.probe = [0, 0, 0]
+        """Since the last decision: prompts, characters asked and characters tokenized by pieces."""
 
     @property
     def active(self) -> bool:
@@ -177,7 +262,9 @@ class PieceCache:
         if not texts:
             return []
         affix = self._affix(add_special_tokens) if self.active else None
-        if affix is None:
+        if affix is None or self.whole_left > 0:
+            self.whole_left -= len(texts) if affix is not None else 0
+            self.whole += len(texts) if affix is not None else 0
             return [np.asarray(e.ids, dtype=np.int64)
                     for e in self.bt.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
         cut = [[p if isinstance(p, int) else (piece_key(p), p) for p in self._cut(t)] for t in texts]
@@ -196,8 +283,18 @@ class PieceCache:
                         cache.move_to_end(p[0])
                     else:
                         missing.setdefault(p[0], p[1])
-        self.chars_asked += sum(len(t) for t in texts)
-        self.chars_tokenized += sum(len(t) for t in missing.values())
+        asked, tokenized = sum(len(t) for t in texts), sum(len(t) for t in missing.values())
+        self.chars_asked += asked
+        self.chars_tokenized += tokenized
+        pr = self.probe
+        pr[0], pr[1], pr[2] = pr[0] + len(texts), pr[1] + asked, pr[2] + tokenized
+        if pr[0] >= PROBE_PROMPTS:
+            if pr[2] > (1 - MIN_SAVED) * pr[1]:
+                self.whole_left = self.whole_run
+                self.whole_run = min(2 * self.whole_run, MAX_WHOLE_PROMPTS)
+            else:
+                self.whole_run = WHOLE_PROMPTS
+            pr[0] = pr[1] = pr[2] = 0
         enc = self.bt.encode_batch_fast(list(missing.values()), add_special_tokens=False) if missing else []
         fresh = {k: np.asarray(e.ids, dtype=np.int32) for k, e in zip(missing, enc, strict=True)}
         self.pieces_tokenized += len(fresh)
@@ -249,7 +346,7 @@ class PieceCache:
         out: list[str | int] = []
         for s in segs:
             if isinstance(s, str) and "\n" in s:
-                newline_pieces(s, self.lines_per_piece, out)
+                newline_pieces_fast(s, self.lines_per_piece, out)
             else:
                 out.append(s)
         return out

@@ -112,6 +112,95 @@ def chunk_hashes(tokens: Sequence[int] | np.ndarray, chunk_size: int = 256, extr
     return keys
 
 
+M64 = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
+_P = 0x9E37_79B9_7F4A_7C15
+"""The chain's multiplier (odd, so invertible modulo 2**64)."""
+_Q = pow(_P, -1, 1 << 64)
+_POWERS: dict[str, np.ndarray] = {"p": np.ones(1, dtype=np.uint64), "q": np.ones(1, dtype=np.uint64)}
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, element-wise (a bijection of 64-bit integers; in place)."""
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58_476D_1CE4_E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D0_49BB_1331_11EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_P**i`` and ``_Q**i`` (mod 2**64) for i < n, grown and kept as needed."""
+    have = _POWERS["p"]
+    if len(have) < n:
+        m = max(n, 2 * len(have))
+        for name, base in (("p", _P), ("q", _Q)):
+            f = np.full(m, base, dtype=np.uint64)
+            f[0] = 1
+            with np.errstate(over="ignore"):
+                _POWERS[name] = np.cumprod(f, dtype=np.uint64)
+    return _POWERS["p"][:n], _POWERS["q"][:n]
+
+
+def _extra64(b: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(b, digest_size=8).digest(), "little") if b else 0
+
+
+_POSITIONS = {"at": np.zeros(0, dtype=np.uint64)}
+
+
+def token_digests(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Each token mixed with its position in the prompt (``mix64(token | position << 32)``):
+    what :func:`chain_keys64` sums block by block, at every block size (computed once a prompt)."""
+    arr = np.ascontiguousarray(tokens, dtype=np.int64)
+    n = len(arr)
+    at = _POSITIONS["at"]
+    if len(at) < n:
+        at = _POSITIONS["at"] = np.arange(max(n, 2 * len(at)), dtype=np.uint64) << np.uint64(32)
+    v = arr.view(np.uint64) & np.uint64(0xFFFF_FFFF)
+    v |= at[:n]
+    with np.errstate(over="ignore"):
+        return mix64(v)
+
+
+def chain_keys64(tokens: Sequence[int] | np.ndarray, block_size: int, extra: ExtraKeys = NO_EXTRA, *,
+                 partial: bool = False, digests: np.ndarray | None = None) -> np.ndarray:
+    """The chained 64-bit keys of every full block of ``tokens`` (with ``partial``, the last
+    partial block too), computed with numpy at once rather than a sha256 per block (the check's
+    keys: ``block_keys64`` gives other integers, with the same equalities). ``digests``: the
+    tokens' :func:`token_digests`, when already computed.
+
+    Block ``b``'s digest ``d_b`` is the sum of its tokens' digests (each token mixed with its
+    position in the prompt), mixed with its length and the block's extra keys; its key is
+    ``mix64(S_b + b)`` where ``S_b = sum(d_i * P**(b - i), i <= b)`` mod 2**64 (a polynomial in
+    the digests of the block and every block before it: the chain). Two different chains share
+    a key with a probability near 2**-64, as two 64-bit sha256 prefixes do."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1; got {block_size}")
+    n = len(tokens)
+    full = n // block_size
+    nb = full + (1 if partial and n % block_size else 0)
+    if not nb:
+        return np.empty(0, dtype=np.uint64)
+    v = digests if digests is not None else token_digests(tokens)
+    n = min(n, nb * block_size)
+    with np.errstate(over="ignore"):
+        d = np.add.reduceat(v[:n], np.arange(0, n, block_size)).astype(np.uint64)
+        d[-1] ^= np.uint64(n - (nb - 1) * block_size) << np.uint64(48)
+        if nb > 1:
+            d[:-1] ^= np.uint64(block_size) << np.uint64(48)
+        e0, e1 = _extra64(extra.for_block(0)), _extra64(extra.for_block(1))
+        if e1:
+            d ^= np.uint64(e1)
+        if e0 != e1:
+            d[0] ^= np.uint64(e0 ^ e1)
+        d = mix64(d)
+        pw, qw = _powers(nb)
+        s = np.cumsum(d * qw, dtype=np.uint64) * pw
+        s += np.arange(nb, dtype=np.uint64)
+        return mix64(s)
+
+
 def hittable_tokens(prompt_tokens: int, block_size: int) -> int:
     """Most prompt tokens a request can get from vLLM's cache: full blocks within
     ``prompt_tokens - 1`` (the last token is always computed), so 48 of a 64-token prompt at 16."""

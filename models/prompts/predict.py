@@ -51,9 +51,10 @@ class Hashed:
 
     prompt_tokens: int
     """Prompt length in tokens."""
-    hashes: tuple[bytes, ...] | tuple[int, ...]
+    hashes: tuple[bytes, ...] | tuple[int, ...] | np.ndarray
     """The prompt's full-block keys, in order, each chained on its parent's (sha256 digests, or
-    their 64-bit integers: :func:`~.hashing.block_keys64`)."""
+    64-bit integers: :func:`~.hashing.block_keys64`, or a ``uint64`` array of
+    :func:`~.hashing.chain_keys64`)."""
     output_tokens: int = 1
     """Tokens it generates (at least 1: the first comes out of prefill); they take blocks."""
     output_hashes: tuple[bytes, ...] | tuple[int, ...] = ()
@@ -100,8 +101,8 @@ def key64(k: bytes | int) -> int:
     """A block key as the 64-bit integer the compact stores hold: an int key as is (masked to 64
     bits), a digest's first 8 bytes (little-endian; :func:`~.hashing.block_keys64` gives the same
     integers for a whole request at once)."""
-    if isinstance(k, int):
-        return k & 0xFFFF_FFFF_FFFF_FFFF
+    if isinstance(k, (int, np.integer)):
+        return int(k) & 0xFFFF_FFFF_FFFF_FFFF
     return int.from_bytes(bytes(k[:8]).ljust(8, b"\0"), "little")
 
 
@@ -133,38 +134,45 @@ class KeySet:
         i = int(np.searchsorted(self.main, np.uint64(v)))
         return i < len(self.main) and int(self.main[i]) == v
 
-    def _in_main(self, keys: Sequence[int]) -> np.ndarray:
-        if not len(self.main) or not keys:
-            return np.zeros(len(keys), dtype=bool)
-        a = np.fromiter(keys, dtype=np.uint64, count=len(keys))
+    def _in_main(self, a: np.ndarray) -> np.ndarray:
+        if not len(self.main) or not len(a):
+            return np.zeros(len(a), dtype=bool)
         i = np.searchsorted(self.main, a)
         np.minimum(i, len(self.main) - 1, out=i)
         return np.asarray(self.main[i] == a)
 
-    def leading(self, keys: Sequence[int], limit: int) -> int:
+    def leading(self, keys: Sequence[int] | np.ndarray, limit: int) -> int:
         """How many of ``keys[:limit]`` are held, counted from the first up to the first missing."""
-        head = keys[:limit]
+        head = _array(keys[:limit])
         return self._leading(head, self._in_main(head), len(head))
 
-    def _leading(self, keys: Sequence[int], found: np.ndarray, limit: int) -> int:
+    def _leading(self, a: np.ndarray, found: np.ndarray, limit: int) -> int:
+        """The first of ``a[:limit]`` neither ``found`` in the array nor in the buffer."""
+        out = np.flatnonzero(~found[:limit])
+        if not len(out):
+            return limit
+        if not self.new:
+            return int(out[0])
         new = self.new
-        for i in range(limit):
-            if not found[i] and keys[i] not in new:
+        keys = a[:limit].tolist()
+        for i in out.tolist():
+            if keys[i] not in new:
                 return i
         return limit
 
-    def update(self, keys: Sequence[int]) -> None:
+    def update(self, keys: Sequence[int] | np.ndarray) -> None:
         """Add ``keys`` (64-bit ints)."""
         self.leading_then_add(keys, 0)
 
-    def leading_then_add(self, keys: Sequence[int], limit: int) -> int:
+    def leading_then_add(self, keys: Sequence[int] | np.ndarray, limit: int) -> int:
         """:meth:`leading` of ``keys[:limit]``, then every key of ``keys`` added (one look-up)."""
-        found = self._in_main(keys)
-        n = self._leading(keys, found, min(limit, len(keys)))
+        a = _array(keys)
+        found = self._in_main(a)
+        n = self._leading(a, found, min(limit, len(a)))
         if not found.all():
-            self.new.update(k for i, k in enumerate(keys) if not found[i])
-            if len(self.new) > self.buffer:
-                self.merge()
+            self.new.update((a[~found] if len(self.main) else a).tolist())
+        if len(self.new) > self.buffer:
+            self.merge()
         return n
 
     def merge(self) -> None:
@@ -177,7 +185,17 @@ class KeySet:
         self.new = set()
 
 
-def _ints(keys: Sequence[bytes | int]) -> list[int]:
+def _array(keys: Sequence[int] | np.ndarray) -> np.ndarray:
+    """64-bit keys as a ``uint64`` array (an array as is)."""
+    if isinstance(keys, np.ndarray):
+        return keys.astype(np.uint64, copy=False)
+    return np.fromiter(keys, dtype=np.uint64, count=len(keys))
+
+
+def _ints(keys: Sequence[bytes | int] | np.ndarray) -> list[int] | np.ndarray:
+    """Keys as 64-bit integers: an array of them as is, else a list."""
+    if isinstance(keys, np.ndarray):
+        return keys
     if keys and isinstance(keys[0], int):
         return list(keys)  # type: ignore[arg-type]
     return [key64(k) for k in keys]
@@ -196,7 +214,7 @@ class UnlimitedCache:
     def serve(self, h: Hashed, block_size: int) -> int:
         keys = _ints(h.hashes)
         if h.output_hashes:
-            keys += _ints(h.output_hashes)
+            keys = np.concatenate([_array(keys), _array(_ints(h.output_hashes))])
         return self.keys.leading_then_add(keys, hittable_tokens(h.prompt_tokens, block_size) // block_size)
 
 
@@ -255,8 +273,9 @@ class BlockPool:
     def serve(self, h: Hashed, block_size: int) -> tuple[int, bool]:
         """Hit blocks of ``h``, and whether it fitted; updates the pool as vLLM does."""
         max_blocks = hittable_tokens(h.prompt_tokens, block_size) // block_size
+        hashes = h.hashes.tolist() if isinstance(h.hashes, np.ndarray) else h.hashes
         hit: list[int] = []
-        for k in h.hashes[:max_blocks]:
+        for k in hashes[:max_blocks]:
             b = self._lookup(k)
             if b is None:
                 break
@@ -270,7 +289,7 @@ class BlockPool:
             self.head.pop(b, None)
             self.tail.pop(b, None)
         blocks = list(hit) + [self._pop() for _ in range(need)]
-        keys: list[Key] = [*h.hashes, *h.output_hashes]
+        keys: list[Key] = [*hashes, *h.output_hashes]
         full = computed // block_size
         for i in range(len(hit), min(full, len(keys))):
             b = blocks[i]
@@ -352,10 +371,10 @@ class LmcacheUnlimited:
         self.chunk_size = chunk_size
         self.keys = KeySet()
 
-    def serve(self, full_chunks: Sequence[bytes | int], partial: bytes | int | None = None) -> int:
+    def serve(self, full_chunks: Sequence[bytes | int] | np.ndarray, partial: bytes | int | None = None) -> int:
         """Hit tokens of one request, given its full-chunk keys and its partial chunk's key."""
-        keys = _ints(full_chunks)
+        keys = _array(_ints(full_chunks))
         n = len(keys)
         if partial is not None:
-            keys.append(key64(partial))
+            keys = np.append(keys, np.uint64(key64(partial)))
         return self.keys.leading_then_add(keys, n) * self.chunk_size
