@@ -21,7 +21,7 @@ APT_PACKAGES := prometheus chromium strace poppler-utils libpango-1.0-0 libpango
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,ray]'
 	touch $@
 
 venv: $(STAMP)

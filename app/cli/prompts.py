@@ -45,6 +45,10 @@ def prompts_check(
         callback=positive, max=1.0, help="Check only this share of the conversations (0 < FRACTION <= 1), whole: "
         "by a session field (session_id, conversation_id), else by a hash of the first user message; the same "
         "log and fraction keep the same requests. The output says it is a sample.")] = None,
+    ray: Annotated[str | None, typer.Option(metavar="ADDRESS", help="Render and tokenize the log (the first pass) "
+                                            "on this Ray cluster (HOST:PORT, ray://HOST:PORT, auto; local: start "
+                                            "one here); the same results. Needs pip install 'kvplan[ray]', and "
+                                            "the tokenizer's path and kvplan on every worker.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -86,7 +90,7 @@ def prompts_check(
         d = run(paths, tokenizer=tokenizer, chat_template=chat_template, block_size=block_size,
                 gpu_blocks=gpu_blocks, lmcache_chunk=lmcache_chunk, lora=lora or (), deployment=deployment,
                 db=database, cfg=deployment_settings(s, deployment) if deployment else deployment_settings(None, ""),
-                progress=progress, on_request=on_request, sample_sessions=sample_sessions)
+                progress=progress, on_request=on_request, sample_sessions=sample_sessions, ray=ray)
     finally:
         if fh is not None:
             try:

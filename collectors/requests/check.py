@@ -368,6 +368,13 @@ class Preparer:
         return Hashed(r.input_length, tuple(keys64(keys)), max(1, r.output_tokens or 1))
 
 
+FirstPass = Callable[[Sequence[Path], CheckOptions, Preparer, Callable[[LogRequest], Prepared | None], Skipped],
+                     Iterator[list[Prepared]]]
+"""Where the first pass's prepared requests come from instead of being rendered here
+(``distributed.on_ray``): given the files, the options, the run's Preparer, its render function
+and its ``Skipped``, in arrival order."""
+
+
 DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
                 "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y")
 """strftime formats a template's date is looked for in (Llama 3.1's "Today Date: 26 Jul 2024" is %d %b %Y)."""
@@ -507,8 +514,9 @@ class _Spill:
 
 def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions = CheckOptions(), *,
           progress: Progress | None = None,
-          on_request: OnRequest | None = None) -> CheckResult:
-    """Predict, find busters, recompute with them fixed; see the module docstring."""
+          on_request: OnRequest | None = None, first_pass: FirstPass | None = None) -> CheckResult:
+    """Predict, find busters, recompute with them fixed; see the module docstring. ``first_pass``:
+    the first pass's requests prepared elsewhere (a Ray cluster), in arrival order."""
     if opts.block_size < 1 or opts.lmcache_chunk < 1 or (opts.gpu_blocks is not None and opts.gpu_blocks < 2) \
             or any(s < 1 for s in opts.geometry):
         raise KvplanError("block sizes and chunk must be at least 1, gpu blocks at least 2", source="options")
@@ -516,13 +524,13 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
     spill = _Spill()
     try:
         with spooled(paths) as files:  # a pipe is read once: the fix pass reads its copy
-            return _check(files, renderer, opts, spill, progress, on_request)
+            return _check(files, renderer, opts, spill, progress, on_request, first_pass)
     finally:
         spill.close()
 
 
 def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, spill: _Spill,
-           progress: Progress | None, on_request: OnRequest | None) -> CheckResult:
+           progress: Progress | None, on_request: OnRequest | None, first_pass: FirstPass | None = None) -> CheckResult:
     prep = Preparer(renderer, opts)
     totals = Totals()
     finder = Finder()
@@ -549,8 +557,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
 
-    requests = sampled(read_requests(paths, skipped), opts.sample)
-    for p in (p for batch in _batches(requests, render) for p in _encoded(prep, batch)):
+    batches = (_batches(sampled(read_requests(paths, skipped), opts.sample), render) if first_pass is None
+               else first_pass(paths, opts, prep, render, skipped))
+    for p in (p for batch in batches for p in _encoded(prep, batch)):
         r = p.request
         if r.arrival is not None:
             t_first = r.arrival if t_first is None else min(t_first, r.arrival)
