@@ -46,6 +46,9 @@ def prompts_check(
         callback=sample_fraction, help="Check only this share of the conversations (0 < FRACTION <= 1), whole: "
         "by a session field (session_id, conversation_id), else by a hash of the first user message; the same "
         "log and fraction keep the same requests. The output says it is a sample.")] = None,
+    workers: Annotated[int, typer.Option(min=1, max=256, help="Processes that render, tokenize and hash the "
+                                         "prompts (each loads the tokenizer); the replay stays in one, in "
+                                         "arrival order. 1: all in this process.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     db: DbOpt = None, config: ConfigOpt = None,
 ) -> None:
@@ -87,7 +90,8 @@ def prompts_check(
         d = run(paths, tokenizer=tokenizer, chat_template=chat_template, block_size=block_size,
                 gpu_blocks=gpu_blocks, lmcache_chunk=lmcache_chunk, lora=lora or (), deployment=deployment,
                 db=database, cfg=deployment_settings(s, deployment) if deployment else deployment_settings(None, ""),
-                progress=progress, on_request=on_request, sample_sessions=sample_sessions)
+                progress=progress, on_request=on_request, sample_sessions=sample_sessions,
+                workers=workers)
     finally:
         if fh is not None:
             try:

@@ -74,6 +74,9 @@ class CheckOptions:
     sample: SessionSample | None = None
     """Whole conversations kept (``--sample-sessions``), a filter on the requests as read, in both
     passes; its counts are the run's afterwards. None: every request."""
+    workers: int = 1
+    """Processes the first pass renders, tokenizes and keys text prompts in (``workers.py``);
+    1: in this process. The results are the same either way."""
 
 
 @dataclass
@@ -248,17 +251,11 @@ class Preparer:
         """Render (text prompts) and, unless ``encode`` is False, tokenize and hash ``r``."""
         if r.kind == "blocks":
             return Prepared(r, self._blocks(r), None)
-        if self.trace_block is not None:
-            raise KvplanError(f"a {r.kind} request after block-id trace lines (blocks of {self.trace_block} "
-                              "tokens): one format per check (the keys would mix block sizes); check the trace and "
-                              "the request log apart", source=r.where)
-        self.first_tokens = self.first_tokens or r.where
+        self.admit(r)
         if r.kind == "completion" and r.prompt_ids is not None:
             ids = np.asarray(r.prompt_ids, dtype=np.int64)
             return Prepared(r, hashed64(ids, self.block_size, self.extra(r), r.output_tokens), ids)
-        if self.renderer is None:
-            raise KvplanError("a text prompt needs the model's tokenizer: give --tokenizer DIR (or a model id in "
-                              "the local Hugging Face cache)", source=r.where)
+        assert self.renderer is not None
         text = self.renderer.text(r)
         contents: list[tuple[str, str | None]] = (
             [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
@@ -273,6 +270,18 @@ class Preparer:
         if encode:
             self.encode(p)
         return p
+
+    def admit(self, r: LogRequest) -> None:
+        """Refuse a token or text request ``r`` after block-id lines, or a text prompt without a
+        tokenizer (``KvplanError`` naming its file:line); else note where the first one is."""
+        if self.trace_block is not None:
+            raise KvplanError(f"a {r.kind} request after block-id trace lines (blocks of {self.trace_block} "
+                              "tokens): one format per check (the keys would mix block sizes); check the trace and "
+                              "the request log apart", source=r.where)
+        self.first_tokens = self.first_tokens or r.where
+        if self.renderer is None and not (r.kind == "completion" and r.prompt_ids is not None):
+            raise KvplanError("a text prompt needs the model's tokenizer: give --tokenizer DIR (or a model id in "
+                              "the local Hugging Face cache)", source=r.where)
 
     def encode(self, p: Prepared) -> Hashed:
         """``p``'s token ids and keys from its text (once)."""
@@ -550,12 +559,19 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         return p
 
     requests = sampled(read_requests(paths, skipped), opts.sample)
-    for p in (p for batch in _batches(requests, render) for p in _encoded(prep, batch)):
+    pool_notes: list[str] = []
+    if opts.workers > 1 and renderer is not None:
+        from .workers import prepared_in_pool
+        stream = prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes)
+    else:
+        stream = (p for batch in _batches(requests, render) for p in _encoded(prep, batch))
+    for p in stream:
         r = p.request
         if r.arrival is not None:
             t_first = r.arrival if t_first is None else min(t_first, r.arrival)
             t_last = r.arrival if t_last is None else max(t_last, r.arrival)
         if predictor is None:
+            sizes.append(prep.block_size)  # (the pool's stream does not call render)
             predictor = Predictor(sizes[0], opts.gpu_blocks)
             geo = _Geometry(opts, sizes[0])
         h = p.hashed
@@ -652,7 +668,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     cold = totals.hittable - totals.cached_unlimited - busted
     notes.append("one request at a time in arrival order: requests in flight together (concurrency) are not "
                  "modelled; multimodal inputs are not supported")
-    notes += renderer.piece_notes() if renderer is not None else []
+    notes += list(dict.fromkeys([*(renderer.piece_notes() if renderer is not None else []), *pool_notes]))
     notes += geo.notes()
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
