@@ -13,15 +13,15 @@ Writes synthetic gzip logs of about ``--mb`` MB of request text each (uncompress
   question each; no tools, no history).
 
 Then, each in its own process (the fixture tokenizer of tests/fixtures/prompts and its chat
-template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s, the
-peak resident set size (the larger of ``ru_maxrss`` and the sum of the process tree's RSS sampled
-every 0.2 s: ``--workers`` processes counted) and the CPU seconds (user + system, every thread and
-worker process: less moved than wall time by other processes on the machine) of: ``this tree``'s check; ``--baseline DIR``'s check
-(DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git archive`` of an older
-commit); and ``tokenizer alone``: the same requests read, rendered with the chat template and
-tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them the floor of
-python + kvplan + transformers imported, the distinct keys the unlimited caches held, and
-whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
+template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s, the peak
+resident set size (the larger of ``ru_maxrss`` and the sum of the process tree's RSS sampled every
+0.2 s: ``--workers`` processes counted) and the CPU seconds (user + system, every thread and worker
+process: less moved than wall time by other processes on the machine) of: ``this tree``'s check;
+``--baseline DIR``'s check (DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git
+archive`` of an older commit); and ``tokenizer alone``: the same requests read, rendered with the
+chat template and tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them
+the floor of python + kvplan + transformers imported, the distinct keys the unlimited caches held,
+and whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
 and a sha256 of each request's prompt tokens, cached tokens and miss reason and of the findings).
 ``--key-bytes`` also measures the bytes per distinct key of the key store.
 

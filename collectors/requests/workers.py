@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from ...models.core.errors import KvplanError
 from ...models.prompts.busters import LineInfo
 from ...models.prompts.predict import Hashed
 from .check import BATCH_REQUESTS, CheckOptions, Prepared, Preparer
@@ -34,6 +33,8 @@ IN_FLIGHT = 3
 """Batches per worker submitted ahead of the one the main process waits for."""
 
 Date = tuple[str, str, tuple[int | None, str, int]] | None
+_Local = list[Prepared | tuple[RequestRefused, int]]
+"""A batch prepared in the main process: each request, or its refusal and the bad lines read before it."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def prepared_in_pool(requests: Iterator[LogRequest], prep: Preparer, skipped: Sk
     spec = _Spec(renderer.name, renderer.template, renderer.clock_formats, renderer.piece_bytes, prep.opts)
     ctx = multiprocessing.get_context("forkserver")
     # a batch is either prepared here (a list of Prepared) or in a worker (its requests and future)
-    pending: deque[list[Prepared | tuple[RequestRefused, int]] | tuple[list[tuple[LogRequest, int]], Future[Any]]] = deque()
+    pending: deque[_Local | tuple[list[tuple[LogRequest, int]], Future[Any]]] = deque()
     notes: dict[int, list[str]] = {}
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start, initargs=(spec,)) as pool:
         def drain(limit: int) -> Iterator[Prepared]:
@@ -138,7 +139,7 @@ def prepared_in_pool(requests: Iterator[LogRequest], prep: Preparer, skipped: Sk
                         refuse(RequestRefused(d[0], source=d[1]), at)
 
         batch: list[tuple[LogRequest, int]] = []
-        local: list[Prepared | tuple[RequestRefused, int]] = []
+        local: _Local = []
         refused = [0]
 
         def refuse(e: RequestRefused, at: int) -> None:
