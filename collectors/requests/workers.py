@@ -25,10 +25,12 @@ import numpy as np
 
 from ...models.prompts.busters import LineInfo
 from ...models.prompts.predict import Hashed
-from .check import BATCH_REQUESTS, CheckOptions, Prepared, Preparer
+from .prepare import Options, Prepared, Preparer
 from .read import MAX_SKIPPED, LogRequest, Skipped
 from .render import Renderer, RequestRefused
 
+BATCH_REQUESTS = 16
+"""Text requests a worker renders, then tokenizes in one batch call (``check.BATCH_REQUESTS``)."""
 IN_FLIGHT = 3
 """Batches per worker submitted ahead of the one the main process waits for."""
 
@@ -45,7 +47,7 @@ class _Spec:
     template: str | None
     clock_formats: tuple[str, ...]
     piece_bytes: int | None
-    opts: CheckOptions
+    opts: Options
 
 
 @dataclass
@@ -109,7 +111,7 @@ def _local(r: LogRequest, prep: Preparer) -> bool:
 def prepared_in_pool(requests: Iterator[LogRequest], prep: Preparer, skipped: Skipped, workers: int,
                      piece_notes: list[str]) -> Iterator[Prepared]:
     """``requests`` prepared (rendered, tokenized, keyed) by ``workers`` processes, in order, as
-    ``check._batches`` + ``check._encoded`` yield them in one; a refused request is added to
+    ``check._batches`` + ``check._encoded`` yield them in one process; a refused request is added to
     ``skipped`` (file:line) in its place. ``piece_notes`` gets the workers' piece-cache notes."""
     renderer = prep.renderer
     assert renderer is not None
