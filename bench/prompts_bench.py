@@ -13,14 +13,15 @@ Writes synthetic gzip logs of about ``--mb`` MB of request text each (uncompress
   question each; no tools, no history).
 
 Then, each in its own process (the fixture tokenizer of tests/fixtures/prompts and its chat
-template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s, the
-peak resident set size (``ru_maxrss``) and the CPU seconds (user + system, every thread: less
-moved than wall time by other processes on the machine) of: ``this tree``'s check; ``--baseline DIR``'s check
-(DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git archive`` of an older
-commit); and ``tokenizer alone``: the same requests read, rendered with the chat template and
-tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them the floor of
-python + kvplan + transformers imported, the distinct keys the unlimited caches held, and
-whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
+template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s, the peak
+resident set size (the larger of ``ru_maxrss`` and the sum of the process tree's RSS sampled every
+0.2 s: ``--workers`` processes counted) and the CPU seconds (user + system, every thread and worker
+process: less moved than wall time by other processes on the machine) of: ``this tree``'s check;
+``--baseline DIR``'s check (DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git
+archive`` of an older commit); and ``tokenizer alone``: the same requests read, rendered with the
+chat template and tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them
+the floor of python + kvplan + transformers imported, the distinct keys the unlimited caches held,
+and whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
 and a sha256 of each request's prompt tokens, cached tokens and miss reason and of the findings).
 ``--key-bytes`` also measures the bytes per distinct key of the key store.
 
@@ -33,7 +34,7 @@ bytes per block, 40 per request) on disk. What does not: the text (one batch of 
 plus the finder's window of 256), per-request results (streamed, never kept), the finder's line
 index (bounded by its window).
 
-    .venv/bin/python bench/prompts_bench.py [--mb 20] [--logs agent,distinct] [--baseline DIR]
+    .venv/bin/python bench/prompts_bench.py [--mb 20] [--logs agent,distinct] [--baseline DIR] [--workers 1,2]
 """
 
 from __future__ import annotations
@@ -56,8 +57,14 @@ WORDS = "cache block prefix token engine request policy answer careful brief top
 RUN = """
 import resource, sys, time
 {body}
+try:  # the check's worker processes (--workers) are the forkserver's children: stopped and reaped,
+    from multiprocessing import forkserver  # their CPU time joins RUSAGE_CHILDREN
+    forkserver._forkserver._stop()
+except Exception:
+    pass
 _u = resource.getrusage(resource.RUSAGE_SELF)
-print(_u.ru_utime + _u.ru_stime)
+_c = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(_u.ru_utime + _u.ru_stime + _c.ru_utime + _c.ru_stime)
 print(_u.ru_maxrss)
 """
 CPU: dict[str, float] = {}
@@ -65,19 +72,50 @@ CPU: dict[str, float] = {}
 wall time by other processes on the machine."""
 
 
+def tree_kb(pid: int) -> int:
+    """Resident KiB of ``pid`` and every process under it (the check's worker processes), now."""
+    parent: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE") // 1024
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            parent[int(d)] = int(stat.rsplit(")", 1)[1].split()[1])
+            rss[int(d)] = int(Path(f"/proc/{d}/statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
+    return sum(rss.get(p, 0) for p in tree)
+
+
 def peak_kb(body: str, pythonpath: str | None = None) -> tuple[int, float, list[str]]:
     """Peak RSS (KiB) and wall seconds of ``body`` run in a fresh python (its stderr passed
     through: the check's progress), and the lines it printed before the CPU time and the RSS
-    (the CPU seconds go to ``CPU[body]``)."""
+    (the CPU seconds, its worker processes' included, go to ``CPU[body]``). The peak is the
+    larger of its own ``ru_maxrss`` and the sum of its process tree's RSS, sampled every 0.2 s
+    (the worker processes of ``--workers`` counted, each of them)."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", RUN.format(body=body)], stdout=subprocess.PIPE, text=True,
-                         check=True, env=env)
-    lines = out.stdout.strip().splitlines()
+    with tempfile.TemporaryFile("w+") as f:
+        proc = subprocess.Popen([sys.executable, "-c", RUN.format(body=body)], stdout=f, text=True, env=env)
+        tree = 0
+        while proc.poll() is None:
+            tree = max(tree, tree_kb(proc.pid))
+            time.sleep(0.2)
+        if proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, "python -c")
+        f.seek(0)
+        lines = f.read().strip().splitlines()
     CPU[body] = float(lines[-2])
-    return int(lines[-1]), time.monotonic() - t0, lines[:-2]
+    return max(int(lines[-1]), tree), time.monotonic() - t0, lines[:-2]
 
 
 def write_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
@@ -181,7 +219,7 @@ def progress(stage, n):
 per = hashlib.sha256()
 def on_request(q, o, m):
     per.update(f"{{q.where}} {{o.prompt_tokens}} {{o.cached}} {{o.cached_unlimited}} {{m.reason}};".encode())
-r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16), progress=progress,
+r = check([Path({log!r})], Renderer({tok!r}, Path({tpl!r})), CheckOptions(block_size=16{opts}), progress=progress,
           on_request=on_request)
 per.update(json.dumps(r.as_json()["findings"], sort_keys=True).encode())
 print(per.hexdigest())
@@ -210,10 +248,13 @@ print(n, tokens)
 """
 
 
-def run_check(log: Path, tree: Path, pythonpath: str | None) -> tuple[int, float, list[int], str, float]:
+def run_check(log: Path, tree: Path, pythonpath: str | None, workers: int = 1
+              ) -> tuple[int, float, list[int], str, float]:
     """Peak RSS, wall seconds, the totals, a sha256 of every request's (file:line, prompt
-    tokens, cached, cached unlimited, miss reason) and of the findings' JSON, and CPU seconds."""
-    body = CHECK.format(tree=str(tree), log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE))
+    tokens, cached, cached unlimited, miss reason) and of the findings' JSON, and CPU seconds;
+    ``workers`` > 1: ``CheckOptions.workers`` (this tree only)."""
+    body = CHECK.format(tree=str(tree), log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE),
+                        opts=f", workers={workers}" if workers > 1 else "")
     peak, secs, lines = peak_kb(body, pythonpath)
     return peak, secs, [int(x) for x in lines[-1].split()], lines[-2], CPU[body]
 
@@ -265,6 +306,8 @@ def main() -> None:
     ap.add_argument("--logs", default="agent,distinct", help=f"comma-separated, of {', '.join(LOGS)}")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a directory holding an older kvplan/ tree to time on the same logs, side by side")
+    ap.add_argument("--workers", default="1", help="comma-separated worker counts to run this tree's check at "
+                    "(CheckOptions.workers), e.g. 1,2")
     ap.add_argument("--key-bytes", action="store_true", help="also measure bytes per distinct key of the key store")
     args = ap.parse_args()
     kinds = [k.strip() for k in args.logs.split(",") if k.strip()]
@@ -272,6 +315,7 @@ def main() -> None:
         if k not in LOGS:
             ap.error(f"--logs: {k!r} is not one of {', '.join(LOGS)}")
     floor, fsecs, _ = peak_kb("import kvplan.collectors.requests.check, transformers")
+    print(f"load average (1, 5, 15 min) at the start: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"python + kvplan + transformers alone: peak RSS {floor / 1024:,.0f} MiB, {fsecs:,.1f} s")
     for kind in kinds:
         with tempfile.TemporaryDirectory() as d:
@@ -283,12 +327,13 @@ def main() -> None:
             peak, tsecs, (tn, ttokens), tcpu = run_tokenizer(log)
             print(f"  tokenizer alone: {tsecs:,.1f} s, {size / 1e6 / tsecs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} "
                   f"MiB, CPU {tcpu:,.1f} s ({tn:,} requests, {ttokens:,} prompt tokens)", flush=True)
-            runs = [("this tree", ROOT, None)]
+            counts = [int(w) for w in args.workers.split(",") if w.strip()]
+            runs = [(f"this tree, {w} worker(s)" if counts != [1] else "this tree", ROOT, None, w) for w in counts]
             if args.baseline is not None:
-                runs.append((f"baseline {args.baseline.name}", args.baseline / "kvplan", str(args.baseline)))
+                runs.append((f"baseline {args.baseline.name}", args.baseline / "kvplan", str(args.baseline), 1))
             got = []
-            for name, tree, pp in runs:
-                peak, secs, res, digest, cpu = run_check(log, tree, pp)
+            for name, tree, pp, w in runs:
+                peak, secs, res, digest, cpu = run_check(log, tree, pp, w)
                 got.append((*res[:4], digest))
                 keys = f", {res[5]:,} distinct keys held" if len(res) > 5 and res[5] >= 0 else ""
                 print(f"  {name}: {secs:,.1f} s ({secs / tsecs:.2f}x the tokenizer alone), "
@@ -299,6 +344,7 @@ def main() -> None:
                 print("  same results (requests, prompt tokens, cached, cached if fixed; per request prompt tokens, "
                       "cached, cached unlimited and miss reason; the findings): "
                       + ("yes" if all(g == got[0] for g in got) else f"NO: {got}"))
+    print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.key_bytes:
         merged, buffered, digests = key_bytes()
         print(f"bytes per distinct key (tracemalloc, 1 M keys): {merged:,.1f} in the sorted array, {buffered:,.0f} "

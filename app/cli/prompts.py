@@ -45,6 +45,9 @@ def prompts_check(
         callback=positive, max=1.0, help="Check only this share of the conversations (0 < FRACTION <= 1), whole: "
         "by a session field (session_id, conversation_id), else by a hash of the first user message; the same "
         "log and fraction keep the same requests. The output says it is a sample.")] = None,
+    workers: Annotated[int, typer.Option(min=1, max=256, help="Processes that render, tokenize and hash the "
+                                         "prompts (each loads the tokenizer); the replay stays in one, in "
+                                         "arrival order. 1: all in this process.")] = 1,
     ray: Annotated[str | None, typer.Option(metavar="ADDRESS", help="Render and tokenize the log (the first pass) "
                                             "on this Ray cluster (HOST:PORT, ray://HOST:PORT, auto; local: start "
                                             "one here); the same results. Needs pip install 'kvplan[ray]', and "
@@ -90,7 +93,8 @@ def prompts_check(
         d = run(paths, tokenizer=tokenizer, chat_template=chat_template, block_size=block_size,
                 gpu_blocks=gpu_blocks, lmcache_chunk=lmcache_chunk, lora=lora or (), deployment=deployment,
                 db=database, cfg=deployment_settings(s, deployment) if deployment else deployment_settings(None, ""),
-                progress=progress, on_request=on_request, sample_sessions=sample_sessions, ray=ray)
+                progress=progress, on_request=on_request, sample_sessions=sample_sessions, ray=ray,
+                workers=workers)
     finally:
         if fh is not None:
             try:

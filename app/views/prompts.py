@@ -247,7 +247,8 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
                   cfg: DeploymentSettings = DeploymentSettings(), progress: Progress | None = None,
                   on_request: OnRequest | None = None,
                   with_example: bool = False, keep_requests: int = 0,
-                  sample_sessions: float | None = None, ray: str | None = None) -> dict[str, Any]:
+                  sample_sessions: float | None = None, ray: str | None = None,
+                  workers: int = 1) -> dict[str, Any]:
     """The whole check as one JSON-ready dict (``kvplan prompts check --json``). ``with_example``
     (the dashboard only, never the CLI or the report) adds ``example_prompt``: the first request
     the top finding broke, its rendered text and the divergent line's range, for highlighting.
@@ -255,7 +256,8 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
     ``--per-request`` writes them (lengths, hits and the miss reason; no text).
     ``sample_sessions``: the share of conversations checked (``collectors.requests.sample``),
     stated in ``sample`` (null: the whole log). ``ray``: a Ray cluster's address for the first
-    pass's rendering and tokenizing (``collectors.requests.distributed``)."""
+    pass's rendering and tokenizing (``collectors.requests.distributed``). ``workers``: processes
+    rendering and tokenizing here (``collectors.requests.workers``; 1: this one)."""
     if deployment is not None and db is not None and not cache_config_rows(db, deployment) \
             and deployment_span(db, deployment) is None:
         known = deployment_names(db)
@@ -277,8 +279,8 @@ def prompts_check(paths: Sequence[Path], *, tokenizer: str | Path | None, chat_t
 
     sizes = tuple(table_sizes(own["block_size"], lmcache_chunk, (bs,)))
     result = check(paths, renderer, CheckOptions(bs, gb, lmcache_chunk, frozenset(lora), geometry=sizes,
-                                                 sample=sample), progress=progress, on_request=each,
-                   first_pass=on_ray(ray) if ray is not None else None)
+                                                 sample=sample, workers=workers), progress=progress,
+                   on_request=each, first_pass=on_ray(ray) if ray is not None else None)
     d = result.as_json()
     d["sample"] = sample.as_json() if sample is not None else None
     if sample is not None:

@@ -8,7 +8,7 @@ token ids and prefix-cache predictions out. The public API (stable):
   directory or local HF cache, offline) and ``apply_chat_template``, as vLLM renders;
   ``.render(request) -> Rendered(ids, text)``, ``.encode(text, add_special_tokens=...)``,
   ``.encode_many(texts, add_special_tokens=...)`` (one batch call, the same ids).
-* ``check.Preparer(renderer, options).prepare(request) -> Prepared`` (``hashed``: the
+* ``prepare.Preparer(renderer, options).prepare(request) -> Prepared`` (``hashed``: the
   request's vLLM block keys, ``ids``: its token ids or None for block-id traces, ``text`` and
   ``lines``: the rendered prompt, memory only); ``prepare(request, encode=False)`` renders only,
   ``Preparer.encode(prepared)`` / ``encode_all(prepared_list)`` tokenize and hash later (keys:
@@ -20,6 +20,8 @@ token ids and prefix-cache predictions out. The public API (stable):
   is ``kvplan prompts check --json``. ``geometry``: block sizes the log is also replayed at
   (``CheckResult.geometry``, ``block_geometry`` in the JSON), each request's token ids re-hashed
   at each size (never tokenized again) in a pool of the same capacity in tokens.
+  ``workers``: processes the first pass renders, tokenizes and keys text prompts in
+  (``workers.prepared_in_pool``; 1: this process; the same results).
 * ``history.HistoryFinder(renderer, block_size).observe(request, text, ...)``: a turn the chat
   template renders differently once it is history (Qwen3's think blocks) as a
   ``template_history`` finding (its ``change`` in shape only, ``tokens_missed``) with the

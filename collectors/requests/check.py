@@ -27,7 +27,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,15 +34,16 @@ import numpy as np
 
 from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
-from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix, line_map
+from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix
 from ...models.prompts.geometry import pool_blocks
-from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64, token_digests
+from ...models.prompts.hashing import chain_keys64
 from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .history import HistoryFinder
+from .prepare import Prepared, Preparer, hashed64
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
 from .sample import SessionSample, sampled
@@ -74,21 +74,9 @@ class CheckOptions:
     sample: SessionSample | None = None
     """Whole conversations kept (``--sample-sessions``), a filter on the requests as read, in both
     passes; its counts are the run's afterwards. None: every request."""
-
-
-@dataclass
-class Prepared:
-    """One request ready for the caches: its keys and (text prompts) its text and line map."""
-
-    request: LogRequest
-    hashed: Hashed | None
-    ids: np.ndarray | None
-    text: str | None = None
-    lines: list[LineInfo] | None = None
-    block_size: int = 0
-    """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
-    digests: np.ndarray | None = None
-    """Its tokens' ``hashing.token_digests`` (once a request: its keys at every block size)."""
+    workers: int = 1
+    """Processes the first pass renders, tokenizes and keys text prompts in (``workers.py``);
+    1: in this process. The results are the same either way."""
 
 
 @dataclass
@@ -219,182 +207,11 @@ def below_today(fixed: Totals, base: Totals) -> str | None:
             "this fix does not pay on this log")
 
 
-def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None,
-             digests: np.ndarray | None = None) -> Hashed:
-    """``predict.hashed`` with 64-bit integer keys (``hashing.chain_keys64``: the same equalities
-    as sha256's chain, computed at once; ``digests``: the ids' ``token_digests`` if known)."""
-    return Hashed(len(ids), chain_keys64(ids, block_size, extra, digests=digests), max(1, output_tokens or 1))
-
-
-class Preparer:
-    """Renders, tokenizes and hashes requests with one tokenizer and block size."""
-
-    def __init__(self, renderer: Renderer | None, opts: CheckOptions):
-        self.renderer = renderer
-        self.opts = opts
-        self.block_size = opts.block_size
-        self.trace_block: int | None = None
-        self.first_tokens: str | None = None
-        """Where the first text or token-id request is (file:line): block-id lines after it are refused."""
-        self.notes: list[str] = []
-        self.date: tuple[str, str, tuple[int | None, str, int]] | None = None
-        self.date_checked = False
-        self.dated = 0
-
-    def extra(self, r: LogRequest) -> ExtraKeys:
-        return ExtraKeys(lora=r.model if r.model in self.opts.lora else None, cache_salt=r.cache_salt)
-
-    def prepare(self, r: LogRequest, *, encode: bool = True) -> Prepared:
-        """Render (text prompts) and, unless ``encode`` is False, tokenize and hash ``r``."""
-        if r.kind == "blocks":
-            return Prepared(r, self._blocks(r), None)
-        if self.trace_block is not None:
-            raise KvplanError(f"a {r.kind} request after block-id trace lines (blocks of {self.trace_block} "
-                              "tokens): one format per check (the keys would mix block sizes); check the trace and "
-                              "the request log apart", source=r.where)
-        self.first_tokens = self.first_tokens or r.where
-        if r.kind == "completion" and r.prompt_ids is not None:
-            ids = np.asarray(r.prompt_ids, dtype=np.int64)
-            return Prepared(r, hashed64(ids, self.block_size, self.extra(r), r.output_tokens), ids)
-        if self.renderer is None:
-            raise KvplanError("a text prompt needs the model's tokenizer: give --tokenizer DIR (or a model id in "
-                              "the local Hugging Face cache)", source=r.where)
-        text = self.renderer.text(r)
-        contents: list[tuple[str, str | None]] = (
-            [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
-        names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
-        lines = line_map(text, contents, names)
-        if r.kind == "chat":
-            dated = self._server_date(r, text, lines)
-            if dated is not None:
-                text = dated
-                lines = line_map(text, contents, names)
-        p = Prepared(r, None, None, text, lines, self.block_size)
-        if encode:
-            self.encode(p)
-        return p
-
-    def encode(self, p: Prepared) -> Hashed:
-        """``p``'s token ids and keys from its text (once)."""
-        if p.hashed is None:
-            self.encode_all([p])
-        assert p.hashed is not None
-        return p.hashed
-
-    def encode_all(self, ps: Sequence[Prepared]) -> None:
-        """:meth:`encode` of each of ``ps`` not yet encoded, with one tokenizer batch call per
-        kind (chat without special tokens added, completions with)."""
-        todo = [p for p in ps if p.hashed is None]
-        for p, (ids, h, dg) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
-                                                            for p in todo]), strict=True):
-            p.ids, p.hashed, p.digests = ids, h, dg
-
-    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]
-                      ) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
-        """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
-        batch call per kind (chat without special tokens added, completions with), by pieces
-        (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache)."""
-        out: list[tuple[np.ndarray, Hashed, np.ndarray] | None] = [None] * len(items)
-        if not items:
-            return []
-        assert self.renderer is not None
-        for special in (False, True):
-            idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
-            if not idx:
-                continue
-            for i, ids in zip(idx, self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special),
-                              strict=True):
-                p, _, block_size = items[i]
-                dg = token_digests(ids)
-                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens, dg), dg)
-        return [x for x in out if x is not None]
-
-    def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
-        """A chat template that writes today's date (``strftime_now``) renders, in vLLM, the date
-        the request arrived: the text with that date in place of today's, or None. Found once, on
-        the first chat request, in the template's own lines."""
-        if not self.date_checked:
-            self.date_checked = True
-            asked = tuple(self.renderer.clock_formats) if self.renderer is not None else ()
-            self.date = template_date(text, lines, (*asked, *DATE_FORMATS))
-            if self.date is not None:
-                place = self.date[2]
-                self.notes.append(f"the chat template writes the server's date (template line {place[2]}): vLLM "
-                                  "renders the day a request arrives, so cached prefixes after it are lost once a "
-                                  "day" + ("" if r.arrival is not None else "; the log has no arrival times, so the "
-                                           "prediction renders every request with today's date"))
-        if self.date is None or r.arrival is None:
-            return None
-        fmt, today, place = self.date
-        day = datetime.fromtimestamp(r.arrival, tz=UTC).strftime(fmt)
-        for li in lines:
-            if li.place == place and today in text[li.start:li.end]:
-                self.dated += 1
-                return text[:li.start] + text[li.start:li.end].replace(today, day, 1) + text[li.end:]
-        return None
-
-    def retokenize(self, p: Prepared, text: str) -> Hashed:
-        return self.retokenize_all([(p, text)])[0]
-
-    def retokenize_all(self, items: Sequence[tuple[Prepared, str]]) -> list[Hashed]:
-        """Keys of each (request, rewritten text), one tokenizer batch call per kind."""
-        return [h for _, h, _ in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
-
-    def _blocks(self, r: LogRequest) -> Hashed:
-        assert r.block_ids is not None
-        b = r.block_tokens
-        if self.first_tokens is not None:
-            raise KvplanError(f"block-id trace lines (blocks of {b} tokens) after a text or token-id request (at "
-                              f"{self.first_tokens}, keyed in blocks of {self.block_size} tokens): one format per "
-                              "check (the keys would mix block sizes); check the trace and the request log apart",
-                              source=r.where)
-        if self.trace_block is None:
-            self.trace_block = b
-            if self.block_size % b:
-                self.notes.append(f"the trace's blocks are {b} tokens, which do not divide the block size "
-                                  f"{self.block_size}: predicted at {b}-token blocks")
-                self.block_size = b
-        elif self.trace_block != b:
-            raise KvplanError(f"blocks of {b} tokens after blocks of {self.trace_block}: one trace format at a "
-                              "time", source=r.where)
-        g = self.block_size // b
-        full = r.input_length // self.block_size
-        keys: list[bytes] = []
-        prev = ROOT
-        extra = self.extra(r)
-        for i in range(full):
-            prev = hash_block(prev, r.block_ids[i * g:(i + 1) * g], extra.for_block(i))
-            keys.append(prev)
-        return Hashed(r.input_length, tuple(keys64(keys)), max(1, r.output_tokens or 1))
-
-
 FirstPass = Callable[[Sequence[Path], CheckOptions, Preparer, Callable[[LogRequest], Prepared | None], Skipped],
                      Iterator[list[Prepared]]]
 """Where the first pass's prepared requests come from instead of being rendered here
 (``distributed.on_ray``): given the files, the options, the run's Preparer, its render function
 and its ``Skipped``, in arrival order."""
-
-
-DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
-                "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y")
-"""strftime formats a template's date is looked for in (Llama 3.1's "Today Date: 26 Jul 2024" is %d %b %Y)."""
-
-
-def template_date(text: str, lines: Sequence[LineInfo], formats: Sequence[str] = DATE_FORMATS
-                  ) -> tuple[str, str, tuple[int | None, str, int]] | None:
-    """(format, today's date in it, the line's place) when a template line holds today's date:
-    in one of ``formats`` (the ones the template asked ``strftime_now`` for, then common ones)."""
-    days = {datetime.now(), datetime.now(UTC)}
-    for li in lines:
-        if li.role != "template":
-            continue
-        seg = text[li.start:li.end]
-        for fmt in formats:
-            for d in days:
-                today = d.strftime(fmt)
-                if today in seg:
-                    return fmt, today, li.place
-    return None
 
 
 def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int | None:
@@ -557,14 +374,23 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
 
-    batches = (_batches(sampled(read_requests(paths, skipped), opts.sample), render) if first_pass is None
-               else first_pass(paths, opts, prep, render, skipped))
-    for p in (p for batch in batches for p in _encoded(prep, batch)):
+    requests = sampled(read_requests(paths, skipped), opts.sample)
+    pool_notes: list[str] = []
+    stream: Iterator[Prepared]
+    if first_pass is not None:  # on a Ray cluster (it reads the files itself)
+        stream = (p for batch in first_pass(paths, opts, prep, render, skipped) for p in _encoded(prep, batch))
+    elif opts.workers > 1 and renderer is not None:
+        from .workers import prepared_in_pool
+        stream = prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes)
+    else:
+        stream = (p for batch in _batches(requests, render) for p in _encoded(prep, batch))
+    for p in stream:
         r = p.request
         if r.arrival is not None:
             t_first = r.arrival if t_first is None else min(t_first, r.arrival)
             t_last = r.arrival if t_last is None else max(t_last, r.arrival)
         if predictor is None:
+            sizes.append(prep.block_size)  # (the pool's stream does not call render)
             predictor = Predictor(sizes[0], opts.gpu_blocks)
             geo = _Geometry(opts, sizes[0])
         h = p.hashed
@@ -661,7 +487,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     cold = totals.hittable - totals.cached_unlimited - busted
     notes.append("one request at a time in arrival order: requests in flight together (concurrency) are not "
                  "modelled; multimodal inputs are not supported")
-    notes += renderer.piece_notes() if renderer is not None else []
+    notes += list(dict.fromkeys([*(renderer.piece_notes() if renderer is not None else []), *pool_notes]))
     notes += geo.notes()
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,

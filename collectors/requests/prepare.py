@@ -1,0 +1,221 @@
+"""One request made ready for the caches: rendered with the chat template (text prompts), line-mapped,
+tokenized by pieces and keyed in 64-bit block keys (``Preparer``). Apart from ``check.py`` so the
+worker processes (``workers.py``) build the same ``Preparer`` as the check's own process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import numpy as np
+
+from ...models.core.errors import KvplanError
+from ...models.prompts.busters import LineInfo, line_map
+from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64, token_digests
+from ...models.prompts.predict import Hashed
+from .read import LogRequest
+from .render import Renderer
+
+
+class Options(Protocol):
+    """What a Preparer reads of ``check.CheckOptions``."""
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def lora(self) -> frozenset[str]: ...
+
+
+@dataclass
+class Prepared:
+    """One request ready for the caches: its keys and (text prompts) its text and line map."""
+
+    request: LogRequest
+    hashed: Hashed | None
+    ids: np.ndarray | None
+    text: str | None = None
+    lines: list[LineInfo] | None = None
+    block_size: int = 0
+    """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
+    digests: np.ndarray | None = None
+    """Its tokens' ``hashing.token_digests`` (once a request: its keys at every block size)."""
+
+
+def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None,
+             digests: np.ndarray | None = None) -> Hashed:
+    """``predict.hashed`` with 64-bit integer keys (``hashing.chain_keys64``: the same equalities
+    as sha256's chain, computed at once; ``digests``: the ids' ``token_digests`` if known)."""
+    return Hashed(len(ids), chain_keys64(ids, block_size, extra, digests=digests), max(1, output_tokens or 1))
+
+
+class Preparer:
+    """Renders, tokenizes and hashes requests with one tokenizer and block size."""
+
+    def __init__(self, renderer: Renderer | None, opts: Options):
+        self.renderer = renderer
+        self.opts = opts
+        self.block_size = opts.block_size
+        self.trace_block: int | None = None
+        self.first_tokens: str | None = None
+        """Where the first text or token-id request is (file:line): block-id lines after it are refused."""
+        self.notes: list[str] = []
+        self.date: tuple[str, str, tuple[int | None, str, int]] | None = None
+        self.date_checked = False
+        self.dated = 0
+
+    def extra(self, r: LogRequest) -> ExtraKeys:
+        return ExtraKeys(lora=r.model if r.model in self.opts.lora else None, cache_salt=r.cache_salt)
+
+    def prepare(self, r: LogRequest, *, encode: bool = True) -> Prepared:
+        """Render (text prompts) and, unless ``encode`` is False, tokenize and hash ``r``."""
+        if r.kind == "blocks":
+            return Prepared(r, self._blocks(r), None)
+        self.admit(r)
+        if r.kind == "completion" and r.prompt_ids is not None:
+            ids = np.asarray(r.prompt_ids, dtype=np.int64)
+            return Prepared(r, hashed64(ids, self.block_size, self.extra(r), r.output_tokens), ids)
+        assert self.renderer is not None
+        text = self.renderer.text(r)
+        contents: list[tuple[str, str | None]] = (
+            [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
+        names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
+        lines = line_map(text, contents, names)
+        if r.kind == "chat":
+            dated = self._server_date(r, text, lines)
+            if dated is not None:
+                text = dated
+                lines = line_map(text, contents, names)
+        p = Prepared(r, None, None, text, lines, self.block_size)
+        if encode:
+            self.encode(p)
+        return p
+
+    def admit(self, r: LogRequest) -> None:
+        """Refuse a token or text request ``r`` after block-id lines, or a text prompt without a
+        tokenizer (``KvplanError`` naming its file:line); else note where the first one is."""
+        if self.trace_block is not None:
+            raise KvplanError(f"a {r.kind} request after block-id trace lines (blocks of {self.trace_block} "
+                              "tokens): one format per check (the keys would mix block sizes); check the trace and "
+                              "the request log apart", source=r.where)
+        self.first_tokens = self.first_tokens or r.where
+        if self.renderer is None and not (r.kind == "completion" and r.prompt_ids is not None):
+            raise KvplanError("a text prompt needs the model's tokenizer: give --tokenizer DIR (or a model id in "
+                              "the local Hugging Face cache)", source=r.where)
+
+    def encode(self, p: Prepared) -> Hashed:
+        """``p``'s token ids and keys from its text (once)."""
+        if p.hashed is None:
+            self.encode_all([p])
+        assert p.hashed is not None
+        return p.hashed
+
+    def encode_all(self, ps: Sequence[Prepared]) -> None:
+        """:meth:`encode` of each of ``ps`` not yet encoded, with one tokenizer batch call per
+        kind (chat without special tokens added, completions with)."""
+        todo = [p for p in ps if p.hashed is None]
+        for p, (ids, h, dg) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
+                                                            for p in todo]), strict=True):
+            p.ids, p.hashed, p.digests = ids, h, dg
+
+    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]
+                      ) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
+        """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
+        batch call per kind (chat without special tokens added, completions with), by pieces
+        (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache)."""
+        out: list[tuple[np.ndarray, Hashed, np.ndarray] | None] = [None] * len(items)
+        if not items:
+            return []
+        assert self.renderer is not None
+        for special in (False, True):
+            idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
+            if not idx:
+                continue
+            for i, ids in zip(idx, self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special),
+                              strict=True):
+                p, _, block_size = items[i]
+                dg = token_digests(ids)
+                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens, dg), dg)
+        return [x for x in out if x is not None]
+
+    def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
+        """A chat template that writes today's date (``strftime_now``) renders, in vLLM, the date
+        the request arrived: the text with that date in place of today's, or None. Found once, on
+        the first chat request, in the template's own lines."""
+        if not self.date_checked:
+            self.date_checked = True
+            asked = tuple(self.renderer.clock_formats) if self.renderer is not None else ()
+            self.date = template_date(text, lines, (*asked, *DATE_FORMATS))
+            if self.date is not None:
+                place = self.date[2]
+                self.notes.append(f"the chat template writes the server's date (template line {place[2]}): vLLM "
+                                  "renders the day a request arrives, so cached prefixes after it are lost once a "
+                                  "day" + ("" if r.arrival is not None else "; the log has no arrival times, so the "
+                                           "prediction renders every request with today's date"))
+        if self.date is None or r.arrival is None:
+            return None
+        fmt, today, place = self.date
+        day = datetime.fromtimestamp(r.arrival, tz=UTC).strftime(fmt)
+        for li in lines:
+            if li.place == place and today in text[li.start:li.end]:
+                self.dated += 1
+                return text[:li.start] + text[li.start:li.end].replace(today, day, 1) + text[li.end:]
+        return None
+
+    def retokenize(self, p: Prepared, text: str) -> Hashed:
+        return self.retokenize_all([(p, text)])[0]
+
+    def retokenize_all(self, items: Sequence[tuple[Prepared, str]]) -> list[Hashed]:
+        """Keys of each (request, rewritten text), one tokenizer batch call per kind."""
+        return [h for _, h, _ in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
+
+    def _blocks(self, r: LogRequest) -> Hashed:
+        assert r.block_ids is not None
+        b = r.block_tokens
+        if self.first_tokens is not None:
+            raise KvplanError(f"block-id trace lines (blocks of {b} tokens) after a text or token-id request (at "
+                              f"{self.first_tokens}, keyed in blocks of {self.block_size} tokens): one format per "
+                              "check (the keys would mix block sizes); check the trace and the request log apart",
+                              source=r.where)
+        if self.trace_block is None:
+            self.trace_block = b
+            if self.block_size % b:
+                self.notes.append(f"the trace's blocks are {b} tokens, which do not divide the block size "
+                                  f"{self.block_size}: predicted at {b}-token blocks")
+                self.block_size = b
+        elif self.trace_block != b:
+            raise KvplanError(f"blocks of {b} tokens after blocks of {self.trace_block}: one trace format at a "
+                              "time", source=r.where)
+        g = self.block_size // b
+        full = r.input_length // self.block_size
+        keys: list[bytes] = []
+        prev = ROOT
+        extra = self.extra(r)
+        for i in range(full):
+            prev = hash_block(prev, r.block_ids[i * g:(i + 1) * g], extra.for_block(i))
+            keys.append(prev)
+        return Hashed(r.input_length, tuple(keys64(keys)), max(1, r.output_tokens or 1))
+
+
+DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
+                "%d/%m/%Y", "%Y/%m/%d", "%d.%m.%Y")
+"""strftime formats a template's date is looked for in (Llama 3.1's "Today Date: 26 Jul 2024" is %d %b %Y)."""
+
+
+def template_date(text: str, lines: Sequence[LineInfo], formats: Sequence[str] = DATE_FORMATS
+                  ) -> tuple[str, str, tuple[int | None, str, int]] | None:
+    """(format, today's date in it, the line's place) when a template line holds today's date:
+    in one of ``formats`` (the ones the template asked ``strftime_now`` for, then common ones)."""
+    days = {datetime.now(), datetime.now(UTC)}
+    for li in lines:
+        if li.role != "template":
+            continue
+        seg = text[li.start:li.end]
+        for fmt in formats:
+            for d in days:
+                today = d.strftime(fmt)
+                if today in seg:
+                    return fmt, today, li.place
+    return None
