@@ -223,12 +223,14 @@ def test_the_one_pass_cached_part_is_cached_intervals_span(tmp_path):
                 both = snap.fetch("span_increases_and_buckets", **common, step_s=3600, origin=after,
                                   names=list(CHART_NAMES), cached_names=list(CACHED_RULE_NAMES))
                 part = [{k: r[k] for k in cols} for r in both if r["part"] == "cached"]
-                key = lambda r: tuple(str(r[k]) for k in cols)  # noqa: E731
-                assert sorted(part, key=key) == sorted(alone, key=key), (lb, after, end, model)
+                key = lambda r: tuple(str(r[k]) for k in cols[:-1]) + (round(r["increase"], 6),)  # noqa: E731
+                assert sorted(map(key, part)) == sorted(map(key, alone)), (lb, after, end, model)
                 assert [(r["target"], r["t_end"]) for r in part] == sorted((r["target"], r["t_end"]) for r in part)
                 seen += len(alone)
                 none = snap.fetch("span_increases_and_buckets", **common, step_s=3600, origin=after,
                                   names=list(CHART_NAMES), cached_names=[])
                 assert not [r for r in none if r["part"] == "cached"]
-                assert [r for r in none if r["part"] != "cached"] == [r for r in both if r["part"] != "cached"]
+                rounded = lambda rows: [dict(r, increase=round(r["increase"], 6)) for r in rows  # noqa: E731
+                                        if r["part"] != "cached"]  # DuckDB's parallel sums: last bits vary
+                assert rounded(none) == rounded(both)
     assert seen > 0
