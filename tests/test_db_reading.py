@@ -201,3 +201,36 @@ def test_a_span_without_a_sample_holds_no_pair(tmp_path):
         rows = snap.fetch("span_increases", deployment="d", t_lookback=hour(-1), t_after=hour(1.25), t_to=hour(2),
                           model_name=None)
         assert sum(r["resets"] for r in rows) > 0  # the pair to the zero point, counted in the span with 2:00
+
+
+def test_the_one_pass_cached_part_is_cached_intervals_span(tmp_path):
+    """span_increases_and_buckets' part 'cached' (read with the window's pairs) holds exactly the
+    rows cached_intervals_span reads on its own for the same span, with and without a model, on
+    raw edges before, between and after rolled-up days; and nothing with no names asked."""
+    from kvplan.models.metrics.catalog import CHART_NAMES
+    from kvplan.models.metrics.spellings import CACHED_RULE_NAMES
+    from tests.test_app_fixtures import DEPLOYMENT, MODEL, hour, scenario_db
+
+    db = scenario_db(tmp_path)
+    cols = ("target", "t_end", "name", "family", "model_name", "engine", "le", "labels", "increase")
+    seen = 0
+    with db.snapshot() as snap:
+        for lb, after, end in [(hour(0), hour(0), hour(48)), (hour(0), hour(3.5), hour(9.25)),
+                               (hour(23), hour(24), hour(48)), (hour(-24), hour(0), hour(24))]:
+            for model in (None, MODEL):
+                common = dict(deployment=DEPLOYMENT, t_lookback=lb, t_after=after, t_to=end, model_name=model)
+                alone = snap.fetch("cached_intervals_span", **common, names=list(CACHED_RULE_NAMES))
+                both = snap.fetch("span_increases_and_buckets", **common, step_s=3600, origin=after,
+                                  names=list(CHART_NAMES), cached_names=list(CACHED_RULE_NAMES))
+                part = [{k: r[k] for k in cols} for r in both if r["part"] == "cached"]
+                key = lambda r: tuple(str(r[k]) for k in cols[:-1]) + (round(r["increase"], 6),)  # noqa: E731
+                assert sorted(map(key, part)) == sorted(map(key, alone)), (lb, after, end, model)
+                assert [(r["target"], r["t_end"]) for r in part] == sorted((r["target"], r["t_end"]) for r in part)
+                seen += len(alone)
+                none = snap.fetch("span_increases_and_buckets", **common, step_s=3600, origin=after,
+                                  names=list(CHART_NAMES), cached_names=[])
+                assert not [r for r in none if r["part"] == "cached"]
+                rounded = lambda rows: [dict(r, increase=round(r["increase"], 6)) for r in rows  # noqa: E731
+                                        if r["part"] != "cached"]  # DuckDB's parallel sums: last bits vary
+                assert rounded(none) == rounded(both)
+    assert seen > 0

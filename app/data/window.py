@@ -160,11 +160,17 @@ def cached_by_interval(source: Source, deployment: str, t_from: datetime, t_to: 
     return stretch_answer(*cached_of_interval_rows(rows, Increase))
 
 
+_CACHED_COLUMNS = ("target", "t_end", "name", "family", "model_name", "engine", "le", "labels", "increase")
+"""The columns of a ``cached_intervals_span`` row."""
+
+
 def cached_of_spans(source: Source, deployment: str, spans: Spans, rows: list[Increase],
-                    model_name: str | None) -> tuple[list[Increase], tuple[float | None, str]]:
+                    model_name: str | None, *, read: dict[tuple[datetime, datetime, datetime], list[dict]] | None = None
+                    ) -> tuple[list[Increase], tuple[float | None, str]]:
     """The rows without the rolled-up days' cached-tokens sample, and the window's cached prompt
     tokens with the rule per target and scrape interval, as ``kvplan stats`` reads them: the raw
-    edges' intervals read here (the few sample names of the rule), the rolled-up days' figures
+    edges' intervals read here (the few sample names of the rule; ``read``: the ``cached_intervals_span``
+    rows of spans already read, by ``span_increases_and_buckets``), the rolled-up days' figures
     from the nightly rollup (``spellings.CACHED_DAY``, stored per day by ``rollup_day``). Days
     rolled up before the rollup stored it are read raw (correct, slower)."""
     day_rows = [r for r in rows if r.name == CACHED_DAY]
@@ -178,6 +184,9 @@ def cached_of_spans(source: Source, deployment: str, spans: Spans, rows: list[In
         raw_spans.append((a - DAY, a, b))
     raw: list[dict] = []
     for lb, after, end in raw_spans:
+        if read is not None and (lb, after, end) in read:
+            raw += read[(lb, after, end)]
+            continue
         if not span_has_points(source, deployment, after, end):
             continue
         raw += source.fetch("cached_intervals_span", deployment=deployment, t_lookback=lb, t_after=after, t_to=end,
@@ -246,9 +255,13 @@ def _daily_rows(source: Source, deployment: str, rolled: tuple[datetime, datetim
 def _buckets(raw: list[dict]) -> list[TimeBucket]:
     """Chart rows (bucket, name, increase, le, labels) grouped into time buckets, in time order."""
     by: dict[datetime, list[Increase]] = {}
+    instant: dict[date | datetime, datetime] = {}  # each bucket value converted once
     for r in raw:
-        by.setdefault(as_instant(r["bucket"]), []).append(
-            Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
+        b = r["bucket"]
+        at = instant.get(b)
+        if at is None:
+            at = instant[b] = as_instant(b)
+        by.setdefault(at, []).append(Increase(name=r["name"], increase=r["increase"], le=r["le"], labels=r["labels"]))
     return [TimeBucket(b, tuple(by[b])) for b in sorted(by)]
 
 
@@ -302,6 +315,7 @@ def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t
                 window_buckets(source, deployment, bf, bt, step_s, model_name, names))
     rows: list[Increase] = []
     got: dict[tuple[datetime, datetime, datetime], list[dict]] = {}  # an edge's bucket rows, read with the window's
+    cached_rows: dict[tuple[datetime, datetime, datetime], list[dict]] = {}  # and its cached_intervals_span rows
     for lb, after, end in spans.raw:
         if not span_has_points(source, deployment, after, end):
             continue
@@ -310,11 +324,17 @@ def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t
                                                          t_after=after, t_to=end, model_name=model_name)]
             continue
         mine = got.setdefault((lb, after, end), [])
+        in_cached = cached_rows.setdefault((lb, after, end), [])
         for r in source.fetch("span_increases_and_buckets", deployment=deployment, t_lookback=lb, t_after=after,
                               t_to=end, model_name=model_name, step_s=step, origin=edges[(lb, after, end)],
-                              names=names):
+                              names=names, cached_names=list(CACHED_RULE_NAMES)):
             part = r.pop("part")
             bucket = r.pop("bucket")
+            if part == "cached":
+                in_cached.append({k: r[k] for k in _CACHED_COLUMNS})
+                continue
+            for k in ("target", "t_end", "engine"):
+                del r[k]
             if part == "window":
                 rows.append(Increase(**r))
             else:
@@ -332,7 +352,7 @@ def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t
                                 model_name=model_name, step_s=step, origin=origin, names=names)
     if bspans is not None and bspans.rolled:
         raw += _daily_rows(source, deployment, bspans.rolled, model_name, names)
-    rows, cached = cached_of_spans(source, deployment, spans, rows, model_name)
+    rows, cached = cached_of_spans(source, deployment, spans, rows, model_name, read=cached_rows)
     stats = _noted_stats(source, deployment, f, t, model_name, rows, spans, cached)
     win = remember(source, ("load_window", deployment, f, t, model_name),
                    lambda: Window(deployment, model_name, f, t, tuple(rows), stats, spans))

@@ -13,6 +13,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from . import catalog as c
@@ -195,14 +196,79 @@ def stretch_answer(total: float, how: str, found: bool, unknown: bool) -> tuple[
 
 def cached_of_interval_rows(rows: Iterable[dict[str, Any]], make: Any) -> tuple[float, str, bool, bool]:
     """``stretch_parts`` of the rows of the ``cached_intervals`` queries (one per target,
-    interval end and series): grouped by (target, t_end), each row made an increase by ``make``
-    (``Increase``). Shared by the dashboard's window and the nightly rollup of a day."""
-    groups: dict[tuple[str, Any], list[Any]] = {}
+    interval end and series), grouped by (target, t_end) in the order read. Shared by the
+    dashboard's window and the nightly rollup of a day. An interval without LMCache in-process
+    rows (the usual one) is resolved on (name, labels, increase) triples, its spelling choice
+    memoised by the set of families it holds: the same renaming, the same sums in the same
+    order as ``stretch_parts`` on ``Increase`` rows, without building them (a month's first day
+    holds ~10,000 rows); one with ``lmcache:`` rows (ranks to collapse) is made an increase
+    by ``make`` (``Increase``) and goes through ``resolve``."""
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for r in rows:
-        r = dict(r)
-        key = (r.pop("target"), r.pop("t_end"))
-        groups.setdefault(key, []).append(make(**r, target=key[0]))
-    return stretch_parts(groups.values())
+        groups.setdefault((r["target"], r["t_end"]), []).append(r)
+    total, how, found = 0.0, set(), False
+    for (target, _), group in groups.items():
+        if any(r["name"].startswith("lmcache:") for r in group):
+            resolved, _ = resolve([make(**{k: v for k, v in r.items() if k not in ("target", "t_end")},
+                                        target=target) for r in group])
+            v, where = _target_cached(resolved)
+        else:
+            resolved = _renamed(group)
+            v, where = _target_cached(resolved)
+        if v is None:
+            if (_total(resolved, c.total_name(c.PROMPT_TOKENS)) or 0.0) > 0:
+                return 0.0, "", found, True
+            continue
+        found = True
+        total += v
+        how.add(where)
+    return total, "; ".join(sorted(how)), found, False
+
+
+class _Named:
+    """What ``_target_cached`` reads of a row: its (canonical) name, labels and increase."""
+
+    __slots__ = ("name", "labels", "increase")
+
+    def __init__(self, name: str, labels: str | None, increase: float) -> None:
+        self.name, self.labels, self.increase = name, labels, increase
+
+
+def _renamed(group: list[dict[str, Any]]) -> list[_Named]:
+    """``resolve`` of one target's rows without LMCache in-process ones (``_one_rank`` keeps
+    them as they are): each row under its quantity's canonical name when its spelling is the
+    one chosen, in ``resolve``'s order."""
+    split = [family_of(r["name"]) for r in group]
+    chosen = _chosen(frozenset(fam for fam, _ in split))
+    out: list[_Named] = []
+    for r, (fam, suffix) in zip(group, split, strict=True):
+        roles = SPELLING_OF.get(fam)
+        if not roles:
+            out.append(_Named(r["name"], r["labels"], r["increase"]))
+            continue
+        for key, sp in roles:
+            if chosen[key] is sp:
+                out.append(_Named(c.QUANTITIES[key].spellings[0].family + suffix, r["labels"], r["increase"]))
+    return out
+
+
+_CHOSEN: dict[frozenset[str], dict[str, c.Spelling | None]] = {}
+
+
+def _chosen(present: frozenset[str]) -> dict[str, c.Spelling | None]:
+    """quantity -> the spelling ``c.pick`` chooses among ``present``, kept per family set."""
+    got = _CHOSEN.get(present)
+    if got is None:
+        got = {q.key: c.pick(q.key, present) for q in c.QUANTITIES.values()}
+        if len(_CHOSEN) < 10_000:
+            _CHOSEN[present] = got
+    return got
+
+
+@lru_cache(maxsize=4096)
+def _source_label(labels: str | None) -> Any:
+    """The ``source`` label of a labels JSON (``prompt_tokens_by_source``), parsed once per text."""
+    return json.loads(labels or "{}").get("source")
 
 
 CACHED_DAY = c.total_name(c.CACHED_DAY_FAMILY)
@@ -213,7 +279,7 @@ target and scrape interval), beside the day's increases in ``daily_rollups``."""
 def _target_cached(rows: list[Any]) -> tuple[float | None, str]:
     by_source = [r for r in rows if r.name == c.total_name(c.PROMPT_BY_SOURCE)]
     keep = ("local_cache_hit", "external_kv_transfer")
-    src = (sum(r.increase for r in by_source if json.loads(r.labels or "{}").get("source") in keep)
+    src = (sum(r.increase for r in by_source if _source_label(r.labels) in keep)
            if by_source else None)
     return cached_rule(_total(rows, c.total_name(c.PROMPT_TOKENS_CACHED)), src,
                        _total(rows, c.total_name(c.PREFIX_HITS)), _total(rows, c.total_name(c.EXTERNAL_HITS)),

@@ -104,7 +104,8 @@ def ratio(num: float | None, den: float | None) -> float | None:
 
 
 def histogram_buckets(rows: Iterable[Increase], family: str) -> list[tuple[float, float]]:
-    return [(r.le, r.increase) for r in rows if r.name == c.bucket_name(family) and r.le is not None]
+    name = c.bucket_name(family)  # once, not per row
+    return [(r.le, r.increase) for r in rows if r.name == name and r.le is not None]
 
 
 def label_total(rows: Iterable[Increase], name: str, key: str) -> dict[str, float]:
@@ -235,11 +236,20 @@ def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None,
     the intervals; else they are read per target over the whole window."""
     present = {family_of(r.name)[0] for r in rows}
     rows, _used = resolve(rows)
+    by_name: dict[str, list[float]] = {}  # each name's increases in row order: one pass, not one per figure
+    for r in rows:
+        by_name.setdefault(r.name, []).append(r.increase)
+
+    def tot(name: str) -> float | None:
+        """``total(rows, name)``."""
+        vals = by_name.get(name)
+        return sum(vals) if vals else None
+
     gauges = gauges or {}
-    hits = total(rows, c.total_name(c.PREFIX_HITS))
-    queries = total(rows, c.total_name(c.PREFIX_QUERIES))
-    ext_hits = total(rows, c.total_name(c.EXTERNAL_HITS))
-    ext_queries = total(rows, c.total_name(c.EXTERNAL_QUERIES))
+    hits = tot(c.total_name(c.PREFIX_HITS))
+    queries = tot(c.total_name(c.PREFIX_QUERIES))
+    ext_hits = tot(c.total_name(c.EXTERNAL_HITS))
+    ext_queries = tot(c.total_name(c.EXTERNAL_QUERIES))
     cached, _cached_from = cached_read if cached_read is not None else cached_tokens(rows)
     by_source = label_total(rows, c.total_name(c.PROMPT_BY_SOURCE), "source")
     by_tier = label_total(rows, c.total_name(c.CACHED_BY_SOURCE), "source")
@@ -248,19 +258,19 @@ def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None,
     itl50, itl99 = _p50_p99(rows, c.ITL)
 
     # LMCache: multi-process server (lmcache_mp_*), else in-process (lmcache:* inside vLLM)
-    lm_req = total(rows, c.total_name(c.LM_REQUESTED))
-    lm_hit = total(rows, c.total_name(c.LM_HIT))
-    lm_l1 = total(rows, c.total_name(c.LM_HIT_L1))
-    lm_l2 = total(rows, c.total_name(c.LM_HIT_L2))
+    lm_req = tot(c.total_name(c.LM_REQUESTED))
+    lm_hit = tot(c.total_name(c.LM_HIT))
+    lm_l1 = tot(c.total_name(c.LM_HIT_L1))
+    lm_l2 = tot(c.total_name(c.LM_HIT_L2))
     if lm_req is None:  # in-process: the lookup counters, not the retrieve ones
-        lm_req = total(rows, c.total_name(c.LM_INPROC_LOOKUP_TOKENS))
-        lm_hit = total(rows, c.total_name(c.LM_INPROC_LOOKUP_HITS))
-    requests = total(rows, c.count_name(TTFT))
+        lm_req = tot(c.total_name(c.LM_INPROC_LOOKUP_TOKENS))
+        lm_hit = tot(c.total_name(c.LM_INPROC_LOOKUP_HITS))
+    requests = tot(c.count_name(TTFT))
     st = WindowStats(
         prefix_cache_hit_rate=ratio(hits, queries),
         external_prefix_cache_hit_rate=ratio(ext_hits, ext_queries),
         cached_prompt_tokens=cached,
-        prompt_tokens=total(rows, c.total_name(c.PROMPT_TOKENS)),
+        prompt_tokens=tot(c.total_name(c.PROMPT_TOKENS)),
         requests=requests,
         ttft_p50_s=p50.value if p50 else None,
         ttft_p99_s=p99.value if p99 else None,
@@ -275,9 +285,9 @@ def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None,
         itl_p50=itl50,
         itl_p99=itl99,
         lmcache_lookup_hit_rate=ratio(lm_hit, lm_req),
-        lmcache_retrieve_hit_rate=ratio(total(rows, c.total_name(c.LM_INPROC_HIT)),
-                                        total(rows, c.total_name(c.LM_INPROC_REQUESTED))),
-        prefix_cache_block_hit_rate=ratio(total(rows, BLOCK_HITS), total(rows, BLOCK_QUERIES)),
+        lmcache_retrieve_hit_rate=ratio(tot(c.total_name(c.LM_INPROC_HIT)),
+                                        tot(c.total_name(c.LM_INPROC_REQUESTED))),
+        prefix_cache_block_hit_rate=ratio(tot(BLOCK_HITS), tot(BLOCK_QUERIES)),
         prefix_cache_hit_rate_lifetime=gauges.get(c.GPU_PREFIX_HIT_RATE),
         lmcache_l1_hit_rate=ratio(lm_l1, lm_req),
         lmcache_l2_hit_rate=ratio(lm_l2, lm_req),
@@ -287,11 +297,11 @@ def window_stats(rows: list[Increase], gauges: dict[str, float] | None = None,
         external_prefix_cache_queries=ext_queries,
         prompt_tokens_by_source=by_source,
         cached_tokens_by_tier=by_tier,
-        generation_tokens=total(rows, c.total_name(c.GENERATION_TOKENS)),
-        prefill_seconds_sum=total(rows, c.sum_name(c.PREFILL_TIME)),
-        prefill_requests=total(rows, c.count_name(c.PREFILL_TIME)),
-        prefill_computed_tokens=total(rows, c.sum_name(c.PREFILL_COMPUTED)),
-        estimated_flops=total(rows, c.total_name(c.ESTIMATED_FLOPS)),
+        generation_tokens=tot(c.total_name(c.GENERATION_TOKENS)),
+        prefill_seconds_sum=tot(c.sum_name(c.PREFILL_TIME)),
+        prefill_requests=tot(c.count_name(c.PREFILL_TIME)),
+        prefill_computed_tokens=tot(c.sum_name(c.PREFILL_COMPUTED)),
+        estimated_flops=tot(c.total_name(c.ESTIMATED_FLOPS)),
         counter_resets=sum(r.resets for r in rows),
         counter_decreases=sum(r.broken or 0 for r in rows),
         notes=decrease_notes(rows) + gap_notes(rows) + sum_notes(rows),

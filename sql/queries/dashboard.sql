@@ -63,20 +63,25 @@ GROUP BY ALL
 ORDER BY bucket, se.name, se.le, se.labels;
 
 -- name: span_increases_and_buckets
--- span_increases and span_buckets of one raw span from ONE scan of its sample pairs (a page
--- that shows both reads the raw edge once): rows with part = 'window' are span_increases'
--- (every series, summed over targets and engines), rows with part = 'bucket' are
--- span_buckets' (the chosen names per time bucket (start, start + $step_s] on $origin); each
--- part in its own query's order, with its columns.
+-- span_increases, span_buckets and cached_intervals_span of one raw span from ONE scan of its
+-- sample pairs (a page that shows them reads the raw edge once): rows with part = 'window' are
+-- span_increases' (every series, summed over targets and engines), rows with part = 'bucket'
+-- are span_buckets' (the names in $names per time bucket (start, start + $step_s] on $origin),
+-- rows with part = 'cached' are cached_intervals_span's (the names in $cached_names per target
+-- and interval end; none when it is empty); each part in its own query's order, with its
+-- columns (the others NULL). Each series' pairs depend on its own points only, so reading every
+-- series and keeping some counts what the queries reading those alone count.
 WITH i AS MATERIALIZED (
-    SELECT i.ts, i.delta, i.reset, i.broken, i.gap, se.name, se.family, se.model_name, se.le, se.labels
+    SELECT i.ts, i.delta, i.reset, i.broken, i.gap, se.name, se.family, se.model_name, se.le, se.labels,
+           se.engine, se.target_id
     FROM increments($deployment, $t_lookback, $t_to, $model_name) i
     JOIN series se ON se.series_id = i.series_id
     WHERE i.ts > $t_after
 )
 SELECT 'window' AS part, CAST(NULL AS TIMESTAMP) AS bucket, name, family, model_name, le, labels,
        sum(delta) AS increase, count(*) AS pairs, sum(CAST(reset AS INTEGER)) AS resets,
-       sum(CAST(broken AS INTEGER)) AS broken, sum(CAST(gap AS INTEGER)) AS gaps
+       sum(CAST(broken AS INTEGER)) AS broken, sum(CAST(gap AS INTEGER)) AS gaps,
+       CAST(NULL AS VARCHAR) AS target, CAST(NULL AS TIMESTAMP) AS t_end, CAST(NULL AS VARCHAR) AS engine
 FROM i
 GROUP BY name, family, model_name, le, labels
 UNION ALL
@@ -84,11 +89,18 @@ SELECT 'bucket' AS part,
        time_bucket(to_seconds(CAST($step_s AS BIGINT)), ts - INTERVAL 1 MICROSECOND,
                    CAST($origin AS TIMESTAMP)) AS bucket,
        name, NULL AS family, NULL AS model_name, le, labels, sum(delta) AS increase, NULL AS pairs, NULL AS resets,
-       NULL AS broken, NULL AS gaps
+       NULL AS broken, NULL AS gaps, NULL AS target, NULL AS t_end, NULL AS engine
 FROM i
 WHERE name IN (SELECT unnest($names))
 GROUP BY 2, name, le, labels
-ORDER BY part, bucket, name, model_name, le, labels;
+UNION ALL
+SELECT 'cached' AS part, NULL AS bucket, i.name, i.family, i.model_name, i.le, i.labels, sum(i.delta) AS increase,
+       NULL AS pairs, NULL AS resets, NULL AS broken, NULL AS gaps, t.name AS target, i.ts AS t_end, i.engine
+FROM i
+JOIN targets t ON t.target_id = i.target_id
+WHERE i.name IN (SELECT unnest($cached_names))
+GROUP BY t.name, i.ts, i.name, i.family, i.model_name, i.engine, i.le, i.labels
+ORDER BY part, bucket, target, t_end, name, model_name, engine, le, labels;
 
 -- name: span_has_points
 -- Whether a deployment has any sample or ingested Prometheus step in ($t_after, $t_to]: a raw
