@@ -23,6 +23,8 @@ def sample_param(name: str):
 
     if name in SPECIAL:
         return SPECIAL[name]
+    if name.endswith("_names"):  # a list of metric names, unnested by the query
+        return ["x"]
     if name in ("ts", "day") or name.startswith("t_") or _re.search(r"(_at|_from|_to|_ts|_day)$", name):
         return datetime(2026, 1, 1)
     if name.endswith("_id") or name.startswith("n_"):
