@@ -175,9 +175,14 @@ def stretch_parts(intervals: Iterable[list[Any]]) -> tuple[float, str, bool, boo
     """``cached_per_stretch``'s parts, to be added across spans read apart (a window's raw edges
     and its rolled-up days): the total, how it was read, whether any interval had a rule
     (found), whether one with prompt tokens had none (unknown)."""
+    return _parts(resolve(rows)[0] for rows in intervals)
+
+
+def _parts(resolved: Iterable[list[Any]]) -> tuple[float, str, bool, bool]:
+    """``stretch_parts`` of intervals already resolved to canonical names, read in turn (stops
+    at the first interval with prompt tokens and no rule: unknown)."""
     total, how, found = 0.0, set(), False
-    for rows in intervals:
-        rows, _ = resolve(rows)
+    for rows in resolved:
         v, where = _target_cached(rows)
         if v is None:
             if (_total(rows, c.total_name(c.PROMPT_TOKENS)) or 0.0) > 0:
@@ -206,23 +211,13 @@ def cached_of_interval_rows(rows: Iterable[dict[str, Any]], make: Any) -> tuple[
     groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["target"], r["t_end"]), []).append(r)
-    total, how, found = 0.0, set(), False
-    for (target, _), group in groups.items():
+
+    def resolved(target: str, group: list[dict[str, Any]]) -> list[Any]:
         if any(r["name"].startswith("lmcache:") for r in group):
-            resolved, _ = resolve([make(**{k: v for k, v in r.items() if k not in ("target", "t_end")},
-                                        target=target) for r in group])
-            v, where = _target_cached(resolved)
-        else:
-            resolved = _renamed(group)
-            v, where = _target_cached(resolved)
-        if v is None:
-            if (_total(resolved, c.total_name(c.PROMPT_TOKENS)) or 0.0) > 0:
-                return 0.0, "", found, True
-            continue
-        found = True
-        total += v
-        how.add(where)
-    return total, "; ".join(sorted(how)), found, False
+            return resolve([make(**{k: v for k, v in r.items() if k not in ("target", "t_end")}, target=target)
+                            for r in group])[0]
+        return _renamed(group)
+    return _parts(resolved(target, group) for (target, _), group in groups.items())
 
 
 class _Named:
