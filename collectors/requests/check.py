@@ -42,6 +42,7 @@ from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
+from .ahead import ahead
 from .history import HistoryFinder
 from .prepare import Prepared, Preparer, hashed64
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
@@ -382,8 +383,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     elif opts.workers > 1 and renderer is not None:
         from .workers import prepared_in_pool
         stream = prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes)
-    else:
-        stream = (p for batch in _batches(requests, render) for p in _encoded(prep, batch))
+    else:  # read, render and tokenize one step ahead on a thread (ahead.py): the tokenizer overlaps the replay
+        stream = (p for batch in ahead(_encoded(prep, b) for b in _batches(requests, render)) for p in batch)
     for p in stream:
         r = p.request
         if r.arrival is not None:
@@ -589,30 +590,38 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     tick = _ticker(progress, "recomputing with the findings fixed")
     n = busted = 0
     skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
-    for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), render):
-        rows: list[tuple[Hashed, int, int, list[str | None]]] = []
-        todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
-        items: list[tuple[Prepared, str]] = []
-        for b, p in enumerate(batch):
-            if n + b >= requests:
-                raise KvplanError("the log changed while it was read (more requests on the second pass)",
-                                  source=p.request.where)
+
+    def fixed() -> Iterator[tuple[list[list[str | None]], dict[tuple[int, str], int], list[Hashed]]]:
+        """Per batch: each request's text under each variant (None: unchanged), and the changed
+        texts' keys. Only what the batch's own requests decide (a thread runs it ahead: ahead.py)."""
+        m = 0
+        for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), render):
+            rows: list[list[str | None]] = []
+            todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
+            items: list[tuple[Prepared, str]] = []
+            for b, p in enumerate(batch):
+                if m + b >= requests:
+                    raise KvplanError("the log changed while it was read (more requests on the second pass)",
+                                      source=p.request.where)
+                texts: list[str | None] = []
+                for v, kept in zip(variants, carried, strict=True):
+                    q = _remedied(prep, p, v.remedy)
+                    t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
+                         else None)
+                    if t is None or t == p.text:
+                        texts.append(None)  # unchanged: the first pass's keys
+                        continue
+                    texts.append(t)
+                    if (b, t) not in todo:
+                        todo[(b, t)] = len(items)
+                        items.append((p, t))
+                rows.append(texts)
+            m += len(batch)
+            yield rows, todo, prep.retokenize_all(items)
+
+    for rows, todo, redone in ahead(fixed()):
+        for b, texts in enumerate(rows):
             base, hit, u = spill.read()
-            texts: list[str | None] = []
-            for v, kept in zip(variants, carried, strict=True):
-                q = _remedied(prep, p, v.remedy)
-                t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
-                     else None)
-                if t is None or t == p.text:
-                    texts.append(None)  # unchanged: the first pass's keys
-                    continue
-                texts.append(t)
-                if (b, t) not in todo:
-                    todo[(b, t)] = len(items)
-                    items.append((p, t))
-            rows.append((base, hit, u, texts))
-        redone = prep.retokenize_all(items)
-        for b, (base, hit, u, texts) in enumerate(rows):
             for i, (t, pred) in enumerate(zip(texts, preds, strict=True)):
                 o = pred.serve(base if t is None else redone[todo[(b, t)]])
                 totals[i].add(o)
