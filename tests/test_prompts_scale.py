@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import kvplan.collectors.requests.check as check_mod
@@ -136,3 +137,27 @@ def test_batches_and_the_reused_keys_change_nothing(tmp_path, renderer, monkeypa
     monkeypatch.setattr(KeySet.__init__, "__defaults__", (3,))
     many = check([log], renderer, CheckOptions(block_size=16)).as_json()
     assert one == many and one["hit_rate_if_fixed"] > one["hit_rate_predicted"]
+
+
+@pytest.mark.parametrize("n", [5, 9, 1_000, 200_000])
+def test_the_key_stores_bucketed_look_up_answers_as_isin_does(n):
+    """Random 64-bit keys (hashes): the buckets are used; every key held is found, none other."""
+    rng = np.random.default_rng(n)
+    held = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    ks = KeySet(buffer=n + 1)
+    ks.update(held)
+    ks.merge()
+    assert (ks.width > 0) == (n >= 8)
+    asked = np.concatenate([held[rng.integers(0, n, 3 * n)], rng.integers(0, 2**64 - 1, n, dtype=np.uint64),
+                            np.array([0, 2**64 - 1], dtype=np.uint64), np.sort(held)[:3] + np.uint64(1)])
+    assert ks._in_main(asked).tolist() == np.isin(asked, held).tolist()
+
+
+def test_the_key_store_falls_back_to_a_binary_search_when_keys_crowd_a_bucket():
+    """Small integers (not hashes) all share the first bucket: the look-up is still exact."""
+    ks = KeySet(buffer=10_000)
+    ks.update(list(range(0, 4_000, 2)))
+    ks.merge()
+    assert ks.width == 0
+    asked = np.arange(0, 4_100, dtype=np.uint64)
+    assert ks._in_main(asked).tolist() == [k % 2 == 0 and k < 4_000 for k in range(4_100)]
