@@ -19,7 +19,9 @@ resident set size (the larger of ``ru_maxrss`` and the sum of the process tree's
 process: less moved than wall time by other processes on the machine) of: ``this tree``'s check;
 ``--baseline DIR``'s check (DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git
 archive`` of an older commit); and ``tokenizer alone``: the same requests read, rendered with the
-chat template and tokenized whole in batch calls of the fast tokenizer, nothing else. Beside them
+chat template and tokenized whole in batch calls of the fast tokenizer, nothing else; ``read and
+render alone``: the same without tokenizing (a floor the check cannot go under: it needs every
+prompt's text). Beside them
 the floor of python + kvplan + transformers imported, the distinct keys the unlimited caches held,
 and whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
 and a sha256 of each request's prompt tokens, cached tokens and miss reason and of the findings).
@@ -248,6 +250,27 @@ print(n, tokens)
 """
 
 
+RENDER = """
+from pathlib import Path
+from kvplan.collectors.requests.read import Skipped, read_requests
+from kvplan.collectors.requests.render import Renderer
+r = Renderer({tok!r}, Path({tpl!r}))
+n = chars = 0
+for q in read_requests([Path({log!r})], Skipped()):
+    chars += len(r.text(q))
+    n += 1
+print(n, chars)
+"""
+
+
+def run_render(log: Path) -> tuple[int, float, float]:
+    """Read and render alone (what the check cannot skip: every request's prompt text), nothing
+    tokenized: peak RSS, wall and CPU seconds."""
+    body = RENDER.format(log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE))
+    peak, secs, _ = peak_kb(body)
+    return peak, secs, CPU[body]
+
+
 def run_check(log: Path, tree: Path, pythonpath: str | None, workers: int = 1
               ) -> tuple[int, float, list[int], str, float]:
     """Peak RSS, wall seconds, the totals, a sha256 of every request's (file:line, prompt
@@ -327,6 +350,10 @@ def main() -> None:
             peak, tsecs, (tn, ttokens), tcpu = run_tokenizer(log)
             print(f"  tokenizer alone: {tsecs:,.1f} s, {size / 1e6 / tsecs:,.2f} MB/s, peak RSS {peak / 1024:,.0f} "
                   f"MiB, CPU {tcpu:,.1f} s ({tn:,} requests, {ttokens:,} prompt tokens)", flush=True)
+            rpeak, rsecs, rcpu = run_render(log)
+            print(f"  read and render alone (the check's floor: every prompt's text, nothing tokenized): {rsecs:,.1f} "
+                  f"s ({rsecs / tsecs:.2f}x the tokenizer alone), peak RSS {rpeak / 1024:,.0f} MiB, CPU {rcpu:,.1f} s",
+                  flush=True)
             counts = [int(w) for w in args.workers.split(",") if w.strip()]
             runs = [(f"this tree, {w} worker(s)" if counts != [1] else "this tree", ROOT, None, w) for w in counts]
             if args.baseline is not None:
