@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import not_
 
 import numpy as np
 
@@ -153,12 +155,8 @@ class KeySet:
             return limit
         if not self.new:
             return int(out[0])
-        new = self.new
-        keys = a[:limit].tolist()
-        for i in out.tolist():
-            if keys[i] not in new:
-                return i
-        return limit
+        held = map(self.new.__contains__, a[out].tolist())  # the buffer, looked up key by key in C
+        return next(compress(out.tolist(), map(not_, held)), limit)
 
     def update(self, keys: Sequence[int] | np.ndarray) -> None:
         """Add ``keys`` (64-bit ints)."""
