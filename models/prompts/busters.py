@@ -33,8 +33,8 @@ import re
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, repeat
-from operator import eq
+from itertools import compress, count, repeat, takewhile
+from operator import eq, ne
 from dataclasses import dataclass, field
 from typing import overload
 
@@ -178,7 +178,7 @@ class LineMap(Sequence[LineInfo]):
     def message_ends(self) -> list[int]:
         """Where each message's content ends in the text, in order."""
         ce = self.content_ends
-        return np.unique(ce[ce >= 0]).tolist()
+        return sorted(set(ce[ce >= 0].tolist()))
 
 
 def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: Sequence[str] = ()) -> LineMap:
@@ -493,14 +493,10 @@ class Finder:
 
     def _nearest(self, me: _Seen) -> Divergence | None:
         """The newest recent request with the longest run of leading lines in common with ``me``."""
-        k, seq = 0, None
-        for h in me.prefixes:
-            j = self.prefix.get(h)
-            if j is None or j not in self.recent:
-                break
-            k, seq = k + 1, j
-        if seq is None:
+        run = list(takewhile(self.recent.__contains__, map(self.prefix.get, me.prefixes)))
+        if not run:
             return None
+        k, seq = len(run), run[-1]
         other = self.recent[seq]
         line = me.infos[k] if k < len(me.lines) and k < len(other.lines) else None
         return Divergence(other.label, k, line)
@@ -518,9 +514,7 @@ class Finder:
         if votes[j] * 2 < me.chars:
             return None
         other = self.recent[j]
-        k = 0
-        while k < min(len(me.lines), len(other.lines)) and me.lines[k] == other.lines[k]:
-            k += 1
+        k = next(compress(count(), map(ne, me.lines, other.lines)), min(len(me.lines), len(other.lines)))
         if k >= len(me.lines):
             return None
         theirs = set(other.lines)
@@ -605,20 +599,20 @@ def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding], ca
     by_place = {(f.message_index, f.role, f.line): f for f in fixes}
     moved: list[str] = []
     edits: list[tuple[int, int, str]] = []
-    starts, stops = lm.starts.tolist(), lm.ends.tolist()
-    tool_lines = lm.with_role("tools")
     if any(f.kind == "tools" and f.role == "tools" and lm.find(f.place) is not None for f in fixes):
-        ordered = sorted(text[starts[i]:stops[i]] for i in tool_lines)  # the tool list in one order
-        edits.extend((starts[i], stops[i], t) for i, t in zip(tool_lines, ordered, strict=True))
+        tool_lines = [(int(lm.starts[i]), int(lm.ends[i])) for i in lm.with_role("tools")]
+        ordered = sorted(text[s:e] for s, e in tool_lines)  # the tool list in one order
+        edits.extend((s, e, t) for (s, e), t in zip(tool_lines, ordered, strict=True))
     at = sorted((i, f.place) for f in by_place.values() if f.kind != "tools" for i in lm.find_all(f.place))
     for i, place in at:  # in line order
         f = by_place[place]
-        line = text[starts[i]:stops[i]]
+        start, end = int(lm.starts[i]), int(lm.ends[i])
+        line = text[start:end]
         if f.kind in NORMALISED:
-            edits.append((starts[i], stops[i], _canonical(line, f.kind)))
+            edits.append((start, end, _canonical(line, f.kind)))
         elif f.matches(line):
             moved.append(line)
-            edits.append((starts[i], min(stops[i] + 1, len(text)), ""))
+            edits.append((start, min(end + 1, len(text)), ""))
     if not edits and (carried is None or not carried.sent):
         return text
     ends = lm.message_ends()
