@@ -18,9 +18,10 @@ put end to end, when it is cut:
   about ``LINES_PER_PIECE`` lines.
 
 Each piece's ids are cached under Python's 64-bit ``hash`` of its text (keyed SipHash, per
-process; plus its length; the text is never kept), least recently used evicted past ``max_bytes`` (4 bytes per id and a fixed cost per
-piece). The pieces not cached are tokenized in one batch call. So a system prompt, a tool list
-or an earlier turn is tokenized once per log, not once per request.
+process; plus its length; the text is never kept), least recently used evicted past
+``max_bytes`` (4 bytes per id and a fixed cost per piece). The pieces not cached are tokenized
+in one batch call. So a system prompt, a tool list or an earlier turn is tokenized once per log,
+not once per request.
 
 The equality is proven as the check goes: the first ``SAMPLE_FIRST`` prompts and one in
 ``SAMPLE_EVERY`` after are tokenized whole too and compared. On the first difference the cache
@@ -274,7 +275,8 @@ class PieceCache:
         if affix is None or self.whole_left > 0:
             self.whole_left -= len(texts) if affix is not None else 0
             self.whole += len(texts) if affix is not None else 0
-            return [_int64(e.ids) for e in self.bt.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+            enc = self.bt.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
+            return [_int64(e.ids) for e in enc]
         cut = [[p if isinstance(p, int) else (piece_key(p), p) for p in self._cut(t)] for t in texts]
         sample = []
         for i in range(len(texts)):
@@ -317,7 +319,7 @@ class PieceCache:
                     a = fresh.get(p[0])
                     arrs.append(a if a is not None else cache[p[0]])
             arrs.append(np.asarray(tail, dtype=np.int32))
-            out.append(np.concatenate(arrs).astype(np.int64))
+            out.append(np.concatenate(arrs, dtype=np.int64))
         for k, a in fresh.items():
             self._put(k, a)
         whole = self.bt.encode_batch_fast([texts[i] for i in sample], add_special_tokens=add_special_tokens) \

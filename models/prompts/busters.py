@@ -33,9 +33,8 @@ import re
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, count, repeat, takewhile
-from operator import eq, ne
 from dataclasses import dataclass, field
+from itertools import compress, count, repeat, takewhile
 from typing import overload
 
 import numpy as np
@@ -487,13 +486,13 @@ class Finder:
             seq, gone = self.recent.popitem(last=False)
             for table, keys in ((self.index, gone.lines), (self.prefix, gone.prefixes)):
                 # its entries no later request took over (entries out of the window are never used)
-                for h in compress(keys, map(eq, map(table.get, keys), repeat(seq))):
+                for h in compress(keys, map(seq.__eq__, map(table.get, keys, repeat(0)))):
                     table.pop(h, None)
         return Observed(found, parted)
 
     def _nearest(self, me: _Seen) -> Divergence | None:
         """The newest recent request with the longest run of leading lines in common with ``me``."""
-        run = list(takewhile(self.recent.__contains__, map(self.prefix.get, me.prefixes)))
+        run = list(takewhile(self.recent.__contains__, map(self.prefix.get, me.prefixes, repeat(0))))
         if not run:
             return None
         k, seq = len(run), run[-1]
@@ -503,8 +502,8 @@ class Finder:
 
     def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:
         votes: dict[int, int] = {}
-        got = list(map(self.index.get, me.lines))
-        for i in compress(range(len(got)), got):  # the lines a recent request has (seq >= 1)
+        got = list(map(self.index.get, me.lines, repeat(0)))
+        for i in compress(range(len(got)), got):  # the lines a recent request has (seq >= 1; 0: none)
             j, w = got[i], me.weights[i]
             if w and j in self.recent:
                 votes[j] = votes.get(j, 0) + w
@@ -514,7 +513,7 @@ class Finder:
         if votes[j] * 2 < me.chars:
             return None
         other = self.recent[j]
-        k = next(compress(count(), map(ne, me.lines, other.lines)), min(len(me.lines), len(other.lines)))
+        k = next(compress(count(), map(int.__ne__, me.lines, other.lines)), min(len(me.lines), len(other.lines)))
         if k >= len(me.lines):
             return None
         theirs = set(other.lines)

@@ -34,7 +34,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, count
-from operator import not_
 
 import numpy as np
 
@@ -156,7 +155,7 @@ class KeySet:
         if not self.new:
             return int(out[0])
         held = map(self.new.__contains__, a[out].tolist())  # the buffer, looked up key by key in C
-        i = next(compress(count(), map(not_, held)), len(out))
+        i = next(compress(count(), map(False.__eq__, held)), len(out))  # the first not held
         return int(out[i]) if i < len(out) else limit
 
     def update(self, keys: Sequence[int] | np.ndarray) -> None:
