@@ -214,11 +214,10 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
     starts = ends - lens
     numbers = np.arange(1, n + 1, dtype=np.int64)
     roles = tuple(dict.fromkeys(["template", "tools", *span_roles]))
-    codes = np.zeros(n, dtype=np.int64)
-    messages = np.full(n, -1, dtype=np.int64)
-    content_ends = np.full(n, -1, dtype=np.int64)
-    inside = np.zeros(n, dtype=bool)
-    if s0s:
+    if not s0s:  # no message found: every line the template's
+        codes, inside = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        messages, content_ends = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    else:
         ns = len(s0s)
         s0, s1 = np.array(s0s, dtype=np.int64), np.array(s1s, dtype=np.int64)
         k = np.searchsorted(s1, starts, "left")  # the first span not ending before the line starts
@@ -235,8 +234,9 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
         content_ends = np.where(inside, b, -1)
     names = [f'"{x}"' for x in tool_names if x]
     if names:
-        outside = np.flatnonzero(~inside).tolist()
-        codes[[i for i in outside if any(map(parts[i].__contains__, names))]] = 1
+        named = [i for i in np.flatnonzero(~inside).tolist() if any(map(parts[i].__contains__, names))]
+        if named:
+            codes[named] = 1
     return LineMap(starts, ends, messages, codes, roles, numbers, content_ends, len(text))
 
 
