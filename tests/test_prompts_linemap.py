@@ -136,3 +136,14 @@ def test_message_hashes_are_equal_exactly_where_the_sorted_json_is(a, b):
 def test_line_info_is_what_the_map_lists():
     lm = line_map("<s>\nA", [("system", "A")])
     assert lm[1] == LineInfo(4, 5, 0, "system", 1, 5) and lm[0] == LineInfo(0, 3, 0, "template", 1)
+
+
+def test_a_map_equals_its_lines_and_crosses_processes_whole():
+    import pickle
+
+    text = "<s>\nÉté\n\nB\n<|user|>\nQ"
+    lm = line_map(text, [("system", "Été\n\nB"), ("user", "Q")])
+    assert lm == list(lm) == line_map(text, [("system", "Été\n\nB"), ("user", "Q")])
+    assert lm != line_map(text, [("system", "Été\n\nB")]) and lm != list(lm)[:-1]
+    back = pickle.loads(pickle.dumps(lm))
+    assert back == lm and back.texts(text) == text.split("\n") and back.message_ends() == lm.message_ends()

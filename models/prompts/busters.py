@@ -120,6 +120,14 @@ class LineMap(Sequence[LineInfo]):
     def __len__(self) -> int:
         return len(self.starts)
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to a map or a sequence of :class:`LineInfo` listing the same lines."""
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
     def _info(self, i: int) -> LineInfo:
         m, ce = int(self.messages[i]), int(self.content_ends[i])
         return LineInfo(int(self.starts[i]), int(self.ends[i]), None if m < 0 else m, self.roles[self.codes[i]],
