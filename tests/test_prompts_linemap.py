@@ -147,3 +147,13 @@ def test_a_map_equals_its_lines_and_crosses_processes_whole():
     assert lm != line_map(text, [("system", "Été\n\nB")]) and lm != list(lm)[:-1]
     back = pickle.loads(pickle.dumps(lm))
     assert back == lm and back.texts(text) == text.split("\n") and back.message_ends() == lm.message_ends()
+
+
+def test_the_finder_holds_only_its_first_lines_of_a_long_map():
+    text = "\n".join(f"line {i}" for i in range(50))
+    f = Finder(window=4, max_lines=5)
+    lm = line_map(text, [("system", text)])
+    f.observe(text, lm, 0, True)
+    (seen,) = f.recent.values()
+    assert list(seen.infos) == list(lm)[:5] and seen.texts == text.split("\n")[:5]
+    assert seen.infos.starts.base is None  # a copy, not a view holding the whole map

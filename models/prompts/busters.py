@@ -178,6 +178,13 @@ class LineMap(Sequence[LineInfo]):
             return text.split("\n") if limit is None else text.split("\n", limit)[:limit]
         return list(map(text.__getitem__, map(slice, self.starts[:limit].tolist(), self.ends[:limit].tolist())))
 
+    def head(self, n: int) -> LineMap:
+        """The first ``n`` lines, copied (a map held long holds no more than them)."""
+        if n >= len(self):
+            return self
+        return LineMap(self.starts[:n].copy(), self.ends[:n].copy(), self.messages[:n].copy(), self.codes[:n].copy(),
+                       self.roles, self.numbers[:n].copy(), self.content_ends[:n].copy())
+
     def with_role(self, role: str) -> list[int]:
         """The indices of the lines of ``role``."""
         return np.flatnonzero(self.codes == self.roles.index(role)).tolist() if role in self.roles else []
@@ -480,7 +487,8 @@ class Finder:
         texts = lm.texts(text, self.max_lines)
         hashes = list(map(hash, texts))
         weights = [len(t) + 1 if t.strip() else 0 for t in texts]
-        me = _Seen(hashes, texts, lm, sum(map(len, texts)) + len(texts), label, _prefix_hashes(hashes), weights)
+        me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label,
+                   _prefix_hashes(hashes), weights)
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
