@@ -34,7 +34,7 @@ import numpy as np
 
 from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
-from ...models.prompts.busters import Carried, Finder, Finding, LineInfo, apply_fix
+from ...models.prompts.busters import Carried, Finder, Finding, LineMap, apply_fix
 from ...models.prompts.geometry import pool_blocks
 from ...models.prompts.hashing import chain_keys64
 from ...models.prompts.history import DROP, Remedy
@@ -276,7 +276,7 @@ class _Kept:
         self.budget = KEEP_BYTES if budget is None else budget
         self.used = 0
         self.full = False
-        self.by: dict[str, tuple[str, list[LineInfo]]] = {}
+        self.by: dict[str, tuple[str, LineMap]] = {}
         self.twice: set[str] = set()
         self.date: tuple[tuple[str, str, tuple[int | None, str, int]] | None, bool] | None = None
         """The first pass's server date (``Preparer.date``, ``date_checked``), for the fix pass's renders."""
@@ -413,7 +413,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             # a turn the template rewrote explains the miss: no line finding counts it too
             seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None)
             f = hf or seen.finding
-            li = next((x for x in p.lines if f is not None and x.place == f.place), None)
+            li = p.lines.line_at(f.place) if f is not None else None
             if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
                 examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
             span = hist.span if hf is not None and hist is not None else None

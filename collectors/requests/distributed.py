@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...models.core.errors import KvplanError
-from ...models.prompts.busters import LineInfo
+from ...models.prompts.busters import LineMap
 from ...models.prompts.predict import Hashed
 from .check import BATCH_CHARS, BATCH_REQUESTS, CheckOptions, FirstPass, Prepared, Preparer
 from .read import LogRequest, Skipped, read_requests
@@ -51,7 +51,7 @@ class _Done:
     hashed: Hashed
     ids: np.ndarray | None
     text: str | None
-    lines: list[LineInfo] | None
+    lines: LineMap | None
     block_size: int
 
 

@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from ...models.core.errors import KvplanError
-from ...models.prompts.busters import LineInfo, line_map
+from ...models.prompts.busters import LineInfo, LineMap, line_map
 from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64, token_digests
 from ...models.prompts.predict import Hashed
 from .read import LogRequest
@@ -37,7 +37,7 @@ class Prepared:
     hashed: Hashed | None
     ids: np.ndarray | None
     text: str | None = None
-    lines: list[LineInfo] | None = None
+    lines: LineMap | None = None
     block_size: int = 0
     """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
     digests: np.ndarray | None = None
@@ -140,7 +140,7 @@ class Preparer:
                 out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens, dg), dg)
         return [x for x in out if x is not None]
 
-    def _server_date(self, r: LogRequest, text: str, lines: list[LineInfo]) -> str | None:
+    def _server_date(self, r: LogRequest, text: str, lines: LineMap) -> str | None:
         """A chat template that writes today's date (``strftime_now``) renders, in vLLM, the date
         the request arrived: the text with that date in place of today's, or None. Found once, on
         the first chat request, in the template's own lines."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...models.prompts.busters import LineInfo
+from ...models.prompts.busters import LineMap
 from ...models.prompts.predict import Hashed
 from .prepare import Options, Prepared, Preparer
 from .read import MAX_SKIPPED, LogRequest, Skipped
@@ -55,7 +55,7 @@ class _Done:
     """One request as a worker prepared it (the request itself stays in the main process)."""
 
     text: str | None
-    lines: list[LineInfo] | None
+    lines: LineMap | None
     ids: np.ndarray | None
     hashed: Hashed | None
     digests: np.ndarray | None

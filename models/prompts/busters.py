@@ -32,8 +32,12 @@ import json
 import re
 import unicodedata
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, count, repeat, takewhile
+from typing import overload
+
+import numpy as np
 
 KINDS = ("iso_timestamp", "epoch_timestamp", "date", "uuid", "hex_id", "counter", "json_keys", "tools",
          "whitespace", "other")
@@ -78,11 +82,133 @@ class LineInfo:
         return (self.message_index, self.role, self.line)
 
 
-def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: Sequence[str] = ()) -> list[LineInfo]:
+class LineMap(Sequence[LineInfo]):
+    """A rendered prompt's lines (:func:`line_map`) as parallel arrays, one entry a line: start,
+    end, message index (-1: None), role (a code into ``roles``), line, content end (-1: None). A
+    :class:`LineInfo` is made only for a line asked for (``lines[i]``, iteration): a request's
+    map is built for every request, but read line by line only where a finding or a fix is."""
+
+    __slots__ = ("starts", "ends", "messages", "codes", "roles", "numbers", "content_ends", "split_of")
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray, messages: np.ndarray, codes: np.ndarray,
+                 roles: tuple[str, ...], numbers: np.ndarray, content_ends: np.ndarray, split_of: int = -1):
+        self.starts = starts
+        self.ends = ends
+        self.messages = messages
+        self.codes = codes
+        self.roles = roles
+        self.numbers = numbers
+        self.content_ends = content_ends
+        self.split_of = split_of
+        """The length of the text whose lines these are, every one (``line_map``'s), else -1."""
+
+    @classmethod
+    def of(cls, infos: Sequence[LineInfo]) -> LineMap:
+        """``infos`` as a map (itself when it is one)."""
+        if isinstance(infos, LineMap):
+            return infos
+        roles = tuple(dict.fromkeys(i.role for i in infos))
+        code = {r: c for c, r in enumerate(roles)}
+
+        def arr(xs: Iterable[int]) -> np.ndarray:
+            return np.fromiter(xs, dtype=np.int64, count=len(infos))
+        return cls(arr(i.start for i in infos), arr(i.end for i in infos),
+                   arr(-1 if i.message_index is None else i.message_index for i in infos),
+                   arr(code[i.role] for i in infos), roles, arr(i.line for i in infos),
+                   arr(-1 if i.content_end is None else i.content_end for i in infos))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a map or a sequence of :class:`LineInfo` listing the same lines."""
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _info(self, i: int) -> LineInfo:
+        m, ce = int(self.messages[i]), int(self.content_ends[i])
+        return LineInfo(int(self.starts[i]), int(self.ends[i]), None if m < 0 else m, self.roles[self.codes[i]],
+                        int(self.numbers[i]), None if ce < 0 else ce)
+
+    @overload
+    def __getitem__(self, i: int) -> LineInfo: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[LineInfo]: ...
+
+    def __getitem__(self, i: int | slice) -> LineInfo | list[LineInfo]:
+        if isinstance(i, slice):
+            return [self._info(j) for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"line {i} of a map of {len(self)} lines")
+        return self._info(i % len(self))
+
+    def __iter__(self) -> Iterator[LineInfo]:
+        roles = self.roles
+        for s, e, m, c, n, ce in zip(self.starts.tolist(), self.ends.tolist(), self.messages.tolist(),
+                                     self.codes.tolist(), self.numbers.tolist(), self.content_ends.tolist(),
+                                     strict=True):
+            yield LineInfo(s, e, None if m < 0 else m, roles[c], n, None if ce < 0 else ce)
+
+    def find_all(self, place: tuple[int | None, str, int]) -> list[int]:
+        """The indices of the lines at ``place`` (message index, role, line): one at most, unless
+        a message's role is ``tools`` or ``template``."""
+        if place[1] not in self.roles:
+            return []
+        hit: list[int] = np.flatnonzero((self.numbers == place[2]) & (self.codes == self.roles.index(place[1]))
+                                        & (self.messages == (-1 if place[0] is None else place[0]))).tolist()
+        return hit
+
+    def find(self, place: tuple[int | None, str, int]) -> int | None:
+        """The index of the first line at ``place``, or None."""
+        hit = self.find_all(place)
+        return hit[0] if hit else None
+
+    def line_at(self, place: tuple[int | None, str, int]) -> LineInfo | None:
+        """The line at ``place``, or None."""
+        i = self.find(place)
+        return None if i is None else self._info(i)
+
+    def texts(self, text: str, limit: int | None = None) -> list[str]:
+        """The text of each line (the first ``limit``) of ``text``, the text the map was made of."""
+        if len(text) == self.split_of:  # every line of it: str.split
+            return text.split("\n") if limit is None else text.split("\n", limit)[:limit]
+        return list(map(text.__getitem__, map(slice, self.starts[:limit].tolist(), self.ends[:limit].tolist())))
+
+    def head(self, n: int) -> LineMap:
+        """The first ``n`` lines, copied (a map held long holds no more than them)."""
+        if n >= len(self):
+            return self
+        return LineMap(self.starts[:n].copy(), self.ends[:n].copy(), self.messages[:n].copy(), self.codes[:n].copy(),
+                       self.roles, self.numbers[:n].copy(), self.content_ends[:n].copy())
+
+    def with_role(self, role: str) -> list[int]:
+        """The indices of the lines of ``role``."""
+        return np.flatnonzero(self.codes == self.roles.index(role)).tolist() if role in self.roles else []
+
+    def message_ends(self) -> list[int]:
+        """Where each message's content ends in the text, in order."""
+        ce = self.content_ends
+        return sorted(set(ce[ce >= 0].tolist()))
+
+
+def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: Sequence[str] = ()) -> LineMap:
     """The lines of ``text`` tied to the messages ``contents`` ((role, content) in order), found in
     the text in order; a line outside every message is ``tools`` when it names a tool, else
-    ``template`` (then ``message_index`` is the message it precedes, None after the last)."""
-    spans: list[tuple[int, int, int, str]] = []
+    ``template`` (then ``message_index`` is the message it precedes, None after the last).
+
+    A line belongs to the first message whose content does not end before it starts (one
+    ending right where an empty line starts counts it, without holding it) when their ranges
+    overlap (an empty line: when the content holds its place); its ``line`` is 1 + the newlines
+    from the content's start to it. Per line only C-level operations (``str.split``, numpy):
+    offsets are ``str`` character offsets, from the lines' lengths."""
+    s0s: list[int] = []
+    s1s: list[int] = []
+    idxs: list[int] = []
+    span_roles: list[str] = []
     cursor = 0
     for i, (role, c) in enumerate(contents):
         if not c:
@@ -90,35 +216,43 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
         for cand in (c, c.strip()):
             p = text.find(cand, cursor) if cand else -1
             if p >= 0:
-                spans.append((p, p + len(cand), i, role))
+                s0s.append(p)
+                s1s.append(p + len(cand))
+                idxs.append(i)
+                span_roles.append(role)
                 cursor = p + len(cand)
                 break
-    names = [f'"{n}"' for n in tool_names if n]
-    out: list[LineInfo] = []
-    start, k, n = 0, 0, 0
-    counted = (-1, 0, 0)  # (span, position, newlines from the span's start to it): lines counted once
-    while True:
-        nl = text.find("\n", start)
-        end = len(text) if nl < 0 else nl
-        n += 1
-        while k < len(spans) and spans[k][1] <= start and not (start == end == spans[k][1] > spans[k][0]):
-            k += 1
-        inside = k < len(spans) and (max(start, spans[k][0]) < min(end, spans[k][1])
-                                     or (start == end and spans[k][0] <= start < spans[k][1]))
-        if inside:
-            s0, s1, idx, role = spans[k]
-            pos, nls = (counted[1], counted[2]) if counted[0] == k else (s0, 0)
-            upto = max(s0, start)
-            nls += text.count("\n", pos, upto)
-            counted = (k, upto, nls)
-            out.append(LineInfo(start, end, idx, role, nls + 1, s1))
-        else:
-            seg = text[start:end]
-            role = "tools" if any(x in seg for x in names) else "template"
-            out.append(LineInfo(start, end, spans[k][2] if k < len(spans) else None, role, n))
-        if nl < 0:
-            return out
-        start = nl + 1
+    parts = text.split("\n")
+    n = len(parts)
+    lens = np.fromiter(map(len, parts), dtype=np.int64, count=n)
+    ends = np.cumsum(lens + 1) - 1
+    starts = ends - lens
+    numbers = np.arange(1, n + 1, dtype=np.int64)
+    roles = tuple(dict.fromkeys(["template", "tools", *span_roles]))
+    if not s0s:  # no message found: every line the template's
+        codes, inside = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+        messages, content_ends = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    else:
+        ns = len(s0s)
+        s0, s1 = np.array(s0s, dtype=np.int64), np.array(s1s, dtype=np.int64)
+        k = np.searchsorted(s1, starts, "left")  # the first span not ending before the line starts
+        k += (k < ns) & (s1[np.minimum(k, ns - 1)] == starts) & (lens > 0)  # ...nor where it starts, unless empty
+        has = k < ns
+        kc = np.minimum(k, ns - 1)
+        a, b = s0[kc], s1[kc]
+        inside = has & ((np.maximum(starts, a) < np.minimum(ends, b)) | ((lens == 0) & (a <= starts) & (starts < b)))
+        first = np.searchsorted(starts, s0, "right") - 1  # the line each span starts in
+        numbers = np.where(inside, numbers - first[kc], numbers)
+        messages = np.where(has, np.array(idxs, dtype=np.int64)[kc], -1)
+        span_codes = np.array([roles.index(r) for r in span_roles], dtype=np.int64)
+        codes = np.where(inside, span_codes[kc], 0)
+        content_ends = np.where(inside, b, -1)
+    names = [f'"{x}"' for x in tool_names if x]
+    if names:
+        named = [i for i in np.flatnonzero(~inside).tolist() if any(map(parts[i].__contains__, names))]
+        if named:
+            codes[named] = 1
+    return LineMap(starts, ends, messages, codes, roles, numbers, content_ends, len(text))
 
 
 def _shape_of(ch: str) -> str:
@@ -282,10 +416,12 @@ class Finding:
 class _Seen:
     lines: list[int]
     texts: list[str]
-    infos: list[LineInfo]
+    infos: LineMap
     chars: int
     label: str = ""
     prefixes: list[int] = field(default_factory=list)
+    weights: list[int] = field(default_factory=list)
+    """Per line, its length + 1 when it is not blank (what it weighs in a vote), else 0."""
 
 
 @dataclass(frozen=True)
@@ -347,66 +483,57 @@ class Finder:
         earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1);
         ``compare``: False when its miss is already explained (a turn the template rewrote), so
         no line finding counts it."""
-        infos = list(infos)[:self.max_lines]
-        texts = [text[i.start:i.end] for i in infos]
-        hashes = [hash(t) for t in texts]
-        me = _Seen(hashes, texts, infos, sum(len(t) + 1 for t in texts), label, _prefix_hashes(hashes))
+        lm = LineMap.of(infos)
+        texts = lm.texts(text, self.max_lines)
+        hashes = list(map(hash, texts))
+        weights = [len(t) + 1 if t.strip() else 0 for t in texts]
+        me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label,
+                   _prefix_hashes(hashes), weights)
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
         if len(self.index) > self.max_index or len(self.prefix) > self.max_index:
             self.index.clear()
             self.prefix.clear()
-        for h, t in zip(hashes, texts, strict=True):
-            if t.strip():
-                self.index[h] = self.seq
-        for h in me.prefixes:
-            self.prefix[h] = self.seq
+        self.index.update(zip(compress(hashes, weights), repeat(self.seq)))  # its lines not blank
+        self.prefix.update(zip(me.prefixes, repeat(self.seq)))
         self.recent[self.seq] = me
         while len(self.recent) > self.window:
             seq, gone = self.recent.popitem(last=False)
-            for h in gone.lines:  # entries of requests out of the window were never used
-                if self.index.get(h) == seq:
-                    del self.index[h]
-            for h in gone.prefixes:
-                if self.prefix.get(h) == seq:
-                    del self.prefix[h]
+            for table, keys in ((self.index, gone.lines), (self.prefix, gone.prefixes)):
+                # its entries no later request took over (entries out of the window are never used)
+                for h in compress(keys, map(seq.__eq__, map(table.get, keys, repeat(0)))):
+                    table.pop(h, None)
         return Observed(found, parted)
 
     def _nearest(self, me: _Seen) -> Divergence | None:
         """The newest recent request with the longest run of leading lines in common with ``me``."""
-        k, seq = 0, None
-        for h in me.prefixes:
-            j = self.prefix.get(h)
-            if j is None or j not in self.recent:
-                break
-            k, seq = k + 1, j
-        if seq is None:
+        run = list(takewhile(self.recent.__contains__, map(self.prefix.get, me.prefixes, repeat(0))))
+        if not run:
             return None
+        k, seq = len(run), run[-1]
         other = self.recent[seq]
-        line = me.infos[k] if k < len(me.infos) and k < len(other.lines) else None
+        line = me.infos[k] if k < len(me.lines) and k < len(other.lines) else None
         return Divergence(other.label, k, line)
 
     def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:
         votes: dict[int, int] = {}
-        for h, t in zip(me.lines, me.texts, strict=True):
-            j = self.index.get(h)
-            if j is not None and j in self.recent and t.strip():
-                votes[j] = votes.get(j, 0) + len(t) + 1
+        got = list(map(self.index.get, me.lines, repeat(0)))
+        for i in compress(range(len(got)), got):  # the lines a recent request has (seq >= 1; 0: none)
+            j, w = got[i], me.weights[i]
+            if w and j in self.recent:
+                votes[j] = votes.get(j, 0) + w
         if not votes:
             return None
         j = max(votes, key=lambda s: (votes[s], s))
         if votes[j] * 2 < me.chars:
             return None
         other = self.recent[j]
-        k = 0
-        while k < min(len(me.lines), len(other.lines)) and me.lines[k] == other.lines[k]:
-            k += 1
+        k = next(compress(count(), map(int.__ne__, me.lines, other.lines)), min(len(me.lines), len(other.lines)))
         if k >= len(me.lines):
             return None
         theirs = set(other.lines)
-        after = sum(len(t) + 1 for h, t in zip(me.lines[k + 1:], me.texts[k + 1:], strict=True)
-                    if h in theirs and t.strip())
+        after = sum(compress(me.weights[k + 1:], map(theirs.__contains__, me.lines[k + 1:])))
         if after * 4 < me.chars:
             return None
         if k + 1 < len(other.lines) and other.lines[k + 1] == me.lines[k]:
@@ -483,26 +610,27 @@ def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding], ca
     tied to a message). With ``carried`` (one per log and fix), a message that comes back as
     history in a later request of the same conversation gets back the lines it was sent with, so
     the conversation's text stays what was rendered before."""
+    lm = LineMap.of(infos)
     by_place = {(f.message_index, f.role, f.line): f for f in fixes}
     moved: list[str] = []
     edits: list[tuple[int, int, str]] = []
-    tool_lines = [i for i in infos if i.role == "tools"]
-    if any(f.kind == "tools" and i.place == f.place for f in fixes for i in tool_lines):
-        ordered = sorted(text[i.start:i.end] for i in tool_lines)  # the tool list in one order
-        edits.extend((i.start, i.end, t) for i, t in zip(tool_lines, ordered, strict=True))
-    for info in infos:
-        f = by_place.get(info.place)
-        if f is None or f.kind == "tools":
-            continue
-        line = text[info.start:info.end]
+    if any(f.kind == "tools" and f.role == "tools" and lm.find(f.place) is not None for f in fixes):
+        tool_lines = [(int(lm.starts[i]), int(lm.ends[i])) for i in lm.with_role("tools")]
+        ordered = sorted(text[s:e] for s, e in tool_lines)  # the tool list in one order
+        edits.extend((s, e, t) for (s, e), t in zip(tool_lines, ordered, strict=True))
+    at = sorted((i, f.place) for f in by_place.values() if f.kind != "tools" for i in lm.find_all(f.place))
+    for i, place in at:  # in line order
+        f = by_place[place]
+        start, end = int(lm.starts[i]), int(lm.ends[i])
+        line = text[start:end]
         if f.kind in NORMALISED:
-            edits.append((info.start, info.end, _canonical(line, f.kind)))
+            edits.append((start, end, _canonical(line, f.kind)))
         elif f.matches(line):
             moved.append(line)
-            edits.append((info.start, min(info.end + 1, len(text)), ""))
+            edits.append((start, min(end + 1, len(text)), ""))
     if not edits and (carried is None or not carried.sent):
         return text
-    ends = _message_ends(infos)
+    ends = lm.message_ends()
     last = max(ends, default=len(text))
     sent = "".join("\n" + m for m in moved)
     marks = sorted({*(ends if carried is not None else ()), last})
@@ -540,7 +668,3 @@ def apply_fix(text: str, infos: Sequence[LineInfo], fixes: Sequence[Finding], ca
     out.extend(chunk)
     return "".join(out)
 
-
-def _message_ends(infos: Sequence[LineInfo]) -> list[int]:
-    """Where each message's content ends in the text, in order."""
-    return sorted({i.content_end for i in infos if i.content_end is not None})

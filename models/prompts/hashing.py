@@ -121,12 +121,19 @@ _POWERS: dict[str, np.ndarray] = {"p": np.ones(1, dtype=np.uint64), "q": np.ones
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser, element-wise (a bijection of 64-bit integers; in place)."""
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58_476D_1CE4_E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D0_49BB_1331_11EB)
-    x ^= x >> np.uint64(31)
+    t = x >> _S30  # one temporary, reused (the constants made once: a few microseconds a call)
+    x ^= t
+    x *= _M1
+    np.right_shift(x, _S27, out=t)
+    x ^= t
+    x *= _M2
+    np.right_shift(x, _S31, out=t)
+    x ^= t
     return x
+
+
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_M1, _M2 = np.uint64(0xBF58_476D_1CE4_E5B9), np.uint64(0x94D0_49BB_1331_11EB)
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +192,7 @@ def chain_keys64(tokens: Sequence[int] | np.ndarray, block_size: int, extra: Ext
     v = digests if digests is not None else token_digests(tokens)
     n = min(n, nb * block_size)
     with np.errstate(over="ignore"):
-        d = np.add.reduceat(v[:n], np.arange(0, n, block_size)).astype(np.uint64)
+        d = np.add.reduceat(v[:n], np.arange(0, n, block_size)).astype(np.uint64, copy=False)
         d[-1] ^= np.uint64(n - (nb - 1) * block_size) << np.uint64(48)
         if nb > 1:
             d[:-1] ^= np.uint64(block_size) << np.uint64(48)

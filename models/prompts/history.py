@@ -133,9 +133,18 @@ def message_hashes(messages: Sequence[dict[str, Any]], root: object = None) -> l
     out: list[int] = []
     h = hash(json.dumps(root, sort_keys=True, default=str))
     for m in messages:
-        h = hash((h, json.dumps(m, sort_keys=True, default=str)))
+        h = hash((h, _message_key(m)))
         out.append(h)
     return out
+
+
+def _message_key(m: dict[str, Any]) -> object:
+    """What a message's hash is taken of: its sorted JSON, or (a message of strings only, the
+    common one: no tool calls, no content parts) its sorted items, equal exactly where the JSON
+    is (a JSON string is a str and only a str) and cheaper."""
+    if all(type(v) is str for v in m.values()):
+        return tuple(sorted(m.items()))
+    return json.dumps(m, sort_keys=True, default=str)
 
 
 class Conversations:

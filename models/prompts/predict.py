@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, count
 
 import numpy as np
 
@@ -188,12 +189,9 @@ class KeySet:
             return limit
         if not self.new:
             return int(out[0])
-        new = self.new
-        keys = a[:limit].tolist()
-        for i in out.tolist():
-            if keys[i] not in new:
-                return i
-        return limit
+        held = map(self.new.__contains__, a[out].tolist())  # the buffer, looked up key by key in C
+        i = next(compress(count(), map(False.__eq__, held)), len(out))  # the first not held
+        return int(out[i]) if i < len(out) else limit
 
     def update(self, keys: Sequence[int] | np.ndarray) -> None:
         """Add ``keys`` (64-bit ints)."""
@@ -204,8 +202,9 @@ class KeySet:
         a = _array(keys)
         found = self._in_main(a)
         n = self._leading(a, found, min(limit, len(a)))
+        rest, found = a[n:], found[n:]  # its first n keys are held: not added again
         if not found.all():
-            self.new.update((a[~found] if len(self.main) else a).tolist())
+            self.new.update((rest[~found] if len(self.main) else rest).tolist())
         if len(self.new) > self.buffer:
             self.merge()
         return n
