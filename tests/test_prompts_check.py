@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from kvplan.collectors.requests.check import CheckOptions, check
+from kvplan.collectors.requests.prepare import Prepared
+from kvplan.collectors.requests.read import LogRequest
 from kvplan.collectors.requests.render import Renderer
 from kvplan.models.prompts.busters import Finding, apply_fix, classify, line_map, shape
 from tests.prompts_reference import hit_tokens
@@ -230,7 +232,7 @@ def test_the_fix_pass_reuses_the_first_pass_renders_with_the_same_results(tmp_pa
                                                bodies[i]["messages"][1]]}
     log = write(tmp_path / "conv.jsonl", bodies)
     runs = {}
-    for budget in (None, 30_000, 0):
+    for budget in (None, 1_500, 0):
         if budget is not None:
             monkeypatch.setattr(check_mod, "KEEP_BYTES", budget)
         r = CountingRenderer()
@@ -239,9 +241,61 @@ def test_the_fix_pass_reuses_the_first_pass_renders_with_the_same_results(tmp_pa
                     on_request=lambda q, o, m, per=per: per.append((q.where, o.prompt_tokens, o.cached,
                                                                     o.cached_unlimited, m.reason)))
         runs[budget] = (per, res.totals, res.fixed, json.dumps(res.as_json(), sort_keys=True), r.rendered)
-    (per0, t0, f0, j0, n0), (per1, t1, f1, j1, n1), (per2, t2, f2, j2, n2) = runs[None], runs[30_000], runs[0]
+    (per0, t0, f0, j0, n0), (per1, t1, f1, j1, n1), (per2, t2, f2, j2, n2) = runs[None], runs[1_500], runs[0]
     assert f0 is not None and f0.cached > t0.cached  # a fix pass ran and the fix pays
     assert per0 == per1 == per2 and len(per0) == 30
     assert (t0, f0, j0) == (t1, f1, j1) == (t2, f2, j2)
     assert n2 == 60  # nothing kept: 30 renders a pass
     assert n0 < n1 < n2, (n0, n1, n2)  # all kept after the first finding, then a few, then none
+
+
+def _turns(n: int, conv: str, stamp: bool = False) -> list[tuple[LogRequest, str]]:
+    """A conversation's requests and their rendered texts, each repeating the one before (a
+    system prompt with a timestamp per request when ``stamp``), as plain strings made here."""
+    system = "You are careful.\n" + "\n".join(f"rule {i}: answer briefly, é ü" for i in range(40))
+    out, history = [], ""
+    for i in range(n):
+        history += f"<user>{conv} question {i}</user>\n<assistant>answer {i} " + "x" * 50 + "</assistant>\n"
+        now = f"\nnow: 2026-12-06T01:{i:02d}:00Z" if stamp else ""
+        head = f"<system>{system}{now}</system>\n"
+        r = LogRequest(source=f"log-{conv}", line=i + 1, kind="chat",
+                       messages=[{"role": "user", "content": f"{conv} question 0"}])
+        out.append((r, head + history + "<assistant>"))
+    return out
+
+
+def test_kept_renders_come_back_as_they_were_in_far_less_than_their_text():
+    """Two interleaved conversations (one with a timestamp in its system prompt): each text is
+    kept as what it adds to its previous turn, and taken back equal, in arrival order."""
+    from kvplan.collectors.requests.check import _Kept
+
+    a, b = _turns(30, "alpha"), _turns(30, "beta", stamp=True)
+    seq = [x for pair in zip(a, b, strict=True) for x in pair]
+    kept = _Kept(10 << 20)
+    for r, text in seq:
+        kept.put(Prepared(r, None, None, text))
+    total = sum(len(t.encode()) for _, t in seq)
+    assert kept.used < total / 10, (kept.used, total)
+    assert [kept.take(r) for r, _ in seq] == [t for _, t in seq]
+    assert not kept.by  # each freed as it is taken
+
+
+def test_a_kept_text_whose_previous_turn_is_gone_or_wrong_is_rendered_again():
+    """None (render again), never a wrong text: the previous turn forgotten by the fix pass, or
+    two requests at one place (what the text was kept against is not what comes back)."""
+    from kvplan.collectors.requests.check import _Kept
+
+    turns = _turns(3, "alpha")
+    kept = _Kept(10 << 20)
+    for r, text in turns:
+        kept.put(Prepared(r, None, None, text))
+    kept.take_texts.budget = 0  # the fix pass holds no recent text
+    assert kept.take(turns[0][0]) == turns[0][1]  # kept whole: no previous turn needed
+    assert kept.take(turns[1][0]) is None
+
+    kept = _Kept(10 << 20)
+    for r, text in turns:
+        kept.put(Prepared(r, None, None, text))
+    assert kept.take(turns[0][0]) == turns[0][1]
+    kept.seen(turns[0][0], turns[0][1].replace("rule 3", "rule 4"))  # another request at the first one's place
+    assert kept.take(turns[1][0]) is None

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections import Counter
+import zlib
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ import numpy as np
 
 from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
-from ...models.prompts.busters import Carried, Finder, Finding, LineMap, apply_fix
+from ...models.prompts.busters import Carried, Finder, Finding, apply_fix
 from ...models.prompts.geometry import pool_blocks
 from ...models.prompts.hashing import chain_keys64
 from ...models.prompts.history import DROP, Remedy
@@ -262,45 +263,137 @@ def _ticker(progress: Progress | None, stage: str) -> Callable[[int], None]:
 
 KEEP_BYTES = 128 << 20
 """Memory the first pass's renders may take to be reused by the fix pass (``_Kept``)."""
-LINE_BYTES = 200
-"""Bytes a line of a line map takes (a ``LineInfo`` in its list; tracemalloc: 200)."""
+REF_BYTES = 16 << 20
+"""Memory each pass's recent texts (``_Kept``'s references) may take."""
+
+
+def _conversation(r: LogRequest) -> object:
+    """Which conversation ``r`` continues, as far as telling its previous turn goes: its session
+    field, else its first user message, else (completions) one stream for all."""
+    if r.session is not None:
+        return ("session", r.session)
+    if r.kind == "chat" and r.messages:
+        m = next((m for m in r.messages if m.get("role") == "user"), r.messages[0])
+        return ("user", str(m.get("content") or ""))
+    return ("completion",)
+
+
+class _Texts:
+    """Recent texts (UTF-8) by file:line, and each conversation's newest one, within ``budget``
+    bytes: the oldest forgotten first."""
+
+    def __init__(self, budget: int = REF_BYTES):
+        self.budget = budget
+        self.used = 0
+        self.by: OrderedDict[str, bytes] = OrderedDict()
+        self.newest: dict[object, str] = {}
+
+    def add(self, where: str, conv: object, data: bytes) -> None:
+        old = self.by.pop(where, None)
+        self.used -= len(old) if old is not None else 0
+        self.by[where] = data
+        self.used += len(data)
+        self.newest[conv] = where
+        while self.used > self.budget and self.by:
+            _, gone = self.by.popitem(last=False)
+            self.used -= len(gone)
+        if len(self.newest) > 4 * len(self.by) + 1024:  # conversations whose text is gone
+            self.newest = {c: w for c, w in self.newest.items() if w in self.by}
+
+    def ref(self, conv: object) -> tuple[str, bytes] | None:
+        w = self.newest.get(conv)
+        got = self.by.get(w) if w is not None else None
+        return (w, got) if w is not None and got is not None else None
+
+
+def _common(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    if not n:
+        return 0
+    diff = np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n)
+    return int(diff.argmax()) if diff.any() else n
 
 
 class _Kept:
-    """Rendered requests (text and line map) the first pass keeps for the fix pass, by file:line,
-    once it has a finding (so a fix pass will run), within ``budget`` bytes: the first of them in
-    arrival order (past the budget nothing more is kept; the fix pass renders the rest again). The
-    fix pass takes each back as it reads it, freeing it. Memory only, never written."""
+    """Rendered requests the first pass keeps for the fix pass, by file:line, once it has a
+    finding (so a fix pass will run), within ``budget`` bytes: the first of them in arrival order
+    (past the budget nothing more is kept; the fix pass renders the rest again). The fix pass
+    takes each back as it reads it, freeing it, and maps its lines again (cheaper than the
+    render; a map is larger than its text).
+
+    A text is kept as what it adds to its conversation's previous turn (``_conversation``; the
+    newest earlier text of it, among the recent ones): the length of their common prefix and the
+    rest, zlib-compressed with the previous turn's matching text as the dictionary. An agent's turn
+    that repeats the conversation so far so takes a few hundred bytes. The fix pass, reading in
+    the same order, holds the same recent texts (the ones it takes back and the ones it renders
+    again); a text whose previous turn it no longer holds, or that does not come back as it was
+    (its CRC-32), is rendered again. Memory only, never written."""
 
     def __init__(self, budget: int | None = None):
         self.budget = KEEP_BYTES if budget is None else budget
         self.used = 0
         self.full = False
-        self.by: dict[str, tuple[str, LineMap]] = {}
+        self.by: dict[str, tuple[str | None, int, bytes, int]] = {}
         self.twice: set[str] = set()
         self.date: tuple[tuple[str, str, tuple[int | None, str, int]] | None, bool] | None = None
         """The first pass's server date (``Preparer.date``, ``date_checked``), for the fix pass's renders."""
+        self.put_texts = _Texts()
+        self.take_texts = _Texts()
 
     def put(self, p: Prepared) -> None:
-        if self.full or p.text is None or p.lines is None:
+        if self.full or p.text is None or self.budget <= 0:
             return
         where = p.request.where
         if where in self.by or where in self.twice:  # two requests at one place: neither is kept
             self.by.pop(where, None)
             self.twice.add(where)
             return
-        size = 100 + len(p.text) * (1 if p.text.isascii() else 4) + LINE_BYTES * len(p.lines)
+        data = p.text.encode("utf-8", "surrogatepass")
+        conv = _conversation(p.request)
+        ref = self.put_texts.ref(conv)
+        self.put_texts.add(where, conv, data)
+        if ref is None:
+            entry: tuple[str | None, int, bytes, int] = (None, 0, zlib.compress(data, 1), zlib.crc32(data))
+        else:
+            k = _common(ref[1], data)
+            z = zlib.compressobj(1, zdict=ref[1][k:k + 32768]) if len(ref[1]) > k else zlib.compressobj(1)
+            entry = (ref[0], k, z.compress(data[k:]) + z.flush(), zlib.crc32(data))
+        size = 150 + len(entry[2])
         if self.used + size > self.budget:
             self.full = True
             return
-        self.by[where] = (p.text, p.lines)
+        self.by[where] = entry
         self.used += size
 
-    def take(self, r: LogRequest) -> Prepared | None:
-        """``r`` as the first pass rendered it (None: not kept); the memory it held is freed, the
-        budget is not given back."""
+    def take(self, r: LogRequest) -> str | None:
+        """``r``'s text as the first pass rendered it (None: not kept, or its previous turn no
+        longer held); the memory it held is freed, the budget is not given back."""
         got = self.by.pop(r.where, None)
-        return Prepared(r, None, None, got[0], got[1], 0) if got is not None else None
+        if got is None:
+            return None
+        ref_where, k, z, crc = got
+        if ref_where is None:
+            data = zlib.decompress(z)
+        else:
+            ref = self.take_texts.by.get(ref_where)
+            if ref is None or len(ref) < k:
+                return None
+            d = zlib.decompressobj(zdict=ref[k:k + 32768]) if len(ref) > k else zlib.decompressobj()
+            try:
+                data = ref[:k] + d.decompress(z) + d.flush()
+            except zlib.error:  # not the previous turn it was kept against (two requests at one place)
+                return None
+        if zlib.crc32(data) != crc:
+            return None
+        self.seen(r, data)
+        return data.decode("utf-8", "surrogatepass")
+
+    def seen(self, r: LogRequest, data: bytes | str) -> None:
+        """``r``'s text, taken back or rendered again by the fix pass: what later texts refer to."""
+        if self.by:
+            self.take_texts.add(r.where, _conversation(r),
+                                data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
 
 
 class _Spill:
@@ -582,8 +675,13 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
         prep.date, prep.date_checked = reuse.date  # the date the first pass found (not found again)
 
     def render(r: LogRequest) -> Prepared | None:
-        p = reuse.take(r)
-        return p if p is not None else _rendered(prep, r, skipped)
+        text = reuse.take(r)
+        if text is not None:
+            return Prepared(r, None, None, text, prep.lines(r, text), 0)
+        p = _rendered(prep, r, skipped)
+        if p is not None and p.text is not None:
+            reuse.seen(r, p.text)  # a kept text may continue it
+        return p
     preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
     carried = [Carried() for _ in variants]  # per fix: what each conversation's messages were sent with
     totals = [Totals() for _ in variants]

@@ -79,19 +79,24 @@ class Preparer:
             return Prepared(r, hashed64(ids, self.block_size, self.extra(r), r.output_tokens), ids)
         assert self.renderer is not None
         text = self.renderer.text(r)
-        contents: list[tuple[str, str | None]] = (
-            [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
-        names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
-        lines = line_map(text, contents, names)
+        lines = self.lines(r, text)
         if r.kind == "chat":
             dated = self._server_date(r, text, lines)
             if dated is not None:
                 text = dated
-                lines = line_map(text, contents, names)
+                lines = self.lines(r, text)
         p = Prepared(r, None, None, text, lines, self.block_size)
         if encode:
             self.encode(p)
         return p
+
+    @staticmethod
+    def lines(r: LogRequest, text: str) -> LineMap:
+        """The line map of ``text``, ``r``'s prompt as rendered: its lines tied to its messages."""
+        contents: list[tuple[str, str | None]] = (
+            [(m["role"], m.get("content")) for m in r.messages] if r.kind == "chat" else [("prompt", r.prompt)])
+        names = [str((t.get("function") or {}).get("name", "")) for t in (r.tools or []) if isinstance(t, dict)]
+        return line_map(text, contents, names)
 
     def admit(self, r: LogRequest) -> None:
         """Refuse a token or text request ``r`` after block-id lines, or a text prompt without a
