@@ -213,7 +213,7 @@ def test_a_reader_never_migrates_and_says_what_to_run(tmp_path, cmd):
     assert r.exit_code == 2, r.output
     out = " ".join(r.output.split())
     assert f"run `kvplan migrate --db {path}`" in out, out
-    assert "014_prefill_rollups, macros/increase.sql, macros/prefill.sql not applied" in out, out
+    assert "014_prefill_rollups, 015_edge_rollups, macros/increase.sql, macros/prefill.sql not applied" in out, out
     assert _schema_rows(path) == before
     r = runner.invoke(app, ["migrate", "--db", str(path)])
     assert r.exit_code == 0 and "applied 014_prefill_rollups" in r.output, r.output

@@ -43,7 +43,7 @@ def params_for(sql: str) -> dict:
 MIGRATIONS = [
     "001_metrics", "002_collection", "003_runs", "004_pricebook", "005_dashboard", "006_series_birth",
     "007_traces", "008_sane_increments", "009_prefill_intervals", "010_deployment_facts", "011_sweeps",
-    "012_continuing_series", "013_trace_instances", "014_prefill_rollups",
+    "012_continuing_series", "013_trace_instances", "014_prefill_rollups", "015_edge_rollups",
 ]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...models.core.timeutil import aware_utc, ceil_day, floor_day, naive_utc
+from ...models.core.timeutil import DAY, aware_utc, ceil_day, floor_day, naive_utc
 from ...models.inputs.deployment import DeploymentFacts
 from ...models.metrics import catalog as c
 from ...models.metrics.spans import plan_spans
@@ -81,6 +81,10 @@ def _read_table(db: Source, deployment: str, t_from: datetime, t_to: datetime, m
     for lb, after, end in spans.raw:
         if not _has_points(db, deployment, after, end):  # no interval can end there
             continue
+        if model_name is None and lb == after == floor_day(after) and end == after + DAY \
+                and _edge_stored(db, deployment, after):  # a whole first day as read alone, stored
+            parts.append((after, _arrow(db, "prefill_edge_rollup_rows", deployment=deployment, day=naive_utc(after))))
+            continue
         rows = db.fetch("prefill_intervals", deployment=deployment, t_lookback=naive_utc(lb),
                         t_after=naive_utc(after), t_to=naive_utc(end), model_name=model_name, names=NAMES)
         parts.append((after, pa.Table.from_pylist(rows, schema=ROW_SCHEMA) if rows else ROW_SCHEMA.empty_table()))
@@ -109,6 +113,13 @@ def _has_points(db: Source, deployment: str, t_after: datetime, t_to: datetime) 
     a, b = aware_utc(t_after), aware_utc(t_to)
     return remember(db, ("span_has_points", deployment, a, b),
                     lambda: bool(db.fetch("span_has_points", deployment=deployment, t_after=a, t_to=b)[0]["found"]))
+
+
+def _edge_stored(db: Source, deployment: str, day: datetime) -> bool:
+    """``window.edge_day_stored`` (the same memo key: read once per snapshot for both)."""
+    d = aware_utc(day)
+    return remember(db, ("edge_day_stored", deployment, d),
+                    lambda: bool(db.fetch("edge_day_stored", deployment=deployment, day=d)[0]["found"]))
 
 
 def _arrow(db: Source, query: str, **params: Any) -> pa.Table:

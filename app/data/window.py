@@ -76,6 +76,17 @@ def span_has_points(source: Source, deployment: str, t_after: datetime, t_to: da
                                               t_to=b)[0]["found"]))
 
 
+def edge_day_stored(source: Source, deployment: str, day: datetime) -> bool:
+    """Whether the nightly job stored what a raw read of the UTC day alone gives (named query
+    ``edge_day_stored``; ``edge_rollups``, ``prefill_edge_rollups``, migration 015): a window
+    starting at the day's midnight (a month) then reads its first day from them, the same rows as
+    the raw read (``span_increases_and_buckets``, ``prefill_intervals`` of (day, day, day + 1),
+    every model). Days rolled up before the migration are read raw. Read once per snapshot."""
+    d = aware_utc(day)
+    return remember(source, ("edge_day_stored", deployment, d),
+                    lambda: bool(source.fetch("edge_day_stored", deployment=deployment, day=d)[0]["found"]))
+
+
 def load_window(source: Source, deployment: str, t_from: datetime, t_to: datetime,
                 model_name: str | None = None) -> Window:
     """Increases over [t_from, t_to]: whole rolled-up days from ``daily_rollups``, the
@@ -325,9 +336,14 @@ def load_window_and_buckets(source: Source, deployment: str, t_from: datetime, t
             continue
         mine = got.setdefault((lb, after, end), [])
         in_cached = cached_rows.setdefault((lb, after, end), [])
-        for r in source.fetch("span_increases_and_buckets", deployment=deployment, t_lookback=lb, t_after=after,
-                              t_to=end, model_name=model_name, step_s=step, origin=edges[(lb, after, end)],
-                              names=names, cached_names=list(CACHED_RULE_NAMES)):
+        stored = (model_name is None and step == 86400 and lb == after == floor_day(after) and end == after + DAY
+                  and edge_day_stored(source, deployment, after))
+        read = (source.fetch("edge_rollup_rows", deployment=deployment, day=after, names=names,
+                             cached_names=list(CACHED_RULE_NAMES)) if stored else
+                source.fetch("span_increases_and_buckets", deployment=deployment, t_lookback=lb, t_after=after,
+                             t_to=end, model_name=model_name, step_s=step, origin=edges[(lb, after, end)],
+                             names=names, cached_names=list(CACHED_RULE_NAMES)))
+        for r in read:
             part = r.pop("part")
             bucket = r.pop("bucket")
             if part == "cached":

@@ -24,11 +24,12 @@ from ..views.runs import RunsView
 from ..views.whatif import WhatIf, whatif_of
 
 QUERIES_USED = ("dashboard_deployments", "dashboard_rolled_days", "span_has_points", "span_increases",
-                "span_increases_and_buckets", "daily_increases", "span_buckets", "daily_series", "span_gauges",
-                "daily_gauges", "dashboard_engines", "dashboard_topology", "get_pricebook", "run_summaries",
-                "run_cache_shares", "scrape_count_in_window", "failed_scrapes_in_window", "recent_failed_scrapes",
-                "ingest_ledger", "ingest_gaps", "scrape_gaps", "collector_runs", "targets", "prefill_intervals",
-                "measured_ab_pairs", "get_facts", "latest_sweep_pair", "sweep_points")
+                "span_increases_and_buckets", "edge_day_stored", "edge_rollup_rows", "daily_increases",
+                "span_buckets", "daily_series", "span_gauges", "daily_gauges", "dashboard_engines",
+                "dashboard_topology", "get_pricebook", "run_summaries", "run_cache_shares", "scrape_count_in_window",
+                "failed_scrapes_in_window", "recent_failed_scrapes", "ingest_ledger", "ingest_gaps", "scrape_gaps",
+                "collector_runs", "targets", "prefill_intervals", "prefill_edge_rollup_rows", "measured_ab_pairs",
+                "get_facts", "latest_sweep_pair", "sweep_points")
 """Named queries (sql/queries/*.sql) the report's numbers come from, listed in its provenance."""
 
 

@@ -227,8 +227,10 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
 def rollup_day(db: Database, deployment: str, day: date) -> int:
     """Recompute one UTC day's rollups of a deployment (delete + insert, one transaction): the
     day's increases, its cached prompt tokens with the rule chosen per target and scrape
-    interval (``cached_day_rows``), which the summed increases cannot give back, and the prefill
-    cost model's per-interval rows (``prefill_rollups``: the plan reads long windows from them)."""
+    interval (``cached_day_rows``), which the summed increases cannot give back, the prefill
+    cost model's per-interval rows (``prefill_rollups``: the plan reads long windows from them),
+    and what a raw read of the day alone gives (``edge_rollups``, ``prefill_edge_rollups``: a
+    window starting at the day's midnight, a month, reads its first day from them)."""
     t0, t1 = day_bounds(day)
     with db.write() as con:
         row = Database.run(con, "get_deployment_id", name=deployment).fetchone()
@@ -249,6 +251,14 @@ def rollup_day(db: Database, deployment: str, day: date) -> int:
         Database.run(con, "rollup_prefill_day", deployment_id=row[0], deployment=deployment,
                      t_lookback=t0 - EDGE_LOOKBACK, t_after=t0, t_to=t1, names=PREFILL_NAMES)
         Database.run(con, "mark_prefill_day", deployment_id=row[0], day=t0)
+        # the day as a window starting at its midnight reads it (a month's first day): pairs inside it only
+        for q in ("delete_edge_rollups_day", "delete_prefill_edge_rollups_day", "delete_edge_rollup_mark"):
+            Database.run(con, q, deployment_id=row[0], day=t0)
+        Database.run(con, "rollup_edge_day", deployment_id=row[0], deployment=deployment, t_from=t0, t_to=t1,
+                     cached_names=list(CACHED_RULE_NAMES))
+        Database.run(con, "rollup_prefill_edge_day", deployment_id=row[0], deployment=deployment, t_from=t0,
+                     t_to=t1, names=PREFILL_NAMES)
+        Database.run(con, "mark_edge_day", deployment_id=row[0], day=t0)
     return int(n[0]) if n else 0
 
 

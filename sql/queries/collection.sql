@@ -128,6 +128,55 @@ INSERT INTO daily_rollups (deployment_id, day, model_name, name, family, le, lab
 VALUES ($deployment_id, CAST($day AS DATE), $model_name, 'kvplan:cached_prompt_tokens_total',
         'kvplan:cached_prompt_tokens', NULL, $labels, $n_cached_tokens, 1, 0);
 
+-- name: delete_edge_rollups_day
+-- Forget one day's stored first-day rows of a deployment (before computing them again).
+DELETE FROM edge_rollups WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
+
+-- name: delete_prefill_edge_rollups_day
+-- Forget one day's stored first-day prefill intervals of a deployment.
+DELETE FROM prefill_edge_rollups WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
+
+-- name: delete_edge_rollup_mark
+-- Forget that one day's first-day rows were stored.
+DELETE FROM edge_rollup_days WHERE deployment_id = $deployment_id AND day = CAST($day AS DATE);
+
+-- name: rollup_edge_day
+-- Store what span_increases_and_buckets returns for the day (t_from, t_to] read alone (t_lookback
+-- = t_after = t_from, every model, step a day on origin t_from, every name in part 'bucket',
+-- $cached_names in part 'cached'): the same scan and grouping, so a window starting at the day's
+-- midnight reads its first day from here (app.data.window.load_window_and_buckets).
+INSERT INTO edge_rollups (deployment_id, day, part, bucket, name, family, model_name, le, labels, increase, pairs,
+                          resets, broken, gaps, target, t_end, engine)
+WITH i AS MATERIALIZED (
+    SELECT i.ts, i.delta, i.reset, i.broken, i.gap, se.name, se.family, se.model_name, se.le, se.labels,
+           se.engine, se.target_id
+    FROM increments($deployment, $t_from, $t_to, NULL) i
+    JOIN series se ON se.series_id = i.series_id
+    WHERE i.ts > $t_from
+)
+SELECT $deployment_id, CAST($t_from AS DATE), 'window', CAST(NULL AS TIMESTAMP), name, family, model_name, le,
+       labels, sum(delta), count(*), sum(CAST(reset AS INTEGER)), sum(CAST(broken AS INTEGER)),
+       sum(CAST(gap AS INTEGER)), NULL, NULL, NULL
+FROM i
+GROUP BY name, family, model_name, le, labels
+UNION ALL
+SELECT $deployment_id, CAST($t_from AS DATE), 'bucket',
+       time_bucket(to_seconds(CAST(86400 AS BIGINT)), ts - INTERVAL 1 MICROSECOND, CAST($t_from AS TIMESTAMP)),
+       name, NULL, NULL, le, labels, sum(delta), NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM i
+GROUP BY 4, name, le, labels
+UNION ALL
+SELECT $deployment_id, CAST($t_from AS DATE), 'cached', NULL, i.name, i.family, i.model_name, i.le, i.labels,
+       sum(i.delta), NULL, NULL, NULL, NULL, t.name, i.ts, i.engine
+FROM i
+JOIN targets t ON t.target_id = i.target_id
+WHERE i.name IN (SELECT unnest($cached_names))
+GROUP BY t.name, i.ts, i.name, i.family, i.model_name, i.engine, i.le, i.labels;
+
+-- name: mark_edge_day
+-- The day's first-day rows are stored (edge_rollups, prefill_edge_rollups; also when none).
+INSERT INTO edge_rollup_days (deployment_id, day) VALUES ($deployment_id, CAST($day AS DATE));
+
 -- name: daily_increases
 -- Increases of a deployment summed over the whole days in [t_from, t_to), from the rollups,
 -- shaped like window_increases (engine and target summed away): window_stats() reads them.

@@ -102,6 +102,23 @@ WHERE i.name IN (SELECT unnest($cached_names))
 GROUP BY t.name, i.ts, i.name, i.family, i.model_name, i.engine, i.le, i.labels
 ORDER BY part, bucket, target, t_end, name, model_name, engine, le, labels;
 
+-- name: edge_day_stored
+-- Whether the nightly job stored the day's first-day rows (edge_rollup_days, migration 015).
+SELECT EXISTS (SELECT 1 FROM edge_rollup_days r JOIN deployments d ON d.deployment_id = r.deployment_id
+               WHERE d.name = $deployment AND r.day = CAST($day AS DATE)) AS found;
+
+-- name: edge_rollup_rows
+-- span_increases_and_buckets' rows of the span (day, day + 1] read alone, every model, step a
+-- day, as the nightly job stored them (edge_rollups): the names in $names in part 'bucket',
+-- those in $cached_names in part 'cached', in that query's order and with its columns.
+SELECT r.part, r.bucket, r.name, r.family, r.model_name, r.le, r.labels, r.increase, r.pairs, r.resets, r.broken,
+       r.gaps, r.target, r.t_end, r.engine
+FROM edge_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
+WHERE d.name = $deployment AND r.day = CAST($day AS DATE)
+  AND (r.part <> 'bucket' OR r.name IN (SELECT unnest($names)))
+  AND (r.part <> 'cached' OR r.name IN (SELECT unnest($cached_names)))
+ORDER BY r.part, r.bucket, r.target, r.t_end, r.name, r.model_name, r.engine, r.le, r.labels;
+
 -- name: span_has_points
 -- Whether a deployment has any sample or ingested Prometheus step in ($t_after, $t_to]: a raw
 -- span without one holds no pair (every pair ends at a sample, or is a step), so its readers

@@ -47,6 +47,33 @@ SELECT $deployment_id, CAST($t_after AS DATE), p.target, p.kind, p.t_start, p.t_
        p.lookups, p.step_buckets, p.reset
 FROM prefill_rows($deployment, $t_lookback, $t_after, $t_to, NULL, $names) p;
 
+-- name: rollup_prefill_edge_day
+-- Store prefill_intervals' rows of the day (t_from, t_to] read alone (t_lookback = t_after =
+-- t_from: every interval inside the day), every model: a window starting at the day's midnight
+-- reads its first day from here.
+INSERT INTO prefill_edge_rollups (deployment_id, day, target, kind, t_start, t_end, engines, requests,
+                                  prefill_seconds, computed_tokens, prompt_tokens, cached_tokens, external_tokens,
+                                  by_source_tokens, local_hit_tokens, prefix_hits, external_hits, external_queries,
+                                  lm_inproc_hits, inference_seconds, generation_tokens, lmcache_write_chunks,
+                                  lookup_seconds, lookups, step_buckets, reset)
+SELECT $deployment_id, CAST($t_from AS DATE), p.target, p.kind, p.t_start, p.t_end, p.engines, p.requests,
+       p.prefill_seconds, p.computed_tokens, p.prompt_tokens, p.cached_tokens, p.external_tokens,
+       p.by_source_tokens, p.local_hit_tokens, p.prefix_hits, p.external_hits, p.external_queries,
+       p.lm_inproc_hits, p.inference_seconds, p.generation_tokens, p.lmcache_write_chunks, p.lookup_seconds,
+       p.lookups, p.step_buckets, p.reset
+FROM prefill_rows($deployment, $t_from, $t_from, $t_to, NULL, $names) p;
+
+-- name: prefill_edge_rollup_rows
+-- prefill_intervals' rows of the span (day, day + 1] read alone, every model, as the nightly job
+-- stored them (prefill_edge_rollups), in that query's order.
+SELECT r.target, r.kind, r.t_start, r.t_end, r.engines, r.requests, r.prefill_seconds, r.computed_tokens,
+       r.prompt_tokens, r.cached_tokens, r.external_tokens, r.by_source_tokens, r.local_hit_tokens,
+       r.prefix_hits, r.external_hits, r.external_queries, r.lm_inproc_hits, r.inference_seconds,
+       r.generation_tokens, r.lmcache_write_chunks, r.lookup_seconds, r.lookups, r.step_buckets, r.reset
+FROM prefill_edge_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
+WHERE d.name = $deployment AND r.day = CAST($day AS DATE)
+ORDER BY r.t_end, r.target;
+
 -- name: mark_prefill_day
 -- The day's prefill intervals are stored (also when there were none).
 INSERT INTO prefill_rollup_days (deployment_id, day, intervals)
