@@ -3,7 +3,7 @@
 The demo database is built the way ``make demo`` builds it (``kvplan demo --db FILE
 --load-only``: the recorded CPU-stack data shipped in deploy/demo) in a temporary directory;
 ``streamlit run`` is started on it once, with the command ``kvplan dashboard`` uses
-(kvplan.app.launch.streamlit_command, 127.0.0.1, a free port; its log printed if it fails to
+(kvplan.app.launch.start_dashboard, 127.0.0.1, a free port; its log printed if it fails to
 come up). Debian's Chromium (/usr/bin/chromium, headless) is driven by Playwright with the
 browser tests' arguments (tests/test_browser.py), in one session, as a user would use it.
 
@@ -30,19 +30,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvplan.app.auth import ENV as AUTH_ENV
-from kvplan.app.launch import streamlit_command
+from kvplan.app.launch import DashboardDidNotStart, start_dashboard, stop_dashboard
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator
@@ -90,12 +88,6 @@ CHART_JS = """() => [...document.querySelectorAll('.vega-embed svg')]
   .some(e => !e.closest("[data-stale='true']"))"""
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def build_demo(db: Path) -> str:
     """Load the demo dataset into ``db`` with ``kvplan demo --load-only`` (what ``make demo``
     runs, without starting the dashboard); its summary line."""
@@ -107,34 +99,13 @@ def build_demo(db: Path) -> str:
     return r.stdout.strip().splitlines()[0]
 
 
-def start_server(db: Path, log_path: Path) -> tuple[subprocess.Popen, str]:
-    """(process, base URL) of the dashboard's `streamlit run` on ``db``, once it answers its
-    health check (120 s at most; its log printed if it does not)."""
-    port = free_port()
-    env = dict(os.environ, KVPLAN_DB=str(db), PYTHONUNBUFFERED="1", **{AUTH_ENV: "0"})
-    cmd = streamlit_command(port, address="127.0.0.1")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                return proc, url
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"streamlit did not start (exit {proc.poll()}); its log:\n{log_path.read_text()}")
-        time.sleep(0.5)
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
+def start_server(db: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """(process, base URL) of the dashboard's `streamlit run` on ``db``, login off, once it
+    answers its health check (120 s at most; its log printed if it does not)."""
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        return start_dashboard(db, log_path, env={AUTH_ENV: "0"})
+    except DashboardDidNotStart as e:
+        raise SystemExit(str(e)) from None
 
 
 def switch(pg: Tab, links: dict[str, Locator], p: Page, timeout_ms: float) -> tuple[float, float | None]:
@@ -221,7 +192,7 @@ def main() -> int:
             print(f"the browser run failed: {e}\nstreamlit's log:\n{log.read_text()}", file=sys.stderr)
             return 1
         finally:
-            stop_server(proc)
+            stop_dashboard(proc)
 
     print(f"\n{'page':<17}{'median':>9}{'min':>9}{'max':>9}{'target':>9}  max within  {'chart drawn (median)':>20}")
     missed = []

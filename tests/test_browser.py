@@ -9,19 +9,16 @@ test-artifacts/screenshots/."""
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from kvplan.app.data.store import deployments_with_data, load_pricebook
 from kvplan.app.data.window import load_window
-from kvplan.app.launch import streamlit_command
+from kvplan.app.launch import DashboardDidNotStart, start_dashboard, stop_dashboard
 from kvplan.app.report import fmt
 from kvplan.app.views.runs import runs_view
 from kvplan.models.inputs.pricebook import PriceBook
@@ -38,41 +35,13 @@ EXP = scenario_expected()
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(db_path: Path, log_path: Path):
     """(process, base URL) of `streamlit run app/streamlit_app.py` on a free port; its output
     goes to ``log_path``, printed in the failure when it does not come up."""
-    port = free_port()
-    env = dict(os.environ, KVPLAN_DB=str(db_path), PYTHONUNBUFFERED="1")
-    cmd = streamlit_command(port, address="127.0.0.1", extra={"server.fileWatcherType": "none"})
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                return proc, url
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"streamlit did not start (exit {proc.poll()}); its log:\n{log_path.read_text()}",
-                        pytrace=False)
-        time.sleep(0.5)
-
-
-def stop_server(proc) -> None:
-    proc.terminate()
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        return start_dashboard(db_path, log_path, extra={"server.fileWatcherType": "none"})
+    except DashboardDidNotStart as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +51,7 @@ def server(tmp_path_factory):
     db = scenario_db(base)
     proc, url = start_server(db.path, base / "streamlit.log")
     yield url, db
-    stop_server(proc)
+    stop_dashboard(proc)
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +143,7 @@ def test_a_deep_link_opened_first_after_a_start_runs_inside_the_navigation(brows
         assert pg.locator("h1").first.inner_text() == "Cost & decision"
         ctx.close()
     finally:
-        stop_server(proc)
+        stop_dashboard(proc)
 
 
 @pytest.mark.parametrize("path", list(PAGES))
@@ -271,7 +240,7 @@ def demo_server(tmp_path_factory):
     dep = load_demo(db)["deployment"]
     proc, url = start_server(db.path, base / "streamlit.log")
     yield url, db, dep
-    stop_server(proc)
+    stop_dashboard(proc)
 
 
 DEMO_PAGES = {"": ("Prefix-cache hit rate", "Requests"), "cache": ("vLLM prefix cache (device)",),
