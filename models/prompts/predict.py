@@ -116,10 +116,11 @@ class KeySet:
 
     A look-up goes through buckets: the keys' top bits (about 8 keys a bucket; the keys are
     hashes, so they spread evenly) index an array of where each bucket starts in the sorted
-    array, and a request's keys are compared with their buckets' few keys in one gather. A binary
-    search of a large array (tens of millions of keys, beyond the CPU's caches) costs a memory
-    round trip per step; this costs about two per key. Keys that crowd one bucket (more than
-    ``MAX_BUCKET``: not hashes) fall back to the binary search.
+    array, and a request's keys are bisected within their buckets together (a few steps, each one
+    gather). A binary search of the whole array (tens of millions of keys, beyond the CPU's
+    caches) costs a memory round trip per step; this costs a few steps within one bucket's cache
+    lines. Keys that crowd one bucket (more than ``MAX_BUCKET``: not hashes) fall back to the
+    binary search.
 
     Two different blocks sharing a 64-bit key would read as a hit: with ``n`` keys stored and
     ``m`` looked up, about ``m * n / 2**64`` false hits are expected (1e-5 for a 100 M-block log
@@ -164,18 +165,24 @@ class KeySet:
         return i < len(self.main) and int(self.main[i]) == v
 
     def _in_main(self, a: np.ndarray) -> np.ndarray:
-        if not len(self.main) or not len(a):
+        m = self.main
+        if not len(m) or not len(a):
             return np.zeros(len(a), dtype=bool)
-        if self.width:
+        if self.width:  # each key bisected within its bucket, all keys at once
             b = (a >> self.shift).astype(np.intp)
             lo = self.starts[b].astype(np.intp)
-            j = np.arange(self.width)
-            idx = lo[:, None] + j
-            np.minimum(idx, len(self.main) - 1, out=idx)
-            return np.asarray(((self.main[idx] == a[:, None]) & (j < (self.starts[b + 1] - lo)[:, None])).any(axis=1))
-        i = np.searchsorted(self.main, a)
-        np.minimum(i, len(self.main) - 1, out=i)
-        return np.asarray(self.main[i] == a)
+            hi = self.starts[b + 1].astype(np.intp)
+            last = len(m) - 1
+            for _ in range(self.width.bit_length()):
+                mid = (lo + hi) >> 1
+                go = m[np.minimum(mid, last)] < a
+                go &= lo < hi
+                lo = np.where(go, mid + 1, lo)
+                hi = np.where(go, hi, mid)
+            return np.asarray(m[np.minimum(lo, last)] == a)
+        i = np.searchsorted(m, a)
+        np.minimum(i, len(m) - 1, out=i)
+        return np.asarray(m[i] == a)
 
     def leading(self, keys: Sequence[int] | np.ndarray, limit: int) -> int:
         """How many of ``keys[:limit]`` are held, counted from the first up to the first missing."""
