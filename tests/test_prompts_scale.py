@@ -17,7 +17,15 @@ import kvplan.collectors.requests.check as check_mod
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.render import Renderer
 from kvplan.models.prompts.busters import Finder, line_map
-from kvplan.models.prompts.hashing import block_hashes
+from kvplan.models.prompts.hashing import (
+    NO_EXTRA,
+    ExtraKeys,
+    block_hashes,
+    chain_keys64,
+    chain_keys64_many,
+    token_digests,
+    token_digests_many,
+)
 from kvplan.models.prompts.predict import KeySet
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "prompts"
@@ -125,6 +133,47 @@ def test_per_request_hits_equal_an_independent_computation(tmp_path, renderer, m
     m = r.missed_by_cause
     assert sum(m.values()) == r.totals.prompt_tokens - r.totals.cached and m["busted"] > 0
     assert r.keys_held > 0
+
+
+def test_a_batch_of_requests_looked_up_at_once_answers_as_one_at_a_time():
+    """``leading_then_add_many`` against ``leading_then_add`` called request by request: keys
+    repeated within a request, across requests of one batch and across batches, the key 0,
+    empty requests and limits past a request's end; through merges of a small buffer."""
+    rng = random.Random(5)
+    for _ in range(60):
+        pool = [rng.getrandbits(64) for _ in range(40)] + [0, 2**64 - 1]
+        buffer = rng.choice([1, 3, 7, 1000])
+        one, many = KeySet(buffer=buffer), KeySet(buffer=buffer)
+        for _ in range(25):
+            reqs = [[rng.choice(pool) for _ in range(rng.randrange(0, 9))] for _ in range(rng.randrange(1, 6))]
+            limits = [rng.randrange(0, 11) for _ in reqs]
+            want = [one.leading_then_add(r, n) for r, n in zip(reqs, limits, strict=True)]
+            bounds = np.cumsum([0] + [len(r) for r in reqs])
+            flat = np.array([k for r in reqs for k in r], dtype=np.uint64)
+            assert many.leading_then_add_many(flat, bounds, np.array(limits)).tolist() == want
+            assert len(many) == len(one)
+        assert sorted([*many.main.tolist(), *many.new]) == sorted([*one.main.tolist(), *one.new])
+
+
+def test_the_keys_of_a_batch_at_once_are_each_requests_own():
+    """``token_digests_many`` and ``chain_keys64_many`` give, request by request, what
+    ``token_digests`` and ``chain_keys64`` give on each request alone: lengths 0 to 80 against
+    block sizes 1 to 32 (partial blocks left out or keyed), with and without extra keys."""
+    rng = np.random.default_rng(0)
+    extras = [NO_EXTRA, ExtraKeys(lora="a"), ExtraKeys(cache_salt="s"), ExtraKeys("b", "t")]
+    for trial in range(120):
+        prompts = [rng.integers(0, 200_000, n) for n in rng.integers(0, 80, int(rng.integers(1, 8)))]
+        mine = [extras[int(rng.integers(0, 4))] for _ in prompts] if trial % 2 else None
+        bounds = np.cumsum([0] + [len(p) for p in prompts])
+        digests = token_digests_many(np.concatenate(prompts).astype(np.int64), bounds)
+        for bs in (1, 3, 16, 32):
+            for partial in (False, True):
+                keys, kb = chain_keys64_many(digests, bounds, bs, mine, partial=partial)
+                assert kb[-1] == len(keys)
+                for i, p in enumerate(prompts):
+                    assert digests[bounds[i]:bounds[i + 1]].tolist() == token_digests(p).tolist()
+                    want = chain_keys64(p, bs, mine[i] if mine else NO_EXTRA, partial=partial)
+                    assert keys[kb[i]:kb[i + 1]].tolist() == want.tolist()
 
 
 def test_batches_and_the_reused_keys_change_nothing(tmp_path, renderer, monkeypatch):

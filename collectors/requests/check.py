@@ -37,7 +37,7 @@ from ...models.core.errors import KvplanError
 from ...models.core.vocabulary import Tier
 from ...models.prompts.busters import Carried, Finder, Finding, apply_fix
 from ...models.prompts.geometry import pool_blocks
-from ...models.prompts.hashing import chain_keys64
+from ...models.prompts.hashing import chain_keys64_many, token_digests
 from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
@@ -216,14 +216,30 @@ FirstPass = Callable[[Sequence[Path], CheckOptions, Preparer, Callable[[LogReque
 and its ``Skipped``, in arrival order."""
 
 
-def _lmcache(lm: LmcacheUnlimited, p: Prepared) -> int | None:
-    """LMCache's hit tokens for one request; None for a trace of block ids: LMCache's chunks
-    cannot be rebuilt from them, so the log cannot tell."""
-    if p.ids is None:
-        return None
-    keys = chain_keys64(p.ids, lm.chunk_size, partial=True, digests=p.digests)
-    full = len(p.ids) // lm.chunk_size
-    return lm.serve(keys[:full], int(keys[full]) if len(keys) > full else None)
+def _lmcache_many(lm: LmcacheUnlimited, batch: Sequence[Prepared]) -> list[int | None]:
+    """LMCache's hit tokens for each request of ``batch`` in order, looked up at once; None for a
+    trace of block ids: LMCache's chunks cannot be rebuilt from them, so the log cannot tell."""
+    have = [p for p in batch if p.ids is not None]
+    if not have:
+        return [None] * len(batch)
+    bounds = np.zeros(len(have) + 1, dtype=np.int64)
+    np.cumsum([len(p.ids) for p in have], out=bounds[1:])  # type: ignore[arg-type]
+    digests = np.concatenate([p.digests if p.digests is not None else token_digests(p.ids) for p in have])  # type: ignore[arg-type]
+    keys, key_bounds = chain_keys64_many(digests, bounds, lm.chunk_size, partial=True)
+    hits = iter(lm.serve_many(keys, key_bounds, np.diff(bounds) // lm.chunk_size).tolist())
+    return [next(hits) if p.ids is not None else None for p in batch]
+
+
+def _grouped(stream: Iterator[Prepared], n: int) -> Iterator[list[Prepared]]:
+    """``stream`` in lists of ``n`` (the last one shorter)."""
+    batch: list[Prepared] = []
+    for p in stream:
+        batch.append(p)
+        if len(batch) >= n:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 BATCH_REQUESTS = 16
@@ -404,10 +420,14 @@ class _Spill:
     def __init__(self) -> None:
         self.f: IO[bytes] = tempfile.TemporaryFile(prefix="kvplan-prompts-")  # noqa: SIM115 (closed by check)
 
-    def write(self, h: Hashed, o: Outcome) -> None:
-        self.f.write(np.array([h.prompt_tokens, h.output_tokens, o.hittable, o.cached_unlimited, len(h.hashes)],
-                              dtype=np.uint64).tobytes())
-        self.f.write(np.asarray(h.hashes, dtype=np.uint64).tobytes())
+    def write_many(self, hs: Sequence[Hashed], outcomes: Sequence[Outcome]) -> None:
+        """Each request's record (``hs`` and their ``outcomes``, in order), in one write."""
+        parts: list[bytes] = []
+        for h, o in zip(hs, outcomes, strict=True):
+            parts.append(np.array([h.prompt_tokens, h.output_tokens, o.hittable, o.cached_unlimited, len(h.hashes)],
+                                  dtype=np.uint64).tobytes())
+            parts.append(np.asarray(h.hashes, dtype=np.uint64).tobytes())
+        self.f.write(b"".join(parts))
 
     def rewind(self) -> None:
         self.f.flush()
@@ -470,57 +490,58 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
 
     requests = sampled(read_requests(paths, skipped), opts.sample)
     pool_notes: list[str] = []
-    stream: Iterator[Prepared]
+    stream: Iterator[list[Prepared]]
     if first_pass is not None:  # on a Ray cluster (it reads the files itself)
-        stream = (p for batch in first_pass(paths, opts, prep, render, skipped) for p in _encoded(prep, batch))
+        stream = (_encoded(prep, batch) for batch in first_pass(paths, opts, prep, render, skipped))
     elif opts.workers > 1 and renderer is not None:
         from .workers import prepared_in_pool
-        stream = prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes)
+        stream = _grouped(prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes), BATCH_REQUESTS)
     else:  # read, render and tokenize one step ahead on a thread (ahead.py): the tokenizer overlaps the replay
-        stream = (p for batch in ahead(_encoded(prep, b) for b in _batches(requests, render)) for p in batch)
-    for p in stream:
-        r = p.request
-        if r.arrival is not None:
-            t_first = r.arrival if t_first is None else min(t_first, r.arrival)
-            t_last = r.arrival if t_last is None else max(t_last, r.arrival)
+        stream = ahead(_encoded(prep, b) for b in _batches(requests, render))
+    for batch in stream:
         if predictor is None:
             sizes.append(prep.block_size)  # (the pool's stream does not call render)
             predictor = Predictor(sizes[0], opts.gpu_blocks)
             geo = _Geometry(opts, sizes[0])
-        h = p.hashed
-        assert h is not None
-        o = predictor.serve(h)
-        geo.serve(prep, p)
-        totals.add(o)
-        spill.write(h, o)
-        out_sources[r.output_source] += 1
-        got = _lmcache(lm, p)
-        lm_hits = None if got is None or lm_hits is None else lm_hits + got
-        miss = miss_of(o, predictor.block_size)
-        if p.text is not None and p.lines is not None:
-            if hist is None and renderer is not None:
-                hist = HistoryFinder(renderer, predictor.block_size)
-            missed = o.cached_unlimited < o.hittable
-            hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens, cached=o.cached_unlimited,
-                              hittable=o.hittable, first_block=o.first_miss_block) if hist is not None else None
-            # a turn the template rewrote explains the miss: no line finding counts it too
-            seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None)
-            f = hf or seen.finding
-            li = p.lines.line_at(f.place) if f is not None else None
-            if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
-                examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
-            span = hist.span if hf is not None and hist is not None else None
-            if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
-                examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
-            miss = miss_of(o, predictor.block_size, f, seen.divergence)
-            if finder.findings or (hist is not None and hist.findings):
-                kept.put(p)  # a fix pass will run: it reuses this render
-        reasons[miss.reason] += 1
-        measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
-                     miss.reason)
-        if on_request is not None:
-            on_request(r, o, miss)
-        tick(totals.requests)
+        hs = [p.hashed for p in batch if p.hashed is not None]
+        assert len(hs) == len(batch)
+        outcomes = predictor.serve_many(hs)  # every request of the batch looked up at once
+        spill.write_many(hs, outcomes)
+        lm_got = _lmcache_many(lm, batch)
+        for p, o, got in zip(batch, outcomes, lm_got, strict=True):
+            r = p.request
+            if r.arrival is not None:
+                t_first = r.arrival if t_first is None else min(t_first, r.arrival)
+                t_last = r.arrival if t_last is None else max(t_last, r.arrival)
+            geo.serve(prep, p)
+            totals.add(o)
+            out_sources[r.output_source] += 1
+            lm_hits = None if got is None or lm_hits is None else lm_hits + got
+            miss = miss_of(o, predictor.block_size)
+            if p.text is not None and p.lines is not None:
+                if hist is None and renderer is not None:
+                    hist = HistoryFinder(renderer, predictor.block_size)
+                missed = o.cached_unlimited < o.hittable
+                hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens, cached=o.cached_unlimited,
+                                  hittable=o.hittable, first_block=o.first_miss_block) if hist is not None else None
+                # a turn the template rewrote explains the miss: no line finding counts it too
+                seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None)
+                f = hf or seen.finding
+                li = p.lines.line_at(f.place) if f is not None else None
+                if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
+                    examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
+                span = hist.span if hf is not None and hist is not None else None
+                if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
+                    examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
+                miss = miss_of(o, predictor.block_size, f, seen.divergence)
+                if finder.findings or (hist is not None and hist.findings):
+                    kept.put(p)  # a fix pass will run: it reuses this render
+            reasons[miss.reason] += 1
+            measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
+                         miss.reason)
+            if on_request is not None:
+                on_request(r, o, miss)
+            tick(totals.requests)
     if progress is not None:
         progress("predicted", totals.requests)
     if not totals.requests and (skipped.errors or skipped.unfinished):
@@ -718,15 +739,18 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             yield rows, todo, prep.retokenize_all(items)
 
     for rows, todo, redone in ahead(fixed()):
-        for b, texts in enumerate(rows):
-            base, hit, u = spill.read()
-            for i, (t, pred) in enumerate(zip(texts, preds, strict=True)):
-                o = pred.serve(base if t is None else redone[todo[(b, t)]])
+        first = [spill.read() for _ in rows]  # per request: its first-pass keys, hittable and unlimited hits
+        for i, pred in enumerate(preds):  # each variant's requests of the batch looked up at once
+            hs: list[Hashed] = []
+            for b, (texts, (base, _, _)) in enumerate(zip(rows, first, strict=True)):
+                t = texts[i]
+                hs.append(base if t is None else redone[todo[(b, t)]])
+            for o, (_, hit, u) in zip(pred.serve_many(hs), first, strict=True):
                 totals[i].add(o)
                 if i == len(variants) - 1:
                     busted += min(max(0, o.cached_unlimited - u), hit - u)
-            n += 1
-            tick(n)
+        n += len(rows)
+        tick(n)
     return totals, busted
 
 

@@ -13,7 +13,15 @@ import numpy as np
 
 from ...models.core.errors import KvplanError
 from ...models.prompts.busters import LineInfo, LineMap, line_map
-from ...models.prompts.hashing import ROOT, ExtraKeys, chain_keys64, hash_block, keys64, token_digests
+from ...models.prompts.hashing import (
+    ROOT,
+    ExtraKeys,
+    chain_keys64,
+    chain_keys64_many,
+    hash_block,
+    keys64,
+    token_digests_many,
+)
 from ...models.prompts.predict import Hashed
 from .read import LogRequest
 from .render import Renderer
@@ -129,7 +137,9 @@ class Preparer:
                       ) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
         """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
         batch call per kind (chat without special tokens added, completions with), by pieces
-        (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache)."""
+        (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache), and
+        the digests and keys of each kind's requests at once (``token_digests_many``,
+        ``chain_keys64_many``; each request's are views of them)."""
         out: list[tuple[np.ndarray, Hashed, np.ndarray] | None] = [None] * len(items)
         if not items:
             return []
@@ -138,11 +148,25 @@ class Preparer:
             idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
             if not idx:
                 continue
-            for i, ids in zip(idx, self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special),
-                              strict=True):
-                p, _, block_size = items[i]
-                dg = token_digests(ids)
-                out[i] = (ids, hashed64(ids, block_size, self.extra(p.request), p.request.output_tokens, dg), dg)
+            ids = self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special)
+            bounds = np.zeros(len(ids) + 1, dtype=np.int64)
+            np.cumsum([len(x) for x in ids], out=bounds[1:])
+            dg = token_digests_many(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64), bounds)
+            by_size: dict[int, list[int]] = {}
+            for j, i in enumerate(idx):
+                by_size.setdefault(items[i][2], []).append(j)
+            for block_size, js in by_size.items():
+                sub, digests = bounds, dg
+                if len(by_size) > 1:  # requests at several block sizes: each size's apart
+                    sub = np.zeros(len(js) + 1, dtype=np.int64)
+                    np.cumsum([len(ids[j]) for j in js], out=sub[1:])
+                    digests = np.concatenate([dg[bounds[j]:bounds[j + 1]] for j in js])
+                extras = [self.extra(items[idx[j]][0].request) for j in js]
+                keys, kb = chain_keys64_many(digests, sub, block_size, extras)
+                for n, j in enumerate(js):
+                    p = items[idx[j]][0]
+                    h = Hashed(len(ids[j]), keys[kb[n]:kb[n + 1]], max(1, p.request.output_tokens or 1))
+                    out[idx[j]] = (ids[j], h, dg[bounds[j]:bounds[j + 1]])
         return [x for x in out if x is not None]
 
     def _server_date(self, r: LogRequest, text: str, lines: LineMap) -> str | None:

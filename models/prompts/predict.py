@@ -109,8 +109,9 @@ def key64(k: bytes | int) -> int:
 
 class KeySet:
     """A set of 64-bit keys in bounded overhead: a sorted ``uint64`` array (8 bytes a key) and a
-    small Python set of the newest keys (at most ``buffer`` of them, about 70 bytes each), merged
-    into the array when it fills (``np.searchsorted`` + ``np.insert``: linear in the keys held).
+    small Python set of the newest keys (at most ``buffer`` of them, about 70 bytes each; fewer
+    while the array is small: ``_room``), merged into the array when it fills
+    (``np.searchsorted`` + ``np.insert``: linear in the keys held).
     Memory grows with the distinct keys only: 8 bytes each, plus about 0.5 to 1 byte each for the
     buckets' offsets, the buffer's fixed ceiling and, during a merge, one more copy of the array.
 
@@ -128,6 +129,8 @@ class KeySet:
 
     MAX_BUCKET = 64
     """Keys a bucket may hold for the bucketed look-up (more: the binary search)."""
+    MIN_BUFFER = 4096
+    """Keys the buffer holds at least before a merge."""
 
     def __init__(self, buffer: int = 1 << 18):
         self.buffer = max(1, buffer)
@@ -154,6 +157,13 @@ class KeySet:
 
     def __len__(self) -> int:
         return len(self.main) + len(self.new)
+
+    def _room(self) -> int:
+        """Keys the buffer holds before a merge: an eighth of the array's (at least
+        ``MIN_BUFFER``, at most ``buffer``). A look-up in the array costs less than one in the
+        buffer (a Python set), and a merge, linear in the array, comes once per that many new
+        keys: about eight array entries moved per key added."""
+        return min(self.buffer, max(self.MIN_BUFFER, len(self.main) >> 3))
 
     def __contains__(self, k: object) -> bool:
         if not isinstance(k, (int, bytes)):
@@ -212,9 +222,39 @@ class KeySet:
         rest, found = a[n:], found[n:]  # its first n keys are held: not added again
         if not found.all():
             self.new.update((rest[~found] if len(self.main) else rest).tolist())
-        if len(self.new) > self.buffer:
+        if len(self.new) > self._room():
             self.merge()
         return n
+
+    def leading_then_add_many(self, a: np.ndarray, bounds: np.ndarray, limits: np.ndarray) -> np.ndarray:
+        """:meth:`leading_then_add` of several requests in arrival order at once: request ``i``'s
+        keys are ``a[bounds[i]:bounds[i + 1]]``, its limit ``limits[i]``. A key an earlier
+        request of the lot adds is held for the later ones, as one call a request gives."""
+        a = _array(a)
+        bounds = np.asarray(bounds, dtype=np.int64)
+        found = self._in_main(a)
+        miss = np.flatnonzero(~found)
+        if len(miss) and self.new:
+            held = np.fromiter(map(self.new.__contains__, a[miss].tolist()), dtype=bool, count=len(miss))
+            found[miss[held]] = True
+            miss = miss[~held]
+        if len(miss):  # keys new to the set: held for the requests after the first one that has them
+            req = np.searchsorted(bounds, miss, side="right") - 1
+            order = np.argsort(a[miss], kind="stable")
+            keys, req = a[miss][order], req[order]
+            head = np.ones(len(keys), dtype=bool)
+            head[1:] = keys[1:] != keys[:-1]
+            first_req = req[head][np.cumsum(head) - 1]
+            found[miss[order[first_req < req]]] = True
+            self.new.update(keys[head].tolist())
+            if len(self.new) > self._room():
+                self.merge()
+        starts = bounds[:-1]
+        limits = np.minimum(np.asarray(limits, dtype=np.int64), np.diff(bounds))
+        gaps = np.flatnonzero(~found)
+        at = np.searchsorted(gaps, starts)
+        first = np.append(gaps, len(a))[at]  # each request's first key not held (or past its end)
+        return np.asarray(np.minimum(first - starts, limits), dtype=np.int64)
 
     def merge(self) -> None:
         """Move the buffered keys into the sorted array."""
@@ -258,6 +298,17 @@ class UnlimitedCache:
         if h.output_hashes:
             keys = np.concatenate([_array(keys), _array(_ints(h.output_hashes))])
         return self.keys.leading_then_add(keys, hittable_tokens(h.prompt_tokens, block_size) // block_size)
+
+    def serve_many(self, hs: Sequence[Hashed], block_size: int) -> list[int]:
+        """:meth:`serve` of each of ``hs`` in order, with one look-up for them all."""
+        parts = [_array(_ints(h.hashes)) if not h.output_hashes else
+                 np.concatenate([_array(_ints(h.hashes)), _array(_ints(h.output_hashes))]) for h in hs]
+        bounds = np.zeros(len(hs) + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in parts], out=bounds[1:])
+        limits = [hittable_tokens(h.prompt_tokens, block_size) // block_size for h in hs]
+        a = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
+        got: list[int] = self.keys.leading_then_add_many(a, bounds, np.asarray(limits, dtype=np.int64)).tolist()
+        return got
 
 
 class BlockPool:
@@ -368,6 +419,15 @@ class Predictor:
             c, fits = self.pool.serve(h, bs)
         return Outcome(h.prompt_tokens, hittable_tokens(h.prompt_tokens, bs), c * bs, u * bs, u, fits)
 
+    def serve_many(self, hs: Sequence[Hashed]) -> list[Outcome]:
+        """:meth:`serve` of each of ``hs`` in arrival order: with no pool, one look-up of the
+        unlimited cache for them all (the same outcomes)."""
+        if self.pool is not None:
+            return [self.serve(h) for h in hs]
+        bs = self.block_size
+        return [Outcome(h.prompt_tokens, hittable_tokens(h.prompt_tokens, bs), u * bs, u * bs, u, True)
+                for h, u in zip(hs, self.unlimited.serve_many(hs, bs), strict=True)]
+
 
 @dataclass
 class Totals:
@@ -420,3 +480,9 @@ class LmcacheUnlimited:
         if partial is not None:
             keys = np.append(keys, np.uint64(key64(partial)))
         return self.keys.leading_then_add(keys, n) * self.chunk_size
+
+    def serve_many(self, keys: np.ndarray, bounds: np.ndarray, full: np.ndarray) -> np.ndarray:
+        """:meth:`serve` of several requests in arrival order at once: request ``i``'s chunk keys
+        (its full chunks', then its partial chunk's if any) at ``keys[bounds[i]:bounds[i + 1]]``,
+        ``full[i]`` of them full; their hit tokens."""
+        return self.keys.leading_then_add_many(keys, bounds, full) * self.chunk_size
