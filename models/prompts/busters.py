@@ -31,10 +31,11 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, count, repeat, takewhile
+from itertools import compress, count, repeat
 from typing import overload
 
 import numpy as np
@@ -195,6 +196,18 @@ class LineMap(Sequence[LineInfo]):
         return sorted(set(ce[ce >= 0].tolist()))
 
 
+def _find(text: str, s: str, start: int) -> int:
+    """``text.find(s, start)``, looked for by the first 16 characters of ``s``, each place they
+    are checked whole (``str.find`` prepares a table the size of a long ``s`` on every call)."""
+    head = s[:16]
+    p = text.find(head, start)
+    for _ in range(8):
+        if p < 0 or text.startswith(s, p):
+            return p
+        p = text.find(head, p + 1)
+    return text.find(s, p) if p >= 0 else -1
+
+
 def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: Sequence[str] = ()) -> LineMap:
     """The lines of ``text`` tied to the messages ``contents`` ((role, content) in order), found in
     the text in order; a line outside every message is ``tools`` when it names a tool, else
@@ -203,55 +216,68 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
     A line belongs to the first message whose content does not end before it starts (one
     ending right where an empty line starts counts it, without holding it) when their ranges
     overlap (an empty line: when the content holds its place); its ``line`` is 1 + the newlines
-    from the content's start to it. Per line only C-level operations (``str.split``, numpy):
-    offsets are ``str`` character offsets, from the lines' lengths."""
-    s0s: list[int] = []
-    s1s: list[int] = []
-    idxs: list[int] = []
-    span_roles: list[str] = []
+    from the content's start to it. Offsets are ``str`` character offsets, from where the newlines
+    are (numpy over an ASCII text's bytes, else the lengths of ``str.split``'s lines). A message's
+    lines are a run, and so are the lines between two messages: the map is made by runs
+    (``np.repeat``), a few steps a message, none a line."""
+    spans: list[tuple[int, int, int, str]] = []  # (start, end, message index, role) of each content found
     cursor = 0
     for i, (role, c) in enumerate(contents):
         if not c:
             continue
-        for cand in (c, c.strip()):
-            p = text.find(cand, cursor) if cand else -1
-            if p >= 0:
-                s0s.append(p)
-                s1s.append(p + len(cand))
-                idxs.append(i)
-                span_roles.append(role)
-                cursor = p + len(cand)
-                break
-    parts = text.split("\n")
-    n = len(parts)
-    lens = np.fromiter(map(len, parts), dtype=np.int64, count=n)
-    ends = np.cumsum(lens + 1) - 1
-    starts = ends - lens
-    numbers = np.arange(1, n + 1, dtype=np.int64)
-    roles = tuple(dict.fromkeys(["template", "tools", *span_roles]))
-    if not s0s:  # no message found: every line the template's
-        codes, inside = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-        messages, content_ends = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        p = _find(text, c, cursor)
+        if p < 0:
+            c = c.strip()
+            p = _find(text, c, cursor) if c else -1
+        if p >= 0:
+            cursor = p + len(c)
+            spans.append((p, cursor, i, role))
+    if text.isascii():  # a character a byte: numpy finds the newlines, no line is made
+        breaks = (np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 10).nonzero()[0]
+        n = len(breaks) + 1
+        starts = np.zeros(n, dtype=np.int64)
+        starts[1:] = breaks + 1
+        ends = np.full(n, len(text), dtype=np.int64)
+        ends[:-1] = breaks
     else:
-        ns = len(s0s)
-        s0, s1 = np.array(s0s, dtype=np.int64), np.array(s1s, dtype=np.int64)
-        k = np.searchsorted(s1, starts, "left")  # the first span not ending before the line starts
-        k += (k < ns) & (s1[np.minimum(k, ns - 1)] == starts) & (lens > 0)  # ...nor where it starts, unless empty
-        has = k < ns
-        kc = np.minimum(k, ns - 1)
-        a, b = s0[kc], s1[kc]
-        inside = has & ((np.maximum(starts, a) < np.minimum(ends, b)) | ((lens == 0) & (a <= starts) & (starts < b)))
-        first = np.searchsorted(starts, s0, "right") - 1  # the line each span starts in
-        numbers = np.where(inside, numbers - first[kc], numbers)
-        messages = np.where(has, np.array(idxs, dtype=np.int64)[kc], -1)
-        span_codes = np.array([roles.index(r) for r in span_roles], dtype=np.int64)
-        codes = np.where(inside, span_codes[kc], 0)
-        content_ends = np.where(inside, b, -1)
+        lens = np.fromiter(map(len, text.split("\n")), dtype=np.int64)
+        n = len(lens)
+        ends = (lens + 1).cumsum()
+        ends -= 1
+        starts = ends - lens
+    roles = tuple(dict.fromkeys(["template", "tools", *(s[3] for s in spans)]))
+    runs: list[int] = []  # per run of lines: how many, message index, role code, content end, number - index
+    g = 0  # the first line not tied to an earlier message
+    if spans:
+        a = np.array([s[0] for s in spans], dtype=np.int64)
+        b = np.array([s[1] for s in spans], dtype=np.int64)
+        code = {r: c for c, r in enumerate(roles)}
+        for (_, end, idx, role), lo, hi, after, first in zip(
+                spans,
+                np.minimum(ends.searchsorted(a, "right"), starts.searchsorted(a)).tolist(),  # the first it overlaps
+                starts.searchsorted(b).tolist(),  # the lines starting before its end
+                ends.searchsorted(b, "right").tolist(),  # an empty line where it ends is tied to it, not held
+                (starts.searchsorted(a, "right") - 1).tolist(), strict=True):  # the line it starts in
+            lo = max(g, lo)
+            runs += (lo - g, idx, 0, -1, 1, hi - lo, idx, code[role], end, 1 - first)
+            g = max(hi, after)
+            runs += (g - hi, idx, 0, -1, 1)
+    runs += (n - g, -1, 0, -1, 1)
+    table = np.array(runs, dtype=np.int64).reshape(-1, 5).T
+    messages, codes, content_ends, numbers = table[1:].repeat(table[0], axis=1)
+    numbers += np.arange(n, dtype=np.int64)
     names = [f'"{x}"' for x in tool_names if x]
-    if names:
-        named = [i for i in np.flatnonzero(~inside).tolist() if any(map(parts[i].__contains__, names))]
-        if named:
-            codes[named] = 1
+    if names:  # the lines outside messages that name a tool (they hold '"'; the template's own lines seldom do)
+        outside = (content_ends < 0).nonzero()[0]
+        their = map(text.__getitem__, map(slice, starts[outside].tolist(), ends[outside].tolist()))
+        quoted = [(i, t) for i, t in zip(outside.tolist(), their, strict=True) if '"' in t]
+        named: list[int] = []
+        for i, t in quoted:  # names tried from the one after the last found: a template writes them in order
+            r = next(compress(count(), map(t.__contains__, names)), None)
+            if r is not None:
+                named.append(i)
+                names = names[r + 1:] + names[:r + 1]
+        codes[named] = 1
     return LineMap(starts, ends, messages, codes, roles, numbers, content_ends, len(text))
 
 
@@ -420,8 +446,6 @@ class _Seen:
     chars: int
     label: str = ""
     prefixes: list[int] = field(default_factory=list)
-    weights: list[int] = field(default_factory=list)
-    """Per line, its length + 1 when it is not blank (what it weighs in a vote), else 0."""
 
 
 @dataclass(frozen=True)
@@ -447,6 +471,11 @@ class Observed:
     divergence: Divergence | None
     """Where it parted from its nearest earlier request (requests that missed only; None: no
     recent request shares its first line)."""
+
+
+_FEW_HOLDERS = 8
+"""Up to this many recent requests holding a request's lines, :meth:`Finder._compare` sums each
+one's votes apart (a C loop over the lines each); past it, in one Python pass over the lines."""
 
 
 def _prefix_hashes(lines: Sequence[int]) -> list[int]:
@@ -486,43 +515,61 @@ class Finder:
         lm = LineMap.of(infos)
         texts = lm.texts(text, self.max_lines)
         hashes = list(map(hash, texts))
-        weights = [len(t) + 1 if t.strip() else 0 for t in texts]
         me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label,
-                   _prefix_hashes(hashes), weights)
+                   _prefix_hashes(hashes))
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
         if len(self.index) > self.max_index or len(self.prefix) > self.max_index:
             self.index.clear()
             self.prefix.clear()
-        self.index.update(zip(compress(hashes, weights), repeat(self.seq)))  # its lines not blank
+        self.index.update(zip(compress(hashes, map(str.strip, texts)), repeat(self.seq)))  # its lines not blank
         self.prefix.update(zip(me.prefixes, repeat(self.seq)))
         self.recent[self.seq] = me
         while len(self.recent) > self.window:
-            seq, gone = self.recent.popitem(last=False)
-            for table, keys in ((self.index, gone.lines), (self.prefix, gone.prefixes)):
-                # its entries no later request took over (entries out of the window are never used)
-                for h in compress(keys, map(seq.__eq__, map(table.get, keys, repeat(0)))):
-                    table.pop(h, None)
+            self._forget(*self.recent.popitem(last=False))
         return Observed(found, parted)
+
+    def _forget(self, seq: int, gone: _Seen) -> None:
+        """Remove the entries of request ``seq``, leaving the window, that no later request took
+        over (entries out of the window are never used). A later request holding one of its
+        prefixes holds the ones before it too: those it still has are the last ones, found by
+        bisection."""
+        index = self.index
+        for h in compress(gone.lines, map(seq.__eq__, map(index.get, gone.lines, repeat(0)))):
+            index.pop(h, None)
+        prefix = self.prefix
+        taken = bisect_left(gone.prefixes, True, key=lambda h: prefix.get(h) == seq)
+        for h in gone.prefixes[taken:]:
+            prefix.pop(h, None)
 
     def _nearest(self, me: _Seen) -> Divergence | None:
         """The newest recent request with the longest run of leading lines in common with ``me``."""
-        run = list(takewhile(self.recent.__contains__, map(self.prefix.get, me.prefixes, repeat(0))))
-        if not run:
+        recent, prefix = self.recent, self.prefix
+        # the leading prefixes a recent request holds (one holding a prefix holds the ones before it)
+        k = bisect_left(me.prefixes, True, key=lambda h: prefix.get(h, 0) not in recent)
+        if not k:
             return None
-        k, seq = len(run), run[-1]
-        other = self.recent[seq]
+        other = recent[prefix[me.prefixes[k - 1]]]
         line = me.infos[k] if k < len(me.lines) and k < len(other.lines) else None
         return Divergence(other.label, k, line)
 
     def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:
+        got = list(map(self.index.get, me.lines, repeat(0)))  # the newest recent request holding each line (0: none)
+        held = list(compress(me.texts, got))
+        if (sum(map(len, held)) + len(held)) * 2 < me.chars:  # no request can have half its text
+            return None
+        holders = [j for j in set(got) if j in self.recent]
+        if not holders:
+            return None
+        weights = [len(t) + 1 if t.strip() else 0 for t in me.texts]  # a line's vote; a blank one has none
         votes: dict[int, int] = {}
-        got = list(map(self.index.get, me.lines, repeat(0)))
-        for i in compress(range(len(got)), got):  # the lines a recent request has (seq >= 1; 0: none)
-            j, w = got[i], me.weights[i]
-            if w and j in self.recent:
-                votes[j] = votes.get(j, 0) + w
+        if len(holders) <= _FEW_HOLDERS:  # a sum a holder, each over the lines at C speed
+            votes = {j: sum(compress(weights, map(j.__eq__, got))) for j in holders}
+        else:  # one pass over the lines
+            for j, w in zip(got, weights, strict=True):
+                if w and j in self.recent:
+                    votes[j] = votes.get(j, 0) + w
         if not votes:
             return None
         j = max(votes, key=lambda s: (votes[s], s))
@@ -533,7 +580,7 @@ class Finder:
         if k >= len(me.lines):
             return None
         theirs = set(other.lines)
-        after = sum(compress(me.weights[k + 1:], map(theirs.__contains__, me.lines[k + 1:])))
+        after = sum(compress(weights[k + 1:], map(theirs.__contains__, me.lines[k + 1:])))
         if after * 4 < me.chars:
             return None
         if k + 1 < len(other.lines) and other.lines[k + 1] == me.lines[k]:
