@@ -153,21 +153,12 @@ def _extra64(b: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(b, digest_size=8).digest(), "little") if b else 0
 
 
-_POSITIONS = {"at": np.zeros(0, dtype=np.uint64)}
-
-
 def token_digests(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
     """Each token mixed with its position in the prompt (``mix64(token | position << 32)``):
-    what :func:`chain_keys64` sums block by block, at every block size (computed once a prompt)."""
+    what :func:`chain_keys64` sums block by block, at every block size (computed once a prompt).
+    :func:`token_digests_many` of one prompt."""
     arr = np.ascontiguousarray(tokens, dtype=np.int64)
-    n = len(arr)
-    at = _POSITIONS["at"]
-    if len(at) < n:
-        at = _POSITIONS["at"] = np.arange(max(n, 2 * len(at)), dtype=np.uint64) << np.uint64(32)
-    v = arr.view(np.uint64) & np.uint64(0xFFFF_FFFF)
-    v |= at[:n]
-    with np.errstate(over="ignore"):
-        return mix64(v)
+    return token_digests_many(arr, np.array([0, len(arr)], dtype=np.int64))
 
 
 def chain_keys64(tokens: Sequence[int] | np.ndarray, block_size: int, extra: ExtraKeys = NO_EXTRA, *,
@@ -181,31 +172,11 @@ def chain_keys64(tokens: Sequence[int] | np.ndarray, block_size: int, extra: Ext
     position in the prompt), mixed with its length and the block's extra keys; its key is
     ``mix64(S_b + b)`` where ``S_b = sum(d_i * P**(b - i), i <= b)`` mod 2**64 (a polynomial in
     the digests of the block and every block before it: the chain). Two different chains share
-    a key with a probability near 2**-64, as two 64-bit sha256 prefixes do."""
-    if block_size < 1:
-        raise ValueError(f"block_size must be at least 1; got {block_size}")
+    a key with a probability near 2**-64, as two 64-bit sha256 prefixes do. Computed by
+    :func:`chain_keys64_many`, one prompt of it."""
     n = len(tokens)
-    full = n // block_size
-    nb = full + (1 if partial and n % block_size else 0)
-    if not nb:
-        return np.empty(0, dtype=np.uint64)
     v = digests if digests is not None else token_digests(tokens)
-    n = min(n, nb * block_size)
-    with np.errstate(over="ignore"):
-        d = np.add.reduceat(v[:n], np.arange(0, n, block_size)).astype(np.uint64, copy=False)
-        d[-1] ^= np.uint64(n - (nb - 1) * block_size) << np.uint64(48)
-        if nb > 1:
-            d[:-1] ^= np.uint64(block_size) << np.uint64(48)
-        e0, e1 = _extra64(extra.for_block(0)), _extra64(extra.for_block(1))
-        if e1:
-            d ^= np.uint64(e1)
-        if e0 != e1:
-            d[0] ^= np.uint64(e0 ^ e1)
-        d = mix64(d)
-        pw, qw = _powers(nb)
-        s = np.cumsum(d * qw, dtype=np.uint64) * pw
-        s += np.arange(nb, dtype=np.uint64)
-        return mix64(s)
+    return chain_keys64_many(v[:n], np.array([0, n], dtype=np.int64), block_size, [extra], partial=partial)[0]
 
 
 def token_digests_many(ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:

@@ -294,10 +294,7 @@ class UnlimitedCache:
         return self.keys.leading(_ints(h.hashes[:max_blocks]), max_blocks)
 
     def serve(self, h: Hashed, block_size: int) -> int:
-        keys = _ints(h.hashes)
-        if h.output_hashes:
-            keys = np.concatenate([_array(keys), _array(_ints(h.output_hashes))])
-        return self.keys.leading_then_add(keys, hittable_tokens(h.prompt_tokens, block_size) // block_size)
+        return self.serve_many([h], block_size)[0]
 
     def serve_many(self, hs: Sequence[Hashed], block_size: int) -> list[int]:
         """:meth:`serve` of each of ``hs`` in order, with one look-up for them all."""
