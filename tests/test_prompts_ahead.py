@@ -1,5 +1,6 @@
-"""The prompts check's read-render-tokenize stage one step ahead on a thread (collectors/requests/ahead.py):
-in order, bounded, errors raised in place, the thread gone when the consumer stops."""
+"""The prompts check's read-render-tokenize stage ahead of its replay on threads (collectors/requests/ahead.py):
+in order, bounded, errors raised in place, the threads gone when the consumer stops; rendering and
+tokenizing on two threads of their own (``staged``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvplan.collectors.requests.ahead import ahead
+from kvplan.collectors.requests.ahead import ahead, staged
 from kvplan.models.core.errors import KvplanError
 
 
@@ -70,3 +71,52 @@ def test_a_consumer_that_stops_early_stops_the_thread_and_closes_the_source_on_i
     it.close()  # what a for loop's exception or break does to the generator
     assert closed_on == ["kvplan-test-ahead"]  # the file-reading generator closed by the thread that ran it
     assert not any(t.name == "kvplan-test-ahead" for t in threading.enumerate())
+
+
+def test_staged_makes_items_on_one_thread_and_maps_them_on_another_ahead_of_the_consumer() -> None:
+    made_on: set[str] = set()
+    mapped_on: set[str] = set()
+    three_mapped = threading.Event()
+
+    def gen() -> Iterator[int]:
+        for i in range(40):
+            made_on.add(threading.current_thread().name)
+            yield i
+
+    def then(i: int) -> int:
+        mapped_on.add(threading.current_thread().name)
+        if i == 3:
+            three_mapped.set()
+        return i * i
+
+    it = staged(gen(), then)
+    assert next(it) == 0
+    # while the consumer holds item 0, the second thread has mapped item 3 (a one-thread stage would too;
+    # the thread names below tell the stages apart)
+    assert three_mapped.wait(timeout=30), "the mapping thread did not work ahead"
+    assert [0, *it] == [i * i for i in range(40)]
+    me = threading.current_thread().name
+    assert made_on == {"kvplan-prompts-render"} and mapped_on == {"kvplan-prompts-ahead"}, (made_on, mapped_on, me)
+
+
+def test_staged_raises_an_error_of_either_stage_in_place_and_stops_both_threads() -> None:
+    closed_on: list[str] = []
+
+    def gen() -> Iterator[int]:
+        try:
+            yield from range(10_000)
+        finally:
+            closed_on.append(threading.current_thread().name)
+
+    def then(i: int) -> int:
+        if i == 7:
+            raise KvplanError("the tokenizer refused", source="log.jsonl:8")
+        return i
+
+    got: list[int] = []
+    with pytest.raises(KvplanError, match="refused"):
+        for x in staged(gen(), then):
+            got.append(x)
+    assert got == list(range(7))
+    assert closed_on == ["kvplan-prompts-render"]  # the reading generator closed on its own thread
+    assert not any(t.name.startswith("kvplan-prompts-") for t in threading.enumerate())

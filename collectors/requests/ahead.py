@@ -1,11 +1,13 @@
-"""The first pass's map stage one step ahead, on a thread (``kvplan prompts check``, in process).
+"""The check's map stage ahead of its replay, on two threads (``kvplan prompts check``, in process).
 
 Reading, rendering and tokenizing a batch depend on that batch alone; the replay, the finders
 and the totals depend on every request before. The fast tokenizer's batch call releases the
-GIL and runs in Rust on every core, so while the main thread replays batch n, a thread reads,
-renders and tokenizes batch n + 1: the check's wall time becomes about the larger of the two,
-not their sum. Python work itself still runs one thread at a time (the GIL): this only hides
-the tokenizer's time (and zlib's), which is most of a log of distinct prompts.
+GIL and runs in Rust on every core. So :func:`staged` runs three stages at once: one thread
+reads and renders batch n + 2, a second tokenizes and keys batch n + 1, and the main thread
+replays batch n. Python work itself still runs one thread at a time (the GIL): this hides the
+tokenizer's time (and zlib's) behind the Python work of the other two stages, rather than behind
+one of them. With one thread doing both rendering and tokenizing, the rendering waited for the
+tokenizer and the tokenizer for the rendering.
 
 At most ``DEPTH`` batches wait between the two threads: the text held stays bounded. The
 batches come out in order; an error raised while reading (a bad line past the budget, a file
@@ -17,10 +19,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 DEPTH = 2
 """Batches prepared ahead of the one the main thread replays."""
@@ -68,6 +71,23 @@ def ahead(items: Iterable[T], depth: int = DEPTH, name: str = "kvplan-prompts-ah
     finally:
         stop.set()
         t.join()
+
+
+def staged(items: Iterable[T], then: Callable[[T], U], depth: int = DEPTH) -> Iterator[U]:
+    """``then(x)`` of each of ``items`` in order: ``items`` produced on one thread
+    (``kvplan-prompts-render``), ``then`` run on a second (``kvplan-prompts-ahead``), each up to
+    ``depth`` items ahead of the next stage. An error in either stage stops both threads (the
+    first one's source closed on it) and is raised in order."""
+
+    def mapped() -> Iterator[U]:
+        made = ahead(items, depth, name="kvplan-prompts-render")
+        try:
+            for x in made:
+                yield then(x)
+        finally:
+            made.close()  # stops the first thread, also when ``then`` raised
+
+    return ahead(mapped(), depth)
 
 
 class _Raised:

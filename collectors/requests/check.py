@@ -43,7 +43,7 @@ from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
-from .ahead import ahead
+from .ahead import staged
 from .history import HistoryFinder
 from .prepare import Prepared, Preparer, hashed64
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
@@ -496,8 +496,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     elif opts.workers > 1 and renderer is not None:
         from .workers import prepared_in_pool
         stream = _grouped(prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes), BATCH_REQUESTS)
-    else:  # read, render and tokenize one step ahead on a thread (ahead.py): the tokenizer overlaps the replay
-        stream = ahead(_encoded(prep, b) for b in _batches(requests, render))
+    else:  # read and render on a thread, tokenize on another (ahead.py): the tokenizer overlaps the Python work
+        stream = staged(_batches(requests, render), lambda b: _encoded(prep, b))
     for batch in stream:
         if predictor is None:
             sizes.append(prep.block_size)  # (the pool's stream does not call render)
@@ -710,9 +710,9 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     n = busted = 0
     skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
 
-    def fixed() -> Iterator[tuple[list[list[str | None]], dict[tuple[int, str], int], list[Hashed]]]:
+    def rewritten() -> Iterator[tuple[list[list[str | None]], dict[tuple[int, str], int], list[tuple[Prepared, str]]]]:
         """Per batch: each request's text under each variant (None: unchanged), and the changed
-        texts' keys. Only what the batch's own requests decide (a thread runs it ahead: ahead.py)."""
+        texts to key. Only what the batch's own requests decide (threads run it ahead: ahead.py)."""
         m = 0
         for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), render):
             rows: list[list[str | None]] = []
@@ -736,9 +736,9 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
                         items.append((p, t))
                 rows.append(texts)
             m += len(batch)
-            yield rows, todo, prep.retokenize_all(items)
+            yield rows, todo, items
 
-    for rows, todo, redone in ahead(fixed()):
+    for rows, todo, redone in staged(rewritten(), lambda x: (x[0], x[1], prep.retokenize_all(x[2]))):
         first = [spill.read() for _ in rows]  # per request: its first-pass keys, hittable and unlimited hits
         for i, pred in enumerate(preds):  # each variant's requests of the batch looked up at once
             hs: list[Hashed] = []
