@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -30,7 +30,7 @@ DEPTH = 2
 _END = object()
 
 
-def ahead(items: Iterable[T], depth: int = DEPTH, name: str = "kvplan-prompts-ahead") -> Iterator[T]:
+def ahead(items: Iterable[T], depth: int = DEPTH, name: str = "kvplan-prompts-ahead") -> Generator[T, None, None]:
     """``items`` in order, each produced on a thread up to ``depth`` items before it is taken."""
     q: queue.Queue[object] = queue.Queue(maxsize=depth)
     stop = threading.Event()
