@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, count
 
 import numpy as np
 
@@ -108,20 +107,19 @@ def key64(k: bytes | int) -> int:
 
 
 class KeySet:
-    """A set of 64-bit keys in bounded overhead: a sorted ``uint64`` array (8 bytes a key) and a
-    small Python set of the newest keys (at most ``buffer`` of them, about 70 bytes each; fewer
-    while the array is small: ``_room``), merged into the array when it fills
-    (``np.searchsorted`` + ``np.insert``: linear in the keys held).
-    Memory grows with the distinct keys only: 8 bytes each, plus about 0.5 to 1 byte each for the
-    buckets' offsets, the buffer's fixed ceiling and, during a merge, one more copy of the array.
+    """A set of 64-bit keys in 8 bytes a key: a sorted ``uint64`` array (``main``) and a smaller
+    sorted array of the newest keys (``new``), merged into ``main`` when it outgrows ``_room``
+    (``np.searchsorted`` + ``np.insert``: linear in the keys held). Memory grows with the distinct
+    keys only: 8 bytes each, plus about 0.5 to 1 byte each for the buckets' offsets and, during a
+    merge, one more copy of the array.
 
     A look-up goes through buckets: the keys' top bits (about 8 keys a bucket; the keys are
-    hashes, so they spread evenly) index an array of where each bucket starts in the sorted
-    array, and a request's keys are bisected within their buckets together (a few steps, each one
-    gather). A binary search of the whole array (tens of millions of keys, beyond the CPU's
-    caches) costs a memory round trip per step; this costs a few steps within one bucket's cache
-    lines. Keys that crowd one bucket (more than ``MAX_BUCKET``: not hashes) fall back to the
-    binary search.
+    hashes, so they spread evenly) index an array of where each bucket starts in ``main``, and a
+    request's keys are bisected within their buckets together (a few steps, each one gather). A
+    binary search of the whole array (tens of millions of keys, beyond the CPU's caches) costs a
+    memory round trip per step; this costs a few steps within one bucket's cache lines. Keys that
+    crowd one bucket (more than ``MAX_BUCKET``: not hashes) fall back to the binary search. The
+    keys not in ``main`` are looked for in ``new`` (a binary search of a small array).
 
     Two different blocks sharing a 64-bit key would read as a hit: with ``n`` keys stored and
     ``m`` looked up, about ``m * n / 2**64`` false hits are expected (1e-5 for a 100 M-block log
@@ -130,12 +128,12 @@ class KeySet:
     MAX_BUCKET = 64
     """Keys a bucket may hold for the bucketed look-up (more: the binary search)."""
     MIN_BUFFER = 4096
-    """Keys the buffer holds at least before a merge."""
+    """Keys ``new`` holds at least before a merge."""
 
     def __init__(self, buffer: int = 1 << 18):
         self.buffer = max(1, buffer)
         self.main: np.ndarray = np.empty(0, dtype=np.uint64)
-        self.new: set[int] = set()
+        self.new: np.ndarray = np.empty(0, dtype=np.uint64)
         self._index()
 
     def _index(self) -> None:
@@ -159,20 +157,15 @@ class KeySet:
         return len(self.main) + len(self.new)
 
     def _room(self) -> int:
-        """Keys the buffer holds before a merge: an eighth of the array's (at least
-        ``MIN_BUFFER``, at most ``buffer``). A look-up in the array costs less than one in the
-        buffer (a Python set), and a merge, linear in the array, comes once per that many new
-        keys: about eight array entries moved per key added."""
+        """Keys ``new`` holds before a merge: an eighth of ``main``'s (at least ``MIN_BUFFER``, at
+        most ``buffer``). Adding a batch's keys to ``new`` moves ``new``; a merge, once per that
+        many new keys, moves ``main``: about eight entries of ``main`` moved per key added."""
         return min(self.buffer, max(self.MIN_BUFFER, len(self.main) >> 3))
 
     def __contains__(self, k: object) -> bool:
         if not isinstance(k, (int, bytes)):
             return False
-        v = key64(k)
-        if v in self.new:
-            return True
-        i = int(np.searchsorted(self.main, np.uint64(v)))
-        return i < len(self.main) and int(self.main[i]) == v
+        return bool(self._held(np.array([key64(k)], dtype=np.uint64))[0])
 
     def _in_main(self, a: np.ndarray) -> np.ndarray:
         m = self.main
@@ -190,25 +183,21 @@ class KeySet:
                 lo = np.where(go, mid + 1, lo)
                 hi = np.where(go, hi, mid)
             return np.asarray(m[np.minimum(lo, last)] == a)
-        i = np.searchsorted(m, a)
-        np.minimum(i, len(m) - 1, out=i)
-        return np.asarray(m[i] == a)
+        return _in_sorted(m, a)
+
+    def _held(self, a: np.ndarray) -> np.ndarray:
+        """Whether each of ``a`` is held (in ``main`` or in ``new``)."""
+        found = self._in_main(a)
+        if len(self.new):
+            miss = np.flatnonzero(~found)
+            found[miss] = _in_sorted(self.new, a[miss])
+        return found
 
     def leading(self, keys: Sequence[int] | np.ndarray, limit: int) -> int:
         """How many of ``keys[:limit]`` are held, counted from the first up to the first missing."""
         head = _array(keys[:limit])
-        return self._leading(head, self._in_main(head), len(head))
-
-    def _leading(self, a: np.ndarray, found: np.ndarray, limit: int) -> int:
-        """The first of ``a[:limit]`` neither ``found`` in the array nor in the buffer."""
-        out = np.flatnonzero(~found[:limit])
-        if not len(out):
-            return limit
-        if not self.new:
-            return int(out[0])
-        held = map(self.new.__contains__, a[out].tolist())  # the buffer, looked up key by key in C
-        i = next(compress(count(), map(False.__eq__, held)), len(out))  # the first not held
-        return int(out[i]) if i < len(out) else limit
+        gaps = np.flatnonzero(~self._held(head))
+        return int(gaps[0]) if len(gaps) else len(head)
 
     def update(self, keys: Sequence[int] | np.ndarray) -> None:
         """Add ``keys`` (64-bit ints)."""
@@ -217,14 +206,7 @@ class KeySet:
     def leading_then_add(self, keys: Sequence[int] | np.ndarray, limit: int) -> int:
         """:meth:`leading` of ``keys[:limit]``, then every key of ``keys`` added (one look-up)."""
         a = _array(keys)
-        found = self._in_main(a)
-        n = self._leading(a, found, min(limit, len(a)))
-        rest, found = a[n:], found[n:]  # its first n keys are held: not added again
-        if not found.all():
-            self.new.update((rest[~found] if len(self.main) else rest).tolist())
-        if len(self.new) > self._room():
-            self.merge()
-        return n
+        return int(self.leading_then_add_many(a, np.array([0, len(a)]), np.array([limit]))[0])
 
     def leading_then_add_many(self, a: np.ndarray, bounds: np.ndarray, limits: np.ndarray) -> np.ndarray:
         """:meth:`leading_then_add` of several requests in arrival order at once: request ``i``'s
@@ -234,21 +216,21 @@ class KeySet:
         bounds = np.asarray(bounds, dtype=np.int64)
         found = self._in_main(a)
         miss = np.flatnonzero(~found)
-        if len(miss) and self.new:
-            held = np.fromiter(map(self.new.__contains__, a[miss].tolist()), dtype=bool, count=len(miss))
-            found[miss[held]] = True
-            miss = miss[~held]
+        if len(miss):
+            order = np.argsort(a[miss], kind="stable")
+            miss = miss[order]  # by key, then by place
+            keys = a[miss]
+            if len(self.new):  # looked up in new in key order (each search starts where the last ended)
+                held = _in_sorted(self.new, keys)
+                found[miss[held]] = True
+                miss, keys = miss[~held], keys[~held]
         if len(miss):  # keys new to the set: held for the requests after the first one that has them
             req = np.searchsorted(bounds, miss, side="right") - 1
-            order = np.argsort(a[miss], kind="stable")
-            keys, req = a[miss][order], req[order]
             head = np.ones(len(keys), dtype=bool)
             head[1:] = keys[1:] != keys[:-1]
             first_req = req[head][np.cumsum(head) - 1]
-            found[miss[order[first_req < req]]] = True
-            self.new.update(keys[head].tolist())
-            if len(self.new) > self._room():
-                self.merge()
+            found[miss[first_req < req]] = True
+            self._add(keys[head])
         starts = bounds[:-1]
         limits = np.minimum(np.asarray(limits, dtype=np.int64), np.diff(bounds))
         gaps = np.flatnonzero(~found)
@@ -256,15 +238,29 @@ class KeySet:
         first = np.append(gaps, len(a))[at]  # each request's first key not held (or past its end)
         return np.asarray(np.minimum(first - starts, limits), dtype=np.int64)
 
+    def _add(self, keys: np.ndarray) -> None:
+        """Add ``keys``: sorted, distinct, none of them held."""
+        n = self.new
+        self.new = np.insert(n, np.searchsorted(n, keys), keys) if len(n) else keys.copy()
+        if len(self.new) > self._room():
+            self.merge()
+
     def merge(self) -> None:
-        """Move the buffered keys into the sorted array."""
-        if not self.new:
+        """Move ``new`` into ``main``."""
+        if not len(self.new):
             return
-        b = np.fromiter(self.new, dtype=np.uint64, count=len(self.new))
-        b.sort()
-        self.main = np.insert(self.main, np.searchsorted(self.main, b), b)
-        self.new = set()
+        self.main = np.insert(self.main, np.searchsorted(self.main, self.new), self.new)
+        self.new = np.empty(0, dtype=np.uint64)
         self._index()
+
+
+def _in_sorted(m: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Whether each of ``a`` is in ``m`` (sorted, not empty): a binary search each."""
+    if not len(m):
+        return np.zeros(len(a), dtype=bool)
+    i = np.searchsorted(m, a)
+    np.minimum(i, len(m) - 1, out=i)
+    return np.asarray(m[i] == a)
 
 
 def _array(keys: Sequence[int] | np.ndarray) -> np.ndarray:
