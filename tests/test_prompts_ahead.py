@@ -13,6 +13,14 @@ from kvplan.collectors.requests.ahead import ahead, staged
 from kvplan.models.core.errors import KvplanError
 
 
+def _source(closed_on: list[str]) -> Iterator[int]:
+    """A long source (a file's lines) that notes the thread it is closed on."""
+    try:
+        yield from range(10_000)
+    finally:
+        closed_on.append(threading.current_thread().name)
+
+
 def test_every_item_comes_out_once_in_order() -> None:
     assert list(ahead(iter(range(5000)), depth=2)) == list(range(5000))
     assert list(ahead(iter([]))) == []
@@ -59,14 +67,9 @@ def test_an_error_is_raised_where_it_happened_after_the_items_before_it() -> Non
 
 def test_a_consumer_that_stops_early_stops_the_thread_and_closes_the_source_on_it() -> None:
     closed_on: list[str] = []
+    gen = _source(closed_on)
 
-    def gen() -> Iterator[int]:
-        try:
-            yield from range(10_000)
-        finally:
-            closed_on.append(threading.current_thread().name)
-
-    it = ahead(gen(), name="kvplan-test-ahead")
+    it = ahead(gen, name="kvplan-test-ahead")
     assert [next(it) for _ in range(3)] == [0, 1, 2]
     it.close()  # what a for loop's exception or break does to the generator
     assert closed_on == ["kvplan-test-ahead"]  # the file-reading generator closed by the thread that ran it
@@ -95,18 +98,12 @@ def test_staged_makes_items_on_one_thread_and_maps_them_on_another_ahead_of_the_
     # the thread names below tell the stages apart)
     assert three_mapped.wait(timeout=30), "the mapping thread did not work ahead"
     assert [0, *it] == [i * i for i in range(40)]
-    me = threading.current_thread().name
-    assert made_on == {"kvplan-prompts-render"} and mapped_on == {"kvplan-prompts-ahead"}, (made_on, mapped_on, me)
+    assert made_on == {"kvplan-prompts-render"} and mapped_on == {"kvplan-prompts-ahead"}, (made_on, mapped_on)
 
 
 def test_staged_raises_an_error_of_either_stage_in_place_and_stops_both_threads() -> None:
     closed_on: list[str] = []
-
-    def gen() -> Iterator[int]:
-        try:
-            yield from range(10_000)
-        finally:
-            closed_on.append(threading.current_thread().name)
+    gen = _source(closed_on)
 
     def then(i: int) -> int:
         if i == 7:
@@ -115,7 +112,7 @@ def test_staged_raises_an_error_of_either_stage_in_place_and_stops_both_threads(
 
     got: list[int] = []
     with pytest.raises(KvplanError, match="refused"):
-        for x in staged(gen(), then):
+        for x in staged(gen, then):
             got.append(x)
     assert got == list(range(7))
     assert closed_on == ["kvplan-prompts-render"]  # the reading generator closed on its own thread
