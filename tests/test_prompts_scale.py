@@ -165,6 +165,43 @@ def test_a_batch_of_requests_looked_up_at_once_answers_as_a_plain_set_one_at_a_t
         assert sorted([*ks.main.tolist(), *ks.new.tolist()]) == sorted(held)
 
 
+def test_chained_keys_looked_up_by_bisection_answer_as_a_plain_set_one_at_a_time():
+    """``chained_then_add_many`` on requests whose keys are chains (key i a hash of the first
+    i + 1 symbols, so a key fixes every key before it): conversations that grow turn by turn,
+    branch, repeat and restart, several to a batch, limits short of and past a request's end;
+    against a Python set served request by request, through merges of a small buffer."""
+    import hashlib
+
+    def chain(symbols: list[int]) -> list[int]:
+        return [int.from_bytes(hashlib.blake2b(bytes(symbols[:i + 1]), digest_size=8).digest(), "little")
+                for i in range(len(symbols))]
+    rng = random.Random(7)
+    for _ in range(40):
+        ks, held = KeySet(buffer=rng.choice([1, 5, 1000])), set()
+        convs: list[list[int]] = []
+        for _ in range(30):
+            reqs = []
+            for _ in range(rng.randrange(1, 7)):
+                if convs and rng.random() < 0.7:  # a conversation's next turn, or a branch of it
+                    base = rng.choice(convs)
+                    c = base[:rng.randrange(0, len(base) + 1)] if rng.random() < 0.3 else list(base)
+                else:
+                    c = []
+                c += [rng.randrange(3) for _ in range(rng.randrange(0, 6))]
+                convs.append(c)
+                reqs.append(chain(c))
+            limits = [rng.randrange(0, len(r) + 3) for r in reqs]
+            want = []
+            for r, n in zip(reqs, limits, strict=True):
+                want.append(next((i for i, k in enumerate(r[:n]) if k not in held), len(r[:n])))
+                held.update(r)
+            bounds = np.cumsum([0] + [len(r) for r in reqs])
+            flat = np.array([k for r in reqs for k in r], dtype=np.uint64)
+            assert ks.chained_then_add_many(flat, bounds, np.array(limits)).tolist() == want
+            assert len(ks) == len(held)
+        assert sorted([*ks.main.tolist(), *ks.new.tolist()]) == sorted(held)
+
+
 def test_the_keys_of_a_batch_at_once_are_each_requests_own():
     """``token_digests_many`` and ``chain_keys64_many`` give, request by request, what
     ``token_digests`` and ``chain_keys64`` give on each request alone: lengths 0 to 80 against

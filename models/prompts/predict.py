@@ -238,6 +238,49 @@ class KeySet:
         first = np.append(gaps, len(a))[at]  # each request's first key not held (or past its end)
         return np.asarray(np.minimum(first - starts, limits), dtype=np.int64)
 
+    def chained_then_add_many(self, a: np.ndarray, bounds: np.ndarray, limits: np.ndarray) -> np.ndarray:
+        """:meth:`leading_then_add_many` of requests whose keys are each a chain (a key fixes
+        every key before it, as a chained hash does: every ``Hashed``'s keys), with a few look-ups
+        a request, not one a key.
+
+        Each key is added with the keys before it, so the keys held are closed under taking a
+        prefix: a request's keys held are its first ``h``, and ``h`` is found by bisection. Its
+        keys after them are new to the set; the ones an earlier request of the lot adds are held
+        for the later ones (which, being chains, share all the keys before them too)."""
+        a = _array(a)
+        bounds = np.asarray(bounds, dtype=np.int64)
+        starts = bounds[:-1]
+        n = np.diff(bounds)
+        lo, hi = np.zeros(len(n), dtype=np.int64), n.copy()
+        act = np.flatnonzero(lo < hi)
+        while len(act):  # h: the first key not held (held ones are a prefix)
+            mid = (lo[act] + hi[act]) >> 1
+            q = a[starts[act] + mid]
+            held = _in_sorted(self.main, q)
+            if len(self.new):
+                held |= _in_sorted(self.new, q)
+            lo[act] = np.where(held, mid + 1, lo[act])
+            hi[act] = np.where(held, hi[act], mid)
+            act = act[lo[act] < hi[act]]
+        tail = n - lo  # each request's keys past its held ones: none of them held
+        tb = np.zeros(len(n) + 1, dtype=np.int64)
+        np.cumsum(tail, out=tb[1:])
+        found = np.zeros(int(tb[-1]), dtype=bool)
+        if len(found):
+            req = np.repeat(np.arange(len(n)), tail)
+            keys = a[np.arange(len(found), dtype=np.int64) - tb[:-1][req] + (starts + lo)[req]]
+            order = np.argsort(keys, kind="stable")  # by key, then by place
+            keys, req = keys[order], req[order]
+            head = np.ones(len(keys), dtype=bool)
+            head[1:] = keys[1:] != keys[:-1]
+            first_req = req[head][np.cumsum(head) - 1]
+            found[order[first_req < req]] = True
+            self._add(keys[head])
+        gaps = np.flatnonzero(~found)
+        first = np.append(gaps, len(found))[np.searchsorted(gaps, tb[:-1])] - tb[:-1]
+        held_n = lo + np.minimum(first, tail)
+        return np.asarray(np.minimum(held_n, np.asarray(limits, dtype=np.int64)), dtype=np.int64)
+
     def _add(self, keys: np.ndarray) -> None:
         """Add ``keys``: sorted, distinct, none of them held."""
         n = self.new
@@ -300,7 +343,7 @@ class UnlimitedCache:
         np.cumsum([len(x) for x in parts], out=bounds[1:])
         limits = [hittable_tokens(h.prompt_tokens, block_size) // block_size for h in hs]
         a = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)
-        got: list[int] = self.keys.leading_then_add_many(a, bounds, np.asarray(limits, dtype=np.int64)).tolist()
+        got: list[int] = self.keys.chained_then_add_many(a, bounds, np.asarray(limits, dtype=np.int64)).tolist()
         return got
 
 
@@ -478,4 +521,4 @@ class LmcacheUnlimited:
         """:meth:`serve` of several requests in arrival order at once: request ``i``'s chunk keys
         (its full chunks', then its partial chunk's if any) at ``keys[bounds[i]:bounds[i + 1]]``,
         ``full[i]`` of them full; their hit tokens."""
-        return self.keys.leading_then_add_many(keys, bounds, full) * self.chunk_size
+        return self.keys.chained_then_add_many(keys, bounds, full) * self.chunk_size
