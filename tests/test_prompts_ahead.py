@@ -1,119 +1,89 @@
-"""The prompts check's read-render-tokenize stage ahead of its replay on threads (collectors/requests/ahead.py):
-in order, bounded, errors raised in place, the threads gone when the consumer stops; rendering and
-tokenizing on two threads of their own (``staged``)."""
+"""The prompts check's tokenizer calls on a thread of their own, ahead of the Python work
+(collectors/requests/ahead.py): in order, at most ``depth`` batches ahead, the calls on their own
+thread and the rest on the caller's, errors raised in place, the thread gone when the consumer
+stops."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 
-from kvplan.collectors.requests.ahead import ahead, staged
+from kvplan.collectors.requests.ahead import THREAD, overlapped
+from kvplan.collectors.requests.pieces import Run
 from kvplan.models.core.errors import KvplanError
 
 
-def _source(closed_on: list[str]) -> Iterator[int]:
-    """A long source (a file's lines) that notes the thread it is closed on."""
-    try:
-        yield from range(10_000)
-    finally:
-        closed_on.append(threading.current_thread().name)
+def _no_thread_left() -> bool:
+    return not any(t.name.startswith(THREAD) for t in threading.enumerate())
+
+
+def _squares(items: Iterator[int] | list[int], depth: int = 2) -> Iterator[int]:
+    return overlapped(items, lambda x, run: run(lambda: x * x), lambda f: f.result(), depth)
 
 
 def test_every_item_comes_out_once_in_order() -> None:
-    assert list(ahead(iter(range(5000)), depth=2)) == list(range(5000))
-    assert list(ahead(iter([]))) == []
+    assert list(_squares(range(3000))) == [i * i for i in range(3000)]
+    assert list(_squares([])) == []
+    assert list(_squares([5], depth=0)) == [25]
+    assert _no_thread_left()
 
 
-def test_the_thread_works_ahead_of_the_consumer_and_no_further_than_its_depth() -> None:
-    produced: list[int] = []
-    two_made = threading.Event()
+def test_the_calls_run_on_their_own_thread_begun_ahead_of_the_finish_and_no_further() -> None:
+    events: list[tuple[str, int, str]] = []
 
-    def gen() -> Iterator[int]:
-        for i in range(50):
-            produced.append(i)
-            if i == 2:
-                two_made.set()
-            yield i
+    def begin(i: int, run: Run) -> tuple[int, Future[str]]:
+        events.append(("begin", i, threading.current_thread().name))
+        return i, run(lambda: threading.current_thread().name)
 
-    it = ahead(gen(), depth=2)
-    assert next(it) == 0
-    # while the consumer still holds item 0, the thread has made items 1 and 2 (a plain generator would not)
-    assert two_made.wait(timeout=30), "the thread did not work ahead"
-    taken = 1
-    for x in it:
-        taken += 1
-        assert x == taken - 1
-        # the queue holds at most `depth` items and the thread one more, waiting to put it
-        assert len(produced) <= taken + 2 + 1
-    assert taken == 50
+    def finish(b: tuple[int, Future[str]]) -> str:
+        events.append(("finish", b[0], threading.current_thread().name))
+        return b[1].result()
 
-
-def test_an_error_is_raised_where_it_happened_after_the_items_before_it() -> None:
-    err = KvplanError("bad JSON", source="log.jsonl:6")
-
-    def gen() -> Iterator[int]:
-        yield from range(5)
-        raise err
-
-    got: list[int] = []
-    with pytest.raises(KvplanError) as caught:
-        for x in ahead(gen()):
-            got.append(x)
-    assert got == [0, 1, 2, 3, 4]
-    assert caught.value is err
+    called_on = list(overlapped(range(20), begin, finish, depth=2))
+    main = threading.current_thread().name
+    assert all(name.startswith(THREAD) for name in called_on), called_on
+    assert {name for _, _, name in events} == {main}  # the Python work on the caller's thread
+    order = [(what, i) for what, i, _ in events]
+    # item n is begun before item n - 2 is finished (a one-at-a-time loop would finish it first) ...
+    assert order[:4] == [("begin", 0), ("begin", 1), ("begin", 2), ("finish", 0)]
+    # ... and never more than 2 items are begun and not finished
+    assert max(sum(1 for w, j in order[:k] if w == "begin") - sum(1 for w, j in order[:k] if w == "finish")
+               for k in range(len(order) + 1)) == 3
+    assert [i for w, i in order if w == "finish"] == list(range(20))
+    assert _no_thread_left()
 
 
-def test_a_consumer_that_stops_early_stops_the_thread_and_closes_the_source_on_it() -> None:
-    closed_on: list[str] = []
-    gen = _source(closed_on)
+def test_an_error_in_a_call_is_raised_where_its_batch_is_finished_after_the_ones_before() -> None:
+    err = KvplanError("the tokenizer refused", source="log.jsonl:8")
 
-    it = ahead(gen, name="kvplan-test-ahead")
-    assert [next(it) for _ in range(3)] == [0, 1, 2]
-    it.close()  # what a for loop's exception or break does to the generator
-    assert closed_on == ["kvplan-test-ahead"]  # the file-reading generator closed by the thread that ran it
-    assert not any(t.name == "kvplan-test-ahead" for t in threading.enumerate())
-
-
-def test_staged_makes_items_on_one_thread_and_maps_them_on_another_ahead_of_the_consumer() -> None:
-    made_on: set[str] = set()
-    mapped_on: set[str] = set()
-    three_mapped = threading.Event()
-
-    def gen() -> Iterator[int]:
-        for i in range(40):
-            made_on.add(threading.current_thread().name)
-            yield i
-
-    def then(i: int) -> int:
-        mapped_on.add(threading.current_thread().name)
-        if i == 3:
-            three_mapped.set()
-        return i * i
-
-    it = staged(gen(), then)
-    assert next(it) == 0
-    # while the consumer holds item 0, the second thread has mapped item 3 (a one-thread stage would too;
-    # the thread names below tell the stages apart)
-    assert three_mapped.wait(timeout=30), "the mapping thread did not work ahead"
-    assert [0, *it] == [i * i for i in range(40)]
-    assert made_on == {"kvplan-prompts-render"} and mapped_on == {"kvplan-prompts-ahead"}, (made_on, mapped_on)
-
-
-def test_staged_raises_an_error_of_either_stage_in_place_and_stops_both_threads() -> None:
-    closed_on: list[str] = []
-    gen = _source(closed_on)
-
-    def then(i: int) -> int:
+    def work(i: int) -> int:
         if i == 7:
-            raise KvplanError("the tokenizer refused", source="log.jsonl:8")
+            raise err
         return i
 
     got: list[int] = []
-    with pytest.raises(KvplanError, match="refused"):
-        for x in staged(gen, then):
+    with pytest.raises(KvplanError) as caught:
+        for x in overlapped(range(50), lambda i, run: run(lambda: work(i)), lambda f: f.result()):
             got.append(x)
     assert got == list(range(7))
-    assert closed_on == ["kvplan-prompts-render"]  # the reading generator closed on its own thread
-    assert not any(t.name.startswith("kvplan-prompts-") for t in threading.enumerate())
+    assert caught.value is err
+    assert _no_thread_left()
+
+
+def test_a_consumer_that_stops_early_ends_the_thread_and_closes_the_source() -> None:
+    closed = threading.Event()
+
+    def source() -> Iterator[int]:
+        try:
+            yield from range(10_000)
+        finally:
+            closed.set()
+
+    it = _squares(source())
+    assert [next(it) for _ in range(3)] == [0, 1, 4]
+    it.close()  # what a for loop's exception or break does to the generator
+    assert closed.is_set()
+    assert _no_thread_left()

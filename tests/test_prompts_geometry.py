@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from kvplan.app.cli import app
 from kvplan.app.views.prompts import block_geometry, prompts_check
 from kvplan.collectors.requests.check import CheckOptions, check
+from kvplan.collectors.requests.pieces import Batch, Run, now
 from kvplan.collectors.requests.render import Renderer
 from kvplan.models.prompts.geometry import scheduling_block, table_sizes
 from tests.prompts_reference import hit_tokens
@@ -83,9 +83,9 @@ class CountingRenderer(Renderer):
         super().__init__(tokenizer)
         self.encoded = 0
 
-    def encode_ids(self, texts: list[str], *, add_special_tokens: bool) -> list[np.ndarray]:
+    def begin_ids(self, texts: list[str], *, add_special_tokens: bool, run: Run = now) -> Batch:
         self.encoded += len(texts)  # the check's one way to tokenize (whole or by pieces)
-        return super().encode_ids(texts, add_special_tokens=add_special_tokens)
+        return super().begin_ids(texts, add_special_tokens=add_special_tokens, run=run)
 
 
 def test_a_text_log_at_every_size_matches_transformers_and_is_tokenized_once(tmp_path):

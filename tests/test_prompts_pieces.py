@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.pieces import (
+    MAX_BYTES,
     NEWLINE_CUT,
     PIECE_OVERHEAD,
     PROBE_PROMPTS,
@@ -336,3 +338,35 @@ def test_prompts_whose_pieces_do_not_repeat_are_tokenized_whole_for_a_while(tmp_
         got += [a.tolist() for a in r.encode_ids(ts[i:i + 16], add_special_tokens=False)]
     assert got == transformers_ids(r, ts, False)
     assert r.pieces is not None and r.pieces.whole == 0 and r.pieces.by_pieces == len(ts)
+
+
+@pytest.mark.parametrize("bound", [None, 4_000])
+def test_batches_begun_before_the_earlier_ones_finish_give_the_same_ids(tmp_path, bound):
+    """Every batch begun before any is finished (the tokenizer calls made afterwards, in order):
+    a piece several batches lack is tokenized once, by the first (as many pieces tokenized as one
+    batch at a time), and each prompt's ids are transformers'; with a small bound too, where
+    pieces are evicted between a batch's beginning and its end."""
+    r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
+    texts = texts_of(r, [agent_log(tmp_path / "agents.jsonl")])[False]
+    batches = [texts[i:i + 3] for i in range(0, len(texts), 3)]
+    one = PieceCache(r._backend(), bound if bound is not None else MAX_BYTES)
+    for b in batches:
+        one.encode(b, add_special_tokens=False)
+    calls: list[tuple[Future[object], object]] = []
+
+    def later(work):
+        f: Future[object] = Future()
+        calls.append((f, work))
+        return f
+    cache = PieceCache(r._backend(), bound if bound is not None else MAX_BYTES)
+    begun = [cache.begin(b, add_special_tokens=False, run=later) for b in batches]
+    for f, work in calls:
+        f.set_result(work())
+    got = [a.tolist() for b in begun for a in cache.finish(b)]
+    assert got == transformers_ids(r, texts, False)
+    assert cache.failed is None and cache.sampled >= SAMPLE_FIRST // 2
+    if bound is None:
+        assert cache.pieces_tokenized == one.pieces_tokenized and cache.evicted == 0
+        assert any(b.borrowed for b in begun)
+    else:
+        assert cache.evicted > 0 and cache.bytes <= bound

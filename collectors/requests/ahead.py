@@ -1,97 +1,54 @@
-"""The check's map stage ahead of its replay, on two threads (``kvplan prompts check``, in process).
+"""The check's tokenizer calls on a thread of their own, ahead of the Python work (``kvplan
+prompts check``, in process).
 
-Reading, rendering and tokenizing a batch depend on that batch alone; the replay, the finders
-and the totals depend on every request before. The fast tokenizer's batch call releases the
-GIL and runs in Rust on every core. So :func:`staged` runs three stages at once: one thread
-reads and renders batch n + 2, a second tokenizes and keys batch n + 1, and the main thread
-replays batch n. Python work itself still runs one thread at a time (the GIL): this hides the
-tokenizer's time (and zlib's) behind the Python work of the other two stages, rather than behind
-one of them. With one thread doing both rendering and tokenizing, the rendering waited for the
-tokenizer and the tokenizer for the rendering.
+Reading, rendering, cutting, keying and replaying a batch are Python: they run one thread at a
+time (the GIL), and spreading them over threads only adds handovers of the GIL and of the CPU's
+caches. The fast tokenizer's batch calls release the GIL and run in Rust on every core. So
+:func:`overlapped` keeps all the Python on the main thread and hands only the tokenizer's calls
+to one more thread (``kvplan-prompts-tokenize``): while batch n + 1 and n + 2 are being
+tokenized, the main thread keys and replays batch n and renders the next. An agent log, whose
+pieces are mostly cached, runs as fast as one thread would; a log of distinct prompts hides the
+tokenizer's time behind the Python work.
 
-At most ``DEPTH`` batches wait between the two threads: the text held stays bounded. The
-batches come out in order; an error raised while reading (a bad line past the budget, a file
-that cannot be read) is raised in the main thread where that batch would have been, after the
-batches before it. If the main thread stops early (its own error), the thread stops at its next
-batch and the files are closed there."""
+At most ``DEPTH`` batches are begun ahead of the one being finished: the text held stays
+bounded. The batches come out in order; an error raised by a tokenizer call is raised where
+that batch is finished, after the batches before it; an error while reading stops the loop at
+that place. When the consumer stops early, the thread finishes the call it is making and ends."""
 
 from __future__ import annotations
 
-import queue
-import threading
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+from .pieces import Run
 
 T = TypeVar("T")
 U = TypeVar("U")
+B = TypeVar("B")
 
 DEPTH = 2
-"""Batches prepared ahead of the one the main thread replays."""
-_END = object()
+"""Batches begun (their tokenizer calls handed over) ahead of the one being finished."""
+THREAD = "kvplan-prompts-tokenize"
 
 
-def ahead(items: Iterable[T], depth: int = DEPTH, name: str = "kvplan-prompts-ahead") -> Generator[T, None, None]:
-    """``items`` in order, each produced on a thread up to ``depth`` items before it is taken."""
-    q: queue.Queue[object] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(x: object) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(x, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run() -> None:
-        it = iter(items)
-        try:
-            for x in it:
-                if not put(x):
-                    return
-            put(_END)
-        except BaseException as e:  # handed to the main thread, raised there in order
-            put(_Raised(e))
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()  # a generator's files closed on this thread, which runs it
-
-    t = threading.Thread(target=run, name=name, daemon=True)
-    t.start()
+def overlapped(items: Iterable[T], begin: Callable[[T, Run], B], finish: Callable[[B], U],
+               depth: int = DEPTH) -> Iterator[U]:
+    """``finish(begin(x, run))`` of each of ``items`` in order, ``depth`` items ahead: ``begin``
+    does an item's Python work and hands its tokenizer calls to ``run`` (which makes them on
+    the ``kvplan-prompts-tokenize`` thread and returns their future); ``finish`` waits for them
+    and does the rest, on the caller's thread."""
+    source = iter(items)
     try:
-        while True:
-            x = q.get()
-            if x is _END:
-                return
-            if isinstance(x, _Raised):
-                raise x.error
-            yield x  # type: ignore[misc]
+        with ThreadPoolExecutor(1, thread_name_prefix=THREAD) as pool:
+            began: list[B] = []
+            for x in source:
+                began.append(begin(x, pool.submit))
+                if len(began) > depth:
+                    yield finish(began.pop(0))
+            while began:
+                yield finish(began.pop(0))
     finally:
-        stop.set()
-        t.join()
-
-
-def staged(items: Iterable[T], then: Callable[[T], U], depth: int = DEPTH) -> Iterator[U]:
-    """``then(x)`` of each of ``items`` in order: ``items`` produced on one thread
-    (``kvplan-prompts-render``), ``then`` run on a second (``kvplan-prompts-ahead``), each up to
-    ``depth`` items ahead of the next stage. An error in either stage stops both threads (the
-    first one's source closed on it) and is raised in order."""
-
-    def mapped() -> Iterator[U]:
-        made = ahead(items, depth, name="kvplan-prompts-render")
-        try:
-            for x in made:
-                yield then(x)
-        finally:
-            made.close()  # stops the first thread, also when ``then`` raised
-
-    return ahead(mapped(), depth)
-
-
-class _Raised:
-    """An error the thread met, in the queue at the place it was raised."""
-
-    def __init__(self, error: BaseException):
-        self.error = error
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()  # the files read, also when the consumer stopped early

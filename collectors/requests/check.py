@@ -43,9 +43,9 @@ from ...models.prompts.measured import Comparison
 from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
-from .ahead import staged
+from .ahead import overlapped
 from .history import HistoryFinder
-from .prepare import Prepared, Preparer, hashed64
+from .prepare import Prepared, Preparer, Tokenizing, hashed64
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
 from .sample import SessionSample, sampled
@@ -496,8 +496,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     elif opts.workers > 1 and renderer is not None:
         from .workers import prepared_in_pool
         stream = _grouped(prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes), BATCH_REQUESTS)
-    else:  # read and render on a thread, tokenize on another (ahead.py): the tokenizer overlaps the Python work
-        stream = staged(_batches(requests, render), lambda b: _encoded(prep, b))
+    else:  # Python on this thread, the tokenizer's calls on another, ahead of it (ahead.py)
+        stream = overlapped(_batches(requests, render), lambda b, run: (b, prep.begin_encode(b, run)),
+                            lambda x: _finished(prep, *x))
     for batch in stream:
         if predictor is None:
             sizes.append(prep.block_size)  # (the pool's stream does not call render)
@@ -712,7 +713,7 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
 
     def rewritten() -> Iterator[tuple[list[list[str | None]], dict[tuple[int, str], int], list[tuple[Prepared, str]]]]:
         """Per batch: each request's text under each variant (None: unchanged), and the changed
-        texts to key. Only what the batch's own requests decide (threads run it ahead: ahead.py)."""
+        texts to key. Only what the batch's own requests decide (begun ahead of the replay: ahead.py)."""
         m = 0
         for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), render):
             rows: list[list[str | None]] = []
@@ -738,7 +739,8 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             m += len(batch)
             yield rows, todo, items
 
-    for rows, todo, redone in staged(rewritten(), lambda x: (x[0], x[1], prep.retokenize_all(x[2]))):
+    for rows, todo, redone in overlapped(rewritten(), lambda x, run: (x[0], x[1], prep.begin_retokenize(x[2], run)),
+                                         lambda y: (y[0], y[1], prep.finish_retokenize(y[2]))):
         first = [spill.read() for _ in rows]  # per request: its first-pass keys, hittable and unlimited hits
         for i, pred in enumerate(preds):  # each variant's requests of the batch looked up at once
             hs: list[Hashed] = []
@@ -768,6 +770,11 @@ def _remedied(prep: Preparer, p: Prepared, remedy: Remedy | None) -> Prepared:
 
 def _encoded(prep: Preparer, batch: list[Prepared]) -> list[Prepared]:
     prep.encode_all(batch)
+    return batch
+
+
+def _finished(prep: Preparer, batch: list[Prepared], t: Tokenizing) -> list[Prepared]:
+    prep.finish_encode(t)
     return batch
 
 

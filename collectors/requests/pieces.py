@@ -35,11 +35,14 @@ import json
 import re
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 MAX_BYTES = 256 << 20
 """The cache's default bound: 256 MiB of ids (4 bytes each) plus ``PIECE_OVERHEAD`` per piece."""
@@ -227,6 +230,40 @@ def _int32(ids: list[int]) -> np.ndarray:
     return np.fromiter(ids, dtype=np.int32, count=len(ids))
 
 
+Run = Callable[[Callable[[], Any]], "Future[Any]"]
+"""Where a batch's tokenizer calls are made: given them as a function, returns their future."""
+
+
+def now(work: Callable[[], T]) -> Future[T]:
+    """:data:`Run` on the calling thread, at once (its error kept for ``result()``)."""
+    f: Future[T] = Future()
+    try:
+        f.set_result(work())
+    except BaseException as e:  # noqa: BLE001 - raised again by result(), where the caller waits
+        f.set_exception(e)
+    return f
+
+
+@dataclass(eq=False)
+class Batch:
+    """One :meth:`PieceCache.begin`: its texts, each cut as cached ids (arrays) and the keys of
+    pieces to tokenize (``missing``: by this batch; ``borrowed``: by an earlier one), the prompts
+    sampled whole, and the tokenizer's ``result`` to come. ``cut`` None: tokenized whole."""
+
+    texts: list[str]
+    special: bool
+    cut: list[list[np.ndarray | tuple[int, int]]] | None
+    borrowed: dict[tuple[int, int], Batch]
+    sample: list[int]
+    result: Future[Any]
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    affix: tuple[list[int], list[int]] | None = None
+    first: int = 0
+    """How many prompts came before this batch's (its sampled prompts' numbers)."""
+    fresh: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    """Once finished: the pieces it tokenized."""
+
+
 class PieceCache:
     """Token ids of whole prompts, from the ids of their pieces (see the module docstring)."""
 
@@ -262,6 +299,9 @@ class PieceCache:
         """Prompts tokenized whole because their pieces were not repeating."""
         self.probe = [0, 0, 0]
         """Since the last decision: prompts, characters asked and characters tokenized by pieces."""
+        self.pending: dict[tuple[int, int], Batch] = {}
+        """Pieces being tokenized, by the batch that asked for them (begun, not finished)."""
+        self._added: dict[int, np.ndarray] = {}
 
     @property
     def active(self) -> bool:
@@ -269,30 +309,56 @@ class PieceCache:
 
     def encode(self, texts: Sequence[str], *, add_special_tokens: bool) -> list[np.ndarray]:
         """Token ids (int64) of each of ``texts``, as ``backend.encode_batch_fast`` gives them."""
-        if not texts:
-            return []
-        affix = self._affix(add_special_tokens) if self.active else None
+        return self.finish(self.begin(texts, add_special_tokens=add_special_tokens))
+
+    def begin(self, texts: Sequence[str], *, add_special_tokens: bool, run: Run = now) -> Batch:
+        """:meth:`encode` up to the tokenizer: ``texts`` cut into pieces and looked up, and the
+        tokenizer's batch calls (the pieces not cached, the sampled prompts whole) handed to
+        ``run``, which may make them on another thread (they release the GIL); :meth:`finish`
+        takes them back. Batches are finished in the order they were begun. A piece an earlier
+        batch still being tokenized asks for is taken from that batch, not asked for again."""
+        texts = list(texts)
+        bt = self.bt
+        affix = self._affix(add_special_tokens) if self.active and texts else None
         if affix is None or self.whole_left > 0:
             self.whole_left -= len(texts) if affix is not None else 0
             self.whole += len(texts) if affix is not None else 0
-            enc = self.bt.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)
-            return [_int64(e.ids) for e in enc]
-        cut = [[p if isinstance(p, int) else (piece_key(p), p) for p in self._cut(t)] for t in texts]
-        sample = []
+            return Batch(texts, add_special_tokens, None, {}, [],
+                         run(lambda: [_int64(e.ids) for e in bt.encode_batch_fast(
+                             texts, add_special_tokens=add_special_tokens)] if texts else []))
+        cache, pending, added = self.cache, self.pending, self._added
+        missing: dict[tuple[int, int], str] = {}
+        borrowed: dict[tuple[int, int], Batch] = {}
+        cut: list[list[np.ndarray | tuple[int, int]]] = []
+        for t in texts:
+            parts: list[np.ndarray | tuple[int, int]] = []
+            for p in self._cut(t):
+                if isinstance(p, int):
+                    a = added.get(p)
+                    if a is None:
+                        a = added[p] = np.array([p], dtype=np.int32)
+                    parts.append(a)
+                    continue
+                self.pieces_asked += 1
+                k = piece_key(p)
+                got = cache.get(k)
+                if got is not None:
+                    cache.move_to_end(k)
+                    parts.append(got)  # the array itself: held even if evicted before the batch ends
+                    continue
+                if k not in missing:
+                    earlier = pending.get(k)
+                    if earlier is not None:
+                        borrowed[k] = earlier
+                    else:
+                        missing[k] = p
+                parts.append(k)
+            cut.append(parts)
+        sample, first = [], self.prompts
         for i in range(len(texts)):
             if self.prompts < SAMPLE_FIRST or self.prompts % SAMPLE_EVERY == 0:
                 sample.append(i)
             self.prompts += 1
-        missing: dict[tuple[int, int], str] = {}
-        cache = self.cache
-        for parts in cut:
-            for p in parts:
-                if not isinstance(p, int):
-                    self.pieces_asked += 1
-                    if p[0] in cache:
-                        cache.move_to_end(p[0])
-                    else:
-                        missing.setdefault(p[0], p[1])
         asked, tokenized = sum(len(t) for t in texts), sum(len(t) for t in missing.values())
         self.chars_asked += asked
         self.chars_tokenized += tokenized
@@ -305,34 +371,54 @@ class PieceCache:
             else:
                 self.whole_run = WHOLE_PROMPTS
             pr[0] = pr[1] = pr[2] = 0
-        enc = self.bt.encode_batch_fast(list(missing.values()), add_special_tokens=False) if missing else []
-        fresh = {k: _int32(e.ids) for k, e in zip(missing, enc, strict=True)}
-        self.pieces_tokenized += len(fresh)
-        head, tail = affix
-        out: list[np.ndarray] = []
-        for parts in cut:
-            arrs = [np.asarray(head, dtype=np.int32)]
-            for p in parts:
-                if isinstance(p, int):
-                    arrs.append(np.array([p], dtype=np.int32))
-                else:
-                    a = fresh.get(p[0])
-                    arrs.append(a if a is not None else cache[p[0]])
-            arrs.append(np.asarray(tail, dtype=np.int32))
-            out.append(np.concatenate(arrs, dtype=np.int64))
+        asks, wholes = list(missing.values()), [texts[i] for i in sample]
+
+        def tokenize() -> tuple[list[np.ndarray], list[list[int]]]:
+            enc = bt.encode_batch_fast(asks, add_special_tokens=False) if asks else []
+            whole = bt.encode_batch_fast(wholes, add_special_tokens=add_special_tokens) if wholes else []
+            return [_int32(e.ids) for e in enc], [e.ids for e in whole]
+        b = Batch(texts, add_special_tokens, cut, borrowed, sample, run(tokenize), list(missing), affix, first)
+        for k in missing:
+            pending[k] = b
+        return b
+
+    def finish(self, b: Batch) -> list[np.ndarray]:
+        """The token ids of a batch :meth:`begin` began (waiting for its tokenizer calls)."""
+        got = b.result.result()
+        if b.cut is None:
+            whole_ids: list[np.ndarray] = got
+            return whole_ids
+        ids, whole = got
+        fresh = b.fresh = dict(zip(b.missing, ids, strict=True))
+        for k in b.missing:
+            if self.pending.get(k) is b:
+                del self.pending[k]
         for k, a in fresh.items():
             self._put(k, a)
-        whole = self.bt.encode_batch_fast([texts[i] for i in sample], add_special_tokens=add_special_tokens) \
-            if sample else []
-        for i, e in zip(sample, whole, strict=True):
+        self.pieces_tokenized += len(fresh)
+        if self.failed is not None:  # an earlier batch's pieces did not add up: whole from now on
+            return self.encode(b.texts, add_special_tokens=b.special)
+        assert b.affix is not None
+        head, tail = (np.asarray(x, dtype=np.int32) for x in b.affix)
+        out: list[np.ndarray] = []
+        for parts in b.cut:
+            arrs = [head]
+            for p in parts:
+                if isinstance(p, np.ndarray):
+                    arrs.append(p)
+                else:
+                    mine = fresh.get(p)
+                    arrs.append(mine if mine is not None else b.borrowed[p].fresh[p])
+            arrs.append(tail)
+            out.append(np.concatenate(arrs, dtype=np.int64))
+        for i, want in zip(b.sample, whole, strict=True):
             self.sampled += 1
-            want = e.ids
             if out[i].tolist() != want:
                 # the pieces did not add up: this batch and the rest of the run whole
-                self.failed = (f"prompt {self.prompts - len(texts) + i + 1:,} (by pieces: {len(out[i]):,} ids, "
+                self.failed = (f"prompt {b.first + i + 1:,} (by pieces: {len(out[i]):,} ids, "
                                f"whole: {len(want):,})")
-                return self.encode(texts, add_special_tokens=add_special_tokens)
-        self.by_pieces += len(texts)
+                return self.encode(b.texts, add_special_tokens=b.special)
+        self.by_pieces += len(b.texts)
         return out
 
     def _cut(self, text: str) -> list[str | int]:

@@ -23,6 +23,7 @@ from ...models.prompts.hashing import (
     token_digests_many,
 )
 from ...models.prompts.predict import Hashed
+from .pieces import Batch, Run, now
 from .read import LogRequest
 from .render import Renderer
 
@@ -50,6 +51,18 @@ class Prepared:
     """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
     digests: np.ndarray | None = None
     """Its tokens' ``hashing.token_digests`` (once a request: its keys at every block size)."""
+
+
+_Began = tuple[Sequence[tuple["Prepared", str, int]], list[tuple[list[int], Batch]]]
+"""Items begun (request, text, block size) and each kind's indices and tokenizer batch."""
+
+
+@dataclass
+class Tokenizing:
+    """Requests whose tokenizer calls :meth:`Preparer.begin_encode` began."""
+
+    items: list[Prepared]
+    state: _Began
 
 
 def hashed64(ids: np.ndarray | list[int], block_size: int, extra: ExtraKeys, output_tokens: int | None,
@@ -128,27 +141,41 @@ class Preparer:
     def encode_all(self, ps: Sequence[Prepared]) -> None:
         """:meth:`encode` of each of ``ps`` not yet encoded, with one tokenizer batch call per
         kind (chat without special tokens added, completions with)."""
+        self.finish_encode(self.begin_encode(ps))
+
+    def begin_encode(self, ps: Sequence[Prepared], run: Run = now) -> Tokenizing:
+        """:meth:`encode_all` up to the tokenizer's calls, which ``run`` makes (perhaps on another
+        thread); :meth:`finish_encode` sets each request's ids and keys."""
         todo = [p for p in ps if p.hashed is None]
-        for p, (ids, h, dg) in zip(todo, self._tokenize_all([(p, p.text or "", p.block_size or self.block_size)
-                                                            for p in todo]), strict=True):
+        return Tokenizing(todo, self._begin([(p, p.text or "", p.block_size or self.block_size) for p in todo], run))
+
+    def finish_encode(self, t: Tokenizing) -> None:
+        for p, (ids, h, dg) in zip(t.items, self._finish(t.state), strict=True):
             p.ids, p.hashed, p.digests = ids, h, dg
 
-    def _tokenize_all(self, items: Sequence[tuple[Prepared, str, int]]
-                      ) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
-        """Token ids and 64-bit keys of each (request, text, block size), in order: one tokenizer
-        batch call per kind (chat without special tokens added, completions with), by pieces
-        (``Renderer.encode_ids``: the first pass's and the fix pass's share one piece cache), and
-        the digests and keys of each kind's requests at once (``token_digests_many``,
-        ``chain_keys64_many``; each request's are views of them)."""
+    def _begin(self, items: Sequence[tuple[Prepared, str, int]], run: Run) -> _Began:
+        """The tokenizer's batch calls for each (request, text, block size), one per kind (chat
+        without special tokens added, completions with), by pieces (``Renderer.begin_ids``: the
+        first pass's and the fix pass's share one piece cache), handed to ``run``."""
+        kinds: list[tuple[list[int], Batch]] = []
+        if items:
+            assert self.renderer is not None
+            for special in (False, True):
+                idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
+                if idx:
+                    kinds.append((idx, self.renderer.begin_ids([items[i][1] for i in idx],
+                                                               add_special_tokens=special, run=run)))
+        return items, kinds
+
+    def _finish(self, began: _Began) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
+        """Token ids and 64-bit keys of each item :meth:`_begin` began, in order: the digests and
+        keys of each kind's requests at once (``token_digests_many``, ``chain_keys64_many``; each
+        request's are views of them)."""
+        items, kinds = began
         out: list[tuple[np.ndarray, Hashed, np.ndarray] | None] = [None] * len(items)
-        if not items:
-            return []
-        assert self.renderer is not None
-        for special in (False, True):
-            idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
-            if not idx:
-                continue
-            ids = self.renderer.encode_ids([items[i][1] for i in idx], add_special_tokens=special)
+        for idx, batch in kinds:
+            assert self.renderer is not None
+            ids = self.renderer.finish_ids(batch)
             bounds = np.zeros(len(ids) + 1, dtype=np.int64)
             np.cumsum([len(x) for x in ids], out=bounds[1:])
             dg = token_digests_many(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64), bounds)
@@ -198,7 +225,14 @@ class Preparer:
 
     def retokenize_all(self, items: Sequence[tuple[Prepared, str]]) -> list[Hashed]:
         """Keys of each (request, rewritten text), one tokenizer batch call per kind."""
-        return [h for _, h, _ in self._tokenize_all([(p, text, self.block_size) for p, text in items])]
+        return self.finish_retokenize(self.begin_retokenize(items))
+
+    def begin_retokenize(self, items: Sequence[tuple[Prepared, str]], run: Run = now) -> _Began:
+        """:meth:`retokenize_all` up to the tokenizer's calls, which ``run`` makes."""
+        return self._begin([(p, text, self.block_size) for p, text in items], run)
+
+    def finish_retokenize(self, began: _Began) -> list[Hashed]:
+        return [h for _, h, _ in self._finish(began)]
 
     def _blocks(self, r: LogRequest) -> Hashed:
         assert r.block_ids is not None

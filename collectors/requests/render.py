@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...models.core.errors import KvplanError
-from .pieces import MAX_BYTES, PieceCache
+from .pieces import MAX_BYTES, Batch, PieceCache, Run, now
 from .read import LogRequest
 
 STRFTIME_NOW = re.compile(r"""strftime_now\(\s*(['"])(.*?)\1\s*\)""")
@@ -149,13 +149,24 @@ class Renderer:
         """:meth:`encode_many` as int64 arrays, by pieces (``pieces.PieceCache``: each distinct
         piece of text tokenized once per run, checked against whole prompts as it goes) where the
         fast tokenizer allows it and ``piece_bytes`` is not None; else whole."""
-        if not texts:
-            return []
+        return self.finish_ids(self.begin_ids(texts, add_special_tokens=add_special_tokens))
+
+    def begin_ids(self, texts: list[str], *, add_special_tokens: bool, run: Run = now) -> Batch:
+        """:meth:`encode_ids` up to the tokenizer's calls, which ``run`` makes (perhaps on
+        another thread: ``PieceCache.begin``); :meth:`finish_ids` gives the ids."""
         cache = self.pieces
         if cache is not None:
-            return cache.encode(texts, add_special_tokens=add_special_tokens)
-        return [np.asarray(ids, dtype=np.int64)
-                for ids in self.encode_many(texts, add_special_tokens=add_special_tokens)]
+            return cache.begin(texts, add_special_tokens=add_special_tokens, run=run)
+        return Batch(texts, add_special_tokens, None, {}, [], run(lambda: [
+            np.asarray(ids, dtype=np.int64) for ids in self.encode_many(texts, add_special_tokens=add_special_tokens)]))
+
+    def finish_ids(self, b: Batch) -> list[np.ndarray]:
+        """The ids of a batch :meth:`begin_ids` began, in the order begun."""
+        cache = self._pieces
+        if cache is not None and b.cut is not None:
+            return cache.finish(b)
+        whole: list[np.ndarray] = b.result.result()
+        return whole
 
     @property
     def pieces(self) -> PieceCache | None:
