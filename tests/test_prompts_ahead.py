@@ -1,7 +1,7 @@
 """The prompts check's tokenizer calls on a thread of their own, ahead of the Python work
 (collectors/requests/ahead.py): in order, at most ``depth`` batches ahead, the calls on their own
-thread and the rest on the caller's, errors raised in place, the thread gone when the consumer
-stops."""
+thread and the rest on the caller's, errors raised in place, the thread gone and the unfinished
+items dropped when the consumer stops."""
 
 from __future__ import annotations
 
@@ -20,12 +20,15 @@ def _no_thread_left() -> bool:
     return not any(t.name.startswith(THREAD) for t in threading.enumerate())
 
 
-def _squares(items: Iterator[int] | list[int], depth: int = 2) -> Iterator[int]:
-    return overlapped(items, lambda x, run: run(lambda: x * x), lambda f: f.result(), depth)
+def _squares(items: Iterator[int] | list[int], depth: int = 2, dropped: list[int] | None = None) -> Iterator[int]:
+    return overlapped(items, lambda x, run: (x, run(lambda: x * x)), lambda b: b[1].result(),
+                      lambda b: (dropped if dropped is not None else []).append(b[0]), depth=depth)
 
 
 def test_every_item_comes_out_once_in_order() -> None:
-    assert list(_squares(range(3000))) == [i * i for i in range(3000)]
+    dropped: list[int] = []
+    assert list(_squares(range(3000), dropped=dropped)) == [i * i for i in range(3000)]
+    assert dropped == []
     assert list(_squares([])) == []
     assert list(_squares([5], depth=0)) == [25]
     assert _no_thread_left()
@@ -65,11 +68,14 @@ def test_an_error_in_a_call_is_raised_where_its_batch_is_finished_after_the_ones
         return i
 
     got: list[int] = []
+    dropped: list[int] = []
     with pytest.raises(KvplanError) as caught:
-        for x in overlapped(range(50), lambda i, run: run(lambda: work(i)), lambda f: f.result()):
+        for x in overlapped(range(50), lambda i, run: (i, run(lambda: work(i))), lambda b: b[1].result(),
+                            lambda b: dropped.append(b[0])):
             got.append(x)
     assert got == list(range(7))
     assert caught.value is err
+    assert dropped == [8, 9]  # begun ahead of the one that failed, never finished
     assert _no_thread_left()
 
 
@@ -82,8 +88,11 @@ def test_a_consumer_that_stops_early_ends_the_thread_and_closes_the_source() -> 
         finally:
             closed.set()
 
-    it = _squares(source())
+    dropped: list[int] = []
+    it = _squares(source(), dropped=dropped)
     assert [next(it) for _ in range(3)] == [0, 1, 4]
+    assert dropped == []
     it.close()  # what a for loop's exception or break does to the generator
     assert closed.is_set()
+    assert dropped == [3, 4]  # begun, never finished: dropped
     assert _no_thread_left()

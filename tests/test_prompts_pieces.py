@@ -360,6 +360,7 @@ def test_batches_begun_before_the_earlier_ones_finish_give_the_same_ids(tmp_path
         return f
     cache = PieceCache(r._backend(), bound if bound is not None else MAX_BYTES)
     begun = [cache.begin(b, add_special_tokens=False, run=later) for b in batches]
+    lent = any(b.borrowed for b in begun)
     for f, work in calls:
         f.set_result(work())
     got = [a.tolist() for b in begun for a in cache.finish(b)]
@@ -367,6 +368,55 @@ def test_batches_begun_before_the_earlier_ones_finish_give_the_same_ids(tmp_path
     assert cache.failed is None and cache.sampled >= SAMPLE_FIRST // 2
     if bound is None:
         assert cache.pieces_tokenized == one.pieces_tokenized and cache.evicted == 0
-        assert any(b.borrowed for b in begun)
+        assert lent
     else:
         assert cache.evicted > 0 and cache.bytes <= bound
+
+
+def test_a_batch_dropped_unfinished_lends_no_piece_to_a_later_one():
+    """A check that stops early leaves batches begun and not finished: once dropped, a batch
+    begun later tokenizes their pieces itself (it neither waits on them nor takes from them)."""
+    r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
+    bt = r._backend()
+    cache = PieceCache(bt)
+    texts = [f"rule {i}: keep it short\nrule {i + 1}: cite the source\nask {i}" for i in range(6)]
+    never: list[Future[object]] = []
+
+    def stuck(work):
+        f: Future[object] = Future()
+        never.append(f)  # never run: the check stopped before these were tokenized
+        return f
+    gone = cache.begin(texts, add_special_tokens=False, run=stuck)
+    assert gone.missing and all(cache.pending.get(k) is gone for k in gone.missing)
+    cache.drop(gone)
+    assert cache.pending == {}
+    again = cache.begin(texts, add_special_tokens=False)
+    assert again.borrowed == {}
+    got = [a.tolist() for a in cache.finish(again)]
+    assert got == [e.ids for e in bt.encode_batch(texts, add_special_tokens=False)]
+
+
+def test_a_finished_batch_holds_no_earlier_batch(tmp_path):
+    """A batch takes pieces from earlier batches still being tokenized; once finished it lets
+    them go, so a long run does not hold a chain of every batch (and its text) back to the first."""
+    import weakref
+
+    r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
+    texts = texts_of(r, [agent_log(tmp_path / "agents.jsonl", n_agents=1, turns=12)])[False]
+    cache = PieceCache(r._backend())
+    calls: list[tuple[Future[object], object]] = []
+
+    def later(work):
+        f: Future[object] = Future()
+        calls.append((f, work))
+        return f
+    begun = [cache.begin(texts[i:i + 2], add_special_tokens=False, run=later) for i in range(0, len(texts), 2)]
+    assert sum(1 for b in begun if b.borrowed) >= 4  # a turn is new in one batch, repeated in the next
+    for f, work in calls:
+        f.set_result(work())
+    got = [a.tolist() for b in begun for a in cache.finish(b)]
+    assert got == transformers_ids(r, texts, False)
+    refs = [weakref.ref(b) for b in begun]
+    last = begun[-1]
+    del begun
+    assert [ref() is None for ref in refs] == [True] * (len(refs) - 1) + [False], last

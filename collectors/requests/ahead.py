@@ -33,15 +33,16 @@ THREAD = "kvplan-prompts-tokenize"
 
 
 def overlapped(items: Iterable[T], begin: Callable[[T, Run], B], finish: Callable[[B], U],
-               depth: int = DEPTH) -> Iterator[U]:
+               drop: Callable[[B], None] | None = None, depth: int = DEPTH) -> Iterator[U]:
     """``finish(begin(x, run))`` of each of ``items`` in order, ``depth`` items ahead: ``begin``
     does an item's Python work and hands its tokenizer calls to ``run`` (which makes them on
     the ``kvplan-prompts-tokenize`` thread and returns their future); ``finish`` waits for them
-    and does the rest, on the caller's thread."""
+    and does the rest, on the caller's thread. When the loop stops early (the consumer's error
+    or ``finish``'s), ``drop`` is given each item begun and not finished."""
     source = iter(items)
+    began: list[B] = []
     try:
         with ThreadPoolExecutor(1, thread_name_prefix=THREAD) as pool:
-            began: list[B] = []
             for x in source:
                 began.append(begin(x, pool.submit))
                 if len(began) > depth:
@@ -49,6 +50,9 @@ def overlapped(items: Iterable[T], begin: Callable[[T, Run], B], finish: Callabl
             while began:
                 yield finish(began.pop(0))
     finally:
+        if drop is not None:
+            for b in began:
+                drop(b)
         close = getattr(source, "close", None)
         if close is not None:
             close()  # the files read, also when the consumer stopped early

@@ -498,7 +498,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         stream = _grouped(prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes), BATCH_REQUESTS)
     else:  # Python on this thread, the tokenizer's calls on another, ahead of it (ahead.py)
         stream = overlapped(_batches(requests, render), lambda b, run: (b, prep.begin_encode(b, run)),
-                            lambda x: _finished(prep, *x))
+                            lambda x: _finished(prep, *x), lambda x: prep.drop(x[1].state))
     for batch in stream:
         if predictor is None:
             sizes.append(prep.block_size)  # (the pool's stream does not call render)
@@ -740,7 +740,8 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             yield rows, todo, items
 
     for rows, todo, redone in overlapped(rewritten(), lambda x, run: (x[0], x[1], prep.begin_retokenize(x[2], run)),
-                                         lambda y: (y[0], y[1], prep.finish_retokenize(y[2]))):
+                                         lambda y: (y[0], y[1], prep.finish_retokenize(y[2])),
+                                         lambda y: prep.drop(y[2])):
         first = [spill.read() for _ in rows]  # per request: its first-pass keys, hittable and unlimited hits
         for i, pred in enumerate(preds):  # each variant's requests of the batch looked up at once
             hs: list[Hashed] = []

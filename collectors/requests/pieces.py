@@ -384,15 +384,13 @@ class PieceCache:
 
     def finish(self, b: Batch) -> list[np.ndarray]:
         """The token ids of a batch :meth:`begin` began (waiting for its tokenizer calls)."""
+        self.drop(b)  # no later batch takes its pieces from it now: they come from the cache
         got = b.result.result()
         if b.cut is None:
             whole_ids: list[np.ndarray] = got
             return whole_ids
         ids, whole = got
         fresh = b.fresh = dict(zip(b.missing, ids, strict=True))
-        for k in b.missing:
-            if self.pending.get(k) is b:
-                del self.pending[k]
         for k, a in fresh.items():
             self._put(k, a)
         self.pieces_tokenized += len(fresh)
@@ -411,6 +409,7 @@ class PieceCache:
                     arrs.append(mine if mine is not None else b.borrowed[p].fresh[p])
             arrs.append(tail)
             out.append(np.concatenate(arrs, dtype=np.int64))
+        b.cut, b.borrowed = [], {}  # what a later batch may take from it is only ``fresh``: no chain of batches held
         for i, want in zip(b.sample, whole, strict=True):
             self.sampled += 1
             if out[i].tolist() != want:
@@ -420,6 +419,13 @@ class PieceCache:
                 return self.encode(b.texts, add_special_tokens=b.special)
         self.by_pieces += len(b.texts)
         return out
+
+    def drop(self, b: Batch) -> None:
+        """Forget that ``b`` is tokenizing its pieces (it is finished, or never will be: the
+        check stopped early), so that no batch begun later waits on it for them."""
+        for k in b.missing:
+            if self.pending.get(k) is b:
+                del self.pending[k]
 
     def _cut(self, text: str) -> list[str | int]:
         """``text`` as its pieces (str) and the added tokens it is cut at (their ids), in order."""

@@ -149,6 +149,13 @@ class Preparer:
         todo = [p for p in ps if p.hashed is None]
         return Tokenizing(todo, self._begin([(p, p.text or "", p.block_size or self.block_size) for p in todo], run))
 
+    def drop(self, began: _Began) -> None:
+        """Tokenizer calls begun (:meth:`begin_encode`'s ``state``, :meth:`begin_retokenize`)
+        whose batch will not be finished: the check stopped early."""
+        for _, batch in began[1]:
+            assert self.renderer is not None
+            self.renderer.drop_ids(batch)
+
     def finish_encode(self, t: Tokenizing) -> None:
         for p, (ids, h, dg) in zip(t.items, self._finish(t.state), strict=True):
             p.ids, p.hashed, p.digests = ids, h, dg

@@ -160,6 +160,11 @@ class Renderer:
         return Batch(texts, add_special_tokens, None, {}, [], run(lambda: [
             np.asarray(ids, dtype=np.int64) for ids in self.encode_many(texts, add_special_tokens=add_special_tokens)]))
 
+    def drop_ids(self, b: Batch) -> None:
+        """A batch :meth:`begin_ids` began that will not be finished (``PieceCache.drop``)."""
+        if self._pieces is not None:
+            self._pieces.drop(b)
+
     def finish_ids(self, b: Batch) -> list[np.ndarray]:
         """The ids of a batch :meth:`begin_ids` began, in the order begun."""
         cache = self._pieces
