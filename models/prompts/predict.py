@@ -224,19 +224,10 @@ class KeySet:
                 held = _in_sorted(self.new, keys)
                 found[miss[held]] = True
                 miss, keys = miss[~held], keys[~held]
-        if len(miss):  # keys new to the set: held for the requests after the first one that has them
-            req = np.searchsorted(bounds, miss, side="right") - 1
-            head = np.ones(len(keys), dtype=bool)
-            head[1:] = keys[1:] != keys[:-1]
-            first_req = req[head][np.cumsum(head) - 1]
-            found[miss[first_req < req]] = True
-            self._add(keys[head])
-        starts = bounds[:-1]
+        if len(miss):  # keys new to the set
+            found[miss[self._add_new(keys, np.searchsorted(bounds, miss, side="right") - 1)]] = True
         limits = np.minimum(np.asarray(limits, dtype=np.int64), np.diff(bounds))
-        gaps = np.flatnonzero(~found)
-        at = np.searchsorted(gaps, starts)
-        first = np.append(gaps, len(a))[at]  # each request's first key not held (or past its end)
-        return np.asarray(np.minimum(first - starts, limits), dtype=np.int64)
+        return np.asarray(np.minimum(_leading(found, bounds[:-1]), limits), dtype=np.int64)
 
     def chained_then_add_many(self, a: np.ndarray, bounds: np.ndarray, limits: np.ndarray) -> np.ndarray:
         """:meth:`leading_then_add_many` of requests whose keys are each a chain (a key fixes
@@ -270,16 +261,19 @@ class KeySet:
             req = np.repeat(np.arange(len(n)), tail)
             keys = a[np.arange(len(found), dtype=np.int64) - tb[:-1][req] + (starts + lo)[req]]
             order = np.argsort(keys, kind="stable")  # by key, then by place
-            keys, req = keys[order], req[order]
-            head = np.ones(len(keys), dtype=bool)
-            head[1:] = keys[1:] != keys[:-1]
-            first_req = req[head][np.cumsum(head) - 1]
-            found[order[first_req < req]] = True
-            self._add(keys[head])
-        gaps = np.flatnonzero(~found)
-        first = np.append(gaps, len(found))[np.searchsorted(gaps, tb[:-1])] - tb[:-1]
-        held_n = lo + np.minimum(first, tail)
+            found[order[self._add_new(keys[order], req[order])]] = True
+        held_n = lo + np.minimum(_leading(found, tb[:-1]), tail)
         return np.asarray(np.minimum(held_n, np.asarray(limits, dtype=np.int64)), dtype=np.int64)
+
+    def _add_new(self, keys: np.ndarray, req: np.ndarray) -> np.ndarray:
+        """Add ``keys``, none of them held, sorted by key then by place, ``req[i]`` the request
+        of the lot that has ``keys[i]``: whether each is held for its request all the same (an
+        earlier request of the lot has it, and adds it first)."""
+        head = np.ones(len(keys), dtype=bool)
+        head[1:] = keys[1:] != keys[:-1]
+        first_req = req[head][np.cumsum(head) - 1]
+        self._add(keys[head])
+        return np.asarray(first_req < req)
 
     def _add(self, keys: np.ndarray) -> None:
         """Add ``keys``: sorted, distinct, none of them held."""
@@ -295,6 +289,13 @@ class KeySet:
         self.main = np.insert(self.main, np.searchsorted(self.main, self.new), self.new)
         self.new = np.empty(0, dtype=np.uint64)
         self._index()
+
+
+def _leading(found: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """For each request (its keys' flags in ``found`` from ``starts[i]`` on, end to end), how
+    many of its first keys are found: up to its first not found (past its end: the next one's)."""
+    gaps = np.flatnonzero(~found)
+    return np.asarray(np.append(gaps, len(found))[np.searchsorted(gaps, starts)] - starts)
 
 
 def _in_sorted(m: np.ndarray, a: np.ndarray) -> np.ndarray:
