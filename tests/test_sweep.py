@@ -184,3 +184,38 @@ def test_pilot_sweep_needs_both_urls_and_one_kind_of_level(tmp_path):
     assert r.exit_code == 2 and "comma-separated" in r.output
     r = CliRunner().invoke(app, ["pilot", "--deployment", "d", "--model", "m", "--db", db])
     assert r.exit_code == 2 and "--server" in r.output
+
+
+def _side(reuse, points):
+    from kvplan.deploy.local.recorders.sweep_check import SHAPE
+
+    run = wl.RunResult(SHAPE.scenario, 0.0, 0.0, SHAPE.workload())
+    return SweepResult(reuse, "http://x", "m", SHAPE, 0.0, levels=[Level(p.offered, run, p) for p in points])
+
+
+def _point(offered, ttft_p50, tpot_p99):
+    from kvplan.models.capacity.goodput import SweepPoint
+
+    return SweepPoint(offered, offered, ttft_p50, 2 * ttft_p50, tpot_p99, requests=12)
+
+
+@pytest.mark.parametrize("off_low, on_low_tpot, slo", [
+    ((0.25, 0.005), 0.01, 0.5),   # two unloaded prefills: 2 x 0.25 s
+    ((0.25, 0.005), 0.2, 0.8),    # a slow decode: 4 x 0.2 s
+    ((0.05, 0.005), 0.01, 0.25),  # both under the floor
+])
+def test_the_load_sweeps_tpot_slo_leaves_room_for_the_prefills_a_decode_shares(off_low, on_low_tpot, slo):
+    from kvplan.deploy.local.recorders.sweep_check import (
+        REQUESTS_PER_LEVEL,
+        SHAPE,
+        TPOT_PREFILL_FACTOR,
+        derive_tpot_slo,
+    )
+
+    # a request's decode steps share at most the other prefills of its level: its TPOT stays under
+    # that many prefills a step, so the SLO must leave more
+    assert (REQUESTS_PER_LEVEL - 1) / (SHAPE.output_tokens - 1) < TPOT_PREFILL_FACTOR
+    # the lowest level counts; a higher one (faster here) does not
+    off = _side("off", [_point(2.0, 0.01, 0.001), _point(0.5, *off_low)])
+    on = _side("on", [_point(0.5, 0.01, on_low_tpot), _point(2.0, 0.01, 0.001)])
+    assert derive_tpot_slo(off, on) == pytest.approx(slo)

@@ -6,7 +6,8 @@ replica's capacity (1 / its request time), then a rate sweep at 0.5 to 6 times t
 tails, 8 output tokens) on ``vllm-nocache-0`` (reuse off) and ``vllm-0`` (vLLM prefix cache +
 LMCache), interleaved by level. TTFT SLO = 3 x the reuse-off TTFT p50 at the lowest level,
 rounded up to 10 ms; TPOT SLO 4 x the slower side's TPOT p99 there, at least 0.25 s (a fixed 0.25 s was
-missed by every level on a busy core). Then one run of 24 requests on each side at the midpoint
+missed by every level on a busy core) and at least 2 reuse-off TTFT p50s there (a decode step that
+another request's prefill joins takes that prefill's time). Then one run of 24 requests on each side at the midpoint
 of the two goodputs: the reuse-off replica must miss the TTFT SLO there, the reuse-on replica
 meet it. The load, and the time the sweep may take (``sweep_check.budget_s``: twice its worst
 case at the measured capacity), follow what this machine serves: a slower machine runs a

@@ -16,7 +16,9 @@
    nothing about a GPU's: ``SLO_FACTOR`` x the reuse-off side's TTFT p50 there (an unloaded
    prefill of this prompt shape, with room for queueing). The TPOT SLO comes from the same level:
    ``TPOT_FACTOR`` x the slower side's TPOT p99 there, at least ``TPOT_SLO_S`` (a fixed 0.25 s
-   was missed by every level on a busy core), so TTFT is what limits, on any machine.
+   was missed by every level on a busy core), and at least ``TPOT_PREFILL_FACTOR`` unloaded
+   prefills (``derive_tpot_slo``): the TPOT SLO then tests decode, not the prefill of the other
+   requests of a level that shares its steps, and TTFT is what limits the reuse-off replica.
 3. Both goodputs at those SLOs (``kvplan.models.capacity.goodput``), then one more open-loop run
    (``CHECK_REQUESTS`` requests) on each side at an offered load between them (their midpoint),
    with new tails after the same system
@@ -60,8 +62,15 @@ SLO_FACTOR = 3.0
 TPOT_SLO_S = 0.25
 """The TPOT SLO's floor (decode steps of the tiny model take milliseconds on a quiet core)."""
 TPOT_FACTOR = 4.0
-"""TPOT SLO = this x the slower side's TPOT p99 at the lowest level: room for decode to slow as
-prefills join its batches, so that the cache-off replica's TTFT limits first."""
+"""TPOT SLO >= this x the slower side's TPOT p99 at the lowest level: room for decode to slow."""
+TPOT_PREFILL_FACTOR = 2.0
+"""TPOT SLO >= this x the reuse-off TTFT p50 at the lowest level (an unloaded prefill). vLLM runs
+a waiting request's prefill in the same step as the running decodes, so a step that a prefill
+joins takes about that prefill's time. A request's ``output_tokens - 1`` decode steps can share at
+most the other ``REQUESTS_PER_LEVEL - 1`` prefills of its level (levels run one after the other):
+its TPOT is at most (11 / 7) x a prefill + a decode step. A TPOT SLO below that measures the
+reuse-off replica's prefill a second time and, on a loaded machine, crossed before its TTFT
+(TPOT p99 0.27 s against a 0.25 s SLO, a prefill taking 0.32 s)."""
 
 
 @dataclass(frozen=True)
@@ -163,11 +172,14 @@ def derive_ttft_slo(off: SweepResult) -> float:
 
 
 def derive_tpot_slo(off: SweepResult, on: SweepResult) -> float:
-    """``TPOT_FACTOR`` x the slower side's TPOT p99 at the lowest level, rounded up to 10 ms,
-    at least ``TPOT_SLO_S``: the machine's own decode speed, as the TTFT SLO is its own prefill."""
-    lows = [min(r.points, key=lambda p: p.offered).tpot_p99_s for r in (off, on)]
-    worst = max((t for t in lows if t is not None), default=0.0)
-    return max(TPOT_SLO_S, math.ceil(TPOT_FACTOR * worst * 100) / 100)
+    """The largest of ``TPOT_FACTOR`` x the slower side's TPOT p99 at the lowest level (the
+    machine's own decode speed, as the TTFT SLO is its own prefill), ``TPOT_PREFILL_FACTOR`` x the
+    reuse-off TTFT p50 there (the prefills a request's decode steps can share) and
+    ``TPOT_SLO_S``, rounded up to 10 ms."""
+    lows = [min(r.points, key=lambda p: p.offered) for r in (off, on)]
+    worst = max((p.tpot_p99_s for p in lows if p.tpot_p99_s is not None), default=0.0)
+    prefill = lows[0].ttft_p50_s or 0.0
+    return max(TPOT_SLO_S, math.ceil(max(TPOT_FACTOR * worst, TPOT_PREFILL_FACTOR * prefill) * 100) / 100)
 
 
 class SweepTooLong(RuntimeError):
