@@ -20,6 +20,8 @@ from kvplan.app.data.sweeps import latest_sweep_pair
 from kvplan.app.views.sweeps import sweep_view
 from kvplan.collectors.loadgen import workload as wl
 from kvplan.collectors.loadgen.sweep import Level, SweepPlan, SweepResult, level_point, save_sweep
+from kvplan.deploy.local.recorders.sweep_check import REQUESTS_PER_LEVEL, SHAPE, TPOT_PREFILL_FACTOR, derive_tpot_slo
+from kvplan.models.capacity.goodput import SweepPoint
 from kvplan.models.core.errors import KvplanError
 from tests.loopback import Loopback
 
@@ -186,17 +188,20 @@ def test_pilot_sweep_needs_both_urls_and_one_kind_of_level(tmp_path):
     assert r.exit_code == 2 and "--server" in r.output
 
 
-def _side(reuse, points):
-    from kvplan.deploy.local.recorders.sweep_check import SHAPE
 
+def _side(reuse, points):
     run = wl.RunResult(SHAPE.scenario, 0.0, 0.0, SHAPE.workload())
     return SweepResult(reuse, "http://x", "m", SHAPE, 0.0, levels=[Level(p.offered, run, p) for p in points])
 
 
 def _point(offered, ttft_p50, tpot_p99):
-    from kvplan.models.capacity.goodput import SweepPoint
-
     return SweepPoint(offered, offered, ttft_p50, 2 * ttft_p50, tpot_p99, requests=12)
+
+
+def test_a_decode_shares_fewer_prefills_a_step_than_the_tpot_slo_leaves():
+    # a request's decode steps share at most the other prefills of its level: its TPOT stays under
+    # that many prefills a step, so the SLO must leave more
+    assert (REQUESTS_PER_LEVEL - 1) / (SHAPE.output_tokens - 1) < TPOT_PREFILL_FACTOR
 
 
 @pytest.mark.parametrize("off_low, on_low_tpot, slo", [
@@ -205,16 +210,6 @@ def _point(offered, ttft_p50, tpot_p99):
     ((0.05, 0.005), 0.01, 0.25),  # both under the floor
 ])
 def test_the_load_sweeps_tpot_slo_leaves_room_for_the_prefills_a_decode_shares(off_low, on_low_tpot, slo):
-    from kvplan.deploy.local.recorders.sweep_check import (
-        REQUESTS_PER_LEVEL,
-        SHAPE,
-        TPOT_PREFILL_FACTOR,
-        derive_tpot_slo,
-    )
-
-    # a request's decode steps share at most the other prefills of its level: its TPOT stays under
-    # that many prefills a step, so the SLO must leave more
-    assert (REQUESTS_PER_LEVEL - 1) / (SHAPE.output_tokens - 1) < TPOT_PREFILL_FACTOR
     # the lowest level counts; a higher one (faster here) does not
     off = _side("off", [_point(2.0, 0.01, 0.001), _point(0.5, *off_low)])
     on = _side("on", [_point(0.5, 0.01, on_low_tpot), _point(2.0, 0.01, 0.001)])

@@ -163,9 +163,14 @@ class SweepValidation:
             and self.check_on.ttft_p99_s <= self.ttft_slo_s
 
 
+def _lowest(r: SweepResult) -> SweepPoint:
+    """The sweep's lowest level (the SLOs are read there)."""
+    return min(r.points, key=lambda p: p.offered)
+
+
 def derive_ttft_slo(off: SweepResult) -> float:
     """``SLO_FACTOR`` x the reuse-off TTFT p50 at the lowest level, rounded up to 10 ms."""
-    low = min(off.points, key=lambda p: p.offered)
+    low = _lowest(off)
     if low.ttft_p50_s is None:
         raise RuntimeError(f"the lowest level had no answered request: {off.errors[:1]}")
     return math.ceil(SLO_FACTOR * low.ttft_p50_s * 100) / 100
@@ -176,7 +181,7 @@ def derive_tpot_slo(off: SweepResult, on: SweepResult) -> float:
     machine's own decode speed, as the TTFT SLO is its own prefill), ``TPOT_PREFILL_FACTOR`` x the
     reuse-off TTFT p50 there (the prefills a request's decode steps can share) and
     ``TPOT_SLO_S``, rounded up to 10 ms."""
-    lows = [min(r.points, key=lambda p: p.offered) for r in (off, on)]
+    lows = [_lowest(off), _lowest(on)]
     worst = max((p.tpot_p99_s for p in lows if p.tpot_p99_s is not None), default=0.0)
     prefill = lows[0].ttft_p50_s or 0.0
     return max(TPOT_SLO_S, math.ceil(max(TPOT_FACTOR * worst, TPOT_PREFILL_FACTOR * prefill) * 100) / 100)
