@@ -8,6 +8,7 @@ scheduling block) or --block-size, said in the output."""
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import pytest
@@ -83,9 +84,10 @@ class CountingRenderer(Renderer):
         super().__init__(tokenizer)
         self.encoded = 0
 
-    def begin_ids(self, texts: list[str], *, add_special_tokens: bool, run: Run = now) -> Batch:
+    def begin_ids(self, texts: list[str], *, add_special_tokens: bool, run: Run = now,
+                  streams: Sequence[Hashable | None] | None = None) -> Batch:
         self.encoded += len(texts)  # the check's one way to tokenize (whole or by pieces)
-        return super().begin_ids(texts, add_special_tokens=add_special_tokens, run=run)
+        return super().begin_ids(texts, add_special_tokens=add_special_tokens, run=run, streams=streams)
 
 
 def test_a_text_log_at_every_size_matches_transformers_and_is_tokenized_once(tmp_path):

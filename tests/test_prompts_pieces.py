@@ -26,6 +26,7 @@ from kvplan.collectors.requests.pieces import (
     cuts,
     newline_pieces,
     newline_pieces_fast,
+    now,
 )
 from kvplan.collectors.requests.read import Skipped, read_requests
 from kvplan.collectors.requests.render import Renderer
@@ -420,3 +421,82 @@ def test_a_finished_batch_holds_no_earlier_batch(tmp_path):
     last = begun[-1]
     del begun
     assert [ref() is None for ref in refs] == [True] * (len(refs) - 1) + [False], last
+
+
+@pytest.mark.parametrize("which", ["fixture", "trained"])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_turn_cut_after_its_conversations_last_turn_gives_transformers_ids(tmp_path, which, ahead):
+    """Each text continues its stream's last one from a random place (its end included, so a turn
+    goes on inside the last one's final piece; added tokens and halves of them around the place,
+    so a token may be cut across it), in streams that interleave and batches of 3, begun before
+    the earlier ones finish (``ahead``) or not, cut at every place: every prompt's ids are
+    transformers' whole ones, and the later turns took most of their text from the earlier ones."""
+    r = Renderer(FIX / "tokenizer" if which == "fixture" else byte_level_tokenizer(tmp_path / "tok"))
+    rng = random.Random(13)
+    alphabet = [*ALPHABET, "<", "</", "s>", "<s", "/s>", "x\ny", "a\nb\nc"]
+    texts: list[str] = []
+    streams: list[str] = []
+    last: dict[str, str] = {}
+    for _ in range(240):
+        s = rng.choice("abc")
+        prev = last.get(s, "")
+        keep = rng.choice([len(prev), len(prev), rng.randrange(len(prev) + 1)])
+        last[s] = prev[:keep] + "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 30)))
+        texts.append(last[s])
+        streams.append(s)
+    cache = r._pieces = PieceCache(r._backend(), lines_per_piece=1)
+    calls: list[tuple[Future[object], object]] = []
+
+    def later(work):
+        f: Future[object] = Future()
+        calls.append((f, work))
+        return f
+    got: list[list[int]] = []
+    begun = []
+    for i in range(0, len(texts), 3):
+        begun.append(cache.begin(texts[i:i + 3], add_special_tokens=False, run=later if ahead else now,
+                                 streams=streams[i:i + 3]))
+        if not ahead or len(begun) > 2:  # at most three batches out at once, as the check has
+            for f, work in calls:
+                f.set_result(work())
+            calls.clear()
+            got += [a.tolist() for a in cache.finish(begun.pop(0))]
+    for f, work in calls:
+        f.set_result(work())
+    got += [a.tolist() for b in begun for a in cache.finish(b)]
+    assert got == transformers_ids(r, texts, False)
+    assert cache.failed is None
+    assert cache.chars_kept > cache.chars_asked / 2, (cache.chars_kept, cache.chars_asked)
+
+
+def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
+    """``LastTurns.digests`` (the digests of the ids a turn shares with its stream's last turn
+    taken from it) gives ``token_digests_many``'s digests: turns that go on from their last one,
+    part from it early, are shorter than it, two of one stream in a batch; with a bound that
+    drops turns too."""
+    import numpy as np
+
+    from kvplan.collectors.requests.prepare import LastTurns
+    from kvplan.models.prompts.hashing import token_digests
+
+    rng = random.Random(17)
+    for bound in (1 << 30, 3_000):
+        turns = LastTurns(bound)
+        last: dict[int, list[int]] = {}
+        for _ in range(60):
+            batch, streams = [], []
+            for _ in range(rng.randrange(1, 5)):
+                s = rng.randrange(3)
+                prev = last.get(s, [])
+                ids = prev[:rng.choice([len(prev), rng.randrange(len(prev) + 1)])] + [
+                    rng.randrange(50_000) for _ in range(rng.randrange(0, 40))]
+                last[s] = ids
+                batch.append(np.array(ids, dtype=np.int64))
+                streams.append(s)
+            bounds = np.zeros(len(batch) + 1, dtype=np.int64)
+            np.cumsum([len(a) for a in batch], out=bounds[1:])
+            dg = turns.digests(batch, bounds, streams)
+            for j, a in enumerate(batch):
+                assert dg[bounds[j]:bounds[j + 1]].tolist() == token_digests(a).tolist()
+            assert turns.bytes <= bound
+        assert turns.reused > 0

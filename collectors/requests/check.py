@@ -10,9 +10,10 @@ its own capacity-bound pool (the same capacity in tokens). Nothing else grows wi
 per-request data is kept (each request's keys, lengths and first-pass hits go to a temporary
 file, read back in order by the second pass, which so tokenizes only the requests a fix
 changes), the buster finder holds a window of recent requests and a line index bounded by it,
-the template-history finder (``history``) one hash per recent request (at most 100,000), and a
-capacity-bound pool holds ``gpu_blocks`` blocks. A turn the chat template renders differently
-once it is history is a ``template_history`` finding with one replay per remedy it allows
+the template-history finder (``history``) one hash per recent request (at most 100,000), a
+capacity-bound pool ``gpu_blocks`` blocks, and the conversations' last turns (text, ids and
+digests: ``pieces.Turn``, ``prepare.LastTurns``) at most 32 MiB each. A turn the chat template
+renders differently once it is history is a ``template_history`` finding with one replay per remedy it allows
 (``FindingResult.remedies``); the replay with every finding fixed uses the client dropping the
 reasoning when that is one of them. The temporary file takes 8 bytes per
 block plus 40 per request of disk. Prompt text is held in memory one request at a time (plus
@@ -45,7 +46,7 @@ from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
 from .history import HistoryFinder
-from .prepare import Prepared, Preparer, Tokenizing, hashed64
+from .prepare import Prepared, Preparer, Tokenizing, conversation, hashed64
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
 from .sample import SessionSample, sampled
@@ -283,17 +284,6 @@ REF_BYTES = 16 << 20
 """Memory each pass's recent texts (``_Kept``'s references) may take."""
 
 
-def _conversation(r: LogRequest) -> object:
-    """Which conversation ``r`` continues, as far as telling its previous turn goes: its session
-    field, else its first user message, else (completions) one stream for all."""
-    if r.session is not None:
-        return ("session", r.session)
-    if r.kind == "chat" and r.messages:
-        m = next((m for m in r.messages if m.get("role") == "user"), r.messages[0])
-        return ("user", str(m.get("content") or ""))
-    return ("completion",)
-
-
 class _Texts:
     """Recent texts (UTF-8) by file:line, and each conversation's newest one, within ``budget``
     bytes: the oldest forgotten first."""
@@ -338,7 +328,7 @@ class _Kept:
     takes each back as it reads it, freeing it, and maps its lines again (cheaper than the
     render; a map is larger than its text).
 
-    A text is kept as what it adds to its conversation's previous turn (``_conversation``; the
+    A text is kept as what it adds to its conversation's previous turn (``prepare.conversation``; the
     newest earlier text of it, among the recent ones): the length of their common prefix and the
     rest, zlib-compressed with the previous turn's matching text as the dictionary. An agent's turn
     that repeats the conversation so far so takes a few hundred bytes. The fix pass, reading in
@@ -366,7 +356,7 @@ class _Kept:
             self.twice.add(where)
             return
         data = p.text.encode("utf-8", "surrogatepass")
-        conv = _conversation(p.request)
+        conv = conversation(p.request)
         ref = self.put_texts.ref(conv)
         self.put_texts.add(where, conv, data)
         if ref is None:
@@ -408,7 +398,7 @@ class _Kept:
     def seen(self, r: LogRequest, data: bytes | str) -> None:
         """``r``'s text, taken back or rendered again by the fix pass: what later texts refer to."""
         if self.by:
-            self.take_texts.add(r.where, _conversation(r),
+            self.take_texts.add(r.where, conversation(r),
                                 data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
 
 

@@ -23,6 +23,11 @@ process; plus its length; the text is never kept), least recently used evicted p
 in one batch call. So a system prompt, a tool list or an earlier turn is tokenized once per log,
 not once per request.
 
+A text that continues a conversation (``begin``'s ``streams``) starts with the ids of its last
+turn's pieces up to shortly before the first character the two differ at (``Turn``): a piece ends
+where it does in the whole text when the text up to its end and the ``guard`` characters after
+it are the same, so only the rest is cut and looked up.
+
 The equality is proven as the check goes: the first ``SAMPLE_FIRST`` prompts and one in
 ``SAMPLE_EVERY`` after are tokenized whole too and compared. On the first difference the cache
 is switched off for the rest of the run (whole prompts, as before) and :meth:`PieceCache.notes`
@@ -33,9 +38,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import zlib
+from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -58,6 +65,9 @@ saves: when the last ``PROBE_PROMPTS`` prompts tokenized by pieces took less tha
 of their text from the cache, the next ``WHOLE_PROMPTS`` are tokenized whole (the same ids),
 then pieces are tried again; each time they still save nothing, twice as many are tokenized
 whole (at most ``MAX_WHOLE_PROMPTS``)."""
+TURN_BYTES = 32 << 20
+"""The bound on the turns :class:`PieceCache` holds (each stream's last text, its ids and where its
+pieces end), least recently used dropped past it."""
 SAMPLE_FIRST = 32
 SAMPLE_EVERY = 1000
 """Prompts also tokenized whole and compared: the first ``SAMPLE_FIRST``, then one in ``SAMPLE_EVERY``."""
@@ -85,6 +95,9 @@ class Plan:
     split_ids: dict[str, int] = field(default_factory=dict)
     newlines: bool = False
     why_not: str | None = None
+    longest: int | None = None
+    """Characters in the longest added token ``added`` matches (None: not known, found from the
+    tokenizer): how far back from a change a cut may move (:class:`PieceCache`'s turns)."""
 
 
 def cuts(backend: Any) -> Plan:
@@ -111,7 +124,7 @@ def cuts(backend: Any) -> Plan:
     if not split_ids and not newlines:
         return Plan(why_not="its text has no place to cut: no added token matched on the raw text, and a "
                             "pre-tokenizer other than GPT-2's byte-level one")
-    return Plan(pattern, split_ids, newlines)
+    return Plan(pattern, split_ids, newlines, longest=max((len(a["content"]) for a in raw), default=0))
 
 
 def _unsafe_pre(pre: Any) -> str | None:
@@ -252,7 +265,7 @@ class Batch:
 
     texts: list[str]
     special: bool
-    cut: list[list[np.ndarray | tuple[int, int]]] | None
+    cut: list[list[np.ndarray | tuple[int, int] | Turn]] | None
     borrowed: dict[tuple[int, int], Batch]
     sample: list[int]
     result: Future[Any]
@@ -262,6 +275,35 @@ class Batch:
     """How many prompts came before this batch's (its sampled prompts' numbers)."""
     fresh: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     """Once finished: the pieces it tokenized."""
+    turns: list[Turn | None] = field(default_factory=list)
+    """Per text, the turn it is recorded as (None: no stream); its ids set by :meth:`PieceCache.finish`."""
+
+
+@dataclass(eq=False)
+class Turn:
+    """A stream's last text as :meth:`PieceCache.begin` cut it: where its pieces end (characters)
+    and, once its batch is finished, its ids and the ids before each of those ends (``tokens``,
+    the post-processor's ``head`` ids not counted)."""
+
+    stream: Hashable
+    text: str
+    special: bool
+    ends: list[int]
+    tokens: list[int]
+    """Ids before each of ``ends`` (once finished)."""
+    base: Turn | None = None
+    """Until it is finished: the previous turn its first ``first`` ends are (None: none). It is
+    begun before this one, so finished before it: its ids up to there are this one's first part."""
+    first: int = 0
+    ids: np.ndarray | None = None
+    head: int = 0
+    counted: int = 0
+    """Its bytes as last counted in :attr:`PieceCache.turn_bytes`."""
+
+    @property
+    def size(self) -> int:
+        """Bytes it holds, roughly: its text (as UTF-8 at most 4 a character), its ids, its ends."""
+        return sys.getsizeof(self.text) + (self.ids.nbytes if self.ids is not None else 0) + 16 * len(self.ends) + 200
 
 
 class PieceCache:
@@ -302,6 +344,19 @@ class PieceCache:
         self.pending: dict[tuple[int, int], Batch] = {}
         """Pieces being tokenized, by the batch that asked for them (begun, not finished)."""
         self._added: dict[int, np.ndarray] = {}
+        self.turns: OrderedDict[Hashable, Turn] = OrderedDict()
+        """Each stream's last turn (see :meth:`begin`), least recently used first."""
+        self.turn_bytes = 0
+        self.max_turn_bytes = TURN_BYTES
+        self.chars_kept = 0
+        """Characters of text whose ids came from the stream's previous turn (not cut, not looked up)."""
+        self._added_len = {i: len(t) for t, i in self.plan.split_ids.items()}
+        longest = self.plan.longest
+        if longest is None and self.plan.added is not None:
+            longest = _longest_added(backend)
+        self.guard = 1 + (longest if longest is not None else 1 << 40)
+        """How far before the first character two turns differ at a piece must end to be kept (the
+        longest added token's length and one; an unknown length: none kept)."""
 
     @property
     def active(self) -> bool:
@@ -311,12 +366,20 @@ class PieceCache:
         """Token ids (int64) of each of ``texts``, as ``backend.encode_batch_fast`` gives them."""
         return self.finish(self.begin(texts, add_special_tokens=add_special_tokens))
 
-    def begin(self, texts: Sequence[str], *, add_special_tokens: bool, run: Run = now) -> Batch:
+    def begin(self, texts: Sequence[str], *, add_special_tokens: bool, run: Run = now,
+              streams: Sequence[Hashable | None] | None = None) -> Batch:
         """:meth:`encode` up to the tokenizer: ``texts`` cut into pieces and looked up, and the
         tokenizer's batch calls (the pieces not cached, the sampled prompts whole) handed to
         ``run``, which may make them on another thread (they release the GIL); :meth:`finish`
         takes them back. Batches are finished in the order they were begun. A piece an earlier
-        batch still being tokenized asks for is taken from that batch, not asked for again."""
+        batch still being tokenized asks for is taken from that batch, not asked for again.
+
+        ``streams``: per text, the conversation it continues (None: none). A text whose stream's
+        last turn is finished starts with that turn's ids up to the last of its pieces that ends
+        ``guard`` characters before the first one they differ at (one slice: neither cut nor
+        looked up); only the rest is cut. Each piece ends at the same place in both (a piece's
+        end depends on the text up to it and the character after it, an added token's on at
+        most ``guard`` characters after its start), so the ids are those of the whole text cut."""
         texts = list(texts)
         bt = self.bt
         affix = self._affix(add_special_tokens) if self.active and texts else None
@@ -329,16 +392,34 @@ class PieceCache:
         cache, pending, added = self.cache, self.pending, self._added
         missing: dict[tuple[int, int], str] = {}
         borrowed: dict[tuple[int, int], Batch] = {}
-        cut: list[list[np.ndarray | tuple[int, int]]] = []
-        for t in texts:
-            parts: list[np.ndarray | tuple[int, int]] = []
-            for p in self._cut(t):
+        cut: list[list[np.ndarray | tuple[int, int] | Turn]] = []
+        turns: list[Turn | None] = []
+        kept_chars = 0
+        for i, t in enumerate(texts):
+            stream = streams[i] if streams is not None else None
+            turn = self._next_turn(stream, t, add_special_tokens) if stream is not None else None
+            turns.append(turn)
+            parts: list[np.ndarray | tuple[int, int] | Turn] = []
+            start = 0
+            if turn is not None and turn.base is not None:
+                parts.append(turn)  # the previous turn's ids up to ``turn.first`` of its ends, once it is finished
+                start = turn.ends[-1]
+                kept_chars += start
+            ends = turn.ends if turn is not None else None
+            at = start
+            for p in self._cut(t[start:] if start else t):
                 if isinstance(p, int):
                     a = added.get(p)
                     if a is None:
                         a = added[p] = np.array([p], dtype=np.int32)
                     parts.append(a)
+                    if ends is not None:
+                        at += self._added_len[p]
+                        ends.append(at)
                     continue
+                if ends is not None:
+                    at += len(p)
+                    ends.append(at)
                 self.pieces_asked += 1
                 k = piece_key(p)
                 got = cache.get(k)
@@ -362,6 +443,7 @@ class PieceCache:
         asked, tokenized = sum(len(t) for t in texts), sum(len(t) for t in missing.values())
         self.chars_asked += asked
         self.chars_tokenized += tokenized
+        self.chars_kept += kept_chars
         pr = self.probe
         pr[0], pr[1], pr[2] = pr[0] + len(texts), pr[1] + asked, pr[2] + tokenized
         if pr[0] >= PROBE_PROMPTS:
@@ -377,10 +459,53 @@ class PieceCache:
             enc = bt.encode_batch_fast(asks, add_special_tokens=False) if asks else []
             whole = bt.encode_batch_fast(wholes, add_special_tokens=add_special_tokens) if wholes else []
             return [_int32(e.ids) for e in enc], [e.ids for e in whole]
-        b = Batch(texts, add_special_tokens, cut, borrowed, sample, run(tokenize), list(missing), affix, first)
+        b = Batch(texts, add_special_tokens, cut, borrowed, sample, run(tokenize), list(missing), affix, first,
+                  turns=turns if streams is not None else [])
         for k in missing:
             pending[k] = b
         return b
+
+    def _finished(self, turn: Turn, ids: np.ndarray, head: int, new: list[np.ndarray]) -> None:
+        """``turn``'s ids (``head`` of them the post-processor's) and the ids before the end of
+        each of its ``new`` pieces (those after its prefix): what its stream's next turn starts
+        with."""
+        base, n = turn.base, 0
+        if base is not None:
+            n = base.tokens[turn.first - 1]
+            turn.tokens = base.tokens[:turn.first]
+            turn.base = None  # no chain of turns held
+        turn.tokens += (np.cumsum([len(a) for a in new], dtype=np.int64) + n).tolist()
+        turn.ids, turn.head = ids, head
+        if self.turns.get(turn.stream) is turn:
+            self._count(turn)
+
+    def _next_turn(self, stream: Hashable, text: str, special: bool) -> Turn:
+        """``stream``'s new turn, ``text``, recorded in its place, starting with the previous
+        turn's pieces that end ``guard`` characters before the first one the two texts differ at
+        (``base`` and ``first``; when it is of the same kind)."""
+        turns = self.turns
+        prev = turns.pop(stream, None)
+        turn = Turn(stream, text, special, [], [])
+        if prev is not None:
+            self.turn_bytes -= prev.counted
+            if prev.special == special:
+                # never its last piece (the text's end, no cut in a text that goes on): it ends
+                # past the common prefix less the guard
+                j = bisect_right(prev.ends, common_prefix(prev.text, text) - self.guard)
+                if j:
+                    turn.ends, turn.base, turn.first = prev.ends[:j], prev, j
+        turns[stream] = turn
+        self._count(turn)
+        return turn
+
+    def _count(self, turn: Turn) -> None:
+        """``turn``'s bytes counted again, and the oldest turns dropped past the bound."""
+        size = turn.size
+        self.turn_bytes += size - turn.counted
+        turn.counted = size
+        turns = self.turns
+        while self.turn_bytes > self.max_turn_bytes and turns:
+            self.turn_bytes -= turns.popitem(last=False)[1].counted
 
     def finish(self, b: Batch) -> list[np.ndarray]:
         """The token ids of a batch :meth:`begin` began (waiting for its tokenizer calls)."""
@@ -399,16 +524,24 @@ class PieceCache:
         assert b.affix is not None
         head, tail = (np.asarray(x, dtype=np.int32) for x in b.affix)
         out: list[np.ndarray] = []
-        for parts in b.cut:
+        for i, parts in enumerate(b.cut):
             arrs = [head]
             for p in parts:
                 if isinstance(p, np.ndarray):
                     arrs.append(p)
+                elif isinstance(p, Turn):
+                    base = p.base
+                    assert base is not None and base.ids is not None, "begun before this turn: finished before it"
+                    arrs.append(base.ids[base.head:base.head + base.tokens[p.first - 1]])
                 else:
                     mine = fresh.get(p)
                     arrs.append(mine if mine is not None else b.borrowed[p].fresh[p])
             arrs.append(tail)
-            out.append(np.concatenate(arrs, dtype=np.int64))
+            ids = np.concatenate(arrs, dtype=np.int64)
+            out.append(ids)
+            turn = b.turns[i] if b.turns else None
+            if turn is not None:
+                self._finished(turn, ids, len(head), arrs[2 if turn.first else 1:-1])
         b.cut, b.borrowed = [], {}  # what a later batch may take from it is only ``fresh``: no chain of batches held
         for i, want in zip(b.sample, whole, strict=True):
             self.sampled += 1
@@ -416,6 +549,8 @@ class PieceCache:
                 # the pieces did not add up: this batch and the rest of the run whole
                 self.failed = (f"prompt {b.first + i + 1:,} (by pieces: {len(out[i]):,} ids, "
                                f"whole: {len(want):,})")
+                self.turns.clear()
+                self.turn_bytes = 0
                 return self.encode(b.texts, add_special_tokens=b.special)
         self.by_pieces += len(b.texts)
         return out
@@ -491,3 +626,28 @@ class PieceCache:
                     f"{self.failed}; {self.by_pieces:,} prompt(s) before it were tokenized by pieces "
                     f"({self.sampled:,} of them checked whole and equal), the rest whole"]
         return []
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the common prefix of ``a`` and ``b``: halves compared as slices (memcmp), not
+    a character at a time."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        m = (lo + hi) // 2
+        if a[lo:m] == b[lo:m]:
+            lo = m
+        else:
+            hi = m
+    return lo
+
+
+def _longest_added(backend: Any) -> int | None:
+    """Characters in ``backend``'s longest added token (None: not readable)."""
+    try:
+        return max((len(a.get("content") or "") for a in json.loads(backend.to_str()).get("added_tokens") or []),
+                   default=0)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot describe itself
+        return None

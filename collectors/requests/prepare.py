@@ -4,7 +4,8 @@ worker processes (``workers.py``) build the same ``Preparer`` as the check's own
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -26,6 +27,17 @@ from ...models.prompts.predict import Hashed
 from .pieces import Batch, Run, now
 from .read import LogRequest
 from .render import Renderer
+
+
+def conversation(r: LogRequest) -> object:
+    """Which conversation ``r`` continues, as far as telling its previous turn goes: its session
+    field, else its first user message, else (completions) one stream for all."""
+    if r.session is not None:
+        return ("session", r.session)
+    if r.kind == "chat" and r.messages:
+        m = next((m for m in r.messages if m.get("role") == "user"), r.messages[0])
+        return ("user", str(m.get("content") or ""))
+    return ("completion",)
 
 
 class Options(Protocol):
@@ -86,6 +98,8 @@ class Preparer:
         self.date: tuple[str, str, tuple[int | None, str, int]] | None = None
         self.date_checked = False
         self.dated = 0
+        self.turns = LastTurns()
+        """Each conversation's last ids and digests: a turn's digests up to where its ids part from them are theirs."""
 
     def extra(self, r: LogRequest) -> ExtraKeys:
         return ExtraKeys(lora=r.model if r.model in self.opts.lora else None, cache_salt=r.cache_salt)
@@ -170,8 +184,9 @@ class Preparer:
             for special in (False, True):
                 idx = [i for i, (p, _, _) in enumerate(items) if (p.request.kind == "completion") == special]
                 if idx:
-                    kinds.append((idx, self.renderer.begin_ids([items[i][1] for i in idx],
-                                                               add_special_tokens=special, run=run)))
+                    kinds.append((idx, self.renderer.begin_ids(
+                        [items[i][1] for i in idx], add_special_tokens=special, run=run,
+                        streams=[conversation(items[i][0].request) for i in idx])))
         return items, kinds
 
     def _finish(self, began: _Began) -> list[tuple[np.ndarray, Hashed, np.ndarray]]:
@@ -185,7 +200,7 @@ class Preparer:
             ids = self.renderer.finish_ids(batch)
             bounds = np.zeros(len(ids) + 1, dtype=np.int64)
             np.cumsum([len(x) for x in ids], out=bounds[1:])
-            dg = token_digests_many(np.concatenate(ids) if ids else np.empty(0, dtype=np.int64), bounds)
+            dg = self.turns.digests(ids, bounds, [conversation(items[i][0].request) for i in idx])
             by_size: dict[int, list[int]] = {}
             for j, i in enumerate(idx):
                 by_size.setdefault(items[i][2], []).append(j)
@@ -267,6 +282,61 @@ class Preparer:
             prev = hash_block(prev, r.block_ids[i * g:(i + 1) * g], extra.for_block(i))
             keys.append(prev)
         return Hashed(r.input_length, tuple(keys64(keys)), max(1, r.output_tokens or 1))
+
+
+TURN_BYTES = 32 << 20
+"""The bound on :class:`LastTurns`' ids and digests (16 bytes a token), least recently used dropped past it."""
+
+
+class LastTurns:
+    """Each conversation's last turn's token ids and digests (``hashing.token_digests``), so that
+    a turn that repeats the conversation so far computes the digests of what it adds only: a
+    token's digest is its id mixed with its position, so the tokens a turn shares with the last
+    one from the start have its digests."""
+
+    def __init__(self, max_bytes: int = TURN_BYTES):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.last: OrderedDict[Hashable, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self.reused = 0
+        """Digests taken from an earlier turn (not computed)."""
+
+    def digests(self, ids: Sequence[np.ndarray], bounds: np.ndarray, streams: Sequence[Hashable]) -> np.ndarray:
+        """``token_digests_many`` of ``ids`` (``bounds`` where each starts end to end), each
+        prompt's leading tokens in common with its stream's last turn taken from it."""
+        last = self.last
+        shared = np.zeros(len(ids), dtype=np.int64)
+        for j, (a, s) in enumerate(zip(ids, streams, strict=True)):
+            prev = last.get(s)
+            if prev is not None:
+                b = prev[0]
+                m = min(len(a), len(b))
+                diff = np.flatnonzero(a[:m] != b[:m])
+                shared[j] = diff[0] if len(diff) else m
+        if not shared.any():
+            dg = token_digests_many(np.concatenate(ids) if len(ids) else np.empty(0, dtype=np.int64), bounds)
+        else:
+            tails = [a[n:] for a, n in zip(ids, shared.tolist(), strict=True)]
+            tb = np.zeros(len(ids) + 1, dtype=np.int64)
+            np.cumsum([len(t) for t in tails], out=tb[1:])
+            td = token_digests_many(np.concatenate(tails), tb, shared)
+            dg = np.empty(int(bounds[-1]), dtype=np.uint64)
+            for j, (s, n) in enumerate(zip(streams, shared.tolist(), strict=True)):
+                at = int(bounds[j])
+                if n:
+                    dg[at:at + n] = last[s][1][:n]
+                dg[at + n:int(bounds[j + 1])] = td[tb[j]:tb[j + 1]]
+            self.reused += int(shared.sum())
+        for j, (a, s) in enumerate(zip(ids, streams, strict=True)):
+            old = last.pop(s, None)
+            if old is not None:
+                self.bytes -= old[0].nbytes + old[1].nbytes
+            last[s] = got = (a, dg[bounds[j]:bounds[j + 1]].copy())
+            self.bytes += got[0].nbytes + got[1].nbytes
+        while self.bytes > self.max_bytes and last:
+            a, d = last.popitem(last=False)[1]
+            self.bytes -= a.nbytes + d.nbytes
+        return dg
 
 
 DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,12 +152,14 @@ class Renderer:
         fast tokenizer allows it and ``piece_bytes`` is not None; else whole."""
         return self.finish_ids(self.begin_ids(texts, add_special_tokens=add_special_tokens))
 
-    def begin_ids(self, texts: list[str], *, add_special_tokens: bool, run: Run = now) -> Batch:
+    def begin_ids(self, texts: list[str], *, add_special_tokens: bool, run: Run = now,
+                  streams: Sequence[Hashable | None] | None = None) -> Batch:
         """:meth:`encode_ids` up to the tokenizer's calls, which ``run`` makes (perhaps on
-        another thread: ``PieceCache.begin``); :meth:`finish_ids` gives the ids."""
+        another thread: ``PieceCache.begin``, ``streams`` the conversation each text continues);
+        :meth:`finish_ids` gives the ids."""
         cache = self.pieces
         if cache is not None:
-            return cache.begin(texts, add_special_tokens=add_special_tokens, run=run)
+            return cache.begin(texts, add_special_tokens=add_special_tokens, run=run, streams=streams)
         return Batch(texts, add_special_tokens, None, {}, [], run(lambda: [
             np.asarray(ids, dtype=np.int64) for ids in self.encode_many(texts, add_special_tokens=add_special_tokens)]))
 

@@ -179,13 +179,15 @@ def chain_keys64(tokens: Sequence[int] | np.ndarray, block_size: int, extra: Ext
     return chain_keys64_many(v[:n], np.array([0, n], dtype=np.int64), block_size, [extra], partial=partial)[0]
 
 
-def token_digests_many(ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+def token_digests_many(ids: np.ndarray, bounds: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """:func:`token_digests` of several prompts at once: ``ids`` their token ids end to end,
     prompt ``i`` at ``ids[bounds[i]:bounds[i + 1]]``; the digests end to end the same way (each
-    token mixed with its position in its own prompt)."""
+    token mixed with its position in its own prompt). ``starts``: prompt ``i``'s ids are its
+    tokens from position ``starts[i]`` on (the digests of a prompt's tail; None: all from 0)."""
     arr = np.ascontiguousarray(ids, dtype=np.int64)
     lens = np.diff(bounds)
-    pos = np.arange(len(arr), dtype=np.uint64) - np.repeat(bounds[:-1], lens).astype(np.uint64)
+    first = bounds[:-1] if starts is None else bounds[:-1] - np.asarray(starts, dtype=np.int64)
+    pos = np.arange(len(arr), dtype=np.uint64) - np.repeat(first, lens).astype(np.uint64)
     v = arr.view(np.uint64) & np.uint64(0xFFFF_FFFF)
     v |= pos << np.uint64(32)
     with np.errstate(over="ignore"):
