@@ -8,6 +8,9 @@ Writes synthetic gzip logs of about ``--mb`` MB of request text each (uncompress
   on its second line: a buster, so the check runs its second pass) and a tool list of 3-8 tools;
   conversations of 2-12 turns, several open at once, each request repeating the conversation so
   far (earlier user messages and assistant replies) and adding a new user message;
+* ``long``: long agent sessions, as a coding agent's: 10 agents (system prompt and tools as
+  ``agent``'s, no timestamp: no buster, one pass), sessions of 40 turns, 4 open at once, each
+  request repeating the session so far and adding a user message;
 * ``distinct``: every request its own system prompt and question (nothing shared);
 * ``chats``: the earlier benchmark's single-turn chats (the 50 agents' system prompts and one
   question each; no tools, no history).
@@ -32,7 +35,7 @@ What grows with the log: the unlimited caches' keys, one 64-bit key per distinct
 first pass and in each variant of the second; the piece cache (token ids of distinct pieces of
 text, at most 256 MiB, least recently used evicted); once the first pass has a finding, the
 renders it keeps for the fix pass (each text as a compressed delta against its conversation's
-previous turn, at most 128 MiB); each conversation's last turn (text, ids, digests: at most 32 MiB
+previous turn, at most 128 MiB); each conversation's last turn (text, ids, digests: at most 16 MiB
 each for the piece cache and the digests); and a temporary file (8
 bytes per block, 40 per request) on disk. What does not: the text (one batch of at most 16 requests at a time,
 plus the finder's window of 256), per-request results (streamed, never kept), the finder's line
@@ -208,7 +211,38 @@ def write_distinct_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
     return n, size
 
 
-LOGS = {"agent": write_agent_log, "distinct": write_distinct_log, "chats": write_log}
+def write_long_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
+    """Long agent sessions, no buster (see the module docstring)."""
+    rng = random.Random(seed)
+    agents = []
+    for a in range(10):
+        lines = [f"You are agent {a}."] + [words(rng, 8, 16) for _ in range(rng.randrange(40, 80))]
+        tools = [{"type": "function", "function": {"name": f"agent{a}_tool{k}", "description": words(rng, 10, 30),
+                                                   "parameters": {"type": "object"}}}
+                 for k in range(rng.randrange(3, 9))]
+        agents.append(("\n".join(lines), tools))
+    sessions: list[dict] = []
+    n = size = 0
+    with gzip.open(path, "wt", compresslevel=1) as f:
+        while size < mb * 1e6:
+            while len(sessions) < 4:
+                sessions.append({"agent": rng.randrange(len(agents)), "turns": 40, "history": []})
+            c = rng.choice(sessions)
+            system, tools = agents[c["agent"]]
+            c["history"].append({"role": "user", "content": f"{n}: {words(rng, 20, 80)}\n{words(rng, 5, 40)}"})
+            line = json.dumps({"messages": [{"role": "system", "content": system}, *c["history"]], "tools": tools,
+                               "max_tokens": 64})
+            f.write(line + "\n")
+            size += len(line)
+            n += 1
+            c["history"].append({"role": "assistant", "content": f"{words(rng, 10, 60)}\n{words(rng, 5, 30)}"})
+            c["turns"] -= 1
+            if c["turns"] <= 0:
+                sessions.remove(c)
+    return n, size
+
+
+LOGS = {"agent": write_agent_log, "long": write_long_log, "distinct": write_distinct_log, "chats": write_log}
 
 
 CHECK = """

@@ -12,7 +12,7 @@ file, read back in order by the second pass, which so tokenizes only the request
 changes), the buster finder holds a window of recent requests and a line index bounded by it,
 the template-history finder (``history``) one hash per recent request (at most 100,000), a
 capacity-bound pool ``gpu_blocks`` blocks, and the conversations' last turns (text, ids and
-digests: ``pieces.Turn``, ``prepare.LastTurns``) at most 32 MiB each. A turn the chat template
+digests: ``pieces.Turn``, ``prepare.LastTurns``) at most 16 MiB each. A turn the chat template
 renders differently once it is history is a ``template_history`` finding with one replay per remedy it allows
 (``FindingResult.remedies``); the replay with every finding fixed uses the client dropping the
 reasoning when that is one of them. The temporary file takes 8 bytes per

@@ -65,7 +65,7 @@ saves: when the last ``PROBE_PROMPTS`` prompts tokenized by pieces took less tha
 of their text from the cache, the next ``WHOLE_PROMPTS`` are tokenized whole (the same ids),
 then pieces are tried again; each time they still save nothing, twice as many are tokenized
 whole (at most ``MAX_WHOLE_PROMPTS``)."""
-TURN_BYTES = 32 << 20
+TURN_BYTES = 16 << 20
 """The bound on the turns :class:`PieceCache` holds (each stream's last text, its ids and where its
 pieces end), least recently used dropped past it."""
 SAMPLE_FIRST = 32

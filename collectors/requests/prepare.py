@@ -284,7 +284,7 @@ class Preparer:
         return Hashed(r.input_length, tuple(keys64(keys)), max(1, r.output_tokens or 1))
 
 
-TURN_BYTES = 32 << 20
+TURN_BYTES = 16 << 20
 """The bound on :class:`LastTurns`' ids and digests (16 bytes a token), least recently used dropped past it."""
 
 
