@@ -500,3 +500,29 @@ def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
                 assert dg[bounds[j]:bounds[j + 1]].tolist() == token_digests(a).tolist()
             assert turns.bytes <= bound
         assert turns.reused > 0
+
+
+def test_a_dropped_batchs_turns_start_no_later_turn():
+    """A check that stops early drops the batches it began: a later check with the same
+    renderer continues none of their turns (it would wait on ids that never come) and gets
+    transformers' ids; a finished turn is still continued."""
+    r = Renderer(FIX / "tokenizer", FIX / "chat_template.jinja")
+    cache = r._pieces = PieceCache(r._backend(), lines_per_piece=1)
+    first = [f"rule {i}: keep it short\nrule {i + 1}: cite the source\nask {i}" for i in range(2)]
+    done = cache.begin(first[:1], add_special_tokens=False, streams=["a"])
+    cache.finish(done)
+
+    def stuck(work):
+        return Future()  # never run: the check stopped before this batch was tokenized
+    gone = cache.begin([first[1], first[0] + "\nmore"], add_special_tokens=False, run=stuck, streams=["b", "a"])
+    assert gone.turns[1] is not None and gone.turns[1].base is not None  # it continued "a"'s finished turn
+    cache.drop(gone)
+    assert set(cache.turns) == set() and cache.turn_bytes == 0
+    later = [first[1] + "\nand more", first[0] + "\nmore\nstill"]
+    again = cache.begin(later, add_special_tokens=False, streams=["b", "a"])
+    assert all(t is not None and t.base is None for t in again.turns)
+    assert [a.tolist() for a in cache.finish(again)] == transformers_ids(r, later, False)
+    onward = [later[1] + "\nlast"]
+    b = cache.begin(onward, add_special_tokens=False, streams=["a"])
+    assert b.turns[0] is not None and b.turns[0].base is not None
+    assert [a.tolist() for a in cache.finish(b)] == transformers_ids(r, onward, False)

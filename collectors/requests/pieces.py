@@ -374,12 +374,13 @@ class PieceCache:
         takes them back. Batches are finished in the order they were begun. A piece an earlier
         batch still being tokenized asks for is taken from that batch, not asked for again.
 
-        ``streams``: per text, the conversation it continues (None: none). A text whose stream's
-        last turn is finished starts with that turn's ids up to the last of its pieces that ends
-        ``guard`` characters before the first one they differ at (one slice: neither cut nor
-        looked up); only the rest is cut. Each piece ends at the same place in both (a piece's
-        end depends on the text up to it and the character after it, an added token's on at
-        most ``guard`` characters after its start), so the ids are those of the whole text cut."""
+        ``streams``: per text, the conversation it continues (None: none). A text whose stream
+        has a last turn starts with that turn's ids (once it is finished: begun before, it is
+        finished before) up to the last of its pieces that ends ``guard`` characters before the
+        first one they differ at (one slice: neither cut nor looked up); only the rest is cut.
+        Each piece ends at the same place in both (a piece's end depends on the text up to it
+        and the character after it, an added token's on at most ``guard`` characters after its
+        start), so the ids are those of the whole text cut."""
         texts = list(texts)
         bt = self.bt
         affix = self._affix(add_special_tokens) if self.active and texts else None
@@ -509,7 +510,7 @@ class PieceCache:
 
     def finish(self, b: Batch) -> list[np.ndarray]:
         """The token ids of a batch :meth:`begin` began (waiting for its tokenizer calls)."""
-        self.drop(b)  # no later batch takes its pieces from it now: they come from the cache
+        self._unpend(b)  # no later batch takes its pieces from it now: they come from the cache
         got = b.result.result()
         if b.cut is None:
             whole_ids: list[np.ndarray] = got
@@ -556,8 +557,17 @@ class PieceCache:
         return out
 
     def drop(self, b: Batch) -> None:
-        """Forget that ``b`` is tokenizing its pieces (it is finished, or never will be: the
-        check stopped early), so that no batch begun later waits on it for them."""
+        """Forget ``b``, begun and never to be finished (the check stopped early): no batch begun
+        later waits on it for its pieces, and no turn begun later starts from one of its turns
+        (a later check with the same renderer starts its conversations afresh)."""
+        self._unpend(b)
+        for t in b.turns:
+            if t is not None and self.turns.get(t.stream) is t:
+                del self.turns[t.stream]
+                self.turn_bytes -= t.counted
+
+    def _unpend(self, b: Batch) -> None:
+        """Forget that ``b`` is tokenizing its pieces: it is finished, or dropped."""
         for k in b.missing:
             if self.pending.get(k) is b:
                 del self.pending[k]
