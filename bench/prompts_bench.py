@@ -56,6 +56,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "tests" / "fixtures" / "prompts" / "tokenizer"
@@ -181,18 +182,25 @@ def write_agent_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
             sys_lines = list(lines)
             if stamped:
                 sys_lines.insert(1, stamp(n, rng))
-            c["history"].append({"role": "user", "content": f"{n}: {words(rng, 20, 80)}\n{words(rng, 5, 40)}"})
-            body = {"messages": [{"role": "system", "content": "\n".join(sys_lines)}, *c["history"]],
-                    "tools": tools, "max_tokens": 64}
-            line = json.dumps(body)
-            f.write(line + "\n")
-            size += len(line)
+            size += write_turn(f, rng, n, "\n".join(sys_lines), tools, c, open_convs)
             n += 1
-            c["history"].append({"role": "assistant", "content": f"{words(rng, 10, 60)}\n{words(rng, 5, 30)}"})
-            c["turns"] -= 1
-            if c["turns"] <= 0:
-                open_convs.remove(c)
     return n, size
+
+
+def write_turn(f: IO[str], rng: random.Random, n: int, system: str, tools: list[dict], conv: dict,
+               open_convs: list[dict]) -> int:
+    """One request of ``conv`` (the ``n``-th of the log) written to ``f``: a new user message
+    after the conversation so far, then the assistant's reply added to it; the conversation
+    leaves ``open_convs`` after its last turn. Returns the line's length."""
+    conv["history"].append({"role": "user", "content": f"{n}: {words(rng, 20, 80)}\n{words(rng, 5, 40)}"})
+    line = json.dumps({"messages": [{"role": "system", "content": system}, *conv["history"]], "tools": tools,
+                       "max_tokens": 64})
+    f.write(line + "\n")
+    conv["history"].append({"role": "assistant", "content": f"{words(rng, 10, 60)}\n{words(rng, 5, 30)}"})
+    conv["turns"] -= 1
+    if conv["turns"] <= 0:
+        open_convs.remove(conv)
+    return len(line)
 
 
 def write_distinct_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
@@ -229,16 +237,8 @@ def write_long_log(path: Path, mb: float, seed: int = 7) -> tuple[int, int]:
                 sessions.append({"agent": rng.randrange(len(agents)), "turns": 40, "history": []})
             c = rng.choice(sessions)
             system, tools = agents[c["agent"]]
-            c["history"].append({"role": "user", "content": f"{n}: {words(rng, 20, 80)}\n{words(rng, 5, 40)}"})
-            line = json.dumps({"messages": [{"role": "system", "content": system}, *c["history"]], "tools": tools,
-                               "max_tokens": 64})
-            f.write(line + "\n")
-            size += len(line)
+            size += write_turn(f, rng, n, system, tools, c, sessions)
             n += 1
-            c["history"].append({"role": "assistant", "content": f"{words(rng, 10, 60)}\n{words(rng, 5, 30)}"})
-            c["turns"] -= 1
-            if c["turns"] <= 0:
-                sessions.remove(c)
     return n, size
 
 
