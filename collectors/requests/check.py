@@ -46,6 +46,7 @@ from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
 from .history import HistoryFinder
+from .pieces import common_prefix
 from .prepare import Prepared, Preparer, Tokenizing, conversation, hashed64
 from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
 from .render import Renderer, RequestRefused
@@ -312,15 +313,6 @@ class _Texts:
         return (w, got) if w is not None and got is not None else None
 
 
-def _common(a: bytes, b: bytes) -> int:
-    """Length of the common prefix of ``a`` and ``b``."""
-    n = min(len(a), len(b))
-    if not n:
-        return 0
-    diff = np.frombuffer(a, np.uint8, n) != np.frombuffer(b, np.uint8, n)
-    return int(diff.argmax()) if diff.any() else n
-
-
 class _Kept:
     """Rendered requests the first pass keeps for the fix pass, by file:line, once it has a
     finding (so a fix pass will run), within ``budget`` bytes: the first of them in arrival order
@@ -362,7 +354,7 @@ class _Kept:
         if ref is None:
             entry: tuple[str | None, int, bytes, int] = (None, 0, zlib.compress(data, 1), zlib.crc32(data))
         else:
-            k = _common(ref[1], data)
+            k = common_prefix(ref[1], data)
             z = zlib.compressobj(1, zdict=ref[1][k:k + 32768]) if len(ref[1]) > k else zlib.compressobj(1)
             entry = (ref[0], k, z.compress(data[k:]) + z.flush(), zlib.crc32(data))
         size = 150 + len(entry[2])

@@ -638,9 +638,9 @@ class PieceCache:
         return []
 
 
-def common_prefix(a: str, b: str) -> int:
-    """Length of the common prefix of ``a`` and ``b``: halves compared as slices (memcmp), not
-    a character at a time."""
+def common_prefix(a: str | bytes, b: str | bytes) -> int:
+    """Length of the common prefix of ``a`` and ``b`` (two texts, or two byte strings): halves
+    compared as slices (memcmp), not a character at a time."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n
