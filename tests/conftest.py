@@ -65,6 +65,9 @@ SLOW_MODULES = {
     "test_concurrency.py": "a writer and readers for CONCURRENCY_TEST_S seconds",
     "test_topology_ab.py": "the recorded two-rank A/B replayed and its TTFT passes run, per case",
     "test_history.py": "the recorded two-rank A/B loaded (about a minute), then every command on it",
+    "test_prompts_ray.py": "a local Ray cluster started, the prompt check run on it",
+    "test_whatif_month.py": "a month of recorded traffic through the report, the pages and the CLI",
+    "test_edge_rollups.py": "four days of hourly scrapes stored, then rolled up night by night",
 }
 SLOW_TESTS = {
     "test_scheduler.py::test_a_killed_daemon_loses_nothing_committed_and_restarts_cleanly": "a daemon killed",
@@ -86,6 +89,7 @@ SLOW_TESTS = {
     "test_data_prefill.py::test_a_short_recording_is_not_identifiable_and_says_so": "a recording fitted whole",
     "test_app_service.py::test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine": "plans twice",
     "test_app_service.py::test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys": "the plan CLI on a store",
+    "test_prefill_table.py::test_the_recorded_topology_ab_gives_the_reference_numbers": "the two-rank A/B loaded",
 }
 
 
@@ -94,6 +98,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = Path(str(item.fspath)).name
         if name in SLOW_MODULES or f"{name}::{getattr(item, 'originalname', item.name)}" in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _scenario_folder(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The shared scenario database (``test_app_fixtures.scenario_db``) is built once per test run:
+    in the run's base temporary folder, the parent of each xdist worker's own."""
+    from tests import test_app_fixtures
+
+    base = tmp_path_factory.getbasetemp()
+    test_app_fixtures.SHARED = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kvplan-scenario"
 
 
 @pytest.fixture(scope="session")

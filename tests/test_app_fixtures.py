@@ -358,28 +358,57 @@ def rollup(db: Database, deployment: str, day: datetime) -> None:
 
 
 _CACHE: dict[str, Path] = {}
+SHARED: Path | None = None
+"""Where the scenario files are built, once per test run: set by conftest's ``_scenario_folder``
+(the run's base temporary folder, which pytest-xdist's workers share); None outside pytest."""
 
 
-def scenario_db(tmp_path: Path, *, runs: bool = True, collection: bool = True) -> Database:
-    """A copy of the shared scenario database (built once per session)."""
+def _scenario_file(runs: bool, collection: bool) -> Path:
+    """The scenario database file with the runs and the collector rows or not: built once per test
+    run, under a lock, so the xdist workers share it; the bare scenario (the 195 payloads stored,
+    the costly part) first, each variant a copy of it with the rows added."""
     key = f"{runs}-{collection}"
-    if key not in _CACHE:
+    if key in _CACHE:
+        return _CACHE[key]
+    import fcntl
+
+    if SHARED is None:
         import atexit
         import tempfile
 
-        folder = tempfile.mkdtemp(prefix="kvplan-scenario-")
+        folder = Path(tempfile.mkdtemp(prefix="kvplan-scenario-"))
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        src = Path(folder) / "scenario.duckdb"
-        db = Database(src)
-        db.migrate()
-        build_scenario(db)
-        if runs:
-            add_runs(db)
-        if collection:
-            add_collection(db)
-        _CACHE[key] = src
+    else:
+        folder = SHARED
+        folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker building it: wait for its file
+        bare = folder / "scenario-False-False.duckdb"
+        if not bare.exists():
+            part = folder / "bare.part.duckdb"
+            part.unlink(missing_ok=True)
+            db = Database(part)
+            db.migrate()
+            build_scenario(db)
+            part.replace(bare)  # whole or absent: a worker that failed mid-build leaves no file
+        src = folder / f"scenario-{key}.duckdb"
+        if not src.exists():
+            part = folder / f"{key}.part.duckdb"
+            shutil.copyfile(bare, part)
+            db = Database(part)
+            if runs:
+                add_runs(db)
+            if collection:
+                add_collection(db)
+            part.replace(src)
+    _CACHE[key] = src
+    return src
+
+
+def scenario_db(tmp_path: Path, *, runs: bool = True, collection: bool = True) -> Database:
+    """A copy of the shared scenario database (built once per test run: ``_scenario_file``)."""
     dst = tmp_path / "scenario.duckdb"
-    shutil.copy(_CACHE[key], dst)
+    shutil.copy(_scenario_file(runs, collection), dst)
     return Database(dst)
 
 
