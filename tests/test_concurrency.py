@@ -5,7 +5,11 @@ Claims (the design of ``kvplan.sql.db``: no long-held connections, short write t
 read-only readers that close, bounded lock retries):
 * no error reaches a reader;
 * no sample is lost: what the writer says it committed is what the database holds;
-* readers never block the writer for longer than WRITER_WAIT_BOUND_S at a time.
+* readers never block the writer for longer than WRITER_WAIT_BOUND_S at a time, nor the writer a
+  reader for longer than READER_WAIT_BOUND_S (the wait for the file, not the query's CPU);
+* each reader reads between the writer's commits, and never sees one undone. Rates (scrapes or
+  queries a second) are printed, not asserted: a busy machine lowers them without anything
+  being wrong.
 
 The duration is ``CONCURRENCY_TEST_S`` seconds (default 60; a developer may run it with 10).
 The measured numbers are printed (``pytest -s`` shows them).
@@ -28,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DURATION_S = float(os.environ.get("CONCURRENCY_TEST_S", "60"))
 READERS = 3
 WRITER_WAIT_BOUND_S = 2.0      # the longest a writer may wait for the file at one write
-READER_WAIT_BOUND_S = 5.0      # the longest a reader may wait (the writer's transactions are short)
+READER_WAIT_BOUND_S = 5.0      # the longest a reader may wait for the file (the writer's transactions are short)
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 ENGINES = 64                   # one vLLM server with 64 (model, engine) series: ~600 samples a scrape
 
@@ -75,24 +79,35 @@ def writer(path: str, seconds: float, out: str) -> None:
 
 
 def reader(path: str, seconds: float, out: str) -> None:
-    """Query continuously (window stats, deployments) for ``seconds``; report errors."""
+    """Query continuously (window stats, deployments) for ``seconds``; report errors, the scrapes
+    each query saw and the wait for the file at each read."""
     from kvplan.app.data.window import stats
     from kvplan.sql.db import Database
 
-    db = Database(path, lock_timeout_s=60)
-    errors, waits, queries = [], [], 0
+    class Timed(Database):
+        @contextmanager
+        def read(self):  # the wait: from asking to read to holding an open connection
+            t = time.monotonic()
+            with super().read() as con:
+                self.waits.append(time.monotonic() - t)
+                yield con
+
+    db = Timed(path, lock_timeout_s=60)
+    db.waits = []
+    errors, took, seen, queries = [], [], [], 0
     stop = time.monotonic() + seconds
     while time.monotonic() < stop:
         t = time.monotonic()
         try:
             stats(db, "d", T0, T0 + timedelta(days=1))
-            db.fetch("deployments")
+            seen.append(sum(r["scrapes"] for r in db.fetch("deployments")))
             queries += 2
         except Exception as e:  # noqa: BLE001 - any error reaching a reader is the failure
             errors.append(f"{type(e).__name__}: {e}")
-        waits.append(time.monotonic() - t)
+        took.append(time.monotonic() - t)
     Path(out).write_text(json.dumps({"queries": queries, "errors": errors[:5], "n_errors": len(errors),
-                                     "max_s": max(waits)}))
+                                     "seen": seen, "max_s": max(took, default=0.0),
+                                     "max_wait_s": max(db.waits, default=0.0)}))
 
 
 def spawn_server(fn: str, *args) -> subprocess.Popen:
@@ -128,13 +143,17 @@ def test_a_writer_and_readers_share_the_file_without_errors_or_losses(tmp_path):
           f"({w['committed'] / DURATION_S:.1f}/s, {w['samples']} samples); writer wait for the file: "
           f"max {w['max_wait_s'] * 1000:.0f} ms, p99 {w['p99_wait_s'] * 1000:.0f} ms, "
           f"mean {w['mean_wait_s'] * 1000:.1f} ms (bound {WRITER_WAIT_BOUND_S:.1f} s); readers: "
-          + ", ".join(f"{r['queries']} queries, slowest {r['max_s'] * 1000:.0f} ms" for r in rs))
+          + ", ".join(f"{r['queries']} queries, {len(set(r['seen']))} states seen, slowest {r['max_s'] * 1000:.0f} ms, "
+                      f"longest wait for the file {r['max_wait_s'] * 1000:.0f} ms" for r in rs))
     assert [r["n_errors"] for r in rs] == [0] * READERS, [r["errors"] for r in rs]
     assert (scrapes, samples) == (w["committed"], w["samples"])
-    assert w["committed"] >= DURATION_S, "the writer barely wrote: the test proves nothing"
-    assert all(r["queries"] >= DURATION_S for r in rs), "a reader barely read"
+    # what holds on a busy machine too (not a rate): each reader read between the writer's
+    # commits, and never saw a commit undone
+    for r in rs:
+        assert len(set(r["seen"])) >= 3, "a reader did not read while the writer wrote: the test proves nothing"
+        assert r["seen"] == sorted(r["seen"]) and r["seen"][-1] <= w["committed"], r["seen"]
     assert w["max_wait_s"] < WRITER_WAIT_BOUND_S
-    assert max(r["max_s"] for r in rs) < READER_WAIT_BOUND_S
+    assert max(r["max_wait_s"] for r in rs) < READER_WAIT_BOUND_S
 
 
 
