@@ -45,23 +45,41 @@ def _payload(k: int, engines: int = ENGINES) -> str:
                       for e in range(engines)})
 
 
+def _timed(path: str):
+    """The database at ``path`` (lock timeout 60 s), recording the wait for the file at each write
+    (from asking to holding an open transaction) and each read (to holding an open connection)."""
+    from kvplan.sql.db import Database
+
+    class Timed(Database):
+        def __init__(self) -> None:
+            super().__init__(path, lock_timeout_s=60)
+            self.write_waits: list[float] = []
+            self.read_waits: list[float] = []
+
+        @contextmanager
+        def write(self):
+            t = time.monotonic()
+            with super().write() as con:
+                self.write_waits.append(time.monotonic() - t)
+                yield con
+
+        @contextmanager
+        def read(self):
+            t = time.monotonic()
+            with super().read() as con:
+                self.read_waits.append(time.monotonic() - t)
+                yield con
+
+    return Timed()
+
+
 def writer(path: str, seconds: float, out: str) -> None:
     """Store one scrape after another for ``seconds``; report what was committed and the
     wait for the file at each write."""
     from kvplan.collectors.scrape.parse import parse_payload
     from kvplan.collectors.scrape.store import payload_sha256, store_payload
-    from kvplan.sql.db import Database
 
-    class Timed(Database):
-        @contextmanager
-        def write(self):  # the wait: from asking to write to holding an open transaction
-            t = time.monotonic()
-            with super().write() as con:
-                self.waits.append(time.monotonic() - t)
-                yield con
-
-    db = Timed(path, lock_timeout_s=60)
-    db.waits = []
+    db = _timed(path)
     committed = samples = 0
     stop = time.monotonic() + seconds
     k = 0
@@ -73,7 +91,7 @@ def writer(path: str, seconds: float, out: str) -> None:
         committed += 1
         samples += len(p.samples)
         k += 1
-    w = sorted(db.waits)
+    w = sorted(db.write_waits)
     Path(out).write_text(json.dumps({"committed": committed, "samples": samples, "max_wait_s": w[-1],
                                      "p99_wait_s": w[int(0.99 * (len(w) - 1))], "mean_wait_s": sum(w) / len(w)}))
 
@@ -82,18 +100,8 @@ def reader(path: str, seconds: float, out: str) -> None:
     """Query continuously (window stats, deployments) for ``seconds``; report errors, the scrapes
     each query saw and the wait for the file at each read."""
     from kvplan.app.data.window import stats
-    from kvplan.sql.db import Database
 
-    class Timed(Database):
-        @contextmanager
-        def read(self):  # the wait: from asking to read to holding an open connection
-            t = time.monotonic()
-            with super().read() as con:
-                self.waits.append(time.monotonic() - t)
-                yield con
-
-    db = Timed(path, lock_timeout_s=60)
-    db.waits = []
+    db = _timed(path)
     errors, took, seen, queries = [], [], [], 0
     stop = time.monotonic() + seconds
     while time.monotonic() < stop:
@@ -107,7 +115,7 @@ def reader(path: str, seconds: float, out: str) -> None:
         took.append(time.monotonic() - t)
     Path(out).write_text(json.dumps({"queries": queries, "errors": errors[:5], "n_errors": len(errors),
                                      "seen": seen, "max_s": max(took, default=0.0),
-                                     "max_wait_s": max(db.waits, default=0.0)}))
+                                     "max_wait_s": max(db.read_waits, default=0.0)}))
 
 
 def spawn_server(fn: str, *args) -> subprocess.Popen:
