@@ -19,10 +19,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from kvplan.collectors.scrape.parse import parse_payload
-from kvplan.collectors.scrape.store import payload_sha256, store_failure, store_payload
+from kvplan.collectors.scrape.store import (
+    insert_failure,
+    insert_payload,
+    payload_sha256,
+    store_payload,
+)
 from kvplan.sql.db import Database
 
 TTFT_BOUNDS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -211,10 +217,16 @@ class SimLMCache:
         return "\n".join(out) + "\n"
 
 
-def put_text(db: Database, deployment: str, target: str, ts: datetime, text: str, url: str | None = None):
-    return store_payload(db, deployment=deployment, target=target, ts=ts,
-                         payload=parse_payload(text, f"{target}@{ts:%Y-%m-%dT%H:%M}"),
-                         sha256=payload_sha256(text), source="import", url=url)
+def put_text(db: Database, deployment: str, target: str, ts: datetime, text: str, url: str | None = None,
+             con: duckdb.DuckDBPyConnection | None = None):
+    """``text`` stored as a scrape of ``target`` at ``ts``: in its own connection (``store_payload``),
+    or in its own transaction on ``con``, a ``Database.batch`` held for many (a bulk import's way)."""
+    kw = dict(deployment=deployment, target=target, ts=ts, payload=parse_payload(text, f"{target}@{ts:%Y-%m-%dT%H:%M}"),
+              sha256=payload_sha256(text), source="import", url=url)
+    if con is None:
+        return store_payload(db, **kw)
+    with Database.transaction(con):
+        return insert_payload(con, **kw)
 
 
 # ---- the shared scenario -------------------------------------------------------------------
@@ -295,20 +307,22 @@ def build_scenario(db: Database, hours: int = HOURS) -> None:
     for n in (1, 2):
         engines = [SimEngine(MODEL, str(i), created) for i in (0, 1)]
         nodes.append((n, engines, SimLMCache(MODEL, "", created)))
-    for h in range(hours + 1):
-        if h:
-            for _, engines, cache in nodes:
-                _traffic(engines, [cache], h - 1)
-        for n, engines, cache in nodes:
-            if (n, h) == (2, 30):  # node2's vLLM did not answer at hour 30: a gap, not zeros
-                store_failure(db, deployment=DEPLOYMENT, target=f"node{n}-vllm", kind="vllm", ts=hour(h),
-                              error="http://node2:8000/metrics: connection refused", source="scrape",
-                              url="http://node2:8000/metrics")
-            else:
-                put_text(db, DEPLOYMENT, f"node{n}-vllm", hour(h), vllm_exposition(engines),
-                         url=f"http://node{n}:8000/metrics")
-            put_text(db, DEPLOYMENT, f"node{n}-lmcache", hour(h), cache.exposition(),
-                     url=f"http://node{n}:8090/metrics")
+    with db.batch() as con:  # one connection for the 195 scrapes, each in its own transaction
+        for h in range(hours + 1):
+            if h:
+                for _, engines, cache in nodes:
+                    _traffic(engines, [cache], h - 1)
+            for n, engines, cache in nodes:
+                if (n, h) == (2, 30):  # node2's vLLM did not answer at hour 30: a gap, not zeros
+                    with Database.transaction(con):
+                        insert_failure(con, deployment=DEPLOYMENT, target=f"node{n}-vllm", kind="vllm", ts=hour(h),
+                                       error="http://node2:8000/metrics: connection refused", source="scrape",
+                                       url="http://node2:8000/metrics")
+                else:
+                    put_text(db, DEPLOYMENT, f"node{n}-vllm", hour(h), vllm_exposition(engines),
+                             url=f"http://node{n}:8000/metrics", con=con)
+                put_text(db, DEPLOYMENT, f"node{n}-lmcache", hour(h), cache.exposition(),
+                         url=f"http://node{n}:8090/metrics", con=con)
 
 
 def add_runs(db: Database) -> None:

@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from kvplan.collectors.scrape.store import store_failure
 from kvplan.sql.db import Database
-from tests.test_app_fixtures import SimEngine, SimLMCache, put_text, rollup, store_failure, vllm_exposition
+from tests.test_app_fixtures import SimEngine, SimLMCache, put_text, rollup, vllm_exposition
 from tests.test_db_reading import _exact
 
 D0 = datetime(2026, 10, 31, tzinfo=UTC)  # the day before the month
