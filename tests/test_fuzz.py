@@ -18,9 +18,12 @@ The fast layer runs a few of each (10 and 6; defaults 30 and 24); ``make test`` 
 
 from __future__ import annotations
 
+import atexit
+import functools
 import itertools
 import json
 import os
+import shutil
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -117,6 +120,15 @@ op = st.tuples(st.sampled_from(OPS), st.integers(0, 10**6), st.integers(0, 10**6
                st.sampled_from([0.0, 0.5, -1.0, 2.0, 1e300, 1e-9]))
 
 
+@functools.cache
+def _migrated() -> Path:
+    """A freshly migrated database file, made once per process (removed at exit)."""
+    d = Path(tempfile.mkdtemp(prefix="kvplan-fuzz-"))
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    Database(d / "k.duckdb").migrate()
+    return d / "k.duckdb"
+
+
 class Tally:
     accepted = rejected = 0
     started = 0.0
@@ -126,8 +138,8 @@ def check_one(pair: tuple[Path, Path], ops: list[tuple], mutate_first: bool) -> 
     base, later = pair
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        shutil.copyfile(_migrated(), tmp / "k.duckdb")  # every migration run once, not once per example
         db = Database(tmp / "k.duckdb")
-        db.migrate()
         first = tmp / f"a-{base.name}"
         second = tmp / f"b-{later.name}"
         first.write_text(mutate(base.read_text(), ops) if mutate_first else base.read_text())
