@@ -18,8 +18,6 @@ The fast layer runs a few of each (10 and 6; defaults 30 and 24); ``make test`` 
 
 from __future__ import annotations
 
-import atexit
-import functools
 import itertools
 import json
 import os
@@ -120,25 +118,16 @@ op = st.tuples(st.sampled_from(OPS), st.integers(0, 10**6), st.integers(0, 10**6
                st.sampled_from([0.0, 0.5, -1.0, 2.0, 1e300, 1e-9]))
 
 
-@functools.cache
-def _migrated() -> Path:
-    """A freshly migrated database file, made once per process (removed at exit)."""
-    d = Path(tempfile.mkdtemp(prefix="kvplan-fuzz-"))
-    atexit.register(shutil.rmtree, d, ignore_errors=True)
-    Database(d / "k.duckdb").migrate()
-    return d / "k.duckdb"
-
-
 class Tally:
     accepted = rejected = 0
     started = 0.0
 
 
-def check_one(pair: tuple[Path, Path], ops: list[tuple], mutate_first: bool) -> None:
+def check_one(pair: tuple[Path, Path], ops: list[tuple], mutate_first: bool, migrated: Path) -> None:
     base, later = pair
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        shutil.copyfile(_migrated(), tmp / "k.duckdb")  # every migration run once, not once per example
+        shutil.copyfile(migrated, tmp / "k.duckdb")  # conftest's migrated_template: not migrated per example
         db = Database(tmp / "k.duckdb")
         first = tmp / f"a-{base.name}"
         second = tmp / f"b-{later.name}"
@@ -167,7 +156,7 @@ def check_one(pair: tuple[Path, Path], ops: list[tuple], mutate_first: bool) -> 
 
 
 @pytest.mark.timeout(900)
-def test_mutated_real_payloads_are_rejected_naming_the_file_or_read_cleanly():
+def test_mutated_real_payloads_are_rejected_naming_the_file_or_read_cleanly(migrated_template):
     Tally.accepted = Tally.rejected = 0
     Tally.started = time.monotonic()
 
@@ -176,7 +165,7 @@ def test_mutated_real_payloads_are_rejected_naming_the_file_or_read_cleanly():
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(pair=st.sampled_from(PAIRS), ops=st.lists(op, min_size=1, max_size=4), mutate_first=st.booleans())
     def run(pair, ops, mutate_first):
-        check_one(pair, ops, mutate_first)
+        check_one(pair, ops, mutate_first, migrated_template)
 
     run()
     took = time.monotonic() - Tally.started
