@@ -237,7 +237,7 @@ def test_the_fix_pass_reuses_the_first_pass_renders_with_the_same_results(tmp_pa
             monkeypatch.setattr(check_mod, "KEEP_BYTES", budget)
         r = CountingRenderer()
         per: list[tuple[str, int, int, int, str]] = []
-        res = check([log], r, CheckOptions(block_size=BS, gpu_blocks=200),
+        res = check([log], r, CheckOptions(block_size=BS, gpu_blocks=200, render_ahead=False),  # renders counted here
                     on_request=lambda q, o, m, per=per: per.append((q.where, o.prompt_tokens, o.cached,
                                                                     o.cached_unlimited, m.reason)))
         runs[budget] = (per, res.totals, res.fixed, json.dumps(res.as_json(), sort_keys=True), r.rendered)

@@ -45,6 +45,7 @@ from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predict
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
+from .forked import RenderAhead, can_fork
 from .history import HistoryFinder
 from .pieces import common_prefix
 from .prepare import Prepared, Preparer, Tokenizing, conversation, hashed64
@@ -81,6 +82,10 @@ class CheckOptions:
     workers: int = 1
     """Processes the first pass renders, tokenizes and keys text prompts in (``workers.py``);
     1: in this process. The results are the same either way."""
+    render_ahead: bool = True
+    """With ``workers`` 1: the first pass's renders made ahead in a forked process where that is
+    safe (``forked.py``: Linux, one thread running); False: in this process. The results are
+    the same either way."""
 
 
 @dataclass
@@ -150,6 +155,9 @@ class CheckResult:
     """Requests per miss reason (``models.prompts.reasons``): each request's first computed token's cause."""
     measured: Comparison = field(default_factory=Comparison)
     """Prediction against the engine's own ``usage`` where the log holds it (``models.prompts.measured``)."""
+    rendered_ahead: int = 0
+    """First-pass renders made by the forked process (``forked.py``; 0: all made in this one).
+    Memory only, not in ``as_json``: the results are the same either way."""
 
     def as_json(self) -> dict[str, Any]:
         """The ``--json`` object (issue 26, item 10, plus the block size, capacity, LMCache tier
@@ -464,8 +472,20 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
 
     skipped = Skipped()
 
+    ahead: list[RenderAhead] = []  # the process rendering ahead (forked.py), once started
+    fork = opts.render_ahead and first_pass is None and opts.workers <= 1 and renderer is not None and can_fork()
+    read = 0
+
     def render(r: LogRequest) -> Prepared | None:
-        p = _rendered(prep, r, skipped)
+        nonlocal read
+        p = ahead[0].take(r) if ahead else None
+        if p is not None:
+            prep.admit(r)
+        else:
+            p = _rendered(prep, r, skipped)
+        read += 1
+        if fork and not ahead and prep.date_checked and can_fork():  # the date found: the renders go ahead
+            ahead.append(RenderAhead(paths, opts.sample, prep, read))
         if p is not None and not sizes:
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
@@ -481,50 +501,57 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     else:  # Python on this thread, the tokenizer's calls on another, ahead of it (ahead.py)
         stream = overlapped(_batches(requests, render), lambda b, run: (b, prep.begin_encode(b, run)),
                             lambda x: _finished(prep, *x), lambda x: prep.drop(x[1].state))
-    for batch in stream:
-        if predictor is None:
-            sizes.append(prep.block_size)  # (the pool's stream does not call render)
-            predictor = Predictor(sizes[0], opts.gpu_blocks)
-            geo = _Geometry(opts, sizes[0])
-        hs = [p.hashed for p in batch if p.hashed is not None]
-        assert len(hs) == len(batch)
-        outcomes = predictor.serve_many(hs)  # every request of the batch looked up at once
-        spill.write_many(hs, outcomes)
-        lm_got = _lmcache_many(lm, batch)
-        for p, o, got in zip(batch, outcomes, lm_got, strict=True):
-            r = p.request
-            if r.arrival is not None:
-                t_first = r.arrival if t_first is None else min(t_first, r.arrival)
-                t_last = r.arrival if t_last is None else max(t_last, r.arrival)
-            geo.serve(prep, p)
-            totals.add(o)
-            out_sources[r.output_source] += 1
-            lm_hits = None if got is None or lm_hits is None else lm_hits + got
-            miss = miss_of(o, predictor.block_size)
-            if p.text is not None and p.lines is not None:
-                if hist is None and renderer is not None:
-                    hist = HistoryFinder(renderer, predictor.block_size)
-                missed = o.cached_unlimited < o.hittable
-                hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens, cached=o.cached_unlimited,
-                                  hittable=o.hittable, first_block=o.first_miss_block) if hist is not None else None
-                # a turn the template rewrote explains the miss: no line finding counts it too
-                seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None)
-                f = hf or seen.finding
-                li = p.lines.line_at(f.place) if f is not None else None
-                if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
-                    examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
-                span = hist.span if hf is not None and hist is not None else None
-                if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
-                    examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
-                miss = miss_of(o, predictor.block_size, f, seen.divergence)
-                if finder.findings or (hist is not None and hist.findings):
-                    kept.put(p)  # a fix pass will run: it reuses this render
-            reasons[miss.reason] += 1
-            measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
-                         miss.reason)
-            if on_request is not None:
-                on_request(r, o, miss)
-            tick(totals.requests)
+    try:
+        for batch in stream:
+            if predictor is None:
+                sizes.append(prep.block_size)  # (the pool's stream does not call render)
+                predictor = Predictor(sizes[0], opts.gpu_blocks)
+                geo = _Geometry(opts, sizes[0])
+            hs = [p.hashed for p in batch if p.hashed is not None]
+            assert len(hs) == len(batch)
+            outcomes = predictor.serve_many(hs)  # every request of the batch looked up at once
+            spill.write_many(hs, outcomes)
+            lm_got = _lmcache_many(lm, batch)
+            for p, o, got in zip(batch, outcomes, lm_got, strict=True):
+                r = p.request
+                if r.arrival is not None:
+                    t_first = r.arrival if t_first is None else min(t_first, r.arrival)
+                    t_last = r.arrival if t_last is None else max(t_last, r.arrival)
+                geo.serve(prep, p)
+                totals.add(o)
+                out_sources[r.output_source] += 1
+                lm_hits = None if got is None or lm_hits is None else lm_hits + got
+                miss = miss_of(o, predictor.block_size)
+                if p.text is not None and p.lines is not None:
+                    if hist is None and renderer is not None:
+                        hist = HistoryFinder(renderer, predictor.block_size)
+                    missed = o.cached_unlimited < o.hittable
+                    hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens,
+                                      cached=o.cached_unlimited, hittable=o.hittable,
+                                      first_block=o.first_miss_block, hashes=p.message_hashes) \
+                        if hist is not None else None
+                    # a turn the template rewrote explains the miss: no line finding counts it too
+                    seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None,
+                                          hashed=p.line_hashes)
+                    f = hf or seen.finding
+                    li = p.lines.line_at(f.place) if f is not None else None
+                    if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
+                        examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
+                    span = hist.span if hf is not None and hist is not None else None
+                    if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
+                        examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
+                    miss = miss_of(o, predictor.block_size, f, seen.divergence)
+                    if finder.findings or (hist is not None and hist.findings):
+                        kept.put(p)  # a fix pass will run: it reuses this render
+                reasons[miss.reason] += 1
+                measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
+                             miss.reason)
+                if on_request is not None:
+                    on_request(r, o, miss)
+                tick(totals.requests)
+    finally:
+        for a in ahead:  # the process rendering ahead stopped (killed if it still runs)
+            a.close()
     if progress is not None:
         progress("predicted", totals.requests)
     if not totals.requests and (skipped.errors or skipped.unfinished):
@@ -591,7 +618,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
                        {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last,
                        (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys) + geo.keys(),
-                       geo.rows(totals), {str(k): v for k, v in reasons.most_common()}, measured)
+                       geo.rows(totals), {str(k): v for k, v in reasons.most_common()}, measured,
+                       ahead[0].taken if ahead else 0)
 
 
 class _Geometry:

@@ -85,6 +85,14 @@ def remedied(r: LogRequest, remedy: Remedy) -> LogRequest | None:
     return dataclasses.replace(r, messages=msgs) if msgs is not None else None
 
 
+def request_hashes(r: LogRequest) -> list[int]:
+    """The chained hashes of a chat request's messages that :meth:`HistoryFinder.observe` looks
+    conversations up by (``message_hashes``, rooted in what else tells them apart), taken apart
+    so that another process of the same interpreter (its ``hash`` the same) can compute them
+    ahead: ``forked.py``."""
+    return message_hashes(r.messages, (r.tools, r.chat_template_kwargs, r.documents, r.model))
+
+
 class HistoryFinder:
     """``template_history`` findings over a stream of chat requests (module doc): one finding per
     (role, what changed, think block or not), at the message it was first seen at; ``remedies``
@@ -104,18 +112,19 @@ class HistoryFinder:
         self._switches: list[str] | None = None
 
     def observe(self, r: LogRequest, text: str, *, missed: bool, prompt_tokens: int, cached: int, hittable: int,
-                first_block: int) -> Finding | None:
+                first_block: int, hashes: list[int] | None = None) -> Finding | None:
         """Record ``r`` (rendered ``text``); when it ``missed`` (hit less than it could) and
         continues an earlier request whose turn the template rewrote, the finding it counts for,
         placed at this request's rewritten message. ``cached``: its hits with an unlimited cache;
         ``hittable``: its full blocks within prompt_tokens - 1. What the finding costs it: the
         earlier request's prompt, in full blocks within what it could hit, less what it hit. A
         request that hit all of the earlier request's prompt is not looked at (nothing of it was
-        rewritten): most requests of an agent loop cost a hash of their messages, no render."""
+        rewritten): most requests of an agent loop cost a hash of their messages, no render.
+        ``hashes``: :func:`request_hashes` of ``r`` if computed ahead."""
         self.span = None
         if r.kind != "chat" or not r.messages:
             return None
-        hashes = message_hashes(r.messages, (r.tools, r.chat_template_kwargs, r.documents, r.model))
+        hashes = hashes if hashes is not None else request_hashes(r)
         prev = self.conversations.continues(hashes) if missed else None
         self.conversations.add(hashes, r.where, prompt_tokens)
         if prev is None or cached >= hittable_tokens(prev[2], self.block_size):

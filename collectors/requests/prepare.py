@@ -63,6 +63,10 @@ class Prepared:
     """The block size its keys are (to be) computed at: the preparer's when it was rendered."""
     digests: np.ndarray | None = None
     """Its tokens' ``hashing.token_digests`` (once a request: its keys at every block size)."""
+    message_hashes: list[int] | None = None
+    """``history.request_hashes`` of its request, when computed ahead (``forked.py``)."""
+    line_hashes: tuple[list[int], list[int]] | None = None
+    """``busters.line_hashes`` of its text and lines, when computed ahead (``forked.py``)."""
 
 
 _Began = tuple[Sequence[tuple["Prepared", str, int]], list[tuple[list[int], Batch]]]

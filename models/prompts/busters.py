@@ -478,6 +478,10 @@ _FEW_HOLDERS = 8
 one's votes apart (a C loop over the lines each); past it, in one Python pass over the lines."""
 
 
+MAX_LINES = 400
+"""A request's leading lines the finder holds (``Finder``'s ``max_lines``)."""
+
+
 def _prefix_hashes(lines: Sequence[int]) -> list[int]:
     """Chained hashes of a request's first 1, 2, ... lines: equal when the leading lines are."""
     out: list[int] = []
@@ -488,13 +492,21 @@ def _prefix_hashes(lines: Sequence[int]) -> list[int]:
     return out
 
 
+def line_hashes(text: str, lines: LineMap, max_lines: int = MAX_LINES) -> tuple[list[int], list[int]]:
+    """What :meth:`Finder.observe` hashes of a request: its first ``max_lines`` lines' hashes and
+    their chained prefixes (taken apart so that another process of the same interpreter, whose
+    ``hash`` is the same, can compute them ahead: ``collectors/requests/forked.py``)."""
+    hashes = list(map(hash, lines.texts(text, max_lines)))
+    return hashes, _prefix_hashes(hashes)
+
+
 class Finder:
     """Finds busters over a stream of rendered requests (see the module docstring). Memory is
     bounded: the last ``window`` requests' first ``max_lines`` lines, and a line index holding
     only those requests' lines (a request leaving the window takes its entries with it; past
     ``max_index`` entries it is cleared, a safety that a window of 256 x 400 lines never reaches)."""
 
-    def __init__(self, window: int = 256, max_lines: int = 400, max_index: int = 2_000_000):
+    def __init__(self, window: int = 256, max_lines: int = MAX_LINES, max_index: int = 2_000_000):
         self.window = window
         self.max_lines = max_lines
         self.max_index = max_index
@@ -506,17 +518,18 @@ class Finder:
         self.seq = 0
 
     def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool,
-                label: str = "", *, compare: bool = True) -> Observed:
+                label: str = "", *, compare: bool = True,
+                hashed: tuple[list[int], list[int]] | None = None) -> Observed:
         """Record one request (in arrival order, ``label`` naming it, e.g. ``file:line``); return
         the finding it counts for, if any, and (when it missed) where it parted from its nearest
         earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1);
         ``compare``: False when its miss is already explained (a turn the template rewrote), so
-        no line finding counts it."""
+        no line finding counts it; ``hashed``: its :func:`line_hashes` if computed ahead (at this
+        finder's ``max_lines``)."""
         lm = LineMap.of(infos)
         texts = lm.texts(text, self.max_lines)
-        hashes = list(map(hash, texts))
-        me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label,
-                   _prefix_hashes(hashes))
+        hashes, prefixes = hashed if hashed is not None else line_hashes(text, lm, self.max_lines)
+        me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label, prefixes)
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1

@@ -1,0 +1,167 @@
+"""The first pass's renders made ahead in a forked process (``kvplan prompts check``, in process).
+
+Reading and rendering a request log (the chat template, then the line map) is Python, and so is
+what the check does with each render (keys, replay, finders): in one process they take turns.
+:class:`RenderAhead` forks one process that reads the same files itself, renders every text
+request and sends back its text, its line map and the hashes the finders take of it (the
+lines', the messages'), in file order, while the check's own process keys and replays the ones
+before: the two run on two cores. Only these cross (text, one array per line map, two lists of
+hashes), never the requests: the check's process reads and parses the lines too, which keeps
+every error and bad line named where it always was. A forked process's ``hash`` of a string is
+its parent's (the same interpreter and hash seed).
+
+A render is a function of the request and of the template's date (``Preparer.date``), which the
+check's process finds on the first chat request; the process is forked once it has (so it
+inherits the date), and skips the requests read before. Nothing it does is needed for a result:
+a request it could not render (vLLM would refuse it, any error) comes back as None and the
+check's process renders it itself, raising what it raises; a process that ends early or
+sends another request than the one read (a file that changed) stops being used, and the check
+renders the rest itself. The results are the same either way.
+
+It is forked only where that is safe and pays: on Linux (``os.fork``), from a process running
+one thread (a fork copies only the calling thread; a lock another thread held would stay held
+in the child: a Streamlit server renders in its own process), and never on a Ray cluster's
+stream. The child does not tokenize (the fast tokenizer's thread pool is not forked safely).
+At most ``PIPE_BYTES`` wait in the pipe: the text held stays bounded. The process is killed
+when the check ends, finishes or fails."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+from collections import deque
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...models.prompts.busters import LineMap, line_hashes
+from .history import request_hashes
+from .prepare import Prepared, Preparer
+from .read import LogRequest, Skipped, read_requests
+from .sample import SessionSample, sampled
+
+BATCH = 16
+"""Renders sent at once (one message on the pipe)."""
+PIPE_BYTES = 1 << 20
+"""The pipe's buffer (Linux's default ``pipe-max-size``): a few batches rendered ahead, no more."""
+_Sent = tuple[str, str, np.ndarray, tuple[str, ...], int, bool, list[int] | None, tuple[list[int], list[int]]] | None
+"""One request as sent: file:line, text, the line map's arrays stacked, its roles, its
+``split_of``, whether the template's date was put in, its ``history.request_hashes`` (chat) and
+its ``busters.line_hashes``; None: rendered by the check itself."""
+
+
+def can_fork() -> bool:
+    """Whether this process may fork a renderer: Linux, one thread running."""
+    return sys.platform == "linux" and threading.active_count() == 1 and hasattr(os, "fork")
+
+
+def _rendered(prep: Preparer, r: LogRequest) -> _Sent:
+    """``r``'s render as ``Preparer.prepare(r, encode=False)`` makes it, or None (not a text
+    request, or any error: the check's process renders it and meets the error itself)."""
+    if r.kind == "blocks" or (r.kind == "completion" and r.prompt_ids is not None) or prep.renderer is None:
+        return None
+    try:
+        before = prep.dated
+        p = prep.prepare(r, encode=False)
+    except Exception:
+        return None
+    lm = p.lines
+    if p.text is None or lm is None:
+        return None
+    packed = np.stack([lm.starts, lm.ends, lm.messages, lm.codes, lm.numbers, lm.content_ends])
+    return (r.where, p.text, packed, lm.roles, lm.split_of, prep.dated > before,
+            request_hashes(r) if r.kind == "chat" and r.messages else None, line_hashes(p.text, lm))
+
+
+def _child(conn: Connection, paths: Sequence[Path], sample: SessionSample | None, prep: Preparer,
+           skip: int) -> None:
+    """The forked process: every request after the first ``skip`` rendered and sent in batches,
+    then None. Stops at a read error (the check's process meets it too) or a closed pipe."""
+    batch: list[_Sent] = []
+    try:
+        for i, r in enumerate(sampled(read_requests(paths, Skipped()), sample)):
+            if i < skip:
+                continue
+            batch.append(_rendered(prep, r))
+            if len(batch) >= BATCH:
+                conn.send(batch)
+                batch = []
+        if batch:
+            conn.send(batch)
+    except Exception:  # a bad file or a closed pipe: what was sent stands
+        pass
+    try:
+        conn.send(None)
+    except Exception:
+        pass
+    conn.close()
+
+
+class RenderAhead:
+    """A forked process rendering the requests after the first ``skip`` of ``paths`` (see the
+    module docstring); :meth:`take` gives each one's render in turn."""
+
+    def __init__(self, paths: Sequence[Path], sample: SessionSample | None, prep: Preparer, skip: int):
+        ctx = multiprocessing.get_context("fork")
+        recv, send = ctx.Pipe(duplex=False)
+        try:
+            import fcntl
+            fcntl.fcntl(send.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+        except OSError:  # a smaller limit: the default buffer
+            pass
+        self.proc: Any = ctx.Process(target=_child, args=(send, list(paths), sample, prep, skip), daemon=True,
+                                     name="kvplan-prompts-render")
+        self.proc.start()
+        send.close()
+        self.conn: Connection | None = recv
+        self.queue: deque[_Sent] = deque()
+        self.prep = prep
+        self.taken = 0
+        """Renders taken from the process (not made by the check's own)."""
+
+    def take(self, r: LogRequest) -> Prepared | None:
+        """``r`` as the process rendered it (the next request it sent: its text, line map and the
+        finders' hashes), or None: the check's process renders it (not a text request, refused,
+        or the process no longer used)."""
+        if not self.queue:
+            if self.conn is None:
+                return None
+            try:
+                got = self.conn.recv()
+            except (EOFError, OSError):
+                got = None
+            if got is None:  # the process ended (at the log's end or early): the rest is rendered here
+                self.close()
+                return None
+            self.queue.extend(got)
+        x = self.queue.popleft()
+        if x is None:
+            return None
+        where, text, packed, roles, split_of, dated, messages_hashed, lines_hashed = x
+        if where != r.where:  # not the request read here: the file changed; rendered here from now on
+            self.close()
+            return None
+        self.taken += 1
+        if dated:
+            self.prep.dated += 1
+        starts, ends, messages, codes, numbers, content_ends = packed
+        lines = LineMap(starts, ends, messages, codes, roles, numbers, content_ends, split_of)
+        return Prepared(r, None, None, text, lines, self.prep.block_size, message_hashes=messages_hashed,
+                        line_hashes=lines_hashed)
+
+    def close(self) -> None:
+        """The process stopped (killed if it still runs) and reaped; nothing more is taken."""
+        self.queue.clear()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None:
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join()
+            self.proc = None

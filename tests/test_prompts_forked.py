@@ -1,0 +1,171 @@
+"""The first pass's renders made ahead in a forked process (``collectors/requests/forked.py``):
+the same renders as the check's own process makes, the same results, and every way the
+process can fail leaves the rest to the check's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvplan.collectors.requests.forked as forked
+from kvplan.collectors.requests.check import CheckOptions, check
+from kvplan.collectors.requests.forked import RenderAhead, can_fork
+from kvplan.collectors.requests.history import request_hashes
+from kvplan.collectors.requests.prepare import Preparer
+from kvplan.collectors.requests.read import Skipped, read_requests
+from kvplan.collectors.requests.render import Renderer, RequestRefused
+from kvplan.models.prompts.busters import line_hashes
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "prompts"
+TEMPLATE = FIX / "chat_template.jinja"
+SYSTEM = "\n".join(f"Rule {i}: answer questions about topic {i} with care." for i in range(20))
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forks only where os.fork exists")
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """The check forks here even if an earlier test of this process left a thread of its own
+    running (a loopback server's): ``can_fork``'s gate is tested apart, below."""
+    import kvplan.collectors.requests.check as check_mod
+
+    monkeypatch.setattr(check_mod, "can_fork", lambda: True)
+
+
+@pytest.fixture(scope="module")
+def renderer() -> Renderer:
+    return Renderer(FIX / "tokenizer", TEMPLATE)
+
+
+def agent_log(path: Path, n: int = 70) -> Path:
+    """Conversations of a few turns, each repeating the one before; a timestamp on the system
+    prompt's second line (a buster: the fix pass runs), tools, non-ASCII text, and one request
+    vLLM refuses (tool-call arguments that are not JSON) at request 40."""
+    tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": f"Does thing {k}.",
+                                               "parameters": {"type": "object", "properties": {}}}} for k in range(3)]
+    convs: dict[int, list[dict]] = {}
+    lines = []
+    for i in range(n):
+        c = i % 5
+        hist = convs.setdefault(c, [])
+        if hist:
+            hist.append({"role": "assistant", "content": f"Reply {i}: é ü ß done."})
+        hist.append({"role": "user", "content": f"Question {i} of conversation {c} about topic {i % 7}?"})
+        system = f"You are agent {c}.\nNow: 2026-12-07T05:{i // 60:02d}:{i % 60:02d}.{i * 37 % 1000:03d}Z\n{SYSTEM}"
+        messages = [{"role": "system", "content": system}, *hist]
+        if i == 40:
+            messages = [*messages[:-1], {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "tool_1", "arguments": "{not json"}}]},
+                messages[-1]]
+        lines.append(json.dumps({"model": "m", "max_tokens": 8, "tools": tools, "messages": messages}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_renders_ahead_are_the_renders_made_here(tmp_path, renderer):
+    """Every request's text, line map and finders' hashes from the forked process equal
+    ``Preparer.prepare``'s and the finders' own in this process; the refused request comes back
+    as None (rendered here, refused here)."""
+    log = agent_log(tmp_path / "a.jsonl")
+    prep = Preparer(renderer, CheckOptions())
+    requests = list(read_requests([log], Skipped()))
+    first = prep.prepare(requests[0], encode=False)  # the template's date looked for, as the check does
+    assert prep.date_checked and first.text is not None
+    ahead = RenderAhead([log], None, prep, 1)
+    try:
+        refused = []
+        for r in requests[1:]:
+            got = ahead.take(r)
+            try:
+                here = Preparer(renderer, CheckOptions()).prepare(r, encode=False)
+            except RequestRefused:
+                refused.append(r.where)
+                assert got is None
+                continue
+            assert got is not None and here.text is not None and here.lines is not None, r.where
+            assert got.request is r and got.text == here.text
+            assert got.lines == here.lines and got.lines.split_of == len(here.text)
+            assert isinstance(got.lines.starts, np.ndarray) and got.lines.roles == here.lines.roles
+            # the finders' hashes, computed there as here (a forked process hashes as its parent)
+            assert got.line_hashes == line_hashes(here.text, here.lines)
+            assert got.message_hashes == request_hashes(r) and len(got.message_hashes) == len(r.messages)
+        assert refused == [f"{log}:41"]
+        assert ahead.taken == len(requests) - 2
+    finally:
+        ahead.close()
+    assert ahead.proc is None and ahead.take(requests[1]) is None  # closed: nothing more taken
+
+
+def per_request(log: Path, renderer: Renderer, **opts) -> tuple[list, str, int]:
+    rows: list = []
+    res = check([log], renderer, CheckOptions(block_size=16, gpu_blocks=64, **opts),
+                on_request=lambda q, o, m: rows.append((q.where, o.prompt_tokens, o.cached, o.cached_unlimited,
+                                                        m.reason)))
+    return rows, json.dumps(res.as_json(), sort_keys=True), res.rendered_ahead
+
+
+def test_the_check_gives_the_same_results_with_its_renders_made_ahead(tmp_path, renderer, forks):
+    """Per request (prompt tokens, cached, cached unlimited, miss reason), totals, findings, the
+    fix pass and the notes, with renders made ahead and without; the process made all but the
+    first (the date's) and the refused one."""
+    log = agent_log(tmp_path / "a.jsonl")
+    here, here_json, n_here = per_request(log, renderer, render_ahead=False)
+    ahead, ahead_json, n_ahead = per_request(log, renderer)
+    assert n_here == 0 and n_ahead == 68
+    assert len(here) == 69  # one refused
+    assert ahead == here and ahead_json == here_json
+    assert json.loads(here_json)["findings"], "a buster found: the fix pass ran"
+
+
+def test_a_renderer_that_dies_leaves_the_rest_to_the_check(tmp_path, renderer, monkeypatch, forks):
+    """The process ends after two batches (as if killed): the check renders the rest itself,
+    with the same results."""
+    log = agent_log(tmp_path / "a.jsonl")
+    here, here_json, _ = per_request(log, renderer, render_ahead=False)
+    real_send = forked.Connection.send
+    sent = [0]
+
+    def send_twice(self, obj):  # type: ignore[no-untyped-def]
+        if sent[0] == 2:
+            os._exit(3)  # the process dies in the middle of the log
+        sent[0] += 1
+        real_send(self, obj)
+
+    monkeypatch.setattr(forked.Connection, "send", send_twice)
+    rows, js, n = per_request(log, renderer)
+    assert n == 2 * forked.BATCH
+    assert rows == here and js == here_json
+
+
+def test_a_file_that_changed_under_the_renderer_is_rendered_here(tmp_path, renderer):
+    """The process sends a render of another request than the one read here (it read another
+    file, as when a file changes between the two reads): that one and every later one is None."""
+    log = agent_log(tmp_path / "a.jsonl")
+    prep = Preparer(renderer, CheckOptions())
+    requests = list(read_requests([log], Skipped()))
+    prep.prepare(requests[0], encode=False)
+    ahead = RenderAhead([log], None, prep, 1)
+    try:
+        assert ahead.take(requests[2]) is None  # it sent request 2's render (line 2): not line 3's
+        assert ahead.proc is None and ahead.take(requests[3]) is None
+    finally:
+        ahead.close()
+
+
+def test_no_fork_while_another_thread_runs(tmp_path, renderer):
+    """A process running another thread (a Streamlit server) renders in process: no fork."""
+    log = agent_log(tmp_path / "a.jsonl", 20)
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        assert not can_fork()
+        assert per_request(log, renderer)[2] == 0
+    finally:
+        stop.set()
+        t.join()
