@@ -169,3 +169,90 @@ def test_no_fork_while_another_thread_runs(tmp_path, renderer):
     finally:
         stop.set()
         t.join()
+
+
+class Recorded(forked.ForkedStream):
+    """The real ForkedStream, each one kept with what its iteration ended with."""
+
+    made: list[Recorded] = []
+
+    def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+        super().__init__(*a, **k)
+        self.items = 0
+        self.ended: str | None = None
+        Recorded.made.append(self)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        try:
+            for x in super().__iter__():
+                self.items += 1
+                yield x
+            self.ended = "end"
+        except forked.ChildFailed as e:
+            self.ended = f"failed: {e}"
+            raise
+
+
+@pytest.fixture
+def recorded(monkeypatch, forks):
+    import kvplan.collectors.requests.check as check_mod
+
+    Recorded.made = []
+    monkeypatch.setattr(check_mod, "ForkedStream", Recorded)
+    return Recorded.made
+
+
+def test_the_fix_pass_rewritten_in_a_forked_process_gives_the_same_results(tmp_path, renderer, recorded):
+    """The fix pass's rewrites come from one forked process, every batch of them (70 requests
+    in 16s: 5), to its end; the results are the same as in one process."""
+    log = agent_log(tmp_path / "a.jsonl")
+    here, here_json, _ = per_request(log, renderer, render_ahead=False)
+    assert not recorded
+    rows, js, _ = per_request(log, renderer)
+    assert [(s.items, s.ended, s.proc) for s in recorded] == [(5, "end", None)]
+    assert rows == here and js == here_json
+
+
+def test_a_fix_pass_process_that_dies_is_done_again_here(tmp_path, renderer, monkeypatch, recorded):
+    """The fix pass's process ends after two batches (as if killed): the fix pass runs again in
+    this process from the start, with the same results (nothing counted twice)."""
+    log = agent_log(tmp_path / "a.jsonl")
+    here, here_json, _ = per_request(log, renderer, render_ahead=False)
+    real_send = forked.Connection.send
+    items = [0]  # counted in the fix pass's process (its copy of this list)
+
+    def send(self, obj):  # type: ignore[no-untyped-def]
+        if isinstance(obj, tuple) and obj[0] == "item":
+            if items[0] == 2:
+                os._exit(3)
+            items[0] += 1
+        real_send(self, obj)
+
+    monkeypatch.setattr(forked.Connection, "send", send)
+    rows, js, _ = per_request(log, renderer)
+    assert [(s.items, s.ended) for s in recorded] == [(2, "failed: the process ended (exit code 3)")]
+    assert rows == here and js == here_json
+
+
+def test_a_log_that_grows_between_the_passes_is_named_as_before(tmp_path, renderer, recorded):
+    """Lines added to the log after the first pass: the fix pass's process meets more requests
+    than the first pass read and stops; this process, doing it again, refuses the log naming the
+    first extra line, as a check in one process does."""
+    from kvplan.models.core.errors import KvplanError
+
+    errors = []
+    for ahead in (False, True):
+        log = agent_log(tmp_path / f"grows-{ahead}.jsonl")
+        extra = log.read_text().splitlines()[:2]
+
+        def progress(stage: str, n: int, log: Path = log, extra: list[str] = extra) -> None:
+            if stage == "predicted":
+                with log.open("a") as f:
+                    f.write("\n".join(extra) + "\n")
+
+        with pytest.raises(KvplanError) as e:
+            check([log], renderer, CheckOptions(block_size=16, render_ahead=ahead), progress=progress)
+        errors.append(str(e.value).replace(f"grows-{ahead}", "grows"))
+    assert errors[0] == errors[1] and "the log changed while it was read" in errors[0]
+    assert "grows.jsonl:71" in errors[0], errors[0]
+    assert [s.ended for s in recorded][0].startswith("failed: KvplanError")

@@ -27,7 +27,7 @@ import tempfile
 import time
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -45,7 +45,7 @@ from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predict
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
-from .forked import RenderAhead, can_fork
+from .forked import ChildFailed, ForkedStream, RenderAhead, can_fork
 from .history import HistoryFinder
 from .pieces import common_prefix
 from .prepare import Prepared, Preparer, Tokenizing, conversation, hashed64
@@ -690,6 +690,11 @@ class _Geometry:
         return out
 
 
+_Rewritten = tuple[list[list[int | None]], list[tuple[Prepared, str]]]
+"""A fix-pass batch: per request, per variant, where its rewritten text is in the list (None:
+unchanged); the list of (request, rewritten text) to key."""
+
+
 def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
               variants: list[Variant], spill: _Spill, requests: int,
               progress: Progress | None, reuse: _Kept | None = None) -> tuple[list[Totals], int]:
@@ -706,7 +711,38 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
     if reuse.date is not None:
         prep.date, prep.date_checked = reuse.date  # the date the first pass found (not found again)
 
-    def render(r: LogRequest) -> Prepared | None:
+    def rewritten() -> Iterator[_Rewritten]:
+        """Per batch: for each request, under each variant, the place in ``items`` of its text (None:
+        unchanged), and ``items``: the changed texts to key. Only what the batch's own requests
+        decide (begun ahead of the replay: ahead.py)."""
+        carried = [Carried() for _ in variants]  # per fix: what each conversation's messages were sent with
+        skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
+        m = 0
+        for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), lambda r: render(r, skipped)):
+            rows: list[list[int | None]] = []
+            todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
+            items: list[tuple[Prepared, str]] = []
+            for b, p in enumerate(batch):
+                if m + b >= requests:
+                    raise KvplanError("the log changed while it was read (more requests on the second pass)",
+                                      source=p.request.where)
+                row: list[int | None] = []
+                for v, kept in zip(variants, carried, strict=True):
+                    q = _remedied(prep, p, v.remedy)
+                    t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
+                         else None)
+                    if t is None or t == p.text:
+                        row.append(None)  # unchanged: the first pass's keys
+                        continue
+                    if (b, t) not in todo:
+                        todo[(b, t)] = len(items)
+                        items.append((p, t))
+                    row.append(todo[(b, t)])
+                rows.append(row)
+            m += len(batch)
+            yield rows, items
+
+    def render(r: LogRequest, skipped: Skipped) -> Prepared | None:
         text = reuse.take(r)
         if text is not None:
             return Prepared(r, None, None, text, prep.lines(r, text), 0)
@@ -714,57 +750,47 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
         if p is not None and p.text is not None:
             reuse.seen(r, p.text)  # a kept text may continue it
         return p
-    preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
-    carried = [Carried() for _ in variants]  # per fix: what each conversation's messages were sent with
-    totals = [Totals() for _ in variants]
-    tick = _ticker(progress, "recomputing with the findings fixed")
-    n = busted = 0
-    skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
 
-    def rewritten() -> Iterator[tuple[list[list[str | None]], dict[tuple[int, str], int], list[tuple[Prepared, str]]]]:
-        """Per batch: each request's text under each variant (None: unchanged), and the changed
-        texts to key. Only what the batch's own requests decide (begun ahead of the replay: ahead.py)."""
-        m = 0
-        for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), render):
-            rows: list[list[str | None]] = []
-            todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
-            items: list[tuple[Prepared, str]] = []
-            for b, p in enumerate(batch):
-                if m + b >= requests:
-                    raise KvplanError("the log changed while it was read (more requests on the second pass)",
-                                      source=p.request.where)
-                texts: list[str | None] = []
-                for v, kept in zip(variants, carried, strict=True):
-                    q = _remedied(prep, p, v.remedy)
-                    t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
-                         else None)
-                    if t is None or t == p.text:
-                        texts.append(None)  # unchanged: the first pass's keys
-                        continue
-                    texts.append(t)
-                    if (b, t) not in todo:
-                        todo[(b, t)] = len(items)
-                        items.append((p, t))
-                rows.append(texts)
-            m += len(batch)
-            yield rows, todo, items
+    def replay(source: Iterable[_Rewritten]) -> tuple[list[Totals], int]:
+        preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
+        totals = [Totals() for _ in variants]
+        tick = _ticker(progress, "recomputing with the findings fixed")
+        n = busted = 0
+        for rows, redone in overlapped(source, lambda x, run: (x[0], prep.begin_retokenize(x[1], run)),
+                                       lambda y: (y[0], prep.finish_retokenize(y[1])), lambda y: prep.drop(y[1])):
+            first = [spill.read() for _ in rows]  # per request: its first-pass keys, hittable and unlimited hits
+            for i, pred in enumerate(preds):  # each variant's requests of the batch looked up at once
+                hs = [base if (k := row[i]) is None else redone[k]
+                      for row, (base, _, _) in zip(rows, first, strict=True)]
+                for o, (_, hit, u) in zip(pred.serve_many(hs), first, strict=True):
+                    totals[i].add(o)
+                    if i == len(variants) - 1:
+                        busted += min(max(0, o.cached_unlimited - u), hit - u)
+            n += len(rows)
+            tick(n)
+        return totals, busted
 
-    for rows, todo, redone in overlapped(rewritten(), lambda x, run: (x[0], x[1], prep.begin_retokenize(x[2], run)),
-                                         lambda y: (y[0], y[1], prep.finish_retokenize(y[2])),
-                                         lambda y: prep.drop(y[2])):
-        first = [spill.read() for _ in rows]  # per request: its first-pass keys, hittable and unlimited hits
-        for i, pred in enumerate(preds):  # each variant's requests of the batch looked up at once
-            hs: list[Hashed] = []
-            for b, (texts, (base, _, _)) in enumerate(zip(rows, first, strict=True)):
-                t = texts[i]
-                hs.append(base if t is None else redone[todo[(b, t)]])
-            for o, (_, hit, u) in zip(pred.serve_many(hs), first, strict=True):
-                totals[i].add(o)
-                if i == len(variants) - 1:
-                    busted += min(max(0, o.cached_unlimited - u), hit - u)
-        n += len(rows)
-        tick(n)
-    return totals, busted
+    if opts.render_ahead and can_fork():  # rewritten in a forked process (forked.py), keyed and replayed here
+        try:
+            return replay(_unpacked(ForkedStream(lambda: map(_packed, rewritten()))))
+        except ChildFailed:  # it stopped early: all of it again here (what it replayed is dropped)
+            spill.rewind()
+    return replay(rewritten())
+
+
+_Packed = tuple[list[list[int | None]], list[tuple[LogRequest, str]]]
+
+
+def _packed(x: _Rewritten) -> _Packed:
+    """A fix-pass batch as sent from the forked process: each changed text with its request only
+    (what keying it takes: its kind, conversation, extra keys and output length)."""
+    rows, items = x
+    return rows, [(p.request, t) for p, t in items]
+
+
+def _unpacked(stream: Iterable[_Packed]) -> Iterator[_Rewritten]:
+    for rows, items in stream:
+        yield rows, [(Prepared(r, None, None), t) for r, t in items]
 
 
 def _remedied(prep: Preparer, p: Prepared, remedy: Remedy | None) -> Prepared:

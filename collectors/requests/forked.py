@@ -32,7 +32,8 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -102,21 +103,99 @@ def _child(conn: Connection, paths: Sequence[Path], sample: SessionSample | None
     conn.close()
 
 
+@contextmanager
+def _forking() -> Iterator[None]:
+    """``TOKENIZERS_PARALLELISM`` set while a process is forked (then put back here): the fast
+    tokenizer's fork handler otherwise prints a warning in a child forked after its thread pool
+    ran. The children never tokenize."""
+    had = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = had if had is not None else "true"
+    try:
+        yield
+    finally:
+        if had is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+
+
+def _pipe(ctx: Any) -> tuple[Connection, Connection]:
+    """A one-way pipe (reading end, writing end) with a ``PIPE_BYTES`` buffer where Linux allows."""
+    recv, send = ctx.Pipe(duplex=False)
+    try:
+        import fcntl
+        fcntl.fcntl(send.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except OSError:  # a smaller limit: the default buffer
+        pass
+    return recv, send
+
+
+class ChildFailed(Exception):
+    """A forked process stopped before the end of what it was to send (an error, killed)."""
+
+
+def _produce(conn: Connection, produce: Callable[[], Iterable[Any]]) -> None:
+    try:
+        for x in produce():
+            conn.send(("item", x))
+        conn.send(("end", None))
+    except BaseException as e:  # noqa: BLE001 (told to the parent, which does the work itself)
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+        except Exception:
+            pass
+    finally:
+        conn.close()
+
+
+class ForkedStream:
+    """The items of ``produce()`` made in a forked process, which starts now with a copy of this
+    process's memory as it is, and sent back in order (at most ``PIPE_BYTES`` ahead); iterating
+    raises :class:`ChildFailed` where the process stopped early (an error there, killed): the
+    caller does the work itself. The process is killed and reaped when iterating ends or
+    :meth:`close` is called."""
+
+    def __init__(self, produce: Callable[[], Iterable[Any]], name: str = "kvplan-prompts-fix"):
+        ctx = multiprocessing.get_context("fork")
+        self.conn, send = _pipe(ctx)
+        with _forking():
+            self.proc: Any = ctx.Process(target=_produce, args=(send, produce), daemon=True, name=name)
+            self.proc.start()
+        send.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            while True:
+                try:
+                    kind, x = self.conn.recv()
+                except (EOFError, OSError):
+                    raise ChildFailed(f"the process ended (exit code {self.proc.exitcode})") from None
+                if kind == "end":
+                    return
+                if kind != "item":
+                    raise ChildFailed(x)
+                yield x
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.conn.close()
+            if self.proc.is_alive():
+                self.proc.kill()
+            self.proc.join()
+            self.proc = None
+
+
 class RenderAhead:
     """A forked process rendering the requests after the first ``skip`` of ``paths`` (see the
     module docstring); :meth:`take` gives each one's render in turn."""
 
     def __init__(self, paths: Sequence[Path], sample: SessionSample | None, prep: Preparer, skip: int):
         ctx = multiprocessing.get_context("fork")
-        recv, send = ctx.Pipe(duplex=False)
-        try:
-            import fcntl
-            fcntl.fcntl(send.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
-        except OSError:  # a smaller limit: the default buffer
-            pass
-        self.proc: Any = ctx.Process(target=_child, args=(send, list(paths), sample, prep, skip), daemon=True,
-                                     name="kvplan-prompts-render")
-        self.proc.start()
+        recv, send = _pipe(ctx)
+        with _forking():
+            self.proc: Any = ctx.Process(target=_child, args=(send, list(paths), sample, prep, skip), daemon=True,
+                                         name="kvplan-prompts-render")
+            self.proc.start()
         send.close()
         self.conn: Connection | None = recv
         self.queue: deque[_Sent] = deque()
