@@ -166,7 +166,8 @@ class ForkedStream:
             while True:
                 try:
                     kind, x = self.conn.recv()
-                except (EOFError, OSError):
+                except (EOFError, OSError):  # its end of the pipe closed: it is ending, if not ended
+                    self.proc.join(5)
                     raise ChildFailed(f"the process ended (exit code {self.proc.exitcode})") from None
                 if kind == "end":
                     return
