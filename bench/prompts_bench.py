@@ -17,14 +17,15 @@ Writes synthetic gzip logs of about ``--mb`` MB of request text each (uncompress
 
 Then, each in its own process (the fixture tokenizer of tests/fixtures/prompts and its chat
 template, block size 16, unlimited cache; progress on stderr), prints wall seconds, MB/s, the peak
-resident set size (the larger of ``ru_maxrss`` and the sum of the process tree's RSS sampled every
-0.2 s: ``--workers`` processes counted) and the CPU seconds (user + system, every thread and worker
-process: less moved than wall time by other processes on the machine) of: ``this tree``'s check;
-``--baseline DIR``'s check (DIR holds ``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git
-archive`` of an older commit); and ``tokenizer alone``: the same requests read, rendered with the
-chat template and tokenized whole in batch calls of the fast tokenizer, nothing else; ``read and
-render alone``: the same without tokenizing (a floor the check cannot go under: it needs every
-prompt's text). Beside them
+resident set size (the larger of ``ru_maxrss`` and the process tree's memory sampled every 0.2 s:
+the check's forked processes and ``--workers`` processes counted, by their proportional set sizes,
+so that the pages a forked process shares with its parent count once) and the CPU seconds (user +
+system, every thread and worker process: less moved than wall time by other processes on the
+machine) of: ``this tree``'s check; ``--baseline DIR``'s check (DIR holds
+``kvplan/{app,collectors,models,sql,deploy}``, e.g. ``git archive`` of an older commit); and
+``tokenizer alone``: the same requests read, rendered with the chat template and tokenized whole in
+batch calls of the fast tokenizer, nothing else; ``read and render alone``: the same without
+tokenizing (a floor the check cannot go under: it needs every prompt's text). Beside them
 the floor of python + kvplan + transformers imported, the distinct keys the unlimited caches held,
 and whether the two trees' results are the same (requests, prompt tokens, cached, cached if fixed,
 and a sha256 of each request's prompt tokens, cached tokens and miss reason and of the findings).
@@ -81,17 +82,17 @@ wall time by other processes on the machine."""
 
 
 def tree_kb(pid: int) -> int:
-    """Resident KiB of ``pid`` and every process under it (the check's worker processes), now."""
+    """KiB of memory ``pid`` and every process under it (the check's forked and worker
+    processes) take now: the sum of their proportional set sizes (PSS: a page n processes share,
+    as a forked process shares its parent's until either writes it, counts 1/n in each; their
+    resident sets would count it n times), each one's RSS where the kernel gives no PSS."""
     parent: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE") // 1024
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
             stat = Path(f"/proc/{d}/stat").read_text()
             parent[int(d)] = int(stat.rsplit(")", 1)[1].split()[1])
-            rss[int(d)] = int(Path(f"/proc/{d}/statm").read_text().split()[1]) * page
         except (OSError, ValueError, IndexError):
             continue
     tree, todo = set(), [pid]
@@ -99,15 +100,27 @@ def tree_kb(pid: int) -> int:
         p = todo.pop()
         tree.add(p)
         todo += [c for c, pp in parent.items() if pp == p and c not in tree]
-    return sum(rss.get(p, 0) for p in tree)
+    page = os.sysconf("SC_PAGE_SIZE") // 1024
+    total = 0
+    for p in tree:
+        try:
+            try:
+                rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+                total += int(next(x for x in rollup.splitlines() if x.startswith("Pss:")).split()[1])
+            except (OSError, StopIteration):
+                total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * page
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 def peak_kb(body: str, pythonpath: str | None = None) -> tuple[int, float, list[str]]:
     """Peak RSS (KiB) and wall seconds of ``body`` run in a fresh python (its stderr passed
     through: the check's progress), and the lines it printed before the CPU time and the RSS
     (the CPU seconds, its worker processes' included, go to ``CPU[body]``). The peak is the
-    larger of its own ``ru_maxrss`` and the sum of its process tree's RSS, sampled every 0.2 s
-    (the worker processes of ``--workers`` counted, each of them)."""
+    larger of its own ``ru_maxrss`` and its process tree's memory (``tree_kb``: the check's
+    forked processes and the worker processes of ``--workers`` counted, pages they share once),
+    sampled every 0.2 s."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")

@@ -21,7 +21,9 @@ token ids and prefix-cache predictions out. The public API (stable):
   (``CheckResult.geometry``, ``block_geometry`` in the JSON), each request's token ids re-hashed
   at each size (never tokenized again) in a pool of the same capacity in tokens.
   ``workers``: processes the first pass renders, tokenizes and keys text prompts in
-  (``workers.prepared_in_pool``; 1: this process; the same results).
+  (``workers.prepared_in_pool``; 1: this process; the same results). ``render_ahead`` (default
+  True): with one worker, the renders and the fix pass's rewrites made in a forked process
+  where that is safe (``forked.py``; the same results).
 * ``history.HistoryFinder(renderer, block_size).observe(request, text, ...)``: a turn the chat
   template renders differently once it is history (Qwen3's think blocks) as a
   ``template_history`` finding (its ``change`` in shape only, ``tokens_missed``) with the

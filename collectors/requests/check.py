@@ -18,7 +18,8 @@ renders differently once it is history is a ``template_history`` finding with on
 reasoning when that is one of them. The temporary file takes 8 bytes per
 block plus 40 per request of disk. Prompt text is held in memory one request at a time (plus
 the finder's window, one example per finding and, once the first pass has a finding, the
-renders it keeps for the fix pass, at most ``KEEP_BYTES``) and never written anywhere.
+renders it keeps for the fix pass, at most ``KEEP_BYTES``) and never written anywhere; the
+renders made ahead in a forked process (``forked.py``) cross a pipe of at most 1 MiB.
 """
 
 from __future__ import annotations

@@ -18,12 +18,17 @@ check's process renders it itself, raising what it raises; a process that ends e
 sends another request than the one read (a file that changed) stops being used, and the check
 renders the rest itself. The results are the same either way.
 
-It is forked only where that is safe and pays: on Linux (``os.fork``), from a process running
-one thread (a fork copies only the calling thread; a lock another thread held would stay held
-in the child: a Streamlit server renders in its own process), and never on a Ray cluster's
-stream. The child does not tokenize (the fast tokenizer's thread pool is not forked safely).
-At most ``PIPE_BYTES`` wait in the pipe: the text held stays bounded. The process is killed
-when the check ends, finishes or fails."""
+It is forked only where that is safe and pays: on Linux (``os.fork``), from a process running one
+thread (a fork copies only the calling thread; a lock another thread held would stay held in the
+child: the dashboard, a Streamlit server running threads, checks without forking), and never on a
+Ray cluster's stream or with worker processes. The child does not tokenize (the fast tokenizer's
+thread pool is not forked safely). At most ``PIPE_BYTES`` wait in the pipe: the text held stays
+bounded. The process is killed when the check ends, finishes or fails.
+
+The "if fixed" pass forks again (:class:`ForkedStream`): that process makes the pass's rewrites
+(read, take back or render, map lines, fix each variant) and sends each batch's changed texts
+with their requests; the check's process keys and replays them. If it stops early, the check's
+process does the whole pass again itself."""
 
 from __future__ import annotations
 
