@@ -223,7 +223,7 @@ def test_the_fix_pass_reuses_the_first_pass_renders_with_the_same_results(tmp_pa
     """The fix pass takes the renders the first pass kept (once it had a finding, within
     ``KEEP_BYTES``) instead of rendering them again: the same per-request results, totals if fixed
     and findings with all of them kept, some, or none (budget 0: every request rendered twice)."""
-    import kvplan.collectors.requests.check as check_mod
+    import kvplan.collectors.requests.kept as kept_mod
 
     bodies = timestamp_log(30)
     for i in range(1, 30, 2):  # every other request continues the one before it: a conversation
@@ -234,7 +234,7 @@ def test_the_fix_pass_reuses_the_first_pass_renders_with_the_same_results(tmp_pa
     runs = {}
     for budget in (None, 1_500, 0):
         if budget is not None:
-            monkeypatch.setattr(check_mod, "KEEP_BYTES", budget)
+            monkeypatch.setattr(kept_mod, "KEEP_BYTES", budget)
         r = CountingRenderer()
         per: list[tuple[str, int, int, int, str]] = []
         res = check([log], r, CheckOptions(block_size=BS, gpu_blocks=200, render_ahead=False),  # renders counted here
@@ -267,11 +267,11 @@ def _turns(n: int, conv: str, stamp: bool = False) -> list[tuple[LogRequest, str
 def test_kept_renders_come_back_as_they_were_in_far_less_than_their_text():
     """Two interleaved conversations (one with a timestamp in its system prompt): each text is
     kept as what it adds to its previous turn, and taken back equal, in arrival order."""
-    from kvplan.collectors.requests.check import _Kept
+    from kvplan.collectors.requests.kept import Kept
 
     a, b = _turns(30, "alpha"), _turns(30, "beta", stamp=True)
     seq = [x for pair in zip(a, b, strict=True) for x in pair]
-    kept = _Kept(10 << 20)
+    kept = Kept(10 << 20)
     for r, text in seq:
         kept.put(Prepared(r, None, None, text))
     total = sum(len(t.encode()) for _, t in seq)
@@ -283,17 +283,17 @@ def test_kept_renders_come_back_as_they_were_in_far_less_than_their_text():
 def test_a_kept_text_whose_previous_turn_is_gone_or_wrong_is_rendered_again():
     """None (render again), never a wrong text: the previous turn forgotten by the fix pass, or
     two requests at one place (what the text was kept against is not what comes back)."""
-    from kvplan.collectors.requests.check import _Kept
+    from kvplan.collectors.requests.kept import Kept
 
     turns = _turns(3, "alpha")
-    kept = _Kept(10 << 20)
+    kept = Kept(10 << 20)
     for r, text in turns:
         kept.put(Prepared(r, None, None, text))
     kept.take_texts.budget = 0  # the fix pass holds no recent text
     assert kept.take(turns[0][0]) == turns[0][1]  # kept whole: no previous turn needed
     assert kept.take(turns[1][0]) is None
 
-    kept = _Kept(10 << 20)
+    kept = Kept(10 << 20)
     for r, text in turns:
         kept.put(Prepared(r, None, None, text))
     assert kept.take(turns[0][0]) == turns[0][1]

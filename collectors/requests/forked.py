@@ -32,6 +32,7 @@ process does the whole pass again itself."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import sys
@@ -110,14 +111,19 @@ def _child(conn: Connection, paths: Sequence[Path], sample: SessionSample | None
 
 @contextmanager
 def _forking() -> Iterator[None]:
-    """``TOKENIZERS_PARALLELISM`` set while a process is forked (then put back here): the fast
-    tokenizer's fork handler otherwise prints a warning in a child forked after its thread pool
-    ran. The children never tokenize."""
+    """Around a fork: ``TOKENIZERS_PARALLELISM`` set (then put back here), else the fast
+    tokenizer's fork handler prints a warning in a child forked after its thread pool ran (the
+    children never tokenize); and this process's objects frozen (``gc.freeze``) while it forks,
+    so the child's garbage collector never walks them: a walk writes to every object it visits,
+    and the pages of a forked process's memory are copied the first time either side writes
+    one (the child would copy most of the check's memory, its caches included)."""
     had = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = had if had is not None else "true"
+    gc.freeze()
     try:
         yield
     finally:
+        gc.unfreeze()
         if had is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
 
