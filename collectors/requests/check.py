@@ -45,7 +45,7 @@ from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predict
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
-from .forked import ChildFailed, ForkedStream, RenderAhead, can_fork
+from .forked import ChildFailed, RenderAhead, can_fork
 from .history import HistoryFinder
 from .kept import Kept
 from .prepare import Prepared, Preparer, Tokenizing, hashed64
@@ -328,15 +328,19 @@ def check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions =
         raise KvplanError("block sizes and chunk must be at least 1, gpu blocks at least 2", source="options")
     distinct_files(paths)
     spill = _Spill()
+    ahead: list[RenderAhead] = []  # the process rendering ahead (forked.py), once started
     try:
         with spooled(paths) as files:  # a pipe is read once: the fix pass reads its copy
-            return _check(files, renderer, opts, spill, progress, on_request, first_pass)
+            return _check(files, renderer, opts, spill, progress, on_request, first_pass, ahead)
     finally:
+        for a in ahead:  # stopped (killed if it still runs) and reaped
+            a.close()
         spill.close()
 
 
 def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, spill: _Spill,
-           progress: Progress | None, on_request: OnRequest | None, first_pass: FirstPass | None = None) -> CheckResult:
+           progress: Progress | None, on_request: OnRequest | None, first_pass: FirstPass | None,
+           ahead: list[RenderAhead]) -> CheckResult:
     prep = Preparer(renderer, opts)
     totals = Totals()
     finder = Finder()
@@ -357,7 +361,6 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
 
     skipped = Skipped()
 
-    ahead: list[RenderAhead] = []  # the process rendering ahead (forked.py), once started
     fork = opts.render_ahead and first_pass is None and opts.workers <= 1 and renderer is not None and can_fork()
     read = 0
 
@@ -370,7 +373,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
             p = _rendered(prep, r, skipped)
         read += 1
         if fork and not ahead and prep.date_checked and can_fork():  # the date found: the renders go ahead
-            ahead.append(RenderAhead(paths, opts.sample, prep, read))
+            ahead.append(RenderAhead(paths, opts.sample, prep, read, _packed_rewrites(renderer)))
         if p is not None and not sizes:
             sizes.append(prep.block_size)  # the predictor's: the block size once the first request is read
         return p
@@ -386,57 +389,53 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     else:  # Python on this thread, the tokenizer's calls on another, ahead of it (ahead.py)
         stream = overlapped(_batches(requests, render), lambda b, run: (b, prep.begin_encode(b, run)),
                             lambda x: _finished(prep, *x), lambda x: prep.drop(x[1].state))
-    try:
-        for batch in stream:
-            if predictor is None:
-                sizes.append(prep.block_size)  # (the pool's stream does not call render)
-                predictor = Predictor(sizes[0], opts.gpu_blocks)
-                geo = _Geometry(opts, sizes[0])
-            hs = [p.hashed for p in batch if p.hashed is not None]
-            assert len(hs) == len(batch)
-            outcomes = predictor.serve_many(hs)  # every request of the batch looked up at once
-            spill.write_many(hs, outcomes)
-            lm_got = _lmcache_many(lm, batch)
-            for p, o, got in zip(batch, outcomes, lm_got, strict=True):
-                r = p.request
-                if r.arrival is not None:
-                    t_first = r.arrival if t_first is None else min(t_first, r.arrival)
-                    t_last = r.arrival if t_last is None else max(t_last, r.arrival)
-                geo.serve(prep, p)
-                totals.add(o)
-                out_sources[r.output_source] += 1
-                lm_hits = None if got is None or lm_hits is None else lm_hits + got
-                miss = miss_of(o, predictor.block_size)
-                if p.text is not None and p.lines is not None:
-                    if hist is None and renderer is not None:
-                        hist = HistoryFinder(renderer, predictor.block_size)
-                    missed = o.cached_unlimited < o.hittable
-                    hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens,
-                                      cached=o.cached_unlimited, hittable=o.hittable,
-                                      first_block=o.first_miss_block, hashes=p.message_hashes) \
-                        if hist is not None else None
-                    # a turn the template rewrote explains the miss: no line finding counts it too
-                    seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None,
-                                          hashed=p.line_hashes)
-                    f = hf or seen.finding
-                    li = p.lines.line_at(f.place) if f is not None else None
-                    if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
-                        examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
-                    span = hist.span if hf is not None and hist is not None else None
-                    if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
-                        examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
-                    miss = miss_of(o, predictor.block_size, f, seen.divergence)
-                    if finder.findings or (hist is not None and hist.findings):
-                        kept.put(p)  # a fix pass will run: it reuses this render
-                reasons[miss.reason] += 1
-                measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
-                             miss.reason)
-                if on_request is not None:
-                    on_request(r, o, miss)
-                tick(totals.requests)
-    finally:
-        for a in ahead:  # the process rendering ahead stopped (killed if it still runs)
-            a.close()
+    for batch in stream:
+        if predictor is None:
+            sizes.append(prep.block_size)  # (the pool's stream does not call render)
+            predictor = Predictor(sizes[0], opts.gpu_blocks)
+            geo = _Geometry(opts, sizes[0])
+        hs = [p.hashed for p in batch if p.hashed is not None]
+        assert len(hs) == len(batch)
+        outcomes = predictor.serve_many(hs)  # every request of the batch looked up at once
+        spill.write_many(hs, outcomes)
+        lm_got = _lmcache_many(lm, batch)
+        for p, o, got in zip(batch, outcomes, lm_got, strict=True):
+            r = p.request
+            if r.arrival is not None:
+                t_first = r.arrival if t_first is None else min(t_first, r.arrival)
+                t_last = r.arrival if t_last is None else max(t_last, r.arrival)
+            geo.serve(prep, p)
+            totals.add(o)
+            out_sources[r.output_source] += 1
+            lm_hits = None if got is None or lm_hits is None else lm_hits + got
+            miss = miss_of(o, predictor.block_size)
+            if p.text is not None and p.lines is not None:
+                if hist is None and renderer is not None:
+                    hist = HistoryFinder(renderer, predictor.block_size)
+                missed = o.cached_unlimited < o.hittable
+                hf = hist.observe(r, p.text, missed=missed, prompt_tokens=o.prompt_tokens,
+                                  cached=o.cached_unlimited, hittable=o.hittable,
+                                  first_block=o.first_miss_block, hashes=p.message_hashes) \
+                    if hist is not None else None
+                # a turn the template rewrote explains the miss: no line finding counts it too
+                seen = finder.observe(p.text, p.lines, o.first_miss_block, missed, r.where, compare=hf is None,
+                                      hashed=p.line_hashes)
+                f = hf or seen.finding
+                li = p.lines.line_at(f.place) if f is not None else None
+                if f is not None and li is not None and f.key not in examples and len(examples) < MAX_EXAMPLES:
+                    examples[f.key] = (p.text, li.start, li.end)  # a request holding the line (not one without it)
+                span = hist.span if hf is not None and hist is not None else None
+                if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
+                    examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
+                miss = miss_of(o, predictor.block_size, f, seen.divergence)
+                if (finder.findings or (hist is not None and hist.findings)) and not (ahead and ahead[0].alive):
+                    kept.put(p)  # a fix pass will run here: it reuses this render
+            reasons[miss.reason] += 1
+            measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
+                         miss.reason)
+            if on_request is not None:
+                on_request(r, o, miss)
+            tick(totals.requests)
     if progress is not None:
         progress("predicted", totals.requests)
     if not totals.requests and (skipped.errors or skipped.unfinished):
@@ -476,9 +475,9 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         else:
             variants.append(every)
         spill.rewind()
-        kept.date = (prep.date, prep.date_checked)
-        vt, busted = _fix_pass(paths, renderer, opts, prep.block_size, variants, spill, totals.requests, progress,
-                               kept)
+        spec = FixSpec(tuple(paths), opts, prep.block_size, tuple(variants), totals.requests,
+                       (prep.date, prep.date_checked))
+        vt, busted = _fix_pass(spec, renderer, spill, progress, kept, ahead[0] if ahead else None)
         for i, f in enumerate(found[:opts.max_fixes]):
             mine = [(variants[v].remedy, vt[v]) for v in range(len(owner)) if owner[v] == i]
             if f.change is None:
@@ -580,54 +579,35 @@ _Rewritten = tuple[list[list[int | None]], list[tuple[Prepared, str]]]
 unchanged); the list of (request, rewritten text) to key."""
 
 
-def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions, block_size: int,
-              variants: list[Variant], spill: _Spill, requests: int,
-              progress: Progress | None, reuse: Kept | None = None) -> tuple[list[Totals], int]:
-    """The second pass: every request rendered again (rewritten first by the variant's remedy of a
-    template's history, if any: ``history.remedied``), each variant's findings fixed in it, each
-    variant predicted in its own caches. A request whose text a variant leaves unchanged reuses
-    its first-pass keys from ``spill`` (not tokenized again). Returns each variant's totals and
-    the ``busted`` tokens: per request, what the last variant (every finding fixed) hits beyond
-    the first pass with an unlimited cache, within what the request could hit. A request the
-    first pass kept (``reuse``) is not rendered again."""
-    prep = Preparer(renderer, CheckOptions(block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
-    prep.block_size = block_size
-    reuse = reuse if reuse is not None else Kept(0)
-    if reuse.date is not None:
-        prep.date, prep.date_checked = reuse.date  # the date the first pass found (not found again)
+@dataclass(frozen=True)
+class FixSpec:
+    """What the fix pass's rewrites depend on (picklable: sent to the process rendering ahead,
+    ``forked.RenderAhead.fix``): the files, the options, the block size, the variants, the
+    requests the first pass read, and the server date it found (``Preparer.date``, ``date_checked``)."""
 
-    def rewritten() -> Iterator[_Rewritten]:
-        """Per batch: for each request, under each variant, the place in ``items`` of its text (None:
-        unchanged), and ``items``: the changed texts to key. Only what the batch's own requests
-        decide (begun ahead of the replay: ahead.py)."""
-        carried = [Carried() for _ in variants]  # per fix: what each conversation's messages were sent with
-        skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
-        m = 0
-        for batch in _batches(sampled(read_requests(paths, skipped), opts.sample), lambda r: render(r, skipped)):
-            rows: list[list[int | None]] = []
-            todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
-            items: list[tuple[Prepared, str]] = []
-            for b, p in enumerate(batch):
-                if m + b >= requests:
-                    raise KvplanError("the log changed while it was read (more requests on the second pass)",
-                                      source=p.request.where)
-                row: list[int | None] = []
-                for v, kept in zip(variants, carried, strict=True):
-                    q = _remedied(prep, p, v.remedy)
-                    t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
-                         else None)
-                    if t is None or t == p.text:
-                        row.append(None)  # unchanged: the first pass's keys
-                        continue
-                    if (b, t) not in todo:
-                        todo[(b, t)] = len(items)
-                        items.append((p, t))
-                    row.append(todo[(b, t)])
-                rows.append(row)
-            m += len(batch)
-            yield rows, items
+    paths: tuple[Path, ...]
+    opts: CheckOptions
+    block_size: int
+    variants: tuple[Variant, ...]
+    requests: int
+    date: tuple[tuple[str, str, tuple[int | None, str, int]] | None, bool] | None
 
-    def render(r: LogRequest, skipped: Skipped) -> Prepared | None:
+
+def _rewrites(spec: FixSpec, renderer: Renderer | None, reuse: Kept) -> Iterator[_Rewritten]:
+    """The fix pass's rewrites, per batch: for each request, under each variant, the place in
+    ``items`` of its text (None: unchanged), and ``items``: the changed texts to key. Every
+    request rendered again (rewritten first by the variant's remedy of a template's history, if
+    any: ``history.remedied``), or taken back from ``reuse``; each variant's findings fixed in it
+    (``busters.apply_fix``). Made here or in the process rendering ahead (``forked.py``)."""
+    opts = spec.opts
+    prep = Preparer(renderer, CheckOptions(spec.block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
+    prep.block_size = spec.block_size
+    if spec.date is not None:
+        prep.date, prep.date_checked = spec.date  # the date the first pass found (not found again)
+    carried = [Carried() for _ in spec.variants]  # per fix: what each conversation's messages were sent with
+    skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
+
+    def render(r: LogRequest) -> Prepared | None:
         text = reuse.take(r)
         if text is not None:
             return Prepared(r, None, None, text, prep.lines(r, text), 0)
@@ -636,8 +616,47 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             reuse.seen(r, p.text)  # a kept text may continue it
         return p
 
+    m = 0
+    for batch in _batches(sampled(read_requests(spec.paths, skipped), opts.sample), render):
+        rows: list[list[int | None]] = []
+        todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
+        items: list[tuple[Prepared, str]] = []
+        for b, p in enumerate(batch):
+            if m + b >= spec.requests:
+                raise KvplanError("the log changed while it was read (more requests on the second pass)",
+                                  source=p.request.where)
+            row: list[int | None] = []
+            for v, kept in zip(spec.variants, carried, strict=True):
+                q = _remedied(prep, p, v.remedy)
+                t = (apply_fix(q.text, q.lines, v.findings, kept) if q.text is not None and q.lines is not None
+                     else None)
+                if t is None or t == p.text:
+                    row.append(None)  # unchanged: the first pass's keys
+                    continue
+                if (b, t) not in todo:
+                    todo[(b, t)] = len(items)
+                    items.append((p, t))
+                row.append(todo[(b, t)])
+            rows.append(row)
+        m += len(batch)
+        yield rows, items
+
+
+def _fix_pass(spec: FixSpec, renderer: Renderer | None, spill: _Spill, progress: Progress | None,
+              reuse: Kept | None = None, ahead: RenderAhead | None = None) -> tuple[list[Totals], int]:
+    """The second pass: each variant of ``spec`` predicted in its own caches, over the rewrites
+    (:func:`_rewrites`) made by ``ahead``'s process when it has kept the renders, else here
+    (taking back the renders ``reuse`` kept; all of it again here when that process stops
+    early). A request whose text a variant leaves unchanged reuses its first-pass keys from
+    ``spill`` (not tokenized again). Returns each variant's totals and the ``busted`` tokens:
+    per request, what the last variant (every finding fixed) hits beyond the first pass with an
+    unlimited cache, within what the request could hit."""
+    opts, variants = spec.opts, spec.variants
+    prep = Preparer(renderer, CheckOptions(spec.block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
+    prep.block_size = spec.block_size
+
     def replay(source: Iterable[_Rewritten]) -> tuple[list[Totals], int]:
-        preds = [Predictor(block_size, opts.gpu_blocks) for _ in variants]
+        preds = [Predictor(spec.block_size, opts.gpu_blocks) for _ in variants]
         totals = [Totals() for _ in variants]
         tick = _ticker(progress, "recomputing with the findings fixed")
         n = busted = 0
@@ -655,12 +674,12 @@ def _fix_pass(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptio
             tick(n)
         return totals, busted
 
-    if opts.render_ahead and can_fork():  # rewritten in a forked process (forked.py), keyed and replayed here
+    if ahead is not None and ahead.alive:  # rewritten in the process rendering ahead, keyed and replayed here
         try:
-            return replay(_unpacked(ForkedStream(lambda: map(_packed, rewritten()))))
+            return replay(_unpacked(ahead.fix(spec)))
         except ChildFailed:  # it stopped early: all of it again here (what it replayed is dropped)
             spill.rewind()
-    return replay(rewritten())
+    return replay(_rewrites(spec, renderer, reuse if reuse is not None else Kept(0)))
 
 
 _Packed = tuple[list[list[int | None]], list[tuple[LogRequest, str]]]
@@ -676,6 +695,11 @@ def _packed(x: _Rewritten) -> _Packed:
 def _unpacked(stream: Iterable[_Packed]) -> Iterator[_Rewritten]:
     for rows, items in stream:
         yield rows, [(Prepared(r, None, None), t) for r, t in items]
+
+
+def _packed_rewrites(renderer: Renderer | None) -> Callable[[FixSpec, Kept], Iterator[_Packed]]:
+    """The fix pass's rewrites as the process rendering ahead makes them (``forked.Fix``)."""
+    return lambda spec, kept: map(_packed, _rewrites(spec, renderer, kept))
 
 
 def _remedied(prep: Preparer, p: Prepared, remedy: Remedy | None) -> Prepared:

@@ -48,6 +48,7 @@ import numpy as np
 
 from ...models.prompts.busters import LineMap, line_hashes
 from .history import request_hashes
+from .kept import Kept
 from .prepare import Prepared, Preparer
 from .read import LogRequest, Skipped, read_requests
 from .sample import SessionSample, sampled
@@ -67,46 +68,63 @@ def can_fork() -> bool:
     return sys.platform == "linux" and threading.active_count() == 1 and hasattr(os, "fork")
 
 
-def _rendered(prep: Preparer, r: LogRequest) -> _Sent:
-    """``r``'s render as ``Preparer.prepare(r, encode=False)`` makes it, or None (not a text
-    request, or any error: the check's process renders it and meets the error itself)."""
+def _rendered(prep: Preparer, r: LogRequest) -> tuple[_Sent, Prepared | None]:
+    """``r``'s render as ``Preparer.prepare(r, encode=False)`` makes it, as sent and as made, or
+    None (not a text request, or any error: the check's process renders it and meets the error
+    itself)."""
     if r.kind == "blocks" or (r.kind == "completion" and r.prompt_ids is not None) or prep.renderer is None:
-        return None
+        return None, None
     try:
         before = prep.dated
         p = prep.prepare(r, encode=False)
     except Exception:
-        return None
+        return None, None
     lm = p.lines
     if p.text is None or lm is None:
-        return None
+        return None, None
     packed = np.stack([lm.starts, lm.ends, lm.messages, lm.codes, lm.numbers, lm.content_ends])
     return (r.where, p.text, packed, lm.roles, lm.split_of, prep.dated > before,
-            request_hashes(r) if r.kind == "chat" and r.messages else None, line_hashes(p.text, lm))
+            request_hashes(r) if r.kind == "chat" and r.messages else None, line_hashes(p.text, lm)), p
 
 
-def _child(conn: Connection, paths: Sequence[Path], sample: SessionSample | None, prep: Preparer,
-           skip: int) -> None:
+Fix = Callable[[Any, Kept], Iterable[Any]]
+"""The "if fixed" pass's batches, made in the forked process from what the check's process sends
+when its first pass ends (picklable) and the renders the process kept."""
+
+
+def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: SessionSample | None,
+           prep: Preparer, skip: int, fix: Fix | None) -> None:
     """The forked process: every request after the first ``skip`` rendered and sent in batches,
-    then None. Stops at a read error (the check's process meets it too) or a closed pipe."""
+    then None (kept too, with ``fix``, within ``kept.KEEP_BYTES``); then, with ``fix``, waits
+    for the fix pass's spec and sends its batches (``_produce``). Stops at a read error (the
+    check's process meets it too) or a closed pipe."""
+    kept = Kept() if fix is not None else None
     batch: list[_Sent] = []
     try:
         for i, r in enumerate(sampled(read_requests(paths, Skipped()), sample)):
             if i < skip:
                 continue
-            batch.append(_rendered(prep, r))
+            sent, p = _rendered(prep, r)
+            if p is not None and kept is not None:
+                kept.put(p)
+            batch.append(sent)
             if len(batch) >= BATCH:
-                conn.send(batch)
+                out.send(batch)
                 batch = []
         if batch:
-            conn.send(batch)
-    except Exception:  # a bad file or a closed pipe: what was sent stands
-        pass
+            out.send(batch)
+        out.send(None)
+    except Exception:  # a bad file or a closed pipe: what was sent stands, nothing more
+        out.close()
+        return
     try:
-        conn.send(None)
-    except Exception:
-        pass
-    conn.close()
+        spec = inbox.recv() if fix is not None else None
+    except (EOFError, OSError):  # the check ended: no fix pass
+        spec = None
+    if spec is None or fix is None or kept is None:
+        out.close()
+        return
+    _produce(out, lambda: fix(spec, kept))
 
 
 @contextmanager
@@ -157,77 +175,54 @@ def _produce(conn: Connection, produce: Callable[[], Iterable[Any]]) -> None:
         conn.close()
 
 
-class ForkedStream:
-    """The items of ``produce()`` made in a forked process, which starts now with a copy of this
-    process's memory as it is, and sent back in order (at most ``PIPE_BYTES`` ahead); iterating
-    raises :class:`ChildFailed` where the process stopped early (an error there, killed): the
-    caller does the work itself. The process is killed and reaped when iterating ends or
-    :meth:`close` is called."""
-
-    def __init__(self, produce: Callable[[], Iterable[Any]], name: str = "kvplan-prompts-fix"):
-        ctx = multiprocessing.get_context("fork")
-        self.conn, send = _pipe(ctx)
-        with _forking():
-            self.proc: Any = ctx.Process(target=_produce, args=(send, produce), daemon=True, name=name)
-            self.proc.start()
-        send.close()
-
-    def __iter__(self) -> Iterator[Any]:
-        try:
-            while True:
-                try:
-                    kind, x = self.conn.recv()
-                except (EOFError, OSError):  # its end of the pipe closed: it is ending, if not ended
-                    self.proc.join(5)
-                    raise ChildFailed(f"the process ended (exit code {self.proc.exitcode})") from None
-                if kind == "end":
-                    return
-                if kind != "item":
-                    raise ChildFailed(x)
-                yield x
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.conn.close()
-            if self.proc.is_alive():
-                self.proc.kill()
-            self.proc.join()
-            self.proc = None
-
-
 class RenderAhead:
     """A forked process rendering the requests after the first ``skip`` of ``paths`` (see the
-    module docstring); :meth:`take` gives each one's render in turn."""
+    module docstring): :meth:`take` gives each one's render in turn; with ``fix``, the same
+    process keeps the renders and then makes the "if fixed" pass's rewrites (:meth:`fix`)."""
 
-    def __init__(self, paths: Sequence[Path], sample: SessionSample | None, prep: Preparer, skip: int):
+    def __init__(self, paths: Sequence[Path], sample: SessionSample | None, prep: Preparer, skip: int,
+                 fix: Fix | None = None):
         ctx = multiprocessing.get_context("fork")
         recv, send = _pipe(ctx)
+        inbox, outbox = ctx.Pipe(duplex=False)
         with _forking():
-            self.proc: Any = ctx.Process(target=_child, args=(send, list(paths), sample, prep, skip), daemon=True,
-                                         name="kvplan-prompts-render")
+            self.proc: Any = ctx.Process(target=_child, args=(send, inbox, list(paths), sample, prep, skip, fix),
+                                         daemon=True, name="kvplan-prompts-render")
             self.proc.start()
         send.close()
+        inbox.close()
         self.conn: Connection | None = recv
+        self.outbox: Connection | None = outbox
+        self.serves_fix = fix is not None
+        self.streaming = True
+        """Still sending the first pass's renders."""
         self.queue: deque[_Sent] = deque()
         self.prep = prep
         self.taken = 0
         """Renders taken from the process (not made by the check's own)."""
+        self.fix_batches = 0
+        self.fix_ended: str | None = None
+        """How its fix pass ended: "end", or why it failed (memory only, for the tests)."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process may still make the fix pass's rewrites (it has not failed)."""
+        return self.proc is not None and self.serves_fix
 
     def take(self, r: LogRequest) -> Prepared | None:
         """``r`` as the process rendered it (the next request it sent: its text, line map and the
         finders' hashes), or None: the check's process renders it (not a text request, refused,
         or the process no longer used)."""
         if not self.queue:
-            if self.conn is None:
+            if self.conn is None or not self.streaming:
                 return None
             try:
                 got = self.conn.recv()
-            except (EOFError, OSError):
-                got = None
-            if got is None:  # the process ended (at the log's end or early): the rest is rendered here
+            except (EOFError, OSError):  # the process ended early: the rest is rendered here
                 self.close()
+                return None
+            if got is None:  # the log's end as it read it: later requests (none, unless the log grew) rendered here
+                self.streaming = False
                 return None
             self.queue.extend(got)
         x = self.queue.popleft()
@@ -245,12 +240,47 @@ class RenderAhead:
         return Prepared(r, None, None, text, lines, self.prep.block_size, message_hashes=messages_hashed,
                         line_hashes=lines_hashed)
 
+    def fix(self, spec: Any) -> Iterator[Any]:
+        """The fix pass's batches for ``spec`` (picklable), made by the process from the renders
+        it kept, in order; raises :class:`ChildFailed` where the process stops early (an error
+        there, killed, or renders left unread: the two passes did not read the same requests)."""
+        try:
+            if self.proc is None or self.conn is None or self.outbox is None or not self.serves_fix:
+                raise ChildFailed("no process")
+            if self.queue or (self.streaming and self._next() is not None):
+                raise ChildFailed("renders left unread")
+            self.streaming = False
+            self.outbox.send(spec)
+            while True:
+                kind, x = self._next() or ("error", "the first pass's end again")
+                if kind == "end":
+                    self.fix_ended = "end"
+                    return
+                if kind != "item":
+                    raise ChildFailed(x)
+                self.fix_batches += 1
+                yield x
+        except ChildFailed as e:
+            self.fix_ended = f"failed: {e}"
+            raise
+        finally:
+            self.close()
+
+    def _next(self) -> Any:
+        assert self.conn is not None and self.proc is not None
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):  # its end of the pipe closed: it is ending, if not ended
+            self.proc.join(5)
+            raise ChildFailed(f"the process ended (exit code {self.proc.exitcode})") from None
+
     def close(self) -> None:
         """The process stopped (killed if it still runs) and reaped; nothing more is taken."""
         self.queue.clear()
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        for c in (self.conn, self.outbox):
+            if c is not None:
+                c.close()
+        self.conn = self.outbox = None
         if self.proc is not None:
             if self.proc.is_alive():
                 self.proc.kill()

@@ -65,8 +65,6 @@ class Kept:
         self.full = False
         self.by: dict[str, tuple[str | None, int, bytes, int]] = {}
         self.twice: set[str] = set()
-        self.date: tuple[tuple[str, str, tuple[int | None, str, int]] | None, bool] | None = None
-        """The first pass's server date (``Preparer.date``, ``date_checked``), for the fix pass's renders."""
         self.put_texts = RecentTexts()
         self.take_texts = RecentTexts()
 
