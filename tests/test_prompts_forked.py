@@ -246,3 +246,23 @@ def test_a_log_that_grows_between_the_passes_is_named_as_before(tmp_path, render
     assert "grows.jsonl:71" in errors[0], errors[0]
     # it met the extra lines in its first pass (renders left unread) or in the fix pass (the error)
     assert len(recorded) == 1 and str(recorded[0].fix_ended).startswith("failed: "), recorded[0].fix_ended
+
+
+def test_ctrl_c_is_left_to_the_check(tmp_path, renderer):
+    """Ctrl-C reaches every process of the terminal's group: the forked one ignores it (no
+    second traceback; the check's process stops it when it stops) and goes on rendering."""
+    import signal
+
+    log = agent_log(tmp_path / "a.jsonl", 30)
+    prep = Preparer(renderer, CheckOptions())
+    requests = list(read_requests([log], Skipped()))
+    prep.prepare(requests[0], encode=False)
+    ahead = RenderAhead([log], None, prep, 1, fix=lambda spec, kept: iter([("made", spec)]))
+    try:
+        assert all(ahead.take(r) is not None for r in requests[1:])
+        os.kill(ahead.proc.pid, signal.SIGINT)  # it waits for the fix pass now
+        ahead.proc.join(2)  # a process that took it would be gone within this
+        assert ahead.proc.is_alive()
+        assert list(ahead.fix("spec")) == [("made", "spec")]  # and still makes the fix pass
+    finally:
+        ahead.close()

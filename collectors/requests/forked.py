@@ -37,6 +37,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections import deque
@@ -100,6 +101,7 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
     then None (kept too, with ``fix``, within ``kept.KEEP_BYTES``); then, with ``fix``, waits
     for the fix pass's spec and sends its batches (``_produce``). Stops at a read error (the
     check's process meets it too) or a closed pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the check's to handle: it stops this process
     kept = Kept() if fix is not None else None
     batch: list[_Sent] = []
     try:
