@@ -266,3 +266,25 @@ def test_ctrl_c_is_left_to_the_check(tmp_path, renderer):
         assert list(ahead.fix("spec")) == [("made", "spec")]  # and still makes the fix pass
     finally:
         ahead.close()
+
+
+def test_prompts_tokenized_whole_are_rendered_here(tmp_path, forks):
+    """All-distinct prompts (nothing for the piece cache to find): once it tokenizes them whole
+    (after its first 64), the tokenizer takes both cores, and the process rendering ahead is
+    stopped; the rest is rendered here, with the same results."""
+    import random
+
+    rng = random.Random(3)
+    words = "cache block prefix token engine request policy answer careful brief topic".split()
+    bodies = [{"model": "m", "max_tokens": 4, "messages": [
+        {"role": "system", "content": "\n".join(" ".join(rng.choices(words, k=12)) for _ in range(30))},
+        {"role": "user", "content": " ".join(rng.choices(words, k=20))}]} for _ in range(200)]
+    log = tmp_path / "distinct.jsonl"
+    log.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    here, here_json, _ = per_request(log, Renderer(FIX / "tokenizer", TEMPLATE), render_ahead=False)
+    renderer = Renderer(FIX / "tokenizer", TEMPLATE)  # a piece cache of its own, new
+    assert not renderer.tokenizing_whole()
+    rows, js, n = per_request(log, renderer)
+    assert renderer.tokenizing_whole()
+    assert 0 < n < 100, n  # taken until the piece cache gave up on pieces, not to the end
+    assert rows == here and js == here_json

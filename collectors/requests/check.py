@@ -366,6 +366,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
 
     def render(r: LogRequest) -> Prepared | None:
         nonlocal read
+        if ahead and ahead[0].streaming and renderer is not None and renderer.tokenizing_whole():
+            ahead[0].close()  # the tokenizer takes both cores: a second process rendering only competes
         p = ahead[0].take(r) if ahead else None
         if p is not None:
             prep.admit(r)
@@ -428,8 +430,11 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
                 if span is not None and span[0] not in examples and len(examples) < MAX_EXAMPLES:
                     examples[span[0]] = (p.text, span[1], span[2])  # the line where it parts from the turn as then
                 miss = miss_of(o, predictor.block_size, f, seen.divergence)
-                if (finder.findings or (hist is not None and hist.findings)) and not (ahead and ahead[0].alive):
-                    kept.put(p)  # a fix pass will run here: it reuses this render
+                if finder.findings or (hist is not None and hist.findings):  # a fix pass will run: it reuses renders
+                    if ahead and ahead[0].alive:
+                        ahead[0].keep_renders()  # kept where they are made
+                    else:
+                        kept.put(p)
             reasons[miss.reason] += 1
             measured.add(r.where, o.prompt_tokens, o.cached, r.measured_prompt_tokens, r.measured_cached_tokens,
                          miss.reason)

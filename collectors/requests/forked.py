@@ -18,6 +18,8 @@ check's process renders it itself, raising what it raises; a process that ends e
 sends another request than the one read (a file that changed) stops being used, and the check
 renders the rest itself. The results are the same either way.
 
+The check stops it once the piece cache tokenizes prompts whole (``Renderer.tokenizing_whole``:
+all-distinct prompts, where the tokenizer takes both cores and a second process only competes).
 It is forked only where that is safe and pays: on Linux (``os.fork``), from a process running one
 thread (a fork copies only the calling thread; a lock another thread held would stay held in the
 child: the dashboard, a Streamlit server running threads, checks without forking), and never on a
@@ -96,11 +98,12 @@ when its first pass ends (picklable) and the renders the process kept."""
 
 
 def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: SessionSample | None,
-           prep: Preparer, skip: int, fix: Fix | None) -> None:
+           prep: Preparer, skip: int, fix: Fix | None, keep: Any) -> None:
     """The forked process: every request after the first ``skip`` rendered and sent in batches,
-    then None (kept too, with ``fix``, within ``kept.KEEP_BYTES``); then, with ``fix``, waits
-    for the fix pass's spec and sends its batches (``_produce``). Stops at a read error (the
-    check's process meets it too) or a closed pipe."""
+    then None (kept too, with ``fix``, within ``kept.KEEP_BYTES``, once ``keep`` is set: the
+    check has a finding, so a fix pass will run); then, with ``fix``, waits for the fix pass's
+    spec and sends its batches (``_produce``). Stops at a read error (the check's process meets
+    it too) or a closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the check's to handle: it stops this process
     kept = Kept() if fix is not None else None
     batch: list[_Sent] = []
@@ -109,7 +112,7 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
             if i < skip:
                 continue
             sent, p = _rendered(prep, r)
-            if p is not None and kept is not None:
+            if p is not None and kept is not None and keep.value:
                 kept.put(p)
             batch.append(sent)
             if len(batch) >= BATCH:
@@ -189,9 +192,10 @@ class RenderAhead:
         ctx = multiprocessing.get_context("fork")
         recv, send = _pipe(ctx)
         inbox, outbox = ctx.Pipe(duplex=False)
+        self.keep = ctx.Value("b", 0, lock=False)  # one shared byte: set once, read by the process
         with _forking():
-            self.proc: Any = ctx.Process(target=_child, args=(send, inbox, list(paths), sample, prep, skip, fix),
-                                         daemon=True, name="kvplan-prompts-render")
+            self.proc: Any = ctx.Process(target=_child, args=(send, inbox, list(paths), sample, prep, skip, fix,
+                                                              self.keep), daemon=True, name="kvplan-prompts-render")
             self.proc.start()
         send.close()
         inbox.close()
@@ -207,6 +211,10 @@ class RenderAhead:
         self.fix_batches = 0
         self.fix_ended: str | None = None
         """How its fix pass ended: "end", or why it failed (memory only, for the tests)."""
+
+    def keep_renders(self) -> None:
+        """The check has a finding (a fix pass will run): the process keeps its renders from now on."""
+        self.keep.value = 1
 
     @property
     def alive(self) -> bool:

@@ -185,6 +185,18 @@ class Renderer:
                 self._pieces = PieceCache(bt, self.piece_bytes)
         return self._pieces
 
+    def tokenizing_whole(self) -> bool:
+        """Whether prompts are tokenized whole now: no piece cache, or the one begun found too
+        little of their text cached (all-distinct prompts: ``PieceCache`` tokenizes the next ones
+        whole). The tokenizer's time, not Python's, is then most of a check's. False before the
+        piece cache's first batch (it may still find pieces)."""
+        if self.piece_bytes is None:
+            return True
+        c = self._pieces
+        if c is None:
+            return self._backend() is None
+        return not c.active or c.whole_left > 0
+
     def piece_notes(self) -> list[str]:
         """What the piece cache has to say (fell back, or not used and why)."""
         return self._pieces.notes() if self._pieces is not None else []
