@@ -597,6 +597,15 @@ class FixSpec:
     requests: int
     date: tuple[tuple[str, str, tuple[int | None, str, int]] | None, bool] | None
 
+    def preparer(self, renderer: Renderer | None) -> Preparer:
+        """A Preparer at the first pass's block size, with the date it found (not found again)."""
+        o = self.opts
+        prep = Preparer(renderer, CheckOptions(self.block_size, o.gpu_blocks, o.lmcache_chunk, o.lora))
+        prep.block_size = self.block_size
+        if self.date is not None:
+            prep.date, prep.date_checked = self.date
+        return prep
+
 
 def _rewrites(spec: FixSpec, renderer: Renderer | None, reuse: Kept) -> Iterator[_Rewritten]:
     """The fix pass's rewrites, per batch: for each request, under each variant, the place in
@@ -605,10 +614,7 @@ def _rewrites(spec: FixSpec, renderer: Renderer | None, reuse: Kept) -> Iterator
     any: ``history.remedied``), or taken back from ``reuse``; each variant's findings fixed in it
     (``busters.apply_fix``). Made here or in the process rendering ahead (``forked.py``)."""
     opts = spec.opts
-    prep = Preparer(renderer, CheckOptions(spec.block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
-    prep.block_size = spec.block_size
-    if spec.date is not None:
-        prep.date, prep.date_checked = spec.date  # the date the first pass found (not found again)
+    prep = spec.preparer(renderer)
     carried = [Carried() for _ in spec.variants]  # per fix: what each conversation's messages were sent with
     skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
 
@@ -657,8 +663,7 @@ def _fix_pass(spec: FixSpec, renderer: Renderer | None, spill: _Spill, progress:
     per request, what the last variant (every finding fixed) hits beyond the first pass with an
     unlimited cache, within what the request could hit."""
     opts, variants = spec.opts, spec.variants
-    prep = Preparer(renderer, CheckOptions(spec.block_size, opts.gpu_blocks, opts.lmcache_chunk, opts.lora))
-    prep.block_size = spec.block_size
+    prep = spec.preparer(renderer)  # keys the rewritten texts (the date is the renders' only)
 
     def replay(source: Iterable[_Rewritten]) -> tuple[list[Totals], int]:
         preds = [Predictor(spec.block_size, opts.gpu_blocks) for _ in variants]

@@ -492,12 +492,16 @@ def _prefix_hashes(lines: Sequence[int]) -> list[int]:
     return out
 
 
+def _hashed(texts: Sequence[str]) -> tuple[list[int], list[int]]:
+    hashes = list(map(hash, texts))
+    return hashes, _prefix_hashes(hashes)
+
+
 def line_hashes(text: str, lines: LineMap, max_lines: int = MAX_LINES) -> tuple[list[int], list[int]]:
     """What :meth:`Finder.observe` hashes of a request: its first ``max_lines`` lines' hashes and
     their chained prefixes (taken apart so that another process of the same interpreter, whose
     ``hash`` is the same, can compute them ahead: ``collectors/requests/forked.py``)."""
-    hashes = list(map(hash, lines.texts(text, max_lines)))
-    return hashes, _prefix_hashes(hashes)
+    return _hashed(lines.texts(text, max_lines))
 
 
 class Finder:
@@ -528,7 +532,7 @@ class Finder:
         finder's ``max_lines``)."""
         lm = LineMap.of(infos)
         texts = lm.texts(text, self.max_lines)
-        hashes, prefixes = hashed if hashed is not None else line_hashes(text, lm, self.max_lines)
+        hashes, prefixes = hashed if hashed is not None else _hashed(texts)
         me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label, prefixes)
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
