@@ -257,3 +257,29 @@ def test_the_key_store_falls_back_to_a_binary_search_when_keys_crowd_a_bucket():
     assert ks.width == 0
     asked = np.arange(0, 4_100, dtype=np.uint64)
     assert ks._in_main(asked).tolist() == [k % 2 == 0 and k < 4_000 for k in range(4_100)]
+
+
+def test_the_buckets_counted_merge_by_merge_are_the_buckets_of_the_keys_held():
+    """A merge counts only the keys it adds into the buckets (while their number of bits stays):
+    through merges that keep the bits and ones that change them, each bucket's start is where
+    ``np.searchsorted`` puts the bucket's first key, and every key held is found, none other."""
+    rng = np.random.default_rng(11)
+    ks, held = KeySet(buffer=3_000), []
+    kept_bits = 0
+    for _ in range(40):
+        keys = rng.integers(0, 2**64 - 1, int(rng.integers(1, 2_500)), dtype=np.uint64, endpoint=True)
+        before = ks.shift
+        ks.update(keys)
+        held.append(keys)
+        kept_bits += bool(len(ks.main)) and ks.shift == before
+        if not ks.width:
+            continue
+        edges = np.arange(len(ks.starts), dtype=np.uint64) << ks.shift if int(ks.shift) < 64 else None
+        assert edges is not None
+        want = np.searchsorted(ks.main, edges[:-1]).tolist() + [len(ks.main)]
+        assert ks.starts.tolist() == want
+    every = np.unique(np.concatenate(held))
+    assert kept_bits >= 10  # the counts kept from one merge to the next were used
+    assert len(ks) == len(every)
+    asked = np.concatenate([every, rng.integers(0, 2**64 - 1, 5_000, dtype=np.uint64)])
+    assert ks._held(asked).tolist() == np.isin(asked, every).tolist()

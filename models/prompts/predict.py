@@ -109,7 +109,7 @@ def key64(k: bytes | int) -> int:
 class KeySet:
     """A set of 64-bit keys in 8 bytes a key: a sorted ``uint64`` array (``main``) and a smaller
     sorted array of the newest keys (``new``), merged into ``main`` when it outgrows ``_room``
-    (``np.searchsorted`` + ``np.insert``: linear in the keys held). Memory grows with the distinct
+    (``_merged``: linear in the keys held). Memory grows with the distinct
     keys only: 8 bytes each, plus about 0.5 to 1 byte each for the buckets' offsets and, during a
     merge, one more copy of the array.
 
@@ -134,19 +134,29 @@ class KeySet:
         self.buffer = max(1, buffer)
         self.main: np.ndarray = np.empty(0, dtype=np.uint64)
         self.new: np.ndarray = np.empty(0, dtype=np.uint64)
+        self.counts: np.ndarray | None = None
+        """Keys of ``main`` in each bucket (at ``shift``), kept from one merge to the next."""
         self._index()
 
-    def _index(self) -> None:
+    def _index(self, added: np.ndarray | None = None) -> None:
         """The buckets of ``main``: where each starts (``starts``, one more at the end), the shift
-        that gives a key's bucket and the most keys one holds (``width``; 0: no buckets)."""
+        that gives a key's bucket and the most keys one holds (``width``; 0: no buckets).
+        ``added``: the keys the last merge added, counted into the buckets kept (``counts``)
+        while their number of bits stays the same, not all of ``main`` counted again."""
         n = len(self.main)
         bits = min(26, max(0, n.bit_length() - 3))
-        self.shift = np.uint64(64 - bits)
+        shift = np.uint64(64 - bits)
         self.starts: np.ndarray = np.zeros(0, dtype=np.int64)
         self.width = 0
         if not bits:
+            self.shift, self.counts = shift, None
             return
-        counts = np.bincount((self.main >> self.shift).astype(np.intp), minlength=1 << bits)
+        if added is not None and self.counts is not None and shift == self.shift:
+            self.counts += np.bincount((added >> shift).astype(np.intp), minlength=1 << bits)
+        else:
+            self.counts = np.bincount((self.main >> shift).astype(np.intp), minlength=1 << bits)
+        self.shift = shift
+        counts = self.counts
         starts = np.zeros((1 << bits) + 1, dtype=np.uint32 if n < 2**32 else np.int64)
         np.cumsum(counts, out=starts[1:])
         width = int(counts.max())
@@ -247,7 +257,7 @@ class KeySet:
         while len(act):  # h: the first key not held (held ones are a prefix)
             mid = (lo[act] + hi[act]) >> 1
             q = a[starts[act] + mid]
-            held = _in_sorted(self.main, q)
+            held = self._in_main(q)
             if len(self.new):
                 held |= _in_sorted(self.new, q)
             lo[act] = np.where(held, mid + 1, lo[act])
@@ -278,7 +288,7 @@ class KeySet:
     def _add(self, keys: np.ndarray) -> None:
         """Add ``keys``: sorted, distinct, none of them held."""
         n = self.new
-        self.new = np.insert(n, np.searchsorted(n, keys), keys) if len(n) else keys.copy()
+        self.new = _merged(n, keys) if len(n) else keys.copy()
         if len(self.new) > self._room():
             self.merge()
 
@@ -286,9 +296,23 @@ class KeySet:
         """Move ``new`` into ``main``."""
         if not len(self.new):
             return
-        self.main = np.insert(self.main, np.searchsorted(self.main, self.new), self.new)
+        added = self.new
+        self.main = _merged(self.main, added)
         self.new = np.empty(0, dtype=np.uint64)
-        self._index()
+        self._index(added)
+
+
+def _merged(m: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Sorted ``m`` and sorted ``k`` (none of them in ``m``) in one sorted array: each of ``k``
+    written where it goes, ``m`` around them (``np.insert`` sorts the places it is given first)."""
+    at = np.searchsorted(m, k)
+    at += np.arange(len(k))
+    out = np.empty(len(m) + len(k), dtype=np.uint64)
+    rest = np.ones(len(out), dtype=bool)
+    rest[at] = False
+    out[at] = k
+    out[rest] = m
+    return out
 
 
 def _leading(found: np.ndarray, starts: np.ndarray) -> np.ndarray:
