@@ -453,6 +453,20 @@ def test_a_turn_cut_after_its_conversations_last_turn_gives_transformers_ids(tmp
         return f
     got: list[list[int]] = []
     begun = []
+    newest: dict[str, object] = {}  # each stream's ids as last finished
+    claimed = [0]
+
+    def finish(b):
+        out = cache.finish(b)
+        for i, ids in enumerate(out):  # ``same``: the stream's last ids it was copied from, and how many
+            s = streams[len(got) + i]
+            if b.same[i] is not None:
+                prev, n = b.same[i]
+                assert prev is newest[s] and 0 < n <= min(len(ids), len(prev))
+                assert ids[:n].tolist() == prev[:n].tolist()
+                claimed[0] += 1
+            newest[s] = ids
+        got.extend(a.tolist() for a in out)
     for i in range(0, len(texts), 3):
         begun.append(cache.begin(texts[i:i + 3], add_special_tokens=False, run=later if ahead else now,
                                  streams=streams[i:i + 3]))
@@ -460,13 +474,15 @@ def test_a_turn_cut_after_its_conversations_last_turn_gives_transformers_ids(tmp
             for f, work in calls:
                 f.set_result(work())
             calls.clear()
-            got += [a.tolist() for a in cache.finish(begun.pop(0))]
+            finish(begun.pop(0))
     for f, work in calls:
         f.set_result(work())
-    got += [a.tolist() for b in begun for a in cache.finish(b)]
+    for b in begun:
+        finish(b)
     assert got == transformers_ids(r, texts, False)
     assert cache.failed is None
     assert cache.chars_kept > cache.chars_asked / 2, (cache.chars_kept, cache.chars_asked)
+    assert claimed[0] > len(texts) / 2
 
 
 def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
@@ -495,7 +511,17 @@ def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
                 streams.append(s)
             bounds = np.zeros(len(batch) + 1, dtype=np.int64)
             np.cumsum([len(a) for a in batch], out=bounds[1:])
-            dg = turns.digests(batch, bounds, streams)
+            # ids a turn is known to start with (the piece cache's ``Batch.same``): its stream's last
+            # ones, or other ids, which it does not start with (not its stream's last: ignored)
+            same = []
+            for a, s in zip(batch, streams, strict=True):
+                prev = turns.last.get(s)
+                n = 0 if prev is None else next(
+                    (i for i, (x, y) in enumerate(zip(a.tolist(), prev[0].tolist())) if x != y),
+                    min(len(a), len(prev[0])))
+                same.append(None if prev is None or not n else (prev[0], rng.randrange(1, n + 1))
+                            if rng.random() < 0.7 else (a + 1, len(a)))
+            dg = turns.digests(batch, bounds, streams, same if rng.random() < 0.8 else None)
             for j, a in enumerate(batch):
                 assert dg[bounds[j]:bounds[j + 1]].tolist() == token_digests(a).tolist()
             assert turns.bytes <= bound

@@ -277,6 +277,9 @@ class Batch:
     """Once finished: the pieces it tokenized."""
     turns: list[Turn | None] = field(default_factory=list)
     """Per text, the turn it is recorded as (None: no stream); its ids set by :meth:`PieceCache.finish`."""
+    same: list[tuple[np.ndarray, int] | None] = field(default_factory=list)
+    """Once finished by pieces: per text, the previous turn's ids it starts with and how many of
+    them (their first ``n`` ids are its first ``n``: copied from them); None: no previous turn used."""
 
 
 @dataclass(eq=False)
@@ -525,6 +528,7 @@ class PieceCache:
         assert b.affix is not None
         head, tail = (np.asarray(x, dtype=np.int32) for x in b.affix)
         out: list[np.ndarray] = []
+        same: list[tuple[np.ndarray, int] | None] = [None] * len(b.cut)
         for i, parts in enumerate(b.cut):
             arrs = [head]
             for p in parts:
@@ -533,7 +537,9 @@ class PieceCache:
                 elif isinstance(p, Turn):
                     base = p.base
                     assert base is not None and base.ids is not None, "begun before this turn: finished before it"
-                    arrs.append(base.ids[base.head:base.head + base.tokens[p.first - 1]])
+                    n = base.tokens[p.first - 1]
+                    arrs.append(base.ids[base.head:base.head + n])
+                    same[i] = (base.ids, base.head + n)  # its head is this one's (one kind, one affix)
                 else:
                     mine = fresh.get(p)
                     arrs.append(mine if mine is not None else b.borrowed[p].fresh[p])
@@ -554,6 +560,7 @@ class PieceCache:
                 self.turn_bytes = 0
                 return self.encode(b.texts, add_special_tokens=b.special)
         self.by_pieces += len(b.texts)
+        b.same = same
         return out
 
     def drop(self, b: Batch) -> None:

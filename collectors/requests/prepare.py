@@ -204,7 +204,8 @@ class Preparer:
             ids = self.renderer.finish_ids(batch)
             bounds = np.zeros(len(ids) + 1, dtype=np.int64)
             np.cumsum([len(x) for x in ids], out=bounds[1:])
-            dg = self.turns.digests(ids, bounds, [conversation(items[i][0].request) for i in idx])
+            dg = self.turns.digests(ids, bounds, [conversation(items[i][0].request) for i in idx],
+                                    batch.same if len(batch.same) == len(ids) else None)
             by_size: dict[int, list[int]] = {}
             for j, i in enumerate(idx):
                 by_size.setdefault(items[i][2], []).append(j)
@@ -305,9 +306,12 @@ class LastTurns:
         self.reused = 0
         """Digests taken from an earlier turn (not computed)."""
 
-    def digests(self, ids: Sequence[np.ndarray], bounds: np.ndarray, streams: Sequence[Hashable]) -> np.ndarray:
+    def digests(self, ids: Sequence[np.ndarray], bounds: np.ndarray, streams: Sequence[Hashable],
+                same: Sequence[tuple[np.ndarray, int] | None] | None = None) -> np.ndarray:
         """``token_digests_many`` of ``ids`` (``bounds`` where each starts end to end), each
-        prompt's leading tokens in common with its stream's last turn taken from it."""
+        prompt's leading tokens in common with its stream's last turn taken from it. ``same``:
+        per prompt, ids it is known to start with (``pieces.Batch.same``: copied from them) and
+        how many; when they are its stream's last turn's, those are not compared again."""
         last = self.last
         shared = np.zeros(len(ids), dtype=np.int64)
         for j, (a, s) in enumerate(zip(ids, streams, strict=True)):
@@ -315,8 +319,10 @@ class LastTurns:
             if prev is not None:
                 b = prev[0]
                 m = min(len(a), len(b))
-                diff = np.flatnonzero(a[:m] != b[:m])
-                shared[j] = diff[0] if len(diff) else m
+                known = same[j] if same is not None else None
+                k = min(known[1], m) if known is not None and known[0] is b else 0
+                diff = np.flatnonzero(a[k:m] != b[k:m])
+                shared[j] = k + diff[0] if len(diff) else m
         if not shared.any():
             dg = token_digests_many(np.concatenate(ids) if len(ids) else np.empty(0, dtype=np.int64), bounds)
         else:
