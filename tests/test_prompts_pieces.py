@@ -517,7 +517,7 @@ def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
             for a, s in zip(batch, streams, strict=True):
                 prev = turns.last.get(s)
                 n = 0 if prev is None else next(
-                    (i for i, (x, y) in enumerate(zip(a.tolist(), prev[0].tolist())) if x != y),
+                    (i for i, (x, y) in enumerate(zip(a.tolist(), prev[0].tolist(), strict=False)) if x != y),
                     min(len(a), len(prev[0])))
                 same.append(None if prev is None or not n else (prev[0], rng.randrange(1, n + 1))
                             if rng.random() < 0.7 else (a + 1, len(a)))
