@@ -38,6 +38,7 @@ import heapq
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -414,6 +415,10 @@ def _logged_output(r: LogRequest, obj: dict[str, Any], src: str, n: int) -> None
                 r.measured_prompt_tokens = _int(usage["prompt_tokens"], src, n, "usage.prompt_tokens", 0)
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD]")
+"""A ``\\uD...`` escape (a line without one holds no surrogate): one scan of the line, not two."""
+
+
 def _load(line: str, src: str, n: int) -> Any:
     try:
         obj = json.loads(line)
@@ -421,7 +426,7 @@ def _load(line: str, src: str, n: int) -> Any:
         raise PayloadError(src, f"not JSON: {e.msg} (column {e.colno})", n) from None
     except (ValueError, RecursionError) as e:
         raise PayloadError(src, f"not a usable JSON line: {e}", n) from None
-    if "\\ud" in line or "\\uD" in line:  # a \uD800-\uDFFF escape: a pair is fine, a lone one is no text
+    if _SURROGATE_ESCAPE.search(line):  # a \uD800-\uDFFF escape: a pair is fine, a lone one is no text
         try:
             json.dumps(obj, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as e:
