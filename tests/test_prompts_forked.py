@@ -68,9 +68,12 @@ def agent_log(path: Path, n: int = 70) -> Path:
 
 
 def test_renders_ahead_are_the_renders_made_here(tmp_path, renderer):
-    """Every request's text, line map and finders' hashes from the forked process equal
-    ``Preparer.prepare``'s and the finders' own in this process; the refused request comes back
-    as None (rendered here, refused here)."""
+    """Every request the forked process read is the request read here, and its text, line map
+    and finders' hashes equal ``Preparer.prepare``'s and the finders' own in this process; the
+    refused request comes back without a render (rendered here, refused here). No request's
+    messages are unpickled here until they are used."""
+    import dataclasses
+
     log = agent_log(tmp_path / "a.jsonl")
     prep = Preparer(renderer, CheckOptions())
     requests = list(read_requests([log], Skipped()))
@@ -79,8 +82,16 @@ def test_renders_ahead_are_the_renders_made_here(tmp_path, renderer):
     ahead = RenderAhead([log], None, prep, 1)
     try:
         refused = []
-        for r in requests[1:]:
-            got = ahead.take(r)
+        got_requests = list(zip(ahead.requests(Skipped()), requests[1:], strict=False))
+        assert len(got_requests) == len(requests) - 1 and ahead.complete
+    finally:
+        ahead.close()
+    ahead = RenderAhead([log], None, prep, 1)
+    try:
+        for q, r in zip(ahead.requests(Skipped()), requests[1:], strict=True):
+            assert "_b" not in q.__dict__ or q.where == f"{log}:41"  # sent slim, the refused one whole
+            got = ahead.take(q)
+            assert ahead.take(r) is None  # only the request it gave
             try:
                 here = Preparer(renderer, CheckOptions()).prepare(r, encode=False)
             except RequestRefused:
@@ -88,14 +99,17 @@ def test_renders_ahead_are_the_renders_made_here(tmp_path, renderer):
                 assert got is None
                 continue
             assert got is not None and here.text is not None and here.lines is not None, r.where
-            assert got.request is r and got.text == here.text
+            assert "_b" not in q.__dict__  # rendered there: nothing of its messages unpickled here
+            assert [getattr(q, f.name) for f in dataclasses.fields(r)] == \
+                   [getattr(r, f.name) for f in dataclasses.fields(r)], r.where
+            assert got.request is q and got.text == here.text
             assert got.lines == here.lines and got.lines.split_of == len(here.text)
             assert isinstance(got.lines.starts, np.ndarray) and got.lines.roles == here.lines.roles
             # the finders' hashes, computed there as here (a forked process hashes as its parent)
             assert got.line_hashes == line_hashes(here.text, here.lines)
             assert got.message_hashes == request_hashes(r) and len(got.message_hashes) == len(r.messages)
         assert refused == [f"{log}:41"]
-        assert ahead.taken == len(requests) - 2
+        assert ahead.taken == len(requests) - 2 and ahead.complete
     finally:
         ahead.close()
     assert ahead.proc is None and ahead.take(requests[1]) is None  # closed: nothing more taken
@@ -142,19 +156,79 @@ def test_a_renderer_that_dies_leaves_the_rest_to_the_check(tmp_path, renderer, m
     assert rows == here and js == here_json
 
 
-def test_a_file_that_changed_under_the_renderer_is_rendered_here(tmp_path, renderer):
-    """The process sends a render of another request than the one read here (it read another
-    file, as when a file changes between the two reads): that one and every later one is None."""
-    log = agent_log(tmp_path / "a.jsonl")
-    prep = Preparer(renderer, CheckOptions())
-    requests = list(read_requests([log], Skipped()))
-    prep.prepare(requests[0], encode=False)
-    ahead = RenderAhead([log], None, prep, 1)
+def _json(line: str) -> bool:
     try:
-        assert ahead.take(requests[2]) is None  # it sent request 2's render (line 2): not line 3's
-        assert ahead.proc is None and ahead.take(requests[3]) is None
-    finally:
-        ahead.close()
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def test_bad_lines_read_ahead_are_named_where_they_were_met(tmp_path, renderer, monkeypatch, forks):
+    """Lines that are not requests among the requests the forked process reads (not JSON, a
+    number for messages, an unfinished last line): named in the same notes and in the same
+    order as when this process reads them, with the same results, a sample's counts included;
+    this process parses only the line before the fork. Past the budget of bad lines, the same
+    error."""
+    import kvplan.collectors.requests.read as read_mod
+    from kvplan.collectors.requests.sample import SessionSample
+    from kvplan.models.core.errors import KvplanError
+
+    lines = agent_log(tmp_path / "a.jsonl").read_text().splitlines()
+    for at, bad in ((60, '{"messages": 7}'), (33, "not json"), (3, "{"), (2, "[1, 2]")):
+        lines.insert(at, bad)
+    log = tmp_path / "bad.jsonl"
+    log.write_text("\n".join(lines) + "\n" + '{"messages": [{"role": "user"')  # a last line being written
+    parsed = [0]
+    real = read_mod.parse_line
+
+    def counted(*a):  # type: ignore[no-untyped-def]
+        parsed[0] += 1
+        return real(*a)
+    monkeypatch.setattr(read_mod, "parse_line", counted)
+    for fraction in (None, 0.5):
+        samples = [SessionSample(fraction) if fraction is not None else None for _ in range(2)]
+        here, here_json, _ = per_request(log, renderer, render_ahead=False, sample=samples[0])
+        parsed[0] = 0
+        ahead, ahead_json, n = per_request(log, renderer, sample=samples[1])
+        got = parsed[0]
+        # parsed here: the lines up to the first request checked (the template's date), no more
+        first = next(iter(SessionSample(fraction).keep(read_requests([log], Skipped())))) if fraction is not None \
+            else read_requests([log], Skipped()).__next__()
+        objects = [json.loads(x) for x in log.read_text().splitlines()[:first.line] if _json(x)]
+        assert got == len(objects) and n > 0, (got, n, first.line)
+        assert ahead == here and ahead_json == here_json
+        notes = json.loads(here_json)["notes"]
+        # the bad lines read there and the request refused here (line 44, when sampled), in the order of the log
+        at = [3, 5, 36, 44, 64] if fraction is None else [3, 5, 36, 64]
+        note = next(x for x in notes if "bad line(s) skipped" in x)
+        assert note.startswith(f"{len(at)} bad line(s)") or fraction is not None, note
+        assert [note.index(f"bad.jsonl:{n}:") for n in at] == sorted(note.index(f"bad.jsonl:{n}:") for n in at)
+        assert any("unfinished last line" in x and "bad.jsonl:75" in x for x in notes), notes
+        if fraction is not None:  # the sample's counts, the forked process's reading's
+            a, b = (x.as_json() for x in samples if x is not None)
+            assert a == b and 0 < a["requests_kept"] < a["requests"] == 70, a
+    # the process dies after two batches: the rest is read here, each bad line named once
+    here, here_json, _ = per_request(log, renderer, render_ahead=False)
+    real_send = forked.Connection.send
+    sent = [0]
+
+    def send_twice(self, obj):  # type: ignore[no-untyped-def]
+        if sent[0] == 2:
+            os._exit(3)
+        sent[0] += 1
+        real_send(self, obj)
+    monkeypatch.setattr(forked.Connection, "send", send_twice)
+    rows, js, n = per_request(log, renderer)
+    assert n == 2 * forked.BATCH and rows == here and js == here_json
+    monkeypatch.setattr(forked.Connection, "send", real_send)
+    monkeypatch.setattr(read_mod, "MAX_SKIPPED", 3)
+    errors = []
+    for ahead_on in (False, True):
+        with pytest.raises(KvplanError) as e:
+            check([log], renderer, CheckOptions(block_size=16, render_ahead=ahead_on))
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "more than 3 bad lines" in errors[0], errors
 
 
 def test_no_fork_while_another_thread_runs(tmp_path, renderer):
@@ -259,7 +333,7 @@ def test_ctrl_c_is_left_to_the_check(tmp_path, renderer):
     prep.prepare(requests[0], encode=False)
     ahead = RenderAhead([log], None, prep, 1, fix=lambda spec, kept: iter([("made", spec)]))
     try:
-        assert all(ahead.take(r) is not None for r in requests[1:])
+        assert all(ahead.take(q) is not None for q in ahead.requests(Skipped()))
         os.kill(ahead.proc.pid, signal.SIGINT)  # it waits for the fix pass now
         ahead.proc.join(2)  # a process that took it would be gone within this
         assert ahead.proc.is_alive()

@@ -45,7 +45,7 @@ from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predict
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
-from .forked import ChildFailed, RenderAhead, can_fork
+from .forked import ChildFailed, RenderAhead, can_fork, read_then_ahead
 from .history import HistoryFinder
 from .kept import Kept
 from .prepare import Prepared, Preparer, Tokenizing, hashed64
@@ -389,6 +389,8 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
         from .workers import prepared_in_pool
         stream = _grouped(prepared_in_pool(requests, prep, skipped, opts.workers, pool_notes), BATCH_REQUESTS)
     else:  # Python on this thread, the tokenizer's calls on another, ahead of it (ahead.py)
+        if fork:  # the lines after the fork read and parsed by the forked process only
+            requests = read_then_ahead(paths, opts.sample, skipped, ahead)
         stream = overlapped(_batches(requests, render), lambda b, run: (b, prep.begin_encode(b, run)),
                             lambda x: _finished(prep, *x), lambda x: prep.drop(x[1].state))
     for batch in stream:

@@ -1,22 +1,25 @@
 """The first pass's renders made ahead in a forked process (``kvplan prompts check``, in process).
 
-Reading and rendering a request log (the chat template, then the line map) is Python, and so is
-what the check does with each render (keys, replay, finders): in one process they take turns.
-:class:`RenderAhead` forks one process that reads the same files itself, renders every text
-request and sends back its text, its line map and the hashes the finders take of it (the
-lines', the messages'), in file order, while the check's own process keys and replays the ones
-before: the two run on two cores. Only these cross (text, one array per line map, two lists of
-hashes), never the requests: the check's process reads and parses the lines too, which keeps
-every error and bad line named where it always was. A forked process's ``hash`` of a string is
-its parent's (the same interpreter and hash seed).
+Reading and rendering a request log (JSON, the chat template, then the line map) is Python, and
+so is what the check does with each render (keys, replay, finders): in one process they take
+turns. :class:`RenderAhead` forks one process that reads the files, renders every text request
+and sends back, in file order, each request with its text, its line map and the hashes the
+finders take of it (the lines', the messages'), while the check's own process keys and replays
+the ones before: the two run on two cores, and each line is parsed once. A request crosses slim
+(``read.SlimRequest``: its few light fields, its content pickled, unpickled only where the check
+needs it, and its conversation's key); one the check renders itself crosses whole. The bad lines
+it read cross with the request after them, and are recorded in the check's ``Skipped`` where
+reading there would have recorded them (:func:`read_then_ahead`), so every bad line is named
+where it always was, and a sample's counts (``--sample-sessions``) are its reading's. A forked
+process's ``hash`` of a string is its parent's (the same interpreter and hash seed).
 
 A render is a function of the request and of the template's date (``Preparer.date``), which the
 check's process finds on the first chat request; the process is forked once it has (so it
 inherits the date), and skips the requests read before. Nothing it does is needed for a result:
-a request it could not render (vLLM would refuse it, any error) comes back as None and the
-check's process renders it itself, raising what it raises; a process that ends early or
-sends another request than the one read (a file that changed) stops being used, and the check
-renders the rest itself. The results are the same either way.
+a request it could not render (vLLM would refuse it, any error) comes back without a render and
+the check's process renders it itself, raising what it raises; if the process ends early (an
+error, killed, or stopped), the check's process reads the rest itself (from the start again,
+passing over the requests it was given). The results are the same either way.
 
 The check stops it once the piece cache tokenizes prompts whole (``Renderer.tokenizing_whole``:
 all-distinct prompts, where the tokenizer takes both cores and a second process only competes).
@@ -51,11 +54,12 @@ from typing import Any
 
 import numpy as np
 
+from ...models.core.errors import KvplanError
 from ...models.prompts.busters import LineMap, line_hashes
 from .history import request_hashes
 from .kept import Kept
-from .prepare import Prepared, Preparer
-from .read import LogRequest, Skipped, read_requests
+from .prepare import Prepared, Preparer, conversation
+from .read import LogRequest, Skipped, SlimRequest, read_requests, slimmed
 from .sample import SessionSample, sampled
 
 BATCH = 16
@@ -97,30 +101,118 @@ Fix = Callable[[Any, Kept], Iterable[Any]]
 when its first pass ends (picklable) and the renders the process kept."""
 
 
+_Bad = tuple[list[tuple[type[KvplanError], tuple[Any, ...], dict[str, Any]]], list[str]] | None
+"""The bad lines read since the request before (each error as its class, args and attributes:
+``PayloadError`` is not made again from its args alone) and the unfinished ones; None: none."""
+
+
+class _Lines:
+    """A reading's bad lines not yet sent (``Skipped``'s, from ``mark`` on)."""
+
+    def __init__(self, skipped: Skipped):
+        self.skipped = skipped
+        self.errors = self.unfinished = 0
+
+    def mark(self) -> None:
+        self.errors, self.unfinished = len(self.skipped.errors), len(self.skipped.unfinished)
+
+    def since(self) -> _Bad:
+        sk = self.skipped
+        if len(sk.errors) == self.errors and len(sk.unfinished) == self.unfinished:
+            return None
+        got = ([(type(e), e.args, dict(e.__dict__)) for e in sk.errors[self.errors:]],
+               sk.unfinished[self.unfinished:])
+        self.mark()
+        return got
+
+
+def _add_bad(skipped: Skipped, bad: _Bad) -> None:
+    """``bad`` (``_Lines.since``) recorded in ``skipped`` in order, as reading there records them
+    (past the run's budget of bad lines, it raises where reading would)."""
+    if bad is None:
+        return
+    errors, unfinished = bad
+    for cls, args, attrs in errors:
+        e = cls.__new__(cls)
+        e.args = args
+        e.__dict__.update(attrs)
+        skipped.add(e)
+    skipped.unfinished.extend(unfinished)
+
+
+class _Unbounded(Skipped):
+    """Bad lines recorded without the run's budget (the check's own ``Skipped`` counts them)."""
+
+    def add(self, e: KvplanError) -> None:
+        self.errors.append(e)
+
+
+def read_then_ahead(paths: Sequence[Path], sample: SessionSample | None, skipped: Skipped,
+                    ahead: list[RenderAhead]) -> Iterator[LogRequest]:
+    """The check's requests in order: read here until the process rendering ahead is forked
+    (``ahead`` filled while the last one given was rendered), then the ones it read
+    (:meth:`RenderAhead.requests`: no line parsed here). If it ends early (failed, killed, or
+    stopped by the check), the rest is read here: from the start again, the requests given before
+    passed over and only the bad lines after them recorded, so each is recorded once."""
+    given = 0
+    own = sampled(read_requests(paths, skipped), sample)
+    try:
+        for r in own:
+            given += 1
+            yield r
+            if ahead:
+                break
+        else:
+            return
+    finally:
+        close = getattr(own, "close", None)
+        if close is not None:
+            close()
+    a = ahead[0]
+    for r in a.requests(skipped):
+        given += 1
+        yield r
+    if a.complete:
+        return
+    lines = _Lines(_Unbounded())
+    for i, r in enumerate(sampled(read_requests(paths, lines.skipped), sample)):
+        if i < given:
+            lines.mark()
+            continue
+        _add_bad(skipped, lines.since())
+        yield r
+    _add_bad(skipped, lines.since())
+
+
 def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: SessionSample | None,
            prep: Preparer, skip: int, fix: Fix | None, keep: Any) -> None:
-    """The forked process: every request after the first ``skip`` rendered and sent in batches,
-    then None (kept too, with ``fix``, within ``kept.KEEP_BYTES``, once ``keep`` is set: the
-    check has a finding, so a fix pass will run); then, with ``fix``, waits for the fix pass's
-    spec and sends its batches (``_produce``). Stops at a read error (the check's process meets
-    it too) or a closed pipe."""
+    """The forked process: every request after the first ``skip`` read, rendered and sent in
+    batches (each with the bad lines read before it, and slimmed: ``read.SlimRequest``; whole
+    when the check's process renders it), then ("end", the bad lines after the last, the
+    sample's counts): the check's process parses no line after the first ``skip``. Kept too,
+    with ``fix``, within ``kept.KEEP_BYTES``, once ``keep`` is set (the check has a finding, so
+    a fix pass will run). Then, with ``fix``, waits for the fix pass's spec and sends its
+    batches (``_produce``). Stops at a read error (the check's process, reading again, meets it)
+    or a closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the check's to handle: it stops this process
     kept = Kept() if fix is not None else None
-    batch: list[_Sent] = []
+    batch: list[tuple[Any, _Bad, _Sent]] = []
+    lines = _Lines(Skipped())
     try:
-        for i, r in enumerate(sampled(read_requests(paths, Skipped()), sample)):
-            if i < skip:
+        for i, r in enumerate(sampled(read_requests(paths, lines.skipped), sample)):
+            if i < skip:  # read by the check's process, and the bad lines before it
+                lines.mark()
                 continue
             sent, p = _rendered(prep, r)
             if p is not None and kept is not None and keep.value:
                 kept.put(p)
-            batch.append(sent)
+            batch.append((slimmed(r, conversation(r)) if sent is not None else r, lines.since(), sent))
             if len(batch) >= BATCH:
                 out.send(batch)
                 batch = []
         if batch:
             out.send(batch)
-        out.send(None)
+        out.send(("end", lines.since(), sample.counts if sample is not None else None))
     except Exception:  # a bad file or a closed pipe: what was sent stands, nothing more
         out.close()
         return
@@ -203,8 +295,13 @@ class RenderAhead:
         self.outbox: Connection | None = outbox
         self.serves_fix = fix is not None
         self.streaming = True
-        """Still sending the first pass's renders."""
-        self.queue: deque[_Sent] = deque()
+        """Still sending the first pass's requests."""
+        self.complete = False
+        """Its first pass's end came: it sent every request after the first ``skip``."""
+        self.sample = sample
+        self.queue: deque[tuple[Any, _Bad, _Sent]] = deque()
+        self.pending: tuple[LogRequest, _Sent] | None = None
+        """The last request :meth:`requests` gave and its render (:meth:`take` takes it)."""
         self.prep = prep
         self.taken = 0
         """Renders taken from the process (not made by the check's own)."""
@@ -221,29 +318,45 @@ class RenderAhead:
         """Whether the process may still make the fix pass's rewrites (it has not failed)."""
         return self.proc is not None and self.serves_fix
 
-    def take(self, r: LogRequest) -> Prepared | None:
-        """``r`` as the process rendered it (the next request it sent: its text, line map and the
-        finders' hashes), or None: the check's process renders it (not a text request, refused,
-        or the process no longer used)."""
-        if not self.queue:
-            if self.conn is None or not self.streaming:
-                return None
+    def requests(self, skipped: Skipped) -> Iterator[LogRequest]:
+        """The requests the process read after the first ``skip``, in order, each one's render
+        for :meth:`take`, and the bad lines it read recorded in ``skipped`` where they were
+        met; ``complete`` once its end came (then the sample's counts are its reading's). Ends
+        early when the process does (the check reads the rest: ``complete`` stays False)."""
+        while self.conn is not None and self.streaming:
             try:
                 got = self.conn.recv()
-            except (EOFError, OSError):  # the process ended early: the rest is rendered here
+            except (EOFError, OSError):  # the process ended early
                 self.close()
-                return None
-            if got is None:  # the log's end as it read it: later requests (none, unless the log grew) rendered here
-                self.streaming = False
-                return None
+                return
+            if isinstance(got, tuple):  # ("end", the bad lines after the last request, the sample's counts)
+                _, bad, counts = got
+                _add_bad(skipped, bad)
+                self.streaming, self.complete = False, True
+                if counts is not None and self.sample is not None:
+                    c = self.sample.counts
+                    c.requests, c.requests_kept, c.conversations = counts.requests, counts.requests_kept, \
+                        counts.conversations
+                return
             self.queue.extend(got)
-        x = self.queue.popleft()
+            while self.queue:
+                req, bad, sent = self.queue.popleft()
+                _add_bad(skipped, bad)
+                r = SlimRequest.of(*req) if isinstance(req, tuple) else req
+                self.pending = (r, sent)
+                yield r
+
+    def take(self, r: LogRequest) -> Prepared | None:
+        """``r`` as the process rendered it (the request :meth:`requests` gave last: its text,
+        line map and the finders' hashes), or None: the check's process renders it (not a text
+        request, refused, or the process no longer used)."""
+        if self.pending is None or self.pending[0] is not r:
+            return None
+        x = self.pending[1]
+        self.pending = None
         if x is None:
             return None
-        where, text, packed, roles, split_of, dated, messages_hashed, lines_hashed = x
-        if where != r.where:  # not the request read here: the file changed; rendered here from now on
-            self.close()
-            return None
+        _, text, packed, roles, split_of, dated, messages_hashed, lines_hashed = x
         self.taken += 1
         if dated:
             self.prep.dated += 1
@@ -259,8 +372,8 @@ class RenderAhead:
         try:
             if self.proc is None or self.conn is None or self.outbox is None or not self.serves_fix:
                 raise ChildFailed("no process")
-            if self.queue or (self.streaming and self._next() is not None):
-                raise ChildFailed("renders left unread")
+            if not self.complete or self.queue:
+                raise ChildFailed("requests left unread")
             self.streaming = False
             self.outbox.send(spec)
             while True:
@@ -289,6 +402,7 @@ class RenderAhead:
     def close(self) -> None:
         """The process stopped (killed if it still runs) and reaped; nothing more is taken."""
         self.queue.clear()
+        self.pending = None
         for c in (self.conn, self.outbox):
             if c is not None:
                 c.close()

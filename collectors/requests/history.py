@@ -122,7 +122,7 @@ class HistoryFinder:
         rewritten): most requests of an agent loop cost a hash of their messages, no render.
         ``hashes``: :func:`request_hashes` of ``r`` if computed ahead."""
         self.span = None
-        if r.kind != "chat" or not r.messages:
+        if r.kind != "chat" or (hashes is None and not r.messages):  # hashes are made of messages: there are some
             return None
         hashes = hashes if hashes is not None else request_hashes(r)
         prev = self.conversations.continues(hashes) if missed else None

@@ -31,7 +31,11 @@ from .render import Renderer
 
 def conversation(r: LogRequest) -> object:
     """Which conversation ``r`` continues, as far as telling its previous turn goes: its session
-    field, else its first user message, else (completions) one stream for all."""
+    field, else its first user message, else (completions) one stream for all (a ``SlimRequest``'s
+    came with it)."""
+    sent = r.__dict__.get("_conversation")
+    if sent is not None:
+        return sent
     if r.session is not None:
         return ("session", r.session)
     if r.kind == "chat" and r.messages:

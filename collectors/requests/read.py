@@ -38,6 +38,7 @@ import heapq
 import io
 import json
 import os
+import pickle
 import re
 import shutil
 import stat
@@ -45,7 +46,7 @@ import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,52 @@ class LogRequest:
     @property
     def where(self) -> str:
         return f"{self.source}:{self.line}"
+
+
+BULKY = ("messages", "tools", "chat_template_kwargs", "documents", "prompt", "prompt_ids", "block_ids")
+"""A request's fields that hold what it sends (the others are a few numbers and names)."""
+LIGHT = tuple(f.name for f in fields(LogRequest) if f.name not in BULKY)
+
+
+class SlimRequest(LogRequest):
+    """A request read by another process (``forked.py``), which sent it with its render: its
+    light fields as read, its ``BULKY`` ones pickled, unpickled the first time one is used (most
+    requests never need them in the check's process: their render came with them), and its
+    conversation's key (``prepare.conversation``). Every field reads as it was read
+    (``dataclasses.replace`` included)."""
+
+    @classmethod
+    def of(cls, light: tuple[Any, ...], bulky: bytes, conversation: object) -> SlimRequest:
+        r = cls.__new__(cls)
+        d = r.__dict__
+        d.update(zip(LIGHT, light, strict=True))
+        d["_bulky"] = bulky
+        d["_conversation"] = conversation
+        return r
+
+    def _bulk(self) -> dict[str, Any]:
+        d = self.__dict__
+        b = d.get("_b")
+        if b is None:
+            raw = d.pop("_bulky", None)
+            b = d["_b"] = pickle.loads(raw) if raw is not None else {}
+        return b
+
+
+def _bulky_field(name: str) -> property:
+    return property(lambda self: self._bulk()[name], lambda self, v: self._bulk().__setitem__(name, v))
+
+
+for _name in BULKY:
+    setattr(SlimRequest, _name, _bulky_field(_name))
+
+
+def slimmed(r: LogRequest, conversation: object) -> tuple[tuple[Any, ...], bytes, object]:
+    """What :meth:`SlimRequest.of` makes ``r`` again from (its light fields, its bulky ones
+    pickled, its conversation's key), to send to another process."""
+    d = r.__dict__
+    return (tuple(d[k] for k in LIGHT), pickle.dumps({k: d[k] for k in BULKY}, protocol=pickle.HIGHEST_PROTOCOL),
+            conversation)
 
 
 FIFO_WAIT_S = 60.0
