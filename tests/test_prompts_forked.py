@@ -123,6 +123,21 @@ def per_request(log: Path, renderer: Renderer, **opts) -> tuple[list, str, int]:
     return rows, json.dumps(res.as_json(), sort_keys=True), res.rendered_ahead
 
 
+def dies_after(monkeypatch, n: int, counts=lambda obj: True) -> None:  # type: ignore[no-untyped-def]
+    """The forked process exits (code 3, as if killed) instead of making its ``n + 1``-th send of
+    what ``counts`` picks (counted in the process: its copy of the counter)."""
+    real_send = forked.Connection.send
+    sent = [0]
+
+    def send(self, obj):  # type: ignore[no-untyped-def]
+        if counts(obj):
+            if sent[0] == n:
+                os._exit(3)
+            sent[0] += 1
+        real_send(self, obj)
+    monkeypatch.setattr(forked.Connection, "send", send)
+
+
 def test_the_check_gives_the_same_results_with_its_renders_made_ahead(tmp_path, renderer, forks):
     """Per request (prompt tokens, cached, cached unlimited, miss reason), totals, findings, the
     fix pass and the notes, with renders made ahead and without; the process made all but the
@@ -141,16 +156,7 @@ def test_a_renderer_that_dies_leaves_the_rest_to_the_check(tmp_path, renderer, m
     with the same results."""
     log = agent_log(tmp_path / "a.jsonl")
     here, here_json, _ = per_request(log, renderer, render_ahead=False)
-    real_send = forked.Connection.send
-    sent = [0]
-
-    def send_twice(self, obj):  # type: ignore[no-untyped-def]
-        if sent[0] == 2:
-            os._exit(3)  # the process dies in the middle of the log
-        sent[0] += 1
-        real_send(self, obj)
-
-    monkeypatch.setattr(forked.Connection, "send", send_twice)
+    dies_after(monkeypatch, 2)  # the process dies in the middle of the log
     rows, js, n = per_request(log, renderer)
     assert n == 2 * forked.BATCH
     assert rows == here and js == here_json
@@ -211,14 +217,7 @@ def test_bad_lines_read_ahead_are_named_where_they_were_met(tmp_path, renderer, 
     # the process dies after two batches: the rest is read here, each bad line named once
     here, here_json, _ = per_request(log, renderer, render_ahead=False)
     real_send = forked.Connection.send
-    sent = [0]
-
-    def send_twice(self, obj):  # type: ignore[no-untyped-def]
-        if sent[0] == 2:
-            os._exit(3)
-        sent[0] += 1
-        real_send(self, obj)
-    monkeypatch.setattr(forked.Connection, "send", send_twice)
+    dies_after(monkeypatch, 2)
     rows, js, n = per_request(log, renderer)
     assert n == 2 * forked.BATCH and rows == here and js == here_json
     monkeypatch.setattr(forked.Connection, "send", real_send)
@@ -281,17 +280,7 @@ def test_a_fix_pass_process_that_dies_is_done_again_here(tmp_path, renderer, mon
     this process from the start, with the same results (nothing counted twice)."""
     log = agent_log(tmp_path / "a.jsonl")
     here, here_json, _ = per_request(log, renderer, render_ahead=False)
-    real_send = forked.Connection.send
-    items = [0]  # counted in the fix pass's process (its copy of this list)
-
-    def send(self, obj):  # type: ignore[no-untyped-def]
-        if isinstance(obj, tuple) and obj[0] == "item":
-            if items[0] == 2:
-                os._exit(3)
-            items[0] += 1
-        real_send(self, obj)
-
-    monkeypatch.setattr(forked.Connection, "send", send)
+    dies_after(monkeypatch, 2, lambda obj: isinstance(obj, tuple) and obj[0] == "item")  # the fix pass's batches
     rows, js, _ = per_request(log, renderer)
     assert [(a.fix_batches, a.fix_ended) for a in recorded] == [(2, "failed: the process ended (exit code 3)")]
     assert rows == here and js == here_json
