@@ -66,8 +66,8 @@ BATCH = 16
 """Renders sent at once (one message on the pipe)."""
 PIPE_BYTES = 1 << 20
 """The pipe's buffer (Linux's default ``pipe-max-size``): a few batches rendered ahead, no more."""
-_Sent = tuple[str, str, np.ndarray, tuple[str, ...], int, bool, list[int] | None, tuple[list[int], list[int]]] | None
-"""One request as sent: file:line, text, the line map's arrays stacked, its roles, its
+_Sent = tuple[str, np.ndarray, tuple[str, ...], int, bool, list[int] | None, tuple[list[int], list[int]]] | None
+"""One request's render as sent (beside the request): text, the line map's arrays stacked, its roles, its
 ``split_of``, whether the template's date was put in, its ``history.request_hashes`` (chat) and
 its ``busters.line_hashes``; None: rendered by the check itself."""
 
@@ -92,7 +92,7 @@ def _rendered(prep: Preparer, r: LogRequest) -> tuple[_Sent, Prepared | None]:
     if p.text is None or lm is None:
         return None, None
     packed = np.stack([lm.starts, lm.ends, lm.messages, lm.codes, lm.numbers, lm.content_ends])
-    return (r.where, p.text, packed, lm.roles, lm.split_of, prep.dated > before,
+    return (p.text, packed, lm.roles, lm.split_of, prep.dated > before,
             request_hashes(r) if r.kind == "chat" and r.messages else None, line_hashes(p.text, lm)), p
 
 
@@ -356,7 +356,7 @@ class RenderAhead:
         self.pending = None
         if x is None:
             return None
-        _, text, packed, roles, split_of, dated, messages_hashed, lines_hashed = x
+        text, packed, roles, split_of, dated, messages_hashed, lines_hashed = x
         self.taken += 1
         if dated:
             self.prep.dated += 1
