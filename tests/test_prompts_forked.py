@@ -16,8 +16,8 @@ import kvplan.collectors.requests.forked as forked
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.forked import RenderAhead, can_fork
 from kvplan.collectors.requests.history import request_hashes
-from kvplan.collectors.requests.prepare import Preparer
-from kvplan.collectors.requests.read import Skipped, read_requests
+from kvplan.collectors.requests.prepare import Preparer, conversation
+from kvplan.collectors.requests.read import Skipped, SlimRequest, read_requests
 from kvplan.collectors.requests.render import Renderer, RequestRefused
 from kvplan.models.prompts.busters import line_hashes
 
@@ -251,7 +251,13 @@ class Recorded(forked.RenderAhead):
 
     def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
         super().__init__(*a, **k)
+        self.fix_items: list = []
         Recorded.made.append(self)
+
+    def fix(self, spec):  # type: ignore[no-untyped-def]
+        for x in super().fix(spec):
+            self.fix_items.extend(x[1])  # (the request as sent, its rewritten text)
+            yield x
 
 
 @pytest.fixture
@@ -273,6 +279,16 @@ def test_the_fix_pass_rewritten_in_a_forked_process_gives_the_same_results(tmp_p
     rows, js, _ = per_request(log, renderer)
     assert [(a.taken, a.fix_batches, a.fix_ended, a.proc) for a in recorded] == [(68, 5, "end", None)]
     assert rows == here and js == here_json
+    # each rewritten request crossed light: its fields for keying, not its messages
+    sent = recorded[0].fix_items
+    read = {r.where: r for r in read_requests([log], Skipped())}
+    assert {SlimRequest.of(*x).where for x, _ in sent} == set(read) - {f"{log}:41"}  # all but the refused one
+    for (fields, bulky, conv), _ in sent:
+        r = SlimRequest.of(fields, bulky, conv)
+        assert bulky is None and conversation(r) == conversation(read[r.where])
+        assert (r.kind, r.model, r.cache_salt, r.output_tokens) == (read[r.where].kind, "m", None, 8)
+        with pytest.raises(RuntimeError, match="without its messages"):
+            r.messages  # noqa: B018
 
 
 def test_a_fix_pass_process_that_dies_is_done_again_here(tmp_path, renderer, monkeypatch, recorded):

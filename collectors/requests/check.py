@@ -48,8 +48,8 @@ from .ahead import overlapped
 from .forked import ChildFailed, RenderAhead, can_fork, read_then_ahead
 from .history import HistoryFinder
 from .kept import Kept
-from .prepare import Prepared, Preparer, Tokenizing, hashed64
-from .read import LogRequest, Skipped, distinct_files, read_requests, spooled
+from .prepare import Prepared, Preparer, Tokenizing, conversation, hashed64
+from .read import LogRequest, Skipped, SlimRequest, distinct_files, light, read_requests, spooled
 from .render import Renderer, RequestRefused
 from .sample import SessionSample, sampled
 
@@ -694,19 +694,20 @@ def _fix_pass(spec: FixSpec, renderer: Renderer | None, spill: _Spill, progress:
     return replay(_rewrites(spec, renderer, reuse if reuse is not None else Kept(0)))
 
 
-_Packed = tuple[list[list[int | None]], list[tuple[LogRequest, str]]]
+_Packed = tuple[list[list[int | None]], list[tuple[tuple[tuple[Any, ...], None, object], str]]]
 
 
 def _packed(x: _Rewritten) -> _Packed:
-    """A fix-pass batch as sent from the forked process: each changed text with its request only
-    (what keying it takes: its kind, conversation, extra keys and output length)."""
+    """A fix-pass batch as sent from the forked process: each changed text with its request's
+    light fields only (``read.light``: what keying it takes, its kind, conversation, extra keys
+    and output length; not its messages)."""
     rows, items = x
-    return rows, [(p.request, t) for p, t in items]
+    return rows, [(light(p.request, conversation(p.request)), t) for p, t in items]
 
 
 def _unpacked(stream: Iterable[_Packed]) -> Iterator[_Rewritten]:
     for rows, items in stream:
-        yield rows, [(Prepared(r, None, None), t) for r, t in items]
+        yield rows, [(Prepared(SlimRequest.of(*r), None, None), t) for r, t in items]
 
 
 def _packed_rewrites(renderer: Renderer | None) -> Callable[[FixSpec, Kept], Iterator[_Packed]]:

@@ -33,7 +33,8 @@ bounded. The process is killed when the check ends, finishes or fails.
 The same process keeps its renders (``kept.Kept``) and, when the check's first pass ends with
 findings, makes the "if fixed" pass's rewrites (:meth:`RenderAhead.fix`: read again, take back
 or render, map lines, fix each variant) and sends each batch's changed texts with their
-requests; the check's process keys and replays them. If it stops early, the check's process
+requests' light fields (``read.light``: what keying takes, not their messages); the check's
+process keys and replays them. If it stops early, the check's process
 does the whole pass again itself. Forked after one request, it holds little of the check's
 memory, which grows with the log (its keys, its piece cache)."""
 

@@ -156,7 +156,9 @@ class SlimRequest(LogRequest):
     (``dataclasses.replace`` included)."""
 
     @classmethod
-    def of(cls, light: tuple[Any, ...], bulky: bytes, conversation: object) -> SlimRequest:
+    def of(cls, light: tuple[Any, ...], bulky: bytes | None, conversation: object) -> SlimRequest:
+        """``bulky`` None: a request sent without what it sends (:func:`light`), for keying only;
+        reading one of its ``BULKY`` fields is an error."""
         r = cls.__new__(cls)
         d = r.__dict__
         d.update(zip(LIGHT, light, strict=True))
@@ -169,7 +171,9 @@ class SlimRequest(LogRequest):
         b = d.get("_b")
         if b is None:
             raw = d.pop("_bulky", None)
-            b = d["_b"] = pickle.loads(raw) if raw is not None else {}
+            if raw is None:
+                raise RuntimeError(f"{self.where}: a request sent without its messages (keying only)")
+            b = d["_b"] = pickle.loads(raw)
         return b
 
 
@@ -187,6 +191,13 @@ def slimmed(r: LogRequest, conversation: object) -> tuple[tuple[Any, ...], bytes
     d = r.__dict__
     return (tuple(d[k] for k in LIGHT), pickle.dumps({k: d[k] for k in BULKY}, protocol=pickle.HIGHEST_PROTOCOL),
             conversation)
+
+
+def light(r: LogRequest, conversation: object) -> tuple[tuple[Any, ...], None, object]:
+    """What :meth:`SlimRequest.of` makes a request for keying of (its light fields and its
+    conversation's key, not what it sends): the fix pass's rewritten requests (``forked.py``)."""
+    d = r.__dict__
+    return tuple(d[k] for k in LIGHT), None, conversation
 
 
 FIFO_WAIT_S = 60.0
