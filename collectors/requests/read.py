@@ -170,10 +170,10 @@ class SlimRequest(LogRequest):
         d = self.__dict__
         b = d.get("_b")
         if b is None:
-            raw = d.pop("_bulky", None)
-            if raw is None:
+            if "_bulky" in d and d["_bulky"] is None:
                 raise RuntimeError(f"{self.where}: a request sent without its messages (keying only)")
-            b = d["_b"] = pickle.loads(raw)
+            raw = d.pop("_bulky", None)
+            b = d["_b"] = pickle.loads(raw) if raw is not None else {}  # {}: made by __init__ (replace)
         return b
 
 
