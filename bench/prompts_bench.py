@@ -36,7 +36,7 @@ What grows with the log: the unlimited caches' keys, one 64-bit key per distinct
 first pass and in each variant of the second; the piece cache (token ids of distinct pieces of
 text, at most 256 MiB, least recently used evicted); once the first pass has a finding, the
 renders it keeps for the fix pass (each text as a compressed delta against its conversation's
-previous turn, at most 128 MiB); each conversation's last turn (text, ids, digests: at most 16 MiB
+previous turn, at most 192 MiB); each conversation's last turn (text, ids, digests: at most 16 MiB
 each for the piece cache and the digests); and a temporary file (8
 bytes per block, 40 per request) on disk. What does not: the text (one batch of at most 16 requests at a time,
 plus the finder's window of 256), per-request results (streamed, never kept), the finder's line

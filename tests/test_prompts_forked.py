@@ -16,8 +16,9 @@ import kvplan.collectors.requests.forked as forked
 from kvplan.collectors.requests.check import CheckOptions, check
 from kvplan.collectors.requests.forked import RenderAhead, can_fork
 from kvplan.collectors.requests.history import request_hashes
+from kvplan.collectors.requests.kept import Kept
 from kvplan.collectors.requests.prepare import Preparer, conversation
-from kvplan.collectors.requests.read import Skipped, SlimRequest, read_requests
+from kvplan.collectors.requests.read import LIGHT, LogRequest, Skipped, SlimRequest, read_requests
 from kvplan.collectors.requests.render import Renderer, RequestRefused
 from kvplan.models.prompts.busters import line_hashes
 
@@ -289,6 +290,99 @@ def test_the_fix_pass_rewritten_in_a_forked_process_gives_the_same_results(tmp_p
         assert (r.kind, r.model, r.cache_salt, r.output_tokens) == (read[r.where].kind, "m", None, 8)
         with pytest.raises(RuntimeError, match="without its messages"):
             r.messages  # noqa: B018
+
+
+def _kept_from(log: Path, renderer: Renderer, kept_from: int, not_kept: set[int]) -> tuple[Kept, list, dict]:
+    """The log's requests rendered as the process rendering ahead renders them, each put in a
+    ``Kept`` as that process puts it (its place, its line map's columns) from ``kept_from`` on,
+    but for ``not_kept``; one vLLM refuses is not put (it is not rendered)."""
+    prep = Preparer(renderer, CheckOptions())
+    reqs = list(read_requests([log], Skipped()))
+    renders = {}
+    kept = Kept()
+    for i, r in enumerate(reqs):
+        try:
+            p = prep.prepare(r, encode=False)
+        except RequestRefused:
+            continue
+        renders[r.where] = p
+        if i >= kept_from and i not in not_kept:
+            kept.put(p, i, p.lines.columns())
+    kept.end(len(reqs), [log])
+    return kept, reqs, renders
+
+
+def _counted(log: Path, consumed: list):  # type: ignore[no-untyped-def]
+    def read():  # type: ignore[no-untyped-def]
+        for r in read_requests([log], Skipped()):
+            consumed.append(r.where)
+            yield r
+    return read
+
+
+def _as_the_fix_pass(kept: Kept, stream, renders: dict) -> list:  # type: ignore[no-untyped-def]
+    """``stream``'s requests, each one read taken back or rendered again, as the fix pass does."""
+    out = []
+    for x in stream:
+        if isinstance(x, LogRequest) and kept.take(x) is None and x.where in renders:
+            kept.seen(x, renders[x.where].text)
+        out.append(x)
+    return out
+
+
+def test_kept_requests_after_the_last_one_not_kept_are_made_again_without_reading(tmp_path, renderer):
+    """Read up to the last request not kept (the refused one, request 40: after the gaps at 0-4
+    and 20), then each kept one made again from what was kept: its text, its line map, its
+    light fields and conversation as read; no line after it read."""
+    log = agent_log(tmp_path / "a.jsonl")
+    kept, reqs, renders = _kept_from(log, renderer, 5, {20})
+    consumed: list[str] = []
+    got = _as_the_fix_pass(kept, kept.requests(_counted(log, consumed), [log]), renders)
+    assert consumed == [r.where for r in reqs[:41]]
+    assert [type(x).__name__ for x in got] == ["LogRequest"] * 41 + ["Prepared"] * 29
+    assert [x.where for x in got[:41]] == consumed
+    for x, r in zip(got[41:], reqs[41:], strict=True):
+        mine = renders[r.where]
+        assert x.text == mine.text and x.lines == mine.lines and x.lines.split_of == mine.lines.split_of
+        assert all(getattr(x.request, k) == getattr(r, k) for k in LIGHT)
+        assert conversation(x.request) == conversation(r)
+    assert kept.made_again == 29 and not kept.by
+
+
+def test_kept_requests_are_read_again_where_one_cannot_be_made_again_or_the_log_changed(tmp_path, renderer):
+    """A kept text whose previous turn the fix pass no longer holds: from it on, the rest is
+    read again (the ones given passed over), each request once and in order. A log changed
+    since the first pass (its time of change): every request read."""
+    log = agent_log(tmp_path / "a.jsonl")
+    kept, reqs, renders = _kept_from(log, renderer, 5, set())
+    kept.take_texts.budget = 0  # no previous turn held: request 41 (a later turn) cannot be made again
+    consumed: list[str] = []
+    got = _as_the_fix_pass(kept, kept.requests(_counted(log, consumed), [log]), renders)
+    assert [x.where for x in got] == [r.where for r in reqs]
+    assert all(type(x).__name__ == "LogRequest" for x in got)
+    assert consumed == [r.where for r in reqs[:41]] + [r.where for r in reqs]
+    assert kept.made_again == 0
+
+    kept, reqs, renders = _kept_from(log, renderer, 5, set())
+    st = log.stat()
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    consumed = []
+    got = _as_the_fix_pass(kept, kept.requests(_counted(log, consumed), [log]), renders)
+    assert consumed == [x.where for x in got] == [r.where for r in reqs] and kept.made_again == 0
+
+
+def test_the_fix_pass_makes_kept_requests_again_in_the_forked_process(tmp_path, renderer, monkeypatch, recorded):
+    """With the process held a few requests ahead (a small pipe and batch), it keeps most
+    requests before the first pass ends: its fix pass makes them again without reading, and
+    the results are those of one process."""
+    log = agent_log(tmp_path / "a.jsonl", 200)
+    here, here_json, _ = per_request(log, renderer, render_ahead=False)
+    monkeypatch.setattr(forked, "PIPE_BYTES", 4096)
+    monkeypatch.setattr(forked, "BATCH", 2)
+    rows, js, _ = per_request(log, renderer)
+    assert [(a.fix_ended, a.proc) for a in recorded] == [("end", None)]
+    assert 100 < recorded[0].made_again < 159, recorded[0].made_again  # those after request 40 (refused), most
+    assert rows == here and js == here_json
 
 
 def test_a_fix_pass_process_that_dies_is_done_again_here(tmp_path, renderer, monkeypatch, recorded):

@@ -257,8 +257,7 @@ BATCH_CHARS = 1_000_000
 """Requests rendered, then tokenized in one batch call: at most this many, and this much text."""
 
 
-def _batches(requests: Iterator[LogRequest],
-             render: Callable[[LogRequest], Prepared | None]) -> Iterator[list[Prepared]]:
+def _batches(requests: Iterator[Any], render: Callable[[Any], Prepared | None]) -> Iterator[list[Prepared]]:
     """``requests`` rendered in order (``render``; None: skipped), in lists of at most
     ``BATCH_REQUESTS`` requests or ``BATCH_CHARS`` characters of text: the text held at once
     stays bounded."""
@@ -620,7 +619,9 @@ def _rewrites(spec: FixSpec, renderer: Renderer | None, reuse: Kept) -> Iterator
     carried = [Carried() for _ in spec.variants]  # per fix: what each conversation's messages were sent with
     skipped = Skipped()  # the same lines as the first pass's: the files are read the same way
 
-    def render(r: LogRequest) -> Prepared | None:
+    def render(r: LogRequest | Prepared) -> Prepared | None:
+        if isinstance(r, Prepared):  # made again from what was kept, not read
+            return r
         text = reuse.take(r)
         if text is not None:
             return Prepared(r, None, None, text, prep.lines(r, text), 0)
@@ -629,8 +630,13 @@ def _rewrites(spec: FixSpec, renderer: Renderer | None, reuse: Kept) -> Iterator
             reuse.seen(r, p.text)  # a kept text may continue it
         return p
 
+    def read() -> Iterator[LogRequest]:
+        return sampled(read_requests(spec.paths, skipped), opts.sample)
+
+    # a remedy rewrites a request's messages: then every request is read
+    requests = read() if any(v.remedy is not None for v in spec.variants) else reuse.requests(read, spec.paths)
     m = 0
-    for batch in _batches(sampled(read_requests(spec.paths, skipped), opts.sample), render):
+    for batch in _batches(requests, render):
         rows: list[list[int | None]] = []
         todo: dict[tuple[int, str], int] = {}  # (request in the batch, rewritten text) -> its place in `items`
         items: list[tuple[Prepared, str]] = []

@@ -31,8 +31,9 @@ thread pool is not forked safely). At most ``PIPE_BYTES`` wait in the pipe: the 
 bounded. The process is killed when the check ends, finishes or fails.
 
 The same process keeps its renders (``kept.Kept``) and, when the check's first pass ends with
-findings, makes the "if fixed" pass's rewrites (:meth:`RenderAhead.fix`: read again, take back
-or render, map lines, fix each variant) and sends each batch's changed texts with their
+findings, makes the "if fixed" pass's rewrites (:meth:`RenderAhead.fix`: read again up to the
+last request it did not keep, the rest made again from what it kept, ``Kept.requests``; take
+back or render, map lines, fix each variant) and sends each batch's changed texts with their
 requests' light fields (``read.light``: what keying takes, not their messages); the check's
 process keys and replays them. If it stops early, the check's process
 does the whole pass again itself. Forked after one request, it holds little of the check's
@@ -92,7 +93,7 @@ def _rendered(prep: Preparer, r: LogRequest) -> tuple[_Sent, Prepared | None]:
     lm = p.lines
     if p.text is None or lm is None:
         return None, None
-    packed = np.stack([lm.starts, lm.ends, lm.messages, lm.codes, lm.numbers, lm.content_ends])
+    packed = lm.columns()
     return (p.text, packed, lm.roles, lm.split_of, prep.dated > before,
             request_hashes(r) if r.kind == "chat" and r.messages else None, line_hashes(p.text, lm)), p
 
@@ -192,27 +193,32 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
     when the check's process renders it), then ("end", the bad lines after the last, the
     sample's counts): the check's process parses no line after the first ``skip``. Kept too,
     with ``fix``, within ``kept.KEEP_BYTES``, once ``keep`` is set (the check has a finding, so
-    a fix pass will run). Then, with ``fix``, waits for the fix pass's spec and sends its
+    a fix pass will run), each with its place in the reading and its line map (made again
+    without reading: ``Kept.requests``). Then, with ``fix``, waits for the fix pass's spec and sends its
     batches (``_produce``). Stops at a read error (the check's process, reading again, meets it)
     or a closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the check's to handle: it stops this process
     kept = Kept() if fix is not None else None
     batch: list[tuple[Any, _Bad, _Sent]] = []
     lines = _Lines(Skipped())
+    n = 0
     try:
         for i, r in enumerate(sampled(read_requests(paths, lines.skipped), sample)):
+            n = i + 1
             if i < skip:  # read by the check's process, and the bad lines before it
                 lines.mark()
                 continue
             sent, p = _rendered(prep, r)
-            if p is not None and kept is not None and keep.value:
-                kept.put(p)
+            if p is not None and sent is not None and kept is not None and keep.value:
+                kept.put(p, i, sent[1])
             batch.append((slimmed(r, conversation(r)) if sent is not None else r, lines.since(), sent))
             if len(batch) >= BATCH:
                 out.send(batch)
                 batch = []
         if batch:
             out.send(batch)
+        if kept is not None:
+            kept.end(n, paths)
         out.send(("end", lines.since(), sample.counts if sample is not None else None))
     except Exception:  # a bad file or a closed pipe: what was sent stands, nothing more
         out.close()
@@ -224,7 +230,7 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
     if spec is None or fix is None or kept is None:
         out.close()
         return
-    _produce(out, lambda: fix(spec, kept))
+    _produce(out, lambda: fix(spec, kept), lambda: kept.made_again)
 
 
 @contextmanager
@@ -261,11 +267,12 @@ class ChildFailed(Exception):
     """A forked process stopped before the end of what it was to send (an error, killed)."""
 
 
-def _produce(conn: Connection, produce: Callable[[], Iterable[Any]]) -> None:
+def _produce(conn: Connection, produce: Callable[[], Iterable[Any]], told: Callable[[], Any] = lambda: None) -> None:
+    """``produce()``'s items sent in order, then ("end", ``told()``); ("error", why) where it fails."""
     try:
         for x in produce():
             conn.send(("item", x))
-        conn.send(("end", None))
+        conn.send(("end", told()))
     except BaseException as e:  # noqa: BLE001 (told to the parent, which does the work itself)
         try:
             conn.send(("error", f"{type(e).__name__}: {e}"))
@@ -309,6 +316,8 @@ class RenderAhead:
         self.fix_batches = 0
         self.fix_ended: str | None = None
         """How its fix pass ended: "end", or why it failed (memory only, for the tests)."""
+        self.made_again = 0
+        """Requests its fix pass made again from what it kept, without reading (``Kept.requests``)."""
 
     def keep_renders(self) -> None:
         """The check has a finding (a fix pass will run): the process keeps its renders from now on."""
@@ -361,8 +370,7 @@ class RenderAhead:
         self.taken += 1
         if dated:
             self.prep.dated += 1
-        starts, ends, messages, codes, numbers, content_ends = packed
-        lines = LineMap(starts, ends, messages, codes, roles, numbers, content_ends, split_of)
+        lines = LineMap.from_columns(packed, roles, split_of)
         return Prepared(r, None, None, text, lines, self.prep.block_size, message_hashes=messages_hashed,
                         line_hashes=lines_hashed)
 
@@ -380,7 +388,7 @@ class RenderAhead:
             while True:
                 kind, x = self._next() or ("error", "the first pass's end again")
                 if kind == "end":
-                    self.fix_ended = "end"
+                    self.fix_ended, self.made_again = "end", int(x or 0)
                     return
                 if kind != "item":
                     raise ChildFailed(x)

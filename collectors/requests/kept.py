@@ -1,16 +1,26 @@
 """Rendered requests the prompt check's first pass keeps for its "if fixed" pass (``Kept``):
-each text as what it adds to its conversation's previous turn, zlib-compressed, memory only."""
+each text as what it adds to its conversation's previous turn, zlib-compressed, memory only;
+where the first pass says which request of the reading each one is, also its line map and its
+light fields, so that the fix pass reads no line again after the last request not kept
+(:meth:`Kept.requests`)."""
 
 from __future__ import annotations
 
+import os
+import pickle
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
+import numpy as np
+
+from ...models.prompts.busters import LineMap
 from .pieces import common_prefix
 from .prepare import Prepared, conversation
-from .read import LogRequest
+from .read import LIGHT, LogRequest, SlimRequest
 
-KEEP_BYTES = 128 << 20
+KEEP_BYTES = 192 << 20
 """Memory the first pass's renders may take to be reused by the fix pass (``Kept``)."""
 REF_BYTES = 16 << 20
 """Memory each pass's recent texts (``Kept``'s references) may take."""
@@ -44,6 +54,20 @@ class RecentTexts:
         return (w, got) if w is not None and got is not None else None
 
 
+_Entry = tuple[str | None, int, bytes, int, int, tuple[bytes, bytes] | None]
+"""A kept text: the previous turn's file:line (None: none), the length of their common prefix,
+the rest compressed, the text's CRC-32, the request's place in the reading (-1: not told), and
+what makes it again without reading (:meth:`Kept.put`'s ``packed``; None: nothing)."""
+
+
+def _stats(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append((str(p), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 class Kept:
     """Rendered requests the first pass keeps for the fix pass, by file:line, once it has a
     finding (so a fix pass will run), within ``budget`` bytes: the first of them in arrival order
@@ -57,49 +81,167 @@ class Kept:
     that repeats the conversation so far so takes a few hundred bytes. The fix pass, reading in
     the same order, holds the same recent texts (the ones it takes back and the ones it renders
     again); a text whose previous turn it no longer holds, or that does not come back as it was
-    (its CRC-32), is rendered again. Memory only, never written."""
+    (its CRC-32), is rendered again. Memory only, never written.
+
+    Where the first pass tells each request's place in its reading and its line map (the process
+    rendering ahead, ``forked.py``), the request's light fields and its line map are kept too
+    (the map's columns as differences, zlib-compressed: about 400 bytes a request on an agent log),
+    and :meth:`requests` gives the fix pass the requests after the last one not kept without
+    reading them."""
 
     def __init__(self, budget: int | None = None):
         self.budget = KEEP_BYTES if budget is None else budget
         self.used = 0
         self.full = False
-        self.by: dict[str, tuple[str | None, int, bytes, int]] = {}
+        self.by: dict[str, _Entry] = {}
         self.twice: set[str] = set()
         self.put_texts = RecentTexts()
         self.take_texts = RecentTexts()
+        self.next = 0
+        """Requests of the reading told so far (the place after the last one put)."""
+        self.last_gap = -1
+        """The place of the last request of the reading that cannot be made again (-1: none)."""
+        self.placed = True
+        """Every request put said its place in the reading."""
+        self.ended: int | None = None
+        """The reading's requests in all (:meth:`end`; None: not told)."""
+        self.files: tuple[tuple[str, int, int], ...] | None = None
+        self.convs: dict[object, int] = {}
+        self.conv_keys: list[object] = []
+        self.made_again = 0
+        """Requests :meth:`requests` made again without reading."""
 
-    def put(self, p: Prepared) -> None:
+    def put(self, p: Prepared, at: int | None = None, packed: np.ndarray | None = None) -> None:
+        """Keep ``p``'s text. ``at``: its place in the first pass's reading (its requests counted
+        from 0, the sample's only; the ones between two places told are not kept); ``packed``:
+        its line map's columns stacked (``forked``'s), to make it again without reading."""
+        if at is None:
+            self.placed = False
+        else:
+            if at > self.next:
+                self.last_gap = at - 1
+            self.next = at + 1
         if self.full or p.text is None or self.budget <= 0:
+            self._gap(at)
             return
         where = p.request.where
         if where in self.by or where in self.twice:  # two requests at one place: neither is kept
             self.by.pop(where, None)
             self.twice.add(where)
+            self._gap(at)
             return
         data = p.text.encode("utf-8", "surrogatepass")
         conv = conversation(p.request)
         ref = self.put_texts.ref(conv)
         self.put_texts.add(where, conv, data)
         if ref is None:
-            entry: tuple[str | None, int, bytes, int] = (None, 0, zlib.compress(data, 1), zlib.crc32(data))
+            ref_where, k, z = None, 0, zlib.compress(data, 1)
         else:
             k = common_prefix(ref[1], data)
-            z = zlib.compressobj(1, zdict=ref[1][k:k + 32768]) if len(ref[1]) > k else zlib.compressobj(1)
-            entry = (ref[0], k, z.compress(data[k:]) + z.flush(), zlib.crc32(data))
-        size = 150 + len(entry[2])
+            c = zlib.compressobj(1, zdict=ref[1][k:k + 32768]) if len(ref[1]) > k else zlib.compressobj(1)
+            ref_where, z = ref[0], c.compress(data[k:]) + c.flush()
+        again = self._again(p, conv, packed) if at is not None and packed is not None else None
+        size = 150 + len(z) + (100 + len(again[0]) + len(again[1]) if again is not None else 0)
         if self.used + size > self.budget:
             self.full = True
+            self._gap(at)
             return
-        self.by[where] = entry
+        self.by[where] = (ref_where, k, z, zlib.crc32(data), -1 if at is None else at, again)
         self.used += size
+        if again is None:
+            self._gap(at)
+
+    def _gap(self, at: int | None) -> None:
+        if at is not None:
+            self.last_gap = max(self.last_gap, at)
+
+    def _again(self, p: Prepared, conv: object, packed: np.ndarray) -> tuple[bytes, bytes] | None:
+        """What makes ``p`` again without reading: its light fields, its conversation (by number),
+        its map's roles and ``split_of`` (pickled), and its map's columns (differences, compressed)."""
+        lm = p.lines
+        if lm is None:
+            return None
+        c = self.convs.get(conv)
+        if c is None:
+            c = self.convs[conv] = len(self.conv_keys)
+            self.conv_keys.append(conv)
+            self.used += 100 + len(repr(conv))
+        d = p.request.__dict__
+        head = pickle.dumps((tuple(d[k] for k in LIGHT), c, lm.roles, lm.split_of), protocol=pickle.HIGHEST_PROTOCOL)
+        cols = np.diff(packed.astype(np.int32), axis=1, prepend=np.int32(0))
+        return head, zlib.compress(cols.tobytes(), 1)
+
+    def end(self, n: int, paths: Sequence[Path]) -> None:
+        """The first pass's reading ended: ``n`` requests read, from ``paths`` (their size and
+        time of change noted: a file changed since is read again)."""
+        if n > self.next:
+            self.last_gap = n - 1
+        self.ended = n
+        self.files = _stats(paths)
+
+    def requests(self, read: Callable[[], Iterable[LogRequest]], paths: Sequence[Path]
+                 ) -> Iterator[LogRequest | Prepared]:
+        """The fix pass's requests, in the first pass's order: the ones up to the last one not
+        kept read (``read()``, the same reading), then the kept ones made again without reading
+        (a ``Prepared`` with its text and line map; its request with its light fields only:
+        ``read.SlimRequest``). All read when a request put did not say its place, the reading's
+        end was not told, or a file changed since; from where a kept one cannot be made again (its
+        previous turn no longer held, its CRC), the rest read again, the ones given passed over."""
+        if not self.placed or self.ended is None or self.files != _stats(paths):
+            yield from read()
+            return
+        start, n = self.last_gap + 1, 0
+        if start > 0:
+            it = iter(read())
+            try:
+                for r in it:
+                    yield r
+                    n += 1
+                    if n >= start:
+                        break
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
+            if n < start:
+                return
+        for where in list(self.by) if n == start else ():
+            e = self.by.get(where)
+            if e is None or e[4] != n or e[5] is None:
+                break
+            p = self._made_again(where, e)
+            if p is None:
+                break
+            yield p
+            n += 1
+        else:
+            if n == self.ended:
+                return
+        for i, r in enumerate(read()):  # the rest read: the ones given passed over
+            if i >= n:
+                yield r
+
+    def _made_again(self, where: str, e: _Entry) -> Prepared | None:
+        assert e[5] is not None
+        head, cols = e[5]
+        fields, c, roles, split_of = pickle.loads(head)
+        r = SlimRequest.of(fields, None, self.conv_keys[c])
+        text = self._taken(r, self.by.pop(where))
+        if text is None:
+            return None
+        self.made_again += 1
+        columns = np.cumsum(np.frombuffer(zlib.decompress(cols), dtype=np.int32).reshape(6, -1), axis=1,
+                            dtype=np.int64)
+        return Prepared(r, None, None, text, LineMap.from_columns(columns, roles, split_of), 0)
 
     def take(self, r: LogRequest) -> str | None:
         """``r``'s text as the first pass rendered it (None: not kept, or its previous turn no
         longer held); the memory it held is freed, the budget is not given back."""
         got = self.by.pop(r.where, None)
-        if got is None:
-            return None
-        ref_where, k, z, crc = got
+        return self._taken(r, got) if got is not None else None
+
+    def _taken(self, r: LogRequest, got: _Entry) -> str | None:
+        ref_where, k, z, crc = got[:4]
         if ref_where is None:
             data = zlib.decompress(z)
         else:

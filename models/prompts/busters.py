@@ -179,6 +179,16 @@ class LineMap(Sequence[LineInfo]):
             return text.split("\n") if limit is None else text.split("\n", limit)[:limit]
         return list(map(text.__getitem__, map(slice, self.starts[:limit].tolist(), self.ends[:limit].tolist())))
 
+    def columns(self) -> np.ndarray:
+        """Its arrays stacked (starts, ends, messages, codes, numbers, content ends): one array to
+        send or keep; :meth:`from_columns` makes the map again."""
+        return np.stack([self.starts, self.ends, self.messages, self.codes, self.numbers, self.content_ends])
+
+    @classmethod
+    def from_columns(cls, cols: np.ndarray, roles: tuple[str, ...], split_of: int) -> LineMap:
+        starts, ends, messages, codes, numbers, content_ends = cols
+        return cls(starts, ends, messages, codes, roles, numbers, content_ends, split_of)
+
     def head(self, n: int) -> LineMap:
         """The first ``n`` lines, copied (a map held long holds no more than them)."""
         if n >= len(self):
