@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...models.prompts.busters import LineMap
+from ...models.prompts.busters import LineMap, line_bounds
 from .pieces import common_prefix
 from .prepare import Prepared, conversation
 from .read import LIGHT, LogRequest, SlimRequest
@@ -54,6 +54,8 @@ class RecentTexts:
         return (w, got) if w is not None and got is not None else None
 
 
+_RUN_COLUMNS = [2, 3, 5, 4]
+"""The line map's columns (``LineMap.columns``) kept as runs: messages, codes, content ends, numbers."""
 _Entry = tuple[str | None, int, bytes, int, int, tuple[bytes, bytes] | None]
 """A kept text: the previous turn's file:line (None: none), the length of their common prefix,
 the rest compressed, the text's CRC-32, the request's place in the reading (-1: not told), and
@@ -85,7 +87,7 @@ class Kept:
 
     Where the first pass tells each request's place in its reading and its line map (the process
     rendering ahead, ``forked.py``), the request's light fields and its line map are kept too
-    (the map's columns as differences, zlib-compressed: about 400 bytes a request on an agent log),
+    (the map as runs of lines: about 700 bytes a request with its light fields, on an agent log),
     and :meth:`requests` gives the fix pass the requests after the last one not kept without
     reading them."""
 
@@ -157,19 +159,31 @@ class Kept:
 
     def _again(self, p: Prepared, conv: object, packed: np.ndarray) -> tuple[bytes, bytes] | None:
         """What makes ``p`` again without reading: its light fields, its conversation (by number),
-        its map's roles and ``split_of`` (pickled), and its map's columns (differences, compressed)."""
+        its map's roles and ``split_of`` (pickled), and its map as runs of lines (where each run
+        starts; its message, role, content end, and line number less the line's index): a
+        message's lines are a run, and so are the lines between two messages. The lines' bounds
+        are found in the text again (``busters.line_bounds``). None: a map not of every line of
+        the text."""
         lm = p.lines
-        if lm is None:
+        text = p.text
+        n = packed.shape[1]
+        if lm is None or text is None or lm.split_of != len(text) or not n or packed[1, -1] != len(text) \
+                or n != text.count("\n") + 1:
             return None
         c = self.convs.get(conv)
         if c is None:
             c = self.convs[conv] = len(self.conv_keys)
             self.conv_keys.append(conv)
             self.used += 100 + len(repr(conv))
+        x = packed[_RUN_COLUMNS]
+        x[3] -= np.arange(n)
+        first = np.ones(n, dtype=bool)
+        np.any(x[:, 1:] != x[:, :-1], axis=0, out=first[1:])
+        at = np.flatnonzero(first)
+        runs = np.concatenate([at[None], x[:, at]]).astype(np.int32)
         d = p.request.__dict__
-        head = pickle.dumps((tuple(d[k] for k in LIGHT), c, lm.roles, lm.split_of), protocol=pickle.HIGHEST_PROTOCOL)
-        cols = np.diff(packed.astype(np.int32), axis=1, prepend=np.int32(0))
-        return head, zlib.compress(cols.tobytes(), 1)
+        head = pickle.dumps((tuple(d[k] for k in LIGHT), c, lm.roles), protocol=pickle.HIGHEST_PROTOCOL)
+        return head, runs.tobytes()
 
     def end(self, n: int, paths: Sequence[Path]) -> None:
         """The first pass's reading ended: ``n`` requests read, from ``paths`` (their size and
@@ -223,16 +237,20 @@ class Kept:
 
     def _made_again(self, where: str, e: _Entry) -> Prepared | None:
         assert e[5] is not None
-        head, cols = e[5]
-        fields, c, roles, split_of = pickle.loads(head)
+        head, runs = e[5]
+        fields, c, roles = pickle.loads(head)
         r = SlimRequest.of(fields, None, self.conv_keys[c])
         text = self._taken(r, self.by.pop(where))
         if text is None:
             return None
         self.made_again += 1
-        columns = np.cumsum(np.frombuffer(zlib.decompress(cols), dtype=np.int32).reshape(6, -1), axis=1,
-                            dtype=np.int64)
-        return Prepared(r, None, None, text, LineMap.from_columns(columns, roles, split_of), 0)
+        starts, ends = line_bounds(text)
+        n = len(starts)
+        table = np.frombuffer(runs, dtype=np.int32).reshape(1 + len(_RUN_COLUMNS), -1).astype(np.int64)
+        messages, codes, content_ends, numbers = table[1:].repeat(np.diff(table[0], append=n), axis=1)
+        numbers += np.arange(n)
+        return Prepared(r, None, None, text, LineMap(starts, ends, messages, codes, roles, numbers, content_ends,
+                                                     len(text)), 0)
 
     def take(self, r: LogRequest) -> str | None:
         """``r``'s text as the first pass rendered it (None: not kept, or its previous turn no

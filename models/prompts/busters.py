@@ -218,6 +218,23 @@ def _find(text: str, s: str, start: int) -> int:
     return text.find(s, p) if p >= 0 else -1
 
 
+def line_bounds(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where each line of ``text`` (``str.split("\\n")``'s) starts and ends, in ``str`` character
+    offsets: numpy over an ASCII text's bytes, else the lengths of the lines."""
+    if text.isascii():  # a character a byte: numpy finds the newlines, no line is made
+        breaks = (np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 10).nonzero()[0]
+        n = len(breaks) + 1
+        starts = np.zeros(n, dtype=np.int64)
+        starts[1:] = breaks + 1
+        ends = np.full(n, len(text), dtype=np.int64)
+        ends[:-1] = breaks
+        return starts, ends
+    lens = np.fromiter(map(len, text.split("\n")), dtype=np.int64)
+    ends = (lens + 1).cumsum()
+    ends -= 1
+    return ends - lens, ends
+
+
 def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: Sequence[str] = ()) -> LineMap:
     """The lines of ``text`` tied to the messages ``contents`` ((role, content) in order), found in
     the text in order; a line outside every message is ``tools`` when it names a tool, else
@@ -242,19 +259,8 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
         if p >= 0:
             cursor = p + len(c)
             spans.append((p, cursor, i, role))
-    if text.isascii():  # a character a byte: numpy finds the newlines, no line is made
-        breaks = (np.frombuffer(text.encode("ascii"), dtype=np.uint8) == 10).nonzero()[0]
-        n = len(breaks) + 1
-        starts = np.zeros(n, dtype=np.int64)
-        starts[1:] = breaks + 1
-        ends = np.full(n, len(text), dtype=np.int64)
-        ends[:-1] = breaks
-    else:
-        lens = np.fromiter(map(len, text.split("\n")), dtype=np.int64)
-        n = len(lens)
-        ends = (lens + 1).cumsum()
-        ends -= 1
-        starts = ends - lens
+    starts, ends = line_bounds(text)
+    n = len(starts)
     roles = tuple(dict.fromkeys(["template", "tools", *(s[3] for s in spans)]))
     runs: list[int] = []  # per run of lines: how many, message index, role code, content end, number - index
     g = 0  # the first line not tied to an earlier message
