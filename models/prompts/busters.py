@@ -462,6 +462,8 @@ class _Seen:
     chars: int
     label: str = ""
     prefixes: list[int] = field(default_factory=list)
+    weights: list[int] = field(default_factory=list)
+    """Each line's vote (:meth:`Finder._compare`): its length + 1, 0 for a blank line."""
 
 
 @dataclass(frozen=True)
@@ -549,14 +551,15 @@ class Finder:
         lm = LineMap.of(infos)
         texts = lm.texts(text, self.max_lines)
         hashes, prefixes = hashed if hashed is not None else _hashed(texts)
-        me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label, prefixes)
+        weights = [len(t) + 1 if t.strip() else 0 for t in texts]  # a line's vote; a blank one has none
+        me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label, prefixes, weights)
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
         if len(self.index) > self.max_index or len(self.prefix) > self.max_index:
             self.index.clear()
             self.prefix.clear()
-        self.index.update(zip(compress(hashes, map(str.strip, texts)), repeat(self.seq)))  # its lines not blank
+        self.index.update(zip(compress(hashes, weights), repeat(self.seq)))  # its lines not blank
         self.prefix.update(zip(me.prefixes, repeat(self.seq)))
         self.recent[self.seq] = me
         while len(self.recent) > self.window:
@@ -595,7 +598,7 @@ class Finder:
         holders = [j for j in set(got) if j in self.recent]
         if not holders:
             return None
-        weights = [len(t) + 1 if t.strip() else 0 for t in me.texts]  # a line's vote; a blank one has none
+        weights = me.weights
         votes: dict[int, int] = {}
         if len(holders) <= _FEW_HOLDERS:  # a sum a holder, each over the lines at C speed
             votes = {j: sum(compress(weights, map(j.__eq__, got))) for j in holders}
