@@ -485,6 +485,68 @@ def test_a_turn_cut_after_its_conversations_last_turn_gives_transformers_ids(tmp
     assert claimed[0] > len(texts) / 2
 
 
+def _rewritten_turns(rng: random.Random, n: int, streams_from: str = "abc") -> tuple[list[str], list[str]]:
+    """Texts of streams that interleave, each a line-by-line rewrite of its stream's last one:
+    one line replaced (a timestamp's length or another, added tokens and halves of them, spaces
+    and newlines around it), then new lines added; sometimes only lines added."""
+    alphabet = [*ALPHABET, "<", "</", "s>", "<s", "/s>", "x\ny", "a\nb\nc"]
+    texts: list[str] = []
+    streams: list[str] = []
+    last: dict[str, list[str]] = {}
+    for _ in range(n):
+        s = rng.choice(streams_from)
+        lines = list(last.get(s, []))
+        if lines and rng.random() < 0.8:
+            i = rng.randrange(len(lines))
+            lines[i] = rng.choice([f"Now: 2026-12-07T{rng.randrange(24):02d}:{rng.randrange(60):02d}Z",
+                                   "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))])
+        lines += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12))) for _ in range(rng.randrange(1, 8))]
+        last[s] = lines
+        texts.append("\n".join(lines))
+        streams.append(s)
+    return texts, streams
+
+
+@pytest.mark.parametrize("which", ["fixture", "trained"])
+@pytest.mark.parametrize("per_piece", [1, 2])
+def test_a_turn_that_rewrites_one_line_of_its_last_turn_takes_the_rest_from_it(tmp_path, which, per_piece):
+    """A turn that differs from its stream's last one in one line in the middle and is the same
+    after it (a timestamp rewritten in the system prompt) takes the pieces after that line from
+    it too (``Span``): every prompt's ids are transformers' whole ones, in batches of 3 begun
+    before the earlier ones finish, and more text is taken from earlier turns than without the
+    spans."""
+    r = Renderer(FIX / "tokenizer" if which == "fixture" else byte_level_tokenizer(tmp_path / "tok"))
+    texts, streams = _rewritten_turns(random.Random(17), 240)
+    kept = {}
+    for spans in (True, False):
+        cache = PieceCache(r._backend(), lines_per_piece=per_piece)
+        if not spans:
+            cache._span = lambda *a: None  # type: ignore[method-assign]
+        calls: list[tuple[Future[object], object]] = []
+
+        def later(work):
+            f: Future[object] = Future()
+            calls.append((f, work))
+            return f
+        got: list[list[int]] = []
+        begun = []
+        for i in range(0, len(texts), 3):
+            begun.append(cache.begin(texts[i:i + 3], add_special_tokens=False, run=later, streams=streams[i:i + 3]))
+            if len(begun) > 2:
+                for f, work in calls:
+                    f.set_result(work())
+                calls.clear()
+                got += [a.tolist() for a in cache.finish(begun.pop(0))]
+        for f, work in calls:
+            f.set_result(work())
+        for b in begun:
+            got += [a.tolist() for a in cache.finish(b)]
+        assert got == transformers_ids(r, texts, False)
+        assert cache.failed is None
+        kept[spans] = cache.chars_kept
+    assert kept[True] > kept[False] * 1.05, kept
+
+
 def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
     """``LastTurns.digests`` (the digests of the ids a turn shares with its stream's last turn
     taken from it) gives ``token_digests_many``'s digests: turns that go on from their last one,

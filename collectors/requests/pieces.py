@@ -298,6 +298,9 @@ class Turn:
     """Until it is finished: the previous turn its first ``first`` ends are (None: none). It is
     begun before this one, so finished before it: its ids up to there are this one's first part."""
     first: int = 0
+    span: Span | None = None
+    """Until it is finished: a run of the previous turn's pieces this one has again after the
+    place the two differ at (None: none)."""
     ids: np.ndarray | None = None
     head: int = 0
     counted: int = 0
@@ -307,6 +310,21 @@ class Turn:
     def size(self) -> int:
         """Bytes it holds, roughly: its text (as UTF-8 at most 4 a character), its ids, its ends."""
         return sys.getsizeof(self.text) + (self.ids.nbytes if self.ids is not None else 0) + 16 * len(self.ends) + 200
+
+
+@dataclass(eq=False)
+class Span:
+    """The previous turn's (``base``) pieces ``a`` to ``b - 1``, which a turn has again at
+    ``start`` to ``end`` of its text (``shift`` characters from where they were in ``base``):
+    after the line where the two differ, the texts are the same again (a timestamp rewritten
+    in the system prompt). Their ids are ``base``'s, once it is finished."""
+
+    base: Turn
+    a: int
+    b: int
+    start: int
+    end: int
+    shift: int
 
 
 class PieceCache:
@@ -411,7 +429,15 @@ class PieceCache:
                 kept_chars += start
             ends = turn.ends if turn is not None else None
             at = start
-            for p in self._cut(t[start:] if start else t):
+            span = turn.span if turn is not None else None
+            for p in self._cut_around(t, start, span):
+                if isinstance(p, Span):  # the previous turn's pieces again: neither cut nor looked up
+                    parts.append(p)
+                    assert ends is not None
+                    ends.extend(e + p.shift for e in p.base.ends[p.a:p.b])
+                    at = p.end
+                    kept_chars += p.end - p.start
+                    continue
                 if isinstance(p, int):
                     a = added.get(p)
                     if a is None:
@@ -469,16 +495,17 @@ class PieceCache:
             pending[k] = b
         return b
 
-    def _finished(self, turn: Turn, ids: np.ndarray, head: int, new: list[np.ndarray]) -> None:
+    def _finished(self, turn: Turn, ids: np.ndarray, head: int, lens: list[int]) -> None:
         """``turn``'s ids (``head`` of them the post-processor's) and the ids before the end of
-        each of its ``new`` pieces (those after its prefix): what its stream's next turn starts
-        with."""
+        each of its pieces after its prefix (``lens``: the ids in each): what its stream's next
+        turn starts with."""
         base, n = turn.base, 0
         if base is not None:
             n = base.tokens[turn.first - 1]
             turn.tokens = base.tokens[:turn.first]
             turn.base = None  # no chain of turns held
-        turn.tokens += (np.cumsum([len(a) for a in new], dtype=np.int64) + n).tolist()
+        turn.span = None
+        turn.tokens += (np.cumsum(lens, dtype=np.int64) + n).tolist()
         turn.ids, turn.head = ids, head
         if self.turns.get(turn.stream) is turn:
             self._count(turn)
@@ -495,12 +522,40 @@ class PieceCache:
             if prev.special == special:
                 # never its last piece (the text's end, no cut in a text that goes on): it ends
                 # past the common prefix less the guard
-                j = bisect_right(prev.ends, common_prefix(prev.text, text) - self.guard)
+                k = common_prefix(prev.text, text)
+                j = bisect_right(prev.ends, k - self.guard)
                 if j:
                     turn.ends, turn.base, turn.first = prev.ends[:j], prev, j
+                if k < len(prev.text) and k < len(text):
+                    turn.span = self._span(prev, text, k)
         turns[stream] = turn
         self._count(turn)
         return turn
+
+    def _span(self, prev: Turn, text: str, k: int) -> Span | None:
+        """The run of ``prev``'s pieces ``text`` has again after the line they differ at (``k``
+        the first character): past the end of that line in each, the longest run of the same
+        characters; in it, the pieces from the second boundary twice ``guard`` characters or more past
+        its start (a reset point of the cutting in both, past any added token that starts
+        before the run: the first may be cut otherwise in ``text``, whose text before it differs)
+        to the last that ends ``guard`` characters or more before its end. None: no such piece."""
+        x = prev.text.find("\n", k)
+        y = text.find("\n", k)
+        if x < 0 or y < 0:
+            return None
+        m = common_prefix(prev.text[x:x + len(text) - y], text[y:y + len(prev.text) - x])
+        ends, guard = prev.ends, self.guard
+        a = bisect_right(ends, x + 2 * guard - 1) + 2  # ends[a - 2]: the reset point; ends[a - 1]: the start
+        b = bisect_right(ends, x + m - guard)
+        if b <= a:
+            return None
+        return Span(prev, a, b, ends[a - 1] + y - x, ends[b - 1] + y - x, y - x)
+
+    def _cut_around(self, text: str, start: int, span: Span | None) -> list[str | int | Span]:
+        """``text`` from ``start`` cut (:meth:`_cut`), the previous turn's ``span`` in its place."""
+        if span is None or span.start < start:
+            return list(self._cut(text[start:] if start else text))
+        return [*self._cut(text[start:span.start]), span, *self._cut(text[span.end:])]
 
     def _count(self, turn: Turn) -> None:
         """``turn``'s bytes counted again, and the oldest turns dropped past the bound."""
@@ -531,24 +586,35 @@ class PieceCache:
         same: list[tuple[np.ndarray, int] | None] = [None] * len(b.cut)
         for i, parts in enumerate(b.cut):
             arrs = [head]
+            lens: list[int] = []  # ids in each piece after the previous turn's first part
             for p in parts:
                 if isinstance(p, np.ndarray):
                     arrs.append(p)
+                    lens.append(len(p))
                 elif isinstance(p, Turn):
                     base = p.base
                     assert base is not None and base.ids is not None, "begun before this turn: finished before it"
                     n = base.tokens[p.first - 1]
                     arrs.append(base.ids[base.head:base.head + n])
                     same[i] = (base.ids, base.head + n)  # its head is this one's (one kind, one affix)
+                elif isinstance(p, Span):
+                    sb = p.base
+                    assert sb.ids is not None, "begun before this turn: finished before it"
+                    tok = sb.tokens
+                    lo = tok[p.a - 1]
+                    arrs.append(sb.ids[sb.head + lo:sb.head + tok[p.b - 1]])
+                    lens += [y - x for x, y in zip(tok[p.a - 1:p.b - 1], tok[p.a:p.b], strict=True)]
                 else:
                     mine = fresh.get(p)
-                    arrs.append(mine if mine is not None else b.borrowed[p].fresh[p])
+                    got = mine if mine is not None else b.borrowed[p].fresh[p]
+                    arrs.append(got)
+                    lens.append(len(got))
             arrs.append(tail)
             ids = np.concatenate(arrs, dtype=np.int64)
             out.append(ids)
             turn = b.turns[i] if b.turns else None
             if turn is not None:
-                self._finished(turn, ids, len(head), arrs[2 if turn.first else 1:-1])
+                self._finished(turn, ids, len(head), lens)
         b.cut, b.borrowed = [], {}  # what a later batch may take from it is only ``fresh``: no chain of batches held
         for i, want in zip(b.sample, whole, strict=True):
             self.sampled += 1
