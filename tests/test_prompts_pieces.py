@@ -500,7 +500,8 @@ def _rewritten_turns(rng: random.Random, n: int, streams_from: str = "abc") -> t
             i = rng.randrange(len(lines))
             lines[i] = rng.choice([f"Now: 2026-12-07T{rng.randrange(24):02d}:{rng.randrange(60):02d}Z",
                                    "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))])
-        lines += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12))) for _ in range(rng.randrange(1, 8))]
+        lines += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12)))
+                  for _ in range(rng.randrange(1, 8))]
         last[s] = lines
         texts.append("\n".join(lines))
         streams.append(s)
