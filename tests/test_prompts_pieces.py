@@ -525,7 +525,7 @@ def test_a_turn_that_rewrites_one_line_of_its_last_turn_takes_the_rest_from_it(t
             cache._span = lambda *a: None  # type: ignore[method-assign]
         calls: list[tuple[Future[object], object]] = []
 
-        def later(work):
+        def later(work, calls=calls):  # type: ignore[no-untyped-def]
             f: Future[object] = Future()
             calls.append((f, work))
             return f
