@@ -265,7 +265,7 @@ class Batch:
 
     texts: list[str]
     special: bool
-    cut: list[list[np.ndarray | tuple[int, int] | Turn]] | None
+    cut: list[list[np.ndarray | tuple[int, int] | Turn | Span]] | None
     borrowed: dict[tuple[int, int], Batch]
     sample: list[int]
     result: Future[Any]
@@ -414,14 +414,14 @@ class PieceCache:
         cache, pending, added = self.cache, self.pending, self._added
         missing: dict[tuple[int, int], str] = {}
         borrowed: dict[tuple[int, int], Batch] = {}
-        cut: list[list[np.ndarray | tuple[int, int] | Turn]] = []
+        cut: list[list[np.ndarray | tuple[int, int] | Turn | Span]] = []
         turns: list[Turn | None] = []
         kept_chars = 0
         for i, t in enumerate(texts):
             stream = streams[i] if streams is not None else None
             turn = self._next_turn(stream, t, add_special_tokens) if stream is not None else None
             turns.append(turn)
-            parts: list[np.ndarray | tuple[int, int] | Turn] = []
+            parts: list[np.ndarray | tuple[int, int] | Turn | Span] = []
             start = 0
             if turn is not None and turn.base is not None:
                 parts.append(turn)  # the previous turn's ids up to ``turn.first`` of its ends, once it is finished
