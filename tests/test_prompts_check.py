@@ -280,6 +280,41 @@ def test_kept_renders_come_back_as_they_were_in_far_less_than_their_text():
     assert not kept.by  # each freed as it is taken
 
 
+def test_a_kept_text_comes_back_whatever_it_changes_of_its_previous_turn():
+    """Turns that rewrite a line in the middle (a timestamp of another length), add lines, add
+    more than ``RAW_BYTES`` (then compressed), change the last line (no newline after it) or
+    share nothing: each comes back as it was from its previous turn's bytes, and what is kept
+    is a small part of the texts."""
+    import random
+
+    from kvplan.collectors.requests.kept import RAW_BYTES, Kept
+
+    rng = random.Random(5)
+    texts = []
+    lines = ["<system>You are careful."] + [f"rule {i}: é ü" for i in range(30)]
+    for i in range(80):
+        op = i % 5
+        if op == 0:
+            lines[rng.randrange(len(lines))] = f"now: 2026-12-0{rng.randrange(1, 9)}T{rng.randrange(24)}:00Z"
+        elif op == 1:
+            lines += [f"turn {i} " + "y" * rng.randrange(0, 40) for _ in range(rng.randrange(1, 5))]
+        elif op == 2:
+            lines.append(f"{i} " + "z" * (RAW_BYTES + 500))
+        elif op == 3:
+            lines[-1] += "!"
+        elif i % 20 == 9:
+            lines = [f"fresh {i}", *lines[1:]]  # the first line: nothing shared from the start
+        texts.append("\n".join(lines))
+    reqs = [LogRequest(source="log", line=i + 1, kind="chat", messages=[{"role": "user", "content": "q"}])
+            for i in range(len(texts))]
+    kept = Kept(64 << 20)
+    for r, text in zip(reqs, texts, strict=True):
+        kept.put(Prepared(r, None, None, text))
+    assert len(kept.by) == len(texts)
+    assert kept.used < 8 * RAW_BYTES, kept.used  # 16 lines of RAW_BYTES + 500 among them: compressed
+    assert [kept.take(r) for r in reqs] == texts
+
+
 def test_a_kept_text_whose_previous_turn_is_gone_or_wrong_is_rendered_again():
     """None (render again), never a wrong text: the previous turn forgotten by the fix pass, or
     two requests at one place (what the text was kept against is not what comes back)."""

@@ -1,5 +1,5 @@
 """Rendered requests the prompt check's first pass keeps for its "if fixed" pass (``Kept``):
-each text as what it adds to its conversation's previous turn, zlib-compressed, memory only;
+each text as what it adds to its conversation's previous turn (:func:`_delta`), memory only;
 where the first pass says which request of the reading each one is, also its line map and its
 light fields, so that the fix pass reads no line again after the last request not kept
 (:meth:`Kept.requests`)."""
@@ -56,10 +56,33 @@ class RecentTexts:
 
 _RUN_COLUMNS = [2, 3, 5, 4]
 """The line map's columns (``LineMap.columns``) kept as runs: messages, codes, content ends, numbers."""
-_Entry = tuple[str | None, int, bytes, int, int, tuple[bytes, bytes] | None]
-"""A kept text: the previous turn's file:line (None: none), the length of their common prefix,
-the rest compressed, the text's CRC-32, the request's place in the reading (-1: not told), and
-what makes it again without reading (:meth:`Kept.put`'s ``packed``; None: nothing)."""
+_Entry = tuple[str | None, tuple[int, int, int, int, bool] | None, bytes, int, int, tuple[bytes, bytes] | None]
+"""A kept text: the previous turn's file:line (None: none, the text compressed), how it is made
+of it and its own bytes (:func:`_delta`), the text's CRC-32, the request's place in the reading
+(-1: not told), and what makes it again without reading (:meth:`Kept.put`'s ``packed``; None:
+nothing)."""
+
+
+RAW_BYTES = 4096
+"""What a kept text adds to its previous turn is kept as it is up to this size, compressed past it."""
+
+
+def _delta(ref: bytes, data: bytes) -> tuple[tuple[int, int, int, int, bool], bytes]:
+    """``data`` as what it adds to ``ref``: their common prefix (``k``), then the rest of the
+    line they part at, then, where that line ends in both, the longest run of ``ref`` (at ``x``,
+    ``m`` bytes) it has again (a line rewritten in the middle: a timestamp), then the rest; the
+    bytes of its own (``mid`` of them before the run) kept as they are, or compressed past
+    ``RAW_BYTES``."""
+    k = common_prefix(ref, data)
+    x, y = ref.find(b"\n", k), data.find(b"\n", k)
+    if x < 0 or y < 0:
+        x = m = 0
+        y = len(data)
+    else:
+        m = common_prefix(ref[x:x + len(data) - y], data[y:y + len(ref) - x])
+    own = data[k:y] + data[y + m:]
+    zipped = len(own) > RAW_BYTES
+    return (k, x, m, y - k, zipped), zlib.compress(own, 1) if zipped else own
 
 
 def _stats(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
@@ -78,9 +101,11 @@ class Kept:
     render; a map is larger than its text).
 
     A text is kept as what it adds to its conversation's previous turn (``prepare.conversation``; the
-    newest earlier text of it, among the recent ones): the length of their common prefix and the
-    rest, zlib-compressed with the previous turn's matching text as the dictionary. An agent's turn
-    that repeats the conversation so far so takes a few hundred bytes. The fix pass, reading in
+    newest earlier text of it, among the recent ones): their common prefix, then, past the line
+    they part at, the run of the previous turn it has again (a timestamp rewritten in the system
+    prompt), and its own bytes (:func:`_delta`; compressed past ``RAW_BYTES``, and a text with no
+    previous turn). An agent's turn that repeats the conversation so far so takes what it adds
+    (on the 20 MB agent log, about 1.1 KB a request, no compression for most). The fix pass, reading in
     the same order, holds the same recent texts (the ones it takes back and the ones it renders
     again); a text whose previous turn it no longer holds, or that does not come back as it was
     (its CRC-32), is rendered again. Memory only, never written.
@@ -137,18 +162,16 @@ class Kept:
         ref = self.put_texts.ref(conv)
         self.put_texts.add(where, conv, data)
         if ref is None:
-            ref_where, k, z = None, 0, zlib.compress(data, 1)
+            ref_where, cut, z = None, None, zlib.compress(data, 1)
         else:
-            k = common_prefix(ref[1], data)
-            c = zlib.compressobj(1, zdict=ref[1][k:k + 32768]) if len(ref[1]) > k else zlib.compressobj(1)
-            ref_where, z = ref[0], c.compress(data[k:]) + c.flush()
+            ref_where, (cut, z) = ref[0], _delta(ref[1], data)
         again = self._again(p, conv, packed) if at is not None and packed is not None else None
         size = 150 + len(z) + (100 + len(again[0]) + len(again[1]) if again is not None else 0)
         if self.used + size > self.budget:
             self.full = True
             self._gap(at)
             return
-        self.by[where] = (ref_where, k, z, zlib.crc32(data), -1 if at is None else at, again)
+        self.by[where] = (ref_where, cut, z, zlib.crc32(data), -1 if at is None else at, again)
         self.used += size
         if again is None:
             self._gap(at)
@@ -259,19 +282,17 @@ class Kept:
         return self._taken(r, got) if got is not None else None
 
     def _taken(self, r: LogRequest, got: _Entry) -> str | None:
-        ref_where, k, z, crc = got[:4]
-        if ref_where is None:
+        ref_where, cut, z, crc = got[:4]
+        if ref_where is None or cut is None:
             data = zlib.decompress(z)
         else:
             ref = self.take_texts.by.get(ref_where)
-            if ref is None or len(ref) < k:
+            k, x, m, mid, zipped = cut
+            if ref is None or len(ref) < max(k, x + m):
                 return None
-            d = zlib.decompressobj(zdict=ref[k:k + 32768]) if len(ref) > k else zlib.decompressobj()
-            try:
-                data = ref[:k] + d.decompress(z) + d.flush()
-            except zlib.error:  # not the previous turn it was kept against (two requests at one place)
-                return None
-        if zlib.crc32(data) != crc:
+            rest = zlib.decompress(z) if zipped else z
+            data = b"".join((ref[:k], rest[:mid], ref[x:x + m], rest[mid:]))
+        if zlib.crc32(data) != crc:  # not the previous turn it was kept against (two requests at one place)
             return None
         self.seen(r, data)
         return data.decode("utf-8", "surrogatepass")

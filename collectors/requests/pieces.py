@@ -26,7 +26,12 @@ not once per request.
 A text that continues a conversation (``begin``'s ``streams``) starts with the ids of its last
 turn's pieces up to shortly before the first character the two differ at (``Turn``): a piece ends
 where it does in the whole text when the text up to its end and the ``guard`` characters after
-it are the same, so only the rest is cut and looked up.
+it are the same, so only the rest is cut and looked up. Past the line where the two part, where
+the last turn's text comes again (a timestamp rewritten in the system prompt), that turn's
+pieces inside the run are taken too (``Span``): from the second of its piece boundaries twice
+``guard`` characters into the run (the cutting starts afresh at every place a cut may go, so the
+pieces after one such place inside the run are cut the same in both texts) to the last one that
+ends ``guard`` characters before the run's end.
 
 The equality is proven as the check goes: the first ``SAMPLE_FIRST`` prompts and one in
 ``SAMPLE_EVERY`` after are tokenized whole too and compared. On the first difference the cache
