@@ -7,7 +7,9 @@ and sends back, in file order, each request with its text, its line map and the 
 finders take of it (the lines', the messages'), while the check's own process keys and replays
 the ones before: the two run on two cores, and each line is parsed once. A request crosses slim
 (``read.SlimRequest``: its few light fields, its content pickled, unpickled only where the check
-needs it, and its conversation's key); one the check renders itself crosses whole. The bad lines
+needs it, and its conversation's key), its text as what it adds to its conversation's last text
+(``delta.Mirror``: both processes hold the last texts, fed the same ones); one the check renders
+itself crosses whole. The bad lines
 it read cross with the request after them, and are recorded in the check's ``Skipped`` where
 reading there would have recorded them (:func:`read_then_ahead`), so every bad line is named
 where it always was, and a sample's counts (``--sample-sessions``) are its reading's. A forked
@@ -58,6 +60,7 @@ import numpy as np
 
 from ...models.core.errors import KvplanError
 from ...models.prompts.busters import LineMap, line_hashes
+from .delta import Mirror
 from .history import request_hashes
 from .kept import Kept
 from .prepare import Prepared, Preparer, conversation
@@ -68,8 +71,9 @@ BATCH = 16
 """Renders sent at once (one message on the pipe)."""
 PIPE_BYTES = 1 << 20
 """The pipe's buffer (Linux's default ``pipe-max-size``): a few batches rendered ahead, no more."""
-_Sent = tuple[str, np.ndarray, tuple[str, ...], int, bool, list[int] | None, tuple[list[int], list[int]]] | None
-"""One request's render as sent (beside the request): text, the line map's arrays stacked, its roles, its
+_Sent = tuple[Any, np.ndarray, tuple[str, ...], int, bool, list[int] | None, tuple[list[int], list[int]]] | None
+"""One request's render as sent (beside the request): text (as what it adds to its conversation's
+last one: ``delta.Mirror``), the line map's arrays stacked, its roles, its
 ``split_of``, whether the template's date was put in, its ``history.request_hashes`` (chat) and
 its ``busters.line_hashes``; None: rendered by the check itself."""
 
@@ -202,6 +206,7 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
     batch: list[tuple[Any, _Bad, _Sent]] = []
     lines = _Lines(Skipped())
     n = 0
+    mirror = Mirror()  # the check's process holds the same texts: a text crosses as what it adds
     try:
         for i, r in enumerate(sampled(read_requests(paths, lines.skipped), sample)):
             n = i + 1
@@ -211,7 +216,11 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
             sent, p = _rendered(prep, r)
             if p is not None and sent is not None and kept is not None and keep.value:
                 kept.put(p, i, sent[1])
-            batch.append((slimmed(r, conversation(r)) if sent is not None else r, lines.since(), sent))
+            if sent is None:
+                batch.append((r, lines.since(), None))
+            else:
+                conv = conversation(r)
+                batch.append((slimmed(r, conv), lines.since(), (mirror.send(conv, sent[0]), *sent[1:])))
             if len(batch) >= BATCH:
                 out.send(batch)
                 batch = []
@@ -308,6 +317,9 @@ class RenderAhead:
         """Its first pass's end came: it sent every request after the first ``skip``."""
         self.sample = sample
         self.queue: deque[tuple[Any, _Bad, _Sent]] = deque()
+        self.mirror = Mirror()
+        """The texts received, as the process's: each text crosses as what it adds to its
+        conversation's last one (``delta.Mirror``)."""
         self.pending: tuple[LogRequest, _Sent] | None = None
         """The last request :meth:`requests` gave and its render (:meth:`take` takes it)."""
         self.prep = prep
@@ -353,6 +365,8 @@ class RenderAhead:
                 req, bad, sent = self.queue.popleft()
                 _add_bad(skipped, bad)
                 r = SlimRequest.of(*req) if isinstance(req, tuple) else req
+                if sent is not None:  # its text as sent: what it adds to its conversation's last one
+                    sent = (self.mirror.received(req[2], sent[0]), *sent[1:])
                 self.pending = (r, sent)
                 yield r
 

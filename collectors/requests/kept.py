@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...models.prompts.busters import LineMap, line_bounds
-from .pieces import common_prefix
+from .delta import delta, undelta
 from .prepare import Prepared, conversation
 from .read import LIGHT, LogRequest, SlimRequest
 
@@ -68,21 +68,11 @@ RAW_BYTES = 4096
 
 
 def _delta(ref: bytes, data: bytes) -> tuple[tuple[int, int, int, int, bool], bytes]:
-    """``data`` as what it adds to ``ref``: their common prefix (``k``), then the rest of the
-    line they part at, then, where that line ends in both, the longest run of ``ref`` (at ``x``,
-    ``m`` bytes) it has again (a line rewritten in the middle: a timestamp), then the rest; the
-    bytes of its own (``mid`` of them before the run) kept as they are, or compressed past
+    """``data`` as what it adds to ``ref`` (``delta.delta``), its own bytes compressed past
     ``RAW_BYTES``."""
-    k = common_prefix(ref, data)
-    x, y = ref.find(b"\n", k), data.find(b"\n", k)
-    if x < 0 or y < 0:
-        x = m = 0
-        y = len(data)
-    else:
-        m = common_prefix(ref[x:x + len(data) - y], data[y:y + len(ref) - x])
-    own = data[k:y] + data[y + m:]
+    k, x, m, mid, own = delta(ref, data)
     zipped = len(own) > RAW_BYTES
-    return (k, x, m, y - k, zipped), zlib.compress(own, 1) if zipped else own
+    return (k, x, m, mid, zipped), zlib.compress(own, 1) if zipped else own
 
 
 def _stats(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
@@ -290,8 +280,7 @@ class Kept:
             k, x, m, mid, zipped = cut
             if ref is None or len(ref) < max(k, x + m):
                 return None
-            rest = zlib.decompress(z) if zipped else z
-            data = b"".join((ref[:k], rest[:mid], ref[x:x + m], rest[mid:]))
+            data = undelta(ref, (k, x, m, mid, zlib.decompress(z) if zipped else z))
         if zlib.crc32(data) != crc:  # not the previous turn it was kept against (two requests at one place)
             return None
         self.seen(r, data)
