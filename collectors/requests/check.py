@@ -45,6 +45,7 @@ from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predict
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
+from .delta import Mirror
 from .forked import ChildFailed, RenderAhead, can_fork, read_then_ahead
 from .history import HistoryFinder
 from .kept import Kept
@@ -700,25 +701,48 @@ def _fix_pass(spec: FixSpec, renderer: Renderer | None, spill: _Spill, progress:
     return replay(_rewrites(spec, renderer, reuse if reuse is not None else Kept(0)))
 
 
-_Packed = tuple[list[list[int | None]], list[tuple[tuple[tuple[Any, ...], None, object], str]]]
+_Packed = tuple[list[list[int | None]], list[tuple[tuple[tuple[Any, ...], None, object], Any]]]
 
 
-def _packed(x: _Rewritten) -> _Packed:
+def _first_variants(rows: list[list[int | None]]) -> dict[int, int]:
+    """Per changed text of a fix-pass batch (its place in the batch's items), the first variant
+    it is the text of: which of its conversation's texts it follows."""
+    first: dict[int, int] = {}
+    for row in rows:
+        for v, k in enumerate(row):
+            if k is not None:
+                first.setdefault(k, v)
+    return first
+
+
+def _packed(x: _Rewritten, mirror: Mirror) -> _Packed:
     """A fix-pass batch as sent from the forked process: each changed text with its request's
     light fields only (``read.light``: what keying it takes, its kind, conversation, extra keys
-    and output length; not its messages)."""
+    and output length; not its messages), the text as what it adds to the last one of its
+    conversation under its variant (``delta.Mirror``)."""
     rows, items = x
-    return rows, [(light(p.request, conversation(p.request)), t) for p, t in items]
+    first = _first_variants(rows)
+    out = []
+    for i, (p, t) in enumerate(items):
+        conv = conversation(p.request)
+        out.append((light(p.request, conv), mirror.send((first[i], conv), t)))
+    return rows, out
 
 
 def _unpacked(stream: Iterable[_Packed]) -> Iterator[_Rewritten]:
+    mirror = Mirror()  # the forked process's, fed the same texts
     for rows, items in stream:
-        yield rows, [(Prepared(SlimRequest.of(*r), None, None), t) for r, t in items]
+        first = _first_variants(rows)
+        yield rows, [(Prepared(SlimRequest.of(*r), None, None), mirror.received((first[i], r[2]), t))
+                     for i, (r, t) in enumerate(items)]
 
 
 def _packed_rewrites(renderer: Renderer | None) -> Callable[[FixSpec, Kept], Iterator[_Packed]]:
     """The fix pass's rewrites as the process rendering ahead makes them (``forked.Fix``)."""
-    return lambda spec, kept: map(_packed, _rewrites(spec, renderer, kept))
+    def fix(spec: FixSpec, kept: Kept) -> Iterator[_Packed]:
+        mirror = Mirror()
+        return (_packed(x, mirror) for x in _rewrites(spec, renderer, kept))
+    return fix
 
 
 def _remedied(prep: Preparer, p: Prepared, remedy: Remedy | None) -> Prepared:
