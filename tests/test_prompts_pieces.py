@@ -551,8 +551,8 @@ def test_a_turn_that_rewrites_one_line_of_its_last_turn_takes_the_rest_from_it(t
 def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
     """``LastTurns.digests`` (the digests of the ids a turn shares with its stream's last turn
     taken from it) gives ``token_digests_many``'s digests: turns that go on from their last one,
-    part from it early, are shorter than it, two of one stream in a batch; with a bound that
-    drops turns too."""
+    part from it early, are shorter than it, rewrite a few ids in the middle, two of one stream
+    in a batch; with a bound that drops turns too."""
     import numpy as np
 
     from kvplan.collectors.requests.prepare import LastTurns
@@ -569,6 +569,10 @@ def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
                 prev = last.get(s, [])
                 ids = prev[:rng.choice([len(prev), rng.randrange(len(prev) + 1)])] + [
                     rng.randrange(50_000) for _ in range(rng.randrange(0, 40))]
+                if prev and rng.random() < 0.3:  # a few ids rewritten in the middle, as many (a timestamp)
+                    ids = list(prev) + ids[len(prev):]
+                    for _ in range(rng.randrange(1, 4)):
+                        ids[rng.randrange(len(prev))] = rng.randrange(50_000)
                 last[s] = ids
                 batch.append(np.array(ids, dtype=np.int64))
                 streams.append(s)
