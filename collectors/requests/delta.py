@@ -46,7 +46,7 @@ class Mirror:
     crosses as what it adds to its conversation's last one (:meth:`send` on one side,
     :meth:`received` on the other)."""
 
-    def __init__(self, budget: int = 8 << 20):
+    def __init__(self, budget: int = 4 << 20):
         self.budget = budget
         self.used = 0
         self.last: OrderedDict[Hashable, str] = OrderedDict()

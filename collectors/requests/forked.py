@@ -226,6 +226,7 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
                 batch = []
         if batch:
             out.send(batch)
+        mirror.last.clear()  # the first pass's texts: not needed by the fix pass
         if kept is not None:
             kept.end(n, paths)
         out.send(("end", lines.since(), sample.counts if sample is not None else None))
@@ -355,6 +356,7 @@ class RenderAhead:
                 _, bad, counts = got
                 _add_bad(skipped, bad)
                 self.streaming, self.complete = False, True
+                self.mirror = Mirror()  # its texts: not needed after the first pass
                 if counts is not None and self.sample is not None:
                     c = self.sample.counts
                     c.requests, c.requests_kept, c.conversations = counts.requests, counts.requests_kept, \
@@ -426,6 +428,7 @@ class RenderAhead:
         """The process stopped (killed if it still runs) and reaped; nothing more is taken."""
         self.queue.clear()
         self.pending = None
+        self.mirror = Mirror()
         for c in (self.conn, self.outbox):
             if c is not None:
                 c.close()

@@ -193,9 +193,11 @@ class Kept:
         first = np.ones(n, dtype=bool)
         np.any(x[:, 1:] != x[:, :-1], axis=0, out=first[1:])
         at = np.flatnonzero(first)
-        runs = np.concatenate([at[None], x[:, at]]).astype(np.int32)
+        runs = np.concatenate([at[None], x[:, at]])
+        runs = runs.astype(np.int16 if -32768 <= runs.min() and runs.max() < 32768 else np.int32)
         d = p.request.__dict__
-        head = pickle.dumps((tuple(d[k] for k in LIGHT), c, lm.roles), protocol=pickle.HIGHEST_PROTOCOL)
+        head = pickle.dumps((tuple(d[k] for k in LIGHT), c, lm.roles, runs.dtype.char),
+                            protocol=pickle.HIGHEST_PROTOCOL)
         return head, runs.tobytes()
 
     def end(self, n: int, paths: Sequence[Path]) -> None:
@@ -205,6 +207,7 @@ class Kept:
             self.last_gap = n - 1
         self.ended = n
         self.files = _stats(paths)
+        self.put_texts = RecentTexts(0)  # nothing more is put: its texts freed before the fix pass
 
     def requests(self, read: Callable[[], Iterable[LogRequest]], paths: Sequence[Path]
                  ) -> Iterator[LogRequest | Prepared]:
@@ -251,7 +254,7 @@ class Kept:
     def _made_again(self, where: str, e: _Entry) -> Prepared | None:
         assert e[5] is not None
         head, runs = e[5]
-        fields, c, roles = pickle.loads(head)
+        fields, c, roles, dtype = pickle.loads(head)
         r = SlimRequest.of(fields, None, self.conv_keys[c])
         text = self._taken(r, self.by.pop(where))
         if text is None:
@@ -259,7 +262,7 @@ class Kept:
         self.made_again += 1
         starts, ends = line_bounds(text)
         n = len(starts)
-        table = np.frombuffer(runs, dtype=np.int32).reshape(1 + len(_RUN_COLUMNS), -1).astype(np.int64)
+        table = np.frombuffer(runs, dtype=dtype).reshape(1 + len(_RUN_COLUMNS), -1).astype(np.int64)
         messages, codes, content_ends, numbers = table[1:].repeat(np.diff(table[0], append=n), axis=1)
         numbers += np.arange(n)
         return Prepared(r, None, None, text, LineMap(starts, ends, messages, codes, roles, numbers, content_ends,
