@@ -41,7 +41,7 @@ from ...models.prompts.geometry import pool_blocks
 from ...models.prompts.hashing import chain_keys64_many, token_digests
 from ...models.prompts.history import DROP, Remedy
 from ...models.prompts.measured import Comparison
-from ...models.prompts.predict import Hashed, LmcacheUnlimited, Outcome, Predictor, Totals
+from ...models.prompts.predict import Hashed, KeySet, LmcacheUnlimited, Outcome, Predictor, Totals
 from ...models.prompts.reasons import RequestMiss, miss_of
 from . import history
 from .ahead import overlapped
@@ -458,6 +458,11 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     if totals.unfit:
         notes.append(f"{totals.unfit} request(s) need more blocks than the pool holds (vLLM refuses them): "
                      "counted as misses")
+    keys_held = (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys) + geo.keys()
+    # the first pass's caches are done: their keys freed before the fix pass's fill (the peak of memory)
+    predictor = None
+    lm.keys = KeySet()
+    geo.preds.clear()
     remedies = hist.remedies if hist is not None else {}
     found = sorted([*finder.findings.values(), *(hist.findings.values() if hist is not None else ())],
                    key=lambda f: (-f.requests_affected, f.key[1:], f.kind))
@@ -508,7 +513,7 @@ def _check(paths: Sequence[Path], renderer: Renderer | None, opts: CheckOptions,
     return CheckResult(opts, prep.block_size, totals, fixed, results,
                        {"cold": cold, "evicted": evicted, "busted": busted, "partial": partial}, lm_hits, notes,
                        {k: v for k, v in examples.items() if any(f.key == k for f in found[:1])}, t_first, t_last,
-                       (len(predictor.unlimited.keys) if predictor is not None else 0) + len(lm.keys) + geo.keys(),
+                       keys_held,
                        geo.rows(totals), {str(k): v for k, v in reasons.most_common()}, measured,
                        ahead[0].taken if ahead else 0)
 
