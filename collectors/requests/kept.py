@@ -102,7 +102,7 @@ class Kept:
 
     Where the first pass tells each request's place in its reading and its line map (the process
     rendering ahead, ``forked.py``), the request's light fields and its line map are kept too
-    (the map as runs of lines: about 700 bytes a request with its light fields, on an agent log),
+    (the map as runs of lines: about 350 bytes a request with its light fields, on an agent log),
     and :meth:`requests` gives the fix pass the requests after the last one not kept without
     reading them."""
 
