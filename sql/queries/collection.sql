@@ -187,7 +187,7 @@ FROM daily_rollups r JOIN deployments d ON d.deployment_id = r.deployment_id
 WHERE d.name = $deployment AND r.day >= CAST($t_from AS DATE) AND r.day < CAST($t_to AS DATE)
   AND ($model_name IS NULL OR r.model_name = $model_name)
 GROUP BY ALL
-ORDER BY r.name, r.model_name, r.le;
+ORDER BY r.name, r.model_name, r.le, r.labels, r.family;
 
 -- name: daily_series
 -- Per-day increases of chosen sample names of a deployment over [t_from, t_to), for

@@ -8,7 +8,7 @@ FROM increments($deployment, $t_from, $t_to, $model_name) i
 JOIN series se ON se.series_id = i.series_id
 JOIN targets t ON t.target_id = se.target_id
 GROUP BY ALL
-ORDER BY se.name, t.name, se.model_name, se.engine, se.le;
+ORDER BY se.name, t.name, se.model_name, se.engine, se.le, se.labels, se.family;
 
 -- name: cached_intervals
 -- The increases of the sample names in $names (the cached-tokens rule's) of a deployment over
