@@ -18,7 +18,7 @@ import numpy as np
 from ...models.prompts.busters import LineMap, line_bounds
 from .delta import delta, undelta
 from .prepare import Prepared, conversation
-from .read import LIGHT, LogRequest, SlimRequest
+from .read import LogRequest, SlimRequest, light
 
 KEEP_BYTES = 192 << 20
 """Memory the first pass's renders may take to be reused by the fix pass (``Kept``)."""
@@ -195,9 +195,7 @@ class Kept:
         at = np.flatnonzero(first)
         runs = np.concatenate([at[None], x[:, at]])
         runs = runs.astype(np.int16 if -32768 <= runs.min() and runs.max() < 32768 else np.int32)
-        d = p.request.__dict__
-        head = pickle.dumps((tuple(d[k] for k in LIGHT), c, lm.roles, runs.dtype.char),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        head = pickle.dumps((light(p.request, c), lm.roles, runs.dtype.char), protocol=pickle.HIGHEST_PROTOCOL)
         return head, runs.tobytes()
 
     def end(self, n: int, paths: Sequence[Path]) -> None:
@@ -254,8 +252,8 @@ class Kept:
     def _made_again(self, where: str, e: _Entry) -> Prepared | None:
         assert e[5] is not None
         head, runs = e[5]
-        fields, c, roles, dtype = pickle.loads(head)
-        r = SlimRequest.of(fields, None, self.conv_keys[c])
+        (fields, bulky, c), roles, dtype = pickle.loads(head)
+        r = SlimRequest.of(fields, bulky, self.conv_keys[c])
         text = self._taken(r, self.by.pop(where))
         if text is None:
             return None

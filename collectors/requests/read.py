@@ -189,13 +189,14 @@ def slimmed(r: LogRequest, conversation: object) -> tuple[tuple[Any, ...], bytes
     """What :meth:`SlimRequest.of` makes ``r`` again from (its light fields, its bulky ones
     pickled, its conversation's key), to send to another process."""
     d = r.__dict__
-    return (tuple(d[k] for k in LIGHT), pickle.dumps({k: d[k] for k in BULKY}, protocol=pickle.HIGHEST_PROTOCOL),
-            conversation)
+    return light(r, conversation)[0], pickle.dumps({k: d[k] for k in BULKY}, protocol=pickle.HIGHEST_PROTOCOL), \
+        conversation
 
 
 def light(r: LogRequest, conversation: object) -> tuple[tuple[Any, ...], None, object]:
     """What :meth:`SlimRequest.of` makes a request for keying of (its light fields and its
-    conversation's key, not what it sends): the fix pass's rewritten requests (``forked.py``)."""
+    conversation's key, not what it sends): the fix pass's rewritten requests (``forked.py``),
+    the kept ones (``kept.py``)."""
     d = r.__dict__
     return tuple(d[k] for k in LIGHT), None, conversation
 
