@@ -214,12 +214,12 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
                 lines.mark()
                 continue
             sent, p = _rendered(prep, r)
-            if p is not None and sent is not None and kept is not None and keep.value:
-                kept.put(p, i, sent[1])
-            if sent is None:
+            if sent is None or p is None:
                 batch.append((r, lines.since(), None))
             else:
                 conv = conversation(r)
+                if kept is not None and keep.value:
+                    kept.put(p, i, sent[1], conv)
                 batch.append((slimmed(r, conv), lines.since(), (mirror.send(conv, sent[0]), *sent[1:])))
             if len(batch) >= BATCH:
                 out.send(batch)

@@ -128,10 +128,12 @@ class Kept:
         self.made_again = 0
         """Requests :meth:`requests` made again without reading."""
 
-    def put(self, p: Prepared, at: int | None = None, packed: np.ndarray | None = None) -> None:
+    def put(self, p: Prepared, at: int | None = None, packed: np.ndarray | None = None,
+            conv: object = None) -> None:
         """Keep ``p``'s text. ``at``: its place in the first pass's reading (its requests counted
         from 0, the sample's only; the ones between two places told are not kept); ``packed``:
-        its line map's columns stacked (``forked``'s), to make it again without reading."""
+        its line map's columns stacked (``forked``'s), to make it again without reading;
+        ``conv``: its ``prepare.conversation`` when the caller has it."""
         if at is None:
             self.placed = False
         else:
@@ -148,7 +150,7 @@ class Kept:
             self._gap(at)
             return
         data = p.text.encode("utf-8", "surrogatepass")
-        conv = conversation(p.request)
+        conv = conversation(p.request) if conv is None else conv
         ref = self.put_texts.ref(conv)
         self.put_texts.add(where, conv, data)
         if ref is None:
