@@ -235,7 +235,7 @@ class Kept:
                     close()
             if n < start:
                 return
-        for where in list(self.by) if n == start else ():
+        for where in list(self.by):  # n == start here
             e = self.by.get(where)
             if e is None or e[4] != n or e[5] is None:
                 break
