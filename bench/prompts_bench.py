@@ -38,7 +38,7 @@ text, at most 256 MiB, least recently used evicted); once the first pass has a f
 renders it keeps for the fix pass (each text as a compressed delta against its conversation's
 previous turn, at most 192 MiB); each conversation's last turn (text, ids, digests: at most 16 MiB
 each for the piece cache and the digests); and a temporary file (8
-bytes per block, 40 per request) on disk. What does not: the text (one batch of at most 16 requests at a time,
+bytes per block, 40 per request) on disk. What does not: the text (one batch of at most 32 requests at a time,
 plus the finder's window of 256), per-request results (streamed, never kept), the finder's line
 index (bounded by its window).
 
@@ -281,19 +281,21 @@ print(r.totals.requests, r.totals.prompt_tokens, r.totals.cached, r.fixed.cached
 
 TOKENIZE = """
 from pathlib import Path
+from kvplan.collectors.requests.check import BATCH_CHARS, BATCH_REQUESTS
 from kvplan.collectors.requests.read import Skipped, read_requests
 from kvplan.collectors.requests.render import Renderer
 r = Renderer({tok!r}, Path({tpl!r}))
 bt = r._backend()
-batch, n, tokens = [], 0, 0
+batch, n, tokens, chars = [], 0, 0, 0
 def flush(batch):
     return sum(len(e.ids) for e in bt.encode_batch_fast(batch, add_special_tokens=False))
 for q in read_requests([Path({log!r})], Skipped()):
     batch.append(r.text(q))
+    chars += len(batch[-1])
     n += 1
-    if len(batch) >= 16:
+    if len(batch) >= BATCH_REQUESTS or chars >= BATCH_CHARS:
         tokens += flush(batch)
-        batch = []
+        batch, chars = [], 0
 tokens += flush(batch) if batch else 0
 print(n, tokens)
 """
@@ -332,8 +334,9 @@ def run_check(log: Path, tree: Path, pythonpath: str | None, workers: int = 1
 
 
 def run_tokenizer(log: Path) -> tuple[int, float, list[int], float]:
-    """The fast tokenizer alone on ``log``: read, render, tokenize whole in batches of 16 (the
-    check's batch), nothing else; the last item is its CPU seconds."""
+    """The fast tokenizer alone on ``log``: read, render, tokenize whole in batches as the check's
+    (``check.BATCH_REQUESTS`` requests or ``BATCH_CHARS`` characters), nothing else; the last item
+    is its CPU seconds."""
     body = TOKENIZE.format(log=str(log), tok=str(TOKENIZER), tpl=str(TEMPLATE))
     peak, secs, lines = peak_kb(body)
     return peak, secs, [int(x) for x in lines[-1].split()], CPU[body]
