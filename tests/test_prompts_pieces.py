@@ -531,20 +531,31 @@ def test_a_turn_that_rewrites_one_line_of_its_last_turn_takes_the_rest_from_it(t
             return f
         got: list[list[int]] = []
         begun = []
+        told = [0]  # runs of ids a prompt has at the same places as its last turn (``Batch.spans``)
+
+        def finish(b, cache=cache, got=got, told=told) -> None:  # type: ignore[no-untyped-def]
+            out = cache.finish(b)
+            got.extend(a.tolist() for a in out)
+            for a, sp in zip(out, b.spans, strict=True):
+                if sp is not None:  # true of the ids: the digests of the run are taken from the last turn's
+                    base, at, n = sp
+                    assert n > 0 and a[at:at + n].tolist() == base[at:at + n].tolist()
+                    told[0] += 1
         for i in range(0, len(texts), 3):
             begun.append(cache.begin(texts[i:i + 3], add_special_tokens=False, run=later, streams=streams[i:i + 3]))
             if len(begun) > 2:
                 for f, work in calls:
                     f.set_result(work())
                 calls.clear()
-                got += [a.tolist() for a in cache.finish(begun.pop(0))]
+                finish(begun.pop(0))
         for f, work in calls:
             f.set_result(work())
         for b in begun:
-            got += [a.tolist() for a in cache.finish(b)]
+            finish(b)
         assert got == transformers_ids(r, texts, False)
         assert cache.failed is None
         kept[spans] = cache.chars_kept
+        assert (told[0] > 0) == spans, told
     assert kept[True] > kept[False] * 1.05, kept
 
 
@@ -552,16 +563,23 @@ def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
     """``LastTurns.digests`` (the digests of the ids a turn shares with its stream's last turn
     taken from it) gives ``token_digests_many``'s digests: turns that go on from their last one,
     part from it early, are shorter than it, rewrite a few ids in the middle, two of one stream
-    in a batch; with a bound that drops turns too."""
+    in a batch (the later one's last turn is the one before it in the batch); with a bound that
+    drops turns too. The digests taken from a last turn: its leading ids in common, and the run
+    of ids a turn is told it has at the same places (the piece cache's ``Batch.spans``), counted
+    here from the ids themselves."""
     import numpy as np
 
     from kvplan.collectors.requests.prepare import LastTurns
     from kvplan.models.prompts.hashing import token_digests
 
+    def first_difference(a: list[int], b: list[int]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
     rng = random.Random(17)
     for bound in (1 << 30, 3_000):
         turns = LastTurns(bound)
         last: dict[int, list[int]] = {}
+        expected = 0  # digests taken from a last turn
         for _ in range(60):
             batch, streams = [], []
             for _ in range(rng.randrange(1, 5)):
@@ -578,21 +596,33 @@ def test_the_last_turns_digests_are_a_turns_digests_where_their_ids_agree():
                 streams.append(s)
             bounds = np.zeros(len(batch) + 1, dtype=np.int64)
             np.cumsum([len(a) for a in batch], out=bounds[1:])
-            # ids a turn is known to start with (the piece cache's ``Batch.same``): its stream's last
-            # ones, or other ids, which it does not start with (not its stream's last: ignored)
-            same = []
+            # ids a turn is known to start with (the piece cache's ``Batch.same``) and a run it has at
+            # the same places (``Batch.spans``): its last turn's, or other ids (not its last turn's: ignored)
+            same: list = []
+            spans: list = []
+            newest: dict[int, np.ndarray] = {}
             for a, s in zip(batch, streams, strict=True):
-                prev = turns.last.get(s)
-                n = 0 if prev is None else next(
-                    (i for i, (x, y) in enumerate(zip(a.tolist(), prev[0].tolist(), strict=False)) if x != y),
-                    min(len(a), len(prev[0])))
-                same.append(None if prev is None or not n else (prev[0], rng.randrange(1, n + 1))
+                kept = turns.last.get(s)
+                prev_ids = newest.get(s, kept[0] if kept is not None else None)
+                newest[s] = a
+                if prev_ids is None:
+                    same.append(None)
+                    spans.append(None)
+                    continue
+                mine, theirs = a.tolist(), prev_ids.tolist()
+                n = first_difference(mine, theirs)
+                m = min(len(mine), len(theirs))
+                same.append(None if not n else (prev_ids, rng.randrange(1, n + 1))
                             if rng.random() < 0.7 else (a + 1, len(a)))
-            dg = turns.digests(batch, bounds, streams, same if rng.random() < 0.8 else None)
+                x = max((i + 1 for i in range(n, m) if mine[i] != theirs[i]), default=m)  # the run to m
+                told = x < m and rng.random() < 0.7
+                spans.append((prev_ids, x, m - x) if told else (a + 1, 0, len(a)) if rng.random() < 0.2 else None)
+                expected += n + (m - max(n, x) if told and m > n else 0)
+            dg = turns.digests(batch, bounds, streams, same if rng.random() < 0.8 else None, spans)
             for j, a in enumerate(batch):
                 assert dg[bounds[j]:bounds[j + 1]].tolist() == token_digests(a).tolist()
             assert turns.bytes <= bound
-        assert turns.reused > 0
+        assert turns.reused == expected > 0
 
 
 def test_a_dropped_batchs_turns_start_no_later_turn():

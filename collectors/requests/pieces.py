@@ -285,6 +285,10 @@ class Batch:
     same: list[tuple[np.ndarray, int] | None] = field(default_factory=list)
     """Once finished by pieces: per text, the previous turn's ids it starts with and how many of
     them (their first ``n`` ids are its first ``n``: copied from them); None: no previous turn used."""
+    spans: list[tuple[np.ndarray, int, int] | None] = field(default_factory=list)
+    """Once finished by pieces: per text, the previous turn's ids it has again at the same places
+    past the line they part at (a ``Span`` copied where it sits in both: ``(ids, at, n)``, their
+    ids ``at`` to ``at + n`` are its own), or None."""
 
 
 @dataclass(eq=False)
@@ -589,6 +593,7 @@ class PieceCache:
         head, tail = (np.asarray(x, dtype=np.int32) for x in b.affix)
         out: list[np.ndarray] = []
         same: list[tuple[np.ndarray, int] | None] = [None] * len(b.cut)
+        spans: list[tuple[np.ndarray, int, int] | None] = [None] * len(b.cut)
         for i, parts in enumerate(b.cut):
             arrs = [head]
             lens: list[int] = []  # ids in each piece after the previous turn's first part
@@ -606,8 +611,12 @@ class PieceCache:
                     sb = p.base
                     assert sb.ids is not None, "begun before this turn: finished before it"
                     tok = sb.tokens
-                    lo = tok[p.a - 1]
-                    arrs.append(sb.ids[sb.head + lo:sb.head + tok[p.b - 1]])
+                    lo = sb.head + tok[p.a - 1]
+                    hi = sb.head + tok[p.b - 1]
+                    at = sum(map(len, arrs))
+                    if at == lo:  # at the same places in both (a line rewritten to as many ids)
+                        spans[i] = (sb.ids, lo, hi - lo)
+                    arrs.append(sb.ids[lo:hi])
                     lens += [y - x for x, y in zip(tok[p.a - 1:p.b - 1], tok[p.a:p.b], strict=True)]
                 else:
                     mine = fresh.get(p)
@@ -631,7 +640,7 @@ class PieceCache:
                 self.turn_bytes = 0
                 return self.encode(b.texts, add_special_tokens=b.special)
         self.by_pieces += len(b.texts)
-        b.same = same
+        b.same, b.spans = same, spans
         return out
 
     def drop(self, b: Batch) -> None:

@@ -209,7 +209,8 @@ class Preparer:
             bounds = np.zeros(len(ids) + 1, dtype=np.int64)
             np.cumsum([len(x) for x in ids], out=bounds[1:])
             dg = self.turns.digests(ids, bounds, [conversation(items[i][0].request) for i in idx],
-                                    batch.same if len(batch.same) == len(ids) else None)
+                                    batch.same if len(batch.same) == len(ids) else None,
+                                    batch.spans if len(batch.spans) == len(ids) else None)
             by_size: dict[int, list[int]] = {}
             for j, i in enumerate(idx):
                 by_size.setdefault(items[i][2], []).append(j)
@@ -311,37 +312,76 @@ class LastTurns:
         """Digests taken from an earlier turn (not computed)."""
 
     def digests(self, ids: Sequence[np.ndarray], bounds: np.ndarray, streams: Sequence[Hashable],
-                same: Sequence[tuple[np.ndarray, int] | None] | None = None) -> np.ndarray:
+                same: Sequence[tuple[np.ndarray, int] | None] | None = None,
+                spans: Sequence[tuple[np.ndarray, int, int] | None] | None = None) -> np.ndarray:
         """``token_digests_many`` of ``ids`` (``bounds`` where each starts end to end), each
-        prompt's leading tokens in common with its stream's last turn taken from it. ``same``:
-        per prompt, ids it is known to start with (``pieces.Batch.same``: copied from them) and
-        how many; when they are its stream's last turn's, those are not compared again."""
+        prompt's leading tokens in common with its stream's last turn taken from it (the one
+        before it in the batch, if any, else the last one kept). ``same``: per prompt, ids it is
+        known to start with (``pieces.Batch.same``: copied from them) and how many; when they are
+        its last turn's, those are not compared again. ``spans``: per prompt, a run of ids it
+        has at the same places as ids known (``pieces.Batch.spans``: copied from them); when they
+        are its last turn's, their digests are taken from it too."""
         last = self.last
         shared = np.zeros(len(ids), dtype=np.int64)
+        runs: list[tuple[int, int] | None] = [None] * len(ids)  # per prompt, the last turn's run past ``shared``
+        before: list[int] = [-1] * len(ids)  # per prompt, its last turn's place in the batch (-1: ``last``'s)
+        newest: dict[Hashable, int] = {}  # per stream, its newest prompt of the batch so far
         for j, (a, s) in enumerate(zip(ids, streams, strict=True)):
-            prev = last.get(s)
-            if prev is not None:
+            i = newest.get(s)
+            newest[s] = j
+            if i is not None:
+                b = ids[i]
+                before[j] = i
+            else:
+                prev = last.get(s)
+                if prev is None:
+                    continue
                 b = prev[0]
-                m = min(len(a), len(b))
-                known = same[j] if same is not None else None
-                k = min(known[1], m) if known is not None and known[0] is b else 0
-                diff = np.flatnonzero(a[k:m] != b[k:m])
-                shared[j] = k + diff[0] if len(diff) else m
-        if not shared.any():
+            m = min(len(a), len(b))
+            known = same[j] if same is not None else None
+            k = min(known[1], m) if known is not None and known[0] is b else 0
+            n = shared[j] = _first_difference(a, b, k, m)
+            sp = spans[j] if spans is not None else None
+            if sp is not None and sp[0] is b and sp[1] + sp[2] > n and sp[1] + sp[2] <= m:
+                runs[j] = (max(n, sp[1]), sp[1] + sp[2])
+        if not shared.any() and not any(runs):
             dg = token_digests_many(np.concatenate(ids) if len(ids) else np.empty(0, dtype=np.int64), bounds)
         else:
-            tails = [a[n:] for a, n in zip(ids, shared.tolist(), strict=True)]
-            tb = np.zeros(len(ids) + 1, dtype=np.int64)
-            np.cumsum([len(t) for t in tails], out=tb[1:])
-            td = token_digests_many(np.concatenate(tails), tb, shared)
+            # each prompt's ids not taken from its last turn, as one or two tails of their own
+            parts: list[np.ndarray] = []
+            firsts: list[int] = []
+            for a, n, run in zip(ids, shared.tolist(), runs, strict=True):
+                if run is None:
+                    parts.append(a[n:])
+                    firsts.append(n)
+                else:
+                    parts += (a[n:run[0]], a[run[1]:])
+                    firsts += (n, run[1])
+            tb = np.zeros(len(parts) + 1, dtype=np.int64)
+            np.cumsum([len(t) for t in parts], out=tb[1:])
+            td = token_digests_many(np.concatenate(parts), tb, np.array(firsts, dtype=np.int64))
             dg = np.empty(int(bounds[-1]), dtype=np.uint64)
-            for j, (s, n) in enumerate(zip(streams, shared.tolist(), strict=True)):
-                at = int(bounds[j])
+            t = 0  # the next part
+            for j, (s, n, run, i) in enumerate(zip(streams, shared.tolist(), runs, before, strict=True)):
+                at, end = int(bounds[j]), int(bounds[j + 1])
+                if n or run is not None:  # its last turn's digests: of a prompt before it here (set), or kept
+                    src = last[s][1] if i < 0 else dg[int(bounds[i]):int(bounds[i + 1])]
                 if n:
-                    dg[at:at + n] = last[s][1][:n]
-                dg[at + n:int(bounds[j + 1])] = td[tb[j]:tb[j + 1]]
+                    dg[at:at + n] = src[:n]
+                if run is None:
+                    dg[at + n:end] = td[tb[t]:tb[t + 1]]
+                    t += 1
+                    continue
+                x, y = run
+                dg[at + n:at + x] = td[tb[t]:tb[t + 1]]
+                dg[at + x:at + y] = src[x:y]
+                dg[at + y:end] = td[tb[t + 1]:tb[t + 2]]
+                t += 2
+                self.reused += y - x
             self.reused += int(shared.sum())
         for j, (a, s) in enumerate(zip(ids, streams, strict=True)):
+            if newest[s] != j:
+                continue
             old = last.pop(s, None)
             if old is not None:
                 self.bytes -= old[0].nbytes + old[1].nbytes
@@ -351,6 +391,20 @@ class LastTurns:
             a, d = last.popitem(last=False)[1]
             self.bytes -= a.nbytes + d.nbytes
         return dg
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray, k: int, m: int, window: int = 256) -> int:
+    """The first place from ``k`` (before ``m``) where ``a`` and ``b`` differ, else ``m``: the
+    first ``window`` ids compared first (a turn that rewrites a line differs soon after what
+    is known), the rest only if they are all the same."""
+    w = min(m, k + window)
+    diff = np.flatnonzero(a[k:w] != b[k:w])
+    if len(diff):
+        return k + int(diff[0])
+    if w == m:
+        return m
+    diff = np.flatnonzero(a[w:m] != b[w:m])
+    return w + int(diff[0]) if len(diff) else m
 
 
 DATE_FORMATS = ("%d %B %Y", "%d %b %Y", "%Y-%m-%d", "%B %d, %Y", "%b %d, %Y", "%A, %B %d, %Y", "%m/%d/%Y",
