@@ -323,7 +323,8 @@ class LastTurns:
         are its last turn's, their digests are taken from it too."""
         last = self.last
         shared = np.zeros(len(ids), dtype=np.int64)
-        runs: list[tuple[int, int] | None] = [None] * len(ids)  # per prompt, the last turn's run past ``shared``
+        # per prompt, the run of its last turn's ids taken past ``shared`` (none: empty, at its end)
+        runs: list[tuple[int, int]] = [(len(a), len(a)) for a in ids]
         before: list[int] = [-1] * len(ids)  # per prompt, its last turn's place in the batch (-1: ``last``'s)
         newest: dict[Hashable, int] = {}  # per stream, its newest prompt of the batch so far
         for j, (a, s) in enumerate(zip(ids, streams, strict=True)):
@@ -344,41 +345,28 @@ class LastTurns:
             sp = spans[j] if spans is not None else None
             if sp is not None and sp[0] is b and sp[1] + sp[2] > n and sp[1] + sp[2] <= m:
                 runs[j] = (max(n, sp[1]), sp[1] + sp[2])
-        if not shared.any() and not any(runs):
+        if not shared.any() and all(x == y for x, y in runs):
             dg = token_digests_many(np.concatenate(ids) if len(ids) else np.empty(0, dtype=np.int64), bounds)
         else:
-            # each prompt's ids not taken from its last turn, as one or two tails of their own
+            # each prompt's ids not taken from its last turn: the two tails around its run (one may be empty)
             parts: list[np.ndarray] = []
             firsts: list[int] = []
-            for a, n, run in zip(ids, shared.tolist(), runs, strict=True):
-                if run is None:
-                    parts.append(a[n:])
-                    firsts.append(n)
-                else:
-                    parts += (a[n:run[0]], a[run[1]:])
-                    firsts += (n, run[1])
+            for a, n, (x, y) in zip(ids, shared.tolist(), runs, strict=True):
+                parts += (a[n:x], a[y:])
+                firsts += (n, y)
             tb = np.zeros(len(parts) + 1, dtype=np.int64)
             np.cumsum([len(t) for t in parts], out=tb[1:])
             td = token_digests_many(np.concatenate(parts), tb, np.array(firsts, dtype=np.int64))
             dg = np.empty(int(bounds[-1]), dtype=np.uint64)
-            t = 0  # the next part
-            for j, (s, n, run, i) in enumerate(zip(streams, shared.tolist(), runs, before, strict=True)):
+            for j, (s, n, (x, y), i) in enumerate(zip(streams, shared.tolist(), runs, before, strict=True)):
                 at, end = int(bounds[j]), int(bounds[j + 1])
-                if n or run is not None:  # its last turn's digests: of a prompt before it here (set), or kept
+                if n or y > x:  # its last turn's digests: of a prompt before it here (set), or kept
                     src = last[s][1] if i < 0 else dg[int(bounds[i]):int(bounds[i + 1])]
-                if n:
                     dg[at:at + n] = src[:n]
-                if run is None:
-                    dg[at + n:end] = td[tb[t]:tb[t + 1]]
-                    t += 1
-                    continue
-                x, y = run
-                dg[at + n:at + x] = td[tb[t]:tb[t + 1]]
-                dg[at + x:at + y] = src[x:y]
-                dg[at + y:end] = td[tb[t + 1]:tb[t + 2]]
-                t += 2
-                self.reused += y - x
-            self.reused += int(shared.sum())
+                    dg[at + x:at + y] = src[x:y]
+                dg[at + n:at + x] = td[tb[2 * j]:tb[2 * j + 1]]
+                dg[at + y:end] = td[tb[2 * j + 1]:tb[2 * j + 2]]
+                self.reused += n + y - x
         for j, (a, s) in enumerate(zip(ids, streams, strict=True)):
             if newest[s] != j:
                 continue
