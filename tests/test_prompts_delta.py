@@ -50,13 +50,20 @@ def test_a_delta_makes_its_text_again_as_text_and_as_bytes():
 
 def test_two_mirrors_fed_the_same_texts_stay_in_step_through_their_evictions():
     """A sender and a receiver with a budget of a few texts: every text comes out as it went in,
-    sent whole when its conversation's last text was dropped, and as a delta otherwise."""
+    sent whole when its conversation's last text was dropped, and as a delta otherwise: a delta
+    of the text the sender says by its tag, its conversation's last one."""
     turns = _turns(random.Random(8), 600)
     sender, receiver = Mirror(budget=4000), Mirror(budget=4000)
     kinds = {str: 0, tuple: 0}
-    for c, text in turns:
-        sent = sender.send(c, text)
+    last: dict[str, int] = {}
+    for i, (c, text) in enumerate(turns):
+        sent, tag = sender.send_tagged(c, text, i)
         kinds[type(sent)] += 1
+        if isinstance(sent, str):
+            assert tag is None
+        else:
+            assert tag == last[c] and undelta(turns[tag][1], sent) == text
+        last[c] = i
         assert receiver.received(c, sent) == text
-        assert list(receiver.last.items()) == list(sender.last.items())
+        assert [(k, t) for k, (t, _) in receiver.last.items()] == [(k, t) for k, (t, _) in sender.last.items()]
     assert kinds[str] > 100 and kinds[tuple] > 300, kinds

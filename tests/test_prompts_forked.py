@@ -14,6 +14,7 @@ import pytest
 
 import kvplan.collectors.requests.forked as forked
 from kvplan.collectors.requests.check import CheckOptions, check
+from kvplan.collectors.requests.delta import Mirror
 from kvplan.collectors.requests.forked import RenderAhead, can_fork
 from kvplan.collectors.requests.history import request_hashes
 from kvplan.collectors.requests.kept import Kept
@@ -296,20 +297,23 @@ def test_the_fix_pass_rewritten_in_a_forked_process_gives_the_same_results(tmp_p
 
 def _kept_from(log: Path, renderer: Renderer, kept_from: int, not_kept: set[int]) -> tuple[Kept, list, dict]:
     """The log's requests rendered as the process rendering ahead renders them, each put in a
-    ``Kept`` as that process puts it (its place, its line map's columns) from ``kept_from`` on,
-    but for ``not_kept``; one vLLM refuses is not put (it is not rendered)."""
+    ``Kept`` as that process puts it (its place; its text as the process sends it, a delta
+    against its conversation's last text, which may be one not kept) from ``kept_from`` on, but
+    for ``not_kept``; one vLLM refuses is not put (it is not rendered)."""
     prep = Preparer(renderer, CheckOptions())
     reqs = list(read_requests([log], Skipped()))
     renders = {}
     kept = Kept()
+    mirror = Mirror()
     for i, r in enumerate(reqs):
         try:
             p = prep.prepare(r, encode=False)
         except RequestRefused:
             continue
         renders[r.where] = p
+        sent = mirror.send_tagged(conversation(r), p.text, r.where)
         if i >= kept_from and i not in not_kept:
-            kept.put(p, i, p.lines.columns())
+            kept.put(p, i, conversation(r), sent)
     kept.end(len(reqs), [log])
     return kept, reqs, renders
 

@@ -44,17 +44,24 @@ class Mirror:
     """Each conversation's last text, at most ``budget`` characters in all (least recently used
     dropped): one on each side of a pipe, fed the same texts in the same order, so that a text
     crosses as what it adds to its conversation's last one (:meth:`send` on one side,
-    :meth:`received` on the other)."""
+    :meth:`received` on the other). A text sent may carry a tag (its file:line): :meth:`send`
+    also says the tag of the text it is a delta of, so that one who keeps it (``kept.py``) takes
+    the delta as it is."""
 
     def __init__(self, budget: int = 4 << 20):
         self.budget = budget
         self.used = 0
-        self.last: OrderedDict[Hashable, str] = OrderedDict()
+        self.last: OrderedDict[Hashable, tuple[str, object]] = OrderedDict()
 
     def send(self, conv: Hashable, text: str) -> str | Delta[str]:
         """What crosses for ``text``: itself, or its delta against ``conv``'s last text."""
-        ref = self._swap(conv, text)
-        return text if ref is None else delta(ref, text)
+        return self.send_tagged(conv, text)[0]
+
+    def send_tagged(self, conv: Hashable, text: str, tag: object = None) -> tuple[str | Delta[str], object]:
+        """:meth:`send` of ``text`` tagged ``tag``, and the tag of the text it is a delta of (None:
+        none, or it crosses whole)."""
+        ref = self._swap(conv, text, tag)
+        return (text, None) if ref is None else (delta(ref[0], text), ref[1])
 
     def received(self, conv: Hashable, sent: str | Delta[str]) -> str:
         """The text :meth:`send` sent (the other side's mirror fed as this one)."""
@@ -63,16 +70,16 @@ class Mirror:
             return sent
         ref = self.last.get(conv)
         assert ref is not None, "the two mirrors are fed the same texts"
-        text = undelta(ref, sent)
+        text = undelta(ref[0], sent)
         self._swap(conv, text)
         return text
 
-    def _swap(self, conv: Hashable, text: str) -> str | None:
+    def _swap(self, conv: Hashable, text: str, tag: object = None) -> tuple[str, object] | None:
         old = self.last.pop(conv, None)
         if old is not None:
-            self.used -= len(old)
-        self.last[conv] = text
+            self.used -= len(old[0])
+        self.last[conv] = (text, tag)
         self.used += len(text)
         while self.used > self.budget and len(self.last) > 1:
-            self.used -= len(self.last.popitem(last=False)[1])
+            self.used -= len(self.last.popitem(last=False)[1][0])
         return old

@@ -218,9 +218,10 @@ def _child(out: Connection, inbox: Connection, paths: Sequence[Path], sample: Se
                 batch.append((r, lines.since(), None))
             else:
                 conv = conversation(r)
+                msg = mirror.send_tagged(conv, sent[0], r.where)
                 if kept is not None and keep.value:
-                    kept.put(p, i, sent[1], conv)
-                batch.append((slimmed(r, conv), lines.since(), (mirror.send(conv, sent[0]), *sent[1:])))
+                    kept.put(p, i, conv, msg)  # the delta as sent: not computed again
+                batch.append((slimmed(r, conv), lines.since(), (msg[0], *sent[1:])))
             if len(batch) >= BATCH:
                 out.send(batch)
                 batch = []

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...models.prompts.busters import LineMap, line_bounds
-from .delta import delta, undelta
+from .delta import Delta, delta, undelta
 from .prepare import Prepared, conversation
 from .read import LogRequest, SlimRequest, light
 
@@ -27,16 +27,16 @@ REF_BYTES = 16 << 20
 
 
 class RecentTexts:
-    """Recent texts (UTF-8) by file:line, and each conversation's newest one, within ``budget``
-    bytes: the oldest forgotten first."""
+    """Recent texts by file:line, and each conversation's newest one, within ``budget``
+    characters: the oldest forgotten first."""
 
     def __init__(self, budget: int = REF_BYTES):
         self.budget = budget
         self.used = 0
-        self.by: OrderedDict[str, bytes] = OrderedDict()
+        self.by: OrderedDict[str, str] = OrderedDict()
         self.newest: dict[object, str] = {}
 
-    def add(self, where: str, conv: object, data: bytes) -> None:
+    def add(self, where: str, conv: object, data: str) -> None:
         old = self.by.pop(where, None)
         self.used -= len(old) if old is not None else 0
         self.by[where] = data
@@ -48,31 +48,25 @@ class RecentTexts:
         if len(self.newest) > 4 * len(self.by) + 1024:  # conversations whose text is gone
             self.newest = {c: w for c, w in self.newest.items() if w in self.by}
 
-    def ref(self, conv: object) -> tuple[str, bytes] | None:
+    def ref(self, conv: object) -> tuple[str, str] | None:
         w = self.newest.get(conv)
         got = self.by.get(w) if w is not None else None
         return (w, got) if w is not None and got is not None else None
 
 
-_RUN_COLUMNS = [2, 3, 5, 4]
-"""The line map's columns (``LineMap.columns``) kept as runs: messages, codes, content ends, numbers."""
 _Entry = tuple[str | None, tuple[int, int, int, int, bool] | None, bytes, int, int, tuple[bytes, bytes] | None]
 """A kept text: the previous turn's file:line (None: none, the text compressed), how it is made
-of it and its own bytes (:func:`_delta`), the text's CRC-32, the request's place in the reading
-(-1: not told), and what makes it again without reading (:meth:`Kept.put`'s ``packed``; None:
-nothing)."""
+of it and its own characters (``delta.delta``: UTF-8, compressed past ``RAW_BYTES``), the text's
+CRC-32, the request's place in the reading (-1: not told), and what makes it again without
+reading (:meth:`Kept._again`; None: nothing)."""
 
 
 RAW_BYTES = 256
 """What a kept text adds to its previous turn is kept as it is up to this size, compressed past it."""
 
 
-def _delta(ref: bytes, data: bytes) -> tuple[tuple[int, int, int, int, bool], bytes]:
-    """``data`` as what it adds to ``ref`` (``delta.delta``), its own bytes compressed past
-    ``RAW_BYTES``."""
-    k, x, m, mid, own = delta(ref, data)
-    zipped = len(own) > RAW_BYTES
-    return (k, x, m, mid, zipped), zlib.compress(own, 1) if zipped else own
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _stats(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
@@ -128,12 +122,14 @@ class Kept:
         self.made_again = 0
         """Requests :meth:`requests` made again without reading."""
 
-    def put(self, p: Prepared, at: int | None = None, packed: np.ndarray | None = None,
-            conv: object = None) -> None:
+    def put(self, p: Prepared, at: int | None = None, conv: object = None,
+            sent: tuple[str | Delta[str], object] | None = None) -> None:
         """Keep ``p``'s text. ``at``: its place in the first pass's reading (its requests counted
-        from 0, the sample's only; the ones between two places told are not kept); ``packed``:
-        its line map's columns stacked (``forked``'s), to make it again without reading;
-        ``conv``: its ``prepare.conversation`` when the caller has it."""
+        from 0, the sample's only; the ones between two places told are not kept), its line map
+        kept too (as ``LineMap.runs``) to make it again without reading; ``conv``: its
+        ``prepare.conversation`` when the caller has it; ``sent``: the text as the process
+        rendering ahead sent it (``delta.Mirror.send_tagged``: itself, or its delta against its
+        conversation's last text and that one's file:line), kept as it is."""
         if at is None:
             self.placed = False
         else:
@@ -149,21 +145,30 @@ class Kept:
             self.twice.add(where)
             self._gap(at)
             return
-        data = p.text.encode("utf-8", "surrogatepass")
+        text = p.text
         conv = conversation(p.request) if conv is None else conv
-        ref = self.put_texts.ref(conv)
-        self.put_texts.add(where, conv, data)
-        if ref is None:
-            ref_where, cut, z = None, None, zlib.compress(data, 1)
+        if sent is None:
+            ref = self.put_texts.ref(conv)
+            self.put_texts.add(where, conv, text)
+            sent = (text, None) if ref is None else (delta(ref[1], text), ref[0])
+        msg, tag = sent
+        ref_where = tag if isinstance(tag, str) else None
+        cut: tuple[int, int, int, int, bool] | None = None
+        if isinstance(msg, str) or ref_where is None:
+            ref_where, z = None, zlib.compress(_utf8(text), 1)
         else:
-            ref_where, (cut, z) = ref[0], _delta(ref[1], data)
-        again = self._again(p, conv, packed) if at is not None and packed is not None else None
+            k, x, m, mid, own = msg
+            z = _utf8(own)
+            cut = (k, x, m, mid, len(z) > RAW_BYTES)
+            if cut[4]:
+                z = zlib.compress(z, 1)
+        again = self._again(p, conv) if at is not None else None
         size = 150 + len(z) + (100 + len(again[0]) + len(again[1]) if again is not None else 0)
         if self.used + size > self.budget:
             self.full = True
             self._gap(at)
             return
-        self.by[where] = (ref_where, cut, z, zlib.crc32(data), -1 if at is None else at, again)
+        self.by[where] = (ref_where, cut, z, zlib.crc32(_utf8(text)), -1 if at is None else at, again)
         self.used += size
         if again is None:
             self._gap(at)
@@ -172,33 +177,27 @@ class Kept:
         if at is not None:
             self.last_gap = max(self.last_gap, at)
 
-    def _again(self, p: Prepared, conv: object, packed: np.ndarray) -> tuple[bytes, bytes] | None:
-        """What makes ``p`` again without reading: its light fields, its conversation (by number),
-        its map's roles and ``split_of`` (pickled), and its map as runs of lines (where each run
-        starts; its message, role, content end, and line number less the line's index): a
-        message's lines are a run, and so are the lines between two messages. The lines' bounds
-        are found in the text again (``busters.line_bounds``). None: a map not of every line of
-        the text."""
+    def _again(self, p: Prepared, conv: object) -> tuple[bytes, bytes] | None:
+        """What makes ``p`` again without reading: its light fields, its conversation (by number)
+        and its map's roles (pickled), and its map's runs of lines (``LineMap.runs``: the runs and
+        the lines that name a tool; the lines' bounds are found in the text again:
+        ``busters.line_bounds``). None: a map not made of runs over every line of the text."""
         lm = p.lines
         text = p.text
-        n = packed.shape[1]
-        if lm is None or text is None or lm.split_of != len(text) or not n or packed[1, -1] != len(text) \
-                or n != text.count("\n") + 1:
+        if lm is None or text is None or lm.runs is None or lm.split_of != len(text):
             return None
         c = self.convs.get(conv)
         if c is None:
             c = self.convs[conv] = len(self.conv_keys)
             self.conv_keys.append(conv)
             self.used += 100 + len(repr(conv))
-        x = packed[_RUN_COLUMNS]
-        x[3] -= np.arange(n)
-        first = np.ones(n, dtype=bool)
-        np.any(x[:, 1:] != x[:, :-1], axis=0, out=first[1:])
-        at = np.flatnonzero(first)
-        runs = np.concatenate([at[None], x[:, at]])
-        runs = runs.astype(np.int16 if -32768 <= runs.min() and runs.max() < 32768 else np.int32)
-        head = pickle.dumps((light(p.request, c), lm.roles, runs.dtype.char), protocol=pickle.HIGHEST_PROTOCOL)
-        return head, runs.tobytes()
+        table, named = lm.runs
+        table = table[:, table[0] > 0]
+        small = table.size and -32768 <= table.min() and table.max() < 32768 and (not len(named) or named[-1] < 32768)
+        dtype = np.int16 if small else np.int32
+        head = pickle.dumps((light(p.request, c), lm.roles, np.dtype(dtype).char, table.shape[1]),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        return head, table.astype(dtype).tobytes() + named.astype(dtype).tobytes()
 
     def end(self, n: int, paths: Sequence[Path]) -> None:
         """The first pass's reading ended: ``n`` requests read, from ``paths`` (their size and
@@ -254,19 +253,18 @@ class Kept:
     def _made_again(self, where: str, e: _Entry) -> Prepared | None:
         assert e[5] is not None
         head, runs = e[5]
-        (fields, bulky, c), roles, dtype = pickle.loads(head)
+        (fields, bulky, c), roles, dtype, n = pickle.loads(head)
         r = SlimRequest.of(fields, bulky, self.conv_keys[c])
         text = self._taken(r, self.by.pop(where))
         if text is None:
             return None
-        self.made_again += 1
         starts, ends = line_bounds(text)
-        n = len(starts)
-        table = np.frombuffer(runs, dtype=dtype).reshape(1 + len(_RUN_COLUMNS), -1).astype(np.int64)
-        messages, codes, content_ends, numbers = table[1:].repeat(np.diff(table[0], append=n), axis=1)
-        numbers += np.arange(n)
-        return Prepared(r, None, None, text, LineMap(starts, ends, messages, codes, roles, numbers, content_ends,
-                                                     len(text)), 0)
+        flat = np.frombuffer(runs, dtype=dtype).astype(np.int64)
+        table = flat[:5 * n].reshape(5, n)
+        if int(table[0].sum()) != len(starts):
+            return None
+        self.made_again += 1
+        return Prepared(r, None, None, text, LineMap.from_runs(starts, ends, roles, table, flat[5 * n:], len(text)), 0)
 
     def take(self, r: LogRequest) -> str | None:
         """``r``'s text as the first pass rendered it (None: not kept, or its previous turn no
@@ -277,20 +275,20 @@ class Kept:
     def _taken(self, r: LogRequest, got: _Entry) -> str | None:
         ref_where, cut, z, crc = got[:4]
         if ref_where is None or cut is None:
-            data = zlib.decompress(z)
+            text = zlib.decompress(z).decode("utf-8", "surrogatepass")
         else:
             ref = self.take_texts.by.get(ref_where)
             k, x, m, mid, zipped = cut
             if ref is None or len(ref) < max(k, x + m):
                 return None
-            data = undelta(ref, (k, x, m, mid, zlib.decompress(z) if zipped else z))
-        if zlib.crc32(data) != crc:  # not the previous turn it was kept against (two requests at one place)
+            own = (zlib.decompress(z) if zipped else z).decode("utf-8", "surrogatepass")
+            text = undelta(ref, (k, x, m, mid, own))
+        if zlib.crc32(_utf8(text)) != crc:  # not the previous turn it was kept against (two requests at one place)
             return None
-        self.seen(r, data)
-        return data.decode("utf-8", "surrogatepass")
+        self.seen(r, text)
+        return text
 
-    def seen(self, r: LogRequest, data: bytes | str) -> None:
+    def seen(self, r: LogRequest, text: str) -> None:
         """``r``'s text, taken back or rendered again by the fix pass: what later texts refer to."""
         if self.by:
-            self.take_texts.add(r.where, conversation(r),
-                                data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"))
+            self.take_texts.add(r.where, conversation(r), text)

@@ -89,10 +89,11 @@ class LineMap(Sequence[LineInfo]):
     :class:`LineInfo` is made only for a line asked for (``lines[i]``, iteration): a request's
     map is built for every request, but read line by line only where a finding or a fix is."""
 
-    __slots__ = ("starts", "ends", "messages", "codes", "roles", "numbers", "content_ends", "split_of")
+    __slots__ = ("starts", "ends", "messages", "codes", "roles", "numbers", "content_ends", "split_of", "runs")
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray, messages: np.ndarray, codes: np.ndarray,
-                 roles: tuple[str, ...], numbers: np.ndarray, content_ends: np.ndarray, split_of: int = -1):
+                 roles: tuple[str, ...], numbers: np.ndarray, content_ends: np.ndarray, split_of: int = -1,
+                 runs: tuple[np.ndarray, np.ndarray] | None = None):
         self.starts = starts
         self.ends = ends
         self.messages = messages
@@ -102,6 +103,22 @@ class LineMap(Sequence[LineInfo]):
         self.content_ends = content_ends
         self.split_of = split_of
         """The length of the text whose lines these are, every one (``line_map``'s), else -1."""
+        self.runs = runs
+        """What :meth:`from_runs` made it of (``line_map``'s maps), else None."""
+
+    @classmethod
+    def from_runs(cls, starts: np.ndarray, ends: np.ndarray, roles: tuple[str, ...], table: np.ndarray,
+                  named: np.ndarray, split_of: int = -1) -> LineMap:
+        """The map of the lines ``starts`` to ``ends`` from its runs of lines: ``table``'s columns,
+        one a run, are how many lines, their message index, role code, content end and line number
+        less the line's index (a message's lines are a run, and so are the lines between two
+        messages); ``named``: the lines that name a tool (role code 1, ``tools``), found after.
+        What :func:`line_map` makes its maps of, and what ``kept.py`` keeps of one (``runs``)."""
+        messages, codes, content_ends, numbers = table[1:].repeat(table[0], axis=1)
+        numbers += np.arange(len(starts), dtype=numbers.dtype)
+        if len(named):
+            codes[named] = 1
+        return cls(starts, ends, messages, codes, roles, numbers, content_ends, split_of, (table, named))
 
     @classmethod
     def of(cls, infos: Sequence[LineInfo]) -> LineMap:
@@ -280,21 +297,18 @@ def line_map(text: str, contents: Sequence[tuple[str, str | None]], tool_names: 
             runs += (g - hi, idx, 0, -1, 1)
     runs += (n - g, -1, 0, -1, 1)
     table = np.array(runs, dtype=np.int64).reshape(-1, 5).T
-    messages, codes, content_ends, numbers = table[1:].repeat(table[0], axis=1)
-    numbers += np.arange(n, dtype=np.int64)
+    named: list[int] = []
     names = [f'"{x}"' for x in tool_names if x]
     if names:  # the lines outside messages that name a tool (they hold '"'; the template's own lines seldom do)
-        outside = (content_ends < 0).nonzero()[0]
+        outside = (table[3] < 0).repeat(table[0]).nonzero()[0]
         their = map(text.__getitem__, map(slice, starts[outside].tolist(), ends[outside].tolist()))
         quoted = [(i, t) for i, t in zip(outside.tolist(), their, strict=True) if '"' in t]
-        named: list[int] = []
         for i, t in quoted:  # names tried from the one after the last found: a template writes them in order
             r = next(compress(count(), map(t.__contains__, names)), None)
             if r is not None:
                 named.append(i)
                 names = names[r + 1:] + names[:r + 1]
-        codes[named] = 1
-    return LineMap(starts, ends, messages, codes, roles, numbers, content_ends, len(text))
+    return LineMap.from_runs(starts, ends, roles, table, np.array(named, dtype=np.int64), len(text))
 
 
 def _shape_of(ch: str) -> str:
