@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from kvplan.models.prompts.busters import Finder, Finding, LineInfo, LineMap, apply_fix, line_map
+from kvplan.models.prompts.busters import Finder, Finding, LineInfo, LineMap, apply_fix, line_hashes, line_map
 from kvplan.models.prompts.history import message_hashes
 from tests.prompts_reference import line_map_reference
 
@@ -155,5 +155,23 @@ def test_the_finder_holds_only_its_first_lines_of_a_long_map():
     lm = line_map(text, [("system", text)])
     f.observe(text, lm, 0, True)
     (seen,) = f.recent.values()
-    assert list(seen.infos) == list(lm)[:5] and seen.texts == text.split("\n")[:5]
+    assert list(seen.infos) == list(lm)[:5] and [seen.text(k) for k in range(5)] == text.split("\n")[:5]
+    assert seen.head == "\n".join(text.split("\n")[:5])  # its first lines' text, not the whole text
     assert seen.infos.starts.base is None  # a copy, not a view holding the whole map
+
+
+def test_a_line_votes_its_length_unless_it_is_blank_in_any_script():
+    """A line's size is its length + 1 and its vote the same, but 0 for a line of nothing but
+    white space (``str.strip``'s: tabs, vertical tabs, no-break and ideographic spaces), the
+    same whether the finder hashes the lines or is given ``line_hashes`` made ahead."""
+    lines = ["<system>", "", "  ", "\t\x0b", "\u3000\u00a0", "a", " a ", "é", "\x1c", "\u200b", "end"]
+    text = "\n".join(lines)
+    lm = line_map(text, [("system", text)])
+    blank = [i for i, t in enumerate(lines) if not t.strip()]
+    assert line_hashes(text, lm)[2] == blank == [1, 2, 3, 4, 8]  # U+200B (zero width) is no white space
+    for hashed in (None, line_hashes(text, lm)):
+        f = Finder()
+        f.observe(text, lm, 0, True, hashed=hashed)
+        (seen,) = f.recent.values()
+        assert seen.sizes == [len(t) + 1 for t in lines] and seen.chars == len(text) + 1
+        assert seen.weights == [len(t) + 1 if t.strip() else 0 for t in lines]

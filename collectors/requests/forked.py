@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from ...models.core.errors import KvplanError
-from ...models.prompts.busters import LineMap, line_hashes
+from ...models.prompts.busters import LineHashes, LineMap, line_hashes
 from .delta import Mirror
 from .history import request_hashes
 from .kept import Kept
@@ -71,7 +71,7 @@ BATCH = 16
 """Renders sent at once (one message on the pipe)."""
 PIPE_BYTES = 1 << 20
 """The pipe's buffer (Linux's default ``pipe-max-size``): a few batches rendered ahead, no more."""
-_Sent = tuple[Any, np.ndarray, tuple[str, ...], int, bool, list[int] | None, tuple[list[int], list[int]]] | None
+_Sent = tuple[Any, np.ndarray, tuple[str, ...], int, bool, list[int] | None, LineHashes] | None
 """One request's render as sent (beside the request): text (as what it adds to its conversation's
 last one: ``delta.Mirror``), the line map's arrays stacked, its roles, its
 ``split_of``, whether the template's date was put in, its ``history.request_hashes`` (chat) and

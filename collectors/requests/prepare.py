@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from ...models.core.errors import KvplanError
-from ...models.prompts.busters import LineInfo, LineMap, line_map
+from ...models.prompts.busters import LineHashes, LineInfo, LineMap, line_map
 from ...models.prompts.hashing import (
     ROOT,
     ExtraKeys,
@@ -69,7 +69,7 @@ class Prepared:
     """Its tokens' ``hashing.token_digests`` (once a request: its keys at every block size)."""
     message_hashes: list[int] | None = None
     """``history.request_hashes`` of its request, when computed ahead (``forked.py``)."""
-    line_hashes: tuple[list[int], list[int]] | None = None
+    line_hashes: LineHashes | None = None
     """``busters.line_hashes`` of its text and lines, when computed ahead (``forked.py``)."""
 
 

@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
+from operator import not_
 from typing import overload
 
 import numpy as np
@@ -471,13 +472,20 @@ class Finding:
 @dataclass
 class _Seen:
     lines: list[int]
-    texts: list[str]
+    head: str
+    """The text up to the end of its last line seen (``infos``' offsets are into it)."""
     infos: LineMap
     chars: int
     label: str = ""
     prefixes: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    """Each line's length + 1."""
     weights: list[int] = field(default_factory=list)
     """Each line's vote (:meth:`Finder._compare`): its length + 1, 0 for a blank line."""
+
+    def text(self, k: int) -> str:
+        """Its line ``k``'s text."""
+        return self.head[int(self.infos.starts[k]):int(self.infos.ends[k])]
 
 
 @dataclass(frozen=True)
@@ -524,16 +532,18 @@ def _prefix_hashes(lines: Sequence[int]) -> list[int]:
     return out
 
 
-def _hashed(texts: Sequence[str]) -> tuple[list[int], list[int]]:
+LineHashes = tuple[list[int], list[int], list[int]]
+"""A request's first lines' hashes, their chained prefixes, and which of them are blank (:func:`line_hashes`)."""
+
+
+def line_hashes(text: str, lines: LineMap, max_lines: int = MAX_LINES) -> LineHashes:
+    """What :meth:`Finder.observe` reads of a request's text: its first ``max_lines`` lines'
+    hashes, their chained prefixes, and the indices of the blank ones (nothing but white space)
+    among them (taken apart so that another process of the same interpreter, whose ``hash`` is
+    the same, can compute them ahead: ``collectors/requests/forked.py``)."""
+    texts = lines.texts(text, max_lines)
     hashes = list(map(hash, texts))
-    return hashes, _prefix_hashes(hashes)
-
-
-def line_hashes(text: str, lines: LineMap, max_lines: int = MAX_LINES) -> tuple[list[int], list[int]]:
-    """What :meth:`Finder.observe` hashes of a request: its first ``max_lines`` lines' hashes and
-    their chained prefixes (taken apart so that another process of the same interpreter, whose
-    ``hash`` is the same, can compute them ahead: ``collectors/requests/forked.py``)."""
-    return _hashed(lines.texts(text, max_lines))
+    return hashes, _prefix_hashes(hashes), list(compress(count(), map(not_, map(str.strip, texts))))
 
 
 class Finder:
@@ -555,7 +565,7 @@ class Finder:
 
     def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool,
                 label: str = "", *, compare: bool = True,
-                hashed: tuple[list[int], list[int]] | None = None) -> Observed:
+                hashed: LineHashes | None = None) -> Observed:
         """Record one request (in arrival order, ``label`` naming it, e.g. ``file:line``); return
         the finding it counts for, if any, and (when it missed) where it parted from its nearest
         earlier request. ``missed``: it hit less than it could (full blocks within prompt_tokens - 1);
@@ -563,10 +573,14 @@ class Finder:
         no line finding counts it; ``hashed``: its :func:`line_hashes` if computed ahead (at this
         finder's ``max_lines``)."""
         lm = LineMap.of(infos)
-        texts = lm.texts(text, self.max_lines)
-        hashes, prefixes = hashed if hashed is not None else _hashed(texts)
-        weights = [len(t) + 1 if t.strip() else 0 for t in texts]  # a line's vote; a blank one has none
-        me = _Seen(hashes, texts, lm.head(self.max_lines), sum(map(len, texts)) + len(texts), label, prefixes, weights)
+        hashes, prefixes, blank = hashed if hashed is not None else line_hashes(text, lm, self.max_lines)
+        m = len(hashes)
+        sizes = (lm.ends[:m] - lm.starts[:m] + 1).tolist()  # the lines' lengths + 1 (``str.split``'s lines)
+        weights = sizes.copy()  # a line's vote; a blank one has none
+        for i in blank:
+            weights[i] = 0
+        me = _Seen(hashes, text[:int(lm.ends[m - 1])] if m else "", lm.head(self.max_lines), sum(sizes), label,
+                   prefixes, sizes, weights)
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
@@ -606,8 +620,7 @@ class Finder:
 
     def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:
         got = list(map(self.index.get, me.lines, repeat(0)))  # the newest recent request holding each line (0: none)
-        held = list(compress(me.texts, got))
-        if (sum(map(len, held)) + len(held)) * 2 < me.chars:  # no request can have half its text
+        if sum(compress(me.sizes, got)) * 2 < me.chars:  # no request can have half its text
             return None
         holders = [j for j in set(got) if j in self.recent]
         if not holders:
@@ -649,8 +662,8 @@ class Finder:
         """The finding at ``me``'s line ``k`` against ``other``'s; ``inserted``: a line ``me`` has
         and ``other`` does not (the lines after it are the same), classified by itself."""
         info = me.infos[k]
-        a = me.texts[k]
-        b = other.texts[k] if k < len(other.texts) else ""
+        a = me.text(k)
+        b = other.text(k) if k < len(other.lines) else ""
         kind, (lo, hi) = classify_inserted(a, info.role) if inserted else classify(a, b, info.role)
         template = info.role == "template"
         if template and kind == "other" and info.message_index not in (None, 0):
