@@ -133,6 +133,26 @@ def test_message_hashes_are_equal_exactly_where_the_sorted_json_is(a, b):
     assert (message_hashes([a, a], root)[1] == message_hashes([b, a], root)[1]) == same
 
 
+@pytest.mark.parametrize("a,b", [
+    ({"required": True}, {"required": 1}),  # equal in Python, not in JSON
+    ({"x": 1.0}, {"x": 1}),
+    ({"type": "object", "x": "y"}, {"x": "y", "type": "object"}),  # key order: the same JSON sorted
+    ({"x": [1, 2]}, {"x": [2, 1]}),
+])
+def test_a_request_is_rooted_in_its_tools_sorted_json_whatever_was_rooted_before(a, b):
+    """``request_hashes`` remembers recent roots by their pickle: a root equal in Python but
+    not in JSON is told apart, one whose keys come in another order is not, in either order seen."""
+    from kvplan.collectors.requests.history import request_hashes
+    from kvplan.collectors.requests.read import LogRequest
+
+    same = json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    msgs = [{"role": "user", "content": "hi"}]
+    reqs = [LogRequest(source="log", line=i, kind="chat", messages=msgs, tools=[t]) for i, t in enumerate((a, b, a))]
+    got = [request_hashes(r) for r in reqs]
+    assert got == [message_hashes(msgs, (r.tools, r.chat_template_kwargs, r.documents, r.model)) for r in reqs]
+    assert (got[0] == got[1]) == same and got[0] == got[2]
+
+
 def test_line_info_is_what_the_map_lists():
     lm = line_map("<s>\nA", [("system", "A")])
     assert lm[1] == LineInfo(4, 5, 0, "system", 1, 5) and lm[0] == LineInfo(0, 3, 0, "template", 1)

@@ -20,6 +20,7 @@ True and False. A request this finder explains is not counted by the line finder
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import re
 from typing import Any
 
@@ -35,6 +36,7 @@ from ...models.prompts.history import (
     has_reasoning,
     message_hashes,
     rewrite,
+    root_hash,
 )
 from .read import LogRequest
 from .render import Renderer, RequestRefused
@@ -90,7 +92,26 @@ def request_hashes(r: LogRequest) -> list[int]:
     conversations up by (``message_hashes``, rooted in what else tells them apart), taken apart
     so that another process of the same interpreter (its ``hash`` the same) can compute them
     ahead: ``forked.py``."""
-    return message_hashes(r.messages, (r.tools, r.chat_template_kwargs, r.documents, r.model))
+    return message_hashes(r.messages, rooted=_rooted((r.tools, r.chat_template_kwargs, r.documents, r.model)))
+
+
+_ROOTS: dict[bytes, int] = {}
+"""``root_hash`` of recent roots, by their pickle (equal pickles: equal values of the same types,
+so the same sorted JSON): an agent log sends the same tools with every request, and their JSON
+costs three times their pickle."""
+
+
+def _rooted(root: tuple[Any, ...]) -> int:
+    try:
+        key = pickle.dumps(root, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - not picklable: its JSON only
+        return root_hash(root)
+    h = _ROOTS.get(key)
+    if h is None:
+        if len(_ROOTS) >= 256:
+            _ROOTS.clear()
+        h = _ROOTS[key] = root_hash(root)
+    return h
 
 
 class HistoryFinder:

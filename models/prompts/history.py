@@ -127,11 +127,17 @@ def has_reasoning(messages: Sequence[dict[str, Any]]) -> bool:
         or m.get("reasoning") or m.get("reasoning_content")) for m in messages)
 
 
-def message_hashes(messages: Sequence[dict[str, Any]], root: object = None) -> list[int]:
+def root_hash(root: object) -> int:
+    """What :func:`message_hashes` chains from: the hash of ``root``'s sorted JSON."""
+    return hash(json.dumps(root, sort_keys=True, default=str))
+
+
+def message_hashes(messages: Sequence[dict[str, Any]], root: object = None, *, rooted: int | None = None) -> list[int]:
     """Chained hashes of a request's first 1, 2, ... messages (``root``: what else makes two
-    conversations differ, e.g. the tools and template kwargs): equal when the leading messages are."""
+    conversations differ, e.g. the tools and template kwargs; ``rooted``: its :func:`root_hash`,
+    if known): equal when the leading messages are."""
     out: list[int] = []
-    h = hash(json.dumps(root, sort_keys=True, default=str))
+    h = root_hash(root) if rooted is None else rooted
     for m in messages:
         h = hash((h, _message_key(m)))
         out.append(h)
