@@ -295,6 +295,24 @@ def test_the_fix_pass_rewritten_in_a_forked_process_gives_the_same_results(tmp_p
             r.messages  # noqa: B018
 
 
+def test_a_slim_request_reads_every_field_as_read_whatever_its_values(tmp_path):
+    """A request crosses slim (``read.slimmed``: its bulky fields pickled, a value that is not
+    JSON's too) and reads back every field as read, its messages and tools included, after
+    ``dataclasses.replace`` too."""
+    import dataclasses
+    from fractions import Fraction
+
+    from kvplan.collectors.requests.read import slimmed
+
+    reqs = list(read_requests([agent_log(tmp_path / "a.jsonl")], Skipped()))
+    odd = dataclasses.replace(reqs[0], chat_template_kwargs={"ratio": Fraction(1, 3)})  # not JSON
+    for r in [*reqs, odd]:
+        x = SlimRequest.of(*slimmed(r, conversation(r)))
+        assert all(getattr(x, f.name) == getattr(r, f.name) for f in dataclasses.fields(LogRequest))
+        y = dataclasses.replace(x, model="other")
+        assert (y.messages, y.tools, y.model) == (r.messages, r.tools, "other")
+
+
 def _kept_from(log: Path, renderer: Renderer, kept_from: int, not_kept: set[int]) -> tuple[Kept, list, dict]:
     """The log's requests rendered as the process rendering ahead renders them, each put in a
     ``Kept`` as that process puts it (its place; its text as the process sends it, a delta
