@@ -36,7 +36,6 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
-from operator import not_
 from typing import overload
 
 import numpy as np
@@ -543,7 +542,7 @@ def line_hashes(text: str, lines: LineMap, max_lines: int = MAX_LINES) -> LineHa
     the same, can compute them ahead: ``collectors/requests/forked.py``)."""
     texts = lines.texts(text, max_lines)
     hashes = list(map(hash, texts))
-    return hashes, _prefix_hashes(hashes), list(compress(count(), map(not_, map(str.strip, texts))))
+    return hashes, _prefix_hashes(hashes), list(compress(count(), map("".__eq__, map(str.strip, texts))))
 
 
 class Finder:
