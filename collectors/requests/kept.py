@@ -23,7 +23,7 @@ from .read import LogRequest, SlimRequest, light
 KEEP_BYTES = 192 << 20
 """Memory the first pass's renders may take to be reused by the fix pass (``Kept``)."""
 REF_BYTES = 16 << 20
-"""Memory each pass's recent texts (``Kept``'s references) may take."""
+"""Characters each pass's recent texts (``Kept``'s references) may hold."""
 
 
 class RecentTexts:
