@@ -46,10 +46,15 @@ def _leading(a: list[str], b: list[str]) -> int:
     return k
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_tables_and_divergences_are_what_a_scan_of_the_recent_requests_finds(seed):
-    f = Finder(window=6, max_lines=9)
+@pytest.mark.parametrize("seed,slack", [(1, 10**6), (2, 10**6), (3, 10**6), (1, None), (2, 0), (3, 20)])
+def test_the_tables_and_divergences_are_what_a_scan_of_the_recent_requests_finds(seed, slack):
+    """The line index and the prefixes name, for each line and run of leading lines the window's
+    requests hold, the newest of them; entries naming a request out of the window are left in
+    (they read as none) until a table holds more than twice the window's lines and ``slack``,
+    then both are made again from the window."""
+    f = Finder(window=6, max_lines=9, slack=slack) if slack is not None else Finder(window=6, max_lines=9)
     held: dict[int, list[str]] = {}  # seq -> its first lines, the window's requests
+    rebuilt = 0
     for n, text in enumerate(_stream(seed), 1):
         lines = text.split("\n")[:9]
         best = max(((_leading(lines, theirs), s) for s, theirs in held.items()), default=(0, 0))
@@ -65,7 +70,15 @@ def test_the_tables_and_divergences_are_what_a_scan_of_the_recent_requests_finds
         for s, theirs in sorted(held.items()):  # the newest holder last
             index.update((hash(x), s) for x in theirs if x.strip())
             prefix.update((h, s) for h in f.recent[s].prefixes)
-        assert f.index == index and f.prefix == prefix and list(f.recent) == sorted(held)
+        assert list(f.recent) == sorted(held)
+        live = {h: s for h, s in f.index.items() if s in f.recent}
+        assert live == index and {h: s for h, s in f.prefix.items() if s in f.recent} == prefix
+        if rebuilt < f.rebuilt:  # made again from the window just now: nothing else left in
+            assert f.index == index and f.prefix == prefix
+        rebuilt = f.rebuilt
+        bound = 2 * sum(map(len, held.values())) + f.slack  # twice the lines the window holds, and the slack
+        assert len(f.index) <= bound and len(f.prefix) <= bound
+    assert (f.rebuilt > 0) == (f.slack <= 20)  # 300 requests x 9 lines held (2,700 entries) outgrow neither 4096 nor 10**6
 
 
 def test_prefix_hashes_are_equal_exactly_where_the_leading_lines_are():

@@ -67,12 +67,15 @@ def test_the_key_store_answers_as_a_set_does_through_its_merges():
 
 
 def test_the_finder_index_is_bounded_by_its_window():
-    f = Finder(window=8, max_lines=5)
+    f = Finder(window=8, max_lines=5, slack=20)
     for i in range(200):
         text = "\n".join(f"request {i} line {j}" for j in range(5))
         f.observe(text, line_map(text, [("system", text)]), 0, True)
     assert len(f.recent) == 8
-    assert len(f.index) == 8 * 5
+    assert len(f.index) <= 2 * 8 * 5 + f.slack and len(f.prefix) <= 2 * 8 * 5 + f.slack
+    assert len({h for h, s in f.index.items() if s in f.recent}) == 8 * 5
+    # 5 new lines a request: past 100 entries (2 x 40 held + 20) at the 21st, then every 13th (40 kept + 13 x 5)
+    assert f.rebuilt == 1 + (200 - 21) // 13
 
 
 def _log(tmp_path: Path, n: int = 60, seed: int = 11) -> Path:

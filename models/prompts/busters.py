@@ -147,9 +147,9 @@ class LineMap(Sequence[LineInfo]):
     __hash__ = None  # type: ignore[assignment]
 
     def _info(self, i: int) -> LineInfo:
-        m, ce = int(self.messages[i]), int(self.content_ends[i])
-        return LineInfo(int(self.starts[i]), int(self.ends[i]), None if m < 0 else m, self.roles[self.codes[i]],
-                        int(self.numbers[i]), None if ce < 0 else ce)
+        m, ce = self.messages.item(i), self.content_ends.item(i)  # ``item``: a Python int, no numpy scalar
+        return LineInfo(self.starts.item(i), self.ends.item(i), None if m < 0 else m, self.roles[self.codes.item(i)],
+                        self.numbers.item(i), None if ce < 0 else ce)
 
     @overload
     def __getitem__(self, i: int) -> LineInfo: ...
@@ -355,8 +355,12 @@ def diff_span(a: str, b: str) -> tuple[int, int]:
 
 
 def _json_equal(a: str, b: str) -> bool:
+    """Whether the two lines hold the same JSON object or array (keys in any order)."""
+    a, b = a.strip().rstrip(","), b.strip().rstrip(",")
+    if a[:1] not in ("{", "[") or b[:1] not in ("{", "["):  # JSON text that is an object or an array starts so
+        return False
     try:
-        ja, jb = json.loads(a.strip().rstrip(",")), json.loads(b.strip().rstrip(","))
+        ja, jb = json.loads(a), json.loads(b)
     except ValueError:
         return False
     return isinstance(ja, (dict, list)) and ja == jb
@@ -547,20 +551,30 @@ def line_hashes(text: str, lines: LineMap, max_lines: int = MAX_LINES) -> LineHa
 
 class Finder:
     """Finds busters over a stream of rendered requests (see the module docstring). Memory is
-    bounded: the last ``window`` requests' first ``max_lines`` lines, and a line index holding
-    only those requests' lines (a request leaving the window takes its entries with it; past
-    ``max_index`` entries it is cleared, a safety that a window of 256 x 400 lines never reaches)."""
+    bounded: the last ``window`` requests' first ``max_lines`` lines, and a line index of them.
+    The index keeps what requests that left the window put in it (an entry naming a request out
+    of the window reads as none: nothing is removed as a request leaves); past twice the lines
+    the window holds (and ``slack`` more) it is made again from the window's requests alone,
+    oldest first, as it would be had each request taken its entries with it. A small index
+    stays in the CPU's caches: on a log of distinct prompts, one twice the window's lines costs
+    no more than taking each request's entries out, and one ten times larger costs more."""
 
-    def __init__(self, window: int = 256, max_lines: int = MAX_LINES, max_index: int = 2_000_000):
+    def __init__(self, window: int = 256, max_lines: int = MAX_LINES, slack: int = 4096):
         self.window = window
         self.max_lines = max_lines
-        self.max_index = max_index
+        self.slack = slack
+        self.held = 0
+        """Lines the window's requests hold (their first ``max_lines``)."""
         self.recent: OrderedDict[int, _Seen] = OrderedDict()
         self.index: dict[int, int] = {}
+        """Hash of a line -> the newest request holding it (out of the window: none)."""
         self.prefix: dict[int, int] = {}
-        """Chained hash of a recent request's leading lines -> the newest request holding them."""
+        """Chained hash of a request's leading lines -> the newest request holding them (out of
+        the window: none)."""
         self.findings: dict[tuple[str, int | None, str, int], Finding] = {}
         self.seq = 0
+        self.rebuilt = 0
+        """Times the index was made again from the window (memory only, for the tests)."""
 
     def observe(self, text: str, infos: Sequence[LineInfo], first_miss_block: int, missed: bool,
                 label: str = "", *, compare: bool = True,
@@ -583,33 +597,29 @@ class Finder:
         found = self._compare(me, first_miss_block) if missed and compare and me.chars else None
         parted = self._nearest(me) if missed else None
         self.seq += 1
-        if len(self.index) > self.max_index or len(self.prefix) > self.max_index:
-            self.index.clear()
-            self.prefix.clear()
-        self.index.update(zip(compress(hashes, weights), repeat(self.seq)))  # its lines not blank
-        self.prefix.update(zip(me.prefixes, repeat(self.seq)))
         self.recent[self.seq] = me
+        self.held += len(hashes)
         while len(self.recent) > self.window:
-            self._forget(*self.recent.popitem(last=False))
+            self.held -= len(self.recent.popitem(last=False)[1].lines)
+        self._index(self.seq, me)
+        bound = 2 * self.held + self.slack
+        if len(self.index) > bound or len(self.prefix) > bound:
+            self.index, self.prefix = {}, {}
+            self.rebuilt += 1
+            for seq, seen in self.recent.items():  # oldest first: the newest holder of a line last
+                self._index(seq, seen)
         return Observed(found, parted)
 
-    def _forget(self, seq: int, gone: _Seen) -> None:
-        """Remove the entries of request ``seq``, leaving the window, that no later request took
-        over (entries out of the window are never used). A later request holding one of its
-        prefixes holds the ones before it too: those it still has are the last ones, found by
-        bisection."""
-        index = self.index
-        for h in compress(gone.lines, map(seq.__eq__, map(index.get, gone.lines, repeat(0)))):
-            index.pop(h, None)
-        prefix = self.prefix
-        taken = bisect_left(gone.prefixes, True, key=lambda h: prefix.get(h) == seq)
-        for h in gone.prefixes[taken:]:
-            prefix.pop(h, None)
+    def _index(self, seq: int, me: _Seen) -> None:
+        self.index.update(zip(compress(me.lines, me.weights), repeat(seq)))  # its lines not blank
+        self.prefix.update(zip(me.prefixes, repeat(seq)))
+
 
     def _nearest(self, me: _Seen) -> Divergence | None:
         """The newest recent request with the longest run of leading lines in common with ``me``."""
         recent, prefix = self.recent, self.prefix
-        # the leading prefixes a recent request holds (one holding a prefix holds the ones before it)
+        # the leading prefixes a recent request holds (one holding a prefix holds the ones before it,
+        # and its entries for them are as new or newer: the newest holder of one is as recent)
         k = bisect_left(me.prefixes, True, key=lambda h: prefix.get(h, 0) not in recent)
         if not k:
             return None
@@ -618,8 +628,9 @@ class Finder:
         return Divergence(other.label, k, line)
 
     def _compare(self, me: _Seen, first_miss_block: int) -> Finding | None:
-        got = list(map(self.index.get, me.lines, repeat(0)))  # the newest recent request holding each line (0: none)
-        if sum(compress(me.sizes, got)) * 2 < me.chars:  # no request can have half its text
+        # the newest request holding each line (0: none; one out of the window is dropped below)
+        got = list(map(self.index.get, me.lines, repeat(0)))
+        if sum(compress(me.sizes, got)) * 2 < me.chars:  # no recent request can have half its text
             return None
         holders = [j for j in set(got) if j in self.recent]
         if not holders:
