@@ -78,7 +78,8 @@ def test_the_tables_and_divergences_are_what_a_scan_of_the_recent_requests_finds
         rebuilt = f.rebuilt
         bound = 2 * sum(map(len, held.values())) + f.slack  # twice the lines the window holds, and the slack
         assert len(f.index) <= bound and len(f.prefix) <= bound
-    assert (f.rebuilt > 0) == (f.slack <= 20)  # 300 requests x 9 lines held (2,700 entries) outgrow neither 4096 nor 10**6
+    # 300 requests x 9 lines held (2,700 entries) outgrow neither 4096 nor 10**6
+    assert (f.rebuilt > 0) == (f.slack <= 20)
 
 
 def test_prefix_hashes_are_equal_exactly_where_the_leading_lines_are():
