@@ -611,9 +611,9 @@ class Finder:
         return Observed(found, parted)
 
     def _index(self, seq: int, me: _Seen) -> None:
-        self.index.update(zip(compress(me.lines, me.weights), repeat(seq)))  # its lines not blank
+        """Request ``seq`` (``me``) named the newest holder of its lines not blank and of its leading runs."""
+        self.index.update(zip(compress(me.lines, me.weights), repeat(seq)))
         self.prefix.update(zip(me.prefixes, repeat(seq)))
-
 
     def _nearest(self, me: _Seen) -> Divergence | None:
         """The newest recent request with the longest run of leading lines in common with ``me``."""
